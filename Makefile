@@ -1,0 +1,43 @@
+# Tide: the two set-up commands are `make up` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: up test lint typecheck protos check-protos venv clean bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Start a local cluster on 127.0.0.1 with an embedded store under ./.tide (Ctrl-C stops it).
+up: $(STAMP)
+	$(VENV)/bin/tide up --store-dir ./.tide
+
+## Lint, type-check and run the whole test suite.
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+## Regenerate the committed gRPC/protobuf code under tide/v1 from protos/.
+protos: $(STAMP)
+	$(PY) -m tide._protogen tide/v1
+
+bench: $(STAMP)
+	$(PY) -m bench.storage_append
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,215 @@
+"""CommitLog: appends encoded records under one lock, serves reads.
+
+The records arrive fully encoded (see :mod:`services.storage.engine.message_codec`); under
+the lock the appender only picks positions, assigns queue offsets, copies the bytes and
+patches three fields. A record never spans segments: when ``size + 8`` bytes do not fit
+in the rest of a segment, a blank marker ends it and the record goes to the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from services.storage.engine.errors import DiskFullError, NotWritableError
+from services.storage.engine.mapped_file import MappedFile
+from services.storage.engine.queue_offsets import QueueOffsetTable
+from services.storage.engine.segment_queue import SegmentQueue
+from tide.format import (
+    BLANK_MARKER_BYTES,
+    DecodedRecord,
+    EncodedRecord,
+    RecordError,
+    decode_record,
+    is_queue_less,
+    patch_record,
+    write_blank,
+)
+
+log = logging.getLogger("tide.storage.commitlog")
+AppendListener = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    store_timestamp_ms: int
+    # (physical_offset, size, queue_offset) per record, in request order.
+    positions: list[tuple[int, int, int]]
+    # Offset just past the last record: durable once flushed_offset >= end_offset.
+    end_offset: int
+
+
+class OffsetBelowMinError(Exception):
+    """The offset was deleted by retention."""
+
+
+class CommitLog:
+    def __init__(
+        self,
+        segments: SegmentQueue,
+        offsets: QueueOffsetTable,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        attach_write_buffer: Callable[[MappedFile], None] | None = None,
+    ) -> None:
+        self.segments = segments
+        self.offsets = offsets
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._attach_write_buffer = attach_write_buffer
+        self.lock = threading.Lock()
+        self._last_store_timestamp_ms = 0
+        self._listeners: list[AppendListener] = []
+        # Set by retention when the disk is nearly full; by close() when closing.
+        self.refuse_reason: str | None = None
+        self.disk_full = False
+
+    def add_listener(self, listener: AppendListener) -> None:
+        """Called (outside the lock) with the new max offset after every append."""
+        self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: AppendListener) -> None:
+        self._listeners = [x for x in self._listeners if x is not listener]
+
+    @property
+    def last_store_timestamp_ms(self) -> int:
+        return self._last_store_timestamp_ms
+
+    # -- appending ---------------------------------------------------------------
+    def append(self, records: Sequence[EncodedRecord]) -> AppendBatch:
+        if not records:
+            return AppendBatch(self._last_store_timestamp_ms, [], self.segments.max_offset)
+        with self.lock:
+            self._check_writable()
+            batch = self._append_locked(records)
+        for listener in self._listeners:
+            listener(batch.end_offset)
+        return batch
+
+    def _check_writable(self) -> None:
+        if self.disk_full:
+            raise DiskFullError(
+                "disk usage is above the refuse-writes threshold; writes resume once "
+                "retention or an operator frees space"
+            )
+        if self.refuse_reason is not None:
+            raise NotWritableError(self.refuse_reason)
+
+    def _writable_segment(self) -> MappedFile:
+        """The segment holding the write position (created if it does not exist yet)."""
+        offset = self.segments.max_offset
+        segment = self.segments.find(offset)
+        return segment if segment is not None else self._roll(offset)
+
+    def _roll(self, start_offset: int) -> MappedFile:
+        segment = self.segments.next_segment(start_offset)
+        if self._attach_write_buffer is not None:
+            self._attach_write_buffer(segment)
+        return segment
+
+    def _append_locked(self, records: Sequence[EncodedRecord]) -> AppendBatch:
+        now = max(self._clock_ms(), self._last_store_timestamp_ms)
+        self._ensure_room(records)
+        segment = self._writable_segment()
+        target, pos, limit, base = (
+            segment.write_target,
+            segment.wrote,
+            segment.size_bytes,
+            segment.start_offset,
+        )
+        table = self.offsets.next_offsets
+        positions = []
+        for rec in records:
+            data = rec.data
+            size = len(data)
+            if pos + size + BLANK_MARKER_BYTES > limit:
+                write_blank(target, pos, limit - pos)
+                self._publish(segment, limit, now)
+                next_segment = self.segments.find(segment.end_offset)
+                assert next_segment is not None and next_segment.wrote == 0, next_segment
+                segment = next_segment
+                target, pos, base = segment.write_target, 0, segment.start_offset
+            if is_queue_less(rec.sys_flag):
+                queue_offset = 0
+            else:
+                key = (rec.topic, rec.queue_id)
+                queue_offset = table.get(key, 0)
+                table[key] = queue_offset + 1
+            target[pos : pos + size] = data
+            patch_record(target, pos, rec.store_timestamp_pos, queue_offset, base + pos, now)
+            positions.append((base + pos, size, queue_offset))
+            pos += size
+        self._publish(segment, pos, now)
+        self._last_store_timestamp_ms = now
+        return AppendBatch(now, positions, base + pos)
+
+    def _ensure_room(self, records: Sequence[EncodedRecord]) -> None:
+        """Create every segment this batch will need before writing any byte, so that a
+        failure to create one (disk full) leaves nothing half-written."""
+        segment = self._writable_segment()
+        pos, limit = segment.wrote, segment.size_bytes
+        next_start = segment.end_offset
+        for rec in records:
+            size = len(rec.data)
+            if pos + size + BLANK_MARKER_BYTES > limit:
+                if self.segments.find(next_start) is None:
+                    self._roll(next_start)
+                next_start += limit
+                pos = 0
+            pos += size
+
+    @staticmethod
+    def _publish(segment: MappedFile, position: int, now: int) -> None:
+        """Make ``segment[:position]`` visible (after the bytes are in place)."""
+        segment.last_store_timestamp_ms = now
+        segment.wrote = position
+        if segment.write_buffer is None:
+            segment.committed = position
+
+    # -- reading -----------------------------------------------------------------
+    def read_record(self, offset: int, size: int) -> DecodedRecord:
+        """Decode the record at ``offset``. Raises OffsetBelowMinError, IndexError (past
+        the readable end) or RecordError (no record of that size there)."""
+        data = self._read_bytes(offset, size)
+        return decode_record(data, 0, len(data), expected_offset=offset)
+
+    def _read_bytes(self, offset: int, size: int) -> bytes:
+        if offset < self.segments.min_offset:
+            raise OffsetBelowMinError(f"offset {offset} is below the min offset")
+        segment = self.segments.find(offset)
+        if segment is None or not segment.hold():
+            if offset < self.segments.min_offset:
+                raise OffsetBelowMinError(f"offset {offset} is below the min offset")
+            raise IndexError(f"offset {offset} is past the end of the commitlog")
+        try:
+            pos = offset - segment.start_offset
+            if pos + size > segment.committed:
+                raise IndexError(f"offset {offset} + {size} is past the readable end")
+            return segment.read(pos, size)
+        finally:
+            segment.release()
+
+    def read_raw(self, offset: int, max_bytes: int) -> tuple[int, bytes]:
+        """Up to ``max_bytes`` readable bytes from ``offset``, never across a segment end.
+
+        Returns ``(offset, data)``; ``data`` is empty when nothing is readable there yet.
+        An offset at the end of a full segment continues at the next one.
+        """
+        if offset < self.segments.min_offset:
+            raise OffsetBelowMinError(
+                f"offset {offset} is below the commitlog min offset {self.segments.min_offset}"
+            )
+        segment = self.segments.find(offset)
+        if segment is None or not segment.hold():
+            return offset, b""
+        try:
+            pos = offset - segment.start_offset
+            end = min(segment.committed, pos + max_bytes)
+            return offset, segment.read(pos, end - pos) if end > pos else b""
+        finally:
+            segment.release()
+
+
+__all__ = ["AppendBatch", "CommitLog", "OffsetBelowMinError", "RecordError"]

@@ -1,0 +1,32 @@
+"""Errors the engine raises; the gRPC layer maps each kind to one status code."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class. ``str(error)`` says what happened and what to do."""
+
+
+class InvalidMessageError(StoreError):
+    """A message or request is malformed (INVALID_ARGUMENT)."""
+
+
+class TopicNotFoundError(StoreError):
+    """Unknown topic while auto-create is off (NOT_FOUND)."""
+
+
+class DiskFullError(StoreError):
+    """Disk usage above the refuse-writes threshold (RESOURCE_EXHAUSTED)."""
+
+
+class NotWritableError(StoreError):
+    """The store does not take writes now: closing, or a previous write failed
+    (FAILED_PRECONDITION)."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory."""
+
+
+class CorruptStoreError(StoreError):
+    """The on-disk layout cannot be opened safely (a gap in the segment chain, bad sizes)."""

@@ -1,0 +1,181 @@
+"""MappedFile: one commitlog segment, memory-mapped, with wrote/committed/flushed positions.
+
+Positions are byte offsets inside the segment:
+
+* ``wrote``: end of the last appended record (set by the appender, under the append lock);
+* ``committed``: end of what is in the file (equals ``wrote`` unless a write buffer from
+  the pool is attached; then the commit thread moves bytes into the file);
+* ``flushed``: end of what ``fdatasync`` has made durable.
+
+Invariant: ``flushed <= committed <= wrote <= size``. Readers see ``committed``.
+
+Flushing uses ``os.fdatasync`` on the file descriptor, which releases the GIL (unlike
+``mmap.flush``) and writes back the pages dirtied through the shared mapping.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+
+from services.storage.engine.config import PAGE_BYTES
+from tide.format import segment_name
+
+log = logging.getLogger("tide.storage.mapped_file")
+
+
+class MappedFile:
+    def __init__(self, path: Path, start_offset: int, size_bytes: int) -> None:
+        """Map an existing file of exactly ``size_bytes`` bytes."""
+        self.path = path
+        self.start_offset = start_offset
+        self.size_bytes = size_bytes
+        self._fd = os.open(path, os.O_RDWR)
+        actual = os.fstat(self._fd).st_size
+        if actual != size_bytes:
+            os.close(self._fd)
+            raise ValueError(f"{path} is {actual} bytes, expected {size_bytes}")
+        self.mm = mmap.mmap(self._fd, size_bytes, flags=mmap.MAP_SHARED)
+        self.wrote = 0
+        self.committed = 0
+        self.flushed = 0
+        self.last_store_timestamp_ms = 0
+        # Write buffer from the pool; None when appends go straight to the mapping.
+        self.write_buffer: bytearray | None = None
+        # Commit and flush can be called from two threads (commit service and group
+        # commit); a position must never move backwards.
+        self._commit_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._holds = 0
+        self._holds_lock = threading.Lock()
+        self._destroy_requested_at: float | None = None
+        self.closed = False
+
+    # -- positions ---------------------------------------------------------------
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + self.size_bytes
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote == self.size_bytes
+
+    def set_positions(self, position: int) -> None:
+        """Set every position (recovery, truncation)."""
+        assert 0 <= position <= self.size_bytes, position
+        self.wrote = self.committed = self.flushed = position
+
+    # -- writing -----------------------------------------------------------------
+    @property
+    def write_target(self) -> bytearray | mmap.mmap:
+        """Where appends go: the pooled buffer if attached, else the mapping."""
+        return self.write_buffer if self.write_buffer is not None else self.mm
+
+    def commit(self, least_pages: int) -> bool:
+        """Move buffered bytes into the file (write buffer only). True if it did work."""
+        buf = self.write_buffer
+        if buf is None:
+            self.committed = self.wrote
+            return False
+        with self._commit_lock:
+            wrote, committed = self.wrote, self.committed
+            if wrote == committed or (least_pages and wrote - committed < least_pages * PAGE_BYTES):
+                return False
+            with memoryview(buf) as view:
+                written = os.pwrite(self._fd, view[committed:wrote], committed)  # no GIL
+            assert written == wrote - committed, (written, wrote, committed)
+            self.committed = wrote
+            return True
+
+    def flush(self, least_pages: int) -> bool:
+        """fdatasync if at least ``least_pages`` pages are dirty (0: any). True if synced."""
+        with self._flush_lock:
+            committed = self.committed
+            dirty = committed - self.flushed
+            if dirty <= 0 or (least_pages and dirty < least_pages * PAGE_BYTES):
+                return False
+            os.fdatasync(self._fd)  # releases the GIL; covers writes through the mapping
+            self.flushed = committed
+            return True
+
+    def detach_write_buffer(self) -> bytearray | None:
+        """Give the pooled buffer back once everything in it is committed."""
+        buf = self.write_buffer
+        if buf is not None and self.committed == self.wrote == self.size_bytes:
+            self.write_buffer = None
+            return buf
+        return None
+
+    def zero_from(self, position: int) -> None:
+        """Zero the file from ``position`` while there are non-zero bytes (a truncated tail
+        must not be mistaken for records after a later crash)."""
+        chunk_bytes = 1 << 20
+        pos = position
+        while pos < self.size_bytes:
+            end = min(pos + chunk_bytes, self.size_bytes)
+            if not any(self.mm[pos:end]):
+                break
+            os.pwrite(self._fd, bytes(end - pos), pos)
+            pos = end
+        if self.write_buffer is not None:
+            self.write_buffer[position:] = bytes(self.size_bytes - position)
+
+    # -- reading and lifetime ----------------------------------------------------
+    def read(self, position: int, size: int) -> bytes:
+        return self.mm[position : position + size]
+
+    def hold(self) -> bool:
+        """Pin the mapping for a reader; False if it is being destroyed."""
+        with self._holds_lock:
+            if self._destroy_requested_at is not None or self.closed:
+                return False
+            self._holds += 1
+            return True
+
+    def release(self) -> None:
+        with self._holds_lock:
+            assert self._holds > 0
+            self._holds -= 1
+
+    def try_destroy(self, force_after_ms: int, now_s: float | None = None) -> bool:
+        """Close and delete the file once no reader holds it, or after ``force_after_ms``."""
+        now_s = time.monotonic() if now_s is None else now_s
+        with self._holds_lock:
+            if self._destroy_requested_at is None:
+                self._destroy_requested_at = now_s
+            held = self._holds > 0
+            waited_ms = (now_s - self._destroy_requested_at) * 1000
+            if held and waited_ms < force_after_ms:
+                return False
+            if held:
+                log.warning(
+                    "deleting %s while %d reader(s) still hold it (waited %.0f ms)",
+                    self.path.name,
+                    self._holds,
+                    waited_ms,
+                )
+        self.close(unlink=True)
+        return True
+
+    def close(self, *, unlink: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.mm.close()
+        except BufferError:
+            # A reader still has a view: the mapping stays valid until it drops it.
+            log.warning("%s still has live views; unmapping when they are released", self.path)
+        os.close(self._fd)
+        if unlink:
+            self.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({segment_name(self.start_offset)}, wrote={self.wrote}, "
+            f"committed={self.committed}, flushed={self.flushed})"
+        )

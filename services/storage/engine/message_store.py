@@ -1,0 +1,275 @@
+"""MessageStore: opens a store directory and wires the engine's parts together.
+
+Open: take the lock file, read the checkpoint and config, map the segments, recover
+(normal or abnormal by the abort file), truncate the torn tail, start the background
+threads (allocator, flush or group commit, commit with the write buffer pool,
+checkpoint, retention), then create the abort file. Close reverses it: refuse appends,
+stop the threads (each finishes with a last flush), write the checkpoint and snapshot,
+unmap, remove the abort file, release the lock; the next open takes the normal path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from services.storage.engine.allocator import SegmentAllocator
+from services.storage.engine.checkpoint import StoreCheckpoint
+from services.storage.engine.checkpoint_service import CheckpointService
+from services.storage.engine.commitlog import AppendBatch, CommitLog
+from services.storage.engine.config import FlushMode, StoreConfig
+from services.storage.engine.consumer_offsets import ConsumerOffsets
+from services.storage.engine.errors import NotWritableError, TopicNotFoundError
+from services.storage.engine.flush_async import AsyncFlushService
+from services.storage.engine.flush_sync import GroupCommitService
+from services.storage.engine.message_codec import MessageCodec, MessageInput
+from services.storage.engine.queue_offsets import QueueOffsetTable, read_snapshot
+from services.storage.engine.recovery import RecoveryReport, recover
+from services.storage.engine.retention import RetentionService
+from services.storage.engine.segment_queue import SegmentQueue
+from services.storage.engine.service_thread import ServiceThread
+from services.storage.engine.store_files import (
+    StoreLock,
+    abort_file_exists,
+    create_abort_file,
+    remove_abort_file,
+)
+from services.storage.engine.topic_table import TopicTable
+from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
+from tide.format import EncodedRecord, msg_id_prefix, parse_host
+
+log = logging.getLogger("tide.storage.store")
+PERM_WRITE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    batch: AppendBatch
+    # Completes when the batch is durable (SYNC_FLUSH); None when nothing is awaited.
+    durable: Future[None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatus:
+    min_offset: int
+    max_offset: int
+    committed_offset: int
+    flushed_offset: int
+    segment_count: int
+    disk_usage_ratio: float
+    writable: bool
+    topic_count: int
+
+
+class MessageStore:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        usage_ratio: Callable[[], float] | None = None,
+        clock_s: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config
+        self._clock_ms = clock_ms
+        self._usage_ratio = usage_ratio
+        self._clock_s = clock_s
+        self._lock = StoreLock(config.store_dir)
+        store_host = parse_host(config.store_host)
+        self.codec = MessageCodec(store_host, config.max_message_body_bytes)
+        self.msg_id_prefix = msg_id_prefix(store_host)
+        self._threads: list[ServiceThread] = []
+        self._opened = False
+        self.recovery: RecoveryReport | None = None
+        self.recovery_truncated_bytes = 0
+
+    # -- lifecycle ---------------------------------------------------------------
+    def open(self) -> None:
+        cfg = self.config
+        cfg.store_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        try:
+            self._open_locked()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._opened = True
+
+    def _open_locked(self) -> None:
+        cfg = self.config
+        abnormal = abort_file_exists(cfg.store_dir)
+        self.checkpoint = StoreCheckpoint(cfg.store_dir)
+        self.topics = TopicTable(cfg.config_dir)
+        self.consumer_offsets = ConsumerOffsets(
+            cfg.config_dir, persist_interval_ms=cfg.consumer_offsets_persist_interval_ms
+        )
+        self.allocator = SegmentAllocator(
+            cfg.commitlog_dir,
+            cfg.segment_size_bytes,
+            preallocate=cfg.preallocate_enabled,
+            warm=cfg.warm_segments_enabled,
+            timeout_ms=cfg.allocation_timeout_ms,
+        )
+        self.segments = SegmentQueue(cfg.commitlog_dir, cfg.segment_size_bytes, self.allocator)
+        self.segments.load()
+        offsets = QueueOffsetTable()
+        self.recovery = recover(
+            self.segments.segments,
+            abnormal=abnormal,
+            checkpoint=self.checkpoint.value,
+            snapshot=read_snapshot(cfg.store_dir),
+            table=offsets,
+        )
+        self.recovery_truncated_bytes = self.segments.truncate(self.recovery.end_offset)
+        self.pool = (
+            WriteBufferPool(cfg.write_buffer_pool_buffers, cfg.segment_size_bytes)
+            if cfg.write_buffer_pool_enabled
+            else None
+        )
+        self.commitlog = CommitLog(
+            self.segments,
+            offsets,
+            clock_ms=self._clock_ms,
+            attach_write_buffer=self.pool.attach if self.pool else None,
+        )
+        self._start_threads()
+        create_abort_file(cfg.store_dir)
+        log.info(
+            "store %s open: offsets [%d, %d), %d segment(s), %d topic(s)",
+            cfg.store_dir,
+            self.segments.min_offset,
+            self.segments.max_offset,
+            len(self.segments.segments),
+            len(self.topics.list()),
+        )
+
+    def _start_threads(self) -> None:
+        cfg = self.config
+        self.allocator.start()
+        timestamp = lambda: self.commitlog.last_store_timestamp_ms  # noqa: E731
+        on_flushed = self.checkpoint.set_physic_timestamp
+        self.group_commit: GroupCommitService | None = None
+        flusher: ServiceThread
+        if cfg.flush_mode is FlushMode.SYNC:
+            self.group_commit = GroupCommitService(
+                self.segments,
+                commit_first=self.pool is not None,
+                last_store_timestamp_ms=timestamp,
+                on_flushed=on_flushed,
+            )
+            flusher = self.group_commit
+        else:
+            flusher = AsyncFlushService(
+                self.segments,
+                interval_ms=cfg.flush_interval_ms,
+                least_pages=cfg.flush_least_pages,
+                thorough_interval_ms=cfg.flush_thorough_interval_ms,
+                last_store_timestamp_ms=timestamp,
+                on_flushed=on_flushed,
+            )
+        self.flusher = flusher
+        # Stop order matters: committer before flusher before checkpoint.
+        if self.pool is not None:
+            self._threads.append(
+                CommitService(
+                    self.segments,
+                    self.pool,
+                    interval_ms=cfg.commit_interval_ms,
+                    least_pages=cfg.commit_least_pages,
+                    thorough_interval_ms=cfg.commit_thorough_interval_ms,
+                    on_committed=flusher,
+                )
+            )
+        self._threads.append(flusher)
+        self.checkpoint_service = CheckpointService(
+            cfg.store_dir,
+            self.commitlog,
+            self.checkpoint,
+            self.consumer_offsets,
+            interval_ms=cfg.checkpoint_interval_ms,
+        )
+        self.retention = RetentionService(
+            self.commitlog,
+            cfg,
+            usage_ratio=self._usage_ratio,
+            **({"clock_s": self._clock_s} if self._clock_s else {}),
+        )
+        self._threads += [self.checkpoint_service, self.retention]
+        for thread in self._threads:
+            thread.start()
+        self.retention.run_once()  # measure the disk before the first append
+
+    def close(self) -> None:
+        """Flush and close cleanly; the next open takes the normal recovery path."""
+        if not self._opened:
+            return
+        self._opened = False
+        with self.commitlog.lock:
+            self.commitlog.refuse_reason = "the store is closing"
+        for thread in self._threads:
+            thread.stop()
+        self.segments.commit(0)
+        self.segments.flush(0)
+        self.checkpoint_service.write_final()
+        self.consumer_offsets.close()
+        self.allocator.stop()
+        self.segments.close()
+        remove_abort_file(self.config.store_dir)
+        self._lock.release()
+        log.info("store %s closed cleanly", self.config.store_dir)
+
+    # -- messages ----------------------------------------------------------------
+    def put(self, messages: Sequence[MessageInput]) -> PutResult:
+        """Validate, encode and append a batch; the returned future (SYNC_FLUSH) tells
+        when it is durable."""
+        if not self._opened:
+            raise NotWritableError("the store is not open")
+        records = self.encode(messages)
+        batch = self.commitlog.append(records)
+        durable = None
+        if self.group_commit is not None and batch.positions:
+            durable = self.group_commit.request(batch.end_offset)
+        return PutResult(batch, durable)
+
+    def encode(self, messages: Sequence[MessageInput]) -> list[EncodedRecord]:
+        queue_counts: dict[str, int] = {}
+        for msg in messages:
+            if msg.topic not in queue_counts:
+                queue_counts[msg.topic] = self._write_queue_count(msg.topic)
+        return self.codec.encode_batch(messages, queue_counts)
+
+    def _write_queue_count(self, topic: str) -> int:
+        self.codec.topic_bytes(topic)  # validates the name before anything is created
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            if not self.config.auto_create_topics:
+                raise TopicNotFoundError(
+                    f"topic {topic!r} does not exist and auto-create is off; "
+                    "create it with UpsertTopic"
+                )
+            cfg = self.topics.ensure(topic, self.config.default_queue_nums)
+        if not cfg.perm & PERM_WRITE:
+            raise NotWritableError(f"topic {topic!r} is not writable (perm {cfg.perm})")
+        return cfg.write_queue_nums
+
+    def delete_topic(self, topic: str) -> bool:
+        existed = self.topics.delete(topic)
+        with self.commitlog.lock:
+            self.commitlog.offsets.remove_topic(topic)
+        self.consumer_offsets.delete_topic(topic)
+        return existed
+
+    def status(self) -> StoreStatus:
+        segments = self.segments
+        return StoreStatus(
+            min_offset=segments.min_offset,
+            max_offset=segments.max_offset,
+            committed_offset=segments.committed_offset,
+            flushed_offset=segments.flushed_offset,
+            segment_count=len(segments.segments),
+            disk_usage_ratio=self.retention.last_ratio,
+            writable=not self.commitlog.disk_full and self.commitlog.refuse_reason is None,
+            topic_count=len(self.topics.list()),
+        )

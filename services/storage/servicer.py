@@ -1,0 +1,267 @@
+"""``tide.v1.Storage`` over the engine: request checks, status codes, async waits.
+
+Handlers run on the asyncio loop. An append takes the engine's lock briefly on the loop
+thread; the SYNC_FLUSH wait is an awaited future, so waiting callers hold no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from typing import NoReturn
+
+import grpc
+
+from services.storage import convert
+from services.storage.engine.commitlog import OffsetBelowMinError
+from services.storage.engine.config_files import ConfigLimitError
+from services.storage.engine.errors import (
+    DiskFullError,
+    InvalidMessageError,
+    NotWritableError,
+    StoreError,
+    TopicNotFoundError,
+)
+from services.storage.engine.message_store import MessageStore
+from services.storage.options import MAX_TAIL_CHUNK_BYTES
+from tide.format import RecordError, make_msg_id
+from tide.server import ServiceError
+from tide.v1 import storage_pb2 as pb
+from tide.v1 import storage_pb2_grpc as pb_grpc
+
+MAX_READ_POSITIONS = 1024
+MAX_READ_BYTES = 64 << 20
+TAIL_IDLE_RECHECK_S = 1.0
+
+_ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+    (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),
+    (convert.BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),
+    (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ConfigLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (NotWritableError, grpc.StatusCode.FAILED_PRECONDITION),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (StoreError, grpc.StatusCode.UNAVAILABLE),
+    (TimeoutError, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+def _fail(exc: Exception) -> NoReturn:
+    for kind, code in _ERROR_CODES:
+        if isinstance(exc, kind):
+            raise ServiceError(code, str(exc)) from exc
+    raise exc
+
+
+def _invalid(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+class StorageServicer(pb_grpc.StorageServicer):
+    def __init__(self, store_provider: Callable[[], MessageStore], tail_chunk_bytes: int) -> None:
+        self._store = store_provider
+        self._tail_chunk_bytes = tail_chunk_bytes
+
+    # -- messages ----------------------------------------------------------------
+    async def Append(
+        self, request: pb.AppendRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.AppendResponse:
+        store = self._store()
+        count = len(request.messages)
+        if count == 0:
+            raise _invalid("messages is empty: send at least one message")
+        if count > store.config.max_batch_messages:
+            raise _invalid(
+                f"{count} messages in one Append; the limit is "
+                f"{store.config.max_batch_messages}: split the batch"
+            )
+        peer = convert.peer_host(context.peer())
+        try:
+            inputs = [convert.message_input(m, i, peer) for i, m in enumerate(request.messages)]
+            result = store.put(inputs)
+        except Exception as exc:
+            _fail(exc)
+        status = pb.PUT_OK
+        if result.durable is not None:
+            status = await self._wait_durable(result.durable, store)
+        batch = result.batch
+        prefix = store.msg_id_prefix
+        ts = batch.store_timestamp_ms
+        return pb.AppendResponse(
+            results=[
+                pb.AppendResult(
+                    status=status, msg_id=make_msg_id(prefix, phys), physical_offset=phys,
+                    size=size, queue_offset=q_off, store_timestamp_ms=ts, queue_id=m.queue_id,
+                )
+                for (phys, size, q_off), m in zip(batch.positions, request.messages, strict=True)
+            ]
+        )  # fmt: skip
+
+    @staticmethod
+    async def _wait_durable(
+        durable: Future[None], store: MessageStore
+    ) -> pb.AppendStatus.ValueType:
+        timeout_s = store.config.sync_flush_timeout_ms / 1000
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(durable)), timeout_s)
+        except TimeoutError:
+            return pb.FLUSH_DISK_TIMEOUT
+        except OSError as exc:
+            raise ServiceError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"messages were written but the flush failed: {exc}; retry or check the disk",
+            ) from exc
+        return pb.PUT_OK
+
+    async def Read(
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ReadResponse:
+        if len(request.positions) > MAX_READ_POSITIONS:
+            raise _invalid(
+                f"{len(request.positions)} positions; at most {MAX_READ_POSITIONS} per Read"
+            )
+        total = sum(p.size for p in request.positions)
+        if total > MAX_READ_BYTES:
+            raise ServiceError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Read asks for {total} bytes; at most {MAX_READ_BYTES} per call: split it",
+            )
+        store = self._store()
+        results = []
+        for index, pos in enumerate(request.positions):
+            if pos.physical_offset < 0 or pos.size <= 0:
+                raise _invalid(
+                    f"positions[{index}]: physical_offset must be >= 0 and size > 0 "
+                    f"(got {pos.physical_offset}, {pos.size})"
+                )
+            results.append(self._read_one(store, pos.physical_offset, pos.size))
+        return pb.ReadResponse(results=results)
+
+    @staticmethod
+    def _read_one(store: MessageStore, offset: int, size: int) -> pb.ReadResult:
+        try:
+            record = store.commitlog.read_record(offset, size)
+        except OffsetBelowMinError:
+            return pb.ReadResult(status=pb.OFFSET_BELOW_MIN)
+        except IndexError:
+            return pb.ReadResult(status=pb.OFFSET_ABOVE_MAX)
+        except RecordError:
+            return pb.ReadResult(status=pb.NOT_A_RECORD)
+        message = convert.stored_message(record, store.msg_id_prefix)
+        return pb.ReadResult(status=pb.FOUND, message=message)
+
+    async def Tail(
+        self, request: pb.TailRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> AsyncIterator[pb.TailChunk]:
+        store = self._store()
+        chunk_bytes = request.max_chunk_bytes or self._tail_chunk_bytes
+        if not 0 < chunk_bytes <= MAX_TAIL_CHUNK_BYTES:
+            raise _invalid(f"max_chunk_bytes must be in 1..{MAX_TAIL_CHUNK_BYTES}")
+        offset = request.offset
+        max_offset = store.segments.max_offset
+        if offset > max_offset:
+            raise ServiceError(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"offset {offset} is past the commitlog max offset {max_offset}",
+            )
+        loop = asyncio.get_running_loop()
+        arrived = asyncio.Event()
+
+        def on_append(_: int) -> None:
+            loop.call_soon_threadsafe(arrived.set)
+
+        store.commitlog.add_listener(on_append)
+        try:
+            while True:
+                arrived.clear()
+                try:
+                    start, data = store.commitlog.read_raw(offset, chunk_bytes)
+                except OffsetBelowMinError as exc:
+                    raise ServiceError(grpc.StatusCode.OUT_OF_RANGE, str(exc)) from exc
+                if data:
+                    yield pb.TailChunk(
+                        offset=start, data=data, max_offset=store.segments.max_offset
+                    )
+                    offset = start + len(data)
+                    continue
+                # Wake on an append, or re-check anyway (retention may move the min offset).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(arrived.wait(), TAIL_IDLE_RECHECK_S)
+        finally:
+            store.commitlog.remove_listener(on_append)
+
+    async def GetStatus(
+        self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.StorageStatus:
+        store = self._store()
+        status = store.status()
+        recovery = store.recovery
+        return pb.StorageStatus(
+            min_offset=status.min_offset,
+            max_offset=status.max_offset,
+            flushed_offset=status.flushed_offset,
+            committed_offset=status.committed_offset,
+            segment_count=status.segment_count,
+            segment_size_bytes=store.config.segment_size_bytes,
+            disk_usage_ratio=status.disk_usage_ratio,
+            writable=status.writable,
+            flush_mode=store.config.flush_mode.value,
+            store_dir=str(store.config.store_dir),
+            store_host=store.config.store_host,
+            recovery=recovery.summary() if recovery else "",
+            recovery_truncated_bytes=store.recovery_truncated_bytes,
+            topic_count=status.topic_count,
+        )
+
+    # -- topics and consumer offsets ----------------------------------------------
+    async def UpsertTopic(
+        self, request: pb.UpsertTopicRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.TopicConfig:
+        try:
+            cfg = self._store().topics.upsert(convert.topic_from_pb(request.topic))
+        except Exception as exc:
+            _fail(exc)
+        return convert.topic_to_pb(cfg)
+
+    async def DeleteTopic(
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.DeleteTopicResponse:
+        store = self._store()
+        if store.topics.get(request.topic) is None:
+            raise ServiceError(grpc.StatusCode.NOT_FOUND, f"topic {request.topic!r} does not exist")
+        return pb.DeleteTopicResponse(existed=store.delete_topic(request.topic))
+
+    async def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ListTopicsResponse:
+        topics = self._store().topics
+        timestamp_ms, counter = topics.data_version
+        return pb.ListTopicsResponse(
+            topics=[convert.topic_to_pb(cfg) for cfg in topics.list()],
+            data_version_timestamp_ms=timestamp_ms,
+            data_version_counter=counter,
+        )
+
+    async def CommitOffset(
+        self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.CommitOffsetResponse:
+        try:
+            self._store().consumer_offsets.commit(
+                request.consumer_group, request.topic, request.queue_id, request.offset
+            )
+        except Exception as exc:
+            _fail(exc)
+        return pb.CommitOffsetResponse()
+
+    async def GetOffset(
+        self, request: pb.GetOffsetRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetOffsetResponse:
+        try:
+            offset = self._store().consumer_offsets.get(
+                request.consumer_group, request.topic, request.queue_id
+            )
+        except Exception as exc:
+            _fail(exc)
+        return pb.GetOffsetResponse(offset=offset)

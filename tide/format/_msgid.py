@@ -1,0 +1,34 @@
+"""Offset message ids: ``hex_upper(store_ip + store_port + physical_offset)``."""
+
+from __future__ import annotations
+
+import struct
+
+from tide.format._hosts import HostAddress, pack_host, unpack_host
+
+_OFFSET = struct.Struct(">q")
+
+
+class MessageIdError(ValueError):
+    """A string that is not an offset message id."""
+
+
+def msg_id_prefix(store_host: HostAddress) -> str:
+    """The constant part of every id a store issues (hex of its packed address)."""
+    return pack_host(store_host).hex().upper()
+
+
+def make_msg_id(prefix: str, physical_offset: int) -> str:
+    return prefix + _OFFSET.pack(physical_offset).hex().upper()
+
+
+def parse_msg_id(msg_id: str) -> tuple[HostAddress, int]:
+    """Return (store host, physical offset); 32 hex chars for IPv4, 56 for IPv6."""
+    if len(msg_id) not in (32, 56):
+        raise MessageIdError(f"message id {msg_id!r} must be 32 (IPv4) or 56 (IPv6) hex chars")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise MessageIdError(f"message id {msg_id!r} is not hexadecimal") from None
+    (offset,) = _OFFSET.unpack(raw[-8:])
+    return unpack_host(raw[:-8]), offset
