@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from services.storage.engine.message_codec import MessageInput
 from services.storage.engine.topic_table import TopicConfig
-from tide.format import KEYS, TAGS, DecodedRecord, HostAddress, make_msg_id, parse_host
+from tide.format import KEYS, TAGS, DecodedRecord, make_msg_id
 from tide.v1 import storage_pb2 as pb
 
 
@@ -12,38 +11,11 @@ class BadRequest(ValueError):
     """A request field that cannot be converted (INVALID_ARGUMENT)."""
 
 
-def peer_host(peer: str) -> HostAddress | None:
-    """``ipv4:1.2.3.4:5`` / ``ipv6:[::1]:5`` from grpc's ``context.peer()``; None otherwise."""
+def peer_host(peer: str) -> str:
+    """``ip:port`` from grpc's ``context.peer()`` (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``);
+    empty for other transports (the store's own host is used then)."""
     kind, _, address = peer.partition(":")
-    if kind not in ("ipv4", "ipv6"):
-        return None
-    try:
-        return parse_host(address)
-    except ValueError:
-        return None
-
-
-def message_input(msg: pb.Message, index: int, peer: HostAddress | None) -> MessageInput:
-    born = peer
-    if msg.born_host:
-        try:
-            born = parse_host(msg.born_host)
-        except ValueError as exc:
-            raise BadRequest(f"message[{index}]: born_host: {exc}") from None
-    return MessageInput(
-        topic=msg.topic,
-        queue_id=msg.queue_id,
-        body=msg.body,
-        tags=msg.tags,
-        keys=tuple(msg.keys),
-        properties=dict(msg.properties),
-        flag=msg.flag,
-        born_timestamp_ms=msg.born_timestamp_ms,
-        born_host=born,
-        sys_flag=msg.sys_flag,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-    )
+    return address if kind in ("ipv4", "ipv6") else ""
 
 
 def stored_message(record: DecodedRecord, msg_id_prefix: str) -> pb.StoredMessage:

@@ -14,50 +14,102 @@ MAX_TAIL_CHUNK_BYTES = 4 * MIB
 OPTIONS: tuple[Option, ...] = (
     Option("listen", str, DEFAULT_LISTEN, "address to serve gRPC on (HOST:PORT; port 0 picks one)"),
     Option("store_dir", str, "./.tide/store", "store root: commitlog/, config/, checkpoint"),
-    Option("advertise", str, None, "HOST:PORT in message ids and the store_host field "
-           "(default: the listen address, 127.0.0.1 for a wildcard host)"),
-    Option("flush", str, "async", "flush policy: sync = group commit before answering, "
-           "async = flush thread on an interval", choices=("sync", "async")),
+    Option(
+        "advertise",
+        str,
+        None,
+        "HOST:PORT in message ids and the store_host field "
+        "(default: the listen address, 127.0.0.1 for a wildcard host)",
+    ),
+    Option(
+        "flush",
+        str,
+        "async",
+        "flush policy: sync = group commit before answering, async = flush thread on an interval",
+        choices=("sync", "async"),
+    ),
     Option("segment_size_bytes", int, GIB, "commitlog segment size", unit="bytes"),
     Option("flush_interval_ms", int, 500, "async flush interval", unit="ms"),
-    Option("flush_least_pages", int, 4, "async flush only with at least this many dirty pages",
-           unit="pages"),
-    Option("flush_thorough_interval_ms", int, 10_000, "async flush of every dirty page this "
-           "often", unit="ms"),
-    Option("sync_flush_timeout_ms", int, 5_000, "sync flush wait before FLUSH_DISK_TIMEOUT",
-           unit="ms"),
-    Option("write_buffer_pool", bool, False, "append into pooled memory and commit to the file "
-           "on a thread (RocketMQ's transientStorePoolEnable)"),
-    Option("write_buffer_pool_buffers", int, 5, "buffers in the write buffer pool, each one "
-           "segment big", unit="buffers"),
+    Option(
+        "flush_least_pages",
+        int,
+        4,
+        "async flush only with at least this many dirty pages",
+        unit="pages",
+    ),
+    Option(
+        "flush_thorough_interval_ms",
+        int,
+        10_000,
+        "async flush of every dirty page this often",
+        unit="ms",
+    ),
+    Option(
+        "sync_flush_timeout_ms", int, 5_000, "sync flush wait before FLUSH_DISK_TIMEOUT", unit="ms"
+    ),
+    Option(
+        "write_buffer_pool",
+        bool,
+        False,
+        "append into pooled memory and commit to the file "
+        "on a thread (RocketMQ's transientStorePoolEnable)",
+    ),
+    Option(
+        "write_buffer_pool_buffers",
+        int,
+        5,
+        "buffers in the write buffer pool, each one segment big",
+        unit="buffers",
+    ),
     Option("commit_interval_ms", int, 200, "write buffer commit interval", unit="ms"),
     Option("preallocate", bool, True, "reserve segment blocks with posix_fallocate"),
     Option("warm_segments", bool, False, "pre-touch new segments and try mlock + madvise"),
-    Option("max_message_body_bytes", int, 4 * MIB, "largest message body accepted",
-           unit="bytes"),
+    Option("max_message_body_bytes", int, 4 * MIB, "largest message body accepted", unit="bytes"),
     Option("max_batch_messages", int, 10_000, "most messages in one Append", unit="messages"),
     Option("auto_create_topics", bool, True, "create unknown topics on first append"),
     Option("default_queue_nums", int, 4, "queues of an auto-created topic", unit="queues"),
     Option("retention_hours", float, 72.0, "delete segments older than this", unit="hours"),
-    Option("cleanup_hour", int, 4, "hour of day (local time) for the daily deletion pass",
-           unit="hour"),
+    Option(
+        "cleanup_hour", int, 4, "hour of day (local time) for the daily deletion pass", unit="hour"
+    ),
     Option("cleanup_interval_ms", int, 10_000, "how often disk usage is checked", unit="ms"),
-    Option("disk_clean_ratio", float, 0.75, "delete expired segments at once above this disk "
-           "usage", unit="ratio"),
-    Option("disk_clean_force_ratio", float, 0.85, "delete the oldest segments regardless of "
-           "age above this disk usage", unit="ratio"),
-    Option("disk_refuse_writes_ratio", float, 0.90, "refuse appends (RESOURCE_EXHAUSTED) "
-           "above this disk usage", unit="ratio"),
-    Option("tail_max_chunk_bytes", int, DEFAULT_TAIL_CHUNK_BYTES, "default Tail chunk size",
-           unit="bytes"),
-)  # fmt: skip
+    Option(
+        "disk_clean_ratio",
+        float,
+        0.75,
+        "delete expired segments at once above this disk usage",
+        unit="ratio",
+    ),
+    Option(
+        "disk_clean_force_ratio",
+        float,
+        0.85,
+        "delete the oldest segments regardless of age above this disk usage",
+        unit="ratio",
+    ),
+    Option(
+        "disk_refuse_writes_ratio",
+        float,
+        0.90,
+        "refuse appends (RESOURCE_EXHAUSTED) above this disk usage",
+        unit="ratio",
+    ),
+    Option(
+        "tail_max_chunk_bytes",
+        int,
+        DEFAULT_TAIL_CHUNK_BYTES,
+        "default Tail chunk size",
+        unit="bytes",
+    ),
+)
 
 
-def advertised_host(config: Config) -> str:
+def advertised_host(config: Config, endpoint: str) -> str:
+    """``--advertise``, else the bound endpoint (127.0.0.1 for a wildcard host)."""
     advertise = config.get_optional_str("advertise")
     if advertise:
         return advertise
-    host, _, port = config.get_str("listen").rpartition(":")
+    host, _, port = endpoint.rpartition(":")
     if host in ("", "0.0.0.0", "[::]"):
         host = "127.0.0.1"
     return f"{host}:{port}"

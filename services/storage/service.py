@@ -36,8 +36,8 @@ class StorageService:
         )
         pb_grpc.add_StorageServicer_to_server(servicer, server)
 
-    async def start(self) -> None:
-        store = MessageStore(store_config(self._config, advertised_host(self._config)))
+    async def start(self, endpoint: str) -> None:
+        store = MessageStore(store_config(self._config, advertised_host(self._config, endpoint)))
         await asyncio.to_thread(store.open)  # recovery can take a while; health says so
         self._store = store
 

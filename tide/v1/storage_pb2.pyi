@@ -36,30 +36,29 @@ class _AppendStatus:
 
 class _AppendStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AppendStatus.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    APPEND_STATUS_UNSPECIFIED: _AppendStatus.ValueType  # 0
-    PUT_OK: _AppendStatus.ValueType  # 1
+    PUT_OK: _AppendStatus.ValueType  # 0
     """Written, and durable as the flush policy requires."""
-    FLUSH_DISK_TIMEOUT: _AppendStatus.ValueType  # 2
+    FLUSH_DISK_TIMEOUT: _AppendStatus.ValueType  # 1
     """Written, but the SYNC_FLUSH did not confirm within the flush timeout (5 s default).
     The message is in the commitlog and will normally reach the disk.
     """
-    FLUSH_SLAVE_TIMEOUT: _AppendStatus.ValueType  # 3
+    FLUSH_SLAVE_TIMEOUT: _AppendStatus.ValueType  # 2
     """Written, but no slave acknowledged within the timeout (SYNC_MASTER)."""
-    SLAVE_NOT_AVAILABLE: _AppendStatus.ValueType  # 4
+    SLAVE_NOT_AVAILABLE: _AppendStatus.ValueType  # 3
     """Written, but no slave is connected or in sync (SYNC_MASTER)."""
 
-class AppendStatus(_AppendStatus, metaclass=_AppendStatusEnumTypeWrapper): ...
+class AppendStatus(_AppendStatus, metaclass=_AppendStatusEnumTypeWrapper):
+    """Zero is success, as in google.rpc.Code: an all-OK response carries no status bytes."""
 
-APPEND_STATUS_UNSPECIFIED: AppendStatus.ValueType  # 0
-PUT_OK: AppendStatus.ValueType  # 1
+PUT_OK: AppendStatus.ValueType  # 0
 """Written, and durable as the flush policy requires."""
-FLUSH_DISK_TIMEOUT: AppendStatus.ValueType  # 2
+FLUSH_DISK_TIMEOUT: AppendStatus.ValueType  # 1
 """Written, but the SYNC_FLUSH did not confirm within the flush timeout (5 s default).
 The message is in the commitlog and will normally reach the disk.
 """
-FLUSH_SLAVE_TIMEOUT: AppendStatus.ValueType  # 3
+FLUSH_SLAVE_TIMEOUT: AppendStatus.ValueType  # 2
 """Written, but no slave acknowledged within the timeout (SYNC_MASTER)."""
-SLAVE_NOT_AVAILABLE: AppendStatus.ValueType  # 4
+SLAVE_NOT_AVAILABLE: AppendStatus.ValueType  # 3
 """Written, but no slave is connected or in sync (SYNC_MASTER)."""
 Global___AppendStatus: _TypeAlias = AppendStatus  # noqa: Y015
 
@@ -198,37 +197,37 @@ Global___AppendRequest: _TypeAlias = AppendRequest  # noqa: Y015
 
 @_typing.final
 class AppendResult(_message.Message):
+    """The outcome of one message, in request order."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
     MSG_ID_FIELD_NUMBER: _builtins.int
     PHYSICAL_OFFSET_FIELD_NUMBER: _builtins.int
-    SIZE_FIELD_NUMBER: _builtins.int
     QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
     STORE_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
-    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
     status: Global___AppendStatus.ValueType
     msg_id: _builtins.str
     """Offset message id: hex(store ip, store port, physical offset), 32 chars for IPv4."""
     physical_offset: _builtins.int
-    size: _builtins.int
     queue_offset: _builtins.int
     store_timestamp_ms: _builtins.int
-    queue_id: _builtins.int
+    size: _builtins.int
+    """Record size in the commitlog (for Read)."""
     def __init__(
         self,
         *,
         status: Global___AppendStatus.ValueType = ...,
         msg_id: _builtins.str = ...,
         physical_offset: _builtins.int = ...,
-        size: _builtins.int = ...,
         queue_offset: _builtins.int = ...,
         store_timestamp_ms: _builtins.int = ...,
-        queue_id: _builtins.int = ...,
+        size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["msg_id", b"msg_id", "physical_offset", b"physical_offset", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "size", b"size", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["msg_id", b"msg_id", "physical_offset", b"physical_offset", "queue_offset", b"queue_offset", "size", b"size", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -9,6 +9,7 @@ in the rest of a segment, a blank marker ends it and the record goes to the next
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,16 +21,22 @@ from services.storage.engine.queue_offsets import QueueOffsetTable
 from services.storage.engine.segment_queue import SegmentQueue
 from tide.format import (
     BLANK_MARKER_BYTES,
+    QUEUE_OFFSET_POS,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
     DecodedRecord,
     EncodedRecord,
     RecordError,
     decode_record,
-    is_queue_less,
-    patch_record,
     write_blank,
 )
 
 log = logging.getLogger("tide.storage.commitlog")
+# The fields patched under the lock (mirrors tide.format.patch_record, inlined for speed).
+_OFFSETS = struct.Struct(">qq")  # queue_offset, physical_offset
+_TIMESTAMP = struct.Struct(">q")  # store_timestamp
+_QUEUE_LESS = frozenset({SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK})
 AppendListener = Callable[[int], None]
 
 
@@ -113,16 +120,15 @@ class CommitLog:
         now = max(self._clock_ms(), self._last_store_timestamp_ms)
         self._ensure_room(records)
         segment = self._writable_segment()
-        target, pos, limit, base = (
-            segment.write_target,
-            segment.wrote,
-            segment.size_bytes,
-            segment.start_offset,
-        )
+        target, pos, limit = segment.write_target, segment.wrote, segment.size_bytes
+        base = segment.start_offset
         table = self.offsets.next_offsets
-        positions = []
-        for rec in records:
-            data = rec.data
+        get_next = table.get
+        patch_offsets = _OFFSETS.pack_into
+        patch_time = _TIMESTAMP.pack_into
+        positions: list[tuple[int, int, int]] = []
+        append = positions.append
+        for data, topic, queue_id, sys_flag, ts_pos in records:
             size = len(data)
             if pos + size + BLANK_MARKER_BYTES > limit:
                 write_blank(target, pos, limit - pos)
@@ -131,15 +137,16 @@ class CommitLog:
                 assert next_segment is not None and next_segment.wrote == 0, next_segment
                 segment = next_segment
                 target, pos, base = segment.write_target, 0, segment.start_offset
-            if is_queue_less(rec.sys_flag):
-                queue_offset = 0
+            if (sys_flag & SYSFLAG_TRANSACTION_MASK) in _QUEUE_LESS:
+                queue_offset = 0  # transaction prepared/rollback: no queue entry
             else:
-                key = (rec.topic, rec.queue_id)
-                queue_offset = table.get(key, 0)
+                key = (topic, queue_id)
+                queue_offset = get_next(key, 0)
                 table[key] = queue_offset + 1
             target[pos : pos + size] = data
-            patch_record(target, pos, rec.store_timestamp_pos, queue_offset, base + pos, now)
-            positions.append((base + pos, size, queue_offset))
+            patch_offsets(target, pos + QUEUE_OFFSET_POS, queue_offset, base + pos)
+            patch_time(target, pos + ts_pos, now)
+            append((base + pos, size, queue_offset))
             pos += size
         self._publish(segment, pos, now)
         self._last_store_timestamp_ms = now

@@ -2,6 +2,11 @@
 
 Everything here runs before the append lock is taken. A batch is validated as a whole:
 the first invalid message rejects the batch and nothing is written.
+
+The codec reads any object shaped like :class:`MessageLike`: the engine's own
+:class:`MessageInput` or the ``tide.v1.Message`` protobuf itself (so the service does not
+copy every message into another object first). This is the hottest Python in the
+store; checks that usually pass are done once per message on whole strings.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from services.storage.engine.errors import InvalidMessageError
 from tide.format import (
@@ -19,9 +25,9 @@ from tide.format import (
     TAGS,
     EncodedRecord,
     HostAddress,
-    encode_properties,
     encode_record,
     pack_host,
+    parse_host,
     property_error,
 )
 from tide.naming import topic_error
@@ -29,10 +35,40 @@ from tide.naming import topic_error
 # sys_flag bits a producer may set: compression, multi tags, transaction type and
 # compression type. The host bits belong to the store.
 PRODUCER_SYSFLAG_MASK = 0b111_0000_1111
+MAX_CACHED_NAMES = 100_000
+
+
+class MessageLike(Protocol):
+    @property
+    def topic(self) -> str: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def tags(self) -> str: ...
+    @property
+    def keys(self) -> Sequence[str]: ...
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+    @property
+    def flag(self) -> int: ...
+    @property
+    def born_timestamp_ms(self) -> int: ...
+    @property
+    def born_host(self) -> str: ...
+    @property
+    def sys_flag(self) -> int: ...
+    @property
+    def reconsume_times(self) -> int: ...
+    @property
+    def prepared_transaction_offset(self) -> int: ...
 
 
 @dataclass(slots=True)
 class MessageInput:
+    """A message for in-process callers (tests, benchmarks, tools)."""
+
     topic: str
     queue_id: int
     body: bytes
@@ -41,7 +77,8 @@ class MessageInput:
     properties: Mapping[str, str] = field(default_factory=dict)
     flag: int = 0
     born_timestamp_ms: int = 0
-    born_host: HostAddress | None = None
+    # "ip:port" or "[ipv6]:port"; empty: the caller's default (the gRPC peer).
+    born_host: str = ""
     sys_flag: int = 0
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
@@ -54,101 +91,148 @@ class MessageCodec:
         self._store_host = pack_host(store_host)
         self._store_flag = SYSFLAG_STORE_HOST_V6 if store_host.is_v6 else 0
         self._max_body_bytes = max_body_bytes
-        self._valid_topics: dict[str, bytes] = {}
-        self._default_born_host = self._store_host
+        self._topics: dict[str, bytes] = {}
+        self._hosts: dict[str, tuple[bytes, int]] = {}
 
     def encode_batch(
-        self, messages: Sequence[MessageInput], queue_counts: Mapping[str, int]
+        self,
+        messages: Sequence[MessageLike],
+        queue_counts: Mapping[str, int],
+        default_born_host: str = "",
     ) -> list[EncodedRecord]:
-        """``queue_counts`` maps each topic of the batch to its write queue count."""
+        """``queue_counts`` maps each topic of the batch to its write queue count;
+        ``default_born_host`` is used for messages without one (the store's own host if
+        empty)."""
         now_ms = time.time_ns() // 1_000_000
+        default_host = self.born_host(default_born_host) if default_born_host else None
+        if default_host is None:
+            default_host = (self._store_host, SYSFLAG_BORN_HOST_V6 if self._store_flag else 0)
         records = []
         for index, msg in enumerate(messages):
             try:
-                records.append(self._encode(msg, queue_counts, now_ms))
+                host = self.born_host(msg.born_host) if msg.born_host else default_host
+                records.append(self._encode(msg, queue_counts, now_ms, host))
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message[{index}]: {exc}") from None
         return records
 
     def topic_bytes(self, topic: str) -> bytes:
-        cached = self._valid_topics.get(topic)
+        """The topic's UTF-8 bytes after checking the name (cached)."""
+        cached = self._topics.get(topic)
         if cached is not None:
             return cached
         error = topic_error(topic)
         if error is not None:
             raise InvalidMessageError(error)
         encoded = topic.encode("utf-8")
-        if len(self._valid_topics) < 100_000:
-            self._valid_topics[topic] = encoded
+        if len(self._topics) < MAX_CACHED_NAMES:
+            self._topics[topic] = encoded
         return encoded
 
+    def born_host(self, text: str) -> tuple[bytes, int]:
+        """(packed address, sys_flag bit) for ``ip:port`` (cached)."""
+        cached = self._hosts.get(text)
+        if cached is not None:
+            return cached
+        try:
+            host = parse_host(text)
+        except ValueError as exc:
+            raise InvalidMessageError(f"born_host: {exc}") from None
+        result = (pack_host(host), SYSFLAG_BORN_HOST_V6 if host.is_v6 else 0)
+        if len(self._hosts) < MAX_CACHED_NAMES:
+            self._hosts[text] = result
+        return result
+
     def _encode(
-        self, msg: MessageInput, queue_counts: Mapping[str, int], now_ms: int
+        self,
+        msg: MessageLike,
+        queue_counts: Mapping[str, int],
+        now_ms: int,
+        born: tuple[bytes, int],
     ) -> EncodedRecord:
-        topic_bytes = self.topic_bytes(msg.topic)
-        queue_count = queue_counts[msg.topic]
-        if not 0 <= msg.queue_id < queue_count:
+        topic = msg.topic
+        topic_bytes = self._topics.get(topic) or self.topic_bytes(topic)
+        queue_id = msg.queue_id
+        if not 0 <= queue_id < queue_counts[topic]:
+            count = queue_counts[topic]
             raise InvalidMessageError(
-                f"queue_id {msg.queue_id} is outside topic {msg.topic!r}'s "
-                f"{queue_count} write queues (0..{queue_count - 1})"
+                f"queue_id {queue_id} is outside topic {topic!r}'s {count} write queues "
+                f"(0..{count - 1})"
             )
-        if len(msg.body) > self._max_body_bytes:
+        body = msg.body
+        if len(body) > self._max_body_bytes:
             raise InvalidMessageError(
-                f"body is {len(msg.body)} bytes; the limit is {self._max_body_bytes} "
+                f"body is {len(body)} bytes; the limit is {self._max_body_bytes} "
                 "(--max-message-body-bytes)"
             )
-        if msg.sys_flag & ~PRODUCER_SYSFLAG_MASK:
+        sys_flag = msg.sys_flag
+        if sys_flag & ~PRODUCER_SYSFLAG_MASK:
             raise InvalidMessageError(
-                f"sys_flag {msg.sys_flag:#x} sets bits reserved for the store (host IPv6 bits)"
+                f"sys_flag {sys_flag:#x} sets bits reserved for the store (host IPv6 bits)"
             )
-        properties_bytes = self._properties(msg)
-        sys_flag = msg.sys_flag | self._store_flag
-        born_host = self._default_born_host
-        if msg.born_host is not None:
-            born_host = pack_host(msg.born_host)
-            if msg.born_host.is_v6:
-                sys_flag |= SYSFLAG_BORN_HOST_V6
-        elif self._store_flag:
-            sys_flag |= SYSFLAG_BORN_HOST_V6
         return encode_record(
-            msg.topic,
+            topic,
             topic_bytes,
-            msg.queue_id,
-            msg.body,
-            properties_bytes,
+            queue_id,
+            body,
+            encode_message_properties(msg.tags, msg.keys, msg.properties),
             msg.flag,
-            sys_flag,
+            sys_flag | self._store_flag | born[1],
             msg.born_timestamp_ms or now_ms,
-            born_host,
+            born[0],
             self._store_host,
             msg.reconsume_times,
             msg.prepared_transaction_offset,
         )
 
-    @staticmethod
-    def _properties(msg: MessageInput) -> bytes:
-        if not (msg.tags or msg.keys or msg.properties):
-            return b""
-        props = dict(msg.properties)
-        for name, value in props.items():
-            error = property_error(name, value)
-            if error is not None:
-                raise InvalidMessageError(error)
-        if msg.tags:
-            if property_error(TAGS, msg.tags) is not None:
-                raise InvalidMessageError("tags contain a reserved \\x01 or \\x02 character")
-            props[TAGS] = msg.tags
-        if msg.keys:
-            for key in msg.keys:
-                if not key or " " in key or property_error(KEYS, key) is not None:
-                    raise InvalidMessageError(
-                        f"key {key[:40]!r} is empty or contains a space or \\x01/\\x02 "
-                        "(keys are stored space separated)"
-                    )
-            props[KEYS] = " ".join(msg.keys)
-        encoded = encode_properties(props)
-        if len(encoded) > MAX_PROPERTIES_BYTES:
+
+def encode_message_properties(
+    tags: str, keys: Sequence[str], properties: Mapping[str, str]
+) -> bytes:
+    """User properties, then TAGS and KEYS, as ``name\x01value\x02`` UTF-8.
+
+    Checks run on whole strings, which is cheap: the text must hold exactly one ``\x01``
+    and one ``\x02`` per property, and the joined keys exactly ``len(keys) - 1`` single
+    spaces. Only when a check fails is each part looked at, to say which one is wrong.
+    """
+    text = ""
+    count = 0
+    if properties:
+        text = "".join([f"{name}\x01{value}\x02" for name, value in properties.items()])
+        count = len(properties)
+    if tags:
+        text += f"{TAGS}\x01{tags}\x02"
+        count += 1
+    if keys:
+        joined = " ".join(keys)
+        if (
+            joined.count(" ") != len(keys) - 1
+            or "  " in joined
+            or not joined
+            or joined[0] == " "
+            or joined[-1] == " "
+        ):
             raise InvalidMessageError(
-                f"properties encode to {len(encoded)} bytes; the limit is {MAX_PROPERTIES_BYTES}"
+                "a key is empty or contains a space (keys are stored space separated)"
             )
-        return encoded
+        text += f"{KEYS}\x01{joined}\x02"
+        count += 1
+    if not count:
+        return b""
+    if text.count("\x01") != count or text.count("\x02") != count:
+        _raise_property_error(tags, keys, properties)
+    encoded = text.encode("utf-8")
+    if len(encoded) > MAX_PROPERTIES_BYTES:
+        raise InvalidMessageError(
+            f"properties encode to {len(encoded)} bytes; the limit is {MAX_PROPERTIES_BYTES}"
+        )
+    return encoded
+
+
+def _raise_property_error(tags: str, keys: Sequence[str], properties: Mapping[str, str]) -> None:
+    checks = [*properties.items(), (TAGS, tags), *((KEYS, key) for key in keys)]
+    for name, value in checks:
+        error = property_error(name, value)
+        if error is not None:
+            raise InvalidMessageError(error)
+    raise AssertionError("separator count mismatch without a bad property")

@@ -24,7 +24,7 @@ from services.storage.engine.consumer_offsets import ConsumerOffsets
 from services.storage.engine.errors import NotWritableError, TopicNotFoundError
 from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
-from services.storage.engine.message_codec import MessageCodec, MessageInput
+from services.storage.engine.message_codec import MessageCodec, MessageLike
 from services.storage.engine.queue_offsets import QueueOffsetTable, read_snapshot
 from services.storage.engine.recovery import RecoveryReport, recover
 from services.storage.engine.retention import RetentionService
@@ -221,24 +221,26 @@ class MessageStore:
         log.info("store %s closed cleanly", self.config.store_dir)
 
     # -- messages ----------------------------------------------------------------
-    def put(self, messages: Sequence[MessageInput]) -> PutResult:
+    def put(self, messages: Sequence[MessageLike], default_born_host: str = "") -> PutResult:
         """Validate, encode and append a batch; the returned future (SYNC_FLUSH) tells
-        when it is durable."""
+        when it is durable. ``default_born_host`` stands for messages without one."""
         if not self._opened:
             raise NotWritableError("the store is not open")
-        records = self.encode(messages)
+        records = self.encode(messages, default_born_host)
         batch = self.commitlog.append(records)
         durable = None
         if self.group_commit is not None and batch.positions:
             durable = self.group_commit.request(batch.end_offset)
         return PutResult(batch, durable)
 
-    def encode(self, messages: Sequence[MessageInput]) -> list[EncodedRecord]:
+    def encode(
+        self, messages: Sequence[MessageLike], default_born_host: str = ""
+    ) -> list[EncodedRecord]:
         queue_counts: dict[str, int] = {}
         for msg in messages:
             if msg.topic not in queue_counts:
                 queue_counts[msg.topic] = self._write_queue_count(msg.topic)
-        return self.codec.encode_batch(messages, queue_counts)
+        return self.codec.encode_batch(messages, queue_counts, default_born_host)
 
     def _write_queue_count(self, topic: str) -> int:
         self.codec.topic_bytes(topic)  # validates the name before anything is created

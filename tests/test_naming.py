@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+
+from tide.naming import (
+    CONSUMER_GROUP_MAX_CHARS,
+    TOPIC_MAX_BYTES,
+    consumer_group_error,
+    topic_error,
+)
+
+
+@pytest.mark.parametrize(
+    "topic", ["a", "TopicTest", "%RETRY%group_1", "a|b", "x-y_z", "9", "a" * TOPIC_MAX_BYTES]
+)
+def test_valid_topics(topic: str) -> None:
+    assert topic_error(topic) is None
+
+
+def test_empty_topic() -> None:
+    assert topic_error("") == "topic is empty; give a name of 1 to 127 bytes"
+
+
+def test_bad_char_message_says_what_to_fix() -> None:
+    assert topic_error("a b") == (
+        "topic 'a b' contains ' ' at index 1; allowed characters are ASCII letters, digits, "
+        "'%', '|', '_' and '-'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("topic", "char", "index"),
+    [("../x", ".", 0), ("a/b", "/", 1), ("a\\b", "\\", 1), ("a\x00", "\x00", 1), (".", ".", 0)],
+)
+def test_path_escapes_are_rejected(topic: str, char: str, index: int) -> None:
+    error = topic_error(topic)
+    assert error is not None
+    assert f"contains {char!r} at index {index}" in error
+
+
+def test_topic_of_128_bytes_is_too_long() -> None:
+    error = topic_error("a" * 128)
+    assert error is not None
+    assert "is 128 bytes in UTF-8; the limit is 127 bytes" in error
+    assert "..." in error  # the name is shortened in the message
+
+
+def test_multi_byte_char_crossing_127_bytes_is_too_long() -> None:
+    topic = "a" * 126 + "é"  # 127 characters, 128 bytes
+    assert len(topic) == TOPIC_MAX_BYTES
+    error = topic_error(topic)
+    assert error is not None
+    assert "128 bytes" in error
+
+
+def test_multi_byte_char_within_127_bytes_is_a_charset_error() -> None:
+    error = topic_error("a" * 125 + "é")  # 127 bytes
+    assert error is not None
+    assert "contains 'é' at index 125" in error
+
+
+def test_lone_surrogate_does_not_crash() -> None:
+    error = topic_error("a\ud800")
+    assert error is not None
+    assert "index 1" in error
+
+
+@pytest.mark.parametrize("group", ["g", "please_rename_unique_group_name_4", "%|-_", "G" * 255])
+def test_valid_groups(group: str) -> None:
+    assert consumer_group_error(group) is None
+
+
+def test_group_errors() -> None:
+    assert consumer_group_error("") is not None
+    too_long = consumer_group_error("g" * (CONSUMER_GROUP_MAX_CHARS + 1))
+    assert too_long is not None
+    assert "is 256 characters long; the limit is 255" in too_long
+    bad = consumer_group_error("g@h")
+    assert bad is not None
+    assert bad.startswith("consumer group 'g@h' contains '@' at index 1")

@@ -1,0 +1,48 @@
+"""The server bootstrap every Tide service uses: configuration, logging, telemetry and the
+asyncio gRPC runner (health, reflection, graceful shutdown, error mapping).
+
+A service's ``__main__``::
+
+    config = load_config("storage", STORAGE_OPTIONS, sys.argv[1:])
+    run_service(StorageService(config), config)
+"""
+
+from tide.server._bootstrap import (
+    HEALTH_SERVICE_NAME,
+    MAX_MESSAGE_BYTES,
+    READY_FILE_ENV,
+    REFLECTION_SERVICE_NAME,
+    ListenError,
+    Service,
+    parse_listen,
+    run_service,
+    serve,
+    write_ready_file,
+)
+from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
+from tide.server._interceptor import ServiceError
+from tide.server._logging import configure_logging
+from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry
+
+__all__ = [
+    "COMMON_OPTIONS",
+    "HEALTH_SERVICE_NAME",
+    "MAX_MESSAGE_BYTES",
+    "READY_FILE_ENV",
+    "REFLECTION_SERVICE_NAME",
+    "Config",
+    "ConfigError",
+    "ListenError",
+    "Option",
+    "Service",
+    "ServiceError",
+    "Telemetry",
+    "TelemetryError",
+    "configure_logging",
+    "configure_telemetry",
+    "load_config",
+    "parse_listen",
+    "run_service",
+    "serve",
+    "write_ready_file",
+]

@@ -1,0 +1,270 @@
+"""The shared asyncio gRPC server runner: health, reflection, signals, graceful stop.
+
+Lifecycle of :func:`serve`:
+
+1. bind ``listen`` and start the server; health is NOT_SERVING and the service's own
+   methods answer UNAVAILABLE;
+2. ``await service.start(endpoint)``; then health turns SERVING for ``""`` and ``service.name``,
+   ``listening on HOST:PORT`` is logged and ``ready_callback(HOST:PORT)`` is called;
+3. on SIGTERM/SIGINT (or ``stop_event``): health NOT_SERVING, ``server.stop(grace)`` (no new
+   calls, in-flight calls get up to the grace period), then ``await service.stop()``.
+   A second signal during shutdown exits at once with status 128 + signal number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from tide.server._config import Config
+from tide.server._health import NOT_SERVING, SERVING, HealthServicer
+from tide.server._interceptor import ErrorInterceptor, Readiness
+from tide.server._logging import configure_logging
+from tide.server._telemetry import TelemetryError, configure_telemetry
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Without this, a second server on the same port binds "successfully" (SO_REUSEPORT).
+    ("grpc.so_reuseport", 0),
+)
+READY_FILE_ENV = "TIDE_READY_FILE"
+HEALTH_SERVICE_NAME: str = health.SERVICE_NAME
+REFLECTION_SERVICE_NAME: str = reflection.SERVICE_NAME
+
+_log = logging.getLogger("tide.server")
+ReadyCallback = Callable[[str], object]
+
+
+class Service(Protocol):
+    """What a Tide service gives the runner."""
+
+    @property
+    def name(self) -> str:
+        """Full gRPC service name, e.g. ``tide.v1.Storage``."""
+        ...
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        """Register the servicer(s), e.g. ``add_StorageServicer_to_server(self, server)``."""
+        ...
+
+    async def start(self, endpoint: str) -> None:
+        """Open stores, start background work; ``endpoint`` is the bound ``HOST:PORT``
+        (the real port when listening on port 0). Runs before health turns SERVING; if it
+        raises, it must release what it opened (``stop`` is not called)."""
+        ...
+
+    async def stop(self) -> None:
+        """Flush and close; runs after in-flight calls finished or the grace period ran out."""
+        ...
+
+
+class ListenError(RuntimeError):
+    """A ``--listen`` value that is malformed or cannot be bound."""
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port)."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ListenError(f"--listen: expected HOST:PORT, got {listen!r}")
+    return host, int(port_text)
+
+
+async def serve(
+    service: Service,
+    listen: str,
+    *,
+    shutdown_grace_s: float,
+    ready_callback: ReadyCallback | None = None,
+    stop_event: asyncio.Event | None = None,
+    handle_signals: bool = True,
+) -> None:
+    """Run ``service`` until SIGTERM/SIGINT (``handle_signals``) or ``stop_event`` is set.
+
+    Raises :class:`ListenError` if ``listen`` is malformed or cannot be bound.
+    """
+    host, port = parse_listen(listen)
+    readiness = Readiness(service.name)
+    server = grpc.aio.server(
+        interceptors=[ErrorInterceptor(readiness)], options=list(SERVER_OPTIONS)
+    )
+    health_servicer = await _add_services(server, service)
+    endpoint = _bind(server, host, port)
+    stop = stop_event if stop_event is not None else asyncio.Event()
+    with _signal_handlers(stop, handle_signals):
+        await server.start()
+        try:
+            await service.start(endpoint)
+        except BaseException:
+            await server.stop(None)
+            raise
+        try:
+            if not stop.is_set():
+                await _mark_serving(health_servicer, readiness, endpoint, ready_callback)
+            await stop.wait()
+        finally:
+            await _shutdown(server, service, health_servicer, readiness, shutdown_grace_s)
+
+
+def run_service(service: Service, config: Config) -> None:
+    """Configure logging and telemetry from ``config``, then :func:`serve` until a signal.
+
+    Returns after a clean shutdown (exit status 0); exits with status 1 (2 for a malformed
+    ``--listen`` or telemetry option) after logging the cause otherwise.
+    """
+    configure_logging(config.get_str("log_level"), config.get_str("log_format"), config.service)
+    listen = config.get_str("listen")
+    try:
+        parse_listen(listen)
+        telemetry = configure_telemetry(
+            config.get_optional_str("otel_service_name") or f"tide-{config.service}",
+            config.get_str("otel_traces_exporter"),
+            config.get_str("otel_metrics_exporter"),
+        )
+    except (ListenError, TelemetryError) as exc:
+        _log.error("%s", exc)
+        raise SystemExit(2) from exc
+    try:
+        asyncio.run(
+            serve(
+                service,
+                listen,
+                shutdown_grace_s=config.get_float("shutdown_grace_s"),
+                ready_callback=lambda endpoint: _write_ready_file(config, service, endpoint),
+            )
+        )
+    except ListenError as exc:
+        _log.error("%s", exc)
+        raise SystemExit(1) from exc
+    except Exception as exc:
+        _log.exception("%s failed", service.name)
+        raise SystemExit(1) from exc
+    finally:
+        telemetry.shutdown()
+    _log.info("stopped")
+
+
+def write_ready_file(path: str, info: Mapping[str, object]) -> None:
+    """Write ``info`` as JSON to ``path`` atomically (temporary file + rename)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump(info, out)
+        out.write("\n")
+    os.replace(tmp, path)
+
+
+async def _add_services(server: grpc.aio.Server, service: Service) -> HealthServicer:
+    service.add_to_server(server)
+    health_servicer = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (service.name, HEALTH_SERVICE_NAME, REFLECTION_SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+    for name in ("", service.name):
+        await health_servicer.set(name, NOT_SERVING)
+    return health_servicer
+
+
+def _bind(server: grpc.aio.Server, host: str, port: int) -> str:
+    """Bind ``host:port``; returns ``host:actual_port``."""
+    address = f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise ListenError(f"cannot listen on {address}: {_bind_problem(host, port)}") from exc
+    if bound == 0:
+        raise ListenError(f"cannot listen on {address}: {_bind_problem(host, port)}")
+    return f"{host}:{bound}"
+
+
+def _bind_problem(host: str, port: int) -> str:
+    """Why binding failed, found by binding a plain socket the same way."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"cannot resolve {host}: {exc.strerror}"
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(sockaddr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "address in use"
+            return (exc.strerror or str(exc)).lower()
+    return "bind failed (see the gRPC error above)"
+
+
+async def _mark_serving(
+    health_servicer: HealthServicer,
+    readiness: Readiness,
+    endpoint: str,
+    ready_callback: ReadyCallback | None,
+) -> None:
+    readiness.state = "serving"
+    for name in ("", readiness.service_name):
+        await health_servicer.set(name, SERVING)
+    _log.info("listening on %s", endpoint, extra={"grpc_service": readiness.service_name})
+    if ready_callback is not None:
+        ready_callback(endpoint)
+
+
+async def _shutdown(
+    server: grpc.aio.Server,
+    service: Service,
+    health_servicer: HealthServicer,
+    readiness: Readiness,
+    grace_s: float,
+) -> None:
+    readiness.state = "stopping"
+    await health_servicer.enter_graceful_shutdown()
+    _log.info("stopping: in-flight calls have %ss to finish", grace_s)
+    await server.stop(grace_s)
+    _log.info("server stopped; stopping %s", service.name)
+    await service.stop()
+
+
+@contextlib.contextmanager
+def _signal_handlers(stop: asyncio.Event, enabled: bool) -> Iterator[None]:
+    """SIGTERM/SIGINT set ``stop``; a second one while stopping exits at once."""
+    if not enabled:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        if stop.is_set():
+            _log.error("%s during shutdown: exiting immediately", signum.name)
+            logging.shutdown()
+            os._exit(128 + signum.value)
+        _log.info("%s: shutting down", signum.name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+def _write_ready_file(config: Config, service: Service, endpoint: str) -> None:
+    path = os.environ.get(READY_FILE_ENV)
+    if not path:
+        return
+    info = {"service": config.service, "grpc_service": service.name, "listen": endpoint}
+    write_ready_file(path, {**info, "pid": os.getpid()})
+    _log.info("wrote ready file %s", path)

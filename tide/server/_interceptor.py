@@ -1,0 +1,190 @@
+"""Turn handler exceptions into gRPC statuses, refuse calls until the service is started, and
+record one OpenTelemetry server span per call.
+
+* :class:`ServiceError` raised by a handler -> ``context.abort(code, message)``.
+* any other exception -> logged with its traceback, then ``INTERNAL``.
+* ``context.abort`` inside a handler, cancellation: passed through untouched.
+
+Async handlers of every kind are wrapped (coroutines and async generators; stream handlers
+using ``context.write`` are coroutines). Sync handlers are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeAlias
+
+import grpc
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Behaviour: TypeAlias = Callable[..., Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+# grpc-stubs declares the continuation's result non-optional; it is None for unknown methods.
+Continuation: TypeAlias = (
+    "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]]"
+)
+
+_log = logging.getLogger("tide.server.rpc")
+_tracer = trace.get_tracer("tide.server")
+_UNTRACED_PREFIXES = ("grpc.health.", "grpc.reflection.")
+_FACTORIES: dict[str, Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    "unary_unary": grpc.unary_unary_rpc_method_handler,
+    "unary_stream": grpc.unary_stream_rpc_method_handler,
+    "stream_unary": grpc.stream_unary_rpc_method_handler,
+    "stream_stream": grpc.stream_stream_rpc_method_handler,
+}
+
+
+class ServiceError(Exception):
+    """Raise from a handler to end the call with ``code`` and ``message``."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        if code is grpc.StatusCode.OK:
+            raise ValueError("ServiceError needs an error status code, not OK")
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Readiness:
+    """Refuses calls to ``service_name``'s methods with UNAVAILABLE unless it is serving."""
+
+    def __init__(self, service_name: str) -> None:
+        self.service_name = service_name
+        self.state = "starting"
+        self._prefix = f"/{service_name}/"
+
+    def refusal(self, method: str) -> str | None:
+        if self.state == "serving" or not method.startswith(self._prefix):
+            return None
+        return f"{self.service_name} is {self.state}"
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    def __init__(self, readiness: Readiness | None = None) -> None:
+        self._readiness = readiness
+        # method -> (handler as registered, wrapped handler): wrap once per method, not per call
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler: Handler | None = await continuation(handler_call_details)
+        if handler is None:  # unknown method: grpc answers UNIMPLEMENTED
+            return None  # type: ignore[return-value]
+        method = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = _wrap_handler(handler, _Call(method, self._readiness))
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+
+class _Call:
+    """What a wrapper needs to know about the method it wraps."""
+
+    def __init__(self, method: str, readiness: Readiness | None) -> None:
+        self.method = method
+        self.readiness = readiness
+        service, _, name = method.lstrip("/").rpartition("/")
+        self.span_name = method.lstrip("/")
+        self.attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+        self.traced = not service.startswith(_UNTRACED_PREFIXES)
+
+    def span(self) -> Span:
+        """A new server span; a non-recording one for health and reflection calls."""
+        if not self.traced:
+            return trace.INVALID_SPAN
+        return _tracer.start_span(self.span_name, kind=SpanKind.SERVER, attributes=self.attributes)
+
+    async def check_ready(self, context: Context) -> None:
+        refusal = self.readiness.refusal(self.method) if self.readiness else None
+        if refusal is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
+
+    async def fail(self, span: Span, context: Context, exc: Exception) -> NoReturn:
+        """Abort the call for ``exc`` (re-raising aborts); always raises."""
+        if isinstance(exc, grpc.aio.AbortError):
+            span.set_status(Status(StatusCode.ERROR, "aborted"))
+            raise exc
+        if isinstance(exc, ServiceError):
+            code, message = exc.code, exc.message
+            _log.debug("%s failed: %s", self.method, exc)
+        else:
+            code, message = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+            _log.error("unexpected error in %s", self.method, exc_info=exc)
+            span.record_exception(exc)
+        span.set_attribute("rpc.grpc.status_code", code.value[0])
+        span.set_status(Status(StatusCode.ERROR, message))
+        await context.abort(code, message)
+
+    def succeeded(self, span: Span) -> None:
+        span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
+
+
+def _wrap_handler(
+    handler: grpc.RpcMethodHandler[Any, Any], call: _Call
+) -> grpc.RpcMethodHandler[Any, Any]:
+    for kind, factory in _FACTORIES.items():
+        behaviour: Behaviour | None = getattr(handler, kind)
+        if behaviour is None:
+            continue
+        wrapped = _wrap_behaviour(behaviour, call)
+        if wrapped is behaviour:
+            return handler
+        return factory(
+            wrapped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
+
+
+def _wrap_behaviour(behaviour: Behaviour, call: _Call) -> Behaviour:
+    if inspect.isasyncgenfunction(behaviour):
+        return _wrap_async_gen(behaviour, call)
+    if inspect.iscoroutinefunction(behaviour):
+        return _wrap_coroutine(behaviour, call)
+    return behaviour
+
+
+def _wrap_coroutine(behaviour: Behaviour, call: _Call) -> Behaviour:
+    async def wrapped(request: Any, context: Context) -> Any:
+        span = call.span()
+        with trace.use_span(
+            span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+        ):
+            try:
+                await call.check_ready(context)
+                result = await behaviour(request, context)
+            except Exception as exc:
+                await call.fail(span, context, exc)
+            call.succeeded(span)
+            return result
+
+    return wrapped
+
+
+def _wrap_async_gen(behaviour: Behaviour, call: _Call) -> Behaviour:
+    async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
+        # No current-span context here: it would be attached and detached across yields.
+        span = call.span()
+        try:
+            await call.check_ready(context)
+            async with contextlib.aclosing(behaviour(request, context)) as responses:
+                async for response in responses:
+                    yield response
+        except Exception as exc:
+            await call.fail(span, context, exc)
+        else:
+            call.succeeded(span)
+        finally:
+            span.end()
+
+    return wrapped

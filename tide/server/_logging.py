@@ -1,0 +1,114 @@
+"""Structured logging on stderr, as text or JSON lines.
+
+Text:  ``2026-11-22T03:47:09.123Z INFO storage tide.storage.flush: flushed bytes=4096``
+JSON:  ``{"ts": "...", "level": "INFO", "service": "storage", "logger": "...", "msg": "...",
+"bytes": 4096}``
+
+Fields passed with ``logger.info("...", extra={"bytes": 4096})`` become ``key=value`` pairs
+(text) or object members (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+_STANDARD_ATTRS = frozenset(
+    frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+    | {"message", "asctime", "taskName"}
+)
+_RESERVED_KEYS = frozenset({"ts", "level", "service", "logger", "msg", "exc"})
+
+
+class _TideHandler(logging.StreamHandler[TextIO]):
+    """Marks the handler configure_logging installed, so a second call replaces it."""
+
+
+def configure_logging(level: str, fmt: str, service: str) -> None:
+    """Send all logging to stderr at ``level`` (debug/info/warning/error) as ``fmt``
+    (text/json). Calling it again replaces the previous set-up."""
+    if level not in LEVELS:
+        raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
+    formatters: dict[str, logging.Formatter] = {
+        "text": TextFormatter(service),
+        "json": JsonFormatter(service),
+    }
+    if fmt not in formatters:
+        raise ValueError(f"log format must be text or json, got {fmt!r}")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _TideHandler)]:
+        root.removeHandler(old)
+    handler = _TideHandler(sys.stderr)
+    handler.setFormatter(formatters[fmt])
+    root.addHandler(handler)
+    root.setLevel(LEVELS[level])
+    logging.captureWarnings(True)
+
+
+def format_timestamp(created: float) -> str:
+    """``2026-11-22T03:47:09.123Z`` (UTC, milliseconds)."""
+    moment = datetime.fromtimestamp(created, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The ``extra={...}`` fields of a record, in the order they were given."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS}
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self._service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = (
+            f"{format_timestamp(record.created)} {record.levelname} {self._service} "
+            f"{record.name}: {record.getMessage()}"
+        )
+        pairs = " ".join(f"{k}={_text_value(v)}" for k, v in extra_fields(record).items())
+        if pairs:
+            line += " " + pairs
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        if record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self._service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": format_timestamp(record.created),
+            "level": record.levelname,
+            "service": self._service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in extra_fields(record).items():
+            entry[f"extra_{key}" if key in _RESERVED_KEYS else key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def _text_value(value: object) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if text == "" or any(c.isspace() or c in '="' for c in text):
+        return json.dumps(text, ensure_ascii=False)
+    return text
