@@ -19,7 +19,9 @@ def msg_id_prefix(store_host: HostAddress) -> str:
 
 
 def make_msg_id(prefix: str, physical_offset: int) -> str:
-    return prefix + _OFFSET.pack(physical_offset).hex().upper()
+    """``prefix`` from :func:`msg_id_prefix`; the offset as 16 upper-case hex digits."""
+    assert physical_offset >= 0, physical_offset
+    return f"{prefix}{physical_offset:016X}"
 
 
 def parse_msg_id(msg_id: str) -> tuple[HostAddress, int]:
