@@ -140,4 +140,6 @@ def store_config(config: Config, store_host: str) -> StoreConfig:
         disk_clean_ratio=config.get_float("disk_clean_ratio"),
         disk_clean_force_ratio=config.get_float("disk_clean_force_ratio"),
         disk_refuse_writes_ratio=config.get_float("disk_refuse_writes_ratio"),
+        held_segment_force_delete_ms=config.get_int("held_segment_force_delete_ms"),
+        consumer_offsets_persist_interval_ms=config.get_int("consumer_offsets_persist_interval_ms"),
     )

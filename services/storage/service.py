@@ -23,6 +23,9 @@ class StorageService:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._store: MessageStore | None = None
+        self._servicer = StorageServicer(
+            self._store_or_fail, config.get_int("tail_max_chunk_bytes")
+        )
 
     def _store_or_fail(self) -> MessageStore:
         store = self._store
@@ -31,10 +34,10 @@ class StorageService:
         return store
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
-        servicer = StorageServicer(
-            self._store_or_fail, self._config.get_int("tail_max_chunk_bytes")
-        )
-        pb_grpc.add_StorageServicer_to_server(servicer, server)
+        pb_grpc.add_StorageServicer_to_server(self._servicer, server)
+
+    def drain(self) -> None:
+        self._servicer.drain()
 
     async def start(self, endpoint: str) -> None:
         store = MessageStore(store_config(self._config, advertised_host(self._config, endpoint)))

@@ -7,7 +7,6 @@ thread; the SYNC_FLUSH wait is an awaited future, so waiting callers hold no thr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import NoReturn
@@ -79,6 +78,17 @@ def _append_response(
     return response
 
 
+async def _wait_any(first: asyncio.Event, second: asyncio.Event, timeout_s: float) -> None:
+    """Until either event is set or ``timeout_s`` passed (then callers re-check: retention
+    may have moved the min offset)."""
+    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 def _invalid(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
@@ -87,6 +97,11 @@ class StorageServicer(pb_grpc.StorageServicer):
     def __init__(self, store_provider: Callable[[], MessageStore], tail_chunk_bytes: int) -> None:
         self._store = store_provider
         self._tail_chunk_bytes = tail_chunk_bytes
+        self._draining = asyncio.Event()
+
+    def drain(self) -> None:
+        """End every Tail stream (the server is shutting down)."""
+        self._draining.set()
 
     # -- messages ----------------------------------------------------------------
     async def Append(
@@ -185,7 +200,7 @@ class StorageServicer(pb_grpc.StorageServicer):
 
         store.commitlog.add_listener(on_append)
         try:
-            while True:
+            while not self._draining.is_set():
                 arrived.clear()
                 try:
                     start, data = store.commitlog.read_raw(offset, chunk_bytes)
@@ -197,9 +212,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                     )
                     offset = start + len(data)
                     continue
-                # Wake on an append, or re-check anyway (retention may move the min offset).
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(arrived.wait(), TAIL_IDLE_RECHECK_S)
+                await _wait_any(arrived, self._draining, TAIL_IDLE_RECHECK_S)
         finally:
             store.commitlog.remove_listener(on_append)
 

@@ -53,6 +53,9 @@ class EchoService:
     async def start(self, endpoint: str) -> None:
         await asyncio.sleep(self._start_delay_s)
 
+    def drain(self) -> None:
+        pass
+
     async def stop(self) -> None:
         if self._stop_marker_path:
             Path(self._stop_marker_path).write_text("stopped\n", encoding="utf-8")

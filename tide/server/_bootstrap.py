@@ -67,6 +67,11 @@ class Service(Protocol):
         raises, it must release what it opened (``stop`` is not called)."""
         ...
 
+    def drain(self) -> None:
+        """Shutdown has begun: end open-ended streams (tails, watches) soon, cleanly.
+        Unary calls in flight still finish; ``stop`` follows."""
+        ...
+
     async def stop(self) -> None:
         """Flush and close; runs after in-flight calls finished or the grace period ran out."""
         ...
@@ -230,6 +235,7 @@ async def _shutdown(
 ) -> None:
     readiness.state = "stopping"
     await health_servicer.enter_graceful_shutdown()
+    service.drain()  # end open-ended streams so they do not hold the grace period
     _log.info("stopping: in-flight calls have %ss to finish", grace_s)
     await server.stop(grace_s)
     _log.info("server stopped; stopping %s", service.name)
