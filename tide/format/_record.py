@@ -292,7 +292,7 @@ def _scan_message(
     if expected_offset is not None and physical_offset != expected_offset:
         return _invalid(f"physical_offset field {physical_offset} != position {expected_offset}")
     if check_crc and zlib.crc32(view[body_pos:topic_pos]) != crc:
-        return _invalid(f"body CRC mismatch at offset {physical_offset}")
+        return _invalid("body CRC mismatch")
     try:
         topic = bytes(view[topic_pos + len_bytes : props_len_pos]).decode("utf-8")
     except UnicodeDecodeError:

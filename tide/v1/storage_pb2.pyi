@@ -539,6 +539,7 @@ class StorageStatus(_message.Message):
     recovery: _builtins.str
     """"normal" or "abnormal" recovery at start, and what it truncated."""
     recovery_truncated_bytes: _builtins.int
+    """Bytes of data recovery cut off the tail (counted to the last non-zero byte)."""
     topic_count: _builtins.int
     def __init__(
         self,

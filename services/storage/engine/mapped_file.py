@@ -110,19 +110,33 @@ class MappedFile:
             return buf
         return None
 
-    def zero_from(self, position: int) -> None:
-        """Zero the file from ``position`` while there are non-zero bytes (a truncated tail
-        must not be mistaken for records after a later crash)."""
+    def data_extent(self) -> int:
+        """Position just past the last non-zero byte of the file."""
         chunk_bytes = 1 << 20
-        pos = position
-        while pos < self.size_bytes:
-            end = min(pos + chunk_bytes, self.size_bytes)
-            if not any(self.mm[pos:end]):
-                break
-            os.pwrite(self._fd, bytes(end - pos), pos)
-            pos = end
+        end = self.size_bytes
+        while end > 0:
+            start = max(0, end - chunk_bytes)
+            chunk = self.mm[start:end]
+            if any(chunk):
+                return start + len(chunk.rstrip(b"\0"))
+            end = start
+        return 0
+
+    def zero_from(self, position: int) -> int:
+        """Zero the file from ``position`` (a truncated tail must not be mistaken for
+        records after a later crash). Returns how many bytes held data."""
+        extent = self.data_extent()
+        if extent > position:
+            chunk_bytes = 1 << 20
+            for pos in range(position, extent, chunk_bytes):
+                os.pwrite(self._fd, bytes(min(chunk_bytes, extent - pos)), pos)
         if self.write_buffer is not None:
             self.write_buffer[position:] = bytes(self.size_bytes - position)
+        return max(0, extent - position)
+
+    def sync(self) -> None:
+        """fdatasync now, whatever the positions say (after recovery)."""
+        os.fdatasync(self._fd)
 
     # -- reading and lifetime ----------------------------------------------------
     def read(self, position: int, size: int) -> bytes:

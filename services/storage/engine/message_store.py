@@ -25,7 +25,12 @@ from services.storage.engine.errors import NotWritableError, TopicNotFoundError
 from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
 from services.storage.engine.message_codec import MessageCodec, MessageLike
-from services.storage.engine.queue_offsets import QueueOffsetTable, read_snapshot
+from services.storage.engine.queue_offsets import (
+    QueueOffsetTable,
+    Snapshot,
+    read_snapshot,
+    write_snapshot,
+)
 from services.storage.engine.recovery import RecoveryReport, recover
 from services.storage.engine.retention import RetentionService
 from services.storage.engine.segment_queue import SegmentQueue
@@ -123,6 +128,7 @@ class MessageStore:
             table=offsets,
         )
         self.recovery_truncated_bytes = self.segments.truncate(self.recovery.end_offset)
+        self._settle_recovered(offsets)
         self.pool = (
             WriteBufferPool(cfg.write_buffer_pool_buffers, cfg.segment_size_bytes)
             if cfg.write_buffer_pool_enabled
@@ -144,6 +150,20 @@ class MessageStore:
             len(self.segments.segments),
             len(self.topics.list()),
         )
+
+    def _settle_recovered(self, offsets: QueueOffsetTable) -> None:
+        """Make the recovered state the durable base before any append: sync the
+        segments recovery looked at and write a snapshot at the recovered end. Otherwise
+        an older snapshot (past a cut, or with a stale flushed offset) could be trusted
+        after the next crash."""
+        report = self.recovery
+        assert report is not None
+        for segment in self.segments.segments:
+            if segment.end_offset > report.start_offset:
+                segment.sync()
+        end = self.segments.max_offset
+        assert end == report.end_offset or not self.segments.segments, (end, report)
+        write_snapshot(self.config.store_dir, Snapshot(end, end, dict(offsets.next_offsets)))
 
     def _start_threads(self) -> None:
         cfg = self.config

@@ -135,9 +135,10 @@ def _classify_stop(
             f"{reason or 'invalid bytes'} at offset {offset}, but a valid record follows at "
             f"{later}: {later - offset} bytes and everything after are cut off"
         )
-    elif reason and offset < durable_offset:
+    elif offset < durable_offset:
         report.corruption.append(
-            f"{reason} at offset {offset}, below the durable offset {durable_offset}"
+            f"{reason or 'no record (zeros)'} at offset {offset}, below the durable "
+            f"offset {durable_offset}"
         )
     elif reason:
         report.torn_tail_offset = offset

@@ -135,14 +135,13 @@ class SegmentQueue:
         keep: list[MappedFile] = []
         for segment in self.segments:
             if segment.start_offset > offset:
-                dropped += segment.wrote
+                dropped += segment.data_extent()
                 log.info("deleting segment %s past offset %d", segment.path.name, offset)
                 segment.close(unlink=True)
                 continue
             if offset < segment.end_offset:
                 position = offset - segment.start_offset
-                dropped += max(0, segment.wrote - position)
-                segment.zero_from(position)
+                dropped += segment.zero_from(position)
                 segment.set_positions(position)
             keep.append(segment)
         with self._lock:

@@ -1,0 +1,50 @@
+"""The ``tide`` command line: one module per command group, each with ``add_parser``.
+
+A command module registers its subcommand(s) on the top-level subparsers and sets a
+``handler`` default: ``handler(args) -> int`` (the exit code). To add a command group,
+write ``tide/cli/_<name>.py`` with ``add_parser`` and list it in ``_COMMAND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from tide.cli import _store
+
+EXIT_USAGE = 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class CommandModule(Protocol):
+    def add_parser(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """Add this module's subcommand(s); each sets ``handler`` via ``set_defaults``."""
+
+
+_COMMAND_MODULES: tuple[CommandModule, ...] = (_store,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tide", description="Tide: a message queue on RocketMQ's storage design."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in _COMMAND_MODULES:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``tide`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    handler: Handler = args.handler
+    return handler(args)
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,125 @@
+"""The segment files of a commitlog directory, and the rules their chain must follow.
+
+Segments are named by their 20-digit start offset; every segment has the same size
+(the file size) and each one starts where the previous one ends (docs/formats.md,
+"Store root layout"). Anything else in the directory is reported as a warning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from tide.format import parse_segment_name, segment_name
+
+log = logging.getLogger(__name__)
+
+COMMITLOG_DIR_NAME = "commitlog"
+# Limits: a directory this large is not a commitlog (1 GiB segments: one million = 1 PiB).
+MAX_DIR_ENTRIES = 1_000_000
+MAX_WARNINGS = 100
+
+
+class CommitlogLayoutError(ValueError):
+    """The commitlog directory's segment files do not form a valid chain."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    path: Path
+    start_offset: int
+    size: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class CommitlogLayout:
+    directory: Path
+    segments: tuple[SegmentFile, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def segment_size(self) -> int:
+        return self.segments[0].size if self.segments else 0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+
+def find_commitlog_dir(path: Path) -> Path:
+    """``path/commitlog`` when ``path`` is a store root, else ``path`` itself."""
+    candidate = path / COMMITLOG_DIR_NAME
+    return candidate if candidate.is_dir() else path
+
+
+def scan_layout(commitlog_dir: Path) -> CommitlogLayout:
+    """List and check the segment files; raise :class:`CommitlogLayoutError` if broken."""
+    if not commitlog_dir.is_dir():
+        raise CommitlogLayoutError(f"{commitlog_dir} is not a directory")
+    segments: list[SegmentFile] = []
+    warnings: list[str] = []
+    for count, entry in enumerate(sorted(commitlog_dir.iterdir()), start=1):
+        if count > MAX_DIR_ENTRIES:
+            raise CommitlogLayoutError(
+                f"{commitlog_dir} holds more than {MAX_DIR_ENTRIES} entries: not a commitlog"
+            )
+        segment = _segment_of(entry, warnings)
+        if segment is not None:
+            segments.append(segment)
+    segments.sort(key=lambda s: s.start_offset)
+    _check_chain(segments)
+    if len(warnings) > MAX_WARNINGS:
+        warnings[MAX_WARNINGS:] = [f"... and {len(warnings) - MAX_WARNINGS} more stray files"]
+    return CommitlogLayout(commitlog_dir, tuple(segments), tuple(warnings))
+
+
+def open_segments(commitlog_dir: Path) -> list[SegmentFile]:
+    """The checked chain of segments (oldest first); stray files are logged as warnings."""
+    layout = scan_layout(commitlog_dir)
+    for warning in layout.warnings:
+        log.warning("%s", warning)
+    return list(layout.segments)
+
+
+def _segment_of(entry: Path, warnings: list[str]) -> SegmentFile | None:
+    start = parse_segment_name(entry.name)
+    if start is None:
+        warnings.append(f"ignoring {entry.name!r}: not a segment file")
+        return None
+    info = entry.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise CommitlogLayoutError(f"{entry} is named like a segment but is not a regular file")
+    if info.st_size == 0:
+        raise CommitlogLayoutError(f"segment {entry} is empty (0 bytes)")
+    return SegmentFile(entry, start, info.st_size)
+
+
+def _check_chain(segments: list[SegmentFile]) -> None:
+    if not segments:
+        return
+    first = segments[0]
+    size = first.size
+    if first.start_offset % size:
+        raise CommitlogLayoutError(
+            f"first segment {first.path.name} does not start at a multiple of the "
+            f"segment size {size}"
+        )
+    for prev, cur in itertools.pairwise(segments):
+        if cur.size != size:
+            raise CommitlogLayoutError(
+                f"segment {cur.path.name} is {cur.size} bytes, segment {first.path.name} "
+                f"is {size}: all segments must have the same size"
+            )
+        if cur.start_offset != prev.end_offset:
+            kind = "gap" if cur.start_offset > prev.end_offset else "overlap"
+            raise CommitlogLayoutError(
+                f"{kind} in the segment chain: {prev.path.name} + {size} bytes ends at "
+                f"{segment_name(prev.end_offset)}, next segment is {cur.path.name}"
+            )

@@ -1,0 +1,154 @@
+"""Check every record of a commitlog directory, telling a torn tail from corruption."""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tide.commitlog._layout import CommitlogLayout, scan_layout
+from tide.commitlog._mapped import data_end, find_resume, is_zero, map_segment
+from tide.commitlog._reader import TornTail
+from tide.format import ScanKind, scan_record
+
+MAX_FINDINGS = 1000
+PROGRESS_STEP_BYTES = 1 << 20
+
+# progress(bytes_done, bytes_total)
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    offset: int
+    reason: str
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What :func:`verify` found. ``last_valid_offset`` ends the intact prefix of the log:
+    the end of the last valid record before the first problem (torn tail or corruption).
+    """
+
+    commitlog_dir: str
+    segment_size: int = 0
+    segments_checked: int = 0
+    records: int = 0
+    record_bytes: int = 0
+    blank_markers: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    last_valid_offset: int = 0
+    torn_tail: TornTail | None = None
+    corruption: list[Finding] = field(default_factory=list)
+    corruption_count: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """No corruption (a torn tail is a clean end after a crash)."""
+        return self.corruption_count == 0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["valid"] = self.valid
+        data["corruption_truncated"] = self.corruption_count > len(self.corruption)
+        return data
+
+
+def verify(commitlog_dir: Path, progress: ProgressFn | None = None) -> VerifyReport:
+    """Check the segment chain and every record; raise CommitlogLayoutError on a bad chain."""
+    layout = scan_layout(commitlog_dir)
+    checker = _Verifier(layout, progress)
+    checker.run()
+    return checker.report
+
+
+class _Verifier:
+    def __init__(self, layout: CommitlogLayout, progress: ProgressFn | None) -> None:
+        self.segments = layout.segments
+        self.total = layout.total_bytes
+        self.progress = progress
+        self.reported = 0
+        first = self.segments[0].start_offset if self.segments else 0
+        self.base = first
+        self.report = VerifyReport(
+            commitlog_dir=str(layout.directory),
+            segment_size=layout.segment_size,
+            segments_checked=len(self.segments),
+            last_valid_offset=first,
+            warnings=list(layout.warnings),
+        )
+        self.intact = True  # no problem seen yet: last_valid_offset still moves
+
+    def run(self) -> None:
+        position: tuple[int, int] | None = (0, 0)
+        while position is not None and position[0] < len(self.segments):
+            index, pos = position
+            with map_segment(self.segments[index]) as mm:
+                position = self._check_segment(index, mm, pos)
+        self._tick(self.total, force=True)
+
+    def _check_segment(self, index: int, mm: mmap.mmap, pos: int) -> tuple[int, int] | None:
+        """Walk one segment; return where to go on, or None at the end of the data."""
+        segment = self.segments[index]
+        while True:
+            offset = segment.start_offset + pos
+            self._tick(offset - self.base)
+            scan = scan_record(mm, pos, segment.size, expected_offset=offset)
+            if scan.kind is ScanKind.RECORD:
+                self._record(offset, scan.size)
+                pos += scan.size
+                continue
+            if scan.kind is ScanKind.BLANK:
+                self.report.blank_markers += 1
+                return index + 1, 0
+            if pos >= segment.size:
+                self.report.warnings.append(
+                    f"segment {segment.path.name} is filled to its last byte without a blank marker"
+                )
+                return index + 1, 0
+            end = scan.kind is ScanKind.END
+            reason = f"no data at offset {offset} (zeros)" if end else scan.reason
+            resume = find_resume(self.segments, index, mm, pos)
+            if resume is None:
+                self._end(mm, index, pos, reason)
+                return None
+            self._corruption(offset, f"{reason}; {resume.why}")
+            if resume.segment_index != index:
+                return resume.segment_index, 0
+            pos = resume.pos
+
+    def _record(self, offset: int, size: int) -> None:
+        report = self.report
+        report.records += 1
+        report.record_bytes += size
+        if report.first_offset is None:
+            report.first_offset = offset
+        report.last_offset = offset
+        if self.intact:
+            report.last_valid_offset = offset + size
+
+    def _end(self, mm: mmap.mmap, index: int, pos: int, reason: str) -> None:
+        """The data ends at ``pos``: cleanly (zeros) or with a torn tail."""
+        segment = self.segments[index]
+        if is_zero(mm, pos, segment.size):
+            return
+        torn_bytes = data_end(mm, pos, segment.size) - pos
+        self.report.torn_tail = TornTail(segment.start_offset + pos, torn_bytes, reason)
+        self.intact = False
+
+    def _corruption(self, offset: int, reason: str) -> None:
+        self.intact = False
+        self.report.corruption_count += 1
+        if len(self.report.corruption) < MAX_FINDINGS:
+            self.report.corruption.append(Finding(offset, reason))
+
+    def _tick(self, done: int, *, force: bool = False) -> None:
+        if self.progress is None:
+            return
+        if force or done - self.reported >= PROGRESS_STEP_BYTES:
+            self.reported = done
+            self.progress(done, self.total)
