@@ -156,8 +156,8 @@ class MessageCodec:
         if not 0 <= queue_id < queue_counts[topic]:
             count = queue_counts[topic]
             raise InvalidMessageError(
-                f"queue_id {queue_id} is outside topic {topic!r}'s {count} write queues "
-                f"(0..{count - 1})"
+                f"queue_id {queue_id} is outside the {count} write queues of topic "
+                f"{topic!r} (0..{count - 1})"
             )
         body = msg.body
         if len(body) > self._max_body_bytes:
@@ -198,6 +198,8 @@ def encode_message_properties(
     text = ""
     count = 0
     if properties:
+        if "" in properties:
+            raise InvalidMessageError("a property name is empty")
         text = "".join([f"{name}\x01{value}\x02" for name, value in properties.items()])
         count = len(properties)
     if tags:

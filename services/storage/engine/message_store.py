@@ -256,14 +256,26 @@ class MessageStore:
     def encode(
         self, messages: Sequence[MessageLike], default_born_host: str = ""
     ) -> list[EncodedRecord]:
+        """Validate and encode a batch. Unknown topics are auto-created (when allowed)
+        only once the whole batch has passed, so a rejected batch changes nothing."""
         queue_counts: dict[str, int] = {}
+        missing: list[str] = []
         for msg in messages:
-            if msg.topic not in queue_counts:
-                queue_counts[msg.topic] = self._write_queue_count(msg.topic)
-        return self.codec.encode_batch(messages, queue_counts, default_born_host)
+            topic = msg.topic
+            if topic not in queue_counts:
+                count = self._write_queue_count(topic)
+                if count is None:
+                    missing.append(topic)
+                    count = self.config.default_queue_nums
+                queue_counts[topic] = count
+        records = self.codec.encode_batch(messages, queue_counts, default_born_host)
+        for topic in missing:
+            self.topics.ensure(topic, self.config.default_queue_nums)
+        return records
 
-    def _write_queue_count(self, topic: str) -> int:
-        self.codec.topic_bytes(topic)  # validates the name before anything is created
+    def _write_queue_count(self, topic: str) -> int | None:
+        """The topic's write queue count; None for an unknown topic that may be created."""
+        self.codec.topic_bytes(topic)  # validates the name first
         cfg = self.topics.get(topic)
         if cfg is None:
             if not self.config.auto_create_topics:
@@ -271,7 +283,7 @@ class MessageStore:
                     f"topic {topic!r} does not exist and auto-create is off; "
                     "create it with UpsertTopic"
                 )
-            cfg = self.topics.ensure(topic, self.config.default_queue_nums)
+            return None
         if not cfg.perm & PERM_WRITE:
             raise NotWritableError(f"topic {topic!r} is not writable (perm {cfg.perm})")
         return cfg.write_queue_nums

@@ -26,6 +26,8 @@ class SegmentQueue:
         self._allocator = allocator
         self._lock = threading.Lock()
         self.segments: list[MappedFile] = []
+        # attr -> start offset of the oldest segment not yet settled for it
+        self._cursor: dict[str, int] = {}
 
     # -- loading -----------------------------------------------------------------
     def load(self) -> None:
@@ -91,13 +93,19 @@ class SegmentQueue:
         return last.end_offset if last else 0
 
     def _unsettled(self, attr: str) -> list[MappedFile]:
-        """Segments, oldest first, from the oldest whose ``attr`` position is short of
-        its end (everything before it is settled)."""
+        """Segments, oldest first, from the oldest whose ``attr`` position ("committed" or
+        "flushed") is short of its end. Positions only grow, so the search resumes from
+        where the previous one found that segment (RocketMQ keeps one such cursor)."""
         segments = self.segments
-        first = len(segments)
-        while first > 0 and getattr(segments[first - 1], attr) < self.size_bytes:
-            first -= 1
-        return segments[first:]
+        if not segments:
+            return []
+        first_start = segments[0].start_offset
+        index = max(0, (self._cursor.get(attr, first_start) - first_start) // self.size_bytes)
+        while index < len(segments) and getattr(segments[index], attr) == self.size_bytes:
+            index += 1
+        if index < len(segments):
+            self._cursor[attr] = segments[index].start_offset
+        return segments[index:]
 
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding ``offset``, or None."""
@@ -146,6 +154,7 @@ class SegmentQueue:
             keep.append(segment)
         with self._lock:
             self.segments = keep
+            self._cursor.clear()  # positions went back
         return dropped
 
     def remove_first(self, count: int) -> list[MappedFile]:
