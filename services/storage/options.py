@@ -101,6 +101,20 @@ OPTIONS: tuple[Option, ...] = (
         "default Tail chunk size",
         unit="bytes",
     ),
+    Option(
+        "held_segment_force_delete_ms",
+        int,
+        120_000,
+        "delete an expired segment a reader still holds after this long",
+        unit="ms",
+    ),
+    Option(
+        "consumer_offsets_persist_interval_ms",
+        int,
+        5_000,
+        "write committed consumer offsets at most this often (a crash loses at most this much)",
+        unit="ms",
+    ),
 )
 
 

@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from tide.cli import _store
+from tide.cli import _store, _up
 
 EXIT_USAGE = 2
 
@@ -23,7 +23,7 @@ class CommandModule(Protocol):
         """Add this module's subcommand(s); each sets ``handler`` via ``set_defaults``."""
 
 
-_COMMAND_MODULES: tuple[CommandModule, ...] = (_store,)
+_COMMAND_MODULES: tuple[CommandModule, ...] = (_store, _up)
 
 
 def build_parser() -> argparse.ArgumentParser:

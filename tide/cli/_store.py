@@ -70,8 +70,9 @@ def _add_dir_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _non_negative(text: str) -> int:
+    """A decimal (leading zeros allowed, as in segment names) or 0x-prefixed hex integer."""
     try:
-        value = int(text, 0)
+        value = int(text, 16) if text.lower().startswith("0x") else int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 0:
@@ -114,8 +115,8 @@ def _dump(commitlog_dir: Path, start_offset: int | None, limit: int | None, out:
             for at in itertools.islice(records, limit):
                 out.write(json.dumps(record_json(at, prefixes)) + "\n")
     except (CommitlogLayoutError, CommitlogCorruptionError) as exc:
-        out.flush()
         print(f"tide store dump: {exc}", file=sys.stderr)
+        out.flush()
         return EXIT_FAILURE
     out.flush()
     for tail in torn:

@@ -18,6 +18,8 @@ PROGRESS_STEP_BYTES = 1 << 20
 
 # progress(bytes_done, bytes_total)
 ProgressFn = Callable[[int, int], None]
+# (segment index, position inside the segment)
+_Position = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +86,14 @@ class _Verifier:
         self.intact = True  # no problem seen yet: last_valid_offset still moves
 
     def run(self) -> None:
-        position: tuple[int, int] | None = (0, 0)
+        position: _Position | None = (0, 0)
         while position is not None and position[0] < len(self.segments):
             index, pos = position
             with map_segment(self.segments[index]) as mm:
                 position = self._check_segment(index, mm, pos)
         self._tick(self.total, force=True)
 
-    def _check_segment(self, index: int, mm: mmap.mmap, pos: int) -> tuple[int, int] | None:
+    def _check_segment(self, index: int, mm: mmap.mmap, pos: int) -> _Position | None:
         """Walk one segment; return where to go on, or None at the end of the data."""
         segment = self.segments[index]
         while True:
@@ -101,25 +103,28 @@ class _Verifier:
             if scan.kind is ScanKind.RECORD:
                 self._record(offset, scan.size)
                 pos += scan.size
-                continue
-            if scan.kind is ScanKind.BLANK:
+            elif scan.kind is ScanKind.BLANK:
                 self.report.blank_markers += 1
                 return index + 1, 0
-            if pos >= segment.size:
-                self.report.warnings.append(
-                    f"segment {segment.path.name} is filled to its last byte without a blank marker"
-                )
+            elif pos >= segment.size:
+                name = segment.path.name
+                self.report.warnings.append(f"segment {name} is full without a blank marker")
                 return index + 1, 0
-            end = scan.kind is ScanKind.END
-            reason = f"no data at offset {offset} (zeros)" if end else scan.reason
-            resume = find_resume(self.segments, index, mm, pos)
-            if resume is None:
-                self._end(mm, index, pos, reason)
-                return None
-            self._corruption(offset, f"{reason}; {resume.why}")
-            if resume.segment_index != index:
-                return resume.segment_index, 0
-            pos = resume.pos
+            else:  # END (zeros) or INVALID
+                reason = scan.reason or f"no data at offset {offset} (zeros)"
+                where = self._problem(index, mm, pos, reason)
+                if where is None or where[0] != index:
+                    return where
+                pos = where[1]
+
+    def _problem(self, index: int, mm: mmap.mmap, pos: int, reason: str) -> _Position | None:
+        """No record at ``pos``: the end of the data, or corruption if valid data follows."""
+        resume = find_resume(self.segments, index, mm, pos)
+        if resume is None:
+            self._end(mm, index, pos, reason)
+            return None
+        self._corruption(self.segments[index].start_offset + pos, f"{reason}; {resume.why}")
+        return resume.segment_index, resume.pos
 
     def _record(self, offset: int, size: int) -> None:
         report = self.report
