@@ -186,6 +186,8 @@ class StorageServicer(pb_grpc.StorageServicer):
         if not 0 < chunk_bytes <= MAX_TAIL_CHUNK_BYTES:
             raise _invalid(f"max_chunk_bytes must be in 1..{MAX_TAIL_CHUNK_BYTES}")
         offset = request.offset
+        if offset < 0:
+            raise _invalid(f"offset must be >= 0 (got {offset})")
         max_offset = store.segments.max_offset
         if offset > max_offset:
             raise ServiceError(

@@ -19,7 +19,10 @@ def property_error(name: str, value: str) -> str | None:
     """Why this property cannot be encoded, or None when it can."""
     for label, text in (("name", name), ("value", value)):
         if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-            return f"property {label} {text[:40]!r} contains a reserved \\x01 or \\x02 character"
+            return (
+                f"the {label} of property {name[:40]!r} contains a reserved \\x01 or \\x02 "
+                "character"
+            )
     if not name:
         return "property name is empty"
     return None

@@ -7,6 +7,7 @@ Errors that concern the whole call use gRPC status codes:
   INVALID_ARGUMENT    a message or request field is malformed (the message says which and why)
   NOT_FOUND           unknown topic (and auto-create is off), unknown offset
   OUT_OF_RANGE        a Tail offset below the commitlog's min offset (deleted by retention)
+                      or past its max offset
   RESOURCE_EXHAUSTED  disk above the refuse-writes threshold, or a request over a size limit
   FAILED_PRECONDITION the store is not writable (e.g. a slave, or shutting down)
   UNAVAILABLE         the service is starting or stopping

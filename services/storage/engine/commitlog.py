@@ -180,7 +180,10 @@ class CommitLog:
         """Decode the record at ``offset``. Raises OffsetBelowMinError, IndexError (past
         the readable end) or RecordError (no record of that size there)."""
         data = self._read_bytes(offset, size)
-        return decode_record(data, 0, len(data), expected_offset=offset)
+        record = decode_record(data, 0, len(data), expected_offset=offset)
+        if record.total_size != size:
+            raise RecordError(f"the record at {offset} is {record.total_size} bytes, not {size}")
+        return record
 
     def _read_bytes(self, offset: int, size: int) -> bytes:
         if offset < self.segments.min_offset:

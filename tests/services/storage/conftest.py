@@ -1,0 +1,307 @@
+"""Real storage service processes for the integration tests (no mocks).
+
+:class:`StorageProcess` is one ``python -m services.storage`` child process with a gRPC
+channel to it; :class:`StorageLauncher` starts them and guarantees that none outlives its
+test (every process it started is killed and reaped in ``close``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tide.v1 import storage_pb2 as pb
+from tide.v1 import storage_pb2_grpc as pb_grpc
+
+REPO = Path(__file__).resolve().parents[3]
+READY_TIMEOUT_S = 30.0
+EXIT_TIMEOUT_S = 30.0
+RPC_TIMEOUT_S = 20.0
+SEGMENT_BYTES = 1024 * 1024
+MAX_BODY_BYTES = 65536
+BASE_ARGS: tuple[str, ...] = (
+    "--listen",
+    "127.0.0.1:0",
+    "--segment-size-bytes",
+    str(SEGMENT_BYTES),
+    "--max-message-body-bytes",
+    str(MAX_BODY_BYTES),
+)
+# Tail chunks go up to 4 MiB (plus framing): lift the client's 4 MiB receive default.
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+READ_BATCH = 1000  # positions per Read call (the service allows 1024)
+
+
+def _child_env(ready_file: Path | None) -> dict[str, str]:
+    """The test runner's environment without TIDE_* settings that could change the service."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
+    if ready_file is not None:
+        env["TIDE_READY_FILE"] = str(ready_file)
+    return env
+
+
+@dataclass
+class StorageProcess:
+    """A running storage service: its process, files, and a channel + stub to it."""
+
+    proc: subprocess.Popen[bytes]
+    store_dir: Path
+    workdir: Path
+    args: tuple[str, ...]
+    listen: str = ""
+    ready: dict[str, Any] = field(default_factory=dict)
+    _channel: grpc.Channel | None = None
+    _stub: pb_grpc.StorageStub | None = None
+
+    @property
+    def ready_file(self) -> Path:
+        return self.workdir / "ready.json"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.workdir / "stderr.log"
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def describe(self) -> str:
+        return f"storage process {self.proc.pid} on {self.store_dir}; stderr:\n{self.stderr()}"
+
+    @property
+    def channel(self) -> grpc.Channel:
+        if self._channel is None:
+            raise AssertionError("the process is not ready (no channel)")
+        return self._channel
+
+    @property
+    def stub(self) -> pb_grpc.StorageStub:
+        if self._stub is None:
+            raise AssertionError("the process is not ready (no stub)")
+        return self._stub
+
+    def wait_ready(self) -> None:
+        """Wait for the ready file; fail with the stderr if the process dies first."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.ready_file.exists():
+            code = self.proc.poll()
+            if code is not None:
+                pytest.fail(f"storage exited with {code} before it was ready; {self.describe()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"storage not ready after {READY_TIMEOUT_S}s; {self.describe()}")
+            time.sleep(0.02)
+        self.ready = json.loads(self.ready_file.read_text(encoding="utf-8"))
+        assert self.ready["pid"] == self.proc.pid, self.ready
+        self.listen = str(self.ready["listen"])
+        self._channel = grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.StorageStub(self._channel)
+
+    def close_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+            self._stub = None
+
+    def wait_exit(self, timeout_s: float = EXIT_TIMEOUT_S) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"storage did not exit within {timeout_s}s; {self.describe()}")
+
+    def stop(self) -> None:
+        """SIGTERM; the process must exit 0 (a clean close)."""
+        self.close_channel()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.wait_exit()
+        assert code == 0, f"exit status {code} after SIGTERM; {self.describe()}"
+
+    def kill(self) -> None:
+        """SIGKILL: a crash (no cleanup of any kind in the process)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.wait_exit()
+        self.close_channel()
+
+    def reap(self) -> None:
+        """Cleanup: kill if still running; never fails."""
+        self.close_channel()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=EXIT_TIMEOUT_S)
+
+    # -- RPC shortcuts --------------------------------------------------------------
+    def status(self) -> pb.StorageStatus:
+        return self.stub.GetStatus(pb.GetStatusRequest(), timeout=RPC_TIMEOUT_S)
+
+    def append(self, messages: Sequence[pb.Message]) -> list[pb.AppendResult]:
+        response = self.stub.Append(
+            pb.AppendRequest(messages=list(messages)), timeout=RPC_TIMEOUT_S
+        )
+        assert len(response.results) == len(messages), response
+        return list(response.results)
+
+    def read(self, positions: Iterable[tuple[int, int]]) -> list[pb.ReadResult]:
+        """Read every (physical_offset, size), in as many calls as the limit needs."""
+        wanted = [pb.ReadRequest.Position(physical_offset=o, size=s) for o, s in positions]
+        results: list[pb.ReadResult] = []
+        for start in range(0, len(wanted), READ_BATCH):
+            part = wanted[start : start + READ_BATCH]
+            response = self.stub.Read(pb.ReadRequest(positions=part), timeout=RPC_TIMEOUT_S)
+            assert len(response.results) == len(part), response
+            results.extend(response.results)
+        return results
+
+
+class StorageLauncher:
+    """Starts storage processes; ``close`` kills whatever is still running."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: list[StorageProcess] = []
+
+    def spawn(self, store_dir: Path, *extra: str, ready_file: bool = True) -> StorageProcess:
+        """Start a process; do not wait for it."""
+        workdir = self.root / f"proc{len(self.started)}"
+        workdir.mkdir(parents=True)
+        args = (
+            sys.executable,
+            "-m",
+            "services.storage",
+            "--store-dir",
+            str(store_dir),
+            *BASE_ARGS,
+            *extra,
+        )
+        env = _child_env(workdir / "ready.json" if ready_file else None)
+        with (
+            (workdir / "stdout.log").open("wb") as out,
+            (workdir / "stderr.log").open("wb") as err,
+        ):
+            proc = subprocess.Popen(
+                args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+            )
+        process = StorageProcess(proc, store_dir, workdir, args)
+        self.started.append(process)
+        return process
+
+    def start(self, store_dir: Path, *extra: str) -> StorageProcess:
+        """Start a process and wait until it serves."""
+        process = self.spawn(store_dir, *extra)
+        process.wait_ready()
+        return process
+
+    def close(self) -> None:
+        for process in self.started:
+            process.reap()
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Iterator[StorageLauncher]:
+    launcher = StorageLauncher(tmp_path / "procs")
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
+@pytest.fixture(scope="module")
+def shared_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StorageProcess]:
+    """One storage process (``--max-batch-messages 10``) for the tests that only make
+    calls; each test uses topics of its own."""
+    root = tmp_path_factory.mktemp("shared")
+    launcher = StorageLauncher(root / "procs")
+    try:
+        process = launcher.start(root / "store", "--max-batch-messages", "10")
+        yield process
+        process.stop()
+    finally:
+        launcher.close()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to the test (valid charset, at most 127 bytes)."""
+    name = "".join(c if c.isalnum() else "_" for c in request.node.name)
+    return f"T_{name}"[:100]
+
+
+# -- helpers -----------------------------------------------------------------------
+def message(topic: str, queue_id: int = 0, body: bytes = b"body", **fields: Any) -> pb.Message:
+    return pb.Message(topic=topic, queue_id=queue_id, body=body, **fields)
+
+
+def rpc_error(run: Callable[[], object]) -> grpc.Call:
+    """Run ``run``; it must raise an RPC error, which is returned."""
+    with pytest.raises(grpc.RpcError) as info:
+        run()
+    error = info.value
+    assert isinstance(error, grpc.Call), error
+    return error
+
+
+def expect_error(code: grpc.StatusCode, run: Callable[[], object], *fragments: str) -> str:
+    """``run`` fails with ``code`` and a message containing every fragment; returns the
+    message."""
+    error = rpc_error(run)
+    details = error.details() or ""
+    assert error.code() is code, f"expected {code.name}, got {error.code().name}: {details}"
+    for fragment in fragments:
+        assert fragment in details, f"{fragment!r} not in the error message {details!r}"
+    return details
+
+
+def run_cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """``python -m tide.cli ARGS`` with output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tide.cli", *args],
+        cwd=REPO,
+        env=_child_env(None),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def cancel(call: grpc.RpcContext) -> None:
+    """Cancel a streaming call (grpc-stubs leaves ``cancel`` unannotated)."""
+    call.cancel()  # type: ignore[no-untyped-call]
+
+
+def verify_store(store_dir: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli("store", "verify", str(store_dir))
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def segment_files(store_dir: Path) -> list[Path]:
+    return sorted((store_dir / "commitlog").iterdir())
