@@ -63,7 +63,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("commit_interval_ms", int, 200, "write buffer commit interval", unit="ms"),
     Option("preallocate", bool, True, "reserve segment blocks with posix_fallocate"),
-    Option("warm_segments", bool, False, "pre-touch new segments and try mlock + madvise"),
+    Option(
+        "warm_segments",
+        bool,
+        True,
+        "fault in every page of a new segment in the background (MADV_POPULATE_WRITE), "
+        "then try mlock + madvise(WILLNEED); keeps page faults off the append path",
+    ),
     Option("max_message_body_bytes", int, 4 * MIB, "largest message body accepted", unit="bytes"),
     Option("max_batch_messages", int, 10_000, "most messages in one Append", unit="messages"),
     Option("auto_create_topics", bool, True, "create unknown topics on first append"),

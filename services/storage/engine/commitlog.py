@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from services.storage.engine.errors import DiskFullError, NotWritableError
 from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.queue_offsets import QueueOffsetTable
+from services.storage.engine.segment_files import unlock
 from services.storage.engine.segment_queue import SegmentQueue
 from tide.format import (
     BLANK_MARKER_BYTES,
@@ -174,6 +175,8 @@ class CommitLog:
         segment.wrote = position
         if segment.write_buffer is None:
             segment.committed = position
+        if segment.locked and segment.is_full:
+            unlock(segment)
 
     # -- reading -----------------------------------------------------------------
     def read_record(self, offset: int, size: int) -> DecodedRecord:

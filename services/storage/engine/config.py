@@ -36,7 +36,7 @@ class StoreConfig:
     commit_thorough_interval_ms: int = 200
     # Segment preparation off the append path.
     preallocate_enabled: bool = True
-    warm_segments_enabled: bool = False
+    warm_segments_enabled: bool = True
     allocation_timeout_ms: int = 5_000
     # Message limits.
     max_message_body_bytes: int = 4 * MIB

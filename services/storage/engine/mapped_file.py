@@ -46,6 +46,7 @@ class MappedFile:
         self.last_store_timestamp_ms = 0
         # Write buffer from the pool; None when appends go straight to the mapping.
         self.write_buffer: bytearray | None = None
+        self.locked = False  # mlock'ed by warm-up
         # Commit and flush can be called from two threads (commit service and group
         # commit); a position must never move backwards.
         self._commit_lock = threading.Lock()
@@ -54,6 +55,10 @@ class MappedFile:
         self._holds_lock = threading.Lock()
         self._destroy_requested_at: float | None = None
         self.closed = False
+
+    @property
+    def fileno(self) -> int:
+        return self._fd
 
     # -- positions ---------------------------------------------------------------
     @property
