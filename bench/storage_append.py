@@ -13,7 +13,10 @@ Cases (each for every message size, batch size and flush mode asked for):
 * ``grpc``: a real storage process; an asyncio client with ``--inflight`` calls in
   flight (SYNC: ``--sync-callers``), the same request object sent again and again.
 
-Latency is per call (one batch). Results go to stdout as a Markdown table and to
+Each case starts on a fresh store, makes one call, then waits ``--settle-s`` so the
+allocator has prepared (and warmed) the next segment: the steady state of a running
+broker, where a segment is ready long before it is needed. Latency is per call (one
+batch). Results go to stdout as a Markdown table and to
 ``bench/results/storage_append.json``.
 """
 
@@ -145,6 +148,7 @@ def bench_inproc(
                 durable.result(timeout_s)
 
         put()  # warm-up: first segment, caches
+        time.sleep(args.settle_s)  # steady state: the next segment is prepared
         lat, wall = run_threads(callers, args.duration_s, put)
         results.append(summarize("inproc-store", flush, size, batch, callers, lat, wall))
         if flush == "async":
@@ -155,23 +159,27 @@ def bench_inproc(
 
 
 @contextmanager
-def storage_process(root: Path, flush: str) -> Iterator[str]:
+def storage_process(root: Path, flush: str | None) -> Iterator[str]:
+    """A storage service on a fresh store; ``flush=None``: the bare echo instead."""
     shutil.rmtree(root, ignore_errors=True)
     ready = root.with_suffix(".ready")
     ready.unlink(missing_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "services.storage",
-        "--store-dir",
-        str(root),
-        "--listen",
-        "127.0.0.1:0",
-        "--flush",
-        flush,
-        "--log-level",
-        "warning",
-    ]
+    if flush is None:
+        cmd = [sys.executable, "-m", "bench.echo_server", str(ready)]
+    else:
+        cmd = [
+            sys.executable,
+            "-m",
+            "services.storage",
+            "--store-dir",
+            str(root),
+            "--listen",
+            "127.0.0.1:0",
+            "--flush",
+            flush,
+            "--log-level",
+            "warning",
+        ]
     proc = subprocess.Popen(cmd, env={**os.environ, "TIDE_READY_FILE": str(ready)})
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -188,11 +196,12 @@ def storage_process(root: Path, flush: str) -> Iterator[str]:
 
 
 async def grpc_clients(
-    address: str, request: pb.AppendRequest, callers: int, duration_s: float
+    address: str, request: pb.AppendRequest, callers: int, duration_s: float, settle_s: float
 ) -> tuple[list[float], float]:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.StorageStub(channel)
-        await stub.Append(request)  # warm-up
+        await stub.Append(request)  # warm-up: first segment, caches
+        await asyncio.sleep(settle_s)  # steady state: the next segment is prepared
         latencies: list[float] = []
         deadline = time.perf_counter() + duration_s
 
@@ -210,7 +219,22 @@ async def grpc_clients(
 def bench_grpc(
     root: Path, flush: str, size: int, batch: int, args: argparse.Namespace
 ) -> list[Result]:
+    results = []
+    if flush == "async":  # the baseline, once per shape
+        results += _grpc_case("grpc-echo", root, None, size, batch, args.inflight, args)
     callers = args.sync_callers if flush == "sync" else args.inflight
+    return [*results, *_grpc_case("grpc", root, flush, size, batch, callers, args)]
+
+
+def _grpc_case(
+    case: str,
+    root: Path,
+    flush: str | None,
+    size: int,
+    batch: int,
+    callers: int,
+    args: argparse.Namespace,
+) -> list[Result]:
     body = os.urandom(size)
     request = pb.AppendRequest(
         messages=[
@@ -219,8 +243,10 @@ def bench_grpc(
         ]
     )
     with storage_process(root, flush) as address:
-        lat, wall = asyncio.run(grpc_clients(address, request, callers, args.duration_s))
-    return [summarize("grpc", flush, size, batch, callers, lat, wall)]
+        lat, wall = asyncio.run(
+            grpc_clients(address, request, callers, args.duration_s, args.settle_s)
+        )
+    return [summarize(case, flush or "-", size, batch, callers, lat, wall)]
 
 
 def table(results: list[Result]) -> str:
@@ -245,6 +271,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration-s", type=float, default=3.0, help="per case, seconds")
     parser.add_argument("--inflight", type=int, default=1, help="gRPC calls in flight (async)")
     parser.add_argument("--sync-callers", type=int, default=16, help="concurrent SYNC callers")
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=4.0,
+        help="pause after the first call so the next segment is prepared (steady state)",
+    )
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     return parser.parse_args(argv)
 
@@ -260,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
                     results += bench_inproc(scratch / "store", flush, size, batch, args)
                 if args.only in (None, "grpc"):
                     results += bench_grpc(scratch / "grpc-store", flush, size, batch, args)
-                print(table(results[-3:]).splitlines()[-1], file=sys.stderr, flush=True)
+                print(table(results).splitlines()[-1], file=sys.stderr, flush=True)
     print(table(results))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     machine = {

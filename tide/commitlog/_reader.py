@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tide.commitlog._layout import SegmentFile, open_segments
-from tide.commitlog._mapped import data_end, find_resume, is_zero, map_segment
-from tide.format import DecodedRecord, ScanKind, decode_record, scan_record
+from tide.commitlog._mapped import find_resume, is_zero, map_segment
+from tide.format import DecodedRecord, ScanKind, data_end, decode_record, scan_record
 
 
 @dataclass(frozen=True, slots=True)

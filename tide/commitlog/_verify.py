@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from tide.commitlog._layout import CommitlogLayout, scan_layout
-from tide.commitlog._mapped import data_end, find_resume, is_zero, map_segment
+from tide.commitlog._mapped import find_resume, is_zero, map_segment
 from tide.commitlog._reader import TornTail
-from tide.format import ScanKind, scan_record
+from tide.format import ScanKind, data_end, scan_record
 
 MAX_FINDINGS = 1000
 PROGRESS_STEP_BYTES = 1 << 20

@@ -45,7 +45,7 @@ from tide.format._record import (
     store_timestamp_pos,
     write_blank,
 )
-from tide.format._resync import find_next_record
+from tide.format._resync import data_end, find_blank_marker, find_data_after, find_next_record
 from tide.format._segments import parse_segment_name, segment_name
 
 __all__ = [
@@ -77,10 +77,13 @@ __all__ = [
     "RecordError",
     "ScanKind",
     "ScanResult",
+    "data_end",
     "decode_properties",
     "decode_record",
     "encode_properties",
     "encode_record",
+    "find_blank_marker",
+    "find_data_after",
     "find_next_record",
     "is_queue_less",
     "make_msg_id",

@@ -1,10 +1,12 @@
 """Telling a torn tail from corruption.
 
 After a crash, the bytes past the last complete record are a *torn tail*: a clean end.
-An invalid record that is followed by valid data is *corruption* and must be reported.
-:func:`find_next_record` looks for that valid data: a magic number at a position whose
-record is complete, passes its CRC and names its own position in ``physical_offset``
-(so a stray byte pattern inside a body cannot pass).
+An invalid spot followed by valid data is *corruption* and must be reported. Valid data
+is: a record found by its magic number that is complete, passes its CRC and names its own
+position in ``physical_offset`` (so a stray byte pattern inside a body cannot pass); a
+blank marker whose size reaches exactly to the segment end; or, in a later segment, any
+non-zero byte. Recovery (storage) and ``tide store verify`` both decide with
+:func:`find_data_after`, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,15 +14,24 @@ from __future__ import annotations
 import mmap
 import struct
 
-from tide.format._record import MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, ScanKind, scan_record
+from tide.format._record import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC_V1,
+    MESSAGE_MAGIC_V2,
+    ScanKind,
+    scan_record,
+)
 
-_MAGICS = tuple(struct.pack(">i", m) for m in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2))
+Searchable = bytes | bytearray | mmap.mmap
+_I32 = struct.Struct(">i")
+_MAGICS = tuple(_I32.pack(m) for m in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2))
+_BLANK_MAGIC_BYTES = _I32.pack(BLANK_MAGIC)
 MAX_RESYNC_CANDIDATES = 100_000
+MAX_BLANK_CANDIDATES = 10_000
+ZERO_CHUNK_BYTES = 1 << 20
 
 
-def find_next_record(
-    buf: bytes | bytearray | mmap.mmap, start: int, limit: int, base_offset: int
-) -> int:
+def find_next_record(buf: Searchable, start: int, limit: int, base_offset: int) -> int:
     """Position (relative to ``buf``) of the first valid record after ``start``, or -1.
 
     ``base_offset`` is the commitlog offset of ``buf[0]``. Looks at no more than
@@ -42,3 +53,43 @@ def find_next_record(
         checked += 1
         positions[magic] = find(magic, magic_pos + 1, limit)
     return -1
+
+
+def find_blank_marker(buf: Searchable, start: int, limit: int) -> int:
+    """Position of a blank marker after ``start`` whose size reaches ``limit`` exactly, or
+    -1. Looks at no more than :data:`MAX_BLANK_CANDIDATES` candidates."""
+    magic_pos = buf.find(_BLANK_MAGIC_BYTES, start + 1, limit)
+    for _ in range(MAX_BLANK_CANDIDATES):
+        if magic_pos < 0:
+            return -1
+        marker = magic_pos - 4
+        if marker > start and _I32.unpack(buf[marker:magic_pos])[0] == limit - marker:
+            return marker
+        magic_pos = buf.find(_BLANK_MAGIC_BYTES, magic_pos + 1, limit)
+    return -1
+
+
+def data_end(buf: Searchable, start: int, end: int) -> int:
+    """One past the last non-zero byte of ``buf[start:end]``, or ``start`` if all zero."""
+    pos = end
+    while pos > start:
+        n = min(ZERO_CHUNK_BYTES, pos - start)
+        stripped = len(buf[pos - n : pos].rstrip(b"\0"))
+        if stripped:
+            return pos - n + stripped
+        pos -= n
+    return start
+
+
+def find_data_after(
+    buf: Searchable, pos: int, limit: int, base_offset: int
+) -> tuple[int, str] | None:
+    """Valid data after a bad spot at ``buf[pos]`` in the same segment: (position, what),
+    or None. (Later segments: the caller checks them for any non-zero byte.)"""
+    found = find_next_record(buf, pos, limit, base_offset)
+    if found >= 0:
+        return found, f"a valid record follows at {base_offset + found}"
+    blank = find_blank_marker(buf, pos, limit)
+    if blank >= 0:
+        return blank, f"a blank marker follows at {base_offset + blank}"
+    return None

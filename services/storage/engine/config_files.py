@@ -34,6 +34,8 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
+from services.storage.engine.fsync import fsync_dir
+
 _log = logging.getLogger("tide.storage.config")
 
 MAX_CONFIG_FILE_BYTES = 1 << 30
@@ -76,7 +78,7 @@ def write_json_atomically(path: Path, obj: object) -> None:
     _write_synced(tmp, data)
     _keep_backup(path)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     _remember_good(path)
 
 
@@ -197,14 +199,6 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 def _parses(path: Path) -> bool:
     _obj, problem = _try_load(path, MAX_CONFIG_FILE_BYTES)
     return problem is None
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _identity(path: Path) -> _FileIdentity:

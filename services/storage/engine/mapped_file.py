@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from services.storage.engine.config import PAGE_BYTES
-from tide.format import segment_name
+from tide.format import data_end, segment_name
 
 log = logging.getLogger("tide.storage.mapped_file")
 
@@ -117,15 +117,7 @@ class MappedFile:
 
     def data_extent(self) -> int:
         """Position just past the last non-zero byte of the file."""
-        chunk_bytes = 1 << 20
-        end = self.size_bytes
-        while end > 0:
-            start = max(0, end - chunk_bytes)
-            chunk = self.mm[start:end]
-            if any(chunk):
-                return start + len(chunk.rstrip(b"\0"))
-            end = start
-        return 0
+        return data_end(self.mm, 0, self.size_bytes)
 
     def zero_from(self, position: int) -> int:
         """Zero the file from ``position`` (a truncated tail must not be mistaken for

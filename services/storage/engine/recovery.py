@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.queue_offsets import QueueOffsetTable, Snapshot
-from tide.format import Checkpoint, ScanKind, find_next_record, is_queue_less, scan_record
+from tide.format import Checkpoint, ScanKind, find_data_after, is_queue_less, scan_record
 
 log = logging.getLogger("tide.storage.recovery")
 CHECKPOINT_SAFETY_MS = 3_000
@@ -132,8 +132,8 @@ def _classify_stop(
     later = _later_data(segments, index, pos)
     if later is not None:
         report.corruption.append(
-            f"{reason or 'invalid bytes'} at offset {offset}, but a valid record follows at "
-            f"{later}: {later - offset} bytes and everything after are cut off"
+            f"{reason or 'no record (zeros)'} at offset {offset}, but {later[1]}: "
+            f"{later[0] - offset} bytes and everything after are cut off"
         )
     elif offset < durable_offset:
         report.corruption.append(
@@ -145,16 +145,16 @@ def _classify_stop(
         log.info("torn tail at offset %d (%s): a clean end after a crash", offset, reason)
 
 
-def _later_data(segments: list[MappedFile], index: int, pos: int) -> int | None:
-    """Offset of a valid record after ``pos``, in this segment or a later one."""
+def _later_data(segments: list[MappedFile], index: int, pos: int) -> tuple[int, str] | None:
+    """Valid data after ``pos``: in this segment, or any non-zero byte in a later one
+    (the rule ``tide store verify`` applies too)."""
     segment = segments[index]
-    found = find_next_record(segment.mm, pos, segment.size_bytes, segment.start_offset)
-    if found >= 0:
-        return segment.start_offset + found
+    found = find_data_after(segment.mm, pos, segment.size_bytes, segment.start_offset)
+    if found is not None:
+        return segment.start_offset + found[0], found[1]
     for later in segments[index + 1 :]:
-        first = scan_record(later.mm, 0, later.size_bytes, expected_offset=later.start_offset)
-        if first.kind is ScanKind.RECORD:
-            return later.start_offset
+        if later.data_extent():
+            return later.start_offset, f"segment {later.path.name} holds data"
     return None
 
 

@@ -23,6 +23,7 @@ import mmap
 import os
 from pathlib import Path
 
+from services.storage.engine.fsync import fsync_dir
 from services.storage.engine.mapped_file import MappedFile
 from tide.format import segment_name
 
@@ -46,7 +47,7 @@ def create_segment(
     finally:
         os.close(fd)
     os.rename(tmp, path)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     segment = MappedFile(path, start_offset, size_bytes)
     if warm:
         warm_up(segment)
@@ -70,14 +71,6 @@ def unlock(segment: MappedFile) -> None:
     if segment.locked and not segment.closed:
         _mlock(segment, lock=False)
         segment.locked = False
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 MADV_POPULATE_WRITE = 23  # linux/mman.h; not in Python's mmap module

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from services.storage.engine.errors import StoreLockedError
+from services.storage.engine.fsync import fsync_dir
 
 LOCK_FILE = "lock"
 ABORT_FILE = "abort"
@@ -57,18 +58,10 @@ def create_abort_file(store_dir: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(store_dir)
+    fsync_dir(store_dir)
 
 
 def remove_abort_file(store_dir: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         (store_dir / ABORT_FILE).unlink()
-    _fsync_dir(store_dir)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(store_dir)
