@@ -7,11 +7,10 @@ pages are dirty, and everything every ``flush_thorough_interval_ms``. The sync i
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from services.storage.engine.segment_queue import SegmentQueue
-from services.storage.engine.service_thread import ServiceThread
+from services.storage.engine.service_thread import PagePolicy, ServiceThread
 
 FINAL_FLUSH_ATTEMPTS = 10
 
@@ -31,20 +30,13 @@ class AsyncFlushService(ServiceThread):
     ) -> None:
         super().__init__(interval_ms / 1000)
         self._segments = segments
-        self._least_pages = least_pages
-        self._thorough_interval_s = thorough_interval_ms / 1000
-        self._last_thorough = time.monotonic()
+        self._pages = PagePolicy(least_pages, thorough_interval_ms)
         self._last_store_timestamp_ms = last_store_timestamp_ms
         self._on_flushed = on_flushed
         self.flush_count = 0
 
     def run_once(self) -> None:
-        now = time.monotonic()
-        least = self._least_pages
-        if now - self._last_thorough >= self._thorough_interval_s:
-            least = 0
-            self._last_thorough = now
-        self.flush(least)
+        self.flush(self._pages.least_pages_now())
 
     def flush(self, least_pages: int) -> None:
         timestamp = self._last_store_timestamp_ms()

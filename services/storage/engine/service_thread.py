@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 
 class ServiceThread:
@@ -56,3 +57,20 @@ class ServiceThread:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 self.log.error("%s did not stop within %.0f s", self.name, timeout_s)
+
+
+class PagePolicy:
+    """RocketMQ's "at least N pages, everything every T ms" rule for flush and commit."""
+
+    def __init__(self, least_pages: int, thorough_interval_ms: int) -> None:
+        self._least_pages = least_pages
+        self._thorough_interval_s = thorough_interval_ms / 1000
+        self._last_thorough = time.monotonic()
+
+    def least_pages_now(self) -> int:
+        """``least_pages``, or 0 (any dirty byte) when a thorough round is due."""
+        now = time.monotonic()
+        if now - self._last_thorough >= self._thorough_interval_s:
+            self._last_thorough = now
+            return 0
+        return self._least_pages

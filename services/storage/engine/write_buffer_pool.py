@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 
 from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.segment_queue import SegmentQueue
-from services.storage.engine.service_thread import ServiceThread
+from services.storage.engine.service_thread import PagePolicy, ServiceThread
 
 
 class WriteBufferPool:
@@ -64,18 +63,11 @@ class CommitService(ServiceThread):
         super().__init__(interval_ms / 1000)
         self._segments = segments
         self._pool = pool
-        self._least_pages = least_pages
-        self._thorough_interval_s = thorough_interval_ms / 1000
-        self._last_thorough = time.monotonic()
+        self._pages = PagePolicy(least_pages, thorough_interval_ms)
         self._flusher = on_committed
 
     def run_once(self) -> None:
-        now = time.monotonic()
-        least = self._least_pages
-        if now - self._last_thorough >= self._thorough_interval_s:
-            least = 0
-            self._last_thorough = now
-        self.commit(least)
+        self.commit(self._pages.least_pages_now())
 
     def commit(self, least_pages: int) -> None:
         if self._segments.commit(least_pages) and self._flusher is not None:
