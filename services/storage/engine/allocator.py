@@ -75,6 +75,11 @@ class SegmentAllocator:
         self._schedule(start_offset + self._size_bytes)
         return segment
 
+    def prepare(self, start_offset: int) -> None:
+        """Create the segment at ``start_offset`` ahead of need (at open, so the first
+        roll after a restart finds it ready)."""
+        self._schedule(start_offset)
+
     def _schedule(self, start_offset: int) -> None:
         with self._lock:
             if self._stopped or start_offset in self._pending or not self._thread.is_alive():

@@ -7,12 +7,15 @@ only the commitlog, so the logics and index timestamps it writes equal the physi
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
 
+from services.storage.engine.fsync import fsync_dir
 from tide.format import CHECKPOINT_FILE_BYTES, Checkpoint
 
+log = logging.getLogger("tide.storage.checkpoint")
 CHECKPOINT_FILE = "checkpoint"
 
 
@@ -27,6 +30,11 @@ class StoreCheckpoint:
         if not self.path.exists():
             return Checkpoint()
         data = self.path.read_bytes()
+        if not data:
+            # Only an OS crash between create and first write can leave this (the file is
+            # created atomically now); recovery then starts from the first segment.
+            log.warning("%s is empty; treating it as absent", self.path)
+            return Checkpoint()
         if len(data) != CHECKPOINT_FILE_BYTES:
             raise ValueError(f"{self.path} is {len(data)} bytes, expected {CHECKPOINT_FILE_BYTES}")
         return Checkpoint.unpack(data)
@@ -49,11 +57,22 @@ class StoreCheckpoint:
             value = self.value
         if value == self._written and self.path.exists():
             return False
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, value.pack(), 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self.path.exists():
+            _write_synced(self.path, value.pack(), os.O_RDWR)  # one page, in place
+        else:  # first time: whole or not at all
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            _write_synced(tmp, value.pack(), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            os.rename(tmp, self.path)
+            fsync_dir(self.path.parent)
         self._written = value
         return True
+
+
+def _write_synced(path: Path, data: bytes, flags: int) -> None:
+    fd = os.open(path, flags, 0o644)
+    try:
+        written = os.pwrite(fd, data, 0)
+        assert written == len(data), (written, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -105,7 +105,7 @@ class CommitLog:
         if self.refuse_reason is not None:
             raise NotWritableError(self.refuse_reason)
 
-    def _writable_segment(self) -> MappedFile:
+    def writable_segment(self) -> MappedFile:
         """The segment holding the write position (created if it does not exist yet)."""
         offset = self.segments.max_offset
         segment = self.segments.find(offset)
@@ -120,7 +120,7 @@ class CommitLog:
     def _append_locked(self, records: Sequence[EncodedRecord]) -> AppendBatch:
         now = max(self._clock_ms(), self._last_store_timestamp_ms)
         self._ensure_room(records)
-        segment = self._writable_segment()
+        segment = self.writable_segment()
         target, pos, limit = segment.write_target, segment.wrote, segment.size_bytes
         base = segment.start_offset
         table = self.offsets.next_offsets
@@ -156,7 +156,7 @@ class CommitLog:
     def _ensure_room(self, records: Sequence[EncodedRecord]) -> None:
         """Create every segment this batch will need before writing any byte, so that a
         failure to create one (disk full) leaves nothing half-written."""
-        segment = self._writable_segment()
+        segment = self.writable_segment()
         pos, limit = segment.wrote, segment.size_bytes
         next_start = segment.end_offset
         for rec in records:

@@ -141,6 +141,7 @@ class MessageStore:
             attach_write_buffer=self.pool.attach if self.pool else None,
         )
         self._start_threads()
+        self._prepare_segments()
         create_abort_file(cfg.store_dir)
         log.info(
             "store %s open: offsets [%d, %d), %d segment(s), %d topic(s)",
@@ -165,32 +166,47 @@ class MessageStore:
         assert end == report.end_offset or not self.segments.segments, (end, report)
         write_snapshot(self.config.store_dir, Snapshot(end, end, dict(offsets.next_offsets)))
 
-    def _start_threads(self) -> None:
+    def _prepare_segments(self) -> None:
+        """Have the segment being written and the next one ready before the first append:
+        creating (and warming) one on the append path would stall it."""
+        last = self.segments.last()
+        if last is None or last.is_full:
+            with self.commitlog.lock:
+                self.commitlog.writable_segment()  # creates it and schedules the next
+        else:
+            self.allocator.prepare(last.end_offset)
+
+    def _last_store_timestamp_ms(self) -> int:
+        return self.commitlog.last_store_timestamp_ms
+
+    def _make_flusher(self) -> ServiceThread:
+        """Group commit (SYNC_FLUSH) or the interval flush thread (ASYNC_FLUSH)."""
         cfg = self.config
-        self.allocator.start()
-        timestamp = lambda: self.commitlog.last_store_timestamp_ms  # noqa: E731
         on_flushed = self.checkpoint.set_physic_timestamp
         self.group_commit: GroupCommitService | None = None
-        flusher: ServiceThread
         if cfg.flush_mode is FlushMode.SYNC:
             self.group_commit = GroupCommitService(
                 self.segments,
                 commit_first=self.pool is not None,
-                last_store_timestamp_ms=timestamp,
+                last_store_timestamp_ms=self._last_store_timestamp_ms,
                 on_flushed=on_flushed,
             )
-            flusher = self.group_commit
-        else:
-            flusher = AsyncFlushService(
-                self.segments,
-                interval_ms=cfg.flush_interval_ms,
-                least_pages=cfg.flush_least_pages,
-                thorough_interval_ms=cfg.flush_thorough_interval_ms,
-                last_store_timestamp_ms=timestamp,
-                on_flushed=on_flushed,
-            )
-        self.flusher = flusher
-        # Stop order matters: committer before flusher before checkpoint.
+            return self.group_commit
+        return AsyncFlushService(
+            self.segments,
+            interval_ms=cfg.flush_interval_ms,
+            least_pages=cfg.flush_least_pages,
+            thorough_interval_ms=cfg.flush_thorough_interval_ms,
+            last_store_timestamp_ms=self._last_store_timestamp_ms,
+            on_flushed=on_flushed,
+        )
+
+    def _start_threads(self) -> None:
+        """Start the background threads; ``self._threads`` is in stop order: committer,
+        flusher, checkpoint, retention."""
+        cfg = self.config
+        self.allocator.start()
+        self.flusher = self._make_flusher()
         if self.pool is not None:
             self._threads.append(
                 CommitService(
@@ -199,10 +215,9 @@ class MessageStore:
                     interval_ms=cfg.commit_interval_ms,
                     least_pages=cfg.commit_least_pages,
                     thorough_interval_ms=cfg.commit_thorough_interval_ms,
-                    on_committed=flusher,
+                    on_committed=self.flusher,
                 )
             )
-        self._threads.append(flusher)
         self.checkpoint_service = CheckpointService(
             cfg.store_dir,
             self.commitlog,
@@ -211,12 +226,9 @@ class MessageStore:
             interval_ms=cfg.checkpoint_interval_ms,
         )
         self.retention = RetentionService(
-            self.commitlog,
-            cfg,
-            usage_ratio=self._usage_ratio,
-            **({"clock_s": self._clock_s} if self._clock_s else {}),
+            self.commitlog, cfg, usage_ratio=self._usage_ratio, clock_s=self._clock_s
         )
-        self._threads += [self.checkpoint_service, self.retention]
+        self._threads += [self.flusher, self.checkpoint_service, self.retention]
         for thread in self._threads:
             thread.start()
         self.retention.run_once()  # measure the disk before the first append

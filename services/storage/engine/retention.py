@@ -45,13 +45,13 @@ class RetentionService(ServiceThread):
         config: StoreConfig,
         *,
         usage_ratio: Callable[[], float] | None = None,
-        clock_s: Callable[[], float] = time.time,
+        clock_s: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(config.cleanup_interval_ms / 1000)
         self._commitlog = commitlog
         self._config = config
         self._usage_ratio = usage_ratio or (lambda: disk_usage_ratio(config.commitlog_dir))
-        self._clock_s = clock_s
+        self._clock_s = clock_s or time.time
         self._doomed: list[MappedFile] = []
         self.last_ratio = 0.0
         self.deleted_segments = 0

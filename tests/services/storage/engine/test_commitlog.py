@@ -392,7 +392,7 @@ def test_empty_store_status(make_store: StoreFactory) -> None:
     status = store.status()
     assert (status.min_offset, status.max_offset) == (0, 0)
     assert (status.committed_offset, status.flushed_offset) == (0, 0)
-    assert status.segment_count == 0
+    assert status.segment_count == 1  # prepared at open, empty
     assert status.writable
     assert status.topic_count == 0
     assert status.disk_usage_ratio == 0.10
