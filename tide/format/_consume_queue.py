@@ -1,0 +1,108 @@
+"""Consume queue entries (docs/formats.md, "Consume queue").
+
+One logical file per (topic, queue_id): entry ``n`` (the queue offset) lives at byte
+``n * 20``. The logical file is cut into segments of ``entries_per_segment`` entries
+(default 300,000, so 6,000,000 bytes), each named by the 20-digit start *byte* offset in
+the logical file (``00000000000006000000`` is the second default segment).
+
+Entry, big-endian: ``commitlog_offset:i64 size:i32 tags_code:i64`` (RocketMQ
+``ConsumeQueue.putMessagePositionInfo``: ``putLong(offset); putInt(size); putLong(tagsCode)``).
+Unwritten bytes are zeros. RocketMQ's recovery keeps an entry while ``offset >= 0 && size > 0``
+and stops at the first other one, so an all-zero entry is the end of the queue.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from typing import NamedTuple, TypeAlias
+
+from tide.format._record import Buffer
+from tide.format._segments import segment_name
+
+# What entries and index slots are written to: a file's mmap, or a bytearray in tests.
+WritableBuffer: TypeAlias = bytearray | memoryview | mmap.mmap
+
+ENTRY_BYTES = 20
+DEFAULT_ENTRIES_PER_SEGMENT = 300_000
+DEFAULT_SEGMENT_BYTES = DEFAULT_ENTRIES_PER_SEGMENT * ENTRY_BYTES  # 6,000,000
+# ConsumeQueue.fillPreBlank pads a queue whose first segment starts mid-segment with
+# entries (0, Integer.MAX_VALUE, 0) up to the first real entry.
+PRE_BLANK_SIZE = 0x7FFFFFFF
+
+_ENTRY = struct.Struct(">qiq")
+assert _ENTRY.size == ENTRY_BYTES
+
+
+class ConsumeQueueEntry(NamedTuple):
+    commitlog_offset: int
+    size: int
+    tags_code: int
+
+
+def pack_entry(commitlog_offset: int, size: int, tags_code: int) -> bytes:
+    """The 20 bytes of one entry."""
+    return _ENTRY.pack(commitlog_offset, size, tags_code)
+
+
+def pack_entry_into(
+    buf: WritableBuffer, pos: int, commitlog_offset: int, size: int, tags_code: int
+) -> None:
+    """Write one entry at ``pos`` of a writable buffer (a segment's mmap or a bytearray)."""
+    _ENTRY.pack_into(buf, pos, commitlog_offset, size, tags_code)
+
+
+def unpack_entry(buf: Buffer, pos: int = 0) -> ConsumeQueueEntry:
+    """The entry at ``pos`` (raises struct.error when fewer than 20 bytes remain)."""
+    return ConsumeQueueEntry(*_ENTRY.unpack_from(buf, pos))
+
+
+PRE_BLANK_ENTRY = pack_entry(0, PRE_BLANK_SIZE, 0)
+
+
+def entry_is_written(entry: ConsumeQueueEntry) -> bool:
+    """RocketMQ's recovery test (``offset >= 0 && size > 0``); false for an all-zero entry."""
+    return entry.commitlog_offset >= 0 and entry.size > 0
+
+
+def consume_queue_segment_bytes(entries_per_segment: int = DEFAULT_ENTRIES_PER_SEGMENT) -> int:
+    assert entries_per_segment > 0, entries_per_segment
+    return entries_per_segment * ENTRY_BYTES
+
+
+def logical_position(queue_offset: int) -> int:
+    """Byte offset of entry ``queue_offset`` in the queue's logical file."""
+    assert queue_offset >= 0, queue_offset
+    return queue_offset * ENTRY_BYTES
+
+
+def segment_start_for(
+    queue_offset: int, entries_per_segment: int = DEFAULT_ENTRIES_PER_SEGMENT
+) -> int:
+    """Start byte offset (= file name) of the segment that holds entry ``queue_offset``."""
+    size = consume_queue_segment_bytes(entries_per_segment)
+    pos = logical_position(queue_offset)
+    return pos - pos % size
+
+
+def position_in_segment(
+    queue_offset: int, entries_per_segment: int = DEFAULT_ENTRIES_PER_SEGMENT
+) -> int:
+    """Byte position of entry ``queue_offset`` inside its segment file."""
+    pos = logical_position(queue_offset) % consume_queue_segment_bytes(entries_per_segment)
+    assert pos % ENTRY_BYTES == 0, pos
+    return pos
+
+
+def consume_queue_segment_name(
+    queue_offset: int, entries_per_segment: int = DEFAULT_ENTRIES_PER_SEGMENT
+) -> str:
+    """The 20-digit file name of the segment that holds entry ``queue_offset``."""
+    return segment_name(segment_start_for(queue_offset, entries_per_segment))
+
+
+def first_queue_offset(segment_start: int) -> int:
+    """Queue offset of the first entry of the segment starting at byte ``segment_start``."""
+    if segment_start < 0 or segment_start % ENTRY_BYTES:
+        raise ValueError(f"consume queue segment start {segment_start} is not a multiple of 20")
+    return segment_start // ENTRY_BYTES

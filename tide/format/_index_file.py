@@ -1,0 +1,321 @@
+"""The index file: a hash map from message key to commitlog offset, chained on disk.
+
+docs/formats.md, "Index file". Big-endian, three regions::
+
+    header   40 bytes  begin_timestamp:i64 end_timestamp:i64 begin_phy_offset:i64
+                       end_phy_offset:i64 hash_slot_count:i32 index_count:i32
+    slots    slot_count x i32            number of the newest entry of the slot, 0 = empty
+    entries  max_entries x 20 bytes      key_hash:i32 phy_offset:i64 time_diff_s:i32
+                                         prev_entry_number:i32
+
+Entry numbers start at 1: number 0 means "none" in slots and in ``prev_entry_number``, so
+entry 0's 20 bytes are never written and a file holds at most ``max_entries - 1`` entries.
+``index_count`` is the number the next entry will get; a fresh (all-zero) file reads as 1,
+as RocketMQ's ``IndexHeader.load`` does.
+
+:func:`put_key` and :func:`select_phy_offsets` are RocketMQ's ``IndexFile.putKey`` and
+``IndexFile.selectPhyOffset`` as pure functions over a buffer (the file's mmap, or a
+bytearray), which hold no state of their own: the header is read from the buffer on every
+call, so one writer at a time. The key they take is the full index key, ``topic + "#" + key``
+(``IndexService.buildKey``; see :func:`index_key`). Only the key's hash is stored, so a
+match must still be checked against the message's real keys.
+
+Index files are named by their creation time, ``yyyyMMddHHmmssSSS`` in local time
+(``UtilAll.timeMillisToHumanString``), so names sort in creation order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tide.format._consume_queue import WritableBuffer
+from tide.format._javahash import index_key_hash
+from tide.format._record import Buffer
+
+INDEX_HEADER_BYTES = 40
+HASH_SLOT_BYTES = 4
+INDEX_ENTRY_BYTES = 20
+DEFAULT_INDEX_SLOT_COUNT = 5_000_000
+DEFAULT_INDEX_MAX_ENTRIES = 20_000_000
+INVALID_INDEX = 0  # IndexFile.invalidIndex: "no entry"
+INT_MAX = 0x7FFFFFFF
+INDEX_FILE_NAME_DIGITS = 17
+
+_HEADER = struct.Struct(">qqqqii")
+_SLOT = struct.Struct(">i")
+_ENTRY = struct.Struct(">iqii")
+_I64 = struct.Struct(">q")
+# Header field positions (IndexHeader.*Index).
+_BEGIN_TIMESTAMP_POS = 0
+_END_TIMESTAMP_POS = 8
+_BEGIN_PHY_OFFSET_POS = 16
+_END_PHY_OFFSET_POS = 24
+assert _HEADER.size == INDEX_HEADER_BYTES
+assert _SLOT.size == HASH_SLOT_BYTES
+assert _ENTRY.size == INDEX_ENTRY_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class IndexGeometry:
+    """Slot and entry counts of an index file (RocketMQ: maxHashSlotNum, maxIndexNum)."""
+
+    slot_count: int = DEFAULT_INDEX_SLOT_COUNT
+    max_entries: int = DEFAULT_INDEX_MAX_ENTRIES
+
+    def __post_init__(self) -> None:
+        if self.slot_count <= 0:
+            raise ValueError(f"index slot count {self.slot_count} must be positive")
+        if self.max_entries <= 1:
+            raise ValueError(f"index max entries {self.max_entries} must be at least 2")
+        if self.file_bytes > INT_MAX:  # RocketMQ computes the file size as a Java int
+            raise ValueError(f"index file of {self.file_bytes} bytes exceeds 2^31 - 1")
+
+    @property
+    def entries_start(self) -> int:
+        return INDEX_HEADER_BYTES + self.slot_count * HASH_SLOT_BYTES
+
+    @property
+    def file_bytes(self) -> int:
+        return self.entries_start + self.max_entries * INDEX_ENTRY_BYTES
+
+    @property
+    def capacity(self) -> int:
+        """Entries a file can hold: numbers 1 .. max_entries - 1."""
+        return self.max_entries - 1
+
+    def slot_position(self, slot: int) -> int:
+        assert 0 <= slot < self.slot_count, slot
+        return INDEX_HEADER_BYTES + slot * HASH_SLOT_BYTES
+
+    def entry_position(self, number: int) -> int:
+        assert 0 <= number < self.max_entries, number
+        return self.entries_start + number * INDEX_ENTRY_BYTES
+
+
+class IndexHeader(NamedTuple):
+    begin_timestamp_ms: int = 0
+    end_timestamp_ms: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1  # the number the next entry gets
+
+
+class IndexEntry(NamedTuple):
+    key_hash: int
+    phy_offset: int
+    time_diff_s: int
+    prev_entry_number: int
+
+
+def pack_index_header(header: IndexHeader) -> bytes:
+    return _HEADER.pack(*header)
+
+
+def unpack_index_header(buf: Buffer) -> IndexHeader:
+    """The header's 40 bytes as they are (a fresh file has ``index_count`` 0)."""
+    return IndexHeader(*_HEADER.unpack_from(buf, 0))
+
+
+def read_index_header(buf: Buffer) -> IndexHeader:
+    """The header as RocketMQ loads it: an ``index_count`` of 0 or less reads as 1."""
+    header = unpack_index_header(buf)
+    return header if header.index_count > 0 else header._replace(index_count=1)
+
+
+def pack_index_entry(key_hash: int, phy_offset: int, time_diff_s: int, prev: int) -> bytes:
+    return _ENTRY.pack(key_hash, phy_offset, time_diff_s, prev)
+
+
+def unpack_index_entry(buf: Buffer, pos: int) -> IndexEntry:
+    return IndexEntry(*_ENTRY.unpack_from(buf, pos))
+
+
+def read_slot(buf: Buffer, geometry: IndexGeometry, slot: int) -> int:
+    """The raw slot value (not checked against the header)."""
+    value: int = _SLOT.unpack_from(buf, geometry.slot_position(slot))[0]
+    return value
+
+
+def slot_for(key_hash: int, slot_count: int) -> int:
+    """``keyHash % hashSlotNum`` (key hashes are never negative)."""
+    assert key_hash >= 0, key_hash
+    return key_hash % slot_count
+
+
+def index_key(topic: str, key: str) -> str:
+    """``IndexService.buildKey``: the string that is hashed for a message key."""
+    return f"{topic}#{key}"
+
+
+def _java_long_div(a: int, b: int) -> int:
+    """Java's ``/`` on longs: truncates toward zero (Python's ``//`` floors)."""
+    assert b > 0, b
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def time_diff_seconds(store_timestamp_ms: int, begin_timestamp_ms: int) -> int:
+    """The stored time of an entry, as ``putKey`` computes it from the header's begin time."""
+    if begin_timestamp_ms <= 0:
+        return 0
+    diff = _java_long_div(store_timestamp_ms - begin_timestamp_ms, 1000)
+    return min(max(diff, 0), INT_MAX)
+
+
+def init_index_header(buf: WritableBuffer, end_phy_offset: int, end_timestamp_ms: int) -> None:
+    """What ``new IndexFile(..., endPhyOffset, endTimestamp)`` writes into a fresh file.
+
+    A new file continues from the end of the previous (full) one: begin and end offsets and
+    timestamps are set to the previous file's end, each pair only when positive; the
+    counts stay 0. The first :func:`put_key` then replaces the begin values.
+    """
+    if end_phy_offset > 0:
+        _I64.pack_into(buf, _BEGIN_PHY_OFFSET_POS, end_phy_offset)
+        _I64.pack_into(buf, _END_PHY_OFFSET_POS, end_phy_offset)
+    if end_timestamp_ms > 0:
+        _I64.pack_into(buf, _BEGIN_TIMESTAMP_POS, end_timestamp_ms)
+        _I64.pack_into(buf, _END_TIMESTAMP_POS, end_timestamp_ms)
+
+
+def _check_size(buf: Buffer, geometry: IndexGeometry) -> None:
+    if len(buf) < geometry.file_bytes:
+        raise ValueError(f"index buffer of {len(buf)} bytes, geometry needs {geometry.file_bytes}")
+
+
+def is_index_full(header: IndexHeader, geometry: IndexGeometry) -> bool:
+    """``IndexFile.isWriteFull``: no entry number is left."""
+    return header.index_count >= geometry.max_entries
+
+
+def put_key(
+    buf: WritableBuffer,
+    geometry: IndexGeometry,
+    key: str,
+    phy_offset: int,
+    store_timestamp_ms: int,
+) -> bool:
+    """Add ``key`` (the full ``topic#key``) -> ``phy_offset``; False when the file is full.
+
+    Mirrors ``IndexFile.putKey``: the new entry (number ``index_count``) stores the key's
+    hash, the offset, its time in seconds after the header's begin time and the slot's old
+    value (0 unless that value is a valid entry number); the slot then points at the new
+    entry; the header's begin values are set by the first entry, ``hash_slot_count`` grows
+    when a slot goes from empty to used, ``index_count`` grows by one and the end values
+    become this entry's.
+    """
+    _check_size(buf, geometry)
+    header = read_index_header(buf)
+    if is_index_full(header, geometry):
+        return False
+    key_hash = index_key_hash(key)
+    slot_pos = geometry.slot_position(slot_for(key_hash, geometry.slot_count))
+    number = header.index_count
+    prev: int = _SLOT.unpack_from(buf, slot_pos)[0]
+    if prev <= INVALID_INDEX or prev > number:
+        prev = INVALID_INDEX
+    time_diff = time_diff_seconds(store_timestamp_ms, header.begin_timestamp_ms)
+    _ENTRY.pack_into(buf, geometry.entry_position(number), key_hash, phy_offset, time_diff, prev)
+    _SLOT.pack_into(buf, slot_pos, number)
+    _HEADER.pack_into(buf, 0, *_header_after_put(header, phy_offset, store_timestamp_ms, prev))
+    return True
+
+
+def _header_after_put(
+    header: IndexHeader, phy_offset: int, store_timestamp_ms: int, prev: int
+) -> IndexHeader:
+    first = header.index_count <= 1
+    return IndexHeader(
+        begin_timestamp_ms=store_timestamp_ms if first else header.begin_timestamp_ms,
+        end_timestamp_ms=store_timestamp_ms,
+        begin_phy_offset=phy_offset if first else header.begin_phy_offset,
+        end_phy_offset=phy_offset,
+        hash_slot_count=header.hash_slot_count + (1 if prev == INVALID_INDEX else 0),
+        index_count=header.index_count + 1,
+    )
+
+
+def select_phy_offsets(
+    buf: Buffer,
+    geometry: IndexGeometry,
+    key: str,
+    max_count: int,
+    begin_ms: int,
+    end_ms: int,
+) -> list[int]:
+    """Commitlog offsets indexed under ``key`` (the full ``topic#key``), newest first.
+
+    Mirrors ``IndexFile.selectPhyOffset``: walk the slot's chain, keep entries whose hash
+    equals the key's and whose time (``begin_timestamp + time_diff_s * 1000``) is inside
+    ``[begin_ms, end_ms]``; stop after ``max_count`` offsets, at an invalid ``prev_entry_number``
+    or one that does not go back, at a negative time diff, or at the first entry older than
+    ``begin_ms``. At most ``index_count`` entries are read, whatever the file holds.
+    Different keys share hashes: check each message's real keys.
+    """
+    _check_size(buf, geometry)
+    header = read_index_header(buf)
+    key_hash = index_key_hash(key)
+    number = read_slot(buf, geometry, slot_for(key_hash, geometry.slot_count))
+    if not _valid_number(number, header, geometry) or header.index_count <= 1:
+        return []
+    found: list[int] = []
+    # Hard limit: a well-formed chain visits each entry at most once.
+    for _ in range(min(header.index_count, geometry.max_entries)):
+        if len(found) >= max_count:
+            break
+        entry = unpack_index_entry(buf, geometry.entry_position(number))
+        if entry.time_diff_s < 0:
+            break
+        time_read = header.begin_timestamp_ms + entry.time_diff_s * 1000
+        if entry.key_hash == key_hash and begin_ms <= time_read <= end_ms:
+            found.append(entry.phy_offset)
+        prev = entry.prev_entry_number
+        # RocketMQ stops at ``prev == number``; a chain it wrote always goes to lower
+        # numbers, so stopping at ``prev >= number`` differs only on corrupt files, where
+        # it also stops a cycle (which RocketMQ would walk until max_count).
+        if not _valid_number(prev, header, geometry) or prev >= number or time_read < begin_ms:
+            break
+        number = prev
+    return found
+
+
+def _valid_number(number: int, header: IndexHeader, geometry: IndexGeometry) -> bool:
+    # RocketMQ: 0 < number <= index_count. The bound by max_entries only matters for a
+    # corrupt header; Java would read past the file, fail, and return what it had found.
+    return INVALID_INDEX < number <= header.index_count and number < geometry.max_entries
+
+
+def index_time_matched(header: IndexHeader, begin_ms: int, end_ms: int) -> bool:
+    """``IndexFile.isTimeMatched``: may this file hold entries in ``[begin_ms, end_ms]``?"""
+    begin, end = header.begin_timestamp_ms, header.end_timestamp_ms
+    return (begin_ms < begin and end_ms > end) or begin <= begin_ms <= end or begin <= end_ms <= end
+
+
+def index_file_name(timestamp_ms: int) -> str:
+    """``UtilAll.timeMillisToHumanString``: ``yyyyMMddHHmmssSSS`` in local time."""
+    seconds, millis = divmod(timestamp_ms, 1000)  # floors, as java.util.Calendar does
+    tm = time.localtime(seconds)
+    return (
+        f"{tm.tm_year:04d}{tm.tm_mon:02d}{tm.tm_mday:02d}"
+        f"{tm.tm_hour:02d}{tm.tm_min:02d}{tm.tm_sec:02d}{millis:03d}"
+    )
+
+
+def parse_index_file_name(name: str) -> int | None:
+    """The creation time (ms, local time) an index file name stands for, or None.
+
+    A name inside a daylight-saving fold is ambiguous; the earlier instant is returned.
+    """
+    if len(name) != INDEX_FILE_NAME_DIGITS or not (name.isascii() and name.isdigit()):
+        return None
+    year, month, day = int(name[0:4]), int(name[4:6]), int(name[6:8])
+    hour, minute, second = int(name[8:10]), int(name[10:12]), int(name[12:14])
+    try:
+        local = datetime.datetime(year, month, day, hour, minute, second)  # validates fields
+    except ValueError:
+        return None
+    return int(local.timestamp()) * 1000 + int(name[14:])
