@@ -15,8 +15,8 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.segment_files import create_segment
+from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.allocator")
 MAX_PENDING = 2

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from services.storage.engine.errors import DiskFullError, NotWritableError
-from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.queue_offsets import QueueOffsetTable
 from services.storage.engine.segment_files import unlock
 from services.storage.engine.segment_queue import SegmentQueue
@@ -32,6 +31,7 @@ from tide.format import (
     decode_record,
     write_blank,
 )
+from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.commitlog")
 # The fields patched under the lock (mirrors tide.format.patch_record, inlined for speed).

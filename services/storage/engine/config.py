@@ -6,9 +6,10 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from tide.mapped import PAGE_BYTES
+
 GIB = 1 << 30
 MIB = 1 << 20
-PAGE_BYTES = 4096
 
 
 class FlushMode(enum.Enum):

@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.queue_offsets import QueueOffsetTable, Snapshot
 from tide.format import Checkpoint, ScanKind, find_data_after, is_queue_less, scan_record
+from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.recovery")
 CHECKPOINT_SAFETY_MS = 3_000

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from services.storage.engine.commitlog import CommitLog
 from services.storage.engine.config import StoreConfig
-from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.service_thread import ServiceThread
+from tide.mapped import MappedFile
 
 
 def disk_usage_ratio(path: Path) -> float:

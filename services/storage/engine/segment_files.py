@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 
 from services.storage.engine.fsync import fsync_dir
-from services.storage.engine.mapped_file import MappedFile
 from tide.format import segment_name
+from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.segment_files")
 ALLOC_SUFFIX = ".alloc"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from services.storage.engine.allocator import SegmentAllocator
 from services.storage.engine.errors import CorruptStoreError
-from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.segment_files import remove_leftover_allocations
 from tide.format import parse_segment_name, segment_name
+from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.segment_queue")
 

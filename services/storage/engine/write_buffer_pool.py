@@ -13,9 +13,9 @@ from __future__ import annotations
 import collections
 import threading
 
-from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.segment_queue import SegmentQueue
 from services.storage.engine.service_thread import PagePolicy, ServiceThread
+from tide.mapped import MappedFile
 
 
 class WriteBufferPool:

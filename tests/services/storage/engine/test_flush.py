@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from services.storage.engine.config import FlushMode
-from services.storage.engine.mapped_file import MappedFile
 from services.storage.engine.message_store import MessageStore
 from tests.services.storage.engine.conftest import (
     TIMEOUT_S,
@@ -19,6 +18,7 @@ from tests.services.storage.engine.conftest import (
     wait_until,
 )
 from tide.format import CHECKPOINT_FILE_BYTES, Checkpoint
+from tide.mapped import MappedFile
 
 NEVER_MS = 3_600_000
 

@@ -22,10 +22,11 @@ import threading
 import time
 from pathlib import Path
 
-from services.storage.engine.config import PAGE_BYTES
 from tide.format import data_end, segment_name
 
-log = logging.getLogger("tide.storage.mapped_file")
+PAGE_BYTES = 4096  # the unit of "least pages" in flush and commit policies
+
+log = logging.getLogger("tide.mapped")
 
 
 class MappedFile:

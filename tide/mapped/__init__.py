@@ -1,0 +1,9 @@
+"""Memory-mapped files with wrote / committed / flushed positions (RocketMQ's MappedFile).
+
+Shared by every file family that is appended through a mapping: commitlog segments
+(storage), consume queue segments and index files (dispatch).
+"""
+
+from tide.mapped._mapped_file import PAGE_BYTES, MappedFile
+
+__all__ = ["PAGE_BYTES", "MappedFile"]
