@@ -15,7 +15,6 @@ import grpc
 
 from services.storage import convert
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
-from services.storage.engine.config_files import ConfigLimitError
 from services.storage.engine.errors import (
     DiskFullError,
     InvalidMessageError,
@@ -25,6 +24,7 @@ from services.storage.engine.errors import (
 )
 from services.storage.engine.message_store import MessageStore
 from services.storage.options import MAX_TAIL_CHUNK_BYTES
+from tide.files import ConfigLimitError
 from tide.format import RecordError, make_msg_id
 from tide.server import ServiceError
 from tide.v1 import storage_pb2 as pb
@@ -100,7 +100,10 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._draining = asyncio.Event()
 
     def drain(self) -> None:
-        """End every Tail stream (the server is shutting down)."""
+        """End every Tail stream (the server is shutting down). A stream waiting for data
+        or between chunks ends at once; one blocked because its consumer stopped reading
+        (HTTP/2 flow control) is cancelled by the server at the end of the shutdown grace
+        period."""
         self._draining.set()
 
     # -- messages ----------------------------------------------------------------
@@ -205,7 +208,7 @@ class StorageServicer(pb_grpc.StorageServicer):
             while not self._draining.is_set():
                 arrived.clear()
                 try:
-                    start, data = store.commitlog.read_raw(offset, chunk_bytes)
+                    start, data = store.commitlog.read_tail(offset, chunk_bytes)
                 except OffsetBelowMinError as exc:
                     raise ServiceError(grpc.StatusCode.OUT_OF_RANGE, str(exc)) from exc
                 if data:

@@ -48,6 +48,9 @@ class MappedFile:
         # Write buffer from the pool; None when appends go straight to the mapping.
         self.write_buffer: bytearray | None = None
         self.locked = False  # mlock'ed by warm-up
+        # Position of the end-of-segment blank marker: set by the writer, found on demand
+        # for a full segment written before this process (-1: none found).
+        self.blank_position: int | None = None
         # Commit and flush can be called from two threads (commit service and group
         # commit); a position must never move backwards.
         self._commit_lock = threading.Lock()

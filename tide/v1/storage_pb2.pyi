@@ -472,8 +472,10 @@ class TailChunk(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     MAX_OFFSET_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
-    """Commitlog offset of data[0]. Chunks are contiguous except after a blank marker, where
-    the next chunk starts at the next segment's first offset.
+    """Commitlog offset of data[0]. Chunks are contiguous except after a blank marker: a
+    chunk ends with the marker's 8 bytes (the filler after it is never sent) and the next
+    chunk starts at the next segment's first offset. The stream ends when the server shuts
+    down (clients reconnect from where they are).
     """
     data: _builtins.bytes
     max_offset: _builtins.int

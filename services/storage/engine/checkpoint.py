@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-from services.storage.engine.fsync import fsync_dir
+from tide.files import fsync_dir
 from tide.format import CHECKPOINT_FILE_BYTES, Checkpoint
 
 log = logging.getLogger("tide.storage.checkpoint")

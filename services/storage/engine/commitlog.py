@@ -29,6 +29,7 @@ from tide.format import (
     EncodedRecord,
     RecordError,
     decode_record,
+    find_blank_marker,
     write_blank,
 )
 from tide.mapped import MappedFile
@@ -62,11 +63,14 @@ class CommitLog:
         *,
         clock_ms: Callable[[], int] | None = None,
         attach_write_buffer: Callable[[MappedFile], None] | None = None,
+        max_record_bytes: int = (4 << 20) + (64 << 10),
     ) -> None:
         self.segments = segments
         self.offsets = offsets
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._attach_write_buffer = attach_write_buffer
+        # A blank marker is less than one record (+ the 8-byte reserve) from the end.
+        self._max_record_bytes = max_record_bytes
         self.lock = threading.Lock()
         self._last_store_timestamp_ms = 0
         self._listeners: list[AppendListener] = []
@@ -133,6 +137,7 @@ class CommitLog:
             size = len(data)
             if pos + size + BLANK_MARKER_BYTES > limit:
                 write_blank(target, pos, limit - pos)
+                segment.blank_position = pos
                 self._publish(segment, limit, now)
                 next_segment = self.segments.find(segment.end_offset)
                 assert next_segment is not None and next_segment.wrote == 0, next_segment
@@ -205,11 +210,18 @@ class CommitLog:
             segment.release()
 
     def read_raw(self, offset: int, max_bytes: int) -> tuple[int, bytes]:
-        """Up to ``max_bytes`` readable bytes from ``offset``, never across a segment end.
+        """Up to ``max_bytes`` readable bytes from ``offset`` as they are in the file,
+        never across a segment end. ``data`` is empty when nothing is readable there yet.
+        An offset at the end of a full segment continues at the next one."""
+        return self._read_chunk(offset, max_bytes, skip_filler=False)
 
-        Returns ``(offset, data)``; ``data`` is empty when nothing is readable there yet.
-        An offset at the end of a full segment continues at the next one.
-        """
+    def read_tail(self, offset: int, max_bytes: int) -> tuple[int, bytes]:
+        """Like :meth:`read_raw` for the Tail stream: a chunk ends with a segment's blank
+        marker (8 bytes) and the filler after it is skipped: the next read (or an offset
+        inside the filler) continues at the next segment's start."""
+        return self._read_chunk(offset, max_bytes, skip_filler=True)
+
+    def _read_chunk(self, offset: int, max_bytes: int, *, skip_filler: bool) -> tuple[int, bytes]:
         if offset < self.segments.min_offset:
             raise OffsetBelowMinError(
                 f"offset {offset} is below the commitlog min offset {self.segments.min_offset}"
@@ -220,9 +232,24 @@ class CommitLog:
         try:
             pos = offset - segment.start_offset
             end = min(segment.committed, pos + max_bytes)
-            return offset, segment.read(pos, end - pos) if end > pos else b""
+            blank = -1
+            if skip_filler and segment.committed == segment.size_bytes:
+                blank = self._blank_position(segment)
+            if blank < 0 or pos < blank + BLANK_MARKER_BYTES:
+                if blank >= 0:
+                    end = min(end, blank + BLANK_MARKER_BYTES)
+                return offset, segment.read(pos, end - pos) if end > pos else b""
         finally:
             segment.release()
+        return self._read_chunk(segment.end_offset, max_bytes, skip_filler=True)
+
+    def _blank_position(self, segment: MappedFile) -> int:
+        """Where the blank marker of a full segment is (cached), or -1. It sits within the
+        largest record of the end, so a bounded search from the end finds it."""
+        if segment.blank_position is None:
+            start = max(-1, segment.size_bytes - self._max_record_bytes - 1)
+            segment.blank_position = find_blank_marker(segment.mm, start, segment.size_bytes)
+        return segment.blank_position
 
 
 __all__ = ["AppendBatch", "CommitLog", "OffsetBelowMinError", "RecordError"]

@@ -14,13 +14,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from services.storage.engine.config_files import (
+from services.storage.engine.topic_table import MAX_QUEUE_NUMS
+from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,
     write_json_atomically,
 )
-from services.storage.engine.topic_table import MAX_QUEUE_NUMS
 from tide.naming import consumer_group_error, topic_error
 
 __all__ = [
@@ -121,7 +121,7 @@ class ConsumerOffsets:
         return True
 
     def persist(self) -> None:
-        """Write the table now (atomically, see ``config_files``)."""
+        """Write the table now (atomically, see ``tide.files``)."""
         with self._persist_lock:
             with self._lock:
                 snapshot = {key: dict(queues) for key, queues in self._table.items()}

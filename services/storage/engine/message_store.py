@@ -19,7 +19,7 @@ from services.storage.engine.allocator import SegmentAllocator
 from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.checkpoint_service import CheckpointService
 from services.storage.engine.commitlog import AppendBatch, CommitLog
-from services.storage.engine.config import FlushMode, StoreConfig
+from services.storage.engine.config import MIB, FlushMode, StoreConfig
 from services.storage.engine.consumer_offsets import ConsumerOffsets
 from services.storage.engine.errors import NotWritableError, TopicNotFoundError
 from services.storage.engine.flush_async import AsyncFlushService
@@ -46,6 +46,7 @@ from services.storage.engine.write_buffer_pool import CommitService, WriteBuffer
 from tide.format import EncodedRecord, msg_id_prefix, parse_host
 
 log = logging.getLogger("tide.storage.store")
+DEFAULT_MAX_BODY_BYTES = 4 * MIB  # a store may hold records written under this default
 PERM_WRITE = 2
 
 
@@ -139,6 +140,7 @@ class MessageStore:
             offsets,
             clock_ms=self._clock_ms,
             attach_write_buffer=self.pool.attach if self.pool else None,
+            max_record_bytes=max(cfg.max_message_body_bytes, DEFAULT_MAX_BODY_BYTES) + (64 << 10),
         )
         self._start_threads()
         self._prepare_segments()

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.storage.engine.config_files import (
+from tide.files import (
     ConfigFileError,
     load_json_with_fallback,
     write_json_atomically,

@@ -23,7 +23,7 @@ import mmap
 import os
 from pathlib import Path
 
-from services.storage.engine.fsync import fsync_dir
+from tide.files import fsync_dir
 from tide.format import segment_name
 from tide.mapped import MappedFile
 

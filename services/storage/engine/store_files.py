@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from services.storage.engine.errors import StoreLockedError
-from services.storage.engine.fsync import fsync_dir
+from tide.files import fsync_dir
 
 LOCK_FILE = "lock"
 ABORT_FILE = "abort"

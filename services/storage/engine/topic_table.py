@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from services.storage.engine.config_files import (
+from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,

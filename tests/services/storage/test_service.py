@@ -33,6 +33,7 @@ from tests.services.storage.conftest import (
 )
 from tide.format import (
     BLANK_MAGIC,
+    BLANK_MARKER_BYTES,
     SYSFLAG_BORN_HOST_V6,
     HostAddress,
     ScanKind,
@@ -87,12 +88,19 @@ def next_chunk(chunks: Iterator[pb.TailChunk]) -> pb.TailChunk:
         pytest.fail("the Tail stream ended")
 
 
+def is_blank_marker(data: bytes, pos: int) -> bool:
+    return data[pos + 4 : pos + 8] == BLANK_MAGIC.to_bytes(4, "big", signed=True)
+
+
 def records_in(data: bytes, base: int) -> list[tuple[int, bytes, str, int, int]]:
     """(physical_offset, body, topic, queue_id, queue_offset) of the records in ``data``
-    (commitlog bytes from offset ``base``, one segment), up to a blank marker or the end."""
+    (commitlog bytes from offset ``base``, one segment), up to a blank marker or the end.
+    Tail sends a blank marker as its 8 bytes alone (the filler after it is skipped)."""
     found = []
     pos = 0
     while pos < len(data):
+        if len(data) - pos == BLANK_MARKER_BYTES and is_blank_marker(data, pos):
+            break
         scan = scan_record(data, pos, len(data), expected_offset=base + pos)
         if scan.kind is not ScanKind.RECORD:
             assert scan.kind in (ScanKind.BLANK, ScanKind.END), (base + pos, scan)
@@ -619,10 +627,11 @@ def test_tail_across_segment_rolls(launcher: StorageLauncher, tmp_path: Path) ->
         base = index * SEGMENT_BYTES
         records = records_in(data, base)
         seen += records
-        if index < 2:  # a full segment: a blank marker from its last record to its end
+        if index < 2:  # a full segment: its blank marker ends the data sent, no filler
             pos = records[-1][0] + sizes[records[-1][0]] - base
-            blank = scan_record(data, pos, SEGMENT_BYTES)
-            assert blank.kind is ScanKind.BLANK and blank.size == SEGMENT_BYTES - pos
+            assert len(data) == pos + BLANK_MARKER_BYTES
+            assert is_blank_marker(data, pos)
+            assert int.from_bytes(data[pos : pos + 4], "big") == SEGMENT_BYTES - pos
     assert seen == expected_records(messages, results)
     assert {r.physical_offset // SEGMENT_BYTES for r in results} == {0, 1, 2}
     storage.stop()

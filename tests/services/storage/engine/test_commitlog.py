@@ -477,3 +477,24 @@ def test_ipv6_born_host_with_ipv4_store(make_store: StoreFactory) -> None:
     assert all(r.store_host == HostAddress("127.0.0.1", 10911) for r in records)
     assert [size for _, size, _ in batch.positions] == [FIXED_RECORD_BYTES_V4 + 12 + 4 + 1] * 2
     assert all(r.store_timestamp_ms == batch.store_timestamp_ms for r in records)
+
+
+def test_read_tail_ends_a_segment_with_its_blank_marker(make_store: StoreFactory) -> None:
+    """Tail never sends the filler after a blank marker: the marker's 8 bytes end the
+    segment's data, and an offset inside the filler continues at the next segment."""
+    store = make_store()
+    fill_segment(store, leave_bytes=500)
+    blank_at = store.status().max_offset
+    (next_record,) = store.put([msg_of_size(1_000)]).batch.positions  # rolls
+    assert next_record[0] == SEGMENT_BYTES
+    commitlog = store.commitlog
+
+    offset, data = commitlog.read_tail(blank_at - 100, 64 * 1024)
+    assert offset == blank_at - 100 and len(data) == 100 + BLANK_BYTES
+    assert struct.unpack_from(">ii", data, 100) == (500, BLANK_MAGIC)
+    for inside_filler in (blank_at + BLANK_BYTES, SEGMENT_BYTES - 1):
+        offset, data = commitlog.read_tail(inside_filler, 64 * 1024)
+        assert offset == SEGMENT_BYTES and len(data) == next_record[1]
+    # read_raw keeps the file's bytes, filler included.
+    offset, data = commitlog.read_raw(blank_at, 64 * 1024)
+    assert (offset, len(data)) == (blank_at, 500)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from services.storage.engine.config_files import ConfigFileError, ConfigFormatError
 from services.storage.engine.consumer_offsets import ConfigLimitError, ConsumerOffsets
+from tide.files import ConfigFileError, ConfigFormatError
 
 # What a RocketMQ 4.x broker writes: fastjson leaves the integer queue ids unquoted.
 ROCKETMQ_OFFSETS_JSON = """{

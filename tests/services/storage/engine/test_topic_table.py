@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from services.storage.engine.config_files import (
-    ConfigFileError,
-    ConfigFormatError,
-    ConfigLimitError,
-)
 from services.storage.engine.topic_table import (
     MAX_QUEUE_NUMS,
     TopicChange,
     TopicConfig,
     TopicTable,
+)
+from tide.files import (
+    ConfigFileError,
+    ConfigFormatError,
+    ConfigLimitError,
 )
 
 # What a RocketMQ 4.x broker writes (fastjson, pretty format), trimmed.

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from services.storage.engine import config_files
-from services.storage.engine.config_files import (
+from tide.files import (
     ConfigFileError,
     load_json_with_fallback,
     parse_config_json,
     write_json_atomically,
 )
+from tide.files import _json as config_files
 
 
 def _read(path: Path) -> object:

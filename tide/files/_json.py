@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from services.storage.engine.fsync import fsync_dir
+from tide.files._fsync import fsync_dir
 
 _log = logging.getLogger("tide.storage.config")
 
