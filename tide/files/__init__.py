@@ -14,12 +14,15 @@ from tide.files._json import (
     parse_config_json,
     write_json_atomically,
 )
+from tide.files._lock import FileLock, FileLockedError
 
 __all__ = [
     "MAX_CONFIG_FILE_BYTES",
     "ConfigFileError",
     "ConfigFormatError",
     "ConfigLimitError",
+    "FileLock",
+    "FileLockedError",
     "fsync_dir",
     "load_json_with_fallback",
     "parse_config_json",

@@ -8,43 +8,31 @@ is there at start, the last process did not close cleanly and recovery is abnorm
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from pathlib import Path
 
 from services.storage.engine.errors import StoreLockedError
-from tide.files import fsync_dir
+from tide.files import FileLock, FileLockedError, fsync_dir
 
 LOCK_FILE = "lock"
 ABORT_FILE = "abort"
 
 
 class StoreLock:
+    """The store's ``lock`` file; a second process fails at once with StoreLockedError."""
+
     def __init__(self, store_dir: Path) -> None:
-        self.path = store_dir / LOCK_FILE
-        self._fd: int | None = None
+        self._lock = FileLock(store_dir / LOCK_FILE, f"store {store_dir}")
+        self.path = self._lock.path
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StoreLockedError(
-                f"store {self.path.parent} is in use by another process (pid {holder}); "
-                "stop it or choose another --store-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+            self._lock.acquire()
+        except FileLockedError as exc:
+            raise StoreLockedError(str(exc)) from None
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()
 
 
 def abort_file_exists(store_dir: Path) -> bool:

@@ -1,0 +1,253 @@
+"""DispatchStore: consume queues + key index built from commitlog records, and progress.
+
+RocketMQ's ReputMessageService / CommitLogDispatcher as a library. One writer thread
+calls :meth:`DispatchStore.apply` with records in commitlog order (from a
+``tide.tail.TailFollower``); a flush thread makes the files durable and then records the
+commitlog offset they cover in ``dispatch_progress.json``. So after a crash:
+
+* every record below the recorded offset has its entries on disk;
+* records after it may have entries or not: they are dispatched again, and both the
+  consume queues (by queue offset) and the index (by physical offset) skip what they
+  already hold, so re-dispatching never duplicates or reorders anything.
+
+:meth:`DispatchStore.reconcile` aligns this with the storage at start (or after the
+storage truncated its tail): entries past the storage's max offset are dropped, and the
+Tail resumes from the recorded offset, or from the storage's min offset when the
+directories are empty (a rebuild from the whole commitlog).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.dispatch.engine.consume_queue_store import (
+    FLUSH_LEAST_PAGES,
+    FLUSH_THOROUGH_INTERVAL_MS,
+    ConsumeQueueStore,
+)
+from services.dispatch.engine.index_service import IndexService
+from tide.files import FileLock, load_json_with_fallback, write_json_atomically
+from tide.format import (
+    DEFAULT_INDEX_MAX_ENTRIES,
+    DEFAULT_INDEX_SLOT_COUNT,
+    KEYS,
+    TAGS,
+    UNIQ_KEY,
+    IndexGeometry,
+    decode_record,
+    is_queue_less,
+    tags_code,
+)
+from tide.tail import RecordAt
+
+log = logging.getLogger("tide.dispatch.store")
+PROGRESS_FILE = "dispatch_progress.json"
+LOCK_FILE = "dispatch.lock"
+MAX_KEYS_PER_RECORD = 64
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    store_dir: Path
+    entries_per_segment: int = 300_000
+    index_slot_count: int = DEFAULT_INDEX_SLOT_COUNT
+    index_max_entries: int = DEFAULT_INDEX_MAX_ENTRIES
+    flush_interval_ms: int = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A queue grew: its next offset to write is now ``max_offset``."""
+
+    topic: str
+    queue_id: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchStatus:
+    dispatched_offset: int
+    durable_offset: int
+    queues: int
+    cq_segments: int
+    index_files: int
+    index_entries: int
+
+
+class DispatchStore:
+    def __init__(self, config: DispatchConfig) -> None:
+        self.config = config
+        root = config.store_dir
+        self._lock = FileLock(root / LOCK_FILE, f"dispatch store {root}")
+        self.consume_queues = ConsumeQueueStore(root, config.entries_per_segment)
+        geometry = IndexGeometry(config.index_slot_count, config.index_max_entries)
+        self.index = IndexService(root, geometry)
+        self._dispatched = 0  # end of the last applied record (writer thread only)
+        self._durable = 0  # what the progress file says
+        self._flusher: _FlushThread | None = None
+        self._opened = False
+
+    # -- lifecycle ---------------------------------------------------------------
+    def open(self) -> None:
+        self.config.store_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        try:
+            self.consume_queues.load()
+            self.consume_queues.recover()
+            self.index.load()
+            self._durable = self._read_progress()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._dispatched = self._durable
+        self._flusher = _FlushThread(self, self.config.flush_interval_ms)
+        self._flusher.start()
+        self._opened = True
+
+    def close(self) -> None:
+        if not self._opened:
+            return
+        self._opened = False
+        assert self._flusher is not None
+        self._flusher.stop()
+        self.flush(thorough=True)
+        self.consume_queues.close()
+        self.index.close()
+        self._lock.release()
+
+    # -- progress ----------------------------------------------------------------
+    @property
+    def dispatched_offset(self) -> int:
+        """The commitlog offset up to which every record has been applied."""
+        return self._dispatched
+
+    def _read_progress(self) -> int:
+        obj, _ = load_json_with_fallback(self.config.store_dir / PROGRESS_FILE)
+        if obj is None:
+            return 0
+        offset = obj.get("dispatchedOffset") if isinstance(obj, dict) else None
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"{PROGRESS_FILE}: dispatchedOffset must be an integer >= 0")
+        return offset
+
+    def flush(self, *, thorough: bool) -> None:
+        """Flush consume queues and index, then record the offset they now cover."""
+        covered = self._dispatched  # captured before the flush: the flush covers it
+        self.consume_queues.flush(0 if thorough else FLUSH_LEAST_PAGES)
+        self.index.flush()
+        if covered != self._durable:
+            write_json_atomically(
+                self.config.store_dir / PROGRESS_FILE,
+                {"dispatchedOffset": covered, "updatedMs": time.time_ns() // 1_000_000},
+            )
+            self._durable = covered
+
+    # -- reconciling with the storage --------------------------------------------
+    def reconcile(self, storage_min: int, storage_max: int) -> int:
+        """Drop what lies past the storage's end; return where the Tail must resume."""
+        assert 0 <= storage_min <= storage_max, (storage_min, storage_max)
+        dropped = self.consume_queues.truncate_past(storage_max)
+        indexed_before = self.index.last_indexed_offset()
+        indexed_after = self.index.truncate_past(storage_max)
+        if dropped:
+            log.warning(
+                "dropped %d consume queue entries past the storage's max offset %d",
+                dropped,
+                storage_max,
+            )
+        resume = min(self._durable, storage_max)
+        if indexed_after != indexed_before:
+            # Whole index files went: the records they held below the cut are indexed again
+            # from the last one still indexed (a record boundary) or from the start.
+            resume = min(resume, indexed_after if indexed_after >= 0 else storage_min)
+        if resume < storage_min:
+            log.info(
+                "rebuilding from the storage's min offset %d (dispatched up to %d)",
+                storage_min,
+                resume,
+            )
+            resume = storage_min
+        self._dispatched = resume
+        return resume
+
+    def cleanup(self, storage_min: int) -> None:
+        """Delete consume queue segments and index files only pointing below the min."""
+        self.consume_queues.delete_below(storage_min)
+        self.index.delete_below(storage_min)
+
+    # -- the writer ----------------------------------------------------------------
+    def apply(self, records: Sequence[RecordAt]) -> list[Arrival]:
+        """Dispatch records (in commitlog order, resumed at ``dispatched_offset``)."""
+        grown: dict[tuple[str, int], int] = {}
+        for rec in records:
+            assert rec.offset >= self._dispatched or rec.end_offset <= self._dispatched, (
+                rec.offset,
+                self._dispatched,
+            )
+            scan = rec.scan
+            record = decode_record(rec.data, 0, rec.size, expected_offset=rec.offset)
+            props = record.properties
+            if not is_queue_less(scan.sys_flag):
+                queue = self.consume_queues.get_or_create(scan.topic, scan.queue_id)
+                code = tags_code(props.get(TAGS, ""))
+                if queue.put(scan.queue_offset, rec.offset, rec.size, code):
+                    grown[(scan.topic, scan.queue_id)] = scan.queue_offset + 1
+            keys = [k for k in props.get(KEYS, "").split(" ") if k][:MAX_KEYS_PER_RECORD]
+            self.index.build(
+                rec.offset,
+                scan.store_timestamp_ms,
+                scan.topic,
+                keys,
+                props.get(UNIQ_KEY),
+                scan.sys_flag,
+            )
+            self._dispatched = max(self._dispatched, rec.end_offset)
+        return [Arrival(topic, queue_id, top) for (topic, queue_id), top in grown.items()]
+
+    def status(self) -> DispatchStatus:
+        counts = self.consume_queues.counts()
+        index = self.index.status()
+        return DispatchStatus(
+            dispatched_offset=self._dispatched,
+            durable_offset=self._durable,
+            queues=counts.queues,
+            cq_segments=counts.segments,
+            index_files=index.files,
+            index_entries=index.entries,
+        )
+
+
+class _FlushThread:
+    """Flushes on ``interval_ms`` (at least 2 dirty pages; everything every 60 s)."""
+
+    def __init__(self, store: DispatchStore, interval_ms: int) -> None:
+        self._store = store
+        self._interval_s = interval_ms / 1000
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tide-dispatch-flush", daemon=True)
+        self._last_thorough = time.monotonic()
+        self.failures = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            now = time.monotonic()
+            thorough = now - self._last_thorough >= FLUSH_THOROUGH_INTERVAL_MS / 1000
+            if thorough:
+                self._last_thorough = now
+            try:
+                self._store.flush(thorough=thorough)
+            except Exception:
+                self.failures += 1
+                log.exception("dispatch flush failed (%d failures so far)", self.failures)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)

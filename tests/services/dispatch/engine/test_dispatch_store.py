@@ -1,0 +1,205 @@
+"""DispatchStore: records in, consume queue entries + index out; progress; reconcile."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from services.dispatch.engine.dispatch_store import (
+    PROGRESS_FILE,
+    Arrival,
+    DispatchConfig,
+    DispatchStore,
+)
+from tide.files import FileLockedError
+from tide.format import (
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    HostAddress,
+    encode_properties,
+    encode_record,
+    pack_host,
+    patch_record,
+    tags_code,
+)
+from tide.tail import RecordAssembler, RecordAt
+
+HOST = pack_host(HostAddress("127.0.0.1", 10911))
+
+
+@dataclass
+class Msg:
+    topic: str
+    queue_id: int
+    tags: str = ""
+    keys: str = ""
+    uniq: str = ""
+    sys_flag: int = 0
+
+
+class Log:
+    """A commitlog byte stream with queue offsets assigned as the storage does."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.next_queue_offset: dict[tuple[str, int], int] = {}
+
+    def add(self, msg: Msg, store_ms: int = 1_000) -> int:
+        props = {
+            k: v for k, v in (("TAGS", msg.tags), ("KEYS", msg.keys), ("UNIQ_KEY", msg.uniq)) if v
+        }
+        rec = encode_record(
+            msg.topic,
+            msg.topic.encode(),
+            msg.queue_id,
+            b"body",
+            encode_properties(props),
+            0,
+            msg.sys_flag,
+            1,
+            HOST,
+            HOST,
+        )
+        key = (msg.topic, msg.queue_id)
+        queue_offset = 0
+        if msg.sys_flag not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
+            queue_offset = self.next_queue_offset.get(key, 0)
+            self.next_queue_offset[key] = queue_offset + 1
+        pos = len(self.data)
+        self.data += rec.data
+        patch_record(self.data, pos, rec.store_timestamp_pos, queue_offset, pos, store_ms)
+        return pos
+
+    def records(self, start: int = 0) -> list[RecordAt]:
+        return RecordAssembler(start).feed(start, bytes(self.data[start:]))
+
+
+@pytest.fixture
+def open_store(tmp_path: Path) -> Iterator[DispatchStore]:
+    store = DispatchStore(
+        DispatchConfig(
+            tmp_path / "d",
+            entries_per_segment=8,
+            index_slot_count=16,
+            index_max_entries=64,
+            flush_interval_ms=60_000,
+        )
+    )
+    store.open()
+    yield store
+    store.close()
+
+
+def _entries(store: DispatchStore, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
+    queue = store.consume_queues.find(topic, queue_id)
+    assert queue is not None
+    return [(e.commitlog_offset, e.size, e.tags_code) for e in queue.get(queue.min_offset, 100)]
+
+
+def test_records_become_entries_index_and_arrivals(open_store: DispatchStore) -> None:
+    log = Log()
+    a0 = log.add(Msg("A", 0, tags="TagA", keys="k1 k2"))
+    a1 = log.add(Msg("A", 0, tags="TagB", uniq="U1"))
+    b0 = log.add(Msg("B", 3))
+    arrivals = open_store.apply(log.records())
+    assert sorted(arrivals, key=lambda a: a.topic) == [Arrival("A", 0, 2), Arrival("B", 3, 1)]
+    sizes = {r.offset: r.size for r in log.records()}
+    assert _entries(open_store, "A", 0) == [
+        (a0, sizes[a0], tags_code("TagA")),
+        (a1, sizes[a1], tags_code("TagB")),
+    ]
+    assert _entries(open_store, "B", 3) == [(b0, sizes[b0], 0)]
+    assert open_store.index.query("A", "k2", 10, 0, 10**13) == [a0]
+    assert open_store.index.query("A", "U1", 10, 0, 10**13) == [a1]
+    assert open_store.dispatched_offset == len(log.data)
+
+
+def test_transactions_prepared_indexed_rollback_skipped(open_store: DispatchStore) -> None:
+    log = Log()
+    prepared = log.add(Msg("T", 0, keys="p", sys_flag=SYSFLAG_TRANSACTION_PREPARED))
+    log.add(Msg("T", 0, keys="r", sys_flag=SYSFLAG_TRANSACTION_ROLLBACK))
+    assert open_store.apply(log.records()) == []
+    assert open_store.consume_queues.find("T", 0) is None
+    assert open_store.index.query("T", "p", 10, 0, 10**13) == [prepared]
+    assert open_store.index.query("T", "r", 10, 0, 10**13) == []
+
+
+def test_redispatch_is_idempotent(open_store: DispatchStore) -> None:
+    log = Log()
+    for i in range(20):
+        log.add(Msg("A", i % 2, keys=f"k{i}"))
+    open_store.apply(log.records())
+    before = (_entries(open_store, "A", 0), _entries(open_store, "A", 1))
+    entries_before = open_store.index.status().entries
+    middle = log.records()[7].offset
+    open_store.reconcile(0, len(log.data))  # resume from the durable offset (0)
+    assert open_store.apply(log.records(middle)) == []
+    assert open_store.apply(log.records()) == []
+    assert (_entries(open_store, "A", 0), _entries(open_store, "A", 1)) == before
+    assert open_store.index.status().entries == entries_before
+
+
+def test_progress_is_written_by_flush_and_read_at_open(tmp_path: Path) -> None:
+    config = DispatchConfig(
+        tmp_path / "d",
+        entries_per_segment=8,
+        index_slot_count=16,
+        index_max_entries=64,
+        flush_interval_ms=60_000,
+    )
+    log = Log()
+    for i in range(5):
+        log.add(Msg("A", 0, keys=f"k{i}"))
+    store = DispatchStore(config)
+    store.open()
+    store.apply(log.records())
+    assert not (config.store_dir / PROGRESS_FILE).exists()
+    store.flush(thorough=False)
+    progress = json.loads((config.store_dir / PROGRESS_FILE).read_text())
+    assert progress["dispatchedOffset"] == len(log.data)
+    store.close()
+    again = DispatchStore(config)
+    again.open()
+    try:
+        assert again.status().durable_offset == len(log.data)
+        assert again.reconcile(0, len(log.data)) == len(log.data)
+    finally:
+        again.close()
+
+
+def test_reconcile_drops_entries_past_a_truncated_storage(open_store: DispatchStore) -> None:
+    log = Log()
+    offsets = [log.add(Msg("A", 0, keys=f"k{i}")) for i in range(6)]
+    open_store.apply(log.records())
+    open_store.flush(thorough=True)
+    cut = offsets[4]  # the storage lost records 4 and 5
+    # The only index file held entries past the cut, so it is deleted as a whole and the
+    # records below the cut are dispatched again (from the start: nothing else indexed).
+    resume = open_store.reconcile(0, cut)
+    assert resume == 0
+    assert [e[0] for e in _entries(open_store, "A", 0)] == offsets[:4]
+    assert open_store.index.query("A", "k5", 10, 0, 10**13) == []
+    assert open_store.apply(log.records()[:4]) == []  # entries kept; index rebuilt
+    assert open_store.index.query("A", "k0", 10, 0, 10**13) == [offsets[0]]
+    # The storage appends new records at the cut: they get the freed queue offsets.
+    rewritten = Log()
+    for i in range(4):
+        rewritten.add(Msg("A", 0, keys=f"k{i}"))
+    new = rewritten.add(Msg("A", 0, keys="new"))
+    assert new == cut
+    assert open_store.apply(rewritten.records(cut)) == [Arrival("A", 0, 5)]
+    assert open_store.index.query("A", "new", 10, 0, 10**13) == [cut]
+
+
+def test_empty_store_rebuilds_from_the_storage_min(open_store: DispatchStore) -> None:
+    assert open_store.reconcile(4096, 9000) == 4096
+    assert open_store.dispatched_offset == 4096
+
+
+def test_second_store_on_the_same_dir_fails(open_store: DispatchStore, tmp_path: Path) -> None:
+    with pytest.raises(FileLockedError, match="in use by another process"):
+        DispatchStore(DispatchConfig(tmp_path / "d")).open()
