@@ -27,6 +27,7 @@ from tide.format import (
     is_queue_less,
     pack_host,
     patch_record,
+    record_properties,
     record_size,
     scan_record,
     write_blank,
@@ -188,3 +189,22 @@ def test_field_lengths_must_add_up() -> None:
 )
 def test_transaction_types_without_queue_offset(flag: int, queue_less: bool) -> None:
     assert is_queue_less(flag) is queue_less
+
+
+@pytest.mark.parametrize(
+    ("topic", "flags", "born", "store"),
+    [
+        ("TopicTest", 0, V4, V4),
+        ("t" * 200, 0, V4, V4),
+        ("TopicTest", SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6, V6, V6),
+    ],
+    ids=["v4", "long-topic-v2", "ipv6"],
+)
+def test_record_properties_reads_only_the_properties(
+    topic: str, flags: int, born: bytes, store: bytes
+) -> None:
+    props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U"}
+    buf = _placed(_encode(topic=topic, props=props, sys_flag=flags, born=born, store=store), 7)
+    assert record_properties(buf, 7, len(buf) - 7) == props
+    with pytest.raises(RecordError, match="size is"):
+        record_properties(buf, 7, len(buf) - 8)

@@ -383,3 +383,27 @@ def decode_record(
     )
     assert props_pos <= pos + size
     return record
+
+
+def record_properties(buf: Buffer, pos: int, size: int) -> dict[str, str]:
+    """The properties of the (already scanned) record at ``buf[pos:pos+size]``, read
+    through the length fields without decoding the rest (dispatch's hot path)."""
+    view = memoryview(buf)
+    sys_flag = _I32.unpack_from(view, pos + 36)[0]
+    body_len_pos = (
+        pos
+        + PREFIX_BYTES
+        + host_length(sys_flag, SYSFLAG_BORN_HOST_V6)
+        + 8
+        + host_length(sys_flag, SYSFLAG_STORE_HOST_V6)
+        + 12
+    )
+    topic_len_pos = body_len_pos + 4 + _I32.unpack_from(view, body_len_pos)[0]
+    if _I32.unpack_from(view, pos + 4)[0] == MESSAGE_MAGIC_V1:
+        props_len_pos = topic_len_pos + 1 + view[topic_len_pos]
+    else:
+        props_len_pos = topic_len_pos + 2 + _U16.unpack_from(view, topic_len_pos)[0]
+    props_end = props_len_pos + 2 + _U16.unpack_from(view, props_len_pos)[0]
+    if props_end != pos + size:
+        raise RecordError(f"record at {pos}: fields end at {props_end - pos}, size is {size}")
+    return decode_properties(bytes(view[props_len_pos + 2 : props_end]))

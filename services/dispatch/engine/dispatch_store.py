@@ -39,8 +39,8 @@ from tide.format import (
     TAGS,
     UNIQ_KEY,
     IndexGeometry,
-    decode_record,
     is_queue_less,
+    record_properties,
     tags_code,
 )
 from tide.tail import RecordAt
@@ -190,8 +190,7 @@ class DispatchStore:
                 self._dispatched,
             )
             scan = rec.scan
-            record = decode_record(rec.data, 0, rec.size, expected_offset=rec.offset)
-            props = record.properties
+            props = record_properties(rec.data, 0, rec.size)
             if not is_queue_less(scan.sys_flag):
                 queue = self.consume_queues.get_or_create(scan.topic, scan.queue_id)
                 code = tags_code(props.get(TAGS, ""))
