@@ -1,0 +1,215 @@
+"""The dispatch loop: follow the storage's commitlog and apply it to the DispatchStore.
+
+Every store write (open, reconcile, apply, cleanup, close) runs on one writer thread, in
+order: the store has one writer, and the event loop stays free for RPCs while a batch is
+applied (a 256 KiB chunk of small messages takes milliseconds to apply).
+
+Following: ``TailFollower`` reconnects by itself when the storage restarts or the stream
+breaks. When it gives up (OUT_OF_RANGE: the storage cut its tail below us or retention
+deleted past us; a corrupt chunk; an unexpected status) or applying a batch fails, the
+dispatcher asks the storage for its offsets again, reconciles and restarts the follower
+from where the store says, backing off while failures repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import grpc
+
+from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.engine.dispatch_store import DispatchStore
+from services.dispatch.storage_client import StorageClient
+from tide.tail import Backoff, TailError, TailFollower, TailOutOfRangeError, insecure_channel
+
+log = logging.getLogger("tide.dispatch")
+_T = TypeVar("_T")
+
+# A restart that then ran this long without failing resets the failure backoff.
+HEALTHY_RUN_S = 30.0
+RESTART_BACKOFF = Backoff(initial_s=0.2, max_s=10.0)
+
+
+class Writer:
+    """One thread that runs every store write, in submission order."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="tide-dispatch-writer")
+
+    async def run(self, fn: Callable[..., _T], *args: object) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def shutdown(self) -> None:
+        """Wait for the queued work, then end the thread."""
+        self._executor.shutdown(wait=True)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        store: DispatchStore,
+        storage: StorageClient,
+        hub: ArrivalHub,
+        writer: Writer,
+        *,
+        cleanup_interval_s: float,
+    ) -> None:
+        self.store = store
+        self.storage = storage
+        self.hub = hub
+        self._writer = writer
+        self._cleanup_interval_s = cleanup_interval_s
+        self._follower: TailFollower | None = None
+        self._tail_channel: grpc.aio.Channel | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._phase = "starting"  # starting, following, reconciling, failed
+        self.last_error = ""
+        self.restarts = 0
+        self._reconnects_before = 0  # of followers already replaced
+        self._tail_max_before: int | None = None  # the last follower's max_offset
+
+    # -- state -------------------------------------------------------------------
+    @property
+    def follower_state(self) -> str:
+        """connected / reconnecting while following; else the phase."""
+        if self._phase != "following":
+            return self._phase
+        channel = self._tail_channel
+        if channel is None:
+            return "reconnecting"
+        try:
+            state = channel.get_state(try_to_connect=False)
+        except Exception:  # a channel closed between attempts
+            return "reconnecting"
+        return "connected" if state is grpc.ChannelConnectivity.READY else "reconnecting"
+
+    @property
+    def tail_reconnects(self) -> int:
+        follower = self._follower
+        return self._reconnects_before + (follower.reconnects if follower else 0)
+
+    @property
+    def storage_max_seen(self) -> int | None:
+        """The storage's max offset as last seen by the follower or a status call."""
+        follower = self._follower
+        last_status = self.storage.last_status
+        seen = [
+            offset
+            for offset in (
+                follower.max_offset if follower else self._tail_max_before,
+                last_status.max_offset if last_status else None,
+            )
+            if offset is not None
+        ]
+        return max(seen) if seen else None
+
+    # -- lifecycle ---------------------------------------------------------------
+    async def reconcile(self, why: str) -> int:
+        """Ask the storage for its offsets (until it answers) and reconcile the store;
+        returns the commitlog offset to follow from."""
+        status = await self.storage.wait_status(why)
+        offset = await self._writer.run(self.store.reconcile, status.min_offset, status.max_offset)
+        log.info(
+            "reconciled with storage %s (min %d, max %d): following from %d",
+            self.storage.target,
+            status.min_offset,
+            status.max_offset,
+            offset,
+        )
+        return offset
+
+    def start(self, offset: int) -> None:
+        self._tasks = [
+            asyncio.create_task(self._follow(offset), name="tide-dispatch-follow"),
+            asyncio.create_task(self._cleanup_loop(), name="tide-dispatch-cleanup"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop following and cleaning; a batch being applied finishes on the writer."""
+        for task in self._tasks:
+            task.cancel()
+        follower = self._follower
+        if follower is not None:
+            await follower.close()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    # -- following ---------------------------------------------------------------
+    def _channel_factory(self, target: str) -> grpc.aio.Channel:
+        channel = insecure_channel(target)
+        self._tail_channel = channel
+        return channel
+
+    async def _follow(self, offset: int) -> None:
+        failures = 0
+        while True:
+            started = time.monotonic()
+            error = await self._follow_once(offset)
+            if error is None:
+                return  # the follower was closed
+            self.last_error = error
+            if time.monotonic() - started >= HEALTHY_RUN_S:
+                failures = 0
+            failures += 1
+            while True:
+                if failures > 1:
+                    self._phase = "failed"
+                    await asyncio.sleep(RESTART_BACKOFF.delay_s(failures - 1))
+                self._phase = "reconciling"
+                try:
+                    offset = await self.reconcile(f"restarting the Tail after: {error}")
+                    break
+                except Exception as exc:
+                    log.exception("reconciling with storage %s failed", self.storage.target)
+                    self.last_error = error = f"reconcile: {type(exc).__name__}: {exc}"
+                    failures += 1
+            self.restarts += 1
+
+    async def _follow_once(self, offset: int) -> str | None:
+        """Follow from ``offset`` until something fails; returns what (None: closed)."""
+        follower = TailFollower(self.storage.target, offset, channel_factory=self._channel_factory)
+        self._follower = follower
+        self._phase = "following"
+        try:
+            async with follower, contextlib.aclosing(follower.records()) as batches:
+                async for batch in batches:
+                    arrivals = await self._writer.run(self.store.apply, batch)
+                    self.hub.publish(arrivals)
+            return None
+        except TailOutOfRangeError as exc:
+            log.warning("%s; reconciling with the storage and following again", exc)
+            return str(exc)
+        except TailError as exc:
+            log.error("following storage %s failed: %s; restarting", self.storage.target, exc)
+            return str(exc)
+        except Exception as exc:
+            log.exception("dispatching from offset %d failed; restarting", follower.next_offset)
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            self._follower = None
+            self._tail_channel = None
+            self._reconnects_before += follower.reconnects
+            if follower.max_offset is not None:
+                self._tail_max_before = follower.max_offset
+
+    # -- cleanup -----------------------------------------------------------------
+    async def _cleanup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._cleanup_interval_s)
+            try:
+                status = await self.storage.status()
+            except grpc.aio.AioRpcError as exc:
+                log.debug("cleanup skipped: storage status: %s", exc.details())
+                continue
+            try:
+                await self._writer.run(self.store.cleanup, status.min_offset)
+            except Exception:
+                log.exception("cleanup below commitlog offset %d failed", status.min_offset)

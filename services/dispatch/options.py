@@ -1,0 +1,89 @@
+"""The dispatch service's options (flags, TIDE_DISPATCH_* environment, config file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.dispatch.engine.consume_queue import MAX_ENTRIES_PER_SEGMENT
+from services.dispatch.engine.dispatch_store import DispatchConfig
+from tide.format import DEFAULT_INDEX_MAX_ENTRIES, DEFAULT_INDEX_SLOT_COUNT, IndexGeometry
+from tide.server import Config, Option
+
+DEFAULT_LISTEN = "127.0.0.1:10921"
+DEFAULT_STORAGE = "127.0.0.1:10911"
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", str, DEFAULT_LISTEN, "address to serve gRPC on (HOST:PORT; port 0 picks one)"),
+    Option("store_dir", str, "./.tide/dispatch", "dispatch root: consumequeue/, index/, progress"),
+    Option("storage", str, DEFAULT_STORAGE, "the storage service to follow (HOST:PORT)"),
+    Option(
+        "cq_entries_per_segment",
+        int,
+        300_000,
+        "consume queue segment size (20 bytes an entry)",
+        unit="entries",
+    ),
+    Option(
+        "index_slot_count",
+        int,
+        DEFAULT_INDEX_SLOT_COUNT,
+        "hash slots in one index file",
+        unit="slots",
+    ),
+    Option(
+        "index_max_entries",
+        int,
+        DEFAULT_INDEX_MAX_ENTRIES,
+        "keys one index file holds before a new one is started",
+        unit="entries",
+    ),
+    Option(
+        "flush_interval_ms",
+        int,
+        1_000,
+        "how often consume queues and index are flushed and the progress recorded",
+        unit="ms",
+    ),
+    Option(
+        "cleanup_interval_ms",
+        int,
+        10_000,
+        "how often files only pointing below the storage's min offset are deleted",
+        unit="ms",
+    ),
+)
+
+
+def dispatch_config(config: Config) -> DispatchConfig:
+    return DispatchConfig(
+        store_dir=Path(config.get_str("store_dir")),
+        entries_per_segment=config.get_int("cq_entries_per_segment"),
+        index_slot_count=config.get_int("index_slot_count"),
+        index_max_entries=config.get_int("index_max_entries"),
+        flush_interval_ms=config.get_int("flush_interval_ms"),
+    )
+
+
+def check_config(config: Config) -> str | None:
+    """What is wrong with the option values (None: nothing), checked before starting."""
+    storage = config.get_str("storage")
+    host, sep, port = storage.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        return f"--storage: expected HOST:PORT, got {storage!r}"
+    ranges = {
+        "cq_entries_per_segment": (1, MAX_ENTRIES_PER_SEGMENT),
+        "index_slot_count": (1, 2**31 - 1),
+        "index_max_entries": (1, 2**31 - 1),
+        "flush_interval_ms": (1, 3_600_000),
+        "cleanup_interval_ms": (1, 86_400_000),
+    }
+    for name, (low, high) in ranges.items():
+        value = config.get_int(name)
+        if not low <= value <= high:
+            flag = "--" + name.replace("_", "-")
+            return f"{flag}: {value} is outside {low}..{high}"
+    try:
+        IndexGeometry(config.get_int("index_slot_count"), config.get_int("index_max_entries"))
+    except ValueError as exc:
+        return f"--index-slot-count / --index-max-entries: {exc}"
+    return None

@@ -1,0 +1,93 @@
+"""The dispatch service: consume queues and key index behind ``tide.v1.Dispatch``, built by
+following a storage service's commitlog."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import grpc
+
+from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.dispatcher import Dispatcher, Writer
+from services.dispatch.engine.dispatch_store import DispatchStore
+from services.dispatch.options import OPTIONS, check_config, dispatch_config
+from services.dispatch.servicer import DispatchServicer, Running
+from services.dispatch.storage_client import StorageClient
+from tide.server import Config, load_config, run_service
+from tide.v1 import dispatch_pb2_grpc as pb_grpc
+
+log = logging.getLogger("tide.dispatch")
+
+
+class DispatchService:
+    name = "tide.v1.Dispatch"
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._hub = ArrivalHub()
+        self._running: Running | None = None
+        self._writer: Writer | None = None
+        self._servicer = DispatchServicer(self._running_or_fail, self._hub)
+
+    def _running_or_fail(self) -> Running:
+        running = self._running
+        if running is None:
+            raise RuntimeError("dispatch is not started")  # the readiness gate prevents this
+        return running
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_DispatchServicer_to_server(self._servicer, server)
+
+    def drain(self) -> None:
+        self._servicer.drain()
+
+    async def start(self, endpoint: str) -> None:
+        """Open the store, reconcile it with the storage (waiting for the storage to
+        answer), then follow the commitlog in the background."""
+        store = DispatchStore(dispatch_config(self._config))
+        writer = Writer()
+        storage = StorageClient(self._config.get_str("storage"))
+        dispatcher = Dispatcher(
+            store,
+            storage,
+            self._hub,
+            writer,
+            cleanup_interval_s=self._config.get_int("cleanup_interval_ms") / 1000,
+        )
+        try:
+            await writer.run(store.open)
+        except BaseException:
+            await storage.close()
+            writer.shutdown()
+            raise
+        try:
+            offset = await dispatcher.reconcile("starting")
+        except BaseException:
+            await writer.run(store.close)
+            await storage.close()
+            writer.shutdown()
+            raise
+        dispatcher.start(offset)
+        self._writer = writer
+        self._running = Running(store, storage, dispatcher)
+
+    async def stop(self) -> None:
+        running, writer = self._running, self._writer
+        if running is None or writer is None:
+            return
+        await running.dispatcher.stop()
+        await self._servicer.stop_readers()
+        await writer.run(running.store.close)  # after any batch still being applied
+        writer.shutdown()
+        await running.storage.close()
+        log.info("dispatch store closed at commitlog offset %d", running.store.dispatched_offset)
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = load_config("dispatch", OPTIONS, sys.argv[1:] if argv is None else argv)
+    problem = check_config(config)
+    if problem:
+        print(f"tide-dispatch: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    run_service(DispatchService(config), config)

@@ -1,0 +1,271 @@
+"""``tide.v1.Dispatch`` over the DispatchStore: request checks, status codes, lookups.
+
+Handlers run on the asyncio loop and only read the store (consume queue and index reads
+are mmap reads, safe beside the writer thread); the writer is the dispatcher's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from services.dispatch import lookup
+from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.dispatcher import Dispatcher
+from services.dispatch.engine.consume_queue import ConsumeQueue
+from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
+from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
+from services.dispatch.storage_client import StorageClient
+from tide.naming import topic_error
+from tide.server import ServiceError
+from tide.v1 import dispatch_pb2 as pb
+from tide.v1 import dispatch_pb2_grpc as pb_grpc
+from tide.v1 import storage_pb2 as storage_pb
+
+MAX_GET_ENTRIES = 1024
+# With a tag filter, at least this many entries are looked at in one call (RocketMQ's
+# getMessage looks at max(16000 bytes, maxMsgNums) of consume queue: 800 entries).
+MIN_FILTER_SCAN_ENTRIES = 800
+MAX_WATCH_TOPICS = 1024
+MAX_QUEUE_ID = 2**31 - 1
+# QueryIndex asks the index for this many times max_count candidates, so that a few hash
+# collisions do not crowd out real hits.
+QUERY_OVERFETCH = 2
+READER_THREADS = 4
+# GetStatus asks the storage for its offsets, waiting at most this long.
+STATUS_STORAGE_TIMEOUT_S = 1.0
+_I64_MAX = 2**63 - 1
+_T = TypeVar("_T")
+
+
+@dataclass
+class Running:
+    """What the handlers need once the service has started."""
+
+    store: DispatchStore
+    storage: StorageClient
+    dispatcher: Dispatcher
+
+
+def _invalid(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def _check_queue_args(topic: str, queue_id: int) -> None:
+    error = topic_error(topic)
+    if error:
+        raise _invalid(error)
+    if not 0 <= queue_id <= MAX_QUEUE_ID:
+        raise _invalid(f"queue_id must be >= 0 (got {queue_id})")
+
+
+def _storage_unavailable(storage: StorageClient, exc: grpc.aio.AioRpcError) -> ServiceError:
+    return ServiceError(
+        grpc.StatusCode.UNAVAILABLE,
+        f"reading from storage {storage.target} failed: {exc.code().name}: {exc.details()}",
+    )
+
+
+class DispatchServicer(pb_grpc.DispatchServicer):
+    def __init__(self, running: Callable[[], Running], hub: ArrivalHub) -> None:
+        self._running = running
+        self._hub = hub
+        # Index lookups that can take long run here, off the event loop; stop() waits for
+        # them before the store is closed (a call cancelled at the end of the grace period
+        # leaves its thread running).
+        self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tide-dispatch-read")
+
+    def drain(self) -> None:
+        """End every WatchArrivals stream (the server is shutting down)."""
+        self._hub.close()
+
+    async def stop_readers(self) -> None:
+        await asyncio.to_thread(self._readers.shutdown, wait=True)
+
+    async def _in_reader(self, fn: Callable[..., _T], *args: object) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        _check_queue_args(topic, queue_id)
+        queue = self._running().store.consume_queues.find(topic, queue_id)
+        if queue is None:
+            raise ServiceError(
+                grpc.StatusCode.NOT_FOUND,
+                f"no consume queue {topic}/{queue_id}: nothing has been dispatched to it",
+            )
+        return queue
+
+    # -- consume queues ------------------------------------------------------------
+    async def GetQueueEntries(
+        self, request: pb.GetQueueEntriesRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetQueueEntriesResponse:
+        max_count = request.max_count
+        if not 1 <= max_count <= MAX_GET_ENTRIES:
+            raise _invalid(f"max_count must be in 1..{MAX_GET_ENTRIES} (got {max_count})")
+        queue = self._queue(request.topic, request.queue_id)
+        max_offset = queue.max_offset  # max first: min never passes a max read before it
+        min_offset = queue.min_offset
+        offset = request.offset
+        if not min_offset <= offset <= max_offset:
+            raise ServiceError(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"offset {offset} is outside consume queue {queue.name}'s range: "
+                f"min_offset {min_offset}, max_offset {max_offset}",
+            )
+        codes = frozenset(request.tag_codes)
+        scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
+        response = pb.GetQueueEntriesResponse(
+            next_offset=offset, min_offset=min_offset, max_offset=max_offset
+        )
+        if offset == max_offset:
+            return response
+        add = response.entries.add
+        taken = 0
+        next_offset = offset
+        # Not past the max offset reported (the queue may grow meanwhile).
+        for entry in queue.get(offset, min(scan, max_offset - offset)):
+            if taken >= max_count:
+                break
+            next_offset = entry.queue_offset + 1
+            if entry.is_pre_blank or (codes and entry.tags_code not in codes):
+                continue
+            add(
+                queue_offset=entry.queue_offset,
+                physical_offset=entry.commitlog_offset,
+                size=entry.size,
+                tags_code=entry.tags_code,
+            )
+            taken += 1
+        response.next_offset = next_offset
+        return response
+
+    async def GetQueueOffsets(
+        self, request: pb.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetQueueOffsetsResponse:
+        queue = self._queue(request.topic, request.queue_id)
+        max_offset = queue.max_offset
+        return pb.GetQueueOffsetsResponse(min_offset=queue.min_offset, max_offset=max_offset)
+
+    async def SearchOffset(
+        self, request: pb.SearchOffsetRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.SearchOffsetResponse:
+        queue = self._queue(request.topic, request.queue_id)
+        storage = self._running().storage
+        try:
+            offset = await lookup.search_offset(queue, request.timestamp_ms, storage.read)
+        except grpc.aio.AioRpcError as exc:
+            raise _storage_unavailable(storage, exc) from exc
+        except lookup.LookupFailedError as exc:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
+        return pb.SearchOffsetResponse(offset=offset)
+
+    # -- the key index ---------------------------------------------------------------
+    async def QueryIndex(
+        self, request: pb.QueryIndexRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.QueryIndexResponse:
+        topic, key, max_count = request.topic, request.key, request.max_count
+        error = topic_error(topic)
+        if error:
+            raise _invalid(error)
+        if not key or len(key) > MAX_QUERY_KEY_CHARS:
+            raise _invalid(f"key must have 1..{MAX_QUERY_KEY_CHARS} characters")
+        if not 1 <= max_count <= MAX_QUERY_COUNT:
+            raise _invalid(f"max_count must be in 1..{MAX_QUERY_COUNT} (got {max_count})")
+        begin_ms, end_ms = request.begin_ms, request.end_ms or _I64_MAX
+        if begin_ms > end_ms:
+            raise _invalid(f"begin_ms {begin_ms} is after end_ms {end_ms}")
+        running = self._running()
+        store = running.store
+        wanted = min(MAX_QUERY_COUNT, max_count * QUERY_OVERFETCH)
+        candidates = await self._in_reader(store.index.query, topic, key, wanted, begin_ms, end_ms)
+        located = await self._in_reader(lookup.locate, store.consume_queues, topic, candidates)
+        found = [item for item in located if item is not None]
+        response = pb.QueryIndexResponse()
+        for start in range(0, len(found), lookup.VERIFY_BATCH):
+            part = found[start : start + lookup.VERIFY_BATCH]
+            try:
+                results = await running.storage.read(
+                    [(item.entry.commitlog_offset, item.entry.size) for item in part]
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise _storage_unavailable(running.storage, exc) from exc
+            for item, result in zip(part, results, strict=True):
+                message = result.message
+                if (
+                    result.status != storage_pb.FOUND
+                    or not lookup.key_matches(message, topic, key)
+                    or not begin_ms <= message.store_timestamp_ms <= end_ms
+                ):
+                    continue
+                response.hits.add(
+                    physical_offset=item.entry.commitlog_offset,
+                    size=item.entry.size,
+                    queue_id=item.queue_id,
+                    queue_offset=item.entry.queue_offset,
+                    store_timestamp_ms=message.store_timestamp_ms,
+                    msg_id=message.msg_id,
+                )
+                if len(response.hits) >= max_count:
+                    return response
+        return response
+
+    # -- arrivals --------------------------------------------------------------------
+    async def WatchArrivals(
+        self, request: pb.WatchArrivalsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> AsyncIterator[pb.ArrivalNotice]:
+        topics = list(request.topics)
+        if len(topics) > MAX_WATCH_TOPICS:
+            raise _invalid(f"{len(topics)} topics; at most {MAX_WATCH_TOPICS} per watch")
+        for topic in topics:
+            error = topic_error(topic)
+            if error:
+                raise _invalid(error)
+        current: list[Arrival] = []
+        if request.send_current:
+            wanted = set(topics)
+            current = [
+                Arrival(queue.topic, queue.queue_id, queue.max_offset)
+                for queue in self._running().store.consume_queues.queues()
+                if not wanted or queue.topic in wanted
+            ]
+        async for batch in self._hub.watch(topics, current):
+            for (topic, queue_id), max_offset in batch.items():
+                yield pb.ArrivalNotice(topic=topic, queue_id=queue_id, max_offset=max_offset)
+
+    # -- status ----------------------------------------------------------------------
+    async def GetStatus(
+        self,
+        request: pb.GetDispatchStatusRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.DispatchStatus:
+        running = self._running()
+        dispatcher = running.dispatcher
+        try:
+            live = await running.storage.status(STATUS_STORAGE_TIMEOUT_S)
+            storage_min, storage_max = live.min_offset, live.max_offset
+        except grpc.aio.AioRpcError:  # the last offsets seen
+            last = running.storage.last_status
+            storage_min = last.min_offset if last else 0
+            storage_max = dispatcher.storage_max_seen or 0
+        status = running.store.status()
+        return pb.DispatchStatus(
+            dispatched_offset=status.dispatched_offset,
+            durable_offset=status.durable_offset,
+            storage_max_offset=storage_max,
+            storage_min_offset=storage_min,
+            lag_bytes=max(0, storage_max - status.dispatched_offset),
+            queue_count=status.queues,
+            cq_segment_count=status.cq_segments,
+            index_file_count=status.index_files,
+            index_entry_count=status.index_entries,
+            follower_state=dispatcher.follower_state,
+            last_error=dispatcher.last_error,
+            storage=running.storage.target,
+            tail_reconnects=dispatcher.tail_reconnects,
+            tail_restarts=dispatcher.restarts,
+        )

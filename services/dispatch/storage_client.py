@@ -1,0 +1,130 @@
+"""The dispatch service's client of the storage service: GetStatus and Read.
+
+(The commitlog itself is followed by ``tide.tail.TailFollower``, on channels of its own.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from tide.server import MAX_MESSAGE_BYTES
+from tide.tail import Backoff
+from tide.v1 import storage_pb2 as pb
+from tide.v1 import storage_pb2_grpc as pb_grpc
+
+log = logging.getLogger("tide.dispatch.storage")
+
+# The storage service's Read limits: 1024 positions and 64 MiB a call.
+READ_MAX_POSITIONS = 1024
+READ_MAX_BYTES = 32 * 1024 * 1024  # half the server's limit: the reply adds fields
+RPC_TIMEOUT_S = 10.0
+STATUS_TIMEOUT_S = 5.0
+# While the storage does not answer: one warning, then a reminder this often.
+WAIT_LOG_INTERVAL_S = 30.0
+CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES + 1024 * 1024),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # Reconnect soon after the storage comes back, not after gRPC's default backoff
+    # (which grows to two minutes).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+Position = tuple[int, int]  # (physical offset, size)
+
+
+class StorageClient:
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._channel = grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
+        self._stub = pb_grpc.StorageStub(self._channel)
+        # The last status the storage answered with (None before the first answer).
+        self.last_status: pb.StorageStatus | None = None
+
+    async def close(self) -> None:
+        await self._channel.close(None)
+
+    async def status(self, timeout_s: float = STATUS_TIMEOUT_S) -> pb.StorageStatus:
+        status: pb.StorageStatus = await self._stub.GetStatus(
+            pb.GetStatusRequest(), timeout=timeout_s
+        )
+        self.last_status = status
+        return status
+
+    async def wait_status(self, why: str, backoff: Backoff | None = None) -> pb.StorageStatus:
+        """GetStatus, retried with backoff until the storage answers (forever). Logs a
+        warning at the first failure and a reminder every WAIT_LOG_INTERVAL_S after."""
+        backoff = backoff if backoff is not None else Backoff(initial_s=0.1, max_s=2.0)
+        failures = 0
+        started = last_log = time.monotonic()
+        while True:
+            try:
+                status = await self.status()
+            except grpc.aio.AioRpcError as exc:
+                failures += 1
+                now = time.monotonic()
+                reason = f"{exc.code().name}: {exc.details()}"
+                if failures == 1:
+                    log.warning(
+                        "storage %s does not answer GetStatus (%s); retrying until it does (%s)",
+                        self.target,
+                        reason,
+                        why,
+                    )
+                    last_log = now
+                elif now - last_log >= WAIT_LOG_INTERVAL_S:
+                    log.warning(
+                        "still waiting for storage %s after %.0f s, %d attempts: %s",
+                        self.target,
+                        now - started,
+                        failures,
+                        reason,
+                    )
+                    last_log = now
+                await asyncio.sleep(backoff.delay_s(failures))
+                continue
+            if failures:
+                log.info(
+                    "storage %s answered after %d failed attempt(s), %.1f s",
+                    self.target,
+                    failures,
+                    time.monotonic() - started,
+                )
+            return status
+
+    async def read(self, positions: Sequence[Position]) -> list[pb.ReadResult]:
+        """Read every (physical offset, size), in request order, in as many calls as the
+        storage's limits need. Raises grpc.aio.AioRpcError."""
+        results: list[pb.ReadResult] = []
+        for part in _split(positions):
+            request = pb.ReadRequest(
+                positions=[pb.ReadRequest.Position(physical_offset=o, size=s) for o, s in part]
+            )
+            response: pb.ReadResponse = await self._stub.Read(request, timeout=RPC_TIMEOUT_S)
+            if len(response.results) != len(part):
+                raise RuntimeError(
+                    f"storage {self.target} answered {len(response.results)} results "
+                    f"for {len(part)} positions"
+                )
+            results.extend(response.results)
+        return results
+
+
+def _split(positions: Sequence[Position]) -> list[Sequence[Position]]:
+    parts: list[Sequence[Position]] = []
+    start = 0
+    total = 0
+    for index, (_, size) in enumerate(positions):
+        if index > start and (index - start >= READ_MAX_POSITIONS or total + size > READ_MAX_BYTES):
+            parts.append(positions[start:index])
+            start, total = index, 0
+        total += size
+    if start < len(positions):
+        parts.append(positions[start:])
+    return parts
