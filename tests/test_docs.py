@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.dispatch.options import OPTIONS as DISPATCH_OPTIONS
 from services.storage.options import OPTIONS as STORAGE_OPTIONS
 from tide.server import Option
 from tide.server._config import merge_options
@@ -32,4 +33,10 @@ def reference_rows(service: str, options: tuple[Option, ...]) -> list[str]:
 def test_configuration_reference_lists_every_storage_option() -> None:
     text = CONFIG_DOC.read_text()
     missing = [row for row in reference_rows("storage", STORAGE_OPTIONS) if row not in text]
+    assert not missing, "docs/configuration.md is out of date; rows to add:\n" + "\n".join(missing)
+
+
+def test_configuration_reference_lists_every_dispatch_option() -> None:
+    text = CONFIG_DOC.read_text()
+    missing = [row for row in reference_rows("dispatch", DISPATCH_OPTIONS) if row not in text]
     assert not missing, "docs/configuration.md is out of date; rows to add:\n" + "\n".join(missing)

@@ -12,6 +12,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tide.v1 import dispatch_pb2 as dispatch_pb
+from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -43,6 +45,8 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         str(root),
         "--storage-port",
         "0",
+        "--dispatch-port",
+        "0",
         "--segment-size-bytes",
         str(8 << 20),
         "--log-level",
@@ -52,6 +56,7 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     try:
         endpoint = _read_endpoint(proc, "storage")
         assert endpoint.startswith("127.0.0.1:") and not endpoint.endswith(":0")
+        dispatch_endpoint = _read_endpoint(proc, "dispatch")
         with grpc.insecure_channel(endpoint) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             status = health.Check(health_pb2.HealthCheckRequest(service="tide.v1.Storage"))
@@ -60,6 +65,18 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
                 pb.AppendRequest(messages=[pb.Message(topic="UpTopic", body=b"hi")])
             )
             assert reply.results[0].status == pb.PUT_OK
+        with grpc.insecure_channel(dispatch_endpoint) as channel:
+            dispatch = dispatch_grpc.DispatchStub(channel)
+            request = dispatch_pb.GetQueueOffsetsRequest(topic="UpTopic", queue_id=0)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:  # the dispatch follows the storage: the message gets an entry
+                try:
+                    if dispatch.GetQueueOffsets(request).max_offset == 1:
+                        break
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+                assert time.monotonic() < deadline, "dispatch never saw the message"
+                time.sleep(0.05)
         assert (root / "store" / "abort").exists()  # open while running
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 0
@@ -69,6 +86,7 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             proc.wait()
     assert not (root / "store" / "abort").exists(), "the store was not closed cleanly"
     assert (root / "store" / "commitlog" / "00000000000000000000").exists()
+    assert (root / "store" / "consumequeue" / "UpTopic" / "0").is_dir()  # RocketMQ layout
 
 
 def test_up_fails_fast_when_the_port_is_taken(tmp_path: Path) -> None:

@@ -216,6 +216,21 @@ def test_not_serving_until_start_completes(start_echo: Callable[..., EchoProcess
         assert call(chan, "Echo", b"late") == b"late"
 
 
+def test_sigterm_while_starting_stops_at_once(start_echo: Callable[..., EchoProcess]) -> None:
+    """A service still starting (waiting for a dependency) stops on the first signal:
+    its start is cancelled; stop() is not called because start never finished."""
+    port = free_port()
+    echo = start_echo("--listen", f"127.0.0.1:{port}", "--start-delay-ms", "60000")
+    wait_for(lambda: accepts_connections(port), echo, "the port to accept connections")
+    began = time.monotonic()
+    echo.proc.send_signal(signal.SIGTERM)
+    assert echo.wait_exit() == 0
+    assert time.monotonic() - began < 30
+    assert not echo.ready_file.exists()
+    assert not echo.stop_marker.exists()
+    assert "stopped while starting" in echo.stderr()
+
+
 def accepts_connections(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()

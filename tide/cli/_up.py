@@ -25,6 +25,7 @@ READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.05
 DEFAULT_SEGMENT_SIZE_BYTES = 128 << 20
+DEFAULT_INDEX_MAX_ENTRIES = 1_000_000  # a 20 MB index file for a laptop-sized cluster
 
 
 @dataclass
@@ -47,6 +48,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--storage-port", type=int, default=10911, help="storage gRPC port (0: any free port)"
     )
+    parser.add_argument(
+        "--dispatch-port", type=int, default=10921, help="dispatch gRPC port (0: any free port)"
+    )
+    parser.add_argument(
+        "--index-max-entries",
+        type=int,
+        default=DEFAULT_INDEX_MAX_ENTRIES,
+        help=f"entries per index file [unit: entries] (default: {DEFAULT_INDEX_MAX_ENTRIES}; "
+        "RocketMQ's 20,000,000 makes a 420 MB file)",
+    )
     parser.add_argument("--flush", choices=("sync", "async"), default="async", help="flush policy")
     parser.add_argument(
         "--segment-size-bytes",
@@ -61,14 +72,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _children(args: argparse.Namespace) -> list[Child]:
+    """Storage first, then dispatch on the same root (RocketMQ's directory layout: the
+    dispatch owns consumequeue/ and index/ beside the storage's commitlog/)."""
     root = Path(args.store_dir).resolve()
     run_dir = root / "run"
+    store = root / "store"
     storage = [
         sys.executable,
         "-m",
         "services.storage",
         "--store-dir",
-        str(root / "store"),
+        str(store),
         "--listen",
         f"{args.host}:{args.storage_port}",
         "--flush",
@@ -78,7 +92,27 @@ def _children(args: argparse.Namespace) -> list[Child]:
         "--log-level",
         args.log_level,
     ]
-    return [Child("storage", storage, run_dir / "storage.ready")]
+    dispatch = [
+        sys.executable,
+        "-m",
+        "services.dispatch",
+        "--store-dir",
+        str(store),
+        "--listen",
+        f"{args.host}:{args.dispatch_port}",
+        "--storage",
+        "{storage}",
+        "--index-max-entries",
+        str(args.index_max_entries),
+        "--index-slot-count",
+        str(max(1, args.index_max_entries // 4)),
+        "--log-level",
+        args.log_level,
+    ]
+    return [
+        Child("storage", storage, run_dir / "storage.ready"),
+        Child("dispatch", dispatch, run_dir / "dispatch.ready"),
+    ]
 
 
 class _Stop:
@@ -107,13 +141,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start_all(children: list[Child], stop: _Stop) -> bool:
+    """Start each child once the ones before it are ready; ``{name}`` in a command
+    stands for the endpoint of the earlier child ``name``."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    endpoints: dict[str, str] = {}
     for child in children:
         child.ready_file.parent.mkdir(parents=True, exist_ok=True)
         child.ready_file.unlink(missing_ok=True)
         env = {**os.environ, "TIDE_READY_FILE": str(child.ready_file)}
-        child.process = subprocess.Popen(child.command, env=env, start_new_session=True)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    for child in children:
+        command = [arg.format(**endpoints) for arg in child.command]
+        child.process = subprocess.Popen(command, env=env, start_new_session=True)
         while not child.ready_file.exists():
             assert child.process is not None
             code = child.process.poll()
@@ -134,6 +171,7 @@ def _start_all(children: list[Child], stop: _Stop) -> bool:
                 return False
             time.sleep(POLL_INTERVAL_S)
         child.endpoint = str(json.loads(child.ready_file.read_text())["listen"])
+        endpoints[child.name] = child.endpoint
     return True
 
 

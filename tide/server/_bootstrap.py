@@ -113,16 +113,39 @@ async def serve(
     with _signal_handlers(stop, handle_signals):
         await server.start()
         try:
-            await service.start(endpoint)
+            started = await _start_unless_stopped(service, endpoint, stop)
         except BaseException:
             await server.stop(None)
             raise
+        if not started:  # a signal came while starting: start() was cancelled
+            _log.info("stopped while starting %s", service.name)
+            await server.stop(None)
+            return
         try:
             if not stop.is_set():
                 await _mark_serving(health_servicer, readiness, endpoint, ready_callback)
             await stop.wait()
         finally:
             await _shutdown(server, service, health_servicer, readiness, shutdown_grace_s)
+
+
+async def _start_unless_stopped(service: Service, endpoint: str, stop: asyncio.Event) -> bool:
+    """``service.start`` unless ``stop`` is set first (e.g. SIGTERM while the service still
+    waits for a dependency); then the start is cancelled (it must release what it opened,
+    as for any failed start) and False is returned."""
+    starting = asyncio.ensure_future(service.start(endpoint))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()  # re-raise a failed start
+        return True
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    return False
 
 
 def run_service(service: Service, config: Config) -> None:
