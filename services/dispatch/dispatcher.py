@@ -29,6 +29,8 @@ from services.dispatch.storage_client import StorageClient
 from tide.tail import Backoff, TailError, TailFollower, TailOutOfRangeError, insecure_channel
 
 log = logging.getLogger("tide.dispatch")
+CATCH_UP_LOG_INTERVAL_S = 5.0
+CATCH_UP_LOG_MIN_LAG_BYTES = 16 << 20
 _T = TypeVar("_T")
 
 # A restart that then ran this long without failing resets the failure backoff.
@@ -179,10 +181,12 @@ class Dispatcher:
         self._follower = follower
         self._phase = "following"
         try:
+            progress = _CatchUpLog(offset)
             async with follower, contextlib.aclosing(follower.records()) as batches:
                 async for batch in batches:
                     arrivals = await self._writer.run(self.store.apply, batch)
                     self.hub.publish(arrivals)
+                    progress.update(self.store.dispatched_offset, follower.max_offset)
             return None
         except TailOutOfRangeError as exc:
             log.warning("%s; reconciling with the storage and following again", exc)
@@ -213,3 +217,33 @@ class Dispatcher:
                 await self._writer.run(self.store.cleanup, status.min_offset)
             except Exception:
                 log.exception("cleanup below commitlog offset %d failed", status.min_offset)
+
+
+class _CatchUpLog:
+    """Logs progress every ``CATCH_UP_LOG_INTERVAL_S`` while far behind the storage (a
+    rebuild from the whole commitlog, or a long outage)."""
+
+    def __init__(self, start_offset: int) -> None:
+        self._start_offset = start_offset
+        self._started = time.monotonic()
+        self._last_log = self._started
+
+    def update(self, dispatched: int, storage_max: int | None) -> None:
+        now = time.monotonic()
+        if storage_max is None or now - self._last_log < CATCH_UP_LOG_INTERVAL_S:
+            return
+        behind = storage_max - dispatched
+        if behind < CATCH_UP_LOG_MIN_LAG_BYTES:
+            return
+        self._last_log = now
+        done = dispatched - self._start_offset
+        total = storage_max - self._start_offset
+        rate = done / max(now - self._started, 1e-9)
+        log.info(
+            "catching up: dispatched %d of %d bytes (%.0f%%), %.1f MB/s, %d bytes behind",
+            done,
+            total,
+            100 * done / max(total, 1),
+            rate / 1e6,
+            behind,
+        )
