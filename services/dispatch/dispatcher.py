@@ -24,12 +24,14 @@ from typing import TypeVar
 import grpc
 
 from services.dispatch.arrivals import ArrivalHub
-from services.dispatch.engine.dispatch_store import DispatchStore
+from services.dispatch.engine.dispatch_store import DispatchDivergedError, DispatchStore
 from services.dispatch.storage_client import StorageClient
 from tide.tail import Backoff, TailError, TailFollower, TailOutOfRangeError, insecure_channel
+from tide.v1 import storage_pb2 as pb
 
 log = logging.getLogger("tide.dispatch")
 CATCH_UP_LOG_INTERVAL_S = 5.0
+MAX_VERIFY_STEPS = 4096
 CATCH_UP_LOG_MIN_LAG_BYTES = 16 << 20
 _T = TypeVar("_T")
 
@@ -116,6 +118,7 @@ class Dispatcher:
         """Ask the storage for its offsets (until it answers) and reconcile the store;
         returns the commitlog offset to follow from."""
         status = await self.storage.wait_status(why)
+        await self._drop_entries_the_storage_lost(status.max_offset)
         offset = await self._writer.run(self.store.reconcile, status.min_offset, status.max_offset)
         log.info(
             "reconciled with storage %s (min %d, max %d): following from %d",
@@ -125,6 +128,28 @@ class Dispatcher:
             offset,
         )
         return offset
+
+    async def _drop_entries_the_storage_lost(self, storage_max: int) -> None:
+        """Our last entries must still name the same records in the storage: it may have
+        truncated a torn tail and appended other records there while we were away. Walk
+        back (bounded) from the last entry, dropping entries whose record is gone."""
+        for _ in range(MAX_VERIFY_STEPS):
+            last = self.store.last_dispatched_entry()
+            if last is None:
+                return
+            topic, queue_id, entry = last
+            if entry.commitlog_offset + entry.size <= storage_max:
+                (result,) = await self.storage.read([(entry.commitlog_offset, entry.size)])
+                message = result.message
+                if result.status == pb.FOUND and (
+                    message.topic,
+                    message.queue_id,
+                    message.queue_offset,
+                ) == (topic, queue_id, entry.queue_offset):
+                    return
+            why = f"the storage no longer holds {topic}/{queue_id}@{entry.queue_offset} there"
+            await self._writer.run(self.store.drop_from, entry.commitlog_offset, why)
+        raise RuntimeError(f"more than {MAX_VERIFY_STEPS} dispatched records are gone")
 
     def start(self, offset: int) -> None:
         self._tasks = [
@@ -188,7 +213,7 @@ class Dispatcher:
                     self.hub.publish(arrivals)
                     progress.update(self.store.dispatched_offset, follower.max_offset)
             return None
-        except TailOutOfRangeError as exc:
+        except (TailOutOfRangeError, DispatchDivergedError) as exc:
             log.warning("%s; reconciling with the storage and following again", exc)
             return str(exc)
         except TailError as exc:

@@ -380,3 +380,19 @@ def test_index_file_names_sort_by_time_and_bad_names_parse_to_none() -> None:
         "".join(chr(0x0660 + int(d)) for d in "20231114221320123"),  # Arabic-Indic digits
     ]:
         assert parse_index_file_name(bad) is None, bad
+
+
+def test_a_put_torn_between_slot_and_header_keeps_the_older_chain() -> None:
+    """A crash after the slot was written but before the header counted the entry: the
+    re-put of that key must still link the older entries (Java would link the entry to
+    itself)."""
+    geometry = IndexGeometry(slot_count=4, max_entries=16)
+    buf = bytearray(geometry.file_bytes)
+    init_index_header(buf, 0, 0)
+    for offset in (100, 200, 300):
+        assert put_key(buf, geometry, "T#k", offset, 1_000)
+    header_before = bytes(buf[:40])
+    assert put_key(buf, geometry, "T#k", 400, 1_000)
+    buf[:40] = header_before  # torn: slot and entry written, header not
+    assert put_key(buf, geometry, "T#k", 400, 1_000)
+    assert select_phy_offsets(buf, geometry, "T#k", 10, 0, 10**13) == [400, 300, 200, 100]

@@ -216,7 +216,14 @@ def put_key(
     slot_pos = geometry.slot_position(slot_for(key_hash, geometry.slot_count))
     number = header.index_count
     prev: int = _SLOT.unpack_from(buf, slot_pos)[0]
-    if prev <= INVALID_INDEX or prev > number:
+    if prev == number:
+        # A put torn between its slot and its header (a crash): the slot names the
+        # uncounted entry being rewritten now, which already links the older chain.
+        # Keep that link (Java would link the entry to itself and lose the chain).
+        prev = _ENTRY.unpack_from(buf, geometry.entry_position(number))[3]
+        if not INVALID_INDEX < prev < number:
+            prev = INVALID_INDEX
+    elif prev <= INVALID_INDEX or prev > number:
         prev = INVALID_INDEX
     time_diff = time_diff_seconds(store_timestamp_ms, header.begin_timestamp_ms)
     _ENTRY.pack_into(buf, geometry.entry_position(number), key_hash, phy_offset, time_diff, prev)

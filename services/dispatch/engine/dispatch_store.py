@@ -24,7 +24,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
+from services.dispatch.engine.consume_queue import ConsumeQueueConflictError, Entry
 from services.dispatch.engine.consume_queue_store import (
     FLUSH_LEAST_PAGES,
     FLUSH_THOROUGH_INTERVAL_MS,
@@ -49,6 +51,15 @@ log = logging.getLogger("tide.dispatch.store")
 PROGRESS_FILE = "dispatch_progress.json"
 LOCK_FILE = "dispatch.lock"
 MAX_KEYS_PER_RECORD = 64
+
+
+class DispatchDivergedError(Exception):
+    """Our entries disagreed with the commitlog at ``offset``; they were dropped from
+    there. Reconcile with the storage and follow again."""
+
+    def __init__(self, offset: int, why: str) -> None:
+        super().__init__(f"entries diverged from the commitlog at {offset}: {why}")
+        self.offset = offset
 
 
 @dataclass(frozen=True)
@@ -151,20 +162,14 @@ class DispatchStore:
     def reconcile(self, storage_min: int, storage_max: int) -> int:
         """Drop what lies past the storage's end; return where the Tail must resume."""
         assert 0 <= storage_min <= storage_max, (storage_min, storage_max)
-        dropped = self.consume_queues.truncate_past(storage_max)
-        indexed_before = self.index.last_indexed_offset()
-        indexed_after = self.index.truncate_past(storage_max)
+        dropped, redo_from = self._truncate_past(storage_max)
         if dropped:
             log.warning(
                 "dropped %d consume queue entries past the storage's max offset %d",
                 dropped,
                 storage_max,
             )
-        resume = min(self._durable, storage_max)
-        if indexed_after != indexed_before:
-            # Whole index files went: the records they held below the cut are indexed again
-            # from the last one still indexed (a record boundary) or from the start.
-            resume = min(resume, indexed_after if indexed_after >= 0 else storage_min)
+        resume = min(self._durable, storage_max, redo_from)
         if resume < storage_min:
             log.info(
                 "rebuilding from the storage's min offset %d (dispatched up to %d)",
@@ -174,6 +179,19 @@ class DispatchStore:
             resume = storage_min
         self._dispatched = resume
         return resume
+
+    def _truncate_past(self, offset: int) -> tuple[int, int]:
+        """Drop consume queue entries and index files at or past ``offset``. Returns the
+        entries dropped and the offset dispatch must redo from: ``offset``, or lower when
+        whole index files went (their records below the cut are indexed again from the
+        last one still indexed, a record boundary, or from the start)."""
+        dropped = self.consume_queues.truncate_past(offset)
+        indexed_before = self.index.last_indexed_offset()
+        indexed_after = self.index.truncate_past(offset)
+        redo_from = offset
+        if indexed_after != indexed_before:
+            redo_from = min(offset, max(indexed_after, 0))
+        return dropped, redo_from
 
     def cleanup(self, storage_min: int) -> None:
         """Delete consume queue segments and index files only pointing below the min."""
@@ -194,7 +212,11 @@ class DispatchStore:
             if not is_queue_less(scan.sys_flag):
                 queue = self.consume_queues.get_or_create(scan.topic, scan.queue_id)
                 code = tags_code(props.get(TAGS, ""))
-                if queue.put(scan.queue_offset, rec.offset, rec.size, code):
+                try:
+                    written = queue.put(scan.queue_offset, rec.offset, rec.size, code)
+                except ConsumeQueueConflictError as exc:
+                    self._diverged(rec.offset, str(exc))
+                if written:
                     grown[(scan.topic, scan.queue_id)] = scan.queue_offset + 1
             keys = [k for k in props.get(KEYS, "").split(" ") if k][:MAX_KEYS_PER_RECORD]
             self.index.build(
@@ -207,6 +229,55 @@ class DispatchStore:
             )
             self._dispatched = max(self._dispatched, rec.end_offset)
         return [Arrival(topic, queue_id, top) for (topic, queue_id), top in grown.items()]
+
+    def last_dispatched_entry(self) -> tuple[str, int, Entry] | None:
+        """(topic, queue id, entry) of the consume queue entry furthest in the commitlog."""
+        best: tuple[str, int, Entry] | None = None
+        for queue in self.consume_queues.queues():
+            entry = queue.last_entry()
+            if entry is not None and (
+                best is None or entry.commitlog_offset > best[2].commitlog_offset
+            ):
+                best = (queue.topic, queue.queue_id, entry)
+        return best
+
+    def drop_from(self, offset: int, why: str) -> None:
+        """The commitlog at ``offset`` is not what our entries say: the storage truncated
+        its tail and appended anew while we were away. The commitlog is the truth: drop
+        every entry from ``offset`` and the progress past it (durably)."""
+        log.warning(
+            "the commitlog changed under dispatch at %d (%s): dropping entries from there",
+            offset,
+            why,
+        )
+        _, redo_from = self._truncate_past(offset)
+        self._dispatched = min(self._dispatched, redo_from)
+        if self._durable > redo_from:
+            self._durable = redo_from
+            write_json_atomically(
+                self.config.store_dir / PROGRESS_FILE,
+                {"dispatchedOffset": redo_from, "updatedMs": time.time_ns() // 1_000_000},
+            )
+
+    def _diverged(self, offset: int, why: str) -> NoReturn:
+        """The commitlog at ``offset`` is not what our entries say: the storage truncated
+        its tail and appended anew while we were away. The commitlog is the truth: drop
+        everything from ``offset`` (and the progress past it, durably), then raise so the
+        caller reconciles and follows again from the returned point."""
+        log.warning(
+            "the commitlog changed under dispatch at %d (%s): dropping entries from there",
+            offset,
+            why,
+        )
+        _, redo_from = self._truncate_past(offset)
+        self._dispatched = min(self._dispatched, redo_from)
+        if self._durable > redo_from:
+            self._durable = redo_from
+            write_json_atomically(
+                self.config.store_dir / PROGRESS_FILE,
+                {"dispatchedOffset": redo_from, "updatedMs": time.time_ns() // 1_000_000},
+            )
+        raise DispatchDivergedError(offset, why)
 
     def status(self) -> DispatchStatus:
         counts = self.consume_queues.counts()

@@ -13,6 +13,7 @@ from services.dispatch.engine.dispatch_store import (
     PROGRESS_FILE,
     Arrival,
     DispatchConfig,
+    DispatchDivergedError,
     DispatchStore,
 )
 from tide.files import FileLockedError
@@ -203,3 +204,31 @@ def test_empty_store_rebuilds_from_the_storage_min(open_store: DispatchStore) ->
 def test_second_store_on_the_same_dir_fails(open_store: DispatchStore, tmp_path: Path) -> None:
     with pytest.raises(FileLockedError, match="in use by another process"):
         DispatchStore(DispatchConfig(tmp_path / "d")).open()
+
+
+def test_a_rewritten_commitlog_is_the_truth(open_store: DispatchStore) -> None:
+    """The storage truncated a torn tail and appended other records at the same offsets
+    while dispatch was away: re-dispatch meets a conflicting entry, drops its entries from
+    there, and after reconciling follows the new records."""
+    old = Log()
+    offsets = [old.add(Msg("A", 0, keys=f"old{i}")) for i in range(6)]
+    open_store.apply(old.records())
+    open_store.flush(thorough=True)
+    new = Log()
+    for i in range(4):
+        new.add(Msg("A", 0, keys=f"old{i}"))
+    cut = offsets[4]
+    for i in range(3):
+        new.add(Msg("A", 0, tags="Other", keys=f"new{i}"))  # other sizes, same queue offsets
+    assert open_store.reconcile(0, len(new.data)) == len(old.data)  # nothing looks wrong yet
+    with pytest.raises(DispatchDivergedError) as caught:
+        open_store.apply(new.records(cut))
+    assert caught.value.offset == cut
+    resume = open_store.reconcile(0, len(new.data))
+    assert resume <= cut
+    open_store.apply(new.records(resume))
+    assert _entries(open_store, "A", 0) == [
+        (r.offset, r.size, tags_code("Other" if r.offset >= cut else "")) for r in new.records()
+    ]
+    assert open_store.index.query("A", "old5", 10, 0, 10**13) == []
+    assert open_store.index.query("A", "new2", 10, 0, 10**13) == [new.records()[-1].offset]
