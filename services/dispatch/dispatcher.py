@@ -26,6 +26,7 @@ import grpc
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.engine.dispatch_store import DispatchDivergedError, DispatchStore
 from services.dispatch.storage_client import StorageClient
+from tide.format import tags_code
 from tide.tail import Backoff, TailError, TailFollower, TailOutOfRangeError, insecure_channel
 from tide.v1 import storage_pb2 as pb
 
@@ -133,6 +134,7 @@ class Dispatcher:
         """Our last entries must still name the same records in the storage: it may have
         truncated a torn tail and appended other records there while we were away. Walk
         back (bounded) from the last entry, dropping entries whose record is gone."""
+        await self._check_durable_record(storage_max)
         for _ in range(MAX_VERIFY_STEPS):
             last = self.store.last_dispatched_entry()
             if last is None:
@@ -145,11 +147,30 @@ class Dispatcher:
                     message.topic,
                     message.queue_id,
                     message.queue_offset,
-                ) == (topic, queue_id, entry.queue_offset):
+                    tags_code(message.tags),
+                ) == (topic, queue_id, entry.queue_offset, entry.tags_code):
                     return
             why = f"the storage no longer holds {topic}/{queue_id}@{entry.queue_offset} there"
             await self._writer.run(self.store.drop_from, entry.commitlog_offset, why)
         raise RuntimeError(f"more than {MAX_VERIFY_STEPS} dispatched records are gone")
+
+    async def _check_durable_record(self, storage_max: int) -> None:
+        """The last record our progress file names must still be in the storage, the
+        same one (size, store time and body CRC): a record of the same size written
+        there after a truncation would pass the queue entry checks."""
+        record = self.store.durable_record
+        if record is None:
+            return
+        same = False
+        if record.offset + record.size <= storage_max:
+            (result,) = await self.storage.read([(record.offset, record.size)])
+            same = result.status == pb.FOUND and (
+                result.message.store_timestamp_ms,
+                result.message.body_crc,
+            ) == (record.store_timestamp_ms, record.body_crc)
+        if not same:
+            why = f"the storage holds another record at {record.offset}"
+            await self._writer.run(self.store.drop_from, record.offset, why)
 
     def start(self, offset: int) -> None:
         self._tasks = [

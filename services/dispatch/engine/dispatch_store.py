@@ -19,12 +19,13 @@ directories are empty (a rebuild from the whole commitlog).
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from services.dispatch.engine.consume_queue import ConsumeQueueConflictError, Entry
 from services.dispatch.engine.consume_queue_store import (
@@ -51,6 +52,19 @@ log = logging.getLogger("tide.dispatch.store")
 PROGRESS_FILE = "dispatch_progress.json"
 LOCK_FILE = "dispatch.lock"
 MAX_KEYS_PER_RECORD = 64
+
+
+class RecordIdentity(NamedTuple):
+    """Enough to tell a record from another written at the same offset later."""
+
+    offset: int
+    size: int
+    store_timestamp_ms: int
+    body_crc: int
+
+
+_BODY_CRC = struct.Struct(">I")
+BODY_CRC_POS = 8  # record layout: total_size 4, magic 4, body_crc 4
 
 
 class DispatchDivergedError(Exception):
@@ -100,6 +114,13 @@ class DispatchStore:
         self.index = IndexService(root, geometry)
         self._dispatched = 0  # end of the last applied record (writer thread only)
         self._durable = 0  # what the progress file says
+        # Identity of the last applied record, and of the one the progress file names:
+        # (offset, size, store timestamp, body CRC); checked against the storage at start.
+        self._last_record: RecordIdentity | None = None
+        self.durable_record: RecordIdentity | None = None
+        # Held while progress is captured and written (flush thread) or lowered
+        # (reconcile, drop_from), so a flush cannot write an offset a cut invalidated.
+        self._progress_lock = threading.Lock()
         self._flusher: _FlushThread | None = None
         self._opened = False
 
@@ -144,24 +165,47 @@ class DispatchStore:
         offset = obj.get("dispatchedOffset") if isinstance(obj, dict) else None
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"{PROGRESS_FILE}: dispatchedOffset must be an integer >= 0")
+        last = obj.get("lastRecord")
+        if isinstance(last, dict):
+            try:
+                self.durable_record = RecordIdentity(**{k: int(v) for k, v in last.items()})
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{PROGRESS_FILE}: lastRecord is malformed: {exc}") from None
         return offset
 
     def flush(self, *, thorough: bool) -> None:
         """Flush consume queues and index, then record the offset they now cover."""
-        covered = self._dispatched  # captured before the flush: the flush covers it
-        self.consume_queues.flush(0 if thorough else FLUSH_LEAST_PAGES)
-        self.index.flush()
-        if covered != self._durable:
-            write_json_atomically(
-                self.config.store_dir / PROGRESS_FILE,
-                {"dispatchedOffset": covered, "updatedMs": time.time_ns() // 1_000_000},
-            )
-            self._durable = covered
+        with self._progress_lock:
+            covered = self._dispatched  # captured before the flush: the flush covers it
+            record = self._last_record
+            self.consume_queues.flush(0 if thorough else FLUSH_LEAST_PAGES)
+            self.index.flush()
+            if covered != self._durable:
+                self._write_progress(covered, record)
+
+    def _write_progress(self, offset: int, record: RecordIdentity | None) -> None:
+        """Record durably that everything below ``offset`` is dispatched; ``record`` is
+        the last record applied below it (None when unknown)."""
+        if record is not None and record.offset + record.size != offset:
+            record = None
+        obj: dict[str, object] = {
+            "dispatchedOffset": offset,
+            "updatedMs": time.time_ns() // 1_000_000,
+        }
+        if record is not None:
+            obj["lastRecord"] = record._asdict()
+        write_json_atomically(self.config.store_dir / PROGRESS_FILE, obj)
+        self._durable = offset
+        self.durable_record = record
 
     # -- reconciling with the storage --------------------------------------------
     def reconcile(self, storage_min: int, storage_max: int) -> int:
         """Drop what lies past the storage's end; return where the Tail must resume."""
         assert 0 <= storage_min <= storage_max, (storage_min, storage_max)
+        with self._progress_lock:
+            return self._reconcile_locked(storage_min, storage_max)
+
+    def _reconcile_locked(self, storage_min: int, storage_max: int) -> int:
         dropped, redo_from = self._truncate_past(storage_max)
         if dropped:
             log.warning(
@@ -178,6 +222,8 @@ class DispatchStore:
             )
             resume = storage_min
         self._dispatched = resume
+        if resume < self._durable:  # durably, before anything else can run
+            self._write_progress(resume, None)
         return resume
 
     def _truncate_past(self, offset: int) -> tuple[int, int]:
@@ -227,7 +273,12 @@ class DispatchStore:
                 props.get(UNIQ_KEY),
                 scan.sys_flag,
             )
-            self._dispatched = max(self._dispatched, rec.end_offset)
+            if rec.end_offset > self._dispatched:
+                self._dispatched = rec.end_offset
+                crc = _BODY_CRC.unpack_from(rec.data, BODY_CRC_POS)[0]
+                self._last_record = RecordIdentity(
+                    rec.offset, rec.size, scan.store_timestamp_ms, crc
+                )
         return [Arrival(topic, queue_id, top) for (topic, queue_id), top in grown.items()]
 
     def last_dispatched_entry(self) -> tuple[str, int, Entry] | None:
@@ -250,14 +301,13 @@ class DispatchStore:
             offset,
             why,
         )
-        _, redo_from = self._truncate_past(offset)
-        self._dispatched = min(self._dispatched, redo_from)
-        if self._durable > redo_from:
-            self._durable = redo_from
-            write_json_atomically(
-                self.config.store_dir / PROGRESS_FILE,
-                {"dispatchedOffset": redo_from, "updatedMs": time.time_ns() // 1_000_000},
-            )
+        with self._progress_lock:
+            _, redo_from = self._truncate_past(offset)
+            self._dispatched = min(self._dispatched, redo_from)
+            if self._last_record is not None and self._last_record.offset >= redo_from:
+                self._last_record = None
+            if self._durable > redo_from:
+                self._write_progress(redo_from, None)
 
     def _diverged(self, offset: int, why: str) -> NoReturn:
         """The commitlog at ``offset`` is not what our entries say: the storage truncated
@@ -269,14 +319,13 @@ class DispatchStore:
             offset,
             why,
         )
-        _, redo_from = self._truncate_past(offset)
-        self._dispatched = min(self._dispatched, redo_from)
-        if self._durable > redo_from:
-            self._durable = redo_from
-            write_json_atomically(
-                self.config.store_dir / PROGRESS_FILE,
-                {"dispatchedOffset": redo_from, "updatedMs": time.time_ns() // 1_000_000},
-            )
+        with self._progress_lock:
+            _, redo_from = self._truncate_past(offset)
+            self._dispatched = min(self._dispatched, redo_from)
+            if self._last_record is not None and self._last_record.offset >= redo_from:
+                self._last_record = None
+            if self._durable > redo_from:
+                self._write_progress(redo_from, None)
         raise DispatchDivergedError(offset, why)
 
     def status(self) -> DispatchStatus:

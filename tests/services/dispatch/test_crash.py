@@ -35,7 +35,7 @@ from tests.services.storage.conftest import (
     wait_until,
 )
 from tide.files import write_json_atomically
-from tide.format import tags_code
+from tide.format import SYSFLAG_TRANSACTION_PREPARED, tags_code
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 from tide.v1 import storage_pb2_grpc as storage_grpc
@@ -507,7 +507,7 @@ class TornTail:
     dispatch: DispatchProcess  # the one that dispatched ``torn``: stopped unless running
     dispatch_dir: Path
     sent: list[Sent]  # everything appended, ``torn`` last
-    torn: Sent  # queue Torn/1, queue offset 14
+    torn: Sent  # queue Torn/1, queue offset 14 (0: a PREPARED message)
 
     @property
     def kept(self) -> list[Sent]:
@@ -518,10 +518,14 @@ def cut_a_torn_tail(
     tmp_path: Path,
     launchers: tuple[StorageLauncher, DispatchLauncher],
     dispatch_stop: str,
+    *,
+    prepared_last: bool = False,
 ) -> TornTail:
     """Append 30 messages (queues 0 and 1, two keys each), dispatch them all; stop
     dispatch (``sigterm``, ``sigkill``, or ``running``: leave it following); SIGKILL the
-    storage, tear its last record, restart it on the same port (it cuts the torn tail)."""
+    storage, tear its last record, restart it on the same port (it cuts the torn tail).
+    ``prepared_last``: a 31st record, a transaction PREPARED message to queue 1 (queue
+    offset 0, no consume queue entry, indexed), is the torn one."""
     storages, dispatches = launchers
     store, dispatch_dir = tmp_path / "store", tmp_path / "dispatch"
     storage_args = ("--listen", f"127.0.0.1:{free_port()}", *NO_FLUSH)
@@ -537,10 +541,22 @@ def cut_a_torn_tail(
         )
         for i in range(30)
     ]
+    if prepared_last:
+        messages.append(
+            storage_pb.Message(
+                topic=TORN,
+                queue_id=1,
+                body=b"prepared" * 20,
+                keys=["prepared", "shared"],
+                sys_flag=SYSFLAG_TRANSACTION_PREPARED,
+            )
+        )
     sent = append_all(storage, messages, batch=10)
     end = storage.status().max_offset
     torn = sent[-1]
-    assert (torn.queue_id, torn.queue_offset, torn.physical_offset + torn.size) == (1, 14, end)
+    torn_queue_offset = 0 if prepared_last else 14
+    assert (torn.queue_id, torn.queue_offset) == (1, torn_queue_offset)
+    assert torn.physical_offset + torn.size == end
     catch_up(dispatch, storage)
     wait_until(lambda: dispatch.status().durable_offset == end, "the progress to cover the tail")
     assert dispatch.offsets(TORN, 1).max_offset == 15
@@ -621,7 +637,7 @@ def test_storage_truncates_a_torn_tail_and_dispatch_drops_entries_past_it(
     storage.stop()
 
 
-@pytest.mark.parametrize("appended", ["shorter", "longer"])
+@pytest.mark.parametrize("appended", ["shorter", "longer", "same_size"])
 def test_storage_cut_a_torn_tail_and_took_appends_before_dispatch_came_back(
     tmp_path: Path, launchers: tuple[StorageLauncher, DispatchLauncher], appended: str
 ) -> None:
@@ -633,25 +649,35 @@ def test_storage_cut_a_torn_tail_and_took_appends_before_dispatch_came_back(
 
     ``shorter``: one record shorter than the torn one (the storage ends before the old
     end). ``longer``: records past the old end (the recorded progress now points inside
-    a record)."""
+    a record). ``same_size``: one record exactly as long, in the same queue (so with the
+    same queue offset), with another tag and key: fixed-size messages do that."""
     cut = cut_a_torn_tail(tmp_path, launchers, "sigterm")
     storage, torn, kept = cut.storage, cut.torn, cut.kept
-    bodies = [b"new"] if appended == "shorter" else [b"n" * 400, b"m" * 400]
-    new_messages = [
-        storage_pb.Message(
-            topic=TORN, queue_id=1, body=body, tags="t9", keys=[f"new-{i}", "shared"]
-        )
-        for i, body in enumerate(bodies)
-    ]
+    if appended == "same_size":  # the torn one: body b"msg-29" * 20, "t2", key-29
+        new_messages = [
+            storage_pb.Message(
+                topic=TORN, queue_id=1, body=b"x" * 120, tags="t9", keys=["new-29", "shared"]
+            )
+        ]
+    else:
+        bodies = [b"new"] if appended == "shorter" else [b"n" * 400, b"m" * 400]
+        new_messages = [
+            storage_pb.Message(
+                topic=TORN, queue_id=1, body=body, tags="t9", keys=[f"new-{i}", "shared"]
+            )
+            for i, body in enumerate(bodies)
+        ]
     new = append_all(storage, new_messages)
     assert (new[0].physical_offset, new[0].queue_offset) == (torn.physical_offset, 14)
-    end = new[-1].physical_offset + new[-1].size
-    assert (end < torn.physical_offset + torn.size) == (appended == "shorter")
+    end, torn_end = new[-1].physical_offset + new[-1].size, torn.physical_offset + torn.size
+    assert {"shorter": end < torn_end, "longer": end > torn_end, "same_size": end == torn_end}[
+        appended
+    ]
 
     dispatch = launchers[1].start(cut.dispatch_dir, storage.listen)
     catch_up(dispatch, storage)
     check_queues(dispatch, [*kept, *new], f"after appends in the torn record's place ({appended})")
-    assert query(dispatch, TORN, "new-0") == [new[0].hit()]
+    assert query(dispatch, TORN, new[0].key) == [new[0].hit()]
     assert query(dispatch, TORN, "shared") == shared_hits([*kept, *new])
     dispatch.stop()
     storage.stop()
@@ -723,22 +749,25 @@ def test_sigkill_inside_an_index_put_loses_no_older_key(
     storage.stop()
 
 
+@pytest.mark.parametrize("torn_record", ["normal", "prepared"])
 def test_sigkill_soon_after_a_reconcile_that_cut_entries(
-    tmp_path: Path, launchers: tuple[StorageLauncher, DispatchLauncher]
+    tmp_path: Path, launchers: tuple[StorageLauncher, DispatchLauncher], torn_record: str
 ) -> None:
-    """Dispatch reconciles with a storage that cut a torn tail (dropping the torn
-    record's entry), then is killed before its next flush; meanwhile the storage takes
-    appends past its old end. Restarted, dispatch must resume from the cut, not from the
-    progress it had recorded before the cut. (``--flush-interval-ms`` holds the window
-    between the reconcile and the next flush open; it is 1 s by default.)"""
-    cut = cut_a_torn_tail(tmp_path, launchers, "sigterm")
+    """Dispatch reconciles with a storage that cut a torn tail (dropping what it had
+    for the torn record), then is killed before its next flush; meanwhile the storage
+    takes appends past its old end. Restarted, dispatch must resume from the cut, not
+    from the progress it had recorded before the cut. (``--flush-interval-ms`` holds the
+    window between the reconcile and the next flush open; it is 1 s by default.)
+
+    ``prepared``: the torn record is a transaction PREPARED message, which has index
+    keys but no consume queue entry, so no consume queue entry shows the cut."""
+    cut = cut_a_torn_tail(tmp_path, launchers, "sigterm", prepared_last=torn_record == "prepared")
     storage, torn, kept = cut.storage, cut.torn, cut.kept
     dispatch = launchers[1].start(
         cut.dispatch_dir, storage.listen, "--flush-interval-ms", "3600000"
     )
     status = catch_up(dispatch, storage)
     assert status.dispatched_offset == torn.physical_offset, status
-    assert dispatch.offsets(TORN, 1).max_offset == 14
     check_queues(dispatch, kept, "after the reconcile")
     sigkill(dispatch)
 
