@@ -310,22 +310,9 @@ class DispatchStore:
                 self._write_progress(redo_from, None)
 
     def _diverged(self, offset: int, why: str) -> NoReturn:
-        """The commitlog at ``offset`` is not what our entries say: the storage truncated
-        its tail and appended anew while we were away. The commitlog is the truth: drop
-        everything from ``offset`` (and the progress past it, durably), then raise so the
-        caller reconciles and follows again from the returned point."""
-        log.warning(
-            "the commitlog changed under dispatch at %d (%s): dropping entries from there",
-            offset,
-            why,
-        )
-        with self._progress_lock:
-            _, redo_from = self._truncate_past(offset)
-            self._dispatched = min(self._dispatched, redo_from)
-            if self._last_record is not None and self._last_record.offset >= redo_from:
-                self._last_record = None
-            if self._durable > redo_from:
-                self._write_progress(redo_from, None)
+        """Drop from ``offset`` (see :meth:`drop_from`), then raise so the caller
+        reconciles and follows again."""
+        self.drop_from(offset, why)
         raise DispatchDivergedError(offset, why)
 
     def status(self) -> DispatchStatus:
