@@ -46,6 +46,7 @@ from tide.format import (
     record_properties,
     tags_code,
 )
+from tide.service_thread import PagePolicy, ServiceThread
 from tide.tail import RecordAt
 
 log = logging.getLogger("tide.dispatch.store")
@@ -328,32 +329,15 @@ class DispatchStore:
         )
 
 
-class _FlushThread:
-    """Flushes on ``interval_ms`` (at least 2 dirty pages; everything every 60 s)."""
+class _FlushThread(ServiceThread):
+    """Flushes every ``interval_ms`` (at least 2 dirty pages; everything every 60 s)."""
+
+    name = "dispatch.flush"
 
     def __init__(self, store: DispatchStore, interval_ms: int) -> None:
+        super().__init__(interval_ms / 1000)
         self._store = store
-        self._interval_s = interval_ms / 1000
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tide-dispatch-flush", daemon=True)
-        self._last_thorough = time.monotonic()
-        self.failures = 0
+        self._pages = PagePolicy(FLUSH_LEAST_PAGES, FLUSH_THOROUGH_INTERVAL_MS)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            now = time.monotonic()
-            thorough = now - self._last_thorough >= FLUSH_THOROUGH_INTERVAL_MS / 1000
-            if thorough:
-                self._last_thorough = now
-            try:
-                self._store.flush(thorough=thorough)
-            except Exception:
-                self.failures += 1
-                log.exception("dispatch flush failed (%d failures so far)", self.failures)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def run_once(self) -> None:
+        self._store.flush(thorough=self._pages.thorough_due())

@@ -15,13 +15,13 @@ from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.commitlog import CommitLog
 from services.storage.engine.consumer_offsets import ConsumerOffsets
 from services.storage.engine.queue_offsets import Snapshot, write_snapshot
-from services.storage.engine.service_thread import ServiceThread
+from tide.service_thread import ServiceThread
 
 SNAPSHOT_INTERVAL_S = 10.0
 
 
 class CheckpointService(ServiceThread):
-    name = "checkpoint"
+    name = "storage.checkpoint"
 
     def __init__(
         self,

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.storage.engine.segment_queue import SegmentQueue
-from services.storage.engine.service_thread import PagePolicy, ServiceThread
+from tide.service_thread import PagePolicy, ServiceThread
 
 FINAL_FLUSH_ATTEMPTS = 10
 
 
 class AsyncFlushService(ServiceThread):
-    name = "flush"
+    name = "storage.flush"
 
     def __init__(
         self,

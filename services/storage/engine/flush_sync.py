@@ -14,13 +14,13 @@ from concurrent.futures import Future
 
 from services.storage.engine.errors import StoreError
 from services.storage.engine.segment_queue import SegmentQueue
-from services.storage.engine.service_thread import ServiceThread
+from tide.service_thread import ServiceThread
 
 MAX_WAITING_REQUESTS = 100_000
 
 
 class GroupCommitService(ServiceThread):
-    name = "group-commit"
+    name = "storage.group-commit"
 
     def __init__(
         self,

@@ -34,7 +34,6 @@ from services.storage.engine.queue_offsets import (
 from services.storage.engine.recovery import RecoveryReport, recover
 from services.storage.engine.retention import RetentionService
 from services.storage.engine.segment_queue import SegmentQueue
-from services.storage.engine.service_thread import ServiceThread
 from services.storage.engine.store_files import (
     StoreLock,
     abort_file_exists,
@@ -44,6 +43,7 @@ from services.storage.engine.store_files import (
 from services.storage.engine.topic_table import TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
 from tide.format import EncodedRecord, msg_id_prefix, parse_host
+from tide.service_thread import ServiceThread
 
 log = logging.getLogger("tide.storage.store")
 DEFAULT_MAX_BODY_BYTES = 4 * MIB  # a store may hold records written under this default

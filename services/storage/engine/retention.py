@@ -23,8 +23,8 @@ from pathlib import Path
 
 from services.storage.engine.commitlog import CommitLog
 from services.storage.engine.config import StoreConfig
-from services.storage.engine.service_thread import ServiceThread
 from tide.mapped import MappedFile
+from tide.service_thread import ServiceThread
 
 
 def disk_usage_ratio(path: Path) -> float:
@@ -37,7 +37,7 @@ def disk_usage_ratio(path: Path) -> float:
 
 
 class RetentionService(ServiceThread):
-    name = "retention"
+    name = "storage.retention"
 
     def __init__(
         self,

@@ -14,8 +14,8 @@ import collections
 import threading
 
 from services.storage.engine.segment_queue import SegmentQueue
-from services.storage.engine.service_thread import PagePolicy, ServiceThread
 from tide.mapped import MappedFile
+from tide.service_thread import PagePolicy, ServiceThread
 
 
 class WriteBufferPool:
@@ -48,7 +48,7 @@ class WriteBufferPool:
 
 
 class CommitService(ServiceThread):
-    name = "commit"
+    name = "storage.commit"
 
     def __init__(
         self,

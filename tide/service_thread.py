@@ -1,4 +1,8 @@
-"""A small base for the store's background threads: named, stoppable, never silent."""
+"""A small base for the services' background threads: named, stoppable, never silent.
+
+Used by the storage (flush, group commit, commit, checkpoint, retention) and the
+dispatch (flush of consume queues and index).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ class ServiceThread:
     interval between attempts.
     """
 
+    # "<service>.<role>", e.g. "storage.flush": the logger is tide.<name>.
     name = "service"
 
     def __init__(self, interval_s: float) -> None:
@@ -23,7 +28,7 @@ class ServiceThread:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"tide-{self.name}", daemon=True)
         self.failures = 0
-        self.log = logging.getLogger(f"tide.storage.{self.name}")
+        self.log = logging.getLogger(f"tide.{self.name}")
 
     def start(self) -> None:
         self._thread.start()
@@ -69,8 +74,12 @@ class PagePolicy:
 
     def least_pages_now(self) -> int:
         """``least_pages``, or 0 (any dirty byte) when a thorough round is due."""
+        return 0 if self.thorough_due() else self._least_pages
+
+    def thorough_due(self) -> bool:
+        """True (once per interval) when everything must be flushed this round."""
         now = time.monotonic()
         if now - self._last_thorough >= self._thorough_interval_s:
             self._last_thorough = now
-            return 0
-        return self._least_pages
+            return True
+        return False
