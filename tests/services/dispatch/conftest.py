@@ -8,24 +8,22 @@ calls (each uses topics of its own).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import grpc
 import pytest
 
+from tests._service_process import (
+    ServiceProcess,
+    child_env,
+)
 from tests.services.storage.conftest import (
-    CHANNEL_OPTIONS,
     REPO,
     StorageLauncher,
     StorageProcess,
@@ -33,8 +31,6 @@ from tests.services.storage.conftest import (
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
-READY_TIMEOUT_S = 30.0
-EXIT_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 20.0
 BASE_ARGS: tuple[str, ...] = (
     "--listen",
@@ -53,101 +49,14 @@ BASE_ARGS: tuple[str, ...] = (
 )
 
 
-def child_env(ready_file: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
-    if ready_file is not None:
-        env["TIDE_READY_FILE"] = str(ready_file)
-    return env
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (bound and released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @dataclass
-class DispatchProcess:
-    proc: subprocess.Popen[bytes]
-    store_dir: Path
-    workdir: Path
-    args: tuple[str, ...]
-    listen: str = ""
-    ready: dict[str, Any] = field(default_factory=dict)
-    _channel: grpc.Channel | None = None
-    _stub: pb_grpc.DispatchStub | None = None
+class DispatchProcess(ServiceProcess[pb_grpc.DispatchStub]):
+    """A running dispatch service: its process, files, and a channel + stub to it."""
 
-    @property
-    def ready_file(self) -> Path:
-        return self.workdir / "ready.json"
+    service: ClassVar[str] = "dispatch"
 
-    def stderr(self) -> str:
-        try:
-            return (self.workdir / "stderr.log").read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def describe(self) -> str:
-        return f"dispatch process {self.proc.pid} on {self.store_dir}; stderr:\n{self.stderr()}"
-
-    @property
-    def channel(self) -> grpc.Channel:
-        if self._channel is None:
-            raise AssertionError("the process is not ready (no channel)")
-        return self._channel
-
-    @property
-    def stub(self) -> pb_grpc.DispatchStub:
-        if self._stub is None:
-            raise AssertionError("the process is not ready (no stub)")
-        return self._stub
-
-    def is_ready(self) -> bool:
-        return self.ready_file.exists()
-
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self.ready_file.exists():
-            code = self.proc.poll()
-            if code is not None:
-                pytest.fail(f"dispatch exited with {code} before it was ready; {self.describe()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"dispatch not ready after {timeout_s}s; {self.describe()}")
-            time.sleep(0.02)
-        self.ready = json.loads(self.ready_file.read_text(encoding="utf-8"))
-        assert self.ready["pid"] == self.proc.pid, self.ready
-        self.listen = str(self.ready["listen"])
-        self._channel = grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.DispatchStub(self._channel)
-
-    def close_channel(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-            self._stub = None
-
-    def wait_exit(self, timeout_s: float = EXIT_TIMEOUT_S) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"dispatch did not exit within {timeout_s}s; {self.describe()}")
-
-    def stop(self) -> None:
-        """SIGTERM; the process must exit 0."""
-        self.close_channel()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.wait_exit()
-        assert code == 0, f"exit status {code} after SIGTERM; {self.describe()}"
-
-    def reap(self) -> None:
-        self.close_channel()
-        if self.proc.poll() is None:
-            self.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=EXIT_TIMEOUT_S)
+    def make_stub(self, channel: grpc.Channel) -> pb_grpc.DispatchStub:
+        return pb_grpc.DispatchStub(channel)
 
     # -- RPC shortcuts --------------------------------------------------------------
     def status(self) -> pb.DispatchStatus:

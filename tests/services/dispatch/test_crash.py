@@ -23,11 +23,11 @@ import grpc
 import pytest
 
 from services.dispatch.engine.dispatch_store import PROGRESS_FILE
+from tests._service_process import free_port
 from tests.services.dispatch.conftest import (
     RPC_TIMEOUT_S,
     DispatchLauncher,
     DispatchProcess,
-    free_port,
 )
 from tests.services.storage.conftest import (
     StorageLauncher,

@@ -13,12 +13,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from tests._service_process import free_port
 from tests.services.dispatch.conftest import (
     RPC_TIMEOUT_S,
     DispatchLauncher,
     DispatchProcess,
     Pair,
-    free_port,
 )
 from tests.services.storage.conftest import (
     StorageLauncher,

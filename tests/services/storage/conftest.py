@@ -7,27 +7,25 @@ test (every process it started is killed and reaped in ``close``).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 import pytest
 
+from tests._service_process import (
+    ServiceProcess,
+    child_env,
+)
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parents[3]
-READY_TIMEOUT_S = 30.0
-EXIT_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 20.0
 SEGMENT_BYTES = 1024 * 1024
 MAX_BODY_BYTES = 65536
@@ -39,118 +37,17 @@ BASE_ARGS: tuple[str, ...] = (
     "--max-message-body-bytes",
     str(MAX_BODY_BYTES),
 )
-# Tail chunks go up to 4 MiB (plus framing): lift the client's 4 MiB receive default.
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
 READ_BATCH = 1000  # positions per Read call (the service allows 1024)
 
 
-def _child_env(ready_file: Path | None) -> dict[str, str]:
-    """The test runner's environment without TIDE_* settings that could change the service."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
-    if ready_file is not None:
-        env["TIDE_READY_FILE"] = str(ready_file)
-    return env
-
-
 @dataclass
-class StorageProcess:
+class StorageProcess(ServiceProcess[pb_grpc.StorageStub]):
     """A running storage service: its process, files, and a channel + stub to it."""
 
-    proc: subprocess.Popen[bytes]
-    store_dir: Path
-    workdir: Path
-    args: tuple[str, ...]
-    listen: str = ""
-    ready: dict[str, Any] = field(default_factory=dict)
-    _channel: grpc.Channel | None = None
-    _stub: pb_grpc.StorageStub | None = None
+    service: ClassVar[str] = "storage"
 
-    @property
-    def ready_file(self) -> Path:
-        return self.workdir / "ready.json"
-
-    @property
-    def stderr_path(self) -> Path:
-        return self.workdir / "stderr.log"
-
-    @property
-    def port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
-
-    def stderr(self) -> str:
-        try:
-            return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def describe(self) -> str:
-        return f"storage process {self.proc.pid} on {self.store_dir}; stderr:\n{self.stderr()}"
-
-    @property
-    def channel(self) -> grpc.Channel:
-        if self._channel is None:
-            raise AssertionError("the process is not ready (no channel)")
-        return self._channel
-
-    @property
-    def stub(self) -> pb_grpc.StorageStub:
-        if self._stub is None:
-            raise AssertionError("the process is not ready (no stub)")
-        return self._stub
-
-    def wait_ready(self) -> None:
-        """Wait for the ready file; fail with the stderr if the process dies first."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not self.ready_file.exists():
-            code = self.proc.poll()
-            if code is not None:
-                pytest.fail(f"storage exited with {code} before it was ready; {self.describe()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"storage not ready after {READY_TIMEOUT_S}s; {self.describe()}")
-            time.sleep(0.02)
-        self.ready = json.loads(self.ready_file.read_text(encoding="utf-8"))
-        assert self.ready["pid"] == self.proc.pid, self.ready
-        self.listen = str(self.ready["listen"])
-        self._channel = grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.StorageStub(self._channel)
-
-    def close_channel(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-            self._stub = None
-
-    def wait_exit(self, timeout_s: float = EXIT_TIMEOUT_S) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"storage did not exit within {timeout_s}s; {self.describe()}")
-
-    def stop(self) -> None:
-        """SIGTERM; the process must exit 0 (a clean close)."""
-        self.close_channel()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.wait_exit()
-        assert code == 0, f"exit status {code} after SIGTERM; {self.describe()}"
-
-    def kill(self) -> None:
-        """SIGKILL: a crash (no cleanup of any kind in the process)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.wait_exit()
-        self.close_channel()
-
-    def reap(self) -> None:
-        """Cleanup: kill if still running; never fails."""
-        self.close_channel()
-        if self.proc.poll() is None:
-            self.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=EXIT_TIMEOUT_S)
+    def make_stub(self, channel: grpc.Channel) -> pb_grpc.StorageStub:
+        return pb_grpc.StorageStub(channel)
 
     # -- RPC shortcuts --------------------------------------------------------------
     def status(self) -> pb.StorageStatus:
@@ -195,7 +92,7 @@ class StorageLauncher:
             *BASE_ARGS,
             *extra,
         )
-        env = _child_env(workdir / "ready.json" if ready_file else None)
+        env = child_env(workdir / "ready.json" if ready_file else None)
         with (
             (workdir / "stdout.log").open("wb") as out,
             (workdir / "stderr.log").open("wb") as err,
@@ -278,7 +175,7 @@ def run_cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[
     return subprocess.run(
         [sys.executable, "-m", "tide.cli", *args],
         cwd=REPO,
-        env=_child_env(None),
+        env=child_env(None),
         capture_output=True,
         text=True,
         timeout=timeout_s,

@@ -1,0 +1,157 @@
+"""A Tide service started as a real process by a test: readiness, channel, stop, kill.
+
+Each service's conftest subclasses :class:`ServiceProcess` with its stub and RPC
+shortcuts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+import grpc
+import pytest
+
+READY_TIMEOUT_S = 30.0
+EXIT_TIMEOUT_S = 30.0
+# Tail chunks go up to 4 MiB (plus framing): lift the client's 4 MiB receive default.
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+StubT = TypeVar("StubT")
+
+
+def child_env(ready_file: Path | None) -> dict[str, str]:
+    """The test runner's environment without TIDE_* settings that could change the service."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
+    if ready_file is not None:
+        env["TIDE_READY_FILE"] = str(ready_file)
+    return env
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (bound and released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServiceProcess(Generic[StubT]):
+    """A running service: its process, files, and a channel + stub to it."""
+
+    service: ClassVar[str] = "service"
+
+    proc: subprocess.Popen[bytes]
+    store_dir: Path
+    workdir: Path
+    args: tuple[str, ...]
+    listen: str = ""
+    ready: dict[str, Any] = field(default_factory=dict)
+    _channel: grpc.Channel | None = None
+    _stub: StubT | None = None
+
+    def make_stub(self, channel: grpc.Channel) -> StubT:
+        raise NotImplementedError
+
+    @property
+    def ready_file(self) -> Path:
+        return self.workdir / "ready.json"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.workdir / "stderr.log"
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def describe(self) -> str:
+        return (
+            f"{self.service} process {self.proc.pid} on {self.store_dir}; stderr:\n{self.stderr()}"
+        )
+
+    @property
+    def channel(self) -> grpc.Channel:
+        if self._channel is None:
+            raise AssertionError("the process is not ready (no channel)")
+        return self._channel
+
+    @property
+    def stub(self) -> StubT:
+        if self._stub is None:
+            raise AssertionError("the process is not ready (no stub)")
+        return self._stub
+
+    def is_ready(self) -> bool:
+        return self.ready_file.exists()
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait for the ready file; fail with the stderr if the process dies first."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ready_file.exists():
+            code = self.proc.poll()
+            if code is not None:
+                pytest.fail(
+                    f"{self.service} exited with {code} before it was ready; {self.describe()}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.service} not ready after {timeout_s}s; {self.describe()}")
+            time.sleep(0.02)
+        self.ready = json.loads(self.ready_file.read_text(encoding="utf-8"))
+        assert self.ready["pid"] == self.proc.pid, self.ready
+        self.listen = str(self.ready["listen"])
+        self._channel = grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS)
+        self._stub = self.make_stub(self._channel)
+
+    def close_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+            self._stub = None
+
+    def wait_exit(self, timeout_s: float = EXIT_TIMEOUT_S) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.service} did not exit within {timeout_s}s; {self.describe()}")
+
+    def stop(self) -> None:
+        """SIGTERM; the process must exit 0 (a clean close)."""
+        self.close_channel()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.wait_exit()
+        assert code == 0, f"exit status {code} after SIGTERM; {self.describe()}"
+
+    def kill(self) -> None:
+        """SIGKILL: a crash (no cleanup of any kind in the process)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.wait_exit()
+        self.close_channel()
+
+    def reap(self) -> None:
+        """Cleanup: kill if still running; never fails."""
+        self.close_channel()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=EXIT_TIMEOUT_S)
