@@ -79,6 +79,21 @@ class StorageStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.GetOffsetRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.GetOffsetResponse.FromString,
                 _registered_method=True)
+        self.ConsumerHeartbeat = channel.unary_unary(
+                '/tide.v1.Storage/ConsumerHeartbeat',
+                request_serializer=tide_dot_v1_dot_storage__pb2.ConsumerHeartbeatRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ConsumerHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.UnregisterConsumer = channel.unary_unary(
+                '/tide.v1.Storage/UnregisterConsumer',
+                request_serializer=tide_dot_v1_dot_storage__pb2.UnregisterConsumerRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.UnregisterConsumerResponse.FromString,
+                _registered_method=True)
+        self.GetConsumers = channel.unary_unary(
+                '/tide.v1.Storage/GetConsumers',
+                request_serializer=tide_dot_v1_dot_storage__pb2.GetConsumersRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GetConsumersResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -144,6 +159,28 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerHeartbeat(self, request, context):
+        """Consumer group membership (RocketMQ's ConsumerManager). Clients heartbeat through a
+        gateway, which forwards to every master broker; a member silent for the consumer
+        expiry (120 s default) is dropped. Members of a group split the queues among
+        themselves from GetConsumers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterConsumer(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -191,6 +228,21 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.GetOffset,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.GetOffsetRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.GetOffsetResponse.SerializeToString,
+            ),
+            'ConsumerHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerHeartbeat,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.ConsumerHeartbeatRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ConsumerHeartbeatResponse.SerializeToString,
+            ),
+            'UnregisterConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterConsumer,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.UnregisterConsumerRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.UnregisterConsumerResponse.SerializeToString,
+            ),
+            'GetConsumers': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumers,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.GetConsumersRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GetConsumersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +488,87 @@ class Storage:
             '/tide.v1.Storage/GetOffset',
             tide_dot_v1_dot_storage__pb2.GetOffsetRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.GetOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/ConsumerHeartbeat',
+            tide_dot_v1_dot_storage__pb2.ConsumerHeartbeatRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ConsumerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/UnregisterConsumer',
+            tide_dot_v1_dot_storage__pb2.UnregisterConsumerRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.UnregisterConsumerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/GetConsumers',
+            tide_dot_v1_dot_storage__pb2.GetConsumersRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GetConsumersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,14 @@ class StorageStub:
     ListTopics: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListTopicsRequest, _storage_pb2.ListTopicsResponse]
     CommitOffset: _grpc.UnaryUnaryMultiCallable[_storage_pb2.CommitOffsetRequest, _storage_pb2.CommitOffsetResponse]
     GetOffset: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetOffsetRequest, _storage_pb2.GetOffsetResponse]
+    ConsumerHeartbeat: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ConsumerHeartbeatRequest, _storage_pb2.ConsumerHeartbeatResponse]
+    """Consumer group membership (RocketMQ's ConsumerManager). Clients heartbeat through a
+    gateway, which forwards to every master broker; a member silent for the consumer
+    expiry (120 s default) is dropped. Members of a group split the queues among
+    themselves from GetConsumers.
+    """
+    UnregisterConsumer: _grpc.UnaryUnaryMultiCallable[_storage_pb2.UnregisterConsumerRequest, _storage_pb2.UnregisterConsumerResponse]
+    GetConsumers: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetConsumersRequest, _storage_pb2.GetConsumersResponse]
 
 @_typing.type_check_only
 class StorageAsyncStub(StorageStub):
@@ -81,6 +89,14 @@ class StorageAsyncStub(StorageStub):
     ListTopics: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListTopicsRequest, _storage_pb2.ListTopicsResponse]  # type: ignore[assignment]
     CommitOffset: _aio.UnaryUnaryMultiCallable[_storage_pb2.CommitOffsetRequest, _storage_pb2.CommitOffsetResponse]  # type: ignore[assignment]
     GetOffset: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetOffsetRequest, _storage_pb2.GetOffsetResponse]  # type: ignore[assignment]
+    ConsumerHeartbeat: _aio.UnaryUnaryMultiCallable[_storage_pb2.ConsumerHeartbeatRequest, _storage_pb2.ConsumerHeartbeatResponse]  # type: ignore[assignment]
+    """Consumer group membership (RocketMQ's ConsumerManager). Clients heartbeat through a
+    gateway, which forwards to every master broker; a member silent for the consumer
+    expiry (120 s default) is dropped. Members of a group split the queues among
+    themselves from GetConsumers.
+    """
+    UnregisterConsumer: _aio.UnaryUnaryMultiCallable[_storage_pb2.UnregisterConsumerRequest, _storage_pb2.UnregisterConsumerResponse]  # type: ignore[assignment]
+    GetConsumers: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetConsumersRequest, _storage_pb2.GetConsumersResponse]  # type: ignore[assignment]
 
 class StorageServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -153,5 +169,31 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         request: _storage_pb2.GetOffsetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.GetOffsetResponse, _abc.Awaitable[_storage_pb2.GetOffsetResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ConsumerHeartbeat(
+        self,
+        request: _storage_pb2.ConsumerHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ConsumerHeartbeatResponse, _abc.Awaitable[_storage_pb2.ConsumerHeartbeatResponse]]:
+        """Consumer group membership (RocketMQ's ConsumerManager). Clients heartbeat through a
+        gateway, which forwards to every master broker; a member silent for the consumer
+        expiry (120 s default) is dropped. Members of a group split the queues among
+        themselves from GetConsumers.
+        """
+
+    @_abc_1.abstractmethod
+    def UnregisterConsumer(
+        self,
+        request: _storage_pb2.UnregisterConsumerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.UnregisterConsumerResponse, _abc.Awaitable[_storage_pb2.UnregisterConsumerResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetConsumers(
+        self,
+        request: _storage_pb2.GetConsumersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetConsumersResponse, _abc.Awaitable[_storage_pb2.GetConsumersResponse]]: ...
 
 def add_StorageServicer_to_server(servicer: StorageServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
