@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.nameserver.options import MAX_HEARTBEAT_TIMEOUT_MS
+from services.nameserver.validation import address_error, broker_id_error, name_error
 from services.storage.engine.config import GIB, MIB, FlushMode, StoreConfig
+from services.storage.registration import MAX_NAME_SERVERS, parse_name_servers
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:10911"
@@ -121,7 +124,95 @@ OPTIONS: tuple[Option, ...] = (
         "write committed consumer offsets at most this often (a crash loses at most this much)",
         unit="ms",
     ),
+    Option("cluster_name", str, "DefaultCluster", "cluster this broker belongs to"),
+    Option(
+        "broker_name",
+        str,
+        "broker-a",
+        "broker name; a master (broker id 0) and its slaves share it",
+    ),
+    Option("broker_id", int, 0, "0 for the master, > 0 for a slave"),
+    Option(
+        "namesrv",
+        str,
+        None,
+        "name servers to register with, HOST:PORT separated by ';' "
+        "(RocketMQ's namesrvAddr); empty: do not register",
+    ),
+    Option(
+        "dispatch_address",
+        str,
+        None,
+        "HOST:PORT of the dispatch service following this storage, as clients reach it; "
+        "sent in the registration",
+    ),
+    Option(
+        "register_interval_ms",
+        int,
+        30_000,
+        "register with every name server this often (and at once on topic changes)",
+        unit="ms",
+    ),
+    Option(
+        "register_timeout_ms",
+        int,
+        5_000,
+        "timeout of one registration (or unregistration) call to one name server",
+        unit="ms",
+    ),
+    Option(
+        "broker_heartbeat_timeout_ms",
+        int,
+        120_000,
+        "how long name servers keep this broker without a registration",
+        unit="ms",
+    ),
+    Option(
+        "consumer_expiry_ms",
+        int,
+        120_000,
+        "drop a consumer group member without a heartbeat for this long",
+        unit="ms",
+    ),
 )
+
+
+def check_config(config: Config) -> str | None:
+    """What is wrong with the broker and membership options (None: nothing), checked
+    before starting."""
+    checks = (
+        name_error("--cluster-name", config.get_str("cluster_name")),
+        name_error("--broker-name", config.get_str("broker_name")),
+        broker_id_error(config.get_int("broker_id")),
+    )
+    problem = next((check for check in checks if check is not None), None)
+    if problem is not None:
+        return problem.replace("broker_id", "--broker-id")
+    name_servers = parse_name_servers(config.get_optional_str("namesrv") or "")
+    if len(name_servers) > MAX_NAME_SERVERS:
+        return f"--namesrv: {len(name_servers)} addresses; at most {MAX_NAME_SERVERS}"
+    if len(set(name_servers)) != len(name_servers):
+        return f"--namesrv: an address is listed twice in {';'.join(name_servers)!r}"
+    for address in name_servers:
+        problem = address_error("--namesrv", address)
+        if problem is not None:
+            return f"{problem} (separate several with ';')"
+    dispatch_address = config.get_optional_str("dispatch_address")
+    if dispatch_address:
+        problem = address_error("--dispatch-address", dispatch_address)
+        if problem is not None:
+            return problem
+    ranges = {
+        "register_interval_ms": (1, 3_600_000),
+        "register_timeout_ms": (1, 600_000),
+        "broker_heartbeat_timeout_ms": (1, MAX_HEARTBEAT_TIMEOUT_MS),
+        "consumer_expiry_ms": (1, MAX_HEARTBEAT_TIMEOUT_MS),
+    }
+    for name, (low, high) in ranges.items():
+        value = config.get_int(name)
+        if not low <= value <= high:
+            return f"--{name.replace('_', '-')}: {value} is outside {low}..{high}"
+    return None
 
 
 def advertised_host(config: Config, endpoint: str) -> str:

@@ -1,4 +1,5 @@
-"""The storage service: the engine behind ``tide.v1.Storage``."""
+"""The storage service: the engine behind ``tide.v1.Storage``, registered as a broker with
+the name servers, with the consumer group membership table."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import sys
 
 import grpc
 
+from services.storage.engine.consumer_expiry import ConsumerExpiryScan
+from services.storage.engine.consumer_manager import ConsumerManager
 from services.storage.engine.message_store import MessageStore
-from services.storage.options import OPTIONS, advertised_host, store_config
+from services.storage.options import OPTIONS, advertised_host, check_config, store_config
+from services.storage.registration import BrokerIdentity, BrokerRegistrar, parse_name_servers
 from services.storage.servicer import StorageServicer
 from tide.server import Config, load_config, run_service
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -23,8 +27,11 @@ class StorageService:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._store: MessageStore | None = None
+        self._registrar: BrokerRegistrar | None = None
+        self._consumers = ConsumerManager(expiry_ms=config.get_int("consumer_expiry_ms"))
+        self._consumer_expiry = ConsumerExpiryScan(self._consumers)
         self._servicer = StorageServicer(
-            self._store_or_fail, config.get_int("tail_max_chunk_bytes")
+            self._store_or_fail, config.get_int("tail_max_chunk_bytes"), self._consumers
         )
 
     def _store_or_fail(self) -> MessageStore:
@@ -38,17 +45,49 @@ class StorageService:
 
     def drain(self) -> None:
         self._servicer.drain()
+        if self._registrar is not None:
+            self._registrar.begin_stop()  # routes go away while in-flight calls finish
 
     async def start(self, endpoint: str) -> None:
-        store = MessageStore(store_config(self._config, advertised_host(self._config, endpoint)))
+        store_host = advertised_host(self._config, endpoint)
+        store = MessageStore(store_config(self._config, store_host))
         await asyncio.to_thread(store.open)  # recovery can take a while; health says so
         self._store = store
+        self._consumer_expiry.start()
+        name_servers = parse_name_servers(self._config.get_optional_str("namesrv") or "")
+        if name_servers:
+            self._registrar = BrokerRegistrar(
+                self._identity(store_host),
+                name_servers,
+                store.topics,
+                register_interval_ms=self._config.get_int("register_interval_ms"),
+                call_timeout_ms=self._config.get_int("register_timeout_ms"),
+            )
+            self._registrar.start()
+
+    def _identity(self, store_host: str) -> BrokerIdentity:
+        config = self._config
+        return BrokerIdentity(
+            cluster_name=config.get_str("cluster_name"),
+            broker_name=config.get_str("broker_name"),
+            broker_id=config.get_int("broker_id"),
+            storage_address=store_host,
+            dispatch_address=config.get_optional_str("dispatch_address") or "",
+            heartbeat_timeout_ms=config.get_int("broker_heartbeat_timeout_ms"),
+        )
 
     async def stop(self) -> None:
+        if self._registrar is not None:
+            await self._registrar.stop()
+        self._consumer_expiry.stop()
         if self._store is not None:
             await asyncio.to_thread(self._store.close)
 
 
 def main(argv: list[str] | None = None) -> None:
     config = load_config("storage", OPTIONS, sys.argv[1:] if argv is None else argv)
+    problem = check_config(config)
+    if problem:
+        print(f"tide-storage: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     run_service(StorageService(config), config)

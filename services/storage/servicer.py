@@ -15,6 +15,12 @@ import grpc
 
 from services.storage import convert
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
+from services.storage.engine.consumer_manager import (
+    ConsumerManager,
+    InvalidConsumerError,
+    Member,
+    Subscription,
+)
 from services.storage.engine.errors import (
     DiskFullError,
     InvalidMessageError,
@@ -36,6 +42,7 @@ TAIL_IDLE_RECHECK_S = 1.0
 
 _ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidConsumerError, grpc.StatusCode.INVALID_ARGUMENT),
     (convert.BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -94,9 +101,15 @@ def _invalid(message: str) -> ServiceError:
 
 
 class StorageServicer(pb_grpc.StorageServicer):
-    def __init__(self, store_provider: Callable[[], MessageStore], tail_chunk_bytes: int) -> None:
+    def __init__(
+        self,
+        store_provider: Callable[[], MessageStore],
+        tail_chunk_bytes: int,
+        consumers: ConsumerManager,
+    ) -> None:
         self._store = store_provider
         self._tail_chunk_bytes = tail_chunk_bytes
+        self._consumers = consumers
         self._draining = asyncio.Event()
 
     def drain(self) -> None:
@@ -294,3 +307,46 @@ class StorageServicer(pb_grpc.StorageServicer):
         except Exception as exc:
             _fail(exc)
         return pb.GetOffsetResponse(offset=offset)
+
+    # -- consumer group membership -------------------------------------------------
+    async def ConsumerHeartbeat(
+        self,
+        request: pb.ConsumerHeartbeatRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.ConsumerHeartbeatResponse:
+        subscriptions = [Subscription(s.topic, s.expression) for s in request.subscriptions]
+        try:
+            self._consumers.heartbeat(request.consumer_group, request.client_id, subscriptions)
+        except Exception as exc:
+            _fail(exc)
+        return pb.ConsumerHeartbeatResponse(expiry_ms=self._consumers.expiry_ms)
+
+    async def UnregisterConsumer(
+        self,
+        request: pb.UnregisterConsumerRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.UnregisterConsumerResponse:
+        try:
+            existed = self._consumers.unregister(request.consumer_group, request.client_id)
+        except Exception as exc:
+            _fail(exc)
+        return pb.UnregisterConsumerResponse(existed=existed)
+
+    async def GetConsumers(
+        self, request: pb.GetConsumersRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetConsumersResponse:
+        try:
+            members = self._consumers.members(request.consumer_group)
+        except Exception as exc:
+            _fail(exc)
+        return pb.GetConsumersResponse(members=[_member_pb(m) for m in members])
+
+
+def _member_pb(member: Member) -> pb.ConsumerMember:
+    return pb.ConsumerMember(
+        client_id=member.client_id,
+        subscriptions=[
+            pb.Subscription(topic=s.topic, expression=s.expression) for s in member.subscriptions
+        ],
+        last_heartbeat_ms=member.last_heartbeat_ms,
+    )

@@ -1,114 +1,221 @@
-"""``tide up`` starts the local cluster, prints endpoints, and stops it cleanly."""
+"""``tide up`` starts the local cluster (name server, brokers, gateway), prints the
+endpoints, and stops it cleanly in order."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tide.cli._up import GATEWAY_MAIN
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
+from tide.v1 import nameserver_pb2 as ns_pb
+from tide.v1 import nameserver_pb2_grpc as ns_grpc
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
 START_TIMEOUT_S = 60.0
+RPC_TIMEOUT_S = 20.0
+ANY_PORT = ("--namesrv-port", "0", "--storage-port", "0", "--dispatch-port", "0")
 
 
-def _read_endpoint(proc: subprocess.Popen[str], name: str) -> str:
-    """The address printed for ``name`` in the endpoints table."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"tide up ended before printing endpoints (status {proc.poll()})")
-        words = line.split()
-        if len(words) == 2 and words[0] == name:
-            return words[1]
-    raise AssertionError("no endpoints within the deadline")
-
-
-def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    root = tmp_path / "tide"
-    cmd = [
+def up_command(root: Path, *extra: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "tide.cli",
         "up",
         "--store-dir",
         str(root),
-        "--storage-port",
-        "0",
-        "--dispatch-port",
+        *extra,
+        "--gateway-port",
         "0",
         "--segment-size-bytes",
         str(8 << 20),
         "--log-level",
-        "warning",
+        "info",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@contextmanager
+def running_up(command: list[str], stderr_path: Path) -> Iterator[subprocess.Popen[str]]:
+    with stderr_path.open("w") as stderr:
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True
+        )
     try:
-        endpoint = _read_endpoint(proc, "storage")
-        assert endpoint.startswith("127.0.0.1:") and not endpoint.endswith(":0")
-        dispatch_endpoint = _read_endpoint(proc, "dispatch")
-        with grpc.insecure_channel(endpoint) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            status = health.Check(health_pb2.HealthCheckRequest(service="tide.v1.Storage"))
-            assert status.status == health_pb2.HealthCheckResponse.SERVING
-            reply = pb_grpc.StorageStub(channel).Append(
-                pb.AppendRequest(messages=[pb.Message(topic="UpTopic", body=b"hi")])
-            )
-            assert reply.results[0].status == pb.PUT_OK
-        with grpc.insecure_channel(dispatch_endpoint) as channel:
-            dispatch = dispatch_grpc.DispatchStub(channel)
-            request = dispatch_pb.GetQueueOffsetsRequest(topic="UpTopic", queue_id=0)
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:  # the dispatch follows the storage: the message gets an entry
-                try:
-                    if dispatch.GetQueueOffsets(request).max_offset == 1:
-                        break
-                except grpc.RpcError as exc:
-                    assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
-                assert time.monotonic() < deadline, "dispatch never saw the message"
-                time.sleep(0.05)
-        assert (root / "store" / "abort").exists()  # open while running
-        os.kill(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        yield proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert not (root / "store" / "abort").exists(), "the store was not closed cleanly"
+
+
+def read_endpoints(proc: subprocess.Popen[str], stderr_path: Path) -> dict[str, str]:
+    """The endpoints table ``tide up`` prints once everything serves."""
+    endpoints: dict[str, str] = {}
+    deadline = time.monotonic() + START_TIMEOUT_S
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(
+                f"tide up ended before printing endpoints (status {proc.poll()}):\n"
+                + stderr_path.read_text()
+            )
+        if line.startswith("Ctrl-C stops the cluster"):
+            return endpoints
+        words = line.split()
+        if len(words) == 2 and not line.startswith("Try"):
+            endpoints[words[0]] = words[1]
+    raise AssertionError("no endpoints within the deadline")
+
+
+def wait_for(check: object, what: str) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def serving(endpoint: str, service: str) -> bool:
+    with grpc.insecure_channel(endpoint) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=RPC_TIMEOUT_S)
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def cluster_members(namesrv: str) -> list[tuple[str, str, str]]:
+    with grpc.insecure_channel(namesrv) as channel:
+        info = ns_grpc.NameServerStub(channel).GetClusterInfo(
+            ns_pb.GetClusterInfoRequest(), timeout=RPC_TIMEOUT_S
+        )
+    return [(b.broker_name, b.address.storage, b.address.dispatch) for b in info.brokers]
+
+
+def append(storage: str, topic: str) -> None:
+    with grpc.insecure_channel(storage) as channel:
+        reply = pb_grpc.StorageStub(channel).Append(
+            pb.AppendRequest(messages=[pb.Message(topic=topic, body=b"hi")]),
+            timeout=RPC_TIMEOUT_S,
+        )
+    assert reply.results[0].status == pb.PUT_OK
+
+
+def dispatched(dispatch: str, topic: str) -> bool:
+    with grpc.insecure_channel(dispatch) as channel:
+        request = dispatch_pb.GetQueueOffsetsRequest(topic=topic, queue_id=0)
+        try:
+            stub = dispatch_grpc.DispatchStub(channel)
+            return stub.GetQueueOffsets(request, timeout=RPC_TIMEOUT_S).max_offset == 1
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+            return False
+
+
+def routed_brokers(namesrv: str, topic: str) -> list[str]:
+    with grpc.insecure_channel(namesrv) as channel:
+        try:
+            route = ns_grpc.NameServerStub(channel).GetTopicRoute(
+                ns_pb.GetTopicRouteRequest(topic=topic), timeout=RPC_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+            return []
+    return [q.broker_name for q in route.queue_datas]
+
+
+def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    root = tmp_path / "tide"
+    stderr_path = tmp_path / "up.stderr"
+    with running_up(up_command(root, *ANY_PORT), stderr_path) as proc:
+        endpoints = read_endpoints(proc, stderr_path)
+        expected = {"nameserver", "storage", "dispatch"} | (
+            {"gateway"} if GATEWAY_MAIN.exists() else set()
+        )
+        assert set(endpoints) == expected, endpoints
+        for endpoint in endpoints.values():
+            assert endpoint.startswith("127.0.0.1:") and not endpoint.endswith(":0")
+        namesrv, storage, dispatch = (endpoints[n] for n in ("nameserver", "storage", "dispatch"))
+        for name, service in (
+            ("nameserver", "tide.v1.NameServer"),
+            ("storage", "tide.v1.Storage"),
+            ("dispatch", "tide.v1.Dispatch"),
+            ("gateway", "tide.v1.Gateway"),
+        ):
+            if name in endpoints:
+                assert serving(endpoints[name], service), name
+        # The storage registered with the name server, advertising its dispatch.
+        wait_for(
+            lambda: cluster_members(namesrv) == [("broker-a", storage, dispatch)],
+            "broker-a's registration",
+        )
+        append(storage, "UpTopic")
+        wait_for(lambda: dispatched(dispatch, "UpTopic"), "the dispatch to see the message")
+        wait_for(lambda: routed_brokers(namesrv, "UpTopic") == ["broker-a"], "UpTopic's route")
+        assert (root / "store" / "abort").exists()  # open while running
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, stderr_path.read_text()
+    log = stderr_path.read_text()
+    assert not (root / "store" / "abort").exists(), "the store was not closed cleanly\n" + log
     assert (root / "store" / "commitlog" / "00000000000000000000").exists()
     assert (root / "store" / "consumequeue" / "UpTopic" / "0").is_dir()  # RocketMQ layout
+    # The name server stops last: the storage could unregister from it.
+    assert f"unregistered from name server {namesrv} (existed: True)" in log, log
+    assert "stopped with status" not in log, log
+
+
+def test_up_with_two_brokers(tmp_path: Path) -> None:
+    root = tmp_path / "tide"
+    stderr_path = tmp_path / "up.stderr"
+    command = up_command(root, *ANY_PORT, "--brokers", "2")
+    with running_up(command, stderr_path) as proc:
+        endpoints = read_endpoints(proc, stderr_path)
+        pairs = [(endpoints[f"storage-{x}"], endpoints[f"dispatch-{x}"]) for x in "ab"]
+        want = [("broker-a", *pairs[0]), ("broker-b", *pairs[1])]
+        wait_for(lambda: cluster_members(endpoints["nameserver"]) == want, "both brokers")
+        append(pairs[1][0], "OnB")
+        wait_for(lambda: dispatched(pairs[1][1], "OnB"), "broker-b's dispatch")
+        assert routed_brokers(endpoints["nameserver"], "OnB") == ["broker-b"]
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, stderr_path.read_text()
+    for broker in ("broker-a", "broker-b"):
+        assert (root / broker / "commitlog").is_dir()
+        assert not (root / broker / "abort").exists(), broker
+    assert (root / "broker-b" / "consumequeue" / "OnB").is_dir()
+    assert not (root / "store").exists()
 
 
 def test_up_fails_fast_when_the_port_is_taken(tmp_path: Path) -> None:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        cmd = [
-            sys.executable,
-            "-m",
-            "tide.cli",
-            "up",
-            "--store-dir",
-            str(tmp_path / "t"),
-            "--storage-port",
-            str(port),
-            "--log-level",
-            "warning",
-        ]
+        cmd = up_command(tmp_path / "t", *ANY_PORT, "--storage-port", str(port))
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 1
+    assert done.returncode == 1, done.stderr
     assert "storage exited with status" in done.stderr
     assert "address in use" in done.stderr
+
+
+def test_up_refuses_a_bad_broker_count(tmp_path: Path) -> None:
+    done = subprocess.run(
+        up_command(tmp_path / "t", "--brokers", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--brokers is 0; it must be 1..26" in done.stderr

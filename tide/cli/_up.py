@@ -1,8 +1,21 @@
 """``tide up``: a local cluster on one machine, for development and tests.
 
-Starts every service that exists as a child process on 127.0.0.1 with an embedded store
-under ``--store-dir`` (default ``./.tide``), waits until each reports SERVING (through
-its ready file), prints the endpoints, and stops them all cleanly on Ctrl-C or SIGTERM.
+Starts a name server, ``--brokers`` storage + dispatch pairs (registered with the name
+server as broker-a, broker-b, ...) and a gateway, each as a child process on
+``--host``, waits until each reports SERVING (through its ready file), prints the
+endpoints, and stops them all cleanly on Ctrl-C or SIGTERM: the gateway first, then the
+dispatches, the storages (which unregister from the name server) and the name server.
+
+Ports: name server 9876, gateway 8081; broker i (0 for broker-a) gets storage
+``--storage-port + 100*i`` and dispatch ``--dispatch-port + 100*i`` (10911/10921,
+11011/11021, ...). A port of 0 means any free port (for dispatches it is picked up
+front: the storage must be told its dispatch's address). Stores: ``<store-dir>/store``
+with one broker, ``<store-dir>/broker-a``, ``<store-dir>/broker-b``, ... with more; each
+holds the storage's commitlog/ and config/ and the dispatch's consumequeue/ and index/
+(RocketMQ's layout).
+
+The gateway is started only when ``services/gateway`` has a ``__main__.py``.
+
 Children run in their own process group, so a terminal's Ctrl-C reaches only ``tide
 up``, which then sends each child exactly one SIGTERM (a second signal would make a
 service exit without its clean close).
@@ -14,6 +27,8 @@ import argparse
 import json
 import os
 import signal
+import socket
+import string
 import subprocess
 import sys
 import time
@@ -21,11 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import services
+
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.05
 DEFAULT_SEGMENT_SIZE_BYTES = 128 << 20
 DEFAULT_INDEX_MAX_ENTRIES = 1_000_000  # a 20 MB index file for a laptop-sized cluster
+BROKER_PORT_STEP = 100
+MAX_BROKERS = 26  # broker-a .. broker-z
+CLUSTER_NAME = "DefaultCluster"
+GATEWAY_MAIN = Path(services.__file__).resolve().parent / "gateway" / "__main__.py"
+
+# Stop order: lower stages stop (and finish stopping) first.
+STAGE_GATEWAY, STAGE_DISPATCH, STAGE_STORAGE, STAGE_NAMESERVER = range(4)
 
 
 @dataclass
@@ -33,6 +57,7 @@ class Child:
     name: str
     command: list[str]
     ready_file: Path
+    stage: int
     process: subprocess.Popen[bytes] | None = None
     endpoint: str = ""
 
@@ -46,11 +71,24 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--store-dir", default="./.tide", help="root of the embedded stores")
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     parser.add_argument(
-        "--storage-port", type=int, default=10911, help="storage gRPC port (0: any free port)"
+        "--brokers",
+        type=int,
+        default=1,
+        help=f"storage + dispatch pairs (broker-a, broker-b, ...; 1..{MAX_BROKERS})",
     )
-    parser.add_argument(
-        "--dispatch-port", type=int, default=10921, help="dispatch gRPC port (0: any free port)"
+    ports = (
+        ("namesrv", 9876, "name server"),
+        ("storage", 10911, "first storage (broker i: + 100*i)"),
+        ("dispatch", 10921, "first dispatch (broker i: + 100*i)"),
+        ("gateway", 8081, "gateway"),
     )
+    for name, default, what in ports:
+        parser.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=default,
+            help=f"{what} gRPC port (0: any free port; default: {default})",
+        )
     parser.add_argument(
         "--index-max-entries",
         type=int,
@@ -71,48 +109,114 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(handler=run)
 
 
+def _check_args(args: argparse.Namespace) -> str | None:
+    if not 1 <= args.brokers <= MAX_BROKERS:
+        return f"--brokers is {args.brokers}; it must be 1..{MAX_BROKERS}"
+    last = BROKER_PORT_STEP * (args.brokers - 1)
+    for name in ("namesrv", "storage", "dispatch", "gateway"):
+        port = getattr(args, f"{name}_port")
+        top = port + (last if name in ("storage", "dispatch") and port else 0)
+        if port < 0 or top > 65535:
+            return f"--{name}-port {port}: ports must be 0..65535 for every broker"
+    return None
+
+
+def _reachable(host: str) -> str:
+    """The host clients use for a service listening on ``host``."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "[::]", "::") else host
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((_reachable(host), 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _broker_port(base: int, index: int) -> int:
+    return base + BROKER_PORT_STEP * index if base else 0
+
+
 def _children(args: argparse.Namespace) -> list[Child]:
-    """Storage first, then dispatch on the same root (RocketMQ's directory layout: the
-    dispatch owns consumequeue/ and index/ beside the storage's commitlog/)."""
+    """Name server, then each broker's storage and dispatch, then the gateway. ``{name}``
+    in a command stands for the endpoint of the earlier child ``name``."""
     root = Path(args.store_dir).resolve()
     run_dir = root / "run"
-    store = root / "store"
-    storage = [
-        sys.executable,
-        "-m",
-        "services.storage",
-        "--store-dir",
-        str(store),
-        "--listen",
-        f"{args.host}:{args.storage_port}",
-        "--flush",
-        args.flush,
-        "--segment-size-bytes",
-        str(args.segment_size_bytes),
-        "--log-level",
-        args.log_level,
+    common = ["--log-level", args.log_level]
+    python = [sys.executable, "-m"]
+    children = [
+        Child(
+            "nameserver",
+            [
+                *python,
+                "services.nameserver",
+                "--listen",
+                f"{args.host}:{args.namesrv_port}",
+                *common,
+            ],
+            run_dir / "nameserver.ready",
+            STAGE_NAMESERVER,
+        )
     ]
-    dispatch = [
-        sys.executable,
-        "-m",
-        "services.dispatch",
-        "--store-dir",
-        str(store),
-        "--listen",
-        f"{args.host}:{args.dispatch_port}",
-        "--storage",
-        "{storage}",
-        "--index-max-entries",
-        str(args.index_max_entries),
-        "--index-slot-count",
-        str(max(1, args.index_max_entries // 4)),
-        "--log-level",
-        args.log_level,
-    ]
-    return [
-        Child("storage", storage, run_dir / "storage.ready"),
-        Child("dispatch", dispatch, run_dir / "dispatch.ready"),
-    ]
+    for index in range(args.brokers):
+        letter = string.ascii_lowercase[index]
+        suffix = "" if args.brokers == 1 else f"-{letter}"
+        store = root / ("store" if args.brokers == 1 else f"broker-{letter}")
+        dispatch_port = _broker_port(args.dispatch_port, index) or _free_port(args.host)
+        storage = [
+            *python,
+            "services.storage",
+            "--store-dir",
+            str(store),
+            "--listen",
+            f"{args.host}:{_broker_port(args.storage_port, index)}",
+            "--flush",
+            args.flush,
+            "--segment-size-bytes",
+            str(args.segment_size_bytes),
+            "--cluster-name",
+            CLUSTER_NAME,
+            "--broker-name",
+            f"broker-{letter}",
+            "--namesrv",
+            "{nameserver}",
+            "--dispatch-address",
+            f"{_reachable(args.host)}:{dispatch_port}",
+            *common,
+        ]
+        dispatch = [
+            *python,
+            "services.dispatch",
+            "--store-dir",
+            str(store),
+            "--listen",
+            f"{args.host}:{dispatch_port}",
+            "--storage",
+            f"{{storage{suffix}}}",
+            "--index-max-entries",
+            str(args.index_max_entries),
+            "--index-slot-count",
+            str(max(1, args.index_max_entries // 4)),
+            *common,
+        ]
+        children += [
+            Child(f"storage{suffix}", storage, run_dir / f"storage{suffix}.ready", STAGE_STORAGE),
+            Child(
+                f"dispatch{suffix}", dispatch, run_dir / f"dispatch{suffix}.ready", STAGE_DISPATCH
+            ),
+        ]
+    if GATEWAY_MAIN.exists():
+        gateway = [
+            *python,
+            "services.gateway",
+            "--listen",
+            f"{args.host}:{args.gateway_port}",
+            "--namesrv",
+            "{nameserver}",
+            *common,
+        ]
+        children.append(Child("gateway", gateway, run_dir / "gateway.ready", STAGE_GATEWAY))
+    return children
 
 
 class _Stop:
@@ -126,6 +230,10 @@ class _Stop:
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = _check_args(args)
+    if problem is not None:
+        print(f"tide up: {problem}", file=sys.stderr)
+        return 2
     children = _children(args)
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -140,19 +248,23 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
+def _substitute(arg: str, endpoints: dict[str, str]) -> str:
+    for name, endpoint in endpoints.items():
+        arg = arg.replace("{" + name + "}", endpoint)
+    return arg
+
+
 def _start_all(children: list[Child], stop: _Stop) -> bool:
-    """Start each child once the ones before it are ready; ``{name}`` in a command
-    stands for the endpoint of the earlier child ``name``."""
+    """Start each child once the ones before it are ready."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     endpoints: dict[str, str] = {}
     for child in children:
         child.ready_file.parent.mkdir(parents=True, exist_ok=True)
         child.ready_file.unlink(missing_ok=True)
         env = {**os.environ, "TIDE_READY_FILE": str(child.ready_file)}
-        command = [arg.format(**endpoints) for arg in child.command]
+        command = [_substitute(arg, endpoints) for arg in child.command]
         child.process = subprocess.Popen(command, env=env, start_new_session=True)
         while not child.ready_file.exists():
-            assert child.process is not None
             code = child.process.poll()
             if code is not None:
                 print(
@@ -170,16 +282,28 @@ def _start_all(children: list[Child], stop: _Stop) -> bool:
                 )
                 return False
             time.sleep(POLL_INTERVAL_S)
-        child.endpoint = str(json.loads(child.ready_file.read_text())["listen"])
+        listen = str(json.loads(child.ready_file.read_text())["listen"])
+        host, _, port = listen.rpartition(":")
+        child.endpoint = f"{_reachable(host)}:{port}"
         endpoints[child.name] = child.endpoint
     return True
 
 
 def _print_endpoints(children: list[Child], root: Path) -> None:
-    print(f"\nTide is up (store under {root}):", flush=True)
+    print(f"\nTide is up (stores under {root}):", flush=True)
     for child in children:
-        print(f"  {child.name:<10} {child.endpoint}", flush=True)
-    print("Try: grpcurl -plaintext", children[0].endpoint, "list", flush=True)
+        print(f"  {child.name:<12} {child.endpoint}", flush=True)
+    by_name = {child.name: child.endpoint for child in children}
+    first = by_name.get("gateway") or by_name.get("storage") or by_name["storage-a"]
+    print("Try: grpcurl -plaintext", first, "list", flush=True)
+    print(
+        "     grpcurl -plaintext",
+        by_name["nameserver"],
+        "tide.v1.NameServer/GetClusterInfo",
+        flush=True,
+    )
+    if "gateway" not in by_name:
+        print("(no gateway: services/gateway/__main__.py does not exist yet)", flush=True)
     print("Ctrl-C stops the cluster.\n", flush=True)
 
 
@@ -201,21 +325,29 @@ def _watch(children: list[Child], stop: _Stop) -> int:
 
 
 def _stop_all(children: list[Child]) -> None:
-    """SIGTERM each running child once (reverse start order), wait, SIGKILL stragglers."""
-    running = [c for c in reversed(children) if c.process and c.process.poll() is None]
-    for child in running:
-        assert child.process is not None
-        child.process.send_signal(signal.SIGTERM)
-    for child in running:
-        assert child.process is not None
-        try:
-            code = child.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(
-                f"tide up: {child.name} did not stop in {STOP_TIMEOUT_S:.0f} s; killing it",
-                file=sys.stderr,
-            )
-            child.process.kill()
-            code = child.process.wait()
-        if code != 0:
-            print(f"tide up: {child.name} stopped with status {code}", file=sys.stderr)
+    """Stage by stage (gateway, dispatches, storages, name server): SIGTERM each running
+    child of the stage once, wait for them, SIGKILL stragglers, then the next stage."""
+    for stage in sorted({child.stage for child in children}):
+        running = [
+            c for c in children if c.stage == stage and c.process and c.process.poll() is None
+        ]
+        for child in running:
+            assert child.process is not None
+            child.process.send_signal(signal.SIGTERM)
+        for child in running:
+            _wait_stopped(child)
+
+
+def _wait_stopped(child: Child) -> None:
+    assert child.process is not None
+    try:
+        code = child.process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(
+            f"tide up: {child.name} did not stop in {STOP_TIMEOUT_S:.0f} s; killing it",
+            file=sys.stderr,
+        )
+        child.process.kill()
+        code = child.process.wait()
+    if code != 0:
+        print(f"tide up: {child.name} stopped with status {code}", file=sys.stderr)

@@ -1,0 +1,56 @@
+"""Rules for the names and addresses a broker registers with: each check returns what is
+wrong (a message naming the field) or None.
+
+The storage service uses the same checks on its own options, so a misconfigured broker
+fails at start instead of being refused by every name server.
+"""
+
+from __future__ import annotations
+
+import string
+
+NAME_MAX_CHARS = 64
+ADDRESS_MAX_CHARS = 255
+MAX_BROKER_ID = 2**31 - 1
+
+_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
+_NAME_CHARS_TEXT = "ASCII letters, digits, '_', '-' and '.'"
+_HOST_CHARS = frozenset(string.ascii_letters + string.digits + "-._:[]%")
+
+
+def name_error(field: str, name: str) -> str | None:
+    """A cluster or broker name: 1..64 of ``[A-Za-z0-9_.-]``."""
+    if not name:
+        return f"{field} is empty; give a name of 1 to {NAME_MAX_CHARS} characters"
+    if len(name) > NAME_MAX_CHARS:
+        return f"{field} is {len(name)} characters long; the limit is {NAME_MAX_CHARS}"
+    for index, char in enumerate(name):
+        if char not in _NAME_CHARS:
+            return (
+                f"{field} {name!r} contains {char!r} at index {index}; "
+                f"allowed characters are {_NAME_CHARS_TEXT}"
+            )
+    return None
+
+
+def address_error(field: str, address: str) -> str | None:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) with a port in 1..65535."""
+    if not address:
+        return f"{field} is empty; give HOST:PORT"
+    if len(address) > ADDRESS_MAX_CHARS:
+        return f"{field} is {len(address)} characters long; the limit is {ADDRESS_MAX_CHARS}"
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        return f"{field} must be HOST:PORT with a port in 1..65535, got {address!r}"
+    bad = next((char for char in host if char not in _HOST_CHARS), None)
+    if bad is not None:
+        return f"{field}: host {host!r} contains {bad!r}; give a host name or an IP address"
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return f"{field}: write an IPv6 host in brackets, e.g. [::1]:10911, got {address!r}"
+    return None
+
+
+def broker_id_error(broker_id: int) -> str | None:
+    if not 0 <= broker_id <= MAX_BROKER_ID:
+        return f"broker_id is {broker_id}; it must be 0 (master) .. {MAX_BROKER_ID} (slaves > 0)"
+    return None
