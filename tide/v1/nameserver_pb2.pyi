@@ -11,6 +11,8 @@ each other.
 Errors that concern the whole call use gRPC status codes:
   INVALID_ARGUMENT    a request field is malformed (the message says which and why)
   NOT_FOUND           GetTopicRoute for a topic no live broker serves
+  FAILED_PRECONDITION a broker name registered again under a different cluster
+  RESOURCE_EXHAUSTED  a registration over a limit (brokers, topics per registration)
   UNAVAILABLE         the service is starting or stopping
 """
 
