@@ -11,7 +11,16 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from tide.cli import _store, _up
+from tide.cli import (
+    _cluster,
+    _consume,
+    _offsets,
+    _produce,
+    _query,
+    _store,
+    _topic,
+    _up,
+)
 
 EXIT_USAGE = 2
 
@@ -23,7 +32,16 @@ class CommandModule(Protocol):
         """Add this module's subcommand(s); each sets ``handler`` via ``set_defaults``."""
 
 
-_COMMAND_MODULES: tuple[CommandModule, ...] = (_store, _up)
+_COMMAND_MODULES: tuple[CommandModule, ...] = (
+    _store,
+    _up,
+    _topic,
+    _cluster,
+    _produce,
+    _consume,
+    _query,
+    _offsets,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,204 @@
+"""Client-side checks, proto conversion, error mapping and retry backoff."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from tide.client import (
+    InvalidArgument,
+    Message,
+    MessageQueue,
+    NotFound,
+    Producer,
+    PullStatus,
+    RetryPolicy,
+    SendStatus,
+    TideError,
+    TopicNotFound,
+    Unavailable,
+)
+from tide.client._convert import (
+    from_produce_result,
+    from_pull_response,
+    to_produce_message,
+)
+from tide.client._errors import error_from_status
+from tide.client._pull_consumer import readable_queues
+from tide.client._rpc import Connection
+from tide.v1 import gateway_pb2, nameserver_pb2, storage_pb2
+
+
+def test_produce_message_fields() -> None:
+    proto = to_produce_message(
+        Message("T", "héllo", tags="A", keys=["k1", "k2"], properties={"p": "v"}, sharding_key="s")
+    )
+    assert proto.body == "héllo".encode()
+    assert list(proto.keys) == ["k1", "k2"]
+    assert dict(proto.properties) == {"p": "v"}
+    assert proto.WhichOneof("route") == "sharding_key"
+    queued = to_produce_message(Message("T", b"x", queue=MessageQueue("T", "b", 3)))
+    assert queued.WhichOneof("route") == "queue"
+    assert (queued.queue.broker_name, queued.queue.queue_id) == ("b", 3)
+    assert to_produce_message(Message("T", b"x")).WhichOneof("route") is None
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (Message("a b", b"x"), "contains ' '"),
+        (Message("", b"x"), "topic is empty"),
+        (Message("T", b"x", keys=["a b"]), "contains a space"),
+        (Message("T", b"x", keys="k1"), "a sequence of keys"),
+        (Message("T", b"x", properties={"a\x01": "v"}), "\\x01"),
+        (Message("T", b"x", sharding_key="s", queue=MessageQueue("T", "b", 0)), "not both"),
+        (Message("T", b"x", queue=MessageQueue("U", "b", 0)), "of topic 'U'"),
+        (Message("T", 5), "give bytes or str"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_messages_are_refused_before_any_call(message: Message, error: str) -> None:
+    with pytest.raises(InvalidArgument, match=error.replace("\\", "\\\\").replace("(", r"\(")):
+        to_produce_message(message)
+
+
+def test_produce_result() -> None:
+    result = from_produce_result(
+        "T",
+        gateway_pb2.ProduceResult(
+            status=gateway_pb2.ProduceResult.FLUSH_DISK_TIMEOUT,
+            msg_id="ID",
+            broker_name="b",
+            queue_id=2,
+            queue_offset=9,
+        ),
+    )
+    assert result.status is SendStatus.FLUSH_DISK_TIMEOUT
+    assert result.written
+    assert result.queue == MessageQueue("T", "b", 2)
+    failed = from_produce_result(
+        "T", gateway_pb2.ProduceResult(status=gateway_pb2.ProduceResult.SEND_FAILED, error="x")
+    )
+    assert not failed.written
+    assert failed.error == "x"
+
+
+def test_pull_response() -> None:
+    queue = MessageQueue("T", "b", 1)
+    result = from_pull_response(
+        queue,
+        gateway_pb2.PullResponse(
+            status=gateway_pb2.PullResponse.FOUND,
+            messages=[
+                storage_pb2.StoredMessage(
+                    topic="T",
+                    queue_id=1,
+                    queue_offset=4,
+                    body=b"b",
+                    keys=["k"],
+                    properties={"UNIQ_KEY": "U1", "TAGS": "A"},
+                    tags="A",
+                    size=99,
+                )
+            ],
+            next_offset=5,
+            min_offset=0,
+            max_offset=5,
+        ),
+    )
+    assert result.status is PullStatus.FOUND
+    [message] = result.messages
+    assert message.queue == queue
+    assert (message.queue_offset, message.unique_key, message.keys) == (4, "U1", ("k",))
+    assert message.size_bytes == 99
+    with pytest.raises(TideError, match="unknown status"):
+        from_pull_response(
+            queue, gateway_pb2.PullResponse(status=gateway_pb2.PullResponse.STATUS_UNSPECIFIED)
+        )
+
+
+def _queue_data(broker: str, *, read: int, perm: int) -> nameserver_pb2.QueueData:
+    return nameserver_pb2.QueueData(
+        broker_name=broker, read_queue_nums=read, write_queue_nums=read, perm=perm
+    )
+
+
+def test_readable_queues_follow_read_counts_and_perm() -> None:
+    route = nameserver_pb2.TopicRoute(
+        topic="T",
+        queue_datas=[
+            nameserver_pb2.QueueData(
+                broker_name="b", read_queue_nums=2, write_queue_nums=4, perm=6
+            ),
+            nameserver_pb2.QueueData(
+                broker_name="a", read_queue_nums=1, write_queue_nums=1, perm=6
+            ),
+            nameserver_pb2.QueueData(
+                broker_name="c", read_queue_nums=8, write_queue_nums=8, perm=2
+            ),
+        ],
+    )
+    assert readable_queues(route) == [
+        MessageQueue("T", "a", 0),
+        MessageQueue("T", "b", 0),
+        MessageQueue("T", "b", 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "cls"),
+    [
+        (
+            grpc.StatusCode.NOT_FOUND,
+            "topic 'T' does not exist (no live broker serves it)",
+            TopicNotFound,
+        ),
+        (grpc.StatusCode.NOT_FOUND, "topic 'T' has no queues on any live broker", TopicNotFound),
+        (grpc.StatusCode.NOT_FOUND, "broker 'b' does not serve topic 'T'", NotFound),
+        (grpc.StatusCode.NOT_FOUND, "queue_id 9 is out of range: topic 'T' has 4", NotFound),
+        (grpc.StatusCode.UNAVAILABLE, "no broker", Unavailable),
+        (grpc.StatusCode.INVALID_ARGUMENT, "messages[0].body", InvalidArgument),
+        (grpc.StatusCode.INTERNAL, "boom", TideError),
+    ],
+)
+def test_error_mapping(code: grpc.StatusCode, details: str, cls: type[TideError]) -> None:
+    error = error_from_status(code, details, "Produce to 'T'")
+    assert type(error) is cls
+    assert error.code is code
+    assert str(error) == f"Produce to 'T' failed: {details} [{code.name}]"
+
+
+def test_retry_backoff_doubles_up_to_the_cap() -> None:
+    policy = RetryPolicy(max_attempts=5, initial_backoff_ms=100, max_backoff_ms=300)
+    assert [policy.backoff_ms(n) for n in (1, 2, 3, 4)] == [100, 200, 300, 300]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": 11},
+        {"initial_backoff_ms": 500, "max_backoff_ms": 100},
+        {"multiplier": 0.5},
+    ],
+)
+def test_retry_policy_limits(kwargs: dict[str, float]) -> None:
+    with pytest.raises(InvalidArgument):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_connection_and_producer_limits() -> None:
+    with pytest.raises(InvalidArgument, match="HOST:PORT"):
+        Connection("localhost")
+    with pytest.raises(InvalidArgument, match="max_in_flight"):
+        Producer(max_in_flight=0)
+    with Producer("127.0.0.1:1") as producer, pytest.raises(InvalidArgument, match="limit"):
+        producer.send_batch([Message("T", b"x")] * 1025)
+
+
+def test_unreachable_gateway_is_unavailable_after_the_retries() -> None:
+    policy = RetryPolicy(max_attempts=2, initial_backoff_ms=1, max_backoff_ms=1)
+    with (
+        Producer("127.0.0.1:1", retry=policy, rpc_timeout_ms=2_000) as producer,
+        pytest.raises(Unavailable, match="Produce to 'T' failed"),
+    ):
+        producer.send("T", b"x")

@@ -1,0 +1,75 @@
+"""What every gateway command shares: --gateway / TIDE_GATEWAY, --json, error handling."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+
+from tide.client import DEFAULT_GATEWAY, TideError, Unavailable
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+GATEWAY_ENV = "TIDE_GATEWAY"
+
+
+def default_gateway() -> str:
+    return os.environ.get(GATEWAY_ENV) or DEFAULT_GATEWAY
+
+
+def gateway_parent() -> argparse.ArgumentParser:
+    """A parent parser with --gateway and --json, for ``parents=[...]``."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--gateway",
+        default=default_gateway(),
+        metavar="HOST:PORT",
+        help=f"the gateway (default: ${GATEWAY_ENV} or {DEFAULT_GATEWAY})",
+    )
+    parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parent
+
+
+def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a command handler: a TideError is printed on one line (exit 1), Ctrl-C exits 130."""
+
+    def run(args: argparse.Namespace) -> int:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        try:
+            return handler(args)
+        except TideError as exc:
+            hint = ""
+            if isinstance(exc, Unavailable):
+                hint = f" (is a gateway running at {args.gateway}? see --gateway / ${GATEWAY_ENV})"
+            print(f"tide {args.command}: error: {exc}{hint}", file=sys.stderr)
+            return EXIT_FAILURE
+        except KeyboardInterrupt:
+            print(f"tide {args.command}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None

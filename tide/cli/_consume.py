@@ -1,0 +1,308 @@
+"""``tide consume``: follow every queue of a topic with long polling, print, commit.
+
+One long-poll pull is in flight per queue (gRPC futures, no thread per queue); each
+answer is printed and its queue's offset committed for the group before the queue is
+pulled again. This is a standalone reader, not a group member: it reads every queue of
+the topic as routed at start, so do not run it beside push consumers of the same group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import queue as queue_module
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+import grpc
+
+from tide.cli._common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    gateway_parent,
+    guarded,
+    non_negative_int,
+    positive_int,
+)
+from tide.cli._output import MESSAGE_HEADERS, dumps, message_json, message_row, table
+from tide.client import (
+    ConsumeFrom,
+    FailedPrecondition,
+    InvalidArgument,
+    MessageQueue,
+    PullStatus,
+    TideError,
+)
+from tide.client._convert import check_group, from_pull_response
+from tide.client._errors import error_from_rpc
+from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, GatewayReader
+from tide.client._rpc import Connection
+from tide.client._types import PullResult
+from tide.v1 import gateway_pb2
+
+_log = logging.getLogger("tide.cli.consume")
+
+WAKE_INTERVAL_S = 0.2
+MAX_ERROR_BACKOFF_S = 5.0
+PULL_BATCH = 32
+
+_DESCRIPTION = """\
+Print the messages of every queue of TOPIC as they arrive (long polling) until Ctrl-C or
+--count messages, committing the group's offsets after printing.
+
+Where each queue starts:
+  (default)        the group's committed offset; with none, the queue's end ("last")
+  --from first     the oldest stored message
+  --from last      the queue's end: only messages sent from now on
+  --from offset N  queue offset N in every queue (clamped into the queue)
+  --from time T    the first message stored at or after T (ms since epoch or ISO-8601)"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "consume",
+        parents=[gateway_parent()],
+        help="follow a topic's messages and commit the group's offsets",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("group", metavar="GROUP")
+    parser.add_argument("topic", metavar="TOPIC")
+    parser.add_argument(
+        "--from",
+        dest="start",
+        nargs="+",
+        metavar="WHERE",
+        help="first | last | offset N | time T (see above)",
+    )
+    parser.add_argument("--count", type=positive_int, metavar="N", help="stop after N messages")
+    parser.add_argument(
+        "--expression", default="*", metavar="EXPR", help='tags filter, e.g. "A || B"'
+    )
+    parser.add_argument(
+        "--output", type=argparse.FileType("w"), metavar="FILE", help="write JSON lines to FILE"
+    )
+    parser.add_argument(
+        "--long-poll-ms",
+        type=non_negative_int,
+        default=15_000,
+        metavar="MS",
+        help=f"how long one pull waits for news (0..{MAX_LONG_POLL_TIMEOUT_MS}, default 15000)",
+    )
+    parser.add_argument(
+        "--no-commit", action="store_true", help="do not commit offsets (browse only)"
+    )
+    parser.set_defaults(handler=guarded(_run))
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where ``tide consume`` starts in each queue."""
+
+    kind: str  # "committed", "first", "last", "offset", "time"
+    value: int = 0
+
+
+def parse_start(words: list[str] | None) -> Start:
+    """``--from`` words as a Start; raises InvalidArgument with what to give."""
+    if not words:
+        return Start("committed")
+    kind, rest = words[0], words[1:]
+    if kind in ("first", "last") and not rest:
+        return Start(kind)
+    if kind == "offset" and len(rest) == 1:
+        try:
+            offset = int(rest[0])
+        except ValueError:
+            offset = -1
+        if offset >= 0:
+            return Start("offset", offset)
+    if kind == "time" and len(rest) == 1:
+        return Start("time", ConsumeFrom.parse(rest[0]).timestamp_ms)
+    raise InvalidArgument(
+        f"--from {' '.join(words)}: give first, last, offset N (N >= 0) or time T "
+        "(ms since epoch or ISO-8601)"
+    )
+
+
+def start_position(
+    start: Start,
+    committed: Callable[[], int],
+    bounds: tuple[int, int],
+    search: Callable[[int], int],
+) -> int:
+    """The first offset to read in a queue with offsets ``bounds`` = (min, max)."""
+    low, high = bounds
+    if start.kind == "committed":
+        value = committed()
+        return high if value < 0 else min(max(value, low), high)
+    if start.kind == "first":
+        return low
+    if start.kind == "last":
+        return high
+    if start.kind == "offset":
+        return min(max(start.value, low), high)
+    return min(max(search(start.value), low), high)
+
+
+class _Printer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.json_out: TextIO | None = args.output or (sys.stdout if args.json else None)
+        self.header_printed = False
+
+    def message_lines(self, result: PullResult, limit: int | None) -> int:
+        """Print up to ``limit`` of the result's messages; how many were printed."""
+        messages = result.messages if limit is None else result.messages[:limit]
+        for message in messages:
+            if self.json_out is not None:
+                self.json_out.write(dumps(message_json(message)) + "\n")
+            else:
+                lines = table(MESSAGE_HEADERS, [message_row(message)]).splitlines()
+                if not self.header_printed:
+                    print(lines[0])
+                    self.header_printed = True
+                print(lines[1])
+        out = self.json_out or sys.stdout
+        out.flush()
+        return len(messages)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        start = parse_start(args.start)
+        check_group(args.group)
+    except InvalidArgument as exc:
+        print(f"tide consume: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.long_poll_ms > MAX_LONG_POLL_TIMEOUT_MS:
+        print(
+            f"tide consume: error: --long-poll-ms is over {MAX_LONG_POLL_TIMEOUT_MS}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    reader = GatewayReader(Connection(args.gateway))
+    try:
+        consumed = _follow(args, reader, start)
+    finally:
+        reader.connection.close()
+        if args.output is not None:
+            args.output.close()
+    if args.output is not None or not args.json:
+        print(f"consumed {consumed} messages", file=sys.stderr)
+    return EXIT_OK
+
+
+def _start_positions(
+    args: argparse.Namespace, reader: GatewayReader, start: Start
+) -> dict[MessageQueue, int]:
+    queues = reader.queues(args.topic)
+    if not queues:
+        raise FailedPrecondition(f"topic {args.topic!r} has no readable queue on any broker")
+    positions: dict[MessageQueue, int] = {}
+    for mq in queues:
+        offsets = reader.offsets(mq)
+        positions[mq] = start_position(
+            start,
+            functools.partial(reader.committed, args.group, mq),
+            (offsets.min_offset, offsets.max_offset),
+            functools.partial(reader.search_offset, mq),
+        )
+    return positions
+
+
+def _follow(args: argparse.Namespace, reader: GatewayReader, start: Start) -> int:
+    positions = _start_positions(args, reader, start)
+    printer = _Printer(args)
+    done: queue_module.Queue[tuple[MessageQueue, grpc.Future[gateway_pb2.PullResponse]]]
+    done = queue_module.Queue()
+    in_flight: dict[MessageQueue, grpc.Future[gateway_pb2.PullResponse]] = {}
+    retry_at: dict[MessageQueue, float] = {}
+    failures: dict[MessageQueue, int] = {}
+    committed: dict[MessageQueue, int] = {}
+    consumed = 0
+
+    def issue(mq: MessageQueue) -> None:
+        request = reader.pull_request(
+            args.group, mq, positions[mq], PULL_BATCH, args.expression, args.long_poll_ms
+        )
+        future = reader.pull_future(request)
+        in_flight[mq] = future
+        future.add_done_callback(lambda f: done.put((mq, f)))
+
+    try:
+        for mq in positions:
+            issue(mq)
+        while args.count is None or consumed < args.count:
+            now = time.monotonic()
+            for mq in [q for q, at in retry_at.items() if at <= now]:
+                del retry_at[mq]
+                issue(mq)
+            try:
+                mq, future = done.get(timeout=WAKE_INTERVAL_S)
+            except queue_module.Empty:
+                continue
+            in_flight.pop(mq, None)
+            try:
+                result = from_pull_response(mq, future.result())
+            except grpc.RpcError as exc:
+                error: TideError = error_from_rpc(exc, f"Pull from {mq} at {positions[mq]}")
+                failures[mq] = failures.get(mq, 0) + 1
+                wait_s = min(0.2 * failures[mq], MAX_ERROR_BACKOFF_S)
+                _log.warning("%s; again in %.1f s", error, wait_s)
+                retry_at[mq] = time.monotonic() + wait_s
+                continue
+            failures.pop(mq, None)
+            limit = None if args.count is None else args.count - consumed
+            printed = printer.message_lines(result, limit)
+            consumed += printed
+            positions[mq] = _next_position(result, printed, positions[mq])
+            if not args.no_commit and committed.get(mq) != positions[mq]:
+                reader.commit(args.group, mq, positions[mq])
+                committed[mq] = positions[mq]
+            if args.count is None or consumed < args.count:
+                issue(mq)
+    finally:
+        for future in in_flight.values():
+            future.cancel()
+        if not args.no_commit:
+            _commit_rest(args, reader, positions, committed)
+    return consumed
+
+
+def _commit_rest(
+    args: argparse.Namespace,
+    reader: GatewayReader,
+    positions: dict[MessageQueue, int],
+    committed: dict[MessageQueue, int],
+) -> None:
+    """On the way out (--count reached, Ctrl-C, an error): commit what was printed but not
+    yet committed; a failure is reported, not raised over the original exit."""
+    for mq, position in positions.items():
+        if committed.get(mq) == position:
+            continue
+        try:
+            reader.commit(args.group, mq, position)
+        except TideError as exc:
+            warning = f"offset {position} of {mq} not committed: {exc}"
+            print(f"tide consume: warning: {warning}", file=sys.stderr)
+        else:
+            committed[mq] = position
+
+
+def _next_position(result: PullResult, printed: int, current: int) -> int:
+    if result.status is PullStatus.OFFSET_ILLEGAL:
+        _log.warning(
+            "offset %d is outside %d..%d; continuing at %d",
+            current,
+            result.min_offset,
+            result.max_offset,
+            result.next_offset,
+        )
+        return result.next_offset
+    if printed < len(result.messages):
+        return result.messages[printed - 1].queue_offset + 1 if printed else current
+    return result.next_offset

@@ -1,0 +1,73 @@
+"""The Tide Python client: produce and consume through a gateway.
+
+```python
+from tide.client import Producer, PushConsumer
+
+with Producer("127.0.0.1:8081") as producer:
+    result = producer.send("TopicTest", b"hello", tags="TagA", keys=["order-1"])
+
+def handle(message):
+    print(message.queue, message.queue_offset, message.body)
+
+with PushConsumer("my-group", "TopicTest", "*", handle, consume_from="first"):
+    ...  # consumes on background threads until the block ends
+```
+
+See docs/client.md.
+"""
+
+from tide.client._admin import Admin
+from tide.client._allocate import allocate_averagely
+from tide.client._errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    TideError,
+    TopicNotFound,
+    Unavailable,
+)
+from tide.client._producer import MAX_BATCH_MESSAGES, Producer
+from tide.client._pull_consumer import PullConsumer
+from tide.client._push_consumer import PushConsumer
+from tide.client._rpc import DEFAULT_GATEWAY, RetryPolicy
+from tide.client._start_offset import ConsumeFrom
+from tide.client._types import (
+    Message,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    QueueOffsets,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+)
+
+__all__ = [
+    "DEFAULT_GATEWAY",
+    "MAX_BATCH_MESSAGES",
+    "Admin",
+    "ConsumeFrom",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "Message",
+    "MessageQueue",
+    "NotFound",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "QueueOffsets",
+    "ReceivedMessage",
+    "ResourceExhausted",
+    "RetryPolicy",
+    "SendResult",
+    "SendStatus",
+    "TideError",
+    "TopicNotFound",
+    "Unavailable",
+    "allocate_averagely",
+]

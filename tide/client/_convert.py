@@ -1,0 +1,126 @@
+"""Between the client's value types and the tide.v1 protobuf messages; client-side checks."""
+
+from __future__ import annotations
+
+from tide.client._errors import InvalidArgument, TideError
+from tide.client._types import (
+    Message,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+)
+from tide.naming import consumer_group_error, topic_error
+from tide.v1 import gateway_pb2, storage_pb2
+
+UNIQ_KEY = "UNIQ_KEY"
+_FORBIDDEN_PROPERTY_CHARS = ("\x01", "\x02")
+
+_SEND_STATUS = {
+    gateway_pb2.ProduceResult.SEND_OK: SendStatus.SEND_OK,
+    gateway_pb2.ProduceResult.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    gateway_pb2.ProduceResult.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    gateway_pb2.ProduceResult.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+    gateway_pb2.ProduceResult.SEND_FAILED: SendStatus.SEND_FAILED,
+}
+_PULL_STATUS = {
+    gateway_pb2.PullResponse.FOUND: PullStatus.FOUND,
+    gateway_pb2.PullResponse.NO_NEW_MESSAGE: PullStatus.NO_NEW_MESSAGE,
+    gateway_pb2.PullResponse.NO_MATCHED_MESSAGE: PullStatus.NO_MATCHED_MESSAGE,
+    gateway_pb2.PullResponse.OFFSET_ILLEGAL: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def check_topic(topic: str) -> None:
+    error = topic_error(topic)
+    if error is not None:
+        raise InvalidArgument(error)
+
+
+def check_group(group: str) -> None:
+    error = consumer_group_error(group)
+    if error is not None:
+        raise InvalidArgument(error)
+
+
+def to_produce_message(message: Message) -> gateway_pb2.ProduceMessage:
+    """Check ``message`` and build its ProduceMessage (raises InvalidArgument)."""
+    check_topic(message.topic)
+    body = message.body.encode("utf-8") if isinstance(message.body, str) else message.body
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise InvalidArgument(f"body is a {type(body).__name__}; give bytes or str")
+    if isinstance(message.keys, str):
+        raise InvalidArgument("keys is a str; give a sequence of keys, e.g. ['order-1']")
+    for key in message.keys:
+        if not key or " " in key:
+            raise InvalidArgument(f"key {key!r} is empty or contains a space")
+    for name, value in message.properties.items():
+        if not name or any(c in name or c in value for c in _FORBIDDEN_PROPERTY_CHARS):
+            raise InvalidArgument(f"property {name!r} is empty or contains \\x01 or \\x02")
+    if message.sharding_key is not None and message.queue is not None:
+        raise InvalidArgument("give sharding_key or queue, not both")
+    proto = gateway_pb2.ProduceMessage(
+        topic=message.topic,
+        body=bytes(body),
+        tags=message.tags,
+        keys=list(message.keys),
+        properties=dict(message.properties),
+    )
+    if message.sharding_key is not None:
+        proto.sharding_key = message.sharding_key
+    if message.queue is not None:
+        if message.queue.topic != message.topic:
+            raise InvalidArgument(
+                f"queue {message.queue} is of topic {message.queue.topic!r}, not {message.topic!r}"
+            )
+        proto.queue.broker_name = message.queue.broker_name
+        proto.queue.queue_id = message.queue.queue_id
+    return proto
+
+
+def from_produce_result(topic: str, result: gateway_pb2.ProduceResult) -> SendResult:
+    return SendResult(
+        status=_SEND_STATUS.get(result.status, SendStatus.SEND_FAILED),
+        msg_id=result.msg_id,
+        unique_key=result.unique_key,
+        queue=MessageQueue(topic, result.broker_name, result.queue_id),
+        queue_offset=result.queue_offset,
+        store_timestamp_ms=result.store_timestamp_ms,
+        error=result.error
+        or (f"unknown produce status {result.status}" if result.status not in _SEND_STATUS else ""),
+    )
+
+
+def from_stored_message(broker_name: str, message: storage_pb2.StoredMessage) -> ReceivedMessage:
+    return ReceivedMessage(
+        queue=MessageQueue(message.topic, broker_name, message.queue_id),
+        queue_offset=message.queue_offset,
+        body=message.body,
+        tags=message.tags,
+        keys=tuple(message.keys),
+        properties=dict(message.properties),
+        msg_id=message.msg_id,
+        unique_key=message.properties.get(UNIQ_KEY, ""),
+        born_timestamp_ms=message.born_timestamp_ms,
+        store_timestamp_ms=message.store_timestamp_ms,
+        born_host=message.born_host,
+        store_host=message.store_host,
+        reconsume_times=message.reconsume_times,
+        physical_offset=message.physical_offset,
+        size_bytes=message.size,
+    )
+
+
+def from_pull_response(queue: MessageQueue, response: gateway_pb2.PullResponse) -> PullResult:
+    status = _PULL_STATUS.get(response.status)
+    if status is None:
+        raise TideError(f"the gateway answered a pull with unknown status {response.status}")
+    return PullResult(
+        status=status,
+        messages=tuple(from_stored_message(queue.broker_name, m) for m in response.messages),
+        next_offset=response.next_offset,
+        min_offset=response.min_offset,
+        max_offset=response.max_offset,
+    )

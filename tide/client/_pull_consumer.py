@@ -1,0 +1,234 @@
+"""``PullConsumer``: the application picks queues and offsets; the group stores offsets."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import grpc
+
+from tide.client._convert import check_group, check_topic, from_pull_response
+from tide.client._errors import InvalidArgument
+from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._types import MessageQueue, PullResult, QueueOffsets
+from tide.v1 import gateway_pb2, nameserver_pb2
+
+MAX_PULL_MESSAGES = 1024
+MAX_LONG_POLL_TIMEOUT_MS = 30_000
+PERM_READ = 4
+
+
+def readable_queues(route: nameserver_pb2.TopicRoute) -> list[MessageQueue]:
+    """The route's readable queues (read queue count per broker), sorted."""
+    queues = [
+        MessageQueue(route.topic, data.broker_name, queue_id)
+        for data in route.queue_datas
+        if data.perm & PERM_READ
+        for queue_id in range(data.read_queue_nums)
+    ]
+    return sorted(set(queues))
+
+
+class GatewayReader:
+    """The gateway calls both consumers share (route, pull, offsets)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def route(self, topic: str) -> nameserver_pb2.TopicRoute:
+        check_topic(topic)
+        stub = self.connection.stub
+        return self.connection.call(
+            stub.GetTopicRoute,
+            nameserver_pb2.GetTopicRouteRequest(topic=topic),
+            f"GetTopicRoute of {topic!r}",
+        )
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return readable_queues(self.route(topic))
+
+    def pull_request(
+        self,
+        group: str,
+        queue: MessageQueue,
+        offset: int,
+        max_messages: int,
+        expression: str,
+        long_poll_timeout_ms: int,
+    ) -> gateway_pb2.PullRequest:
+        if not 1 <= max_messages <= MAX_PULL_MESSAGES:
+            raise InvalidArgument(f"max_messages is {max_messages}; give 1..{MAX_PULL_MESSAGES}")
+        if not 0 <= long_poll_timeout_ms <= MAX_LONG_POLL_TIMEOUT_MS:
+            raise InvalidArgument(
+                f"long_poll_timeout_ms is {long_poll_timeout_ms}; "
+                f"give 0..{MAX_LONG_POLL_TIMEOUT_MS}"
+            )
+        if offset < 0:
+            raise InvalidArgument(f"offset is {offset}; give 0 or more")
+        return gateway_pb2.PullRequest(
+            consumer_group=group,
+            topic=queue.topic,
+            broker_name=queue.broker_name,
+            queue_id=queue.queue_id,
+            offset=offset,
+            max_messages=max_messages,
+            expression=expression,
+            long_poll_timeout_ms=long_poll_timeout_ms,
+        )
+
+    def pull(
+        self,
+        group: str,
+        queue: MessageQueue,
+        offset: int,
+        max_messages: int,
+        expression: str,
+        long_poll_timeout_ms: int,
+    ) -> PullResult:
+        request = self.pull_request(
+            group, queue, offset, max_messages, expression, long_poll_timeout_ms
+        )
+        response = self.connection.call(
+            self.connection.stub.Pull,
+            request,
+            f"Pull from {queue} at {offset}",
+            extra_timeout_ms=long_poll_timeout_ms,
+        )
+        return from_pull_response(queue, response)
+
+    def pull_future(
+        self, request: gateway_pb2.PullRequest
+    ) -> grpc.Future[gateway_pb2.PullResponse]:
+        """Start a pull without waiting: a long poll that ``cancel()`` can end early."""
+        return self.connection.future(
+            self.connection.stub.Pull,
+            request,
+            extra_timeout_ms=request.long_poll_timeout_ms,
+        )
+
+    def offsets(self, queue: MessageQueue) -> QueueOffsets:
+        response = self.connection.call(
+            self.connection.stub.GetQueueOffsets,
+            gateway_pb2.QueueOffsetsRequest(
+                topic=queue.topic, broker_name=queue.broker_name, queue_id=queue.queue_id
+            ),
+            f"GetQueueOffsets of {queue}",
+        )
+        return QueueOffsets(response.min_offset, response.max_offset)
+
+    def search_offset(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        response = self.connection.call(
+            self.connection.stub.SearchOffset,
+            gateway_pb2.SearchQueueOffsetRequest(
+                topic=queue.topic,
+                broker_name=queue.broker_name,
+                queue_id=queue.queue_id,
+                timestamp_ms=timestamp_ms,
+            ),
+            f"SearchOffset of {queue} at {timestamp_ms} ms",
+        )
+        return response.offset
+
+    def commit(self, group: str, queue: MessageQueue, offset: int) -> None:
+        if offset < 0:
+            raise InvalidArgument(f"offset is {offset}; give 0 or more")
+        self.connection.call(
+            self.connection.stub.CommitOffset,
+            gateway_pb2.CommitConsumerOffsetRequest(
+                consumer_group=group,
+                topic=queue.topic,
+                broker_name=queue.broker_name,
+                queue_id=queue.queue_id,
+                offset=offset,
+            ),
+            f"CommitOffset of group {group!r} for {queue}",
+        )
+
+    def committed(self, group: str, queue: MessageQueue) -> int:
+        response = self.connection.call(
+            self.connection.stub.GetOffset,
+            gateway_pb2.GetConsumerOffsetRequest(
+                consumer_group=group,
+                topic=queue.topic,
+                broker_name=queue.broker_name,
+                queue_id=queue.queue_id,
+            ),
+            f"GetOffset of group {group!r} for {queue}",
+        )
+        return response.offset
+
+
+class PullConsumer:
+    """Pulls from queues the application chooses; offsets are stored per group.
+
+    Nothing is tracked between calls: the application keeps the next offset
+    (``PullResult.next_offset``) and commits what it has processed. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        gateway: str = DEFAULT_GATEWAY,
+        *,
+        rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        check_group(group)
+        self.group = group
+        self._reader = GatewayReader(
+            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+        )
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues from its route, sorted by broker and queue id."""
+        return self._reader.queues(topic)
+
+    def pull(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        max_messages: int = 32,
+        expression: str = "*",
+        long_poll_timeout_ms: int = 0,
+    ) -> PullResult:
+        """Up to ``max_messages`` messages from ``offset`` matching ``expression`` ("*" or
+        "TagA || TagB"). With nothing new and ``long_poll_timeout_ms`` > 0 the gateway holds
+        the call until a message arrives or the wait ends (then NO_NEW_MESSAGE)."""
+        return self._reader.pull(
+            self.group, queue, offset, max_messages, expression, long_poll_timeout_ms
+        )
+
+    def commit(self, queue: MessageQueue, offset: int) -> None:
+        """Store ``offset`` (the next message to consume) as the group's offset."""
+        self._reader.commit(self.group, queue, offset)
+
+    def committed(self, queue: MessageQueue) -> int:
+        """The group's committed offset, or -1 when it never committed one."""
+        return self._reader.committed(self.group, queue)
+
+    def offsets(self, queue: MessageQueue) -> QueueOffsets:
+        """The queue's min offset and max offset (the offset of the next message)."""
+        return self._reader.offsets(queue)
+
+    def min_offset(self, queue: MessageQueue) -> int:
+        return self.offsets(queue).min_offset
+
+    def max_offset(self, queue: MessageQueue) -> int:
+        return self.offsets(queue).max_offset
+
+    def search_offset(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (ms since epoch)."""
+        return self._reader.search_offset(queue, timestamp_ms)
+
+    def close(self) -> None:
+        self._reader.connection.close()
+
+    def __enter__(self) -> PullConsumer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,359 @@
+"""``PushConsumer``: a group member that is given queues and has messages pushed to a
+callback.
+
+A control thread heartbeats the group through the gateway and rebalances: it reads the
+topic's queues and the group's members, splits the queues as RocketMQ's
+AllocateMessageQueueAveragely does, releases queues it lost (each released queue commits
+its final offset before ``release`` returns) and starts a :class:`QueueWorker` per
+queue it gained. A gained queue whose previous owner is still a member is taken only
+after ``takeover_delay_ms``, by which time that owner has seen the change and committed;
+a queue whose owner left (``shutdown`` commits, then unregisters) is taken at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from types import TracebackType
+
+from tide.client._allocate import allocate_averagely, owner_gone, owners
+from tide.client._convert import check_group, check_topic
+from tide.client._errors import InvalidArgument, TideError
+from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, MAX_PULL_MESSAGES, GatewayReader
+from tide.client._queue_worker import Callback, QueueWorker, WorkerSettings
+from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._start_offset import ConsumeFrom
+from tide.client._types import MessageQueue
+from tide.v1 import storage_pb2
+
+_log = logging.getLogger("tide.client.consumer")
+
+MAX_QUEUES_LIMIT = 1024
+MAX_RETRIES_LIMIT = 100
+_client_ids = itertools.count()
+
+
+def default_client_id() -> str:
+    """``host@pid@n``: unique per consumer instance."""
+    return f"{socket.gethostname()}@{os.getpid()}@{next(_client_ids)}"
+
+
+class PushConsumer:
+    """Consumes ``topic`` as one member of ``group``: ``callback(message)`` is called once
+    per message, in queue order within a queue; queues are consumed in parallel (one
+    thread per assigned queue, at most ``max_queues``), so the callback must be
+    thread-safe.
+
+    Offsets are committed after the callback returned: every ``commit_interval_ms`` while
+    busy, whenever the queue is drained, when a queue is released and at ``shutdown``.
+    A callback that raises is retried ``max_retries`` times with a doubling backoff from
+    ``retry_backoff_ms``; then the message is logged and skipped (there is no retry topic
+    or dead-letter queue yet). Delivery is at-least-once; see docs/client.md for the
+    duplicate window.
+
+    ``consume_from`` decides the start in a queue the group has no committed offset for:
+    "last" (only messages sent from then on), "first" (the oldest stored), or a time (ms
+    since epoch, an ISO-8601 string or a datetime).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        topic: str,
+        expression: str,
+        callback: Callback,
+        gateway: str = DEFAULT_GATEWAY,
+        *,
+        consume_from: str | int | dt.datetime | ConsumeFrom = "last",
+        client_id: str | None = None,
+        heartbeat_interval_ms: int = 10_000,
+        rebalance_interval_ms: int = 5_000,
+        takeover_delay_ms: int | None = None,
+        long_poll_timeout_ms: int = 15_000,
+        max_messages: int = 32,
+        commit_interval_ms: int = 5_000,
+        max_retries: int = 3,
+        retry_backoff_ms: int = 1_000,
+        max_queues: int = 64,
+        release_timeout_ms: int = 30_000,
+        rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        check_group(group)
+        check_topic(topic)
+        _check_range("heartbeat_interval_ms", heartbeat_interval_ms, 10, 600_000)
+        _check_range("rebalance_interval_ms", rebalance_interval_ms, 10, 600_000)
+        _check_range("long_poll_timeout_ms", long_poll_timeout_ms, 0, MAX_LONG_POLL_TIMEOUT_MS)
+        _check_range("max_messages", max_messages, 1, MAX_PULL_MESSAGES)
+        _check_range("commit_interval_ms", commit_interval_ms, 0, 600_000)
+        _check_range("max_retries", max_retries, 0, MAX_RETRIES_LIMIT)
+        _check_range("retry_backoff_ms", retry_backoff_ms, 0, 600_000)
+        _check_range("max_queues", max_queues, 1, MAX_QUEUES_LIMIT)
+        _check_range("release_timeout_ms", release_timeout_ms, 0, 600_000)
+        if takeover_delay_ms is None:
+            # The other members notice a change within their rebalance interval (assumed
+            # equal to ours) and then release (commit) at once.
+            takeover_delay_ms = rebalance_interval_ms + 1_000
+        _check_range("takeover_delay_ms", takeover_delay_ms, 0, 600_000)
+        self.group = group
+        self.topic = topic
+        self.client_id = client_id or default_client_id()
+        self._expression = expression or "*"
+        self._heartbeat_interval_ms = heartbeat_interval_ms
+        self._rebalance_interval_ms = rebalance_interval_ms
+        self._takeover_delay_ms = takeover_delay_ms
+        self._max_queues = max_queues
+        self._release_timeout_ms = release_timeout_ms
+        self._callback = callback
+        self._settings = WorkerSettings(
+            group=group,
+            expression=self._expression,
+            consume_from=ConsumeFrom.parse(consume_from),
+            max_messages=max_messages,
+            long_poll_timeout_ms=long_poll_timeout_ms,
+            commit_interval_ms=commit_interval_ms,
+            max_retries=max_retries,
+            retry_backoff_ms=retry_backoff_ms,
+            error_backoff_ms=min(1_000, max(10, rebalance_interval_ms)),
+        )
+        self._reader = GatewayReader(
+            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+        )
+        self._workers: dict[MessageQueue, QueueWorker] = {}
+        # Queues to take at a monotonic time (their previous owner is still releasing).
+        self._pending: dict[MessageQueue, float] = {}
+        self._last_view: tuple[list[MessageQueue], list[str]] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._started = False
+        self._thread = threading.Thread(
+            target=self._control_loop, name=f"tide-rebalance-{self.client_id}", daemon=True
+        )
+
+    # ---- public
+
+    def start(self) -> PushConsumer:
+        """Join the group (heartbeat), take the first assignment and start consuming.
+        Raises when the gateway is unreachable or the topic does not exist."""
+        with self._lock:
+            if self._started:
+                raise TideError("the consumer was started already")
+            self._started = True
+        try:
+            self._heartbeat()
+            self._rebalance()
+        except BaseException:
+            self._abandon()
+            raise
+        self._thread.start()
+        return self
+
+    def _abandon(self) -> None:
+        """After a failed start: release what was taken and close; a failure here is logged
+        (the start's error is the one raised)."""
+        try:
+            self.shutdown()
+        except TideError as exc:
+            _log.error("cleaning up after a failed start of %s: %s", self.client_id, exc)
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this member consumes now (sorted), not counting pending takeovers."""
+        with self._lock:
+            return sorted(self._workers)
+
+    def pending(self) -> list[MessageQueue]:
+        """Queues assigned to this member that it takes once their previous owner released."""
+        with self._lock:
+            return sorted(self._pending)
+
+    def rebalance_now(self) -> None:
+        """Ask the control thread to rebalance at once (e.g. after a member change)."""
+        self._wake.set()
+
+    def shutdown(self) -> None:
+        """Stop pulling, commit every queue's offset, and leave the group so the others
+        take the queues at once. Idempotent; raises the unregister error, if any, after
+        everything is closed."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._stop.set()
+            started = self._started
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self._lock:
+            workers = list(self._workers.values())
+            self._workers.clear()
+            self._pending.clear()
+        self._release(workers)
+        error: TideError | None = None
+        if started:
+            try:
+                self._unregister()
+            except TideError as exc:
+                _log.error("leaving group %r failed: %s", self.group, exc)
+                error = exc
+        self._reader.connection.close()
+        if error is not None:
+            raise error
+
+    def __enter__(self) -> PushConsumer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    # ---- control thread
+
+    def _control_loop(self) -> None:
+        now = time.monotonic()
+        next_heartbeat = now + self._heartbeat_interval_ms / 1000
+        next_rebalance = now + self._rebalance_interval_ms / 1000
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                if now >= next_heartbeat:
+                    next_heartbeat = now + self._heartbeat_interval_ms / 1000
+                    self._heartbeat()
+                if now >= next_rebalance or self._wake.is_set():
+                    self._wake.clear()
+                    next_rebalance = now + self._rebalance_interval_ms / 1000
+                    self._rebalance()
+                self._take_due()
+            except TideError as exc:
+                _log.warning("consumer %s of group %r: %s", self.client_id, self.group, exc)
+            except Exception:
+                _log.exception("consumer %s: unexpected error in rebalance", self.client_id)
+            with self._lock:
+                due = min(self._pending.values(), default=next_rebalance)
+            wait_s = min(next_heartbeat, next_rebalance, due) - time.monotonic()
+            if wait_s > 0:
+                self._wake.wait(wait_s)
+
+    def _heartbeat(self) -> None:
+        connection = self._reader.connection
+        connection.call(
+            connection.stub.Heartbeat,
+            storage_pb2.ConsumerHeartbeatRequest(
+                consumer_group=self.group,
+                client_id=self.client_id,
+                subscriptions=[
+                    storage_pb2.Subscription(topic=self.topic, expression=self._expression)
+                ],
+            ),
+            f"Heartbeat of {self.client_id} in group {self.group!r}",
+        )
+
+    def _unregister(self) -> None:
+        connection = self._reader.connection
+        connection.call(
+            connection.stub.UnregisterConsumer,
+            storage_pb2.UnregisterConsumerRequest(
+                consumer_group=self.group, client_id=self.client_id
+            ),
+            f"UnregisterConsumer {self.client_id} from group {self.group!r}",
+        )
+
+    def _members(self) -> list[str]:
+        connection = self._reader.connection
+        response = connection.call(
+            connection.stub.GetConsumers,
+            storage_pb2.GetConsumersRequest(consumer_group=self.group),
+            f"GetConsumers of group {self.group!r}",
+        )
+        return sorted({member.client_id for member in response.members})
+
+    def _rebalance(self) -> None:
+        queues = self._reader.queues(self.topic)
+        members = self._members()
+        if self.client_id not in members:
+            _log.warning(
+                "consumer %s is not (yet) a member of group %r (members: %s); it consumes "
+                "nothing until its heartbeat is seen",
+                self.client_id,
+                self.group,
+                members,
+            )
+            self._heartbeat()
+        mine = allocate_averagely(queues, members, self.client_id)
+        if len(mine) > self._max_queues:
+            _log.error(
+                "consumer %s is assigned %d queues of %r but max_queues is %d; %d queues are "
+                "not consumed (raise max_queues or add members)",
+                self.client_id,
+                len(mine),
+                self.topic,
+                self._max_queues,
+                len(mine) - self._max_queues,
+            )
+            mine = mine[: self._max_queues]
+        target = set(mine)
+        previous = self._last_view
+        self._last_view = (queues, members)
+        with self._lock:
+            if self._stop.is_set():
+                return
+            lost = [w for q, w in self._workers.items() if q not in target]
+            for worker in lost:
+                del self._workers[worker.queue]
+            for queue in [q for q in self._pending if q not in target]:
+                del self._pending[queue]
+        if lost:
+            _log.info("consumer %s releases %s", self.client_id, [str(w.queue) for w in lost])
+            self._release(lost)
+        now = time.monotonic()
+        previous_owners = owners(*previous) if previous is not None else None
+        with self._lock:
+            for queue in sorted(target):
+                if queue in self._workers or queue in self._pending:
+                    continue
+                if owner_gone(queue, self.client_id, previous_owners, members):
+                    self._pending[queue] = now
+                else:
+                    self._pending[queue] = now + self._takeover_delay_ms / 1000
+        self._take_due()
+
+    def _take_due(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._stop.is_set():
+                return
+            due = sorted(q for q, at in self._pending.items() if at <= now)
+            for queue in due:
+                del self._pending[queue]
+                worker = QueueWorker(queue, self._reader, self._settings, self._callback)
+                self._workers[queue] = worker
+                worker.start()
+        if due:
+            _log.info("consumer %s takes %s", self.client_id, [str(q) for q in due])
+
+    def _release(self, workers: list[QueueWorker]) -> None:
+        """Stop the workers and wait for their final commits (bounded)."""
+        for worker in workers:
+            worker.stop()
+        deadline = time.monotonic() + self._release_timeout_ms / 1000
+        for worker in workers:
+            if not worker.join(max(0.0, deadline - time.monotonic())):
+                _log.error(
+                    "consumer of %s did not stop within %d ms (a slow callback?); its final "
+                    "commit comes late and the next owner may repeat messages",
+                    worker.queue,
+                    self._release_timeout_ms,
+                )
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise InvalidArgument(f"{name} is {value}; give {low}..{high}")

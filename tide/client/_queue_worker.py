@@ -1,0 +1,272 @@
+"""One assigned queue of a push consumer: a thread that long-polls, delivers and commits.
+
+All commits of a queue happen on its worker thread, so they are ordered; after
+``release`` returns, the worker has committed its final position and commits no more.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from tide.client._convert import from_pull_response
+from tide.client._errors import TideError, error_from_rpc
+from tide.client._pull_consumer import GatewayReader
+from tide.client._start_offset import ConsumeFrom, start_offset
+from tide.client._types import MessageQueue, PullResult, PullStatus, ReceivedMessage
+from tide.v1 import gateway_pb2
+
+_log = logging.getLogger("tide.client.consumer")
+
+MAX_ERROR_BACKOFF_MS = 5_000
+MAX_RETRY_BACKOFF_MS = 60_000
+
+Callback = Callable[[ReceivedMessage], object]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    group: str
+    expression: str
+    consume_from: ConsumeFrom
+    max_messages: int
+    long_poll_timeout_ms: int
+    commit_interval_ms: int
+    max_retries: int
+    retry_backoff_ms: int
+    error_backoff_ms: int
+
+
+def retry_wait_ms(settings: WorkerSettings, failures: int) -> int:
+    """The wait before delivering a message again after its ``failures``-th failure."""
+    wait = settings.retry_backoff_ms << min(max(0, failures - 1), 32)
+    return min(wait, MAX_RETRY_BACKOFF_MS)
+
+
+class QueueWorker:
+    def __init__(
+        self,
+        queue: MessageQueue,
+        reader: GatewayReader,
+        settings: WorkerSettings,
+        callback: Callback,
+    ) -> None:
+        self.queue = queue
+        self._reader = reader
+        self._settings = settings
+        self._callback = callback
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: grpc.Future[gateway_pb2.PullResponse] | None = None
+        # The next offset to deliver (None until the start offset is known).
+        self._position: int | None = None
+        self._committed = -1
+        self._last_commit = time.monotonic()
+        self.delivered = 0
+        self.skipped = 0
+        self._thread = threading.Thread(target=self._run, name=f"tide-consume-{queue}", daemon=True)
+
+    @property
+    def position(self) -> int | None:
+        return self._position
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the worker to stop after the message it is delivering (a pull in flight is
+        cancelled)."""
+        self._stopping.set()
+        with self._lock:
+            pending = self._pending
+        if pending is not None:
+            pending.cancel()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait until the worker has made its final commit; False when it did not in time."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    # ---- the thread
+
+    def _run(self) -> None:
+        try:
+            self._consume()
+        except Exception:
+            _log.exception("consumer of %s stopped on an unexpected error", self.queue)
+        finally:
+            self._commit_if_dirty(final=True)
+
+    def _consume(self) -> None:
+        caught_up = self._resolve_start()
+        if caught_up is None:
+            return
+        failures = 0
+        while not self._stopping.is_set():
+            assert self._position is not None
+            if caught_up or self._commit_due():
+                self._commit_if_dirty(final=False)
+            try:
+                result = self._pull(self._position)
+            except grpc.FutureCancelledError:
+                return
+            except TideError as exc:
+                failures += 1
+                wait_ms = min(self._settings.error_backoff_ms * failures, MAX_ERROR_BACKOFF_MS)
+                _log.warning("pull from %s failed: %s; again in %d ms", self.queue, exc, wait_ms)
+                if self._stopping.wait(wait_ms / 1000):
+                    return
+                continue
+            failures = 0
+            if result is None:  # cancelled
+                return
+            caught_up = self._handle(result)
+
+    def _resolve_start(self) -> bool | None:
+        """Find the start offset; whether it is the queue's end (None: stopped first)."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                committed = self._reader.committed(self._settings.group, self.queue)
+                offsets = self._reader.offsets(self.queue)
+                position = start_offset(
+                    committed,
+                    self._settings.consume_from,
+                    offsets.min_offset,
+                    offsets.max_offset,
+                    lambda ts: self._reader.search_offset(self.queue, ts),
+                )
+            except TideError as exc:
+                failures += 1
+                wait_ms = min(self._settings.error_backoff_ms * failures, MAX_ERROR_BACKOFF_MS)
+                _log.warning(
+                    "start offset of %s unknown: %s; again in %d ms", self.queue, exc, wait_ms
+                )
+                self._stopping.wait(wait_ms / 1000)
+                continue
+            self._committed = committed
+            self._position = position
+            _log.info(
+                "consuming %s from offset %d (committed %d, queue %d..%d)",
+                self.queue,
+                position,
+                committed,
+                offsets.min_offset,
+                offsets.max_offset,
+            )
+            return position >= offsets.max_offset
+        return None
+
+    def _pull(self, offset: int) -> PullResult | None:
+        settings = self._settings
+        request = self._reader.pull_request(
+            settings.group,
+            self.queue,
+            offset,
+            settings.max_messages,
+            settings.expression,
+            settings.long_poll_timeout_ms,
+        )
+        with self._lock:
+            if self._stopping.is_set():
+                return None
+            future = self._reader.pull_future(request)
+            self._pending = future
+        try:
+            response = future.result()
+        except grpc.RpcError as exc:
+            if future.cancelled():
+                return None
+            raise error_from_rpc(exc, f"Pull from {self.queue} at {offset}") from exc
+        finally:
+            with self._lock:
+                self._pending = None
+        return from_pull_response(self.queue, response)
+
+    def _handle(self, result: PullResult) -> bool:
+        """Deliver a pull's messages; True when the queue is drained (caught up)."""
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            _log.warning(
+                "offset %s of %s is outside %d..%d; continuing at %d",
+                self._position,
+                self.queue,
+                result.min_offset,
+                result.max_offset,
+                result.next_offset,
+            )
+            self._position = result.next_offset
+            return False
+        for message in result.messages:
+            if not self._deliver(message):
+                return False  # stopping: the position stays at this message
+            self._position = message.queue_offset + 1
+        if self._stopping.is_set():
+            return False
+        self._position = result.next_offset
+        return result.next_offset >= result.max_offset
+
+    def _deliver(self, message: ReceivedMessage) -> bool:
+        """Call the callback, retrying on an exception; False if asked to stop first."""
+        failures = 0
+        while True:
+            if self._stopping.is_set():
+                return False
+            try:
+                self._callback(message)
+            except Exception:
+                failures += 1
+                if failures > self._settings.max_retries:
+                    self.skipped += 1
+                    _log.exception(
+                        "callback failed %d times on %s offset %d (msg id %s); skipping it",
+                        failures,
+                        self.queue,
+                        message.queue_offset,
+                        message.msg_id,
+                    )
+                    return True
+                wait_ms = retry_wait_ms(self._settings, failures)
+                _log.warning(
+                    "callback failed on %s offset %d (attempt %d of %d); again in %d ms",
+                    self.queue,
+                    message.queue_offset,
+                    failures,
+                    self._settings.max_retries + 1,
+                    wait_ms,
+                    exc_info=True,
+                )
+                if self._stopping.wait(wait_ms / 1000):
+                    return False
+                continue
+            self.delivered += 1
+            return True
+
+    def _commit_due(self) -> bool:
+        elapsed_ms = (time.monotonic() - self._last_commit) * 1000
+        return elapsed_ms >= self._settings.commit_interval_ms
+
+    def _commit_if_dirty(self, *, final: bool) -> None:
+        position = self._position
+        if position is None or position == self._committed:
+            return
+        try:
+            self._reader.commit(self._settings.group, self.queue, position)
+        except TideError as exc:
+            if final:
+                _log.error(
+                    "final commit of %s at %d failed: %s; the next owner repeats from %d",
+                    self.queue,
+                    position,
+                    exc,
+                    self._committed,
+                )
+            else:
+                _log.warning("commit of %s at %d failed: %s", self.queue, position, exc)
+            return
+        self._committed = position
+        self._last_commit = time.monotonic()

@@ -1,0 +1,140 @@
+"""One gRPC channel to a gateway, with bounded retries on UNAVAILABLE."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from tide.client._errors import InvalidArgument, Unavailable, error_from_rpc
+from tide.v1 import gateway_pb2_grpc
+
+_log = logging.getLogger("tide.client")
+
+DEFAULT_GATEWAY = "127.0.0.1:8081"
+DEFAULT_RPC_TIMEOUT_MS = 10_000
+MAX_RETRY_ATTEMPTS = 10
+# A pull of up to 1024 messages of up to 4 MiB each is cut by the gateway; this is the
+# client's ceiling on one response.
+MAX_RECEIVE_BYTES = 128 << 20
+MAX_SEND_BYTES = 128 << 20
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often a call is tried when the gateway is UNAVAILABLE, and the waits between.
+
+    Only UNAVAILABLE is retried (the gateway or every broker unreachable). A produce retried
+    after a connection broke mid-call can store the message twice (at-least-once).
+    """
+
+    max_attempts: int = 3
+    initial_backoff_ms: int = 100
+    max_backoff_ms: int = 2_000
+    multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_attempts <= MAX_RETRY_ATTEMPTS:
+            raise InvalidArgument(
+                f"max_attempts is {self.max_attempts}; give 1 to {MAX_RETRY_ATTEMPTS}"
+            )
+        if self.initial_backoff_ms < 0 or self.max_backoff_ms < self.initial_backoff_ms:
+            raise InvalidArgument(
+                "backoff must satisfy 0 <= initial_backoff_ms <= max_backoff_ms, got "
+                f"{self.initial_backoff_ms} and {self.max_backoff_ms}"
+            )
+        if self.multiplier < 1:
+            raise InvalidArgument(f"multiplier is {self.multiplier}; give 1 or more")
+
+    def backoff_ms(self, failures: int) -> int:
+        """The wait after the ``failures``-th failed attempt (1-based)."""
+        wait = self.initial_backoff_ms * self.multiplier ** max(0, failures - 1)
+        return int(min(wait, self.max_backoff_ms))
+
+
+class Connection:
+    """A channel and Gateway stub; ``call`` adds the timeout, retries and error mapping."""
+
+    def __init__(
+        self,
+        gateway: str,
+        *,
+        rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if not gateway or ":" not in gateway:
+            raise InvalidArgument(f"gateway {gateway!r} is not HOST:PORT")
+        if rpc_timeout_ms <= 0:
+            raise InvalidArgument(f"rpc_timeout_ms is {rpc_timeout_ms}; give a positive value")
+        self.gateway = gateway
+        self.rpc_timeout_ms = rpc_timeout_ms
+        self.retry = retry or RetryPolicy()
+        self._closed = threading.Event()
+        self._channel = grpc.insecure_channel(
+            gateway,
+            options=[
+                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+                ("grpc.max_send_message_length", MAX_SEND_BYTES),
+            ],
+        )
+        self.stub = gateway_pb2_grpc.GatewayStub(self._channel)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def call(
+        self,
+        method: grpc.UnaryUnaryMultiCallable[Req, Resp],
+        request: Req,
+        what: str,
+        *,
+        extra_timeout_ms: int = 0,
+        retry: bool = True,
+    ) -> Resp:
+        """Call ``method``; raise a TideError naming ``what`` when it fails.
+
+        Each attempt has ``rpc_timeout_ms + extra_timeout_ms`` (a long poll adds its wait).
+        """
+        attempts = self.retry.max_attempts if retry else 1
+        timeout_s = (self.rpc_timeout_ms + extra_timeout_ms) / 1000
+        failures = 0
+        while True:
+            if self._closed.is_set():
+                raise Unavailable(f"{what}: the client is closed")
+            try:
+                return method(request, timeout=timeout_s)
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc, what)
+                failures += 1
+                if not isinstance(error, Unavailable) or failures >= attempts:
+                    raise error from exc
+                wait_ms = self.retry.backoff_ms(failures)
+                _log.warning(
+                    "%s (attempt %d of %d); retrying in %d ms", error, failures, attempts, wait_ms
+                )
+                if self._closed.wait(wait_ms / 1000):
+                    raise Unavailable(f"{what}: the client closed while retrying") from exc
+
+    def future(
+        self,
+        method: grpc.UnaryUnaryMultiCallable[Req, Resp],
+        request: Req,
+        *,
+        extra_timeout_ms: int = 0,
+    ) -> grpc.Future[Resp]:
+        """Start one attempt without waiting (for a long poll that may be cancelled)."""
+        future: Any = method.future(
+            request, timeout=(self.rpc_timeout_ms + extra_timeout_ms) / 1000
+        )
+        return future  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._closed.set()
+        self._channel.close()

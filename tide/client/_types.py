@@ -1,0 +1,119 @@
+"""The client's value types: queues, messages to send, results, received messages."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """One queue of a topic: (topic, broker name, queue id). Sorts in that order."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message to send. ``sharding_key`` and ``queue`` are exclusive: messages with the same
+    sharding key go to the same queue (while the route does not change); ``queue`` names
+    one queue exactly (never retried on another broker)."""
+
+    topic: str
+    body: bytes | str
+    tags: str = ""
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    sharding_key: str | None = None
+    queue: MessageQueue | None = None
+
+
+class SendStatus(enum.Enum):
+    """The outcome of one sent message; every status but SEND_FAILED means written."""
+
+    SEND_OK = "SEND_OK"
+    # Written, but the SYNC_FLUSH did not confirm within the flush timeout.
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    # Written, but no slave acknowledged within the timeout.
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    # Written, but no slave is available.
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    # Not written (only in a batch where other messages were written); see ``error``.
+    SEND_FAILED = "SEND_FAILED"
+
+
+@dataclass(frozen=True)
+class SendResult:
+    status: SendStatus
+    # Offset message id (store host + commitlog offset): ``query id`` finds it directly.
+    msg_id: str
+    # The UNIQ_KEY property (client message id).
+    unique_key: str
+    queue: MessageQueue
+    queue_offset: int
+    store_timestamp_ms: int
+    error: str = ""
+
+    @property
+    def written(self) -> bool:
+        return self.status is not SendStatus.SEND_FAILED
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A stored message as a consumer sees it."""
+
+    queue: MessageQueue
+    queue_offset: int
+    body: bytes
+    tags: str
+    keys: tuple[str, ...]
+    # Every property as stored, including TAGS, KEYS and UNIQ_KEY.
+    properties: Mapping[str, str]
+    msg_id: str
+    unique_key: str
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    physical_offset: int
+    size_bytes: int
+
+    @property
+    def topic(self) -> str:
+        return self.queue.topic
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    # offset == max offset: nothing new (after the long poll, if any).
+    NO_NEW_MESSAGE = "NO_NEW_MESSAGE"
+    # Messages were looked at but none matched the expression; next_offset moves past them.
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    # offset < min offset or > max offset; next_offset is the nearest valid offset.
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(frozen=True)
+class PullResult:
+    status: PullStatus
+    messages: tuple[ReceivedMessage, ...]
+    # Where the next pull starts.
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    """A queue's first stored offset and the offset the next message will get."""
+
+    min_offset: int
+    max_offset: int
