@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.dispatch.options import OPTIONS as DISPATCH_OPTIONS
+from services.gateway.options import OPTIONS as GATEWAY_OPTIONS
 from services.nameserver.options import OPTIONS as NAMESERVER_OPTIONS
 from services.storage.options import OPTIONS as STORAGE_OPTIONS
 from tide.server import Option
@@ -46,4 +47,10 @@ def test_configuration_reference_lists_every_dispatch_option() -> None:
 def test_configuration_reference_lists_every_nameserver_option() -> None:
     text = CONFIG_DOC.read_text()
     missing = [row for row in reference_rows("nameserver", NAMESERVER_OPTIONS) if row not in text]
+    assert not missing, "docs/configuration.md is out of date; rows to add:\n" + "\n".join(missing)
+
+
+def test_configuration_reference_lists_every_gateway_option() -> None:
+    text = CONFIG_DOC.read_text()
+    missing = [row for row in reference_rows("gateway", GATEWAY_OPTIONS) if row not in text]
     assert not missing, "docs/configuration.md is out of date; rows to add:\n" + "\n".join(missing)

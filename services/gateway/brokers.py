@@ -1,0 +1,125 @@
+"""Channels to the brokers' storage and dispatch services: one per address, reused.
+
+A channel is created on first use and kept; at most MAX_CHANNELS are open (the least
+recently used is closed first, e.g. for brokers long gone from the routes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Any
+
+import grpc
+
+from tide.server import MAX_MESSAGE_BYTES, ServiceError
+from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
+from tide.v1 import storage_pb2_grpc as storage_grpc
+
+log = logging.getLogger("tide.gateway.brokers")
+
+MAX_CHANNELS = 1024
+# Calls in flight to one address at once (the others wait their turn): a burst of woken
+# pulls must not overflow the broker's gRPC pending-request queue (it cancels past it).
+MAX_CALLS_PER_ADDRESS = 128
+CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES + 1024 * 1024),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # Reconnect soon after a broker comes back, not after gRPC's default backoff (up to 2 min).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+)
+# Broker answers passed on to the gateway's caller with the same code.
+PASSED_THROUGH = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
+# Answers meaning "the broker is not reachable (now)".
+UNREACHABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+
+
+def rpc_problem(exc: grpc.aio.AioRpcError) -> str:
+    return f"{exc.code().name}: {exc.details()}"
+
+
+def broker_error(exc: grpc.aio.AioRpcError, what: str) -> ServiceError:
+    """The gateway's status for a failed broker call. ``what`` names the call and the
+    broker, e.g. ``"Read on broker b1 (127.0.0.1:10911)"``."""
+    code = exc.code()
+    if code in PASSED_THROUGH:
+        return ServiceError(code, f"{what}: {exc.details()}")
+    if code in UNREACHABLE:
+        return ServiceError(
+            grpc.StatusCode.UNAVAILABLE, f"{what} failed: {rpc_problem(exc)}; is the broker up?"
+        )
+    return ServiceError(grpc.StatusCode.INTERNAL, f"{what} failed: {rpc_problem(exc)}")
+
+
+class BrokerChannels:
+    def __init__(self) -> None:
+        self._channels: OrderedDict[str, grpc.aio.Channel] = OrderedDict()
+        self._storage: dict[str, storage_grpc.StorageAsyncStub] = {}
+        self._dispatch: dict[str, dispatch_grpc.DispatchAsyncStub] = {}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def limit(self, address: str) -> asyncio.Semaphore:
+        """Hold while calling ``address``: at most MAX_CALLS_PER_ADDRESS calls at once."""
+        limit = self._limits.get(address)
+        if limit is None:
+            limit = self._limits[address] = asyncio.Semaphore(MAX_CALLS_PER_ADDRESS)
+        return limit
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is not None:
+            self._channels.move_to_end(address)
+            return channel
+        channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+        self._channels[address] = channel
+        while len(self._channels) > MAX_CHANNELS:
+            old_address, old = self._channels.popitem(last=False)
+            self._storage.pop(old_address, None)
+            self._dispatch.pop(old_address, None)
+            self._limits.pop(old_address, None)
+            log.info("closing the channel to %s (least recently used)", old_address)
+            task = asyncio.ensure_future(old.close(None))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        return channel
+
+    def storage(self, address: str) -> storage_grpc.StorageAsyncStub:
+        stub = self._storage.get(address)
+        if stub is None:
+            stub = self._storage[address] = storage_grpc.StorageStub(self._channel(address))
+        return stub
+
+    def dispatch(self, address: str) -> dispatch_grpc.DispatchAsyncStub:
+        stub = self._dispatch.get(address)
+        if stub is None:
+            stub = self._dispatch[address] = dispatch_grpc.DispatchStub(self._channel(address))
+        return stub
+
+    async def close(self) -> None:
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._storage.clear()
+        self._dispatch.clear()
+        for channel in channels:
+            await channel.close(None)
+        if self._closing:
+            await asyncio.gather(*self._closing)

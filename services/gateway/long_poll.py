@@ -1,0 +1,199 @@
+"""Held pulls (RocketMQ's PullRequestHoldService) woken by dispatch arrival notices.
+
+A pull that found nothing new waits on an asyncio future keyed by (dispatch address,
+topic, queue id): no thread and no timer task per held call, only the future and its
+timeout handle. One ``WatchArrivals`` stream per dispatch address (opened when the first
+pull is held there, reopened with backoff when it breaks) wakes the waiters of a queue as
+soon as its max offset passes their offset. Every ``recheck_interval_s`` the queues with
+waiters are also asked for their offsets, in case a notice was missed (a stream that was
+down, a notice that raced the pull).
+
+Race with the pull's own read: the pull takes :attr:`HeldPulls.sequence` before asking
+for entries; a notice recorded after that sequence number wakes it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+import grpc
+
+from services.gateway.brokers import BrokerChannels, rpc_problem
+from tide.server import ServiceError
+from tide.tail import Backoff
+from tide.v1 import dispatch_pb2 as dispatch_pb
+
+log = logging.getLogger("tide.gateway.long_poll")
+
+QueueKey = tuple[str, str, int]  # (dispatch address, topic, queue id)
+# Queues whose last notice is remembered (for the race above); forgotten all at once past it.
+MAX_REMEMBERED_NOTICES = 200_000
+# Offsets calls in flight at once during a recheck.
+RECHECK_CONCURRENCY = 32
+WATCH_BACKOFF = Backoff(initial_s=0.1, max_s=5.0)
+# Value a closing gateway wakes its waiters with.
+CLOSING = -1
+
+
+class HeldPulls:
+    def __init__(
+        self,
+        channels: BrokerChannels,
+        *,
+        max_held: int,
+        recheck_interval_s: float,
+        rpc_timeout_s: float,
+    ) -> None:
+        self._channels = channels
+        self._max_held = max_held
+        self._recheck_interval_s = recheck_interval_s
+        self._rpc_timeout_s = rpc_timeout_s
+        self._waiters: dict[QueueKey, dict[asyncio.Future[int], int]] = {}
+        self._held = 0
+        self._sequence = 0
+        self._notices: dict[QueueKey, tuple[int, int]] = {}  # key -> (max offset, sequence)
+        self._watches: dict[str, asyncio.Task[None]] = {}
+        self._recheck: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    @property
+    def sequence(self) -> int:
+        """Take before reading a queue; pass to :meth:`wait` as ``since``."""
+        return self._sequence
+
+    def start(self) -> None:
+        self._recheck = asyncio.create_task(self._recheck_loop(), name="long-poll-recheck")
+
+    def close(self) -> None:
+        """Wake every held pull (they answer NO_NEW_MESSAGE) and hold no more."""
+        self._closing = True
+        for waiters in self._waiters.values():
+            for future in waiters:
+                if not future.done():
+                    future.set_result(CLOSING)
+
+    async def stop(self) -> None:
+        self.close()
+        tasks = [*self._watches.values(), *([self._recheck] if self._recheck else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._watches.clear()
+
+    # -- waiting -------------------------------------------------------------------
+    async def wait(self, key: QueueKey, offset: int, timeout_s: float, since: int) -> bool:
+        """Hold until the queue's max offset passes ``offset`` (True) or the timeout
+        (False). RESOURCE_EXHAUSTED when ``--max-held-pulls`` are held already."""
+        if self._closing:
+            return False
+        notice = self._notices.get(key)
+        if notice is not None and notice[1] > since and notice[0] > offset:
+            return True
+        if self._held >= self._max_held:
+            raise ServiceError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._held} pulls are held already, the limit (--max-held-pulls "
+                f"{self._max_held}); retry later or pull with a shorter long_poll_timeout_ms",
+            )
+        self._ensure_watch(key[0])
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.get(key)
+        if waiters is None:
+            waiters = self._waiters[key] = {}
+        waiters[future] = offset
+        self._held += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                woken = await future
+            return woken != CLOSING
+        except TimeoutError:
+            return False
+        finally:
+            self._held -= 1
+            del waiters[future]
+            if not waiters and self._waiters.get(key) is waiters:
+                del self._waiters[key]
+
+    def notify(self, key: QueueKey, max_offset: int) -> None:
+        """The queue's max offset is now ``max_offset``: wake the waiters below it."""
+        self._sequence += 1
+        if key not in self._notices and len(self._notices) >= MAX_REMEMBERED_NOTICES:
+            self._notices.clear()
+        self._notices[key] = (max_offset, self._sequence)
+        waiters = self._waiters.get(key)
+        if not waiters:
+            return
+        for future, offset in waiters.items():
+            if offset < max_offset and not future.done():
+                future.set_result(max_offset)
+
+    def notify_all(self, address: str, notices: Iterable[dispatch_pb.ArrivalNotice]) -> None:
+        for notice in notices:
+            self.notify((address, notice.topic, notice.queue_id), notice.max_offset)
+
+    # -- arrival streams -----------------------------------------------------------
+    def _ensure_watch(self, address: str) -> None:
+        task = self._watches.get(address)
+        if task is None or task.done():
+            self._watches[address] = asyncio.create_task(
+                self._watch(address), name=f"watch-arrivals-{address}"
+            )
+
+    def _has_waiters(self, address: str) -> bool:
+        return any(key[0] == address for key in self._waiters)
+
+    async def _watch(self, address: str) -> None:
+        """Follow one dispatch's arrivals until no pull waits there and the stream ends."""
+        failures = 0
+        while not self._closing:
+            stub = self._channels.dispatch(address)
+            request = dispatch_pb.WatchArrivalsRequest(send_current=True)
+            try:
+                async for notice in stub.WatchArrivals(request):
+                    failures = 0
+                    self.notify((address, notice.topic, notice.queue_id), notice.max_offset)
+                problem = "the stream ended (dispatch stopping)"
+            except grpc.aio.AioRpcError as exc:
+                problem = rpc_problem(exc)
+            failures += 1
+            if not self._has_waiters(address):
+                log.debug(
+                    "arrivals of %s: %s; no pull waits there, not reconnecting", address, problem
+                )
+                return
+            if failures == 1:
+                log.warning("arrivals stream of dispatch %s: %s; reconnecting", address, problem)
+            await asyncio.sleep(WATCH_BACKOFF.delay_s(failures))
+
+    # -- recheck -------------------------------------------------------------------
+    async def _recheck_loop(self) -> None:
+        limit = asyncio.Semaphore(RECHECK_CONCURRENCY)
+        while True:
+            await asyncio.sleep(self._recheck_interval_s)
+            keys = list(self._waiters)
+            if keys:
+                await asyncio.gather(*(self._recheck_one(key, limit) for key in keys))
+
+    async def _recheck_one(self, key: QueueKey, limit: asyncio.Semaphore) -> None:
+        address, topic, queue_id = key
+        request = dispatch_pb.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id)
+        async with limit:
+            if key not in self._waiters:
+                return
+            try:
+                offsets: dispatch_pb.GetQueueOffsetsResponse = await self._channels.dispatch(
+                    address
+                ).GetQueueOffsets(request, timeout=self._rpc_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                log.debug("recheck of %s/%d on %s: %s", topic, queue_id, address, rpc_problem(exc))
+                return
+        self.notify(key, offsets.max_offset)

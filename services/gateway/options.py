@@ -1,0 +1,228 @@
+"""The gateway's options (flags, TIDE_GATEWAY_* environment, config file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tide.server import Config, Option
+
+DEFAULT_LISTEN = "127.0.0.1:8081"
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+MIB = 1024 * 1024
+# The largest request the gateway's gRPC server accepts is 64 MiB (tide.server).
+MAX_BODY_LIMIT_BYTES = 32 * MIB
+MAX_QUEUE_NUMS = 1024
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", str, DEFAULT_LISTEN, "address to serve gRPC on (HOST:PORT; port 0 picks one)"),
+    Option(
+        "namesrv",
+        str,
+        DEFAULT_NAMESRV,
+        "name servers, HOST:PORT separated by ';' (each is tried when another fails)",
+    ),
+    Option(
+        "route_refresh_interval_ms",
+        int,
+        30_000,
+        "how often cached topic routes and cluster info are fetched again",
+        unit="ms",
+    ),
+    Option(
+        "max_cached_topics",
+        int,
+        10_000,
+        "topic routes kept in the cache (the least recently used go first)",
+        unit="topics",
+    ),
+    Option(
+        "auto_create_topics",
+        bool,
+        False,
+        "Produce to an unknown topic creates it on every master broker (off: NOT_FOUND)",
+    ),
+    Option(
+        "default_queue_nums",
+        int,
+        4,
+        "read and write queues per broker of an auto-created topic",
+        unit="queues",
+    ),
+    Option(
+        "produce_retries",
+        int,
+        2,
+        "times the messages for a broker that failed (UNAVAILABLE, DEADLINE_EXCEEDED) are "
+        "sent again to another broker",
+        unit="retries",
+    ),
+    Option(
+        "max_produce_messages",
+        int,
+        1_000,
+        "most messages in one Produce call",
+        unit="messages",
+    ),
+    Option(
+        "max_message_body_bytes",
+        int,
+        4 * MIB,
+        "largest message body accepted",
+        unit="bytes",
+    ),
+    Option(
+        "send_latency_fault",
+        bool,
+        True,
+        "avoid a broker for a while after it failed or answered slowly "
+        "(RocketMQ's sendLatencyFaultEnable)",
+    ),
+    Option(
+        "fault_isolation_ms",
+        int,
+        30_000,
+        "how long a broker whose Append failed (unreachable, timed out) is avoided",
+        unit="ms",
+    ),
+    Option(
+        "max_held_pulls",
+        int,
+        100_000,
+        "long-polling pulls held at once; more get RESOURCE_EXHAUSTED",
+        unit="pulls",
+    ),
+    Option(
+        "max_long_poll_ms",
+        int,
+        30_000,
+        "largest long_poll_timeout_ms a Pull may ask for",
+        unit="ms",
+    ),
+    Option(
+        "long_poll_recheck_interval_ms",
+        int,
+        5_000,
+        "held pulls also look at their queues this often (in case an arrival notice was missed)",
+        unit="ms",
+    ),
+    Option(
+        "max_pull_bytes",
+        int,
+        4 * MIB,
+        "a Pull answer stops adding messages past this many record bytes (at least one)",
+        unit="bytes",
+    ),
+    Option(
+        "broker_timeout_ms",
+        int,
+        3_000,
+        "deadline of each call to a storage or dispatch service",
+        unit="ms",
+    ),
+    Option(
+        "namesrv_timeout_ms",
+        int,
+        3_000,
+        "deadline of each call to a name server",
+        unit="ms",
+    ),
+    Option(
+        "topic_create_wait_ms",
+        int,
+        10_000,
+        "CreateTopic and DeleteTopic wait this long for the name servers' route to show the change",
+        unit="ms",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """The option values the gateway's parts use, in their units."""
+
+    namesrv: tuple[str, ...]
+    route_refresh_interval_s: float
+    max_cached_topics: int
+    auto_create_topics: bool
+    default_queue_nums: int
+    produce_retries: int
+    max_produce_messages: int
+    max_message_body_bytes: int
+    send_latency_fault: bool
+    fault_isolation_ms: int
+    max_held_pulls: int
+    max_long_poll_ms: int
+    long_poll_recheck_interval_s: float
+    max_pull_bytes: int
+    broker_timeout_s: float
+    namesrv_timeout_s: float
+    topic_create_wait_s: float
+
+
+def split_addresses(text: str) -> tuple[str, ...]:
+    """``"a:1;b:2"`` -> ``("a:1", "b:2")``; blanks dropped."""
+    return tuple(part.strip() for part in text.split(";") if part.strip())
+
+
+def _address_error(flag: str, address: str) -> str | None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        return f"{flag}: expected HOST:PORT, got {address!r}"
+    return None
+
+
+def check_config(config: Config) -> str | None:
+    """What is wrong with the option values (None: nothing), checked before starting."""
+    addresses = split_addresses(config.get_str("namesrv"))
+    if not addresses:
+        return "--namesrv: give at least one name server HOST:PORT (several separated by ';')"
+    if len(addresses) > 64:
+        return f"--namesrv: {len(addresses)} name servers; at most 64"
+    for address in addresses:
+        error = _address_error("--namesrv", address)
+        if error:
+            return error
+    ranges = {
+        "route_refresh_interval_ms": (100, 3_600_000),
+        "max_cached_topics": (1, 10_000_000),
+        "default_queue_nums": (1, MAX_QUEUE_NUMS),
+        "produce_retries": (0, 16),
+        "max_produce_messages": (1, 100_000),
+        "max_message_body_bytes": (1, MAX_BODY_LIMIT_BYTES),
+        "fault_isolation_ms": (0, 3_600_000),
+        "max_held_pulls": (0, 10_000_000),
+        "max_long_poll_ms": (0, 3_600_000),
+        "long_poll_recheck_interval_ms": (10, 600_000),
+        "max_pull_bytes": (1, MAX_BODY_LIMIT_BYTES),
+        "broker_timeout_ms": (10, 600_000),
+        "namesrv_timeout_ms": (10, 600_000),
+        "topic_create_wait_ms": (0, 600_000),
+    }
+    for name, (low, high) in ranges.items():
+        value = config.get_int(name)
+        if not low <= value <= high:
+            flag = "--" + name.replace("_", "-")
+            return f"{flag}: {value} is outside {low}..{high}"
+    return None
+
+
+def gateway_config(config: Config) -> GatewayConfig:
+    return GatewayConfig(
+        namesrv=split_addresses(config.get_str("namesrv")),
+        route_refresh_interval_s=config.get_int("route_refresh_interval_ms") / 1000,
+        max_cached_topics=config.get_int("max_cached_topics"),
+        auto_create_topics=config.get_bool("auto_create_topics"),
+        default_queue_nums=config.get_int("default_queue_nums"),
+        produce_retries=config.get_int("produce_retries"),
+        max_produce_messages=config.get_int("max_produce_messages"),
+        max_message_body_bytes=config.get_int("max_message_body_bytes"),
+        send_latency_fault=config.get_bool("send_latency_fault"),
+        fault_isolation_ms=config.get_int("fault_isolation_ms"),
+        max_held_pulls=config.get_int("max_held_pulls"),
+        max_long_poll_ms=config.get_int("max_long_poll_ms"),
+        long_poll_recheck_interval_s=config.get_int("long_poll_recheck_interval_ms") / 1000,
+        max_pull_bytes=config.get_int("max_pull_bytes"),
+        broker_timeout_s=config.get_int("broker_timeout_ms") / 1000,
+        namesrv_timeout_s=config.get_int("namesrv_timeout_ms") / 1000,
+        topic_create_wait_s=config.get_int("topic_create_wait_ms") / 1000,
+    )

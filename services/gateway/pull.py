@@ -1,0 +1,255 @@
+"""Pull: consume queue entries from the broker's dispatch, bodies from its storage.
+
+1. ``Dispatch.GetQueueEntries`` from the offset, prefiltered by the expression's tag hash
+   codes;
+2. ``Storage.Read`` of those positions (up to ``--max-pull-bytes`` of records);
+3. exact match of each message's real tags (two tags can share a hash code).
+
+Statuses as RocketMQ's getMessage: FOUND; NO_NEW_MESSAGE (offset == max offset);
+NO_MATCHED_MESSAGE (entries looked at, none matched; next_offset moves past them);
+OFFSET_ILLEGAL (offset below min or above max; next_offset is the nearest valid one). A
+queue nothing was ever dispatched to has min = max = 0. With nothing new and
+``long_poll_timeout_ms`` > 0 the call is held (long_poll.py) and tried again on arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from services.gateway.brokers import BrokerChannels, broker_error
+from services.gateway.expression import ExpressionError, TagFilter, parse_expression
+from services.gateway.long_poll import HeldPulls
+from services.gateway.options import GatewayConfig
+from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
+from services.gateway.validate import check_group, check_queue, invalid
+from tide.server import ServiceError
+from tide.v1 import dispatch_pb2 as dispatch_pb
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
+
+DEFAULT_MAX_MESSAGES = 32
+MAX_MESSAGES = 1024
+Status = pb.PullResponse.Status
+_ReadKey = tuple["QueueTarget", int, int, TagFilter]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTarget:
+    topic: str
+    broker_name: str
+    queue_id: int
+    member: Member
+
+
+async def readable_queue(
+    routes: RouteCache, topic: str, broker_name: str, queue_id: int
+) -> QueueTarget:
+    """The member to read (topic, broker, queue) from: NOT_FOUND for an unknown topic,
+    broker or queue id, FAILED_PRECONDITION when the topic is not readable there."""
+    view = await routes.get(topic)
+    data = view.queue_data.get(broker_name)
+    if data is None or queue_id >= data.read_queue_nums or view.reader(broker_name) is None:
+        view = await routes.get(topic, refresh=True)  # the cached route may be old
+        data = view.queue_data.get(broker_name)
+    if data is None:
+        raise _unknown_broker(view, broker_name)
+    if queue_id >= data.read_queue_nums:
+        raise ServiceError(
+            grpc.StatusCode.NOT_FOUND,
+            f"queue_id {queue_id} is out of range: topic {topic!r} has {data.read_queue_nums} "
+            f"read queues on broker {broker_name!r} (0..{data.read_queue_nums - 1})",
+        )
+    if not data.perm & PERM_READ:
+        raise ServiceError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"topic {topic!r} is not readable on broker {broker_name!r} (perm {data.perm}); "
+            "update its perm to include read (4)",
+        )
+    member = view.reader(broker_name)
+    if member is None:
+        raise ServiceError(
+            grpc.StatusCode.UNAVAILABLE, f"broker {broker_name!r} has no live member"
+        )
+    if not member.dispatch:
+        raise no_dispatch(member)
+    return QueueTarget(topic, broker_name, queue_id, member)
+
+
+def no_dispatch(member: Member) -> ServiceError:
+    return ServiceError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"broker {member.broker_name!r} ({member.storage}) registered no dispatch address: "
+        "start its storage with --dispatch-address HOST:PORT of its dispatch service",
+    )
+
+
+def _unknown_broker(view: TopicView, broker_name: str) -> ServiceError:
+    return ServiceError(
+        grpc.StatusCode.NOT_FOUND,
+        f"broker {broker_name!r} does not serve topic {view.topic!r} "
+        f"(it is on: {', '.join(sorted(view.queue_data)) or 'no broker'})",
+    )
+
+
+class Puller:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        routes: RouteCache,
+        channels: BrokerChannels,
+        held: HeldPulls,
+    ) -> None:
+        self._config = config
+        self._routes = routes
+        self._channels = channels
+        self._held = held
+        self._inflight: dict[_ReadKey, asyncio.Task[pb.PullResponse]] = {}
+
+    async def pull(self, request: pb.PullRequest) -> pb.PullResponse:
+        if request.consumer_group:
+            check_group(request.consumer_group)
+        check_queue(request.topic, request.broker_name, request.queue_id)
+        if request.offset < 0:
+            raise invalid(f"offset must be >= 0 (got {request.offset})")
+        max_messages = request.max_messages or DEFAULT_MAX_MESSAGES
+        if not 1 <= max_messages <= MAX_MESSAGES:
+            raise invalid(f"max_messages must be in 1..{MAX_MESSAGES} (got {max_messages})")
+        timeout_ms = request.long_poll_timeout_ms
+        if not 0 <= timeout_ms <= self._config.max_long_poll_ms:
+            raise invalid(
+                f"long_poll_timeout_ms must be in 0..{self._config.max_long_poll_ms} "
+                f"(--max-long-poll-ms; got {timeout_ms})"
+            )
+        try:
+            tag_filter = parse_expression(request.expression)
+        except ExpressionError as exc:
+            raise invalid(f"expression: {exc}") from exc
+        target = await readable_queue(
+            self._routes, request.topic, request.broker_name, request.queue_id
+        )
+        deadline = time.monotonic() + timeout_ms / 1000
+        key = (target.member.dispatch, target.topic, target.queue_id)
+        while True:
+            since = self._held.sequence
+            response = await self._pull_shared(target, request.offset, max_messages, tag_filter)
+            if response.status != Status.NO_NEW_MESSAGE:
+                return response
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return response
+            if not await self._held.wait(key, request.offset, remaining_s, since):
+                return response  # timed out (or the gateway is stopping)
+
+    async def _pull_shared(
+        self, target: QueueTarget, offset: int, max_messages: int, tag_filter: TagFilter
+    ) -> pb.PullResponse:
+        """One read for every identical pull in flight at once (e.g. the many consumers of
+        a queue woken by the same arrival): they share the answer (nobody changes it)."""
+        key = (target, offset, max_messages, tag_filter)
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.create_task(self._pull_once(target, offset, max_messages, tag_filter))
+            self._inflight[key] = task
+            task.add_done_callback(lambda done: self._read_done(key, done))
+        return await asyncio.shield(task)
+
+    def _read_done(self, key: _ReadKey, task: asyncio.Task[pb.PullResponse]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too: its callers may all have gone
+
+    async def _pull_once(
+        self, target: QueueTarget, offset: int, max_messages: int, tag_filter: TagFilter
+    ) -> pb.PullResponse:
+        member = target.member
+        request = dispatch_pb.GetQueueEntriesRequest(
+            topic=target.topic,
+            queue_id=target.queue_id,
+            offset=offset,
+            max_count=max_messages,
+            tag_codes=tag_filter.codes,
+        )
+        try:
+            async with self._channels.limit(member.dispatch):
+                entries: dispatch_pb.GetQueueEntriesResponse = await self._channels.dispatch(
+                    member.dispatch
+                ).GetQueueEntries(request, timeout=self._config.broker_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code is grpc.StatusCode.NOT_FOUND:  # nothing dispatched to the queue yet
+                return _by_range(offset, 0, 0)
+            if code is grpc.StatusCode.OUT_OF_RANGE:
+                low, high = await self._offsets(target)
+                return _by_range(offset, low, high)
+            raise broker_error(exc, _where("GetQueueEntries", target)) from exc
+        low, high = entries.min_offset, entries.max_offset
+        if not entries.entries:
+            if entries.next_offset > offset:
+                return _answer(Status.NO_MATCHED_MESSAGE, entries.next_offset, low, high)
+            return _answer(Status.NO_NEW_MESSAGE, offset, low, high)
+        positions: list[storage_pb.ReadRequest.Position] = []
+        total = 0
+        next_offset = entries.next_offset
+        for entry in entries.entries:
+            if positions and total + entry.size > self._config.max_pull_bytes:
+                next_offset = entry.queue_offset  # the rest next time
+                break
+            positions.append(
+                storage_pb.ReadRequest.Position(
+                    physical_offset=entry.physical_offset, size=entry.size
+                )
+            )
+            total += entry.size
+        try:
+            async with self._channels.limit(member.storage):
+                read: storage_pb.ReadResponse = await self._channels.storage(member.storage).Read(
+                    storage_pb.ReadRequest(positions=positions),
+                    timeout=self._config.broker_timeout_s,
+                )
+        except grpc.aio.AioRpcError as exc:
+            raise broker_error(exc, _where("Read", target, storage=True)) from exc
+        response = _answer(Status.FOUND, next_offset, low, high)
+        for result in read.results:
+            if result.status == storage_pb.FOUND and tag_filter.matches(result.message.tags):
+                response.messages.append(result.message)
+        if not response.messages:
+            response.status = Status.NO_MATCHED_MESSAGE
+        return response
+
+    async def _offsets(self, target: QueueTarget) -> tuple[int, int]:
+        request = dispatch_pb.GetQueueOffsetsRequest(topic=target.topic, queue_id=target.queue_id)
+        try:
+            async with self._channels.limit(target.member.dispatch):
+                offsets: dispatch_pb.GetQueueOffsetsResponse = await self._channels.dispatch(
+                    target.member.dispatch
+                ).GetQueueOffsets(request, timeout=self._config.broker_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
+                return 0, 0
+            raise broker_error(exc, _where("GetQueueOffsets", target)) from exc
+        return offsets.min_offset, offsets.max_offset
+
+
+def _where(call: str, target: QueueTarget, *, storage: bool = False) -> str:
+    address = target.member.storage if storage else target.member.dispatch
+    return f"{call} on broker {target.broker_name} ({address})"
+
+
+def _answer(status: Status.ValueType, next_offset: int, low: int, high: int) -> pb.PullResponse:
+    return pb.PullResponse(status=status, next_offset=next_offset, min_offset=low, max_offset=high)
+
+
+def _by_range(offset: int, low: int, high: int) -> pb.PullResponse:
+    """The answer for an offset judged against the queue's range alone."""
+    if offset < low:
+        return _answer(Status.OFFSET_ILLEGAL, low, low, high)
+    if offset > high:
+        return _answer(Status.OFFSET_ILLEGAL, high, low, high)
+    if offset == high:
+        return _answer(Status.NO_NEW_MESSAGE, offset, low, high)
+    # Within the range after all (the queue moved between the two calls): try again.
+    return _answer(Status.NO_MATCHED_MESSAGE, offset, low, high)

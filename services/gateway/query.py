@@ -1,0 +1,230 @@
+"""QueryMessage: by offset message id, by key, by unique key.
+
+* msg id: the id holds the store host and the commitlog offset; the broker whose storage
+  address is that host (cluster info) is asked for the record. ``Storage.Read`` needs the
+  record's size, so its first bytes are fetched with a one-chunk ``Storage.Tail`` first.
+* key / unique key: ``Dispatch.QueryIndex`` on every broker serving the topic (each hit is
+  checked by the dispatch), then ``Storage.Read`` of the hits; newest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import grpc
+
+from services.gateway.brokers import BrokerChannels, broker_error
+from services.gateway.options import GatewayConfig
+from services.gateway.pull import no_dispatch
+from services.gateway.routes import Member, RouteCache
+from services.gateway.validate import check_topic, invalid
+from tide.format import UNIQ_KEY, MessageIdError, parse_msg_id
+from tide.server import ServiceError
+from tide.v1 import dispatch_pb2 as dispatch_pb
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
+
+DEFAULT_KEY_RESULTS = 64
+MAX_KEY_RESULTS = 1000
+MAX_KEY_CHARS = 1024
+# A unique key normally names one message; a few when a producer retried.
+UNIQUE_KEY_RESULTS = 32
+# Enough of a record to read its 4-byte total size.
+_HEADER_BYTES = 16
+_SIZE = struct.Struct(">i")
+# No record is larger than a Read may ask for (64 MiB): a bigger "size" is not a record.
+_MAX_RECORD_BYTES = 64 * 1024 * 1024
+
+
+class Querier:
+    def __init__(self, config: GatewayConfig, routes: RouteCache, channels: BrokerChannels) -> None:
+        self._config = config
+        self._routes = routes
+        self._channels = channels
+
+    async def query(self, request: pb.QueryMessageRequest) -> pb.QueryMessageResponse:
+        kind = request.WhichOneof("query")
+        if kind == "msg_id":
+            return await self._by_msg_id(request.msg_id)
+        if kind == "key":
+            return await self._by_key(request.key)
+        if kind == "unique_key":
+            return await self._by_unique_key(request.unique_key)
+        raise invalid("give one of msg_id, key or unique_key")
+
+    # -- by message id -------------------------------------------------------------
+    async def _by_msg_id(self, msg_id: str) -> pb.QueryMessageResponse:
+        try:
+            host, offset = parse_msg_id(msg_id)
+        except MessageIdError as exc:
+            raise invalid(f"msg_id: {exc} (an offset message id as Produce returns it)") from exc
+        address = str(host)
+        member = await self._member_at(address)
+        if member is None:
+            raise ServiceError(
+                grpc.StatusCode.NOT_FOUND,
+                f"message {msg_id}: no live broker has the storage address {address} the id names",
+            )
+        message = await self._read_at(member, offset, msg_id)
+        return pb.QueryMessageResponse(
+            messages=[pb.QueriedMessage(broker_name=member.broker_name, message=message)]
+        )
+
+    async def _member_at(self, address: str) -> Member | None:
+        for refresh in (False, True):
+            info = await self._routes.cluster_info(refresh=refresh)
+            for live in info.brokers:
+                if live.address.storage == address:
+                    return Member(
+                        live.broker_name,
+                        live.broker_id,
+                        live.address.storage,
+                        live.address.dispatch,
+                    )
+        return None
+
+    async def _read_at(self, member: Member, offset: int, msg_id: str) -> storage_pb.StoredMessage:
+        stub = self._channels.storage(member.storage)
+        where = f"broker {member.broker_name} ({member.storage})"
+        timeout_s = self._config.broker_timeout_s
+        missing = ServiceError(grpc.StatusCode.NOT_FOUND, f"message {msg_id} not found on {where}")
+        try:
+            status: storage_pb.StorageStatus = await stub.GetStatus(
+                storage_pb.GetStatusRequest(), timeout=timeout_s
+            )
+            if not status.min_offset <= offset < status.max_offset:
+                raise missing
+            size = await self._record_size(member, offset)
+            if size is None:
+                raise missing
+            read: storage_pb.ReadResponse = await stub.Read(
+                storage_pb.ReadRequest(
+                    positions=[storage_pb.ReadRequest.Position(physical_offset=offset, size=size)]
+                ),
+                timeout=timeout_s,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.INVALID_ARGUMENT):
+                raise missing from exc
+            raise broker_error(exc, f"reading message {msg_id} from {where}") from exc
+        result = read.results[0]
+        if result.status != storage_pb.FOUND:
+            raise missing
+        return result.message
+
+    async def _record_size(self, member: Member, offset: int) -> int | None:
+        """The size of the record at ``offset`` (None: no record starts there)."""
+        stub = self._channels.storage(member.storage)
+        call = stub.Tail(
+            storage_pb.TailRequest(offset=offset, max_chunk_bytes=_HEADER_BYTES),
+            timeout=self._config.broker_timeout_s,
+        )
+        try:
+            async for chunk in call:
+                if chunk.offset != offset or len(chunk.data) < _SIZE.size:
+                    return None  # e.g. the offset is in a segment's blank tail
+                (size,) = _SIZE.unpack_from(chunk.data)
+                return size if 0 < size <= _MAX_RECORD_BYTES else None
+        finally:
+            call.cancel()
+        return None
+
+    # -- by key --------------------------------------------------------------------
+    async def _by_key(self, query: pb.KeyQuery) -> pb.QueryMessageResponse:
+        check_topic(query.topic, "key.topic")
+        _check_key(query.key, "key.key")
+        max_count = query.max_count or DEFAULT_KEY_RESULTS
+        if not 1 <= max_count <= MAX_KEY_RESULTS:
+            raise invalid(f"key.max_count must be in 1..{MAX_KEY_RESULTS} (got {max_count})")
+        if query.begin_ms < 0 or query.end_ms < 0:
+            raise invalid("key.begin_ms and key.end_ms must be >= 0")
+        if query.end_ms and query.begin_ms > query.end_ms:
+            raise invalid(f"key.begin_ms {query.begin_ms} is after key.end_ms {query.end_ms}")
+        found = await self._index(query.topic, query.key, max_count, query.begin_ms, query.end_ms)
+        return _newest_first(found, max_count)
+
+    async def _by_unique_key(self, query: pb.UniqueKeyQuery) -> pb.QueryMessageResponse:
+        check_topic(query.topic, "unique_key.topic")
+        _check_key(query.unique_key, "unique_key.unique_key")
+        found = await self._index(query.topic, query.unique_key, UNIQUE_KEY_RESULTS, 0, 0)
+        exact = [
+            item for item in found if item.message.properties.get(UNIQ_KEY) == query.unique_key
+        ]
+        return _newest_first(exact, UNIQUE_KEY_RESULTS)
+
+    async def _index(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
+    ) -> list[pb.QueriedMessage]:
+        view = await self._routes.get(topic)
+        members = [member for name in sorted(view.queue_data) if (member := view.reader(name))]
+        for member in members:
+            if not member.dispatch:
+                raise no_dispatch(member)
+        if not members:
+            raise ServiceError(
+                grpc.StatusCode.UNAVAILABLE, f"no broker of topic {topic!r} has a live member"
+            )
+        request = dispatch_pb.QueryIndexRequest(
+            topic=topic, key=key, max_count=max_count, begin_ms=begin_ms, end_ms=end_ms
+        )
+        answers = await asyncio.gather(
+            *(self._index_on(member, request) for member in members), return_exceptions=True
+        )
+        found: list[pb.QueriedMessage] = []
+        failures: list[ServiceError] = []
+        for answer in answers:
+            if isinstance(answer, ServiceError):
+                failures.append(answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                found.extend(answer)
+        if failures and len(failures) == len(members):
+            raise failures[0]
+        return found
+
+    async def _index_on(
+        self, member: Member, request: dispatch_pb.QueryIndexRequest
+    ) -> list[pb.QueriedMessage]:
+        timeout_s = self._config.broker_timeout_s
+        where = f"broker {member.broker_name}"
+        try:
+            hits: dispatch_pb.QueryIndexResponse = await self._channels.dispatch(
+                member.dispatch
+            ).QueryIndex(request, timeout=timeout_s)
+            if not hits.hits:
+                return []
+            read: storage_pb.ReadResponse = await self._channels.storage(member.storage).Read(
+                storage_pb.ReadRequest(
+                    positions=[
+                        storage_pb.ReadRequest.Position(
+                            physical_offset=hit.physical_offset, size=hit.size
+                        )
+                        for hit in hits.hits
+                    ]
+                ),
+                timeout=timeout_s,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise broker_error(exc, f"key lookup on {where}") from exc
+        return [
+            pb.QueriedMessage(broker_name=member.broker_name, message=result.message)
+            for result in read.results
+            if result.status == storage_pb.FOUND
+        ]
+
+
+def _check_key(key: str, field: str) -> None:
+    if not key:
+        raise invalid(f"{field} is empty")
+    if len(key) > MAX_KEY_CHARS:
+        raise invalid(f"{field} is {len(key)} characters; the limit is {MAX_KEY_CHARS}")
+
+
+def _newest_first(found: list[pb.QueriedMessage], limit: int) -> pb.QueryMessageResponse:
+    found.sort(
+        key=lambda item: (item.message.store_timestamp_ms, item.message.physical_offset),
+        reverse=True,
+    )
+    return pb.QueryMessageResponse(messages=found[:limit])

@@ -1,0 +1,95 @@
+"""The gateway: ``tide.v1.Gateway``, stateless, in front of the name servers and brokers.
+
+Routes come from the name servers (routes.py), data from each broker's storage and
+dispatch services over one reused channel per address (brokers.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import grpc
+
+from services.gateway.admin import Admin
+from services.gateway.brokers import BrokerChannels
+from services.gateway.consumers import Consumers
+from services.gateway.fault import LatencyFaultTolerance
+from services.gateway.long_poll import HeldPulls
+from services.gateway.namesrv import NameServerClient
+from services.gateway.options import OPTIONS, GatewayConfig, check_config, gateway_config
+from services.gateway.produce import Producer
+from services.gateway.pull import Puller
+from services.gateway.query import Querier
+from services.gateway.routes import RouteCache
+from services.gateway.servicer import GatewayServicer
+from tide.server import Config, load_config, run_service
+from tide.v1 import gateway_pb2_grpc as pb_grpc
+
+log = logging.getLogger("tide.gateway")
+
+
+class GatewayService:
+    name = "tide.v1.Gateway"
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self._config = config
+        self._namesrv = NameServerClient(config.namesrv, config.namesrv_timeout_s)
+        self._routes = RouteCache(
+            self._namesrv, config.route_refresh_interval_s, config.max_cached_topics
+        )
+        self._channels = BrokerChannels()
+        self._held = HeldPulls(
+            self._channels,
+            max_held=config.max_held_pulls,
+            recheck_interval_s=config.long_poll_recheck_interval_s,
+            rpc_timeout_s=config.broker_timeout_s,
+        )
+        fault = LatencyFaultTolerance(
+            enabled=config.send_latency_fault, isolation_ms=config.fault_isolation_ms
+        )
+        admin = Admin(config, self._routes, self._channels)
+        self._servicer = GatewayServicer(
+            Producer(
+                config,
+                self._routes,
+                self._channels,
+                fault,
+                admin.auto_create if config.auto_create_topics else None,
+            ),
+            Puller(config, self._routes, self._channels, self._held),
+            Querier(config, self._routes, self._channels),
+            Consumers(config, self._routes, self._channels),
+            admin,
+        )
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_GatewayServicer_to_server(self._servicer, server)
+
+    async def start(self, endpoint: str) -> None:
+        """Start the route refresh and the long-poll recheck. The name servers need not be
+        up yet: calls answer UNAVAILABLE until one is."""
+        self._routes.start()
+        self._held.start()
+        log.info("name servers: %s", ";".join(self._config.namesrv))
+
+    def drain(self) -> None:
+        self._held.close()  # held pulls answer NO_NEW_MESSAGE now, not at their timeout
+
+    async def stop(self) -> None:
+        await self._held.stop()
+        await self._routes.stop()
+        await self._channels.close()
+        await self._namesrv.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = load_config("gateway", OPTIONS, sys.argv[1:] if argv is None else argv)
+    problem = check_config(config)
+    if problem:
+        print(f"tide-gateway: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    run_service(GatewayService(gateway_config(config)), config)
+
+
+__all__ = ["Config", "GatewayService", "main"]

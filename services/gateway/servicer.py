@@ -1,0 +1,104 @@
+"""``tide.v1.Gateway``: each call handed to the part that does it."""
+
+from __future__ import annotations
+
+import grpc
+
+from services.gateway.admin import Admin
+from services.gateway.consumers import Consumers
+from services.gateway.produce import Producer
+from services.gateway.pull import Puller
+from services.gateway.query import Querier
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import gateway_pb2_grpc as pb_grpc
+from tide.v1 import nameserver_pb2 as ns_pb
+from tide.v1 import storage_pb2 as storage_pb
+
+Context = grpc.aio.ServicerContext[object, object]
+
+
+class GatewayServicer(pb_grpc.GatewayServicer):
+    def __init__(
+        self,
+        producer: Producer,
+        puller: Puller,
+        querier: Querier,
+        consumers: Consumers,
+        admin: Admin,
+    ) -> None:
+        self._producer = producer
+        self._puller = puller
+        self._querier = querier
+        self._consumers = consumers
+        self._admin = admin
+
+    async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
+        return await self._producer.produce(request, context.peer())
+
+    async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
+        return await self._puller.pull(request)
+
+    async def QueryMessage(
+        self, request: pb.QueryMessageRequest, context: Context
+    ) -> pb.QueryMessageResponse:
+        return await self._querier.query(request)
+
+    async def GetQueueOffsets(
+        self, request: pb.QueueOffsetsRequest, context: Context
+    ) -> pb.QueueOffsetsResponse:
+        return await self._consumers.queue_offsets(request)
+
+    async def SearchOffset(
+        self, request: pb.SearchQueueOffsetRequest, context: Context
+    ) -> pb.SearchQueueOffsetResponse:
+        return await self._consumers.search_offset(request)
+
+    async def CommitOffset(
+        self, request: pb.CommitConsumerOffsetRequest, context: Context
+    ) -> pb.CommitConsumerOffsetResponse:
+        return await self._consumers.commit_offset(request)
+
+    async def GetOffset(
+        self, request: pb.GetConsumerOffsetRequest, context: Context
+    ) -> pb.GetConsumerOffsetResponse:
+        return await self._consumers.get_offset(request)
+
+    async def Heartbeat(
+        self, request: storage_pb.ConsumerHeartbeatRequest, context: Context
+    ) -> storage_pb.ConsumerHeartbeatResponse:
+        return await self._consumers.heartbeat(request)
+
+    async def UnregisterConsumer(
+        self, request: storage_pb.UnregisterConsumerRequest, context: Context
+    ) -> storage_pb.UnregisterConsumerResponse:
+        return await self._consumers.unregister(request)
+
+    async def GetConsumers(
+        self, request: storage_pb.GetConsumersRequest, context: Context
+    ) -> storage_pb.GetConsumersResponse:
+        return await self._consumers.consumers(request)
+
+    async def CreateTopic(
+        self, request: pb.CreateTopicRequest, context: Context
+    ) -> pb.CreateTopicResponse:
+        return await self._admin.create_topic(request)
+
+    async def DeleteTopic(
+        self, request: storage_pb.DeleteTopicRequest, context: Context
+    ) -> storage_pb.DeleteTopicResponse:
+        return await self._admin.delete_topic(request)
+
+    async def ListTopics(
+        self, request: ns_pb.ListRouteTopicsRequest, context: Context
+    ) -> ns_pb.ListRouteTopicsResponse:
+        return await self._admin.list_topics()
+
+    async def GetTopicRoute(
+        self, request: ns_pb.GetTopicRouteRequest, context: Context
+    ) -> ns_pb.TopicRoute:
+        return await self._admin.topic_route(request)
+
+    async def GetClusterInfo(
+        self, request: ns_pb.GetClusterInfoRequest, context: Context
+    ) -> ns_pb.ClusterInfo:
+        return await self._admin.cluster_info()

@@ -1,0 +1,133 @@
+"""Request checks shared by the gateway's calls; each failure is INVALID_ARGUMENT naming
+the field and saying what a valid value looks like."""
+
+from __future__ import annotations
+
+import grpc
+
+from tide.format import KEYS, TAGS, UNIQ_KEY, property_error
+from tide.naming import consumer_group_error, topic_error
+from tide.server import ServiceError
+from tide.v1 import gateway_pb2 as pb
+
+MAX_QUEUE_ID = 2**31 - 1
+# A record stores its properties' length in 2 bytes (RocketMQ: Short.MAX_VALUE).
+MAX_PROPERTIES_BYTES = 32_767
+MAX_UNIQUE_KEY_CHARS = 128
+MAX_SHARDING_KEY_CHARS = 1024
+MAX_BROKER_NAME_CHARS = 255
+MAX_CLIENT_ID_CHARS = 255
+_RESERVED = {TAGS: "tags", KEYS: "keys", UNIQ_KEY: "unique_key"}
+
+
+def invalid(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def check_topic(topic: str, field: str = "topic") -> None:
+    error = topic_error(topic)
+    if error:
+        raise invalid(f"{field}: {error}")
+
+
+def check_group(group: str, field: str = "consumer_group") -> None:
+    error = consumer_group_error(group)
+    if error:
+        raise invalid(f"{field}: {error}")
+
+
+def check_broker_name(name: str, field: str = "broker_name") -> None:
+    if not name:
+        raise invalid(f"{field} is empty; name the broker (see GetTopicRoute)")
+    if len(name) > MAX_BROKER_NAME_CHARS:
+        raise invalid(f"{field} is {len(name)} characters; the limit is {MAX_BROKER_NAME_CHARS}")
+
+
+def check_queue_id(queue_id: int, field: str = "queue_id") -> None:
+    if not 0 <= queue_id <= MAX_QUEUE_ID:
+        raise invalid(f"{field} must be >= 0 (got {queue_id})")
+
+
+def check_queue(topic: str, broker_name: str, queue_id: int) -> None:
+    check_topic(topic)
+    check_broker_name(broker_name)
+    check_queue_id(queue_id)
+
+
+def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:
+    where = f"messages[{index}]"
+    check_topic(message.topic, f"{where}.topic")
+    size = len(message.body)
+    if size == 0:
+        raise invalid(f"{where}.body is empty; a message needs a body")
+    if size > max_body_bytes:
+        raise invalid(
+            f"{where}.body is {size} bytes; the limit is {max_body_bytes} "
+            "(--max-message-body-bytes): send smaller messages"
+        )
+    total = 0
+    error = property_error(TAGS, message.tags) if message.tags else None
+    if error:
+        raise invalid(f"{where}.tags: {error}")
+    total += len(message.tags.encode()) + len(TAGS) + 2
+    for key_index, key in enumerate(message.keys):
+        if not key or " " in key:
+            raise invalid(
+                f"{where}.keys[{key_index}] {key[:40]!r} is empty or contains a space "
+                "(keys are stored space separated): give each key on its own"
+            )
+        error = property_error(KEYS, key)
+        if error:
+            raise invalid(f"{where}.keys[{key_index}]: {error}")
+        total += len(key.encode()) + 1
+    for name, value in message.properties.items():
+        if name in _RESERVED:
+            raise invalid(
+                f"{where}.properties: {name} is set by the gateway; use the "
+                f"{_RESERVED[name]} field instead"
+            )
+        error = property_error(name, value)
+        if error:
+            raise invalid(f"{where}.properties: {error}")
+        total += len(name.encode()) + len(value.encode()) + 2
+    _check_unique_key(where, message.unique_key)
+    total += len(UNIQ_KEY) + max(len(message.unique_key), 32) + 2
+    if total > MAX_PROPERTIES_BYTES:
+        raise invalid(
+            f"{where}: tags, keys, unique key and properties take about {total} bytes; "
+            f"the limit is {MAX_PROPERTIES_BYTES}"
+        )
+    if message.born_timestamp_ms < 0:
+        raise invalid(f"{where}.born_timestamp_ms must be >= 0 (got {message.born_timestamp_ms})")
+    route = message.WhichOneof("route")
+    if route == "queue":
+        check_broker_name(message.queue.broker_name, f"{where}.queue.broker_name")
+        check_queue_id(message.queue.queue_id, f"{where}.queue.queue_id")
+    elif route == "sharding_key" and len(message.sharding_key) > MAX_SHARDING_KEY_CHARS:
+        raise invalid(
+            f"{where}.sharding_key is {len(message.sharding_key)} characters; "
+            f"the limit is {MAX_SHARDING_KEY_CHARS}"
+        )
+
+
+def _check_unique_key(where: str, unique_key: str) -> None:
+    if not unique_key:
+        return
+    if len(unique_key) > MAX_UNIQUE_KEY_CHARS:
+        raise invalid(
+            f"{where}.unique_key is {len(unique_key)} characters; the limit is "
+            f"{MAX_UNIQUE_KEY_CHARS} (leave it empty to have one generated)"
+        )
+    if any(char.isspace() for char in unique_key) or property_error(UNIQ_KEY, unique_key):
+        raise invalid(
+            f"{where}.unique_key {unique_key[:40]!r} contains a space or a reserved "
+            "character (leave it empty to have one generated)"
+        )
+
+
+def peer_host(peer: str) -> str:
+    """``ip:port`` from grpc's ``context.peer()`` for an IPv4 peer (``ipv4:1.2.3.4:5``);
+    empty otherwise (IPv6 peers may come percent-encoded; the storage then records the
+    gateway's address as the born host)."""
+    kind, _, address = peer.partition(":")
+    return address if kind == "ipv4" else ""

@@ -1,0 +1,327 @@
+"""A whole Tide cluster of real processes for integration tests: name server(s), brokers
+(a storage + dispatch pair each, registering with the name servers) and a gateway.
+
+Use it through the fixture factory, in a conftest.py or a test module::
+
+    from tests._cluster import Cluster, cluster_fixture
+
+    cluster = cluster_fixture(brokers=2)            # a module-scoped fixture named "cluster"
+    small = cluster_fixture(name="small", brokers=1, scope="function")
+
+    def test_something(cluster: Cluster) -> None:
+        cluster.create_topic("T_mine", queues=4)    # on every broker; waits for the route
+        reply = cluster.gateway.stub.Produce(...)   # a sync tide.v1.Gateway stub
+        cluster.gateway.listen                      # "127.0.0.1:PORT" for your own client
+
+or directly: ``with Cluster(tmp_path, brokers=2) as cluster: ...``.
+
+* Brokers are named ``broker-a``, ``broker-b``... in cluster ``TestCluster``;
+  ``cluster.brokers[i]`` has ``.storage`` / ``.dispatch`` (StorageProcess /
+  DispatchProcess with sync stubs) and ``.stop()`` (SIGTERM both: the broker unregisters)
+  and ``.kill()`` (SIGKILL both: the name servers drop it after
+  ``BROKER_HEARTBEAT_TIMEOUT_MS``). ``cluster.broker("broker-b")`` finds one by name.
+* Intervals are short for tests: brokers register every ``REGISTER_INTERVAL_MS`` and
+  expire ``BROKER_HEARTBEAT_TIMEOUT_MS`` after their last registration; consumer group
+  members expire after ``CONSUMER_EXPIRY_MS``; the gateway refreshes routes every
+  ``ROUTE_REFRESH_MS``.
+* ``cluster.restart_gateway(*flags)`` replaces the gateway (e.g. other limits).
+* Every process started is killed and reaped by ``close()`` (the fixture does it), and
+  each test should use topics of its own (the fixture is shared by a module by default).
+"""
+
+from __future__ import annotations
+
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+import grpc
+import pytest
+
+from tests._service_process import ServiceProcess, child_env, free_port
+from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
+from tests.services.nameserver.process import NameServerLauncher, NameServerProcess
+from tests.services.storage.conftest import REPO, StorageLauncher, StorageProcess
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import gateway_pb2_grpc as pb_grpc
+from tide.v1 import nameserver_pb2 as ns_pb
+
+CLUSTER_NAME = "TestCluster"
+REGISTER_INTERVAL_MS = 500
+BROKER_HEARTBEAT_TIMEOUT_MS = 3_000
+CONSUMER_EXPIRY_MS = 5_000
+SCAN_INTERVAL_MS = 200
+ROUTE_REFRESH_MS = 1_000
+# The storage test wrapper limits bodies to this; the gateway is told the same.
+MAX_BODY_BYTES = 65_536
+RPC_TIMEOUT_S = 20.0
+WAIT_TIMEOUT_S = 30.0
+MAX_BROKERS = 26
+
+
+@dataclass
+class GatewayProcess(ServiceProcess[pb_grpc.GatewayStub]):
+    """A running gateway (``python -m services.gateway``) with a sync stub."""
+
+    service: ClassVar[str] = "gateway"
+
+    def make_stub(self, channel: grpc.Channel) -> pb_grpc.GatewayStub:
+        return pb_grpc.GatewayStub(channel)
+
+
+@dataclass
+class Broker:
+    name: str
+    storage: StorageProcess
+    dispatch: DispatchProcess
+
+    @property
+    def storage_address(self) -> str:
+        return self.storage.listen
+
+    @property
+    def dispatch_address(self) -> str:
+        return self.dispatch.listen
+
+    def stop(self) -> None:
+        """SIGTERM dispatch and storage (the storage unregisters from the name servers)."""
+        self.dispatch.stop()
+        self.storage.stop()
+
+    def kill(self) -> None:
+        """SIGKILL both: the name servers drop the broker when its registration expires."""
+        self.storage.kill()
+        self.dispatch.kill()
+
+
+class Cluster:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        brokers: int = 2,
+        nameservers: int = 1,
+        gateway_args: Sequence[str] = (),
+        storage_args: Sequence[str] = (),
+    ) -> None:
+        if not 1 <= brokers <= MAX_BROKERS or not 1 <= nameservers <= 8:
+            raise ValueError(f"brokers in 1..{MAX_BROKERS}, nameservers in 1..8")
+        self.root = root
+        self._broker_count = brokers
+        self._nameserver_count = nameservers
+        self._gateway_args = tuple(gateway_args)
+        self._storage_args = tuple(storage_args)
+        self._nameserver_launcher = NameServerLauncher(root / "nameservers")
+        self._storage_launcher = StorageLauncher(root / "storage")
+        self._dispatch_launcher = DispatchLauncher(root / "dispatch")
+        self._gateways: list[GatewayProcess] = []
+        self.nameservers: list[NameServerProcess] = []
+        self.brokers: list[Broker] = []
+        self._gateway: GatewayProcess | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> Cluster:
+        for _ in range(self._nameserver_count):
+            self.nameservers.append(
+                self._nameserver_launcher.start("--scan-interval-ms", str(SCAN_INTERVAL_MS))
+            )
+        names = [f"broker-{letter}" for letter in string.ascii_lowercase[: self._broker_count]]
+        self.start_brokers(names)
+        self._gateway = self._start_gateway(self._gateway_args)
+        return self
+
+    def start_brokers(self, names: Sequence[str]) -> list[Broker]:
+        """Start brokers (storages first, all at once, then their dispatches) and wait
+        until the name servers list them."""
+        ports = [(free_port(), free_port()) for _ in names]
+        storages = [
+            self._storage_launcher.spawn(
+                self.root / "stores" / name / "store",
+                "--listen",
+                f"127.0.0.1:{storage_port}",
+                "--cluster-name",
+                CLUSTER_NAME,
+                "--broker-name",
+                name,
+                "--namesrv",
+                self.namesrv,
+                "--dispatch-address",
+                f"127.0.0.1:{dispatch_port}",
+                "--register-interval-ms",
+                str(REGISTER_INTERVAL_MS),
+                "--broker-heartbeat-timeout-ms",
+                str(BROKER_HEARTBEAT_TIMEOUT_MS),
+                "--consumer-expiry-ms",
+                str(CONSUMER_EXPIRY_MS),
+                *self._storage_args,
+            )
+            for name, (storage_port, dispatch_port) in zip(names, ports, strict=True)
+        ]
+        for storage in storages:
+            storage.wait_ready()
+        started = []
+        for name, storage, (_, dispatch_port) in zip(names, storages, ports, strict=True):
+            dispatch = self._dispatch_launcher.spawn(
+                self.root / "stores" / name / "dispatch",
+                storage.listen,
+                "--listen",
+                f"127.0.0.1:{dispatch_port}",
+            )
+            started.append(Broker(name, storage, dispatch))
+        for broker in started:
+            broker.dispatch.wait_ready()
+        self.brokers.extend(started)
+        wanted = {broker.name for broker in started}
+        self.wait_for(
+            lambda: wanted <= self.registered_brokers(), f"brokers {sorted(wanted)} registered"
+        )
+        return started
+
+    def _start_gateway(self, args: Sequence[str]) -> GatewayProcess:
+        workdir = self.root / f"gateway{len(self._gateways)}"
+        workdir.mkdir(parents=True)
+        command = (
+            sys.executable,
+            "-m",
+            "services.gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--namesrv",
+            self.namesrv,
+            "--route-refresh-interval-ms",
+            str(ROUTE_REFRESH_MS),
+            "--max-message-body-bytes",
+            str(MAX_BODY_BYTES),
+            *args,
+        )
+        with (
+            (workdir / "stdout.log").open("wb") as out,
+            (workdir / "stderr.log").open("wb") as err,
+        ):
+            proc = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=child_env(workdir / "ready.json"),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
+        gateway = GatewayProcess(proc, workdir, workdir, command)
+        self._gateways.append(gateway)
+        gateway.wait_ready()
+        return gateway
+
+    def restart_gateway(self, *args: str) -> GatewayProcess:
+        """Stop the gateway and start another with these extra flags."""
+        if self._gateway is not None:
+            self._gateway.stop()
+        self._gateway = self._start_gateway(args)
+        return self._gateway
+
+    def close(self) -> None:
+        """Kill and reap every process started (never fails)."""
+        for gateway in self._gateways:
+            gateway.reap()
+        self._dispatch_launcher.close()
+        self._storage_launcher.close()
+        self._nameserver_launcher.close()
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- access --------------------------------------------------------------------
+    @property
+    def gateway(self) -> GatewayProcess:
+        if self._gateway is None:
+            raise AssertionError("the cluster is not started")
+        return self._gateway
+
+    @property
+    def namesrv(self) -> str:
+        """The name servers as a --namesrv value ("a;b")."""
+        return ";".join(process.listen for process in self.nameservers)
+
+    def broker(self, name: str) -> Broker:
+        for broker in self.brokers:
+            if broker.name == name:
+                return broker
+        raise KeyError(name)
+
+    def registered_brokers(self) -> set[str]:
+        """Broker names the first name server lists now."""
+        info: ns_pb.ClusterInfo = self.nameservers[0].cluster_info()
+        return {live.broker_name for live in info.brokers}
+
+    # -- helpers -------------------------------------------------------------------
+    def create_topic(
+        self,
+        topic: str,
+        queues: int = 4,
+        brokers: Sequence[str] = (),
+        perm: int = 0,
+    ) -> list[str]:
+        """CreateTopic through the gateway (every broker unless named); returns the
+        brokers it was created on (the route shows it when this returns)."""
+        reply = self.gateway.stub.CreateTopic(
+            pb.CreateTopicRequest(
+                topic=topic,
+                read_queue_nums=queues,
+                write_queue_nums=queues,
+                perm=perm,
+                broker_names=list(brokers),
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        return list(reply.broker_names)
+
+    @staticmethod
+    def wait_for(check: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+            time.sleep(0.05)
+
+
+def cluster_fixture(
+    *,
+    name: str = "cluster",
+    brokers: int = 2,
+    nameservers: int = 1,
+    scope: Any = "module",
+    gateway_args: Sequence[str] = (),
+    storage_args: Sequence[str] = (),
+) -> Any:
+    """A pytest fixture named ``name`` yielding a started :class:`Cluster` (see the module
+    docstring); assign it to a module-level variable of a conftest or test module."""
+
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+        root = tmp_path_factory.mktemp(name)
+        with Cluster(
+            root,
+            brokers=brokers,
+            nameservers=nameservers,
+            gateway_args=gateway_args,
+            storage_args=storage_args,
+        ) as cluster:
+            yield cluster
+
+    return pytest.fixture(scope=scope, name=name)(fixture)
