@@ -1,8 +1,8 @@
 """QueryMessage: by offset message id, by key, by unique key.
 
 * msg id: the id holds the store host and the commitlog offset; the broker whose storage
-  address is that host (cluster info) is asked for the record. ``Storage.Read`` needs the
-  record's size, so its first bytes are fetched with a one-chunk ``Storage.Tail`` first.
+  address is that host (cluster info) is asked for the record (``Storage.Read`` with size
+  0: the record's own size).
 * key / unique key: ``Dispatch.QueryIndex`` on every broker serving the topic (each hit is
   checked by the dispatch), then ``Storage.Read`` of the hits; newest first.
 """
@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 
 import grpc
 
@@ -30,11 +29,6 @@ MAX_KEY_RESULTS = 1000
 MAX_KEY_CHARS = 1024
 # A unique key normally names one message; a few when a producer retried.
 UNIQUE_KEY_RESULTS = 32
-# Enough of a record to read its 4-byte total size.
-_HEADER_BYTES = 16
-_SIZE = struct.Struct(">i")
-# No record is larger than a Read may ask for (64 MiB): a bigger "size" is not a record.
-_MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
 class Querier:
@@ -90,17 +84,9 @@ class Querier:
         timeout_s = self._config.broker_timeout_s
         missing = ServiceError(grpc.StatusCode.NOT_FOUND, f"message {msg_id} not found on {where}")
         try:
-            status: storage_pb.StorageStatus = await stub.GetStatus(
-                storage_pb.GetStatusRequest(), timeout=timeout_s
-            )
-            if not status.min_offset <= offset < status.max_offset:
-                raise missing
-            size = await self._record_size(member, offset)
-            if size is None:
-                raise missing
             read: storage_pb.ReadResponse = await stub.Read(
                 storage_pb.ReadRequest(
-                    positions=[storage_pb.ReadRequest.Position(physical_offset=offset, size=size)]
+                    positions=[storage_pb.ReadRequest.Position(physical_offset=offset, size=0)]
                 ),
                 timeout=timeout_s,
             )
@@ -112,23 +98,6 @@ class Querier:
         if result.status != storage_pb.FOUND:
             raise missing
         return result.message
-
-    async def _record_size(self, member: Member, offset: int) -> int | None:
-        """The size of the record at ``offset`` (None: no record starts there)."""
-        stub = self._channels.storage(member.storage)
-        call = stub.Tail(
-            storage_pb.TailRequest(offset=offset, max_chunk_bytes=_HEADER_BYTES),
-            timeout=self._config.broker_timeout_s,
-        )
-        try:
-            async for chunk in call:
-                if chunk.offset != offset or len(chunk.data) < _SIZE.size:
-                    return None  # e.g. the offset is in a segment's blank tail
-                (size,) = _SIZE.unpack_from(chunk.data)
-                return size if 0 < size <= _MAX_RECORD_BYTES else None
-        finally:
-            call.cancel()
-        return None
 
     # -- by key --------------------------------------------------------------------
     async def _by_key(self, query: pb.KeyQuery) -> pb.QueryMessageResponse:

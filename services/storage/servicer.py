@@ -173,12 +173,21 @@ class StorageServicer(pb_grpc.StorageServicer):
         store = self._store()
         results = []
         for index, pos in enumerate(request.positions):
-            if pos.physical_offset < 0 or pos.size <= 0:
+            if pos.physical_offset < 0 or pos.size < 0:
                 raise _invalid(
-                    f"positions[{index}]: physical_offset must be >= 0 and size > 0 "
+                    f"positions[{index}]: physical_offset and size must be >= 0 "
                     f"(got {pos.physical_offset}, {pos.size})"
                 )
-            results.append(self._read_one(store, pos.physical_offset, pos.size))
+            result = self._read_one(store, pos.physical_offset, pos.size)
+            if pos.size == 0:  # sized by the record itself: count what it really is
+                total += result.message.size
+                if total > MAX_READ_BYTES:
+                    raise ServiceError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"Read returns over {MAX_READ_BYTES} bytes; at most that per call: "
+                        "split it",
+                    )
+            results.append(result)
         return pb.ReadResponse(results=results)
 
     @staticmethod

@@ -35,11 +35,16 @@ from tide.server._logging import configure_logging
 from tide.server._telemetry import TelemetryError, configure_telemetry
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_PENDING_REQUESTS = 20_000
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     # Without this, a second server on the same port binds "successfully" (SO_REUSEPORT).
     ("grpc.so_reuseport", 0),
+    # Calls not yet taken in by the server (held long polls do not count). gRPC's default
+    # (1,000 soft, 3,000 hard) cancels a burst of long polls arriving together.
+    ("grpc.server.max_pending_requests", MAX_PENDING_REQUESTS),
+    ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_REQUESTS),
 )
 READY_FILE_ENV = "TIDE_READY_FILE"
 HEALTH_SERVICE_NAME: str = health.SERVICE_NAME

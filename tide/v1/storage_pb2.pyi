@@ -266,6 +266,9 @@ class ReadRequest(_message.Message):
         SIZE_FIELD_NUMBER: _builtins.int
         physical_offset: _builtins.int
         size: _builtins.int
+        """The record's size (from Append or a consume queue entry). 0 means "the size stored
+        in the record itself", for callers that only know the offset (an offset message id).
+        """
         def __init__(
             self,
             *,

@@ -30,6 +30,7 @@ from tide.format import (
     RecordError,
     decode_record,
     find_blank_marker,
+    record_size,
     write_blank,
 )
 from tide.mapped import MappedFile
@@ -38,6 +39,8 @@ log = logging.getLogger("tide.storage.commitlog")
 # The fields patched under the lock (mirrors tide.format.patch_record, inlined for speed).
 _OFFSETS = struct.Struct(">qq")  # queue_offset, physical_offset
 _TIMESTAMP = struct.Struct(">q")  # store_timestamp
+_TOTAL_SIZE = struct.Struct(">i")
+MIN_RECORD_BYTES = record_size(0, 1, 0)  # no body, a 1-byte topic, no properties
 _QUEUE_LESS = frozenset({SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK})
 AppendListener = Callable[[int], None]
 
@@ -185,13 +188,23 @@ class CommitLog:
 
     # -- reading -----------------------------------------------------------------
     def read_record(self, offset: int, size: int) -> DecodedRecord:
-        """Decode the record at ``offset``. Raises OffsetBelowMinError, IndexError (past
-        the readable end) or RecordError (no record of that size there)."""
+        """Decode the record at ``offset`` (``size`` 0: the size the record says). Raises
+        OffsetBelowMinError, IndexError (past the readable end) or RecordError (no record
+        of that size there)."""
+        if size == 0:
+            size = self.record_size_at(offset)
         data = self._read_bytes(offset, size)
         record = decode_record(data, 0, len(data), expected_offset=offset)
         if record.total_size != size:
             raise RecordError(f"the record at {offset} is {record.total_size} bytes, not {size}")
         return record
+
+    def record_size_at(self, offset: int) -> int:
+        """The TOTALSIZE field at ``offset`` (RecordError when it cannot be a record)."""
+        (size,) = _TOTAL_SIZE.unpack(self._read_bytes(offset, _TOTAL_SIZE.size))
+        if not MIN_RECORD_BYTES <= size <= self.segments.size_bytes:
+            raise RecordError(f"no record at {offset}: its size field says {size}")
+        return int(size)
 
     def _read_bytes(self, offset: int, size: int) -> bytes:
         if offset < self.segments.min_offset:

@@ -476,7 +476,7 @@ def test_read_over_64_mib_is_resource_exhausted(shared_storage: StorageProcess) 
     )
 
 
-@pytest.mark.parametrize(("offset", "size"), [(-1, 100), (-(2**40), 100), (0, 0), (0, -5)])
+@pytest.mark.parametrize(("offset", "size"), [(-1, 100), (-(2**40), 100), (0, -5)])
 def test_read_negative_offset_or_bad_size_is_invalid(
     shared_storage: StorageProcess, offset: int, size: int
 ) -> None:
@@ -485,8 +485,32 @@ def test_read_negative_offset_or_bad_size_is_invalid(
         INVALID,
         lambda: shared_storage.stub.Read(request, timeout=RPC_TIMEOUT_S),
         "positions[0]",
-        "physical_offset must be >= 0",
+        "physical_offset and size must be >= 0",
     )
+
+
+def test_read_size_zero_takes_the_size_from_the_record(
+    shared_storage: StorageProcess, topic_name: str
+) -> None:
+    first, second = shared_storage.append(
+        [message(topic_name, 0, b"a" * 100), message(topic_name, 0, b"b" * 7)]
+    )
+    found = shared_storage.read(
+        [
+            (second.physical_offset, 0),
+            (first.physical_offset, 0),
+            (first.physical_offset + 4, 0),  # the magic code is no size
+            (first.physical_offset + 100, 0),  # body bytes: "aaaa" is too big a size
+            (shared_storage.status().max_offset, 0),
+        ]
+    )
+    assert [f.message.body for f in found[:2]] == [b"b" * 7, b"a" * 100]
+    assert [f.message.size for f in found[:2]] == [second.size, first.size]
+    assert [pb.ReadStatus.Name(f.status) for f in found[2:]] == [
+        "NOT_A_RECORD",
+        "NOT_A_RECORD",
+        "OFFSET_ABOVE_MAX",
+    ]
 
 
 # -- Tail --------------------------------------------------------------------------------
