@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
@@ -336,6 +337,27 @@ def test_reflection_lists_the_gateway(cluster: Cluster) -> None:
     assert "grpc.health.v1.Health" in services
     descriptor = database.FindFileContainingSymbol("tide.v1.Gateway")
     assert descriptor.name == "tide/v1/gateway.proto"
+
+
+def test_every_service_of_the_cluster_serves_reflection_and_health(cluster: Cluster) -> None:
+    """What grpcurl needs from each of the four services of a running cluster."""
+    broker = cluster.brokers[0]
+    endpoints = {
+        "tide.v1.NameServer": cluster.nameservers[0].channel,
+        "tide.v1.Storage": broker.storage.channel,
+        "tide.v1.Dispatch": broker.dispatch.channel,
+        "tide.v1.Gateway": cluster.gateway.channel,
+    }
+    for name, channel in endpoints.items():
+        services = ProtoReflectionDescriptorDatabase(channel).get_services()
+        assert name in services, (name, services)
+        assert "grpc.reflection.v1alpha.ServerReflection" in services, services
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", name):
+            reply = health.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=RPC_TIMEOUT_S
+            )
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, (name, service)
 
 
 THIRD_PARTY_CLIENT = textwrap.dedent(
