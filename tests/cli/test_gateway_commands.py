@@ -234,3 +234,23 @@ def test_consume_follows_until_ctrl_c(cluster: Cluster) -> None:
     with PullConsumer(group, cluster.gateway.listen) as consumer:
         [queue] = consumer.queues(topic)
         assert consumer.committed(queue) == 3
+
+
+def test_consume_into_a_closed_pipe_stops_quietly(cluster: Cluster) -> None:
+    """``tide consume ... | head -1``: the reader goes away; exit 141, no traceback."""
+    topic, group = "T_cli_pipe", "G_cli_pipe"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    ok(tide(cluster, "produce", topic, "--count", "2000", "--batch", "500", "--size", "512"))
+    command = [sys.executable, "-m", "tide.cli", "consume", group, topic, "--json"]
+    command += ["--gateway", cluster.gateway.listen, "--from", "first", "--count", "2000"]
+    with subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as follower:
+        assert follower.stdout is not None and follower.stderr is not None
+        first = json.loads(follower.stdout.readline())
+        follower.stdout.close()  # like `head -1` exiting
+        err = follower.stderr.read()
+        follower.wait(timeout=TIMEOUT_S)
+    assert first["queue_offset"] == 0
+    assert follower.returncode == 141, err
+    assert "Traceback" not in err, err

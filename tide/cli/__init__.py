@@ -8,6 +8,8 @@ write ``tide/cli/_<name>.py`` with ``add_parser`` and list it in ``_COMMAND_MODU
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -23,6 +25,7 @@ from tide.cli import (
 )
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a killed writer
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -62,7 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler: Handler = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except BrokenPipeError:
+        # The reader went away (``tide consume ... | head``): stop quietly, as Unix tools
+        # do. Point stdout at /dev/null so the interpreter's final flush cannot fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 __all__ = ["build_parser", "main"]
