@@ -2,7 +2,9 @@
 
 Every store write (open, reconcile, apply, cleanup, close) runs on one writer thread, in
 order: the store has one writer, and the event loop stays free for RPCs while a batch is
-applied (a 256 KiB chunk of small messages takes milliseconds to apply).
+applied (a 256 KiB chunk of small messages takes a few milliseconds to apply). Each
+chunk's records travel as one column-wise ``RecordBatch`` (``TailFollower.batches``),
+never as an object per record.
 
 Following: ``TailFollower`` reconnects by itself when the storage restarts or the stream
 breaks. When it gives up (OUT_OF_RANGE: the storage cut its tail below us or retention
@@ -228,7 +230,7 @@ class Dispatcher:
         self._phase = "following"
         try:
             progress = _CatchUpLog(offset)
-            async with follower, contextlib.aclosing(follower.records()) as batches:
+            async with follower, contextlib.aclosing(follower.batches()) as batches:
                 async for batch in batches:
                     arrivals = await self._writer.run(self.store.apply, batch)
                     self.hub.publish(arrivals)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import struct
 import time
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from tide.format import (
     unpack_index_entry,
     unpack_index_header,
 )
+from tide.format._index_file import index_key_hashes, put_keys
 
 T0 = 1_700_000_000_000
 INT_MAX = 2**31 - 1
@@ -396,3 +398,87 @@ def test_a_put_torn_between_slot_and_header_keeps_the_older_chain() -> None:
     buf[:40] = header_before  # torn: slot and entry written, header not
     assert put_key(buf, geometry, "T#k", 400, 1_000)
     assert select_phy_offsets(buf, geometry, "T#k", 10, 0, 10**13) == [400, 300, 200, 100]
+
+
+# -- batches: index_key_hashes, put_keys -------------------------------------------------
+
+
+def test_index_key_hashes_match_one_by_one() -> None:
+    rnd = random.Random(21)
+    cases: list[list[bytes]] = [
+        [b"TopicTest#k1"],
+        [b"polygenelubricants"],  # hashCode is Integer.MIN_VALUE: RocketMQ's hash is 0
+        [b"BenchTopic#key-%d" % i for i in range(100_000, 101_030)],
+        [b"A#" + b"x" * n for n in range(40)],  # different lengths, one common prefix
+        [b"", b"#", b"T#"],
+        ["Tópico#ключ".encode(), b"T#ascii", "T#\U0001f600".encode()],  # non-ASCII, surrogates
+        [b"T#\xff\xfe", b"T#ok"],  # invalid UTF-8 reads as U+FFFD
+        [b"same"] * 5,
+    ]
+    for _ in range(50):
+        prefix = rnd.choice([b"", b"T#", b"BenchTopic#key-1"])
+        cases.append(
+            [
+                prefix + bytes(rnd.randrange(32, 127) for _ in range(rnd.randrange(0, 30)))
+                for _ in range(rnd.randrange(1, 60))
+            ]
+        )
+    for keys in cases:
+        want = [index_key_hash(k.decode("utf-8", "replace")) for k in keys]
+        assert index_key_hashes(keys) == want, keys
+    assert index_key_hash("polygenelubricants") == 0
+    assert index_key_hashes([]) == []
+
+
+def _sequential(
+    buf: bytearray, geometry: IndexGeometry, keys: list[str], offsets: list[int], stamps: list[int]
+) -> int:
+    put = 0
+    for key, offset, stamp in zip(keys, offsets, stamps, strict=True):
+        if not put_key(buf, geometry, key, offset, stamp):
+            break
+        put += 1
+    return put
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_put_keys_writes_what_put_key_writes(seed: int) -> None:
+    """Byte for byte, over batches with slot collisions inside a batch and with older
+    entries, a file filling up mid-batch, timestamps before the begin time."""
+    rnd = random.Random(seed)
+    geometry = IndexGeometry(slot_count=rnd.choice([1, 3, 16, 1000]), max_entries=60)
+    one, many = _fresh(geometry), _fresh(geometry)
+    offset = rnd.choice([0, 500])
+    while True:
+        count = rnd.randrange(1, 12)
+        keys = [f"T#{rnd.randrange(40)}" for _ in range(count)]
+        offsets = [offset + 10 * i for i in range(count)]
+        stamps = [T0 + rnd.randrange(-5_000, 50_000) for _ in range(count)]
+        offset += 10 * count
+        expected = _sequential(one, geometry, keys, offsets, stamps)
+        hashes = index_key_hashes([k.encode() for k in keys])
+        assert put_keys(many, geometry, hashes, offsets, stamps) == expected
+        assert many == one
+        if expected < count:
+            break
+    assert is_index_full(read_index_header(many), geometry)
+    assert put_keys(many, geometry, [1], [offset], [T0]) == 0
+
+
+def test_put_keys_after_a_torn_put_links_as_put_key_does() -> None:
+    """A crash between a put's slot and its header: the slot names the uncounted entry."""
+    one = _fresh()
+    assert put_key(one, G, K1, 100, T0)
+    assert put_key(one, G, K5, 200, T0)  # same slot as K1: its entry links entry 1
+    # the torn put: entry 3 and the slot written, the header not
+    torn = bytearray(one)
+    number = read_index_header(torn).index_count
+    slot_pos = G.slot_position(_slot_of(K1))
+    torn[G.entry_position(number) : G.entry_position(number) + INDEX_ENTRY_BYTES] = (
+        pack_index_entry(index_key_hash(K1), 300, 0, 2)
+    )
+    struct.pack_into(">i", torn, slot_pos, number)
+    many = bytearray(torn)
+    assert put_key(torn, G, K1, 300, T0)
+    assert put_keys(many, G, index_key_hashes([K1.encode()]), [300], [T0]) == 1
+    assert many == torn

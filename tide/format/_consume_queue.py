@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Iterable
 from typing import NamedTuple, TypeAlias
 
 from tide.format._record import Buffer
@@ -50,6 +51,13 @@ def pack_entry_into(
 ) -> None:
     """Write one entry at ``pos`` of a writable buffer (a segment's mmap or a bytearray)."""
     _ENTRY.pack_into(buf, pos, commitlog_offset, size, tags_code)
+
+
+def pack_entries(
+    commitlog_offsets: Iterable[int], sizes: Iterable[int], tags_codes: Iterable[int]
+) -> bytes:
+    """The bytes of consecutive entries (one ``struct`` call per entry, in C)."""
+    return b"".join(map(_ENTRY.pack, commitlog_offsets, sizes, tags_codes))
 
 
 def unpack_entry(buf: Buffer, pos: int = 0) -> ConsumeQueueEntry:

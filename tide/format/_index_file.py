@@ -20,6 +20,10 @@ call, so one writer at a time. The key they take is the full index key, ``topic 
 (``IndexService.buildKey``; see :func:`index_key`). Only the key's hash is stored, so a
 match must still be checked against the message's real keys.
 
+For dispatch, :func:`put_keys` is ``put_key`` for a batch of keys (same bytes, the header
+read and written once, the entries in one slice) and :func:`index_key_hashes` hashes a
+batch of keys at once.
+
 Index files are named by their creation time, ``yyyyMMddHHmmssSSS`` in local time
 (``UtilAll.timeMillisToHumanString``), so names sort in creation order.
 """
@@ -27,9 +31,15 @@ Index files are named by their creation time, ``yyyyMMddHHmmssSSS`` in local tim
 from __future__ import annotations
 
 import datetime
+import functools
 import struct
+import sys
 import time
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import and_, floordiv, mul, sub
 from typing import NamedTuple
 
 from tide.format._consume_queue import WritableBuffer
@@ -326,3 +336,238 @@ def parse_index_file_name(name: str) -> int | None:
     except ValueError:
         return None
     return int(local.timestamp()) * 1000 + int(name[14:])
+
+
+# -- batches -------------------------------------------------------------------------
+# A batch of keys hashed at once: Java's hashCode is Horner's rule over the UTF-16 code
+# units, h = 31 * h + unit, mod 2^32. For ASCII keys the units are the bytes, so the keys
+# are laid out right-aligned (zero-padded on the left: leading zeros add nothing) as the
+# rows of a byte matrix, and Horner's rule runs over the columns, every key at once, in
+# 64-bit lanes of one big integer: a handful of C-speed operations per column instead of
+# a Python step per character. A lane holds h < 2^32 after masking and grows by at most
+# 5 bits and 255 a step, so the mask is applied every 6 columns.
+_LANE_MASK_EVERY = 6
+_LOW32_LANE = b"\0\0\0\0\xff\xff\xff\xff"
+
+
+def index_key_hashes(keys: Sequence[bytes]) -> list[int]:
+    """:func:`index_key_hash` of many full keys (``topic#key``) given as UTF-8 bytes,
+    invalid sequences read as U+FFFD (as :func:`tide.format.decode_properties` reads
+    them). ASCII keys are hashed together (see above), others one by one."""
+    count = len(keys)
+    if not count:
+        return []
+    if not b"".join(keys).isascii():
+        return [
+            _ascii_hashes([key])[0]
+            if key.isascii()
+            else index_key_hash(key.decode("utf-8", "replace"))
+            for key in keys
+        ]
+    return _ascii_hashes(keys)
+
+
+def _ascii_hashes(keys: Sequence[bytes]) -> list[int]:
+    """Index hashes of ASCII keys. The keys are left-aligned in the matrix (zero-padded
+    on the right), so the columns of their common prefix are the same for every key:
+    Horner's rule starts from the prefix's hash and runs over the other columns only.
+    The ``p`` zero columns after a key multiply its hash by ``31^p``, undone with the
+    inverse of 31 modulo 2^32 (31 is odd)."""
+    count = len(keys)
+    lengths = list(map(len, keys))
+    width = max(lengths)
+    prefix = _common_prefix(min(keys), max(keys))
+    matrix = b"".join(map(bytes.ljust, keys, repeat(width), repeat(b"\0")))
+    lanes = bytearray(8 * count)
+    from_bytes = int.from_bytes
+    mask = from_bytes(_LOW32_LANE * count, "big")
+    acc = 0
+    if prefix:
+        lanes[7::8] = bytes(count)  # all zero, then one in every lane:
+        acc = from_bytes(b"\0\0\0\0\0\0\0\1" * count, "big") * _unsigned_hash(prefix)
+    for step, column in enumerate(range(len(prefix), width)):
+        lanes[7::8] = matrix[column::width]
+        acc = acc * 31 + from_bytes(lanes, "big")
+        if step % _LANE_MASK_EVERY == _LANE_MASK_EVERY - 1:
+            acc &= mask
+    acc &= mask
+    lanes = bytearray(acc.to_bytes(8 * count, "big"))
+    low = bytearray(4 * count)
+    for byte in range(4):
+        low[byte::4] = lanes[4 + byte :: 8]
+    unsigned = array("I")
+    unsigned.frombytes(low)
+    if _LITTLE:
+        unsigned.byteswap()
+    if min(lengths) != width:  # undo the padding: times (31^-1)^p, modulo 2^32
+        undo = list(map(_inverse_pow31, map(sub, repeat(width), lengths)))
+        unsigned = array("I", map(and_, map(mul, unsigned, undo), repeat(_U32)))
+    signed = array("i")
+    signed.frombytes(unsigned.tobytes())
+    hashes = list(map(abs, signed))
+    if _INT_MIN_ABS in hashes:  # Math.abs(Integer.MIN_VALUE) stays negative: RocketMQ says 0
+        hashes = [0 if h == _INT_MIN_ABS else h for h in hashes]
+    return hashes
+
+
+def _common_prefix(a: bytes, b: bytes) -> bytes:
+    size = min(len(a), len(b))
+    for index in range(size):
+        if a[index] != b[index]:
+            return a[:index]
+    return a[:size]
+
+
+def _unsigned_hash(ascii_key: bytes) -> int:
+    h = 0
+    for unit in ascii_key:
+        h = (h * 31 + unit) & _U32
+    return h
+
+
+_U32 = 0xFFFFFFFF
+_INVERSE_31 = pow(31, -1, 1 << 32)
+
+
+@functools.lru_cache(maxsize=4096)
+def _inverse_pow31(power: int) -> int:
+    return pow(_INVERSE_31, power, 1 << 32)
+
+
+_INT_MIN_ABS = 1 << 31
+
+
+def put_keys(
+    buf: WritableBuffer,
+    geometry: IndexGeometry,
+    key_hashes: Sequence[int],
+    phy_offsets: Sequence[int],
+    store_timestamps_ms: Sequence[int],
+) -> int:
+    """:func:`put_key` for many keys at once (hashes from :func:`index_key_hashes`);
+    returns how many were put, from the first: fewer than given when the file is full.
+
+    The result is exactly that of one ``put_key`` per key, in order, but the header is
+    read once and written once, the entries (consecutive numbers) are written with one
+    slice assignment, the slots through one typed memoryview. Order of the writes:
+    entries, slots, header, as ``put_key`` does for each key (a crash in between leaves
+    what ``put_key`` handles: slots naming entries the header does not count yet).
+    """
+    _check_size(buf, geometry)
+    header = read_index_header(buf)
+    first = header.index_count
+    count = min(len(key_hashes), geometry.max_entries - first)
+    if count <= 0:
+        return 0
+    key_hashes = key_hashes[:count]
+    phy_offsets = phy_offsets[:count]
+    stamps = store_timestamps_ms[:count]
+    slots = list(map(int.__mod__, key_hashes, repeat(geometry.slot_count)))
+    slot_end = INDEX_HEADER_BYTES + HASH_SLOT_BYTES * geometry.slot_count
+    with (
+        memoryview(buf) as raw,
+        raw[INDEX_HEADER_BYTES:slot_end] as region,
+        region.cast("i") as table,  # native byte order: the values read swapped
+    ):
+        olds = _native_big_endian(list(map(table.__getitem__, slots)))
+        distinct = len(set(slots)) == count
+        if distinct and min(olds) >= 0 and max(olds) < first:
+            # The common case: every slot distinct, holding an older entry or nothing.
+            prevs = olds
+            fresh_slots = olds.count(INVALID_INDEX)
+        else:
+            prevs, fresh_slots = _chain_prevs(buf, geometry, slots, olds, first)
+        entries = b"".join(
+            map(
+                _ENTRY.pack,
+                key_hashes,
+                phy_offsets,
+                _time_diffs(header, first, stamps),
+                prevs,
+            )
+        )
+        start = geometry.entry_position(first)
+        buf[start : start + len(entries)] = entries
+        numbers = range(first, first + count)
+        if not distinct:  # the last number of a slot wins
+            final = dict(zip(slots, numbers, strict=True))
+            slots, numbers = list(final.keys()), list(final.values())  # type: ignore[assignment]
+        for _ in map(table.__setitem__, slots, _native_big_endian(list(numbers))):
+            pass
+    head_first = first <= 1
+    _HEADER.pack_into(
+        buf,
+        0,
+        stamps[0] if head_first else header.begin_timestamp_ms,
+        stamps[-1],
+        phy_offsets[0] if head_first else header.begin_phy_offset,
+        phy_offsets[-1],
+        header.hash_slot_count + fresh_slots,
+        first + count,
+    )
+    return count
+
+
+def _native_big_endian(values: list[int]) -> list[int]:
+    """Swap the bytes of 32-bit ints on a little-endian machine (native <-> big-endian,
+    both ways)."""
+    if not _LITTLE:
+        return values
+    swapped = array("i", values)
+    swapped.byteswap()
+    return swapped.tolist()
+
+
+def _time_diffs(header: IndexHeader, first: int, stamps: Sequence[int]) -> list[int]:
+    """``time_diff_seconds`` of each entry, against the header's begin time, which the
+    very first entry of a file sets (for the entries after it)."""
+    begin = header.begin_timestamp_ms
+    diffs = [time_diff_seconds(stamps[0], begin)]
+    if len(stamps) == 1:
+        return diffs
+    if first <= 1:
+        begin = stamps[0]
+    if begin <= 0:
+        diffs += repeat(0, len(stamps) - 1)
+        return diffs
+    rest = list(map(floordiv, map(sub, stamps[1:], repeat(begin)), repeat(1000)))
+    if min(rest) < 0 or max(rest) > INT_MAX:  # Java truncates toward zero, then clamps
+        rest = [min(max(diff, 0), INT_MAX) for diff in rest]
+    diffs += rest
+    return diffs
+
+
+_LITTLE = sys.byteorder == "little"
+
+
+def _chain_prevs(
+    buf: WritableBuffer,
+    geometry: IndexGeometry,
+    slots: Sequence[int],
+    olds: Sequence[int],
+    first: int,
+) -> tuple[list[int], int]:
+    """``prev_entry_number`` of each key as sequential ``put_key`` calls would set it (a
+    slot used earlier in the batch links to that entry), and how many slots went from
+    empty to used."""
+    latest: dict[int, int] = {}
+    prevs: list[int] = []
+    fresh = 0
+    for index, (slot, old) in enumerate(zip(slots, olds, strict=True)):
+        number = first + index
+        earlier = latest.get(slot)
+        if earlier is not None:
+            prev = earlier
+        elif old == number:  # a torn put_key: see put_key
+            prev = _ENTRY.unpack_from(buf, geometry.entry_position(number))[3]
+            if not INVALID_INDEX < prev < number:
+                prev = INVALID_INDEX
+        elif old <= INVALID_INDEX or old > number:
+            prev = INVALID_INDEX
+        else:
+            prev = old
+        if prev == INVALID_INDEX:
+            fresh += 1
+        latest[slot] = number
+        prevs.append(prev)
+    return prevs, fresh

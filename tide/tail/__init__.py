@@ -1,14 +1,17 @@
 """Follow a storage service's commitlog as a stream of records (``Storage/Tail``).
 
-* :class:`RecordAssembler` (pure): Tail chunks in, complete checked records out.
-* :class:`TailFollower` (asyncio): ``async for batch in follower.records()`` over gRPC,
-  reconnecting with backoff from the last complete record.
+* :class:`RecordAssembler` (pure): Tail chunks in, complete checked records out, as
+  :class:`RecordAt` objects or column-wise as a :class:`RecordBatch`.
+* :class:`TailFollower` (asyncio): ``async for batch in follower.records()`` (or
+  ``follower.batches()``) over gRPC, reconnecting with backoff from the last complete
+  record.
 
 Used by the dispatch service and by slave replication.
 """
 
-from tide.tail._assembler import DEFAULT_MAX_RECORD_BYTES, RecordAssembler, RecordAt
+from tide.tail._assembler import DEFAULT_MAX_RECORD_BYTES, RecordAssembler
 from tide.tail._backoff import Backoff
+from tide.tail._batch import RecordAt, RecordBatch, gc_paused
 from tide.tail._errors import (
     TailCorruptionError,
     TailError,
@@ -35,6 +38,7 @@ __all__ = [
     "ChannelFactory",
     "RecordAssembler",
     "RecordAt",
+    "RecordBatch",
     "TailCorruptionError",
     "TailError",
     "TailFollower",
@@ -42,5 +46,6 @@ __all__ = [
     "TailProtocolError",
     "TailRpcError",
     "TailUnavailableError",
+    "gc_paused",
     "insecure_channel",
 ]

@@ -8,14 +8,21 @@ the marker's filler bytes first (the current storage service does), so a chunk a
 marker may also continue exactly where the previous one stopped, inside the filler; any
 other offset is a :class:`TailProtocolError`.
 
-Every record is checked by :func:`tide.format.scan_record` with its expected physical
-offset (and body CRC unless turned off): the stream only ever carries valid records.
+Every record is checked as :func:`tide.format.scan_record` checks it, with its expected
+physical offset (and body CRC unless turned off): the stream only ever carries valid
+records. The common records (V1 magic, IPv4 hosts) of a chunk are found and checked a
+chunk at a time by :class:`tide.tail._batch.ChunkScanner`; everything else (a record
+split across chunks, a blank marker, V2 or IPv6 records, and whatever the batch scan
+refuses) goes through ``scan_record`` one unit at a time, which also words the errors.
+
+:meth:`RecordAssembler.feed_batch` returns the records as one column-wise
+:class:`RecordBatch` (what dispatch uses); :meth:`RecordAssembler.feed` as a list of
+:class:`RecordAt`.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from tide.format import (
@@ -25,29 +32,17 @@ from tide.format import (
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     ScanKind,
-    ScanResult,
     scan_record,
 )
+from tide.tail._batch import BatchBuilder, ChunkScanner, RecordAt, RecordBatch, gc_paused
 from tide.tail._errors import TailCorruptionError, TailError, TailProtocolError
+
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "RecordAssembler", "RecordAt", "RecordBatch"]
 
 # The largest record the storage service accepts: a 4 MiB body plus topic and properties.
 DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024 + 64 * 1024
 _HEAD = struct.Struct(">ii")  # total_size, magic
 _MESSAGE_MAGICS = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
-
-
-@dataclass(frozen=True, slots=True)
-class RecordAt:
-    """One complete, checked record: its commitlog offset, size, scan and bytes."""
-
-    offset: int
-    size: int
-    scan: ScanResult
-    data: bytes
-
-    @property
-    def end_offset(self) -> int:
-        return self.offset + self.size
 
 
 class _Need(NamedTuple):
@@ -83,6 +78,7 @@ class RecordAssembler:
         self._carry = bytearray()  # bytes from self._next: an incomplete record or head
         self._blank: _Blank | None = None  # the last blank marker seen
         self._in_filler = False  # the filler of self._blank is still arriving
+        self._scanner = ChunkScanner(max_record_bytes, check_crc=check_crc)
 
     @property
     def next_offset(self) -> int:
@@ -109,26 +105,48 @@ class RecordAssembler:
         and :attr:`next_offset` is the offset of the bad bytes. After an error the
         assembler is unusable.
         """
+        return self.feed_batch(offset, data).records()
+
+    def feed_batch(self, offset: int, data: bytes) -> RecordBatch:
+        """:meth:`feed`, with the records as one :class:`RecordBatch` (no object per
+        record). On an error, ``batch_before`` (and ``records_before``) hold the valid
+        records the chunk completed before it."""
         self._check_continuity(offset)
         self._received = offset + len(data)
-        records: list[RecordAt] = []
+        if type(data) is not bytes:
+            data = bytes(data)
+        if self._carry and not self._in_filler and self._carry_completes(data):
+            # The unit held over ends in this chunk: scan both as one (one copy) rather
+            # than completing it on its own and joining the batch's buffers afterwards.
+            data = bytes(self._carry) + data
+            offset = self._next
+            self._carry = bytearray()
+        out = BatchBuilder()
         try:
-            self._consume_chunk(offset, data, records)
+            with gc_paused():
+                self._consume_chunk(offset, data, out)
         except TailError as exc:
-            exc.records_before = tuple(records)
+            batch = out.build()
+            exc.batch_before = batch
+            exc.records_before = tuple(batch.records())
             raise
-        return records
+        return out.build()
 
-    def _consume_chunk(self, offset: int, data: bytes, records: list[RecordAt]) -> None:
+    def _consume_chunk(self, offset: int, data: bytes, out: BatchBuilder) -> None:
         with memoryview(data) as view:
             pos = 0
             while pos < len(view):
                 if self._in_filler:
                     pos = self._skip_filler(view, pos, offset)
                 elif self._carry:
-                    pos = self._fill_carry(view, pos, records)
+                    pos = self._fill_carry(view, pos, out)
                 else:
-                    pos = self._parse(view, pos, offset, records)
+                    pos = self._parse(data, view, pos, offset, out)
+
+    def _carry_completes(self, data: bytes) -> bool:
+        with memoryview(self._carry) as carry:
+            unit = self._unit(carry, 0, self._next)
+        return not isinstance(unit, _Need) or len(self._carry) + len(data) >= unit.size
 
     # -- continuity --------------------------------------------------------------
     def _check_continuity(self, offset: int) -> None:
@@ -169,14 +187,14 @@ class RecordAssembler:
             self._in_filler = False
         return end
 
-    def _fill_carry(self, view: memoryview, pos: int, records: list[RecordAt]) -> int:
+    def _fill_carry(self, view: memoryview, pos: int, out: BatchBuilder) -> int:
         """Move bytes into the carry-over until its unit is complete, then consume it."""
         while True:
             with memoryview(self._carry) as carry:
                 unit = self._unit(carry, 0, self._next)
             if not isinstance(unit, _Need):
                 self._carry.clear()
-                self._consume(unit, records)
+                self._consume(unit, out)
                 return pos
             take = min(unit.size - len(self._carry), len(view) - pos)
             if take <= 0:
@@ -184,27 +202,33 @@ class RecordAssembler:
             self._carry += view[pos : pos + take]
             pos += take
 
-    def _parse(self, view: memoryview, pos: int, base: int, records: list[RecordAt]) -> int:
-        """Consume whole units straight from the chunk; keep an incomplete one."""
+    def _parse(self, data: bytes, view: memoryview, pos: int, base: int, out: BatchBuilder) -> int:
+        """Consume whole units straight from the chunk (the common records a run at a
+        time, the rest one by one); keep an incomplete one."""
         while pos < len(view):
             assert base + pos == self._next, (base, pos, self._next)
+            scanned = self._scanner.scan(data, pos, base, out)
+            if scanned > pos:
+                pos = scanned
+                self._next = base + pos
+                continue
             unit = self._unit(view, pos, self._next)
             if isinstance(unit, _Need):
                 self._carry = bytearray(view[pos:])
                 return len(view)
-            self._consume(unit, records)
+            self._consume(unit, out)
             if isinstance(unit, _Blank):
                 return pos + BLANK_MARKER_BYTES
             pos += unit.size
         return pos
 
-    def _consume(self, unit: RecordAt | _Blank, records: list[RecordAt]) -> None:
+    def _consume(self, unit: RecordAt | _Blank, out: BatchBuilder) -> None:
         if isinstance(unit, _Blank):
             self._blank = unit
             self._in_filler = unit.size > BLANK_MARKER_BYTES
             self._next = unit.offset + unit.size
             return
-        records.append(unit)
+        out.add_record(unit)
         self._next = unit.offset + unit.size
 
     # -- one unit ----------------------------------------------------------------

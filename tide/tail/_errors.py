@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 if TYPE_CHECKING:
-    from tide.tail._assembler import RecordAt
+    from tide.tail._batch import RecordAt, RecordBatch
 
 
 class TailError(Exception):
@@ -15,13 +15,15 @@ class TailError(Exception):
 
     ``records_before``: the valid records the failing chunk completed before the error
     (the assembler's ``next_offset`` is already past them; a follower delivers them
-    before raising).
+    before raising); ``batch_before``: the same records as a batch (None when the error
+    did not come from an assembler).
     """
 
     def __init__(self, offset: int, message: str) -> None:
         super().__init__(message)
         self.offset = offset
         self.records_before: tuple[RecordAt, ...] = ()
+        self.batch_before: RecordBatch | None = None
 
 
 class TailProtocolError(TailError):

@@ -25,8 +25,9 @@ from typing import Any
 import grpc
 
 from tide.format import FIXED_BYTES_V4
-from tide.tail._assembler import DEFAULT_MAX_RECORD_BYTES, RecordAssembler, RecordAt
+from tide.tail._assembler import DEFAULT_MAX_RECORD_BYTES, RecordAssembler
 from tide.tail._backoff import Backoff
+from tide.tail._batch import RecordAt, RecordBatch
 from tide.tail._errors import (
     TailError,
     TailOutOfRangeError,
@@ -76,7 +77,8 @@ def _being_cancelled() -> bool:
 
 class TailFollower:
     """``async for batch in follower.records()``: lists of :class:`RecordAt`, one list per
-    chunk that completed at least one record, from ``offset`` on, forever.
+    chunk that completed at least one record, from ``offset`` on, forever (or
+    ``follower.batches()``: the same as :class:`RecordBatch` objects).
 
     ``max_consecutive_failures`` (default: retry forever) bounds the attempts in a row
     that end (with an error, or by the server ending the stream) before delivering a
@@ -185,6 +187,13 @@ class TailFollower:
         One iteration at a time. A consumer that stops early should close the follower
         (or iterate under ``contextlib.aclosing``) so the stream is released at once.
         """
+        async with contextlib.aclosing(self.batches()) as batches:
+            async for batch in batches:
+                yield batch.records()
+
+    async def batches(self) -> AsyncGenerator[RecordBatch, None]:
+        """:meth:`records`, each chunk's records as one column-wise :class:`RecordBatch`
+        (never empty)."""
         if self._iterating:
             raise RuntimeError("records() is already being iterated")
         self._iterating = True
@@ -196,7 +205,7 @@ class TailFollower:
         finally:
             self._iterating = False
 
-    async def _attempt(self) -> AsyncGenerator[list[RecordAt], None]:
+    async def _attempt(self) -> AsyncGenerator[RecordBatch, None]:
         """One connection: stream until it fails or ends, then wait out the backoff."""
         started = time.monotonic()
         error: grpc.aio.AioRpcError | None = None
@@ -217,7 +226,7 @@ class TailFollower:
         if not self._closed.is_set():
             await self._back_off(reason, time.monotonic() - started, error)
 
-    async def _stream(self) -> AsyncGenerator[list[RecordAt], None]:
+    async def _stream(self) -> AsyncGenerator[RecordBatch, None]:
         assembler = RecordAssembler(
             self._next_offset, max_record_bytes=self._max_record_bytes, check_crc=self._check_crc
         )
@@ -242,15 +251,15 @@ class TailFollower:
                     self._failures = 0
                 self._max_offset = chunk.max_offset
                 try:
-                    records = assembler.feed(chunk.offset, chunk.data)
+                    batch = assembler.feed_batch(chunk.offset, chunk.data)
                 except TailError as exc:
                     self._next_offset = assembler.next_offset
-                    if exc.records_before:  # deliver the good records, then fail
-                        yield list(exc.records_before)
+                    if exc.batch_before:  # deliver the good records, then fail
+                        yield exc.batch_before
                     raise
                 self._next_offset = assembler.next_offset
-                if records:
-                    yield records
+                if batch:
+                    yield batch
         finally:
             self._call = None
             await self._close_channel(channel)

@@ -44,7 +44,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from operator import add, le
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -65,6 +66,7 @@ from tide.format import (
     segment_start_for,
     unpack_entry,
 )
+from tide.format._consume_queue import pack_entries
 from tide.mapped import MappedFile
 from tide.naming import topic_error
 
@@ -343,6 +345,115 @@ class ConsumeQueue:
                 self._min_offset = queue_offset
             self._max_offset = queue_offset + 1  # publish last
             return True
+
+    def put_run(
+        self,
+        queue_offsets: Sequence[int],
+        commitlog_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int],
+        *,
+        from_batch: bool = False,
+    ) -> int:
+        """:meth:`put` of many entries (in commitlog order); returns how many were
+        written. The same result as one ``put`` each, in order; a run of consecutive
+        queue offsets (the usual case) is checked as a whole and written with one slice
+        assignment per segment, anything else goes through ``put``. Entries a put would
+        skip (already there) are checked first: on a ConsumeQueueConflictError nothing
+        of the run was written; invalid arguments raise before anything is written.
+
+        ``from_batch``: the entries are those of records of one checked commitlog batch
+        (``tide.tail.RecordBatch``): each record ends at or before the next one starts,
+        sizes are record sizes, tags codes 32-bit hashes; only the first and the last
+        entry are checked then, else every one is.
+        """
+        count = len(queue_offsets)
+        if not count:
+            return 0
+        first = queue_offsets[0]
+        if not (
+            len(commitlog_offsets) == len(sizes) == len(tags_codes) == count
+            and queue_offsets[-1] - first == count - 1
+            and tuple(queue_offsets) == tuple(range(first, first + count))
+        ):
+            return sum(map(self.put, queue_offsets, commitlog_offsets, sizes, tags_codes))
+        last_end = commitlog_offsets[-1] + sizes[-1]
+        if from_batch:
+            check_put_args(first, commitlog_offsets[0], sizes[0], tags_codes[0])
+            check_put_args(first + count - 1, commitlog_offsets[-1], sizes[-1], tags_codes[-1])
+            assert commitlog_offsets[0] <= commitlog_offsets[-1], "a run goes back"
+            return self._put_run(first, commitlog_offsets, sizes, tags_codes, last_end)
+        check_put_args(first + count - 1, commitlog_offsets[0], min(sizes), min(tags_codes))
+        check_put_args(first, commitlog_offsets[-1], max(sizes), max(tags_codes))
+        if count > 1 and not all(
+            map(le, map(add, commitlog_offsets, sizes), commitlog_offsets[1:])
+        ):
+            raise ConsumeQueueOrderError(
+                f"consume queue {self.name}: the entries of a run overlap or go back in "
+                "the commitlog"
+            )
+        return self._put_run(first, commitlog_offsets, sizes, tags_codes, last_end)
+
+    def _put_run(
+        self,
+        first: int,
+        commitlog_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int],
+        last_end: int,
+    ) -> int:
+        count = len(commitlog_offsets)
+        with self._write_lock:
+            self._check_ready()
+            skip = min(count, max(0, self._max_offset - first))
+            if skip:  # a re-dispatch: what is there must be the same
+                for index in range(skip):
+                    self._check_redispatch(first + index, commitlog_offsets[index], sizes[index])
+                if skip == count:
+                    return 0
+            start = first + skip
+            if commitlog_offsets[skip] < self._max_commitlog_end:
+                raise ConsumeQueueOrderError(
+                    f"consume queue {self.name}: entry {start} points at commitlog "
+                    f"offset {commitlog_offsets[skip]}, inside or before the previous "
+                    f"entry's record (which ends at {self._max_commitlog_end})"
+                )
+            pad_from = self._max_offset
+            if not self._segments:
+                pad_from = first_queue_offset(segment_start_for(start, self._eps))
+            if start > pad_from:
+                self._pad(pad_from, start)
+            self._append_run(
+                start,
+                commitlog_offsets[skip:],
+                sizes[skip:],
+                tags_codes[skip:],
+            )
+            self._max_commitlog_end = last_end
+            if self._min_offset >= self._max_offset:
+                self._min_offset = start
+            self._max_offset = first + count  # publish last
+            return count - skip
+
+    def _append_run(
+        self,
+        queue_offset: int,
+        commitlog_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int],
+    ) -> None:
+        data = pack_entries(commitlog_offsets, sizes, tags_codes)
+        done = 0
+        while done < len(data):
+            segment = self._segment_for_write(queue_offset)
+            position = position_in_segment(queue_offset, self._eps)
+            take = min(len(data) - done, segment.size_bytes - position)
+            end = position + take
+            assert segment.mm[position:end] == bytes(take), (self, queue_offset)
+            segment.mm[position:end] = data[done : done + take]
+            segment.wrote = segment.committed = end
+            done += take
+            queue_offset += take // ENTRY_BYTES
 
     @property
     def _eps(self) -> int:

@@ -19,14 +19,21 @@ directories are empty (a rebuild from the whole commitlog).
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add, itemgetter
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
+from services.dispatch.engine.batch_fields import (
+    DispatchProperties,
+    TagsCodes,
+    properties_between,
+    split_keys,
+)
 from services.dispatch.engine.consume_queue import ConsumeQueueConflictError, Entry
 from services.dispatch.engine.consume_queue_store import (
     FLUSH_LEAST_PAGES,
@@ -38,16 +45,14 @@ from tide.files import FileLock, load_json_with_fallback, write_json_atomically
 from tide.format import (
     DEFAULT_INDEX_MAX_ENTRIES,
     DEFAULT_INDEX_SLOT_COUNT,
-    KEYS,
-    TAGS,
-    UNIQ_KEY,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK,
     IndexGeometry,
     is_queue_less,
-    record_properties,
-    tags_code,
 )
+from tide.format._index_file import index_key_hashes
 from tide.service_thread import PagePolicy, ServiceThread
-from tide.tail import RecordAt
+from tide.tail import RecordAt, RecordBatch, gc_paused
 
 log = logging.getLogger("tide.dispatch.store")
 PROGRESS_FILE = "dispatch_progress.json"
@@ -64,8 +69,22 @@ class RecordIdentity(NamedTuple):
     body_crc: int
 
 
-_BODY_CRC = struct.Struct(">I")
 BODY_CRC_POS = 8  # record layout: total_size 4, magic 4, body_crc 4
+
+
+class _KeyPrefixes(dict[str, bytes]):
+    """Topic -> the UTF-8 bytes of ``topic#``, the start of its index keys."""
+
+    def __missing__(self, topic: str) -> bytes:
+        if len(self) >= 4096:
+            self.clear()
+        prefix = self[topic] = f"{topic}#".encode()
+        return prefix
+
+
+def _ends(batch: RecordBatch) -> list[int]:
+    """Where each record of the batch ends in its data."""
+    return list(map(add, batch.positions, batch.sizes))
 
 
 class DispatchDivergedError(Exception):
@@ -124,6 +143,8 @@ class DispatchStore:
         self._progress_lock = threading.Lock()
         self._flusher: _FlushThread | None = None
         self._opened = False
+        self._tags_codes = TagsCodes()
+        self._key_prefixes = _KeyPrefixes()
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
@@ -246,40 +267,169 @@ class DispatchStore:
         self.index.delete_below(storage_min)
 
     # -- the writer ----------------------------------------------------------------
-    def apply(self, records: Sequence[RecordAt]) -> list[Arrival]:
-        """Dispatch records (in commitlog order, resumed at ``dispatched_offset``)."""
+    def apply(self, records: Sequence[RecordAt] | RecordBatch) -> list[Arrival]:
+        """Dispatch records (in commitlog order, resumed at ``dispatched_offset``).
+
+        A batch at a time: each queue's entries are written as one run, the index keys
+        of the batch are hashed together and put with one header write; the result is
+        that of dispatching the records one by one, in order (which is what happens
+        when a queue entry conflicts, so that everything before it is dispatched).
+        """
+        batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
+        if not batch:
+            return []
+        self._check_resume(batch)
+        with gc_paused():
+            props = properties_between(batch.data, batch.props_starts, _ends(batch))
+            try:
+                arrivals = self._put_entries(batch, props)
+            except ConsumeQueueConflictError:
+                return self._apply_one_by_one(batch, props)
+            self._index(batch, props)
+        self._advance(batch, len(batch) - 1)
+        return arrivals
+
+    def _check_resume(self, batch: RecordBatch) -> None:
+        """Per batch: the first record does not straddle the dispatched offset (a later
+        one may, when the commitlog was rewritten: its queue entry conflicts first)."""
+        first, size = batch.offsets[0], batch.sizes[0]
+        assert first >= self._dispatched or first + size <= self._dispatched, (
+            first,
+            self._dispatched,
+        )
+
+    def _advance(self, batch: RecordBatch, last: int) -> None:
+        end = batch.offsets[last] + batch.sizes[last]
+        if end > self._dispatched:
+            self._dispatched = end
+            self._last_record = RecordIdentity(
+                batch.offsets[last],
+                batch.sizes[last],
+                batch.store_timestamps[last],
+                batch.body_crcs[last],
+            )
+
+    def _queued(self, batch: RecordBatch) -> dict[tuple[str, int], list[int]]:
+        """Indexes of the records that take a queue entry, grouped by queue."""
+        groups: dict[tuple[str, int], list[int]] = {}
+        get = groups.get
+        for index, queue in enumerate(zip(batch.topics, batch.queue_ids, strict=True)):
+            group = get(queue)
+            if group is None:
+                groups[queue] = [index]
+            else:
+                group.append(index)
+        flags = batch.sys_flags
+        if any(is_queue_less(flag) for flag in set(flags)):
+            for queue, group in list(groups.items()):
+                kept = [index for index in group if not is_queue_less(flags[index])]
+                if kept:
+                    groups[queue] = kept
+                else:
+                    del groups[queue]
+        return groups
+
+    def _put_entries(self, batch: RecordBatch, props: DispatchProperties) -> list[Arrival]:
+        """Each queue's entries: a run of consecutive queue offsets (the usual case) in
+        one ``put_run``, anything else one ``put`` at a time. An arrival per queue that
+        grew, with the offset after the last entry written, as one put each would say."""
+        codes = list(map(self._tags_codes.__getitem__, props.tags))
+        arrivals: list[Arrival] = []
+        for (topic, queue_id), group in self._queued(batch).items():
+            queue = self.consume_queues.get_or_create(topic, queue_id)
+            top: int | None = None  # after the last entry written
+            first = batch.queue_offsets[group[0]]
+            if len(group) > 1:
+                pick = itemgetter(*group)
+                queue_offsets = pick(batch.queue_offsets)
+            else:
+                queue_offsets = (first,)
+            if len(group) > 1 and queue_offsets == tuple(range(first, first + len(group))):
+                if queue.put_run(
+                    queue_offsets,
+                    pick(batch.offsets),
+                    pick(batch.sizes),
+                    pick(codes),
+                    from_batch=True,
+                ):
+                    top = queue_offsets[-1] + 1
+            else:
+                for index in group:
+                    queue_offset = batch.queue_offsets[index]
+                    if queue.put(
+                        queue_offset, batch.offsets[index], batch.sizes[index], codes[index]
+                    ):
+                        top = queue_offset + 1
+            if top is not None:
+                arrivals.append(Arrival(topic, queue_id, top))
+        return arrivals
+
+    def _index(self, batch: RecordBatch, props: DispatchProperties) -> None:
+        """Put the keys of the batch's records (UNIQ_KEY first, then KEYS, as
+        IndexService.build orders them) with one hash pass and one build_keys call."""
+        offsets, stamps = batch.offsets, batch.store_timestamps
+        prefixes = list(map(self._key_prefixes.__getitem__, batch.topics))
+        keys, uniq_keys = props.keys, props.uniq_keys
+        flags = batch.sys_flags
+        rollback = any(
+            f & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK for f in set(flags)
+        )
+        no_uniq = uniq_keys.count(None) == len(uniq_keys)  # an empty UNIQ_KEY is indexed
+        if no_uniq and not rollback and all(keys) and b" " not in b"\x02".join(keys):
+            # The common case: one key per record.
+            full = list(map(add, prefixes, keys))
+            phys, times = offsets, stamps
+        else:
+            full, phys, times = [], [], []
+            for index, (prefix, value, uniq) in enumerate(
+                zip(prefixes, keys, uniq_keys, strict=True)
+            ):
+                if rollback and (
+                    flags[index] & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK
+                ):
+                    continue
+                record_keys = [prefix + uniq] if uniq is not None else []
+                if value:
+                    record_keys += [prefix + key for key in split_keys(value, MAX_KEYS_PER_RECORD)]
+                full += record_keys
+                phys += repeat(offsets[index], len(record_keys))
+                times += repeat(stamps[index], len(record_keys))
+        self.index.build_keys(phys, times, index_key_hashes(full))
+
+    def _apply_one_by_one(self, batch: RecordBatch, props: DispatchProperties) -> list[Arrival]:
+        """The records one at a time (a queue entry conflicts: dispatch everything
+        before it, then drop from it, see :meth:`_diverged`)."""
         grown: dict[tuple[str, int], int] = {}
-        for rec in records:
-            assert rec.offset >= self._dispatched or rec.end_offset <= self._dispatched, (
-                rec.offset,
+        for index, offset in enumerate(batch.offsets):
+            assert offset >= self._dispatched or offset + batch.sizes[index] <= self._dispatched, (
+                offset,
                 self._dispatched,
             )
-            scan = rec.scan
-            props = record_properties(rec.data, 0, rec.size)
-            if not is_queue_less(scan.sys_flag):
-                queue = self.consume_queues.get_or_create(scan.topic, scan.queue_id)
-                code = tags_code(props.get(TAGS, ""))
+            topic = batch.topics[index]
+            queue_id, queue_offset = batch.queue_ids[index], batch.queue_offsets[index]
+            sys_flag, stamp = batch.sys_flags[index], batch.store_timestamps[index]
+            if not is_queue_less(sys_flag):
+                queue = self.consume_queues.get_or_create(topic, queue_id)
+                code = self._tags_codes[props.tags[index]]
                 try:
-                    written = queue.put(scan.queue_offset, rec.offset, rec.size, code)
+                    written = queue.put(queue_offset, offset, batch.sizes[index], code)
                 except ConsumeQueueConflictError as exc:
-                    self._diverged(rec.offset, str(exc))
+                    self._diverged(offset, str(exc))
                 if written:
-                    grown[(scan.topic, scan.queue_id)] = scan.queue_offset + 1
-            keys = [k for k in props.get(KEYS, "").split(" ") if k][:MAX_KEYS_PER_RECORD]
+                    grown[(topic, queue_id)] = queue_offset + 1
+            uniq = props.uniq_keys[index]
             self.index.build(
-                rec.offset,
-                scan.store_timestamp_ms,
-                scan.topic,
-                keys,
-                props.get(UNIQ_KEY),
-                scan.sys_flag,
+                offset,
+                stamp,
+                topic,
+                [
+                    k.decode("utf-8", "replace")
+                    for k in split_keys(props.keys[index], MAX_KEYS_PER_RECORD)
+                ],
+                None if uniq is None else uniq.decode("utf-8", "replace"),
+                sys_flag,
             )
-            if rec.end_offset > self._dispatched:
-                self._dispatched = rec.end_offset
-                crc = _BODY_CRC.unpack_from(rec.data, BODY_CRC_POS)[0]
-                self._last_record = RecordIdentity(
-                    rec.offset, rec.size, scan.store_timestamp_ms, crc
-                )
+            self._advance(batch, index)
         return [Arrival(topic, queue_id, top) for (topic, queue_id), top in grown.items()]
 
     def last_dispatched_entry(self) -> tuple[str, int, Entry] | None:

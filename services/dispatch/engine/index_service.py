@@ -26,9 +26,12 @@ Threads: one writer (the dispatcher) calls :meth:`build`, :meth:`truncate_past`,
 guarded by a lock held only to copy or change the list; a reader then pins each file it
 reads with ``MappedFile.hold`` / ``release``, so a file deleted meanwhile is unlinked at once
 but unmapped only once no reader holds it (or after :data:`DESTROY_FORCE_AFTER_MS`).
-Entries are written in place while readers read: each field is one ``struct`` call under
-the GIL, and ``put_key`` writes the entry, then the slot, then the header, so a reader sees
-either the old chain or the new one.
+Entries are written in place while readers read. A batch of keys (:meth:`build_keys`,
+:func:`tide.format._index_file.put_keys`) writes its entries, then its slots, then the
+header once, as ``put_key`` does for one key (so a crash in between leaves what
+``put_key`` repairs); meanwhile a slot may name an entry the header does not count yet,
+which a reader takes for an empty chain. So batches are counted (``_writes``, odd while
+one runs) and a query that overlapped one asks again with the writer lock held.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +55,15 @@ from tide.format import (
     IndexHeader,
     index_file_name,
     index_key,
+    index_key_hash,
     index_time_matched,
     init_index_header,
     is_index_full,
     parse_index_file_name,
-    put_key,
     read_index_header,
     select_phy_offsets,
 )
+from tide.format._index_file import put_keys
 from tide.mapped import MappedFile
 
 INDEX_DIR_NAME = "index"
@@ -123,6 +128,9 @@ class IndexService:
         self._list_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._last_indexed = NO_OFFSET
+        # Counts batch writes, twice each (odd while one runs): a query that overlapped
+        # one may have read a slot naming an entry the header does not count yet.
+        self._writes = 0
         self._loaded = False
         self._closed = False
 
@@ -203,29 +211,78 @@ class IndexService:
             raise ValueError(f"record offset {record_phys_offset} is negative")
         if len(keys) > MAX_PROPERTIES_BYTES:  # KEYS comes from the bounded properties
             raise ValueError(f"{len(keys)} keys exceed what a record's properties can hold")
+        if sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+            with self._write_lock:
+                self._check_usable()
+                self._reap()
+            return 0
+        hashes = [index_key_hash(key) for key in _index_keys(topic, keys, uniq_key)]
+        count = len(hashes)
+        return self.build_keys([record_phys_offset] * count, [store_timestamp_ms] * count, hashes)
+
+    def build_keys(
+        self,
+        phys_offsets: Sequence[int],
+        store_timestamps_ms: Sequence[int],
+        key_hashes: Sequence[int],
+    ) -> int:
+        """Index the keys of many records at once; returns how many keys were put.
+
+        One entry per key, in commitlog order (``phys_offsets`` never goes back; a
+        record's keys are consecutive: UNIQ_KEY first, then KEYS, as :meth:`build`
+        orders them; the caller skips rollback records). ``key_hashes`` come from
+        :func:`tide.format.index_key_hash` of the full ``topic#key``. Records at or below
+        :meth:`last_indexed_offset` are skipped, as :meth:`build` skips them. The newest
+        file's header is written once per file touched, not once per key.
+        """
         with self._write_lock:
             self._check_usable()
             self._reap()
-            if record_phys_offset <= self._last_indexed:
+            total = len(key_hashes)
+            if not total:
                 return 0
-            if sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
-                return 0
-            full_keys = _index_keys(topic, keys, uniq_key)
-            for key in full_keys:
-                self._put(key, record_phys_offset, store_timestamp_ms)
-            return len(full_keys)
+            assert len(phys_offsets) == len(store_timestamps_ms) == total
+            if phys_offsets[0] < 0:
+                raise ValueError(f"record offset {phys_offsets[0]} is negative")
+            skip = bisect_right(phys_offsets, self._last_indexed)
+            done = skip
+            self._writes += 1  # odd: queries retry (see query)
+            try:
+                while done < total:
+                    target = self._files[-1] if self._files else None
+                    put = self._put_keys(
+                        target, key_hashes, phys_offsets, store_timestamps_ms, done
+                    )
+                    if not put:
+                        target = self._roll(target)
+                        put = self._put_keys(
+                            target, key_hashes, phys_offsets, store_timestamps_ms, done
+                        )
+                        if not put:
+                            raise RuntimeError(f"fresh index file {target.mf.path} refused a key")
+                    assert target is not None
+                    target.dirty = True
+                    done += put
+                    self._last_indexed = phys_offsets[done - 1]
+            finally:
+                self._writes += 1
+            return done - skip
 
-    def _put(self, key: str, phys_offset: int, store_timestamp_ms: int) -> None:
-        newest = self._files[-1] if self._files else None  # only this thread changes it
-        target = newest
-        if target is None or not put_key(
-            target.mf.mm, self.geometry, key, phys_offset, store_timestamp_ms
-        ):
-            target = self._roll(newest)
-            if not put_key(target.mf.mm, self.geometry, key, phys_offset, store_timestamp_ms):
-                raise RuntimeError(f"fresh index file {target.mf.path} refused a key")
-        target.dirty = True
-        self._last_indexed = phys_offset
+    def _put_keys(
+        self,
+        target: _IndexFile | None,
+        key_hashes: Sequence[int],
+        phys_offsets: Sequence[int],
+        store_timestamps_ms: Sequence[int],
+        start: int,
+    ) -> int:
+        if target is None:
+            return 0
+        if start:
+            key_hashes = key_hashes[start:]
+            phys_offsets = phys_offsets[start:]
+            store_timestamps_ms = store_timestamps_ms[start:]
+        return put_keys(target.mf.mm, self.geometry, key_hashes, phys_offsets, store_timestamps_ms)
 
     def _roll(self, previous: _IndexFile | None) -> _IndexFile:
         """Create the next file; its header continues from ``previous``'s end values."""
@@ -302,6 +359,17 @@ class IndexService:
         if not key or len(key) > MAX_QUERY_KEY_CHARS:
             raise ValueError(f"key must have 1..{MAX_QUERY_KEY_CHARS} characters")
         full_key = index_key(topic, key)
+        writes = self._writes
+        if not writes % 2:
+            found = self._query(full_key, max_count, begin_ms, end_ms)
+            if self._writes == writes:
+                return found
+        # A batch of puts ran meanwhile (its slots are written before its header): ask
+        # again with the writer kept out; a batch takes milliseconds.
+        with self._write_lock:
+            return self._query(full_key, max_count, begin_ms, end_ms)
+
+    def _query(self, full_key: str, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
         found: list[int] = []
         for f in self._snapshot_newest_first():
             if not f.mf.hold():  # deleted since the snapshot

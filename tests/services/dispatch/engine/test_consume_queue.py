@@ -584,3 +584,89 @@ def test_first_unwritten_follows_rocketmq_rule() -> None:
             (i for i, (off, size) in enumerate(pairs) if not (off >= 0 and size > 0)), count
         )
         assert first_unwritten(data) == expected, pairs
+
+
+# -- put_run: a run of entries at once, the same bytes as one put each ---------------------
+
+
+def _segments(root: Path, queue_id: int) -> dict[str, bytes]:
+    directory = root / "consumequeue" / "TopicA" / str(queue_id)
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _runs_and_puts(
+    tmp_path: Path, runs: list[list[tuple[int, int, int, int]]], *, from_batch: bool = False
+) -> None:
+    """Apply ``runs`` with put_run to queue 1 and entry by entry with put to queue 2;
+    the files, positions and results must be the same (errors included)."""
+    one = open_queue(tmp_path, queue_id=1)
+    many = open_queue(tmp_path, queue_id=2)
+    for run in runs:
+        columns = [list(column) for column in zip(*run, strict=True)]
+        try:
+            want: int | type[Exception] = sum(one.put(*entry) for entry in run)
+        except ConsumeQueueError as exc:
+            want = type(exc)
+        if isinstance(want, int):
+            assert many.put_run(*columns, from_batch=from_batch) == want
+        else:
+            with pytest.raises(want):
+                many.put_run(*columns, from_batch=from_batch)
+        assert (many.min_offset, many.max_offset, many.max_commitlog_end) == (
+            one.min_offset,
+            one.max_offset,
+            one.max_commitlog_end,
+        )
+        if isinstance(want, int):
+            assert _segments(tmp_path, 2) == _segments(tmp_path, 1)
+
+
+def run_of(first: int, count: int, *, size: int = SIZE) -> list[tuple[int, int, int, int]]:
+    return [(n, n * SIZE, size, n * 7 - 50) for n in range(first, first + count)]
+
+
+def test_put_run_across_segments_is_put_by_put(tmp_path: Path) -> None:
+    _runs_and_puts(tmp_path, [run_of(0, 3), run_of(3, 25), run_of(28, 1), run_of(29, 11)])
+
+
+def test_put_run_from_a_checked_batch(tmp_path: Path) -> None:
+    _runs_and_puts(tmp_path, [run_of(0, 13), run_of(13, 40)], from_batch=True)
+
+
+def test_put_run_redispatch_overlapping_the_end(tmp_path: Path) -> None:
+    _runs_and_puts(tmp_path, [run_of(0, 12), run_of(5, 12), run_of(0, 17), run_of(17, 3)])
+
+
+def test_put_run_starting_mid_segment_and_after_a_gap_pads(tmp_path: Path) -> None:
+    _runs_and_puts(tmp_path, [run_of(7, 5), run_of(25, 4)])
+
+
+def test_put_run_not_consecutive_goes_entry_by_entry(tmp_path: Path) -> None:
+    run = [*run_of(0, 3), *run_of(5, 2), *run_of(4, 1)]
+    _runs_and_puts(tmp_path, [run])
+
+
+def test_put_run_conflict_writes_nothing(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 5)
+    before = file_bytes(tmp_path, 0)
+    run = [*run_of(3, 2), (5, 500, SIZE, 0), (6, 600, SIZE, 0)]
+    run[1] = (4, 4 * SIZE + 1, SIZE - 1, 0)  # entry 4 is there, with another offset
+    with pytest.raises(ConsumeQueueConflictError):
+        queue.put_run(*[list(c) for c in zip(*run, strict=True)])
+    assert queue.max_offset == 5
+    assert file_bytes(tmp_path, 0) == before
+
+
+def test_put_run_checks_order_and_arguments(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    overlapping = [(0, 0, SIZE, 0), (1, SIZE - 1, SIZE, 0)]
+    with pytest.raises(ConsumeQueueOrderError):
+        queue.put_run(*[list(c) for c in zip(*overlapping, strict=True)])
+    with pytest.raises(ValueError, match="size"):
+        queue.put_run([0, 1], [0, 100], [100, 0], [0, 0])
+    assert queue.max_offset == 0
+    fill(queue, 0, 2)
+    with pytest.raises(ConsumeQueueOrderError):  # before the previous entry's record
+        queue.put_run([2, 3], [0, 100], [10, 10], [0, 0])
+    assert queue.put_run([], [], [], []) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,16 +19,20 @@ from services.dispatch.engine.dispatch_store import (
 )
 from tide.files import FileLockedError
 from tide.format import (
+    SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_STORE_HOST_V6,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     HostAddress,
+    decode_record,
     encode_properties,
     encode_record,
     pack_host,
     patch_record,
     tags_code,
+    write_blank,
 )
-from tide.tail import RecordAssembler, RecordAt
+from tide.tail import RecordAssembler, RecordAt, RecordBatch
 
 HOST = pack_host(HostAddress("127.0.0.1", 10911))
 
@@ -232,3 +237,182 @@ def test_a_rewritten_commitlog_is_the_truth(open_store: DispatchStore) -> None:
     ]
     assert open_store.index.query("A", "old5", 10, 0, 10**13) == []
     assert open_store.index.query("A", "new2", 10, 0, 10**13) == [new.records()[-1].offset]
+
+
+# -- a batch at a time: the same files as one record at a time -----------------------------
+
+
+def _store(root: Path) -> DispatchStore:
+    store = DispatchStore(
+        DispatchConfig(
+            root,
+            entries_per_segment=8,
+            index_slot_count=16,
+            index_max_entries=24,  # index files roll inside batches
+            flush_interval_ms=60_000,
+        )
+    )
+    store.open()
+    return store
+
+
+def _files(root: Path) -> list[tuple[str, bytes]]:
+    """Every consume queue file by path, and the index files in order (their names are
+    creation times, different between two stores)."""
+    queues = sorted(
+        (str(p.relative_to(root)), p.read_bytes())
+        for p in (root / "consumequeue").rglob("*")
+        if p.is_file()
+    )
+    index = [("index", p.read_bytes()) for p in sorted((root / "index").iterdir())]
+    return queues + index
+
+
+def _mixed_log() -> Log:
+    log = Log()
+    rnd = random.Random(31)
+    for i in range(90):
+        sys_flag = rnd.choice(
+            [0] * 8 + [SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK]
+        )
+        log.add(
+            Msg(
+                rnd.choice(["A", "B", "T-opic_2"]),
+                rnd.randrange(3),
+                tags=rnd.choice(["", "TagA", "标签"]),
+                keys=rnd.choice(["", f"k{i}", f"k{i} k{i + 1}  x", "ключ"]),
+                uniq=rnd.choice(["", f"U{i}"]),
+                sys_flag=sys_flag,
+            ),
+            store_ms=1_000 + 700 * i,
+        )
+    return log
+
+
+@pytest.mark.parametrize("split", [1, 7, 1000])
+def test_a_batch_writes_what_records_one_by_one_write(tmp_path: Path, split: int) -> None:
+    log = _mixed_log()
+    records = log.records()
+    one, many = _store(tmp_path / "one"), _store(tmp_path / "many")
+    try:
+        arrivals_one = [a for rec in records for a in one.apply([rec])]
+        arrivals_many: list[Arrival] = []
+        for start in range(0, len(records), split):
+            arrivals_many += many.apply(RecordBatch.from_records(records[start : start + split]))
+        # the last arrival of each queue is the same
+        assert {(a.topic, a.queue_id): a.max_offset for a in arrivals_many} == {
+            (a.topic, a.queue_id): a.max_offset for a in arrivals_one
+        }
+        assert many.dispatched_offset == one.dispatched_offset == len(log.data)
+        assert many._last_record == one._last_record
+        assert many.index.status() == one.index.status()
+        one.flush(thorough=True)
+        many.flush(thorough=True)
+        assert _files(tmp_path / "many") == _files(tmp_path / "one")
+        # and dispatching it all again changes nothing
+        many.reconcile(0, len(log.data))
+        assert many.apply(RecordAssembler(0).feed_batch(0, bytes(log.data))) == []
+        many.flush(thorough=True)
+        assert _files(tmp_path / "many") == _files(tmp_path / "one")
+    finally:
+        one.close()
+        many.close()
+
+
+def test_a_batch_from_the_assembler_is_dispatched(open_store: DispatchStore) -> None:
+    log = _mixed_log()
+    batch = RecordAssembler(0).feed_batch(0, bytes(log.data))
+    open_store.apply(batch)
+    assert open_store.dispatched_offset == len(log.data)
+    for rec in log.records():
+        if rec.scan.sys_flag == SYSFLAG_TRANSACTION_ROLLBACK:
+            continue
+        keys = decode_record(rec.data, 0, rec.size).properties.get("KEYS", "")
+        for key in keys.split(" "):
+            if key:
+                assert rec.offset in open_store.index.query(rec.scan.topic, key, 64, 0, 10**13)
+
+
+def test_a_query_meeting_a_batch_asks_again_under_the_lock(open_store: DispatchStore) -> None:
+    log = Log()
+    offset = log.add(Msg("A", 0, keys="k"))
+    open_store.apply(log.records())
+    index = open_store.index
+    index._writes += 1  # as if a batch were being written
+    try:
+        assert index.query("A", "k", 10, 0, 10**13) == [offset]
+    finally:
+        index._writes += 1
+
+
+def test_an_empty_uniq_key_is_indexed_in_a_batch_too(tmp_path: Path) -> None:
+    log = Log()
+    for i, props in enumerate([{"KEYS": "a"}, {"UNIQ_KEY": "", "KEYS": "b"}, {"KEYS": "c"}]):
+        encoded = encode_record(
+            "A", b"A", 0, b"body", encode_properties(props), 0, 0, 1, HOST, HOST
+        )
+        pos = len(log.data)
+        log.data += encoded.data
+        patch_record(log.data, pos, encoded.store_timestamp_pos, i, pos, 1_000)
+    one, many = _store(tmp_path / "one"), _store(tmp_path / "many")
+    try:
+        for rec in log.records():
+            one.apply([rec])
+        many.apply(RecordAssembler(0).feed_batch(0, bytes(log.data)))
+        assert many.index.status() == one.index.status()
+        assert one.index.status().entries == 4  # a, then "A#" and b, then c
+        one.flush(thorough=True)
+        many.flush(thorough=True)
+        assert _files(tmp_path / "many") == _files(tmp_path / "one")
+    finally:
+        one.close()
+        many.close()
+
+
+def test_a_batch_with_ipv6_records_and_a_segment_end(tmp_path: Path) -> None:
+    """Records the batch scan leaves to the per-record path (IPv6 hosts) and a blank
+    marker inside one chunk: a batch of several buffers, with a gap in the offsets."""
+    host6 = pack_host(HostAddress("::1", 10911))
+    data = bytearray()
+    next_queue_offset = [0, 0]
+    for i in range(30):
+        if i == 17:  # the segment ends: a blank marker and its filler, 300 bytes
+            blank = bytearray(300)
+            write_blank(blank, 0, 300)
+            data += blank
+        v6 = i % 4 == 1
+        queue_id = i % 2
+        encoded = encode_record(
+            "A",
+            b"A",
+            queue_id,
+            b"body%d" % i,
+            encode_properties({"TAGS": f"t{i % 3}", "KEYS": f"k{i} x{i}", "UNIQ_KEY": f"U{i}"}),
+            0,
+            SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6 if v6 else 0,
+            1,
+            host6 if v6 else HOST,
+            host6 if v6 else HOST,
+        )
+        pos = len(data)
+        data += encoded.data
+        patch_record(
+            data, pos, encoded.store_timestamp_pos, next_queue_offset[queue_id], pos, 1_000 + i
+        )
+        next_queue_offset[queue_id] += 1
+    stream = bytes(data)
+    batch = RecordAssembler(0).feed_batch(0, stream)
+    assert len(batch) == 30
+    one, many = _store(tmp_path / "one"), _store(tmp_path / "many")
+    try:
+        for rec in batch.records():
+            one.apply([rec])
+        many.apply(batch)
+        assert many.index.status() == one.index.status()
+        assert many.index.query("A", "x29", 10, 0, 10**13) == [batch.offsets[29]]
+        one.flush(thorough=True)
+        many.flush(thorough=True)
+        assert _files(tmp_path / "many") == _files(tmp_path / "one")
+    finally:
+        one.close()
+        many.close()

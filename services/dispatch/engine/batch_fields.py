@@ -1,0 +1,114 @@
+"""What dispatch needs from the properties of a batch of records, without decoding them.
+
+A record's properties are ``name \\x01 value \\x02`` repeated (docs/formats.md);
+:func:`tide.format.decode_properties` splits them on ``\\x02``, skips items without a
+``\\x01``, splits each item at its first ``\\x01``, and keeps the last value of a name.
+Dispatch only needs three of them (``KEYS``, ``TAGS``, ``UNIQ_KEY``), for every record of
+a batch. :func:`dispatch_properties` finds them for the whole batch with one regular
+expression over the properties joined with a record mark (``\\x02\\x00``): one match per
+record, whose repeated groups keep the last value of each name, exactly as the decoder
+does. A batch in which a record's properties hold the mark itself (an item starting with
+``\\x00``, which no producer writes) is parsed record by record instead.
+
+Values stay bytes: they are UTF-8 (invalid sequences read as U+FFFD, as the decoder
+reads them), and the index hashes ``topic#key`` from its bytes when it is ASCII.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from itertools import accumulate
+from typing import NamedTuple
+
+from tide.format import tags_code
+
+_KEYS = b"KEYS"
+_TAGS = b"TAGS"
+_UNIQ_KEY = b"UNIQ_KEY"
+_RECORD_MARK = b"\x02\x00"
+_JOIN = _RECORD_MARK + b"\x02"  # each record: the mark, then its items, each after \x02
+# One record: the mark, then items. KEYS and TAGS capture the value; UNIQ_KEY captures the
+# name too, so that an empty value (indexed) differs from none (not indexed). Any other
+# item: one not starting with \x00 (so the next record's mark is never taken as an item),
+# or an empty one (followed by \x02 or the end).
+_RECORD_ITEMS = re.compile(
+    rb"\x02\x00(?:\x02(?:KEYS\x01([^\x02]*)|TAGS\x01([^\x02]*)|(UNIQ_KEY\x01[^\x02]*)"
+    rb"|[^\x00\x02][^\x02]*|(?=\x02|\Z)))*"
+)
+_UNIQ_VALUE_POS = len(_UNIQ_KEY) + 1
+
+
+class DispatchProperties(NamedTuple):
+    """Per record, as bytes: the KEYS value, the TAGS value (``b""`` when absent or
+    empty: neither is indexed nor tagged), and the UNIQ_KEY value or None when absent."""
+
+    keys: list[bytes]
+    tags: list[bytes]
+    uniq_keys: list[bytes | None]
+
+
+def dispatch_properties(props: Sequence[bytes]) -> DispatchProperties:
+    """KEYS, TAGS and UNIQ_KEY of each record (see the module docstring)."""
+    return properties_in(b"".join(props), list(accumulate(map(len, props), initial=0)))
+
+
+def properties_in(data: bytes, bounds: Sequence[int]) -> DispatchProperties:
+    """:func:`dispatch_properties` of the properties at ``data[bounds[i]:bounds[i+1]]``
+    for every i (``bounds``: where they start, then where the last ends)."""
+    return properties_between(data, bounds[:-1], bounds[1:])
+
+
+def properties_between(
+    data: bytes, starts: Sequence[int], ends: Sequence[int]
+) -> DispatchProperties:
+    """:func:`dispatch_properties` of the properties at ``data[starts[i]:ends[i]]``."""
+    count = len(starts)
+    if not count:
+        return DispatchProperties([], [], [])
+    joined = _JOIN + _JOIN.join(map(data.__getitem__, map(slice, starts, ends)))
+    found: list[tuple[bytes, bytes, bytes]] | None = None
+    if joined.count(_RECORD_MARK) == count:
+        found = _RECORD_ITEMS.findall(joined)
+        if len(found) != count:  # pragma: no cover - the mark count rules this out
+            found = None
+    if found is None:
+        found = [_one(data[start:end]) for start, end in zip(starts, ends, strict=True)]
+    keys, tags, uniq = (list(column) for column in zip(*found, strict=True))
+    uniq_keys: list[bytes | None] = (
+        [u[_UNIQ_VALUE_POS:] if u else None for u in uniq] if any(uniq) else [None] * len(uniq)
+    )
+    return DispatchProperties(keys, tags, uniq_keys)
+
+
+def _one(props: bytes) -> tuple[bytes, bytes, bytes]:
+    """One record's (KEYS, TAGS, b"UNIQ_KEY\\x01" + value) as the batch regex gives them."""
+    values: dict[bytes, bytes] = {}
+    for item in props.split(b"\x02"):
+        name, sep, value = item.partition(b"\x01")
+        if sep and name in (_KEYS, _TAGS, _UNIQ_KEY):
+            values[name] = value
+    uniq = values.get(_UNIQ_KEY)
+    return (
+        values.get(_KEYS, b""),
+        values.get(_TAGS, b""),
+        b"" if uniq is None else _UNIQ_KEY + b"\x01" + uniq,
+    )
+
+
+def split_keys(value: bytes, limit: int) -> list[bytes]:
+    """``[k for k in value.split(" ") if k][:limit]`` on the bytes of KEYS."""
+    return [key for key in value.split(b" ") if key][:limit]
+
+
+class TagsCodes(dict[bytes, int]):
+    """TAGS value bytes -> :func:`tide.format.tags_code` of its text (tags repeat)."""
+
+    _MAX = 4096
+
+    def __missing__(self, key: bytes) -> int:
+        if len(self) >= self._MAX:
+            self.clear()
+        code = tags_code(key.decode("utf-8", "replace")) if key else 0
+        self[key] = code
+        return code

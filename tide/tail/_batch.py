@@ -1,0 +1,579 @@
+"""Records a column at a time: :class:`RecordBatch` and the chunk scanner that fills it.
+
+The per-record path (``scan_record`` plus a :class:`RecordAt` per record) costs
+microseconds a record in Python; a dispatch replay wants well under one. So
+:class:`ChunkScanner` takes the records of a Tail chunk in a few passes, each a handful of
+C-speed operations over the whole chunk rather than Python steps per field:
+
+1. the walk: one ``struct.unpack_from`` per record (``total_size`` and the header bytes
+   after it), hopping from record to record while the size fits;
+2. the header fields of every record at once: the headers are joined, reversed (on a
+   little-endian machine, so that every big-endian field reads in native order) and read
+   through typed memoryviews with a stride of one header, one ``tolist()`` per field;
+3. checks over whole columns (``count``, ``min``/``max``, list comparisons, ``set``): V1
+   magic, sizes within ``[FIXED_BYTES_V4, max_record_bytes]``, IPv4 hosts,
+   ``physical_offset == position``, body lengths that fit;
+4. the layout: one slice per record from the topic length to the properties length,
+   looked up in a cache (topics repeat) that knows the topic's text (None when it is not
+   UTF-8) and the properties length, which must end the record exactly;
+5. the body CRC: ``zlib.crc32`` of every body, compared as a list.
+
+The checks are those of :func:`tide.format.scan_record` (plus ``max_record_bytes``). The
+scan stops *before* the first record it does not take: a blank marker, an incomplete or
+oversized record, a V2 magic (two-byte topic length), IPv6 hosts, or a record that fails a
+check. The caller handles that unit on the per-record path, which accepts it (V2, IPv6),
+skips it (blank marker), keeps it for the next chunk (incomplete), or raises with the exact
+reason (corruption): the guarantees are the per-record path's, only the common case is
+cheaper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import struct
+import sys
+import threading
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add, sub
+from typing import Any, Literal, NamedTuple
+
+from tide.format import (
+    FIXED_BYTES_V4,
+    MESSAGE_MAGIC_V1,
+    MESSAGE_MAGIC_V2,
+    SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_STORE_HOST_V6,
+    ScanKind,
+    ScanResult,
+)
+from tide.format._record import host_length
+
+HEAD_V4_BYTES = 88  # the fixed header with IPv4 hosts: the body starts here
+_HOSTS_V6 = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
+_BODY_CRC = struct.Struct(">I")
+_BODY_CRC_POS = 8
+_TOPIC_CACHE_MAX = 4096
+
+
+class _GcPauses:
+    """How many gc_paused() blocks are running, and whether the collector was enabled
+    when the first began."""
+
+    lock = threading.Lock()
+    running = 0
+    was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector from running inside a batch.
+
+    Batch work allocates a few container objects per record (a tuple per regular
+    expression match, lists) that live until the batch ends and never form cycles.
+    Counted as allocations, they trigger young collections that traverse them and, as
+    they survive those, promote them until full collections run over every object of
+    the process: measured on a 256 KiB chunk, that was a third of the cost of applying
+    it. Nested and concurrent pauses are counted; the collector is enabled again (if it
+    was enabled) when the last one ends.
+    """
+    with _GcPauses.lock:
+        _GcPauses.running += 1
+        if _GcPauses.running == 1:
+            _GcPauses.was_enabled = gc.isenabled()
+            gc.disable()
+    try:
+        yield
+    finally:
+        with _GcPauses.lock:
+            _GcPauses.running -= 1
+            if _GcPauses.running == 0 and _GcPauses.was_enabled:
+                gc.enable()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordAt:
+    """One complete, checked record: its commitlog offset, size, scan and bytes."""
+
+    offset: int
+    size: int
+    scan: ScanResult
+    data: bytes
+
+    @property
+    def end_offset(self) -> int:
+        return self.offset + self.size
+
+
+class RecordBatch:
+    """Complete, checked records in commitlog order, one list per field.
+
+    Record ``i`` is ``data[positions[i] : positions[i] + sizes[i]]``, at commitlog offset
+    ``offsets[i]``; its properties are ``data[props_starts[i] : positions[i] + sizes[i]]``.
+    The lists are shared, not copied: treat a batch as read-only.
+    """
+
+    __slots__ = (
+        "body_crcs",
+        "data",
+        "offsets",
+        "positions",
+        "props_starts",
+        "queue_ids",
+        "queue_offsets",
+        "sizes",
+        "store_timestamps",
+        "sys_flags",
+        "topics",
+    )
+
+    def __init__(
+        self,
+        data: bytes = b"",
+        *,
+        positions: list[int] | None = None,
+        offsets: list[int] | None = None,
+        sizes: list[int] | None = None,
+        queue_ids: list[int] | None = None,
+        queue_offsets: list[int] | None = None,
+        sys_flags: list[int] | None = None,
+        store_timestamps: list[int] | None = None,
+        body_crcs: list[int] | None = None,
+        topics: list[str] | None = None,
+        props_starts: list[int] | None = None,
+    ) -> None:
+        self.data = data
+        self.positions = positions if positions is not None else []
+        self.offsets = offsets if offsets is not None else []
+        self.sizes = sizes if sizes is not None else []
+        self.queue_ids = queue_ids if queue_ids is not None else []
+        self.queue_offsets = queue_offsets if queue_offsets is not None else []
+        self.sys_flags = sys_flags if sys_flags is not None else []
+        self.store_timestamps = store_timestamps if store_timestamps is not None else []
+        self.body_crcs = body_crcs if body_crcs is not None else []
+        self.topics = topics if topics is not None else []
+        self.props_starts = props_starts if props_starts is not None else []
+        n = len(self.positions)
+        assert all(
+            len(column) == n
+            for column in (
+                self.offsets,
+                self.sizes,
+                self.queue_ids,
+                self.queue_offsets,
+                self.sys_flags,
+                self.store_timestamps,
+                self.body_crcs,
+                self.topics,
+                self.props_starts,
+            )
+        ), "columns of different lengths"
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __bool__(self) -> bool:
+        return bool(self.offsets)
+
+    def __repr__(self) -> str:
+        if not self.offsets:
+            return "RecordBatch(empty)"
+        return f"RecordBatch({len(self.offsets)} records, {self.offsets[0]}..{self.end_offset})"
+
+    @property
+    def start_offset(self) -> int:
+        """Commitlog offset of the first record (the batch must not be empty)."""
+        return self.offsets[0]
+
+    @property
+    def end_offset(self) -> int:
+        """Just past the last record (the batch must not be empty)."""
+        return self.offsets[-1] + self.sizes[-1]
+
+    def record_bytes(self, index: int) -> bytes:
+        start = self.positions[index]
+        return self.data[start : start + self.sizes[index]]
+
+    def properties_bytes(self, index: int) -> bytes:
+        return self.data[self.props_starts[index] : self.positions[index] + self.sizes[index]]
+
+    def record(self, index: int) -> RecordAt:
+        offset, size = self.offsets[index], self.sizes[index]
+        scan = ScanResult(
+            ScanKind.RECORD,
+            size=size,
+            queue_id=self.queue_ids[index],
+            queue_offset=self.queue_offsets[index],
+            physical_offset=offset,
+            sys_flag=self.sys_flags[index],
+            store_timestamp_ms=self.store_timestamps[index],
+            topic=self.topics[index],
+        )
+        return RecordAt(offset, size, scan, self.record_bytes(index))
+
+    def records(self) -> list[RecordAt]:
+        """The records as :class:`RecordAt` objects (the per-record API)."""
+        return [self.record(index) for index in range(len(self.offsets))]
+
+    def head(self, count: int) -> RecordBatch:
+        """The first ``count`` records."""
+        return RecordBatch(
+            self.data,
+            positions=self.positions[:count],
+            offsets=self.offsets[:count],
+            sizes=self.sizes[:count],
+            queue_ids=self.queue_ids[:count],
+            queue_offsets=self.queue_offsets[:count],
+            sys_flags=self.sys_flags[:count],
+            store_timestamps=self.store_timestamps[:count],
+            body_crcs=self.body_crcs[:count],
+            topics=self.topics[:count],
+            props_starts=self.props_starts[:count],
+        )
+
+    @classmethod
+    def from_records(cls, records: Iterable[RecordAt]) -> RecordBatch:
+        """A batch of already checked records (``RecordAt`` from any source)."""
+        builder = BatchBuilder()
+        for rec in records:
+            builder.add_record(rec)
+        return builder.build()
+
+
+def properties_start(data: bytes, pos: int = 0) -> int:
+    """Where the properties of the (already checked) record at ``data[pos:]`` start."""
+    magic, _, _, _, _, _, sys_flag = struct.unpack_from(">iIiiqqi", data, pos + 4)
+    body_len_pos = (
+        pos
+        + 48
+        + host_length(sys_flag, SYSFLAG_BORN_HOST_V6)
+        + 8
+        + host_length(sys_flag, SYSFLAG_STORE_HOST_V6)
+        + 12
+    )
+    topic_pos = body_len_pos + 4 + int.from_bytes(data[body_len_pos : body_len_pos + 4], "big")
+    if magic == MESSAGE_MAGIC_V2:
+        topic_len = int.from_bytes(data[topic_pos : topic_pos + 2], "big")
+        return topic_pos + 2 + topic_len + 2
+    return topic_pos + 1 + data[topic_pos] + 2
+
+
+class BatchBuilder:
+    """Collects scanned runs (from chunk buffers) and single records into one batch."""
+
+    def __init__(self) -> None:
+        self._buffers: list[bytes] = []  # each once, in order of first use
+        self._buffer_index: dict[int, int] = {}  # id() of a buffer (kept alive above)
+        self._runs: list[tuple[int, int]] = []  # (first record, buffer index) per run
+        self.batch = RecordBatch()
+
+    def __len__(self) -> int:
+        return len(self.batch.offsets)
+
+    def _buffer(self, buf: bytes) -> None:
+        """The records added next are in ``buf``."""
+        index = self._buffer_index.get(id(buf))
+        if index is None:
+            index = self._buffer_index[id(buf)] = len(self._buffers)
+            self._buffers.append(buf)
+        if not self._runs or self._runs[-1][1] != index:
+            self._runs.append((len(self.batch.offsets), index))
+
+    def add_record(self, rec: RecordAt) -> None:
+        scan = rec.scan
+        data = rec.data
+        self._buffer(data)
+        b = self.batch
+        b.positions.append(0)
+        b.offsets.append(rec.offset)
+        b.sizes.append(rec.size)
+        b.queue_ids.append(scan.queue_id)
+        b.queue_offsets.append(scan.queue_offset)
+        b.sys_flags.append(scan.sys_flag)
+        b.store_timestamps.append(scan.store_timestamp_ms)
+        b.body_crcs.append(_BODY_CRC.unpack_from(data, _BODY_CRC_POS)[0])
+        b.topics.append(scan.topic)
+        b.props_starts.append(properties_start(data))
+
+    def build(self) -> RecordBatch:
+        """The batch (positions into one buffer: the chunk itself when it is the only
+        one, else the buffers joined, each once). The builder must not be used
+        afterwards."""
+        b = self.batch
+        if len(self._buffers) <= 1:
+            b.data = self._buffers[0] if self._buffers else b""
+            return b
+        b.data = b"".join(self._buffers)
+        bases = list(accumulate(map(len, self._buffers), initial=0))
+        ends = [first for first, _ in self._runs[1:]]
+        ends.append(len(b.offsets))
+        for (lo, index), hi in zip(self._runs, ends, strict=True):
+            shift = bases[index]
+            if shift and hi > lo:
+                b.positions[lo:hi] = map(add, b.positions[lo:hi], repeat(shift))
+                b.props_starts[lo:hi] = map(add, b.props_starts[lo:hi], repeat(shift))
+        return b
+
+
+class _TopicCache(dict[bytes, str | None]):
+    """Topic length byte + topic + properties length -> the topic, or None when it is
+    not UTF-8."""
+
+    def __missing__(self, key: bytes) -> str | None:
+        if len(self) >= _TOPIC_CACHE_MAX:
+            self.clear()
+        try:
+            topic: str | None = key[1:-2].decode("utf-8")
+        except UnicodeDecodeError:
+            topic = None
+        self[key] = topic
+        return topic
+
+
+class _PropsLengths(dict[bytes, int]):
+    """Topic length byte + topic + properties length -> the properties length."""
+
+    def __missing__(self, key: bytes) -> int:
+        if len(self) >= _TOPIC_CACHE_MAX:
+            self.clear()
+        length = self[key] = int.from_bytes(key[-2:], "big")
+        return length
+
+
+def _first_false(flags: Iterable[object]) -> int:
+    for index, flag in enumerate(flags):
+        if not flag:
+            return index
+    raise AssertionError("no false flag")  # pragma: no cover - callers know there is one
+
+
+class _Field(NamedTuple):
+    """Where a header field is in the gathered headers, read as native integers: a
+    view type code, whether it needs the copy shifted by 4 bytes (8-byte fields at
+    positions 4 mod 8), the first element and the step (see ``ChunkScanner._columns``)."""
+
+    code: Literal["i", "I", "q"]
+    shifted: bool
+    start: int
+    step: int
+
+
+def _field(pos: int, width: int, code: Literal["i", "I", "q"], little: bool) -> _Field:
+    """The view of one field (at ``pos`` of each 88-byte gathered header) of every record.
+
+    A big-endian machine reads the headers as they are. A little-endian one reads them
+    reversed: every field's bytes flip into native order, and the records come last to
+    first, so the field of the last record starts at ``88 - pos - width``. An 8-byte
+    field at 4 mod 8 is read from the copy that starts 4 bytes later.
+    """
+    shifted = (pos % width) != 0  # only 8-byte fields at 4 mod 8: read from byte 4 on
+    assert not shifted or (width == 8 and pos % 8 == 4), (pos, width)
+    step = HEAD_V4_BYTES // width
+    if little:
+        # record n - 1 comes first: its field is at 88 - pos - width (minus 4 if shifted)
+        first = HEAD_V4_BYTES - pos - width - (4 if shifted else 0)
+    else:
+        first = pos - (4 if shifted else 0)
+    assert first % width == 0, (pos, width)
+    return _Field(code, shifted, first // width, step)
+
+
+_LITTLE = sys.byteorder == "little"
+# The walk keeps 88 bytes from byte 4 of each record (magic .. body_len, then 4 bytes
+# it does not use): magic, body_crc, queue_id, queue_offset, physical_offset, sys_flag,
+# store_timestamp, body_len at these positions (docs/formats.md, "Message record", - 4).
+_COLUMNS = ("magics", "crcs", "queue_ids", "queue_offsets", "phys", "flags", "stamps", "body_lens")
+_FIELDS = (
+    _field(0, 4, "i", _LITTLE),
+    _field(4, 4, "I", _LITTLE),
+    _field(8, 4, "i", _LITTLE),
+    _field(16, 8, "q", _LITTLE),
+    _field(24, 8, "q", _LITTLE),
+    _field(32, 4, "i", _LITTLE),
+    _field(52, 8, "q", _LITTLE),
+    _field(80, 4, "i", _LITTLE),
+)
+# total_size, then the 88 bytes from the magic on (the header less total_size, and 4 more)
+_WALK = struct.Struct(">i88s")
+_WALK_BYTES = _WALK.size  # 92: a record of 91 bytes at the very end is left to scan_record
+
+
+class ChunkScanner:
+    """The batch scan of whole records (see the module docstring). One per stream: it
+    keeps a cache of decoded topics."""
+
+    def __init__(self, max_record_bytes: int, *, check_crc: bool = True) -> None:
+        self.max_record_bytes = max_record_bytes
+        self.check_crc = check_crc
+        self._topics = _TopicCache()
+        self._props_lengths = _PropsLengths()
+
+    def scan(self, buf: bytes, start: int, base_offset: int, out: BatchBuilder) -> int:
+        """Take the whole, valid V1 IPv4 records from ``buf[start:]`` (``buf[0]`` is at
+        commitlog offset ``base_offset``) into ``out``; return where it stopped: the end
+        of ``buf`` or the first unit it did not take."""
+        positions, heads, end = self._walk(buf, start)
+        if not positions:
+            return start
+        cols = self._columns(heads, positions, end)
+        keep = self._check_columns(positions, base_offset, cols)
+        if keep:
+            keep = self._check_layout(buf, positions, end, cols, keep)
+        if keep and self.check_crc:
+            keep = self._check_crcs(buf, positions, cols, keep)
+        if not keep:
+            return start
+        if keep < len(positions):
+            del positions[keep:]
+            for column in cols.values():
+                del column[keep:]
+        self._extend(out, buf, positions, cols)
+        sizes: list[int] = cols["sizes"]
+        return positions[-1] + sizes[-1]
+
+    @staticmethod
+    def _walk(buf: bytes, start: int) -> tuple[list[int], bytes, int]:
+        """Hop from total_size to total_size while it fits, from ``start`` on: the
+        positions, the headers (from byte 4 on, see ``_WALK``) joined, and the end of
+        the last. Anything is taken here; the magic is checked on the columns."""
+        end = len(buf)
+        unpack = _WALK.unpack_from
+        positions: list[int] = []
+        heads: list[bytes] = []
+        add_position = positions.append
+        add_head = heads.append
+        pos = start
+        last = end - _WALK_BYTES
+        while pos <= last:
+            size, head = unpack(buf, pos)
+            if size < FIXED_BYTES_V4 or size > end - pos:
+                break
+            add_position(pos)
+            add_head(head)
+            pos += size
+        return positions, b"".join(heads), pos
+
+    @staticmethod
+    def _columns(heads: bytes, positions: list[int], end: int) -> dict[str, list[Any]]:
+        """The header fields of every record as lists, read from the joined headers
+        through typed memoryviews with a stride of one header (reversed first on a
+        little-endian machine: the fields are big-endian)."""
+        if _LITTLE:
+            heads = heads[::-1]
+        shifted = heads[4:-4]
+        cols: dict[str, list[Any]] = {}
+        for name, field in zip(_COLUMNS, _FIELDS, strict=True):
+            with (
+                memoryview(shifted if field.shifted else heads) as raw,
+                raw.cast(field.code) as typed,
+            ):
+                column: list[int] = typed[field.start :: field.step].tolist()
+            if _LITTLE:
+                column.reverse()
+            cols[name] = column
+        sizes = list(map(sub, positions[1:], positions))
+        sizes.append(end - positions[-1])
+        cols["sizes"] = sizes
+        return cols
+
+    def _check_columns(
+        self, positions: list[int], base_offset: int, cols: dict[str, list[Any]]
+    ) -> int:
+        """How many records from the first pass the whole-column checks."""
+        sizes, flags, body_lens = cols["sizes"], cols["flags"], cols["body_lens"]
+        keep = len(positions)
+        magics = cols["magics"]
+        if magics.count(MESSAGE_MAGIC_V1) != keep:
+            keep = magics.index(next(m for m in magics if m != MESSAGE_MAGIC_V1))
+            if not keep:
+                return 0
+        if max(sizes) > self.max_record_bytes:
+            keep = min(keep, _first_false(s <= self.max_record_bytes for s in sizes))
+        bad_flags = {f for f in set(flags) if f & _HOSTS_V6}
+        if bad_flags:
+            keep = min(keep, _first_false(f not in bad_flags for f in flags))
+        offsets = cols["offsets"] = list(map(add, positions, repeat(base_offset)))
+        if cols["phys"] != offsets:
+            keep = min(keep, _first_false(map(int.__eq__, cols["phys"], offsets)))
+        if min(body_lens) < 0 or min(map(sub, sizes, body_lens)) < FIXED_BYTES_V4:
+            keep = min(
+                keep,
+                _first_false(
+                    b >= 0 and s - b >= FIXED_BYTES_V4
+                    for s, b in zip(sizes, body_lens, strict=True)
+                ),
+            )
+        return keep
+
+    def _check_layout(
+        self, buf: bytes, positions: list[int], end: int, cols: dict[str, list[Any]], keep: int
+    ) -> int:
+        """Topic length, topic, properties length and properties must fill the record
+        exactly; finds the topics and where the properties start."""
+        ends = positions[1:keep]
+        ends.append(positions[keep - 1] + cols["sizes"][keep - 1])
+        body_starts = cols["body_starts"] = list(map(add, positions[:keep], repeat(HEAD_V4_BYTES)))
+        topic_pos = list(map(add, body_starts, cols["body_lens"]))
+        # properties start after the topic length (1 byte), the topic, their length (2)
+        props = [tp + 3 + buf[tp] for tp in topic_pos]
+        # (a negative one, from a topic length that does not fit, matches no stored one)
+        lengths = list(map(sub, ends, props))
+        # one slice per record, its length byte, topic and properties length: the key of
+        # the topic cache, which also knows the properties length it ends with
+        keys = list(map(buf.__getitem__, map(slice, topic_pos, props)))
+        if list(map(self._props_lengths.__getitem__, keys)) != lengths:
+            keep = _first_false(
+                map(int.__eq__, map(self._props_lengths.__getitem__, keys), lengths)
+            )
+            if not keep:
+                return 0
+            del props[keep:], keys[keep:]
+        topics = list(map(self._topics.__getitem__, keys))
+        if None in topics:
+            keep = topics.index(None)
+            del props[keep:], topics[keep:]
+        cols["topics"] = topics
+        cols["props_starts"] = props
+        cols["topic_pos"] = topic_pos
+        return len(props)
+
+    @staticmethod
+    def _check_crcs(buf: bytes, positions: list[int], cols: dict[str, list[Any]], keep: int) -> int:
+        body_starts = cols["body_starts"][:keep]
+        bodies = map(buf.__getitem__, map(slice, body_starts, cols["topic_pos"]))
+        computed = list(map(zlib.crc32, bodies))
+        crcs = cols["crcs"]
+        if computed != crcs[:keep]:
+            return _first_false(map(int.__eq__, computed, crcs))
+        return keep
+
+    @staticmethod
+    def _extend(
+        out: BatchBuilder, buf: bytes, positions: list[int], cols: dict[str, list[Any]]
+    ) -> None:
+        out._buffer(buf)
+        b = out.batch
+        keep = len(positions)
+        fields = (
+            ("positions", positions),
+            ("offsets", cols["offsets"]),
+            ("sizes", cols["sizes"]),
+            ("queue_ids", cols["queue_ids"]),
+            ("queue_offsets", cols["queue_offsets"]),
+            ("sys_flags", cols["flags"]),
+            ("store_timestamps", cols["stamps"]),
+            ("body_crcs", cols["crcs"]),
+            ("topics", cols["topics"]),
+            ("props_starts", cols["props_starts"]),
+        )
+        fresh = not b.offsets  # the common case: the batch is this one run
+        for name, column in fields:
+            if len(column) > keep:
+                del column[keep:]
+            if fresh:
+                setattr(b, name, column)
+            else:
+                getattr(b, name).extend(column)
