@@ -2,11 +2,16 @@
 
     python -m bench.dispatch_apply --records 200000
 
-Builds a commitlog byte stream of 128-byte messages in memory (8 queues of one topic,
-one tag, with or without one key each), cuts it into Tail chunks (256 KiB, the storage's
-default), then measures in-process, chunk by chunk as a dispatch runs: the assembler
-(``RecordAssembler.feed_batch``: finds and checks the records of each chunk) and
-``DispatchStore.apply`` of each chunk's batch (consume queue entries + index entries).
+Builds a commitlog byte stream of 128-byte messages in memory (8 queues of one topic
+taking turns, as one producer's round robin sends them, or in random order with
+``--random-queues``; one tag, with or without one key each), cuts it into Tail chunks
+(256 KiB, the storage's default), then measures in-process, chunk by chunk as a dispatch
+runs: the assembler (``RecordAssembler.feed_batch``: finds and checks the records of each
+chunk) and ``DispatchStore.apply`` of each chunk's batch (consume queue entries + index
+entries).
+
+Body CRCs are not checked, as the dispatch service does not check them by default
+(``--verify-body-crc`` checks them, as the service's option of that name does).
 
 Times are CPU times of this process (``time.process_time``), per stage, so that other
 load on the machine does not count; ``--wall`` reports wall-clock times instead.
@@ -15,6 +20,7 @@ load on the machine does not count; ``--wall`` reports wall-clock times instead.
 from __future__ import annotations
 
 import argparse
+import random
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,13 +35,14 @@ QUEUES = 8
 CHUNK_BYTES = 256 * 1024
 
 
-def commitlog_bytes(records: int, with_keys: bool) -> bytes:
+def commitlog_bytes(records: int, with_keys: bool, *, random_queues: bool = False) -> bytes:
     data = bytearray()
     next_offsets = [0] * QUEUES
     body = b"x" * 128
+    rng = random.Random(7)
     for i in range(records):
         props = {"TAGS": "TagA", **({"KEYS": f"key-{i}"} if with_keys else {})}
-        queue_id = i % QUEUES
+        queue_id = rng.randrange(QUEUES) if random_queues else i % QUEUES
         rec = encode_record(
             "BenchTopic",
             b"BenchTopic",
@@ -55,10 +62,18 @@ def commitlog_bytes(records: int, with_keys: bool) -> bytes:
     return bytes(data)
 
 
-def run(records: int, with_keys: bool, chunk_bytes: int, clock: Callable[[], float]) -> str:
-    data = commitlog_bytes(records, with_keys)
+def run(
+    records: int,
+    with_keys: bool,
+    chunk_bytes: int,
+    clock: Callable[[], float],
+    *,
+    verify_body_crc: bool = False,
+    random_queues: bool = False,
+) -> str:
+    data = commitlog_bytes(records, with_keys, random_queues=random_queues)
     chunks = [(pos, data[pos : pos + chunk_bytes]) for pos in range(0, len(data), chunk_bytes)]
-    assembler = RecordAssembler(0)
+    assembler = RecordAssembler(0, check_crc=verify_body_crc)
     assemble_s = apply_s = 0.0
     applied = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,12 +103,26 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000, help="records per case")
     parser.add_argument("--chunk-bytes", type=int, default=CHUNK_BYTES, help="Tail chunk size")
     parser.add_argument("--wall", action="store_true", help="wall-clock instead of CPU time")
+    parser.add_argument(
+        "--verify-body-crc", action="store_true", help="check body CRCs (dispatch's option)"
+    )
+    parser.add_argument(
+        "--random-queues", action="store_true", help="queues in random order, not round robin"
+    )
     args = parser.parse_args()
     clock = time.perf_counter if args.wall else time.process_time
     print("| keys | records | assembler records/s | apply records/s | together records/s |")
     print("|---|---|---|---|---|")
     for with_keys in (False, True):
-        print(run(args.records, with_keys, args.chunk_bytes, clock), flush=True)
+        line = run(
+            args.records,
+            with_keys,
+            args.chunk_bytes,
+            clock,
+            verify_body_crc=args.verify_body_crc,
+            random_queues=args.random_queues,
+        )
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -66,12 +66,17 @@ class Dispatcher:
         writer: Writer,
         *,
         cleanup_interval_s: float,
+        verify_body_crc: bool = False,
     ) -> None:
         self.store = store
         self.storage = storage
         self.hub = hub
         self._writer = writer
         self._cleanup_interval_s = cleanup_interval_s
+        # Body CRCs are not checked by default, as RocketMQ's ReputMessageService does
+        # not (checkMessageAndReturnSize(buffer, checkCRC=false, ...)): the storage checks
+        # them in recovery. Every structural check of a record still applies.
+        self.verify_body_crc = verify_body_crc
         self._follower: TailFollower | None = None
         self._tail_channel: grpc.aio.Channel | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -223,9 +228,18 @@ class Dispatcher:
                     failures += 1
             self.restarts += 1
 
+    def new_follower(self, offset: int) -> TailFollower:
+        """The follower of the storage's commitlog from ``offset``."""
+        return TailFollower(
+            self.storage.target,
+            offset,
+            check_crc=self.verify_body_crc,
+            channel_factory=self._channel_factory,
+        )
+
     async def _follow_once(self, offset: int) -> str | None:
         """Follow from ``offset`` until something fails; returns what (None: closed)."""
-        follower = TailFollower(self.storage.target, offset, channel_factory=self._channel_factory)
+        follower = self.new_follower(offset)
         self._follower = follower
         self._phase = "following"
         try:

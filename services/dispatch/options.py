@@ -51,6 +51,14 @@ OPTIONS: tuple[Option, ...] = (
         "how often files only pointing below the storage's min offset are deleted",
         unit="ms",
     ),
+    Option(
+        "verify_body_crc",
+        bool,
+        False,
+        "check every record's body CRC while dispatching (off, as RocketMQ's dispatch: "
+        "the storage checks them in recovery, `tide store verify` offline); the record "
+        "structure is always checked",
+    ),
 )
 
 

@@ -54,6 +54,7 @@ class DispatchService:
             self._hub,
             writer,
             cleanup_interval_s=self._config.get_int("cleanup_interval_ms") / 1000,
+            verify_body_crc=self._config.get_bool("verify_body_crc"),
         )
         try:
             await writer.run(store.open)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -17,6 +18,7 @@ from tide.format import (
     entry_is_written,
     first_queue_offset,
     logical_position,
+    pack_entries,
     pack_entry,
     pack_entry_into,
     position_in_segment,
@@ -93,3 +95,28 @@ def test_first_queue_offset() -> None:
         first_queue_offset(6_000_001)
     with pytest.raises(ValueError, match="multiple of 20"):
         first_queue_offset(-20)
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 17, 200])
+def test_pack_entries_is_pack_entry_of_each(count: int) -> None:
+    """Every path: one struct call per entry, and the column-wise one for runs whose
+    entries share the tags code (same sizes or not), from lists, tuples, iterators."""
+    rnd = random.Random(count)
+    offsets = [rnd.randrange(2**63) for _ in range(count)]
+    for sizes, codes in (
+        ([rnd.randrange(-(2**31), 2**31) for _ in range(count)], [-5] * count),
+        ([170] * count, [tags_code("TagA")] * count),
+        ([170] * count, [rnd.randrange(-(2**63), 2**63) for _ in range(count)]),
+    ):
+        want = b"".join(map(pack_entry, offsets, sizes, codes))
+        assert pack_entries(offsets, sizes, codes) == want
+        assert pack_entries(tuple(offsets), tuple(sizes), tuple(codes)) == want
+        assert pack_entries(iter(offsets), iter(sizes), iter(codes)) == want
+
+
+@pytest.mark.parametrize(
+    ("offsets", "sizes"), [([2**63] * 20, [1] * 20), ([1] * 20, [1] * 19 + [2**31])]
+)
+def test_pack_entries_refuses_values_that_do_not_fit(offsets: list[int], sizes: list[int]) -> None:
+    with pytest.raises((OverflowError, struct.error)):
+        pack_entries(offsets, sizes, [0] * 20)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import struct
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ from tide.format import (
     index_file_name,
     index_key,
     index_key_hash,
+    index_key_hashes,
     index_time_matched,
     init_index_header,
     is_index_full,
@@ -28,6 +31,7 @@ from tide.format import (
     pack_index_header,
     parse_index_file_name,
     put_key,
+    put_keys,
     read_index_header,
     read_slot,
     select_phy_offsets,
@@ -36,7 +40,6 @@ from tide.format import (
     unpack_index_entry,
     unpack_index_header,
 )
-from tide.format._index_file import index_key_hashes, put_keys
 
 T0 = 1_700_000_000_000
 INT_MAX = 2**31 - 1
@@ -482,3 +485,60 @@ def test_put_keys_after_a_torn_put_links_as_put_key_does() -> None:
     assert put_key(torn, G, K1, 300, T0)
     assert put_keys(many, G, index_key_hashes([K1.encode()]), [300], [T0]) == 1
     assert many == torn
+
+
+def test_index_key_hashes_with_a_prefix_hash_prefix_plus_key() -> None:
+    rnd = random.Random(5)
+    for prefix in (b"", b"T#", b"BenchTopic#", "Tópico#".encode()):
+        for keys in (
+            [b"key-%d" % i for i in range(99_990, 100_010)],  # two lengths
+            [b"k"],
+            [b"", b"x"],
+            [bytes(rnd.randrange(32, 127) for _ in range(rnd.randrange(9))) for _ in range(30)],
+            [b"\xff", "ключ".encode()],
+        ):
+            assert index_key_hashes(keys, prefix) == index_key_hashes([prefix + k for k in keys])
+
+
+@pytest.mark.parametrize("stamps", ["same", "few", "many", "first differs"])
+def test_put_keys_time_diffs_as_put_key(stamps: str) -> None:
+    """Timestamps all the same, a few distinct ones, all different, or only the first
+    (which sets the begin time of a fresh file) different."""
+    geometry = IndexGeometry(slot_count=1000, max_entries=400)
+    keys = [f"T#k{i}" for i in range(300)]
+    offsets = [100 * i for i in range(300)]
+    times = {
+        "same": [T0] * 300,
+        "few": [T0 + 1500 * (i // 100) for i in range(300)],
+        "many": [T0 + 7 * i for i in range(300)],
+        "first differs": [T0 - 3000] + [T0 + 2500] * 299,
+    }[stamps]
+    for split in (300, 7):  # the first batch sets the begin time, the others use it
+        one, many = _fresh(geometry), _fresh(geometry)
+        assert _sequential(one, geometry, keys, offsets, times) == 300
+        hashes = index_key_hashes([k.encode() for k in keys])
+        for start in range(0, 300, split):
+            end = start + split
+            assert put_keys(many, geometry, hashes[start:end], offsets[start:end], times[start:end])
+        assert many == one
+
+
+def test_put_keys_writes_entries_with_pwrite_given_the_file(tmp_path: Path) -> None:
+    """With ``fd`` (the file the buffer maps), the same bytes end up in the file."""
+    geometry = IndexGeometry(slot_count=16, max_entries=64)
+    keys = [f"T#{i % 20}" for i in range(50)]
+    hashes = index_key_hashes([k.encode() for k in keys])
+    offsets = [10 * i for i in range(50)]
+    stamps = [T0 + i for i in range(50)]
+    want = _fresh(geometry)
+    assert put_keys(want, geometry, hashes, offsets, stamps) == 50
+    path = tmp_path / "index"
+    path.write_bytes(bytes(geometry.file_bytes))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with mmap.mmap(fd, geometry.file_bytes) as mm:
+            assert put_keys(mm, geometry, hashes[:30], offsets[:30], stamps[:30], fd=fd) == 30
+            assert put_keys(mm, geometry, hashes[30:], offsets[30:], stamps[30:], fd=fd) == 20
+            assert mm[:] == bytes(want)
+    finally:
+        os.close(fd)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import mmap
 import struct
-from collections.abc import Iterable
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeAlias
 
 from tide.format._record import Buffer
@@ -56,8 +58,48 @@ def pack_entry_into(
 def pack_entries(
     commitlog_offsets: Iterable[int], sizes: Iterable[int], tags_codes: Iterable[int]
 ) -> bytes:
-    """The bytes of consecutive entries (one ``struct`` call per entry, in C)."""
+    """The bytes of consecutive entries (``pack_entry`` of each, joined).
+
+    One ``struct`` call per entry, in C; or, for a run of sequences whose entries all
+    have the same tags code (one tag), column by column: the entries start as copies of
+    one (size and tags code), then the big-endian bytes of the offsets (and of the sizes
+    when they differ) go into place with one strided copy per byte of the field, about
+    twice as fast. Values that do not fit raise (struct.error or OverflowError).
+    """
+    if (
+        isinstance(commitlog_offsets, list | tuple)
+        and isinstance(sizes, list | tuple)
+        and isinstance(tags_codes, list | tuple)
+        and len(commitlog_offsets) >= _COLUMNS_FROM
+        and tags_codes.count(tags_codes[0]) == len(commitlog_offsets) == len(sizes)
+    ):
+        return _pack_same_tags(commitlog_offsets, sizes, tags_codes[0])
     return b"".join(map(_ENTRY.pack, commitlog_offsets, sizes, tags_codes))
+
+
+_COLUMNS_FROM = 16  # fewer entries: one struct call each is as fast
+_LITTLE = sys.byteorder == "little"
+_SIZE_AND_TAGS = struct.Struct(">iq")  # an entry's last 12 bytes
+
+
+def _pack_same_tags(
+    commitlog_offsets: Sequence[int], sizes: Sequence[int], tags_code: int
+) -> bytes:
+    count = len(commitlog_offsets)
+    same_size = sizes.count(sizes[0]) == count
+    template = bytes(8) + _SIZE_AND_TAGS.pack(sizes[0] if same_size else 0, tags_code)
+    out = bytearray(template * count)
+    for pos, code, column in ((0, "q", commitlog_offsets), (8, "i", None if same_size else sizes)):
+        if column is None:
+            continue
+        typed = array(code, column)  # range-checked: OverflowError
+        if _LITTLE:
+            typed.byteswap()
+        raw = typed.tobytes()
+        width = typed.itemsize
+        for byte in range(width):
+            out[pos + byte :: ENTRY_BYTES] = raw[byte::width]
+    return bytes(out)
 
 
 def unpack_entry(buf: Buffer, pos: int = 0) -> ConsumeQueueEntry:

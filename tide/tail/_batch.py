@@ -16,7 +16,8 @@ C-speed operations over the whole chunk rather than Python steps per field:
 4. the layout: one slice per record from the topic length to the properties length,
    looked up in a cache (topics repeat) that knows the topic's text (None when it is not
    UTF-8) and the properties length, which must end the record exactly;
-5. the body CRC: ``zlib.crc32`` of every body, compared as a list.
+5. the body CRC, unless turned off (dispatch does not check it by default, as RocketMQ's
+   ReputMessageService does not): ``zlib.crc32`` of every body, compared as a list.
 
 The checks are those of :func:`tide.format.scan_record` (plus ``max_record_bytes``). The
 scan stops *before* the first record it does not take: a blank marker, an incomplete or
@@ -35,11 +36,11 @@ import struct
 import sys
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, repeat
-from operator import add, sub
-from typing import Any, Literal, NamedTuple
+from operator import add, eq, getitem, sub
+from typing import Any, Literal, NamedTuple, cast
 
 from tide.format import (
     FIXED_BYTES_V4,
@@ -113,11 +114,12 @@ class RecordBatch:
 
     Record ``i`` is ``data[positions[i] : positions[i] + sizes[i]]``, at commitlog offset
     ``offsets[i]``; its properties are ``data[props_starts[i] : positions[i] + sizes[i]]``.
-    The lists are shared, not copied: treat a batch as read-only.
+    The lists are shared, not copied: treat a batch as read-only. Body CRCs are read from
+    the records when asked for (:meth:`body_crc`, :attr:`body_crcs`): dispatch needs one
+    per batch.
     """
 
     __slots__ = (
-        "body_crcs",
         "data",
         "offsets",
         "positions",
@@ -141,7 +143,6 @@ class RecordBatch:
         queue_offsets: list[int] | None = None,
         sys_flags: list[int] | None = None,
         store_timestamps: list[int] | None = None,
-        body_crcs: list[int] | None = None,
         topics: list[str] | None = None,
         props_starts: list[int] | None = None,
     ) -> None:
@@ -153,7 +154,6 @@ class RecordBatch:
         self.queue_offsets = queue_offsets if queue_offsets is not None else []
         self.sys_flags = sys_flags if sys_flags is not None else []
         self.store_timestamps = store_timestamps if store_timestamps is not None else []
-        self.body_crcs = body_crcs if body_crcs is not None else []
         self.topics = topics if topics is not None else []
         self.props_starts = props_starts if props_starts is not None else []
         n = len(self.positions)
@@ -166,7 +166,6 @@ class RecordBatch:
                 self.queue_offsets,
                 self.sys_flags,
                 self.store_timestamps,
-                self.body_crcs,
                 self.topics,
                 self.props_starts,
             )
@@ -192,6 +191,16 @@ class RecordBatch:
     def end_offset(self) -> int:
         """Just past the last record (the batch must not be empty)."""
         return self.offsets[-1] + self.sizes[-1]
+
+    def body_crc(self, index: int) -> int:
+        """The body CRC that record ``index`` stores."""
+        crc: int = _BODY_CRC.unpack_from(self.data, self.positions[index] + _BODY_CRC_POS)[0]
+        return crc
+
+    @property
+    def body_crcs(self) -> list[int]:
+        """The body CRC of every record (read from the records on each call)."""
+        return [self.body_crc(index) for index in range(len(self.positions))]
 
     def record_bytes(self, index: int) -> bytes:
         start = self.positions[index]
@@ -229,7 +238,6 @@ class RecordBatch:
             queue_offsets=self.queue_offsets[:count],
             sys_flags=self.sys_flags[:count],
             store_timestamps=self.store_timestamps[:count],
-            body_crcs=self.body_crcs[:count],
             topics=self.topics[:count],
             props_starts=self.props_starts[:count],
         )
@@ -294,7 +302,6 @@ class BatchBuilder:
         b.queue_offsets.append(scan.queue_offset)
         b.sys_flags.append(scan.sys_flag)
         b.store_timestamps.append(scan.store_timestamp_ms)
-        b.body_crcs.append(_BODY_CRC.unpack_from(data, _BODY_CRC_POS)[0])
         b.topics.append(scan.topic)
         b.props_starts.append(properties_start(data))
 
@@ -382,6 +389,8 @@ def _field(pos: int, width: int, code: Literal["i", "I", "q"], little: bool) -> 
 
 
 _LITTLE = sys.byteorder == "little"
+# ``buf[a:b]`` as a function (faster in map than ``buf.__getitem__``, a slot wrapper)
+_slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
 # The walk keeps 88 bytes from byte 4 of each record (magic .. body_len, then 4 bytes
 # it does not use): magic, body_crc, queue_id, queue_offset, physical_offset, sys_flag,
 # store_timestamp, body_len at these positions (docs/formats.md, "Message record", - 4).
@@ -398,6 +407,7 @@ _FIELDS = (
 )
 # total_size, then the 88 bytes from the magic on (the header less total_size, and 4 more)
 _WALK = struct.Struct(">i88s")
+_V1_BYTES = struct.pack(">i", MESSAGE_MAGIC_V1)
 _WALK_BYTES = _WALK.size  # 92: a record of 91 bytes at the very end is left to scan_record
 
 
@@ -447,25 +457,34 @@ class ChunkScanner:
         add_head = heads.append
         pos = start
         last = end - _WALK_BYTES
+        smallest = FIXED_BYTES_V4
         while pos <= last:
             size, head = unpack(buf, pos)
-            if size < FIXED_BYTES_V4 or size > end - pos:
+            if size < smallest or size > end - pos:
                 break
             add_position(pos)
             add_head(head)
             pos += size
         return positions, b"".join(heads), pos
 
-    @staticmethod
-    def _columns(heads: bytes, positions: list[int], end: int) -> dict[str, list[Any]]:
+    def _columns(self, heads: bytes, positions: list[int], end: int) -> dict[str, list[Any]]:
         """The header fields of every record as lists, read from the joined headers
         through typed memoryviews with a stride of one header (reversed first on a
-        little-endian machine: the fields are big-endian)."""
+        little-endian machine: the fields are big-endian). The body CRCs only when they
+        are checked (a batch reads them from the records when asked); the magics only
+        when one is not V1 (the usual case is told from the bytes: each of the magic's
+        four bytes, with a stride of one header, is that byte of the V1 magic)."""
+        count = len(positions)
+        skip = {"crcs"} if not self.check_crc else set()
+        if all(heads[i::HEAD_V4_BYTES] == _V1_BYTES[i : i + 1] * count for i in range(4)):
+            skip.add("magics")  # _check_columns knows they are all V1
         if _LITTLE:
             heads = heads[::-1]
         shifted = heads[4:-4]
         cols: dict[str, list[Any]] = {}
         for name, field in zip(_COLUMNS, _FIELDS, strict=True):
+            if name in skip:
+                continue
             with (
                 memoryview(shifted if field.shifted else heads) as raw,
                 raw.cast(field.code) as typed,
@@ -485,8 +504,8 @@ class ChunkScanner:
         """How many records from the first pass the whole-column checks."""
         sizes, flags, body_lens = cols["sizes"], cols["flags"], cols["body_lens"]
         keep = len(positions)
-        magics = cols["magics"]
-        if magics.count(MESSAGE_MAGIC_V1) != keep:
+        magics = cols.get("magics")  # none: all V1
+        if magics is not None and magics.count(MESSAGE_MAGIC_V1) != keep:
             keep = magics.index(next(m for m in magics if m != MESSAGE_MAGIC_V1))
             if not keep:
                 return 0
@@ -497,8 +516,12 @@ class ChunkScanner:
             keep = min(keep, _first_false(f not in bad_flags for f in flags))
         offsets = cols["offsets"] = list(map(add, positions, repeat(base_offset)))
         if cols["phys"] != offsets:
-            keep = min(keep, _first_false(map(int.__eq__, cols["phys"], offsets)))
-        if min(body_lens) < 0 or min(map(sub, sizes, body_lens)) < FIXED_BYTES_V4:
+            keep = min(keep, _first_false(map(eq, cols["phys"], offsets)))
+        # (every body fits when the longest fits the shortest record: no pass per record)
+        if min(body_lens) < 0 or (
+            max(body_lens) > min(sizes) - FIXED_BYTES_V4
+            and min(map(sub, sizes, body_lens)) < FIXED_BYTES_V4
+        ):
             keep = min(
                 keep,
                 _first_false(
@@ -515,19 +538,19 @@ class ChunkScanner:
         exactly; finds the topics and where the properties start."""
         ends = positions[1:keep]
         ends.append(positions[keep - 1] + cols["sizes"][keep - 1])
-        body_starts = cols["body_starts"] = list(map(add, positions[:keep], repeat(HEAD_V4_BYTES)))
-        topic_pos = list(map(add, body_starts, cols["body_lens"]))
+        # (the body starts at HEAD_V4_BYTES, the topic after it)
+        topic_pos = list(
+            map(add, positions[:keep], map(add, cols["body_lens"], repeat(HEAD_V4_BYTES)))
+        )
         # properties start after the topic length (1 byte), the topic, their length (2)
         props = [tp + 3 + buf[tp] for tp in topic_pos]
         # (a negative one, from a topic length that does not fit, matches no stored one)
         lengths = list(map(sub, ends, props))
         # one slice per record, its length byte, topic and properties length: the key of
         # the topic cache, which also knows the properties length it ends with
-        keys = list(map(buf.__getitem__, map(slice, topic_pos, props)))
+        keys: list[bytes] = list(map(_slice_of, repeat(buf), map(slice, topic_pos, props)))
         if list(map(self._props_lengths.__getitem__, keys)) != lengths:
-            keep = _first_false(
-                map(int.__eq__, map(self._props_lengths.__getitem__, keys), lengths)
-            )
+            keep = _first_false(map(eq, map(self._props_lengths.__getitem__, keys), lengths))
             if not keep:
                 return 0
             del props[keep:], keys[keep:]
@@ -542,12 +565,12 @@ class ChunkScanner:
 
     @staticmethod
     def _check_crcs(buf: bytes, positions: list[int], cols: dict[str, list[Any]], keep: int) -> int:
-        body_starts = cols["body_starts"][:keep]
-        bodies = map(buf.__getitem__, map(slice, body_starts, cols["topic_pos"]))
+        body_starts = map(add, positions[:keep], repeat(HEAD_V4_BYTES))
+        bodies = map(_slice_of, repeat(buf), map(slice, body_starts, cols["topic_pos"]))
         computed = list(map(zlib.crc32, bodies))
         crcs = cols["crcs"]
         if computed != crcs[:keep]:
-            return _first_false(map(int.__eq__, computed, crcs))
+            return _first_false(map(eq, computed, crcs))
         return keep
 
     @staticmethod
@@ -565,7 +588,6 @@ class ChunkScanner:
             ("queue_offsets", cols["queue_offsets"]),
             ("sys_flags", cols["flags"]),
             ("store_timestamps", cols["stamps"]),
-            ("body_crcs", cols["crcs"]),
             ("topics", cols["topics"]),
             ("props_starts", cols["props_starts"]),
         )

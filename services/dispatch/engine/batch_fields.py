@@ -17,9 +17,10 @@ reads them), and the index hashes ``topic#key`` from its bytes when it is ASCII.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from itertools import accumulate
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from itertools import accumulate, repeat
+from operator import getitem
+from typing import Any, NamedTuple, cast
 
 from tide.format import tags_code
 
@@ -31,12 +32,34 @@ _JOIN = _RECORD_MARK + b"\x02"  # each record: the mark, then its items, each af
 # One record: the mark, then items. KEYS and TAGS capture the value; UNIQ_KEY captures the
 # name too, so that an empty value (indexed) differs from none (not indexed). Any other
 # item: one not starting with \x00 (so the next record's mark is never taken as an item),
-# or an empty one (followed by \x02 or the end).
-_RECORD_ITEMS = re.compile(
-    rb"\x02\x00(?:\x02(?:KEYS\x01([^\x02]*)|TAGS\x01([^\x02]*)|(UNIQ_KEY\x01[^\x02]*)"
-    rb"|[^\x00\x02][^\x02]*|(?=\x02|\Z)))*"
+# or an empty one (followed by \x02 or the end). The runs of value bytes are possessive
+# (``*+``): an item always runs to the next \x02, so giving bytes back never helps, and
+# not saving a backtracking point per byte makes the scan ~1.3x faster. (Not the
+# repetition of items: on CPython 3.11, a possessive repeat around capturing groups can
+# fail with "The span of capturing group is wrong".)
+_ALTERNATIVES = (
+    rb"KEYS\x01([^\x02]*+)",
+    rb"TAGS\x01([^\x02]*+)",
+    rb"(UNIQ_KEY\x01[^\x02]*+)",
 )
+
+
+def _record_items(present: tuple[bool, bool, bool]) -> re.Pattern[bytes]:
+    """The record regex capturing the names that are ``present`` (KEYS, TAGS, UNIQ_KEY):
+    a batch without UNIQ_KEY (say) needs no alternative nor group for it."""
+    named = b"".join(alt + b"|" for alt, on in zip(_ALTERNATIVES, present, strict=True) if on)
+    return re.compile(rb"\x02\x00(?:\x02(?:" + named + rb"[^\x00\x02][^\x02]*+|(?=\x02|\Z)))*")
+
+
+_PATTERNS = {
+    (k, t, u): _record_items((k, t, u))
+    for k in (False, True)
+    for t in (False, True)
+    for u in (False, True)
+}
 _UNIQ_VALUE_POS = len(_UNIQ_KEY) + 1
+# ``data[a:b]`` as a function (faster in map than ``data.__getitem__``, a slot wrapper)
+_slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
 
 
 class DispatchProperties(NamedTuple):
@@ -66,15 +89,28 @@ def properties_between(
     count = len(starts)
     if not count:
         return DispatchProperties([], [], [])
-    joined = _JOIN + _JOIN.join(map(data.__getitem__, map(slice, starts, ends)))
-    found: list[tuple[bytes, bytes, bytes]] | None = None
-    if joined.count(_RECORD_MARK) == count:
-        found = _RECORD_ITEMS.findall(joined)
-        if len(found) != count:  # pragma: no cover - the mark count rules this out
-            found = None
-    if found is None:
+    joined = _JOIN + _JOIN.join(map(_slice_of, repeat(data), map(slice, starts, ends)))
+    # A match starts at every mark and its items stop only at a mark or the end: so there
+    # are as many matches as records exactly when no properties hold the mark.
+    # Only the names found somewhere in the batch are captured (the others are in no
+    # record): fewer groups, smaller tuples, none at all with one name.
+    present = (_KEYS + b"\x01" in joined, _TAGS + b"\x01" in joined, _UNIQ_KEY + b"\x01" in joined)
+    found: list[Any] = _PATTERNS[present].findall(joined)
+    columns: list[list[bytes]]
+    if len(found) != count:
         found = [_one(data[start:end]) for start, end in zip(starts, ends, strict=True)]
-    keys, tags, uniq = (list(column) for column in zip(*found, strict=True))
+        columns = [list(column) for column in zip(*found, strict=True)]
+    else:
+        groups = present.count(True)
+        if groups == 1:
+            some = [found]
+        elif groups:
+            some = [list(column) for column in zip(*found, strict=True)]
+        else:
+            some = []
+        empty = [b""] * count
+        columns = [some.pop(0) if on else empty for on in present]
+    keys, tags, uniq = columns
     uniq_keys: list[bytes | None] = (
         [u[_UNIQ_VALUE_POS:] if u else None for u in uniq] if any(uniq) else [None] * len(uniq)
     )

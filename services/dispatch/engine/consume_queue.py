@@ -59,6 +59,7 @@ from tide.format import (
     entry_is_written,
     first_queue_offset,
     logical_position,
+    pack_entries,
     pack_entry_into,
     parse_segment_name,
     position_in_segment,
@@ -66,7 +67,6 @@ from tide.format import (
     segment_start_for,
     unpack_entry,
 )
-from tide.format._consume_queue import pack_entries
 from tide.mapped import MappedFile
 from tide.naming import topic_error
 
@@ -173,6 +173,17 @@ def check_put_args(queue_offset: int, commitlog_offset: int, size: int, tags_cod
         raise ValueError(f"commitlog offset {commitlog_offset} (size {size}) is out of range")
     if not _I64_MIN <= tags_code <= _I64_MAX:
         raise ValueError(f"tags code {tags_code} does not fit in 64 bits")
+
+
+def _write_at(segment: MappedFile, position: int, data: bytes, start: int, count: int) -> None:
+    """``data[start : start + count]`` into ``segment`` at ``position``: with ``pwrite``
+    on its file rather than through its mapping (the same page cache, so readers of the
+    mapping see it, and the segment's fdatasync covers it): a first write to a page
+    through the mapping costs a page fault, several times the cost of the write."""
+    with memoryview(data) as view:
+        written = os.pwrite(segment.fileno, view[start : start + count], position)
+    if written != count:  # pragma: no cover - a regular file writes everything or raises
+        raise OSError(f"{segment.path}: wrote {written} of {count} bytes at {position}")
 
 
 class ConsumeQueue:
@@ -357,8 +368,9 @@ class ConsumeQueue:
     ) -> int:
         """:meth:`put` of many entries (in commitlog order); returns how many were
         written. The same result as one ``put`` each, in order; a run of consecutive
-        queue offsets (the usual case) is checked as a whole and written with one slice
-        assignment per segment, anything else goes through ``put``. Entries a put would
+        queue offsets (the usual case; a ``range`` is one by construction) is checked as
+        a whole and written with one ``pwrite`` per segment, anything else goes through
+        ``put``. Entries a put would
         skip (already there) are checked first: on a ConsumeQueueConflictError nothing
         of the run was written; invalid arguments raise before anything is written.
 
@@ -374,7 +386,10 @@ class ConsumeQueue:
         if not (
             len(commitlog_offsets) == len(sizes) == len(tags_codes) == count
             and queue_offsets[-1] - first == count - 1
-            and tuple(queue_offsets) == tuple(range(first, first + count))
+            and (
+                (isinstance(queue_offsets, range) and queue_offsets.step == 1)
+                or tuple(queue_offsets) == tuple(range(first, first + count))
+            )
         ):
             return sum(map(self.put, queue_offsets, commitlog_offsets, sizes, tags_codes))
         last_end = commitlog_offsets[-1] + sizes[-1]
@@ -449,8 +464,9 @@ class ConsumeQueue:
             position = position_in_segment(queue_offset, self._eps)
             take = min(len(data) - done, segment.size_bytes - position)
             end = position + take
-            assert segment.mm[position:end] == bytes(take), (self, queue_offset)
-            segment.mm[position:end] = data[done : done + take]
+            # (read with pread: through the mapping, a first read of a page faults)
+            assert os.pread(segment.fileno, take, position) == bytes(take), (self, queue_offset)
+            _write_at(segment, position, data, done, take)
             segment.wrote = segment.committed = end
             done += take
             queue_offset += take // ENTRY_BYTES

@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add, itemgetter
@@ -48,9 +49,9 @@ from tide.format import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK,
     IndexGeometry,
+    index_key_hashes,
     is_queue_less,
 )
-from tide.format._index_file import index_key_hashes
 from tide.service_thread import PagePolicy, ServiceThread
 from tide.tail import RecordAt, RecordBatch, gc_paused
 
@@ -85,6 +86,26 @@ class _KeyPrefixes(dict[str, bytes]):
 def _ends(batch: RecordBatch) -> list[int]:
     """Where each record of the batch ends in its data."""
     return list(map(add, batch.positions, batch.sizes))
+
+
+def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[bytes]] | None:
+    """The index keys of a batch (without the topic) as columns, when every record has
+    the same ones: UNIQ_KEY if every record has one (``uniq_keys``), then KEYS if every
+    record has exactly one key (no space); [] when no record has either; None for
+    anything else (records with different numbers of keys)."""
+    columns: list[list[bytes]] = []
+    missing = uniq_keys.count(None)
+    if missing == 0:
+        columns.append(uniq_keys)  # type: ignore[arg-type]  # no None in it
+    elif missing != len(uniq_keys):
+        return None
+    if all(keys):
+        if b" " in b"\x02".join(keys):
+            return None
+        columns.append(keys)
+    elif any(keys):
+        return None
+    return columns
 
 
 class DispatchDivergedError(Exception):
@@ -306,50 +327,80 @@ class DispatchStore:
                 batch.offsets[last],
                 batch.sizes[last],
                 batch.store_timestamps[last],
-                batch.body_crcs[last],
+                batch.body_crc(last),
             )
 
-    def _queued(self, batch: RecordBatch) -> dict[tuple[str, int], list[int]]:
-        """Indexes of the records that take a queue entry, grouped by queue."""
-        groups: dict[tuple[str, int], list[int]] = {}
-        get = groups.get
-        for index, queue in enumerate(zip(batch.topics, batch.queue_ids, strict=True)):
-            group = get(queue)
-            if group is None:
-                groups[queue] = [index]
-            else:
-                group.append(index)
-        flags = batch.sys_flags
-        if any(is_queue_less(flag) for flag in set(flags)):
+    def _queued(self, batch: RecordBatch) -> dict[tuple[str, int], list[int] | range]:
+        """Indexes of the records that take a queue entry, grouped by queue: a list, or
+        a range when the queues take turns (one producer sending to its queues round
+        robin, the default queue selection): record ``i`` goes to the same queue as
+        record ``i + k``, ``k`` being the number of queues of the batch."""
+        topics, queue_ids, flags = batch.topics, batch.queue_ids, batch.sys_flags
+        count = len(topics)
+        single = topics.count(topics[0]) == count
+        queue_less = any(is_queue_less(flag) for flag in set(flags))
+        if single and not queue_less:
+            period = len(set(queue_ids))
+            if period < count and queue_ids[period:] == queue_ids[:-period]:
+                # (the first ``period`` ids are then the distinct ones)
+                return {
+                    (topics[0], queue_ids[start]): range(start, count, period)
+                    for start in range(period)
+                }
+        groups: dict[tuple[str, int], list[int]]
+        if single:
+            # One topic (the usual case): grouped by queue id, an int (cheaper to hash).
+            by_id: defaultdict[int, list[int]] = defaultdict(list)
+            for index, queue_id in enumerate(batch.queue_ids):
+                by_id[queue_id].append(index)
+            topic = topics[0]
+            groups = {(topic, queue_id): group for queue_id, group in by_id.items()}
+        else:
+            groups = defaultdict(list)
+            for index, queue in enumerate(zip(topics, batch.queue_ids, strict=True)):
+                groups[queue].append(index)
+        if queue_less:
             for queue, group in list(groups.items()):
                 kept = [index for index in group if not is_queue_less(flags[index])]
                 if kept:
                     groups[queue] = kept
                 else:
                     del groups[queue]
-        return groups
+        return dict(groups)
 
     def _put_entries(self, batch: RecordBatch, props: DispatchProperties) -> list[Arrival]:
         """Each queue's entries: a run of consecutive queue offsets (the usual case) in
         one ``put_run``, anything else one ``put`` at a time. An arrival per queue that
         grew, with the offset after the last entry written, as one put each would say."""
-        codes = list(map(self._tags_codes.__getitem__, props.tags))
+        tags = props.tags
+        one_tag = tags.count(tags[0]) == len(tags)  # (or none) in the whole batch
+        if one_tag:
+            codes = [self._tags_codes[tags[0]]] * len(tags)
+        else:
+            codes = list(map(self._tags_codes.__getitem__, tags))
         arrivals: list[Arrival] = []
         for (topic, queue_id), group in self._queued(batch).items():
             queue = self.consume_queues.get_or_create(topic, queue_id)
             top: int | None = None  # after the last entry written
             first = batch.queue_offsets[group[0]]
-            if len(group) > 1:
+            run = range(first, first + len(group))
+            pick: Callable[[list[int]], Sequence[int]]
+            if isinstance(group, range):  # the queues take turns: slices
+                pick = itemgetter(slice(group.start, group.stop, group.step))
+                queue_offsets = pick(batch.queue_offsets)
+                consecutive = len(group) > 1 and queue_offsets == list(run)
+            elif len(group) > 1:
                 pick = itemgetter(*group)
                 queue_offsets = pick(batch.queue_offsets)
+                consecutive = queue_offsets == tuple(run)
             else:
-                queue_offsets = (first,)
-            if len(group) > 1 and queue_offsets == tuple(range(first, first + len(group))):
+                queue_offsets, consecutive = (first,), False
+            if consecutive:
                 if queue.put_run(
-                    queue_offsets,
+                    run,  # a range: consecutive, put_run need not check
                     pick(batch.offsets),
                     pick(batch.sizes),
-                    pick(codes),
+                    codes[: len(group)] if one_tag else pick(codes),
                     from_batch=True,
                 ):
                     top = queue_offsets[-1] + 1
@@ -367,34 +418,61 @@ class DispatchStore:
     def _index(self, batch: RecordBatch, props: DispatchProperties) -> None:
         """Put the keys of the batch's records (UNIQ_KEY first, then KEYS, as
         IndexService.build orders them) with one hash pass and one build_keys call."""
-        offsets, stamps = batch.offsets, batch.store_timestamps
-        prefixes = list(map(self._key_prefixes.__getitem__, batch.topics))
+        offsets, stamps, topics = batch.offsets, batch.store_timestamps, batch.topics
         keys, uniq_keys = props.keys, props.uniq_keys
         flags = batch.sys_flags
         rollback = any(
             f & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK for f in set(flags)
         )
-        no_uniq = uniq_keys.count(None) == len(uniq_keys)  # an empty UNIQ_KEY is indexed
-        if no_uniq and not rollback and all(keys) and b" " not in b"\x02".join(keys):
-            # The common case: one key per record.
-            full = list(map(add, prefixes, keys))
-            phys, times = offsets, stamps
-        else:
-            full, phys, times = [], [], []
-            for index, (prefix, value, uniq) in enumerate(
-                zip(prefixes, keys, uniq_keys, strict=True)
+        columns = None if rollback else _key_columns(keys, uniq_keys)
+        if columns is not None:
+            # The common cases: every record has the same number of keys (0, 1 or 2:
+            # UNIQ_KEY and one KEYS key), often all of one topic.
+            self._index_columns(batch, columns)
+            return
+        prefixes = list(map(self._key_prefixes.__getitem__, topics))
+        full: list[bytes] = []
+        phys: list[int] = []
+        times: list[int] = []
+        for index, (prefix, value, uniq) in enumerate(zip(prefixes, keys, uniq_keys, strict=True)):
+            if rollback and (
+                flags[index] & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK
             ):
-                if rollback and (
-                    flags[index] & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK
-                ):
-                    continue
-                record_keys = [prefix + uniq] if uniq is not None else []
-                if value:
-                    record_keys += [prefix + key for key in split_keys(value, MAX_KEYS_PER_RECORD)]
-                full += record_keys
-                phys += repeat(offsets[index], len(record_keys))
-                times += repeat(stamps[index], len(record_keys))
+                continue
+            record_keys = [prefix + uniq] if uniq is not None else []
+            if value:
+                record_keys += [prefix + key for key in split_keys(value, MAX_KEYS_PER_RECORD)]
+            full += record_keys
+            phys += repeat(offsets[index], len(record_keys))
+            times += repeat(stamps[index], len(record_keys))
         self.index.build_keys(phys, times, index_key_hashes(full))
+
+    def _index_columns(self, batch: RecordBatch, columns: list[list[bytes]]) -> None:
+        """Put ``columns`` (see :func:`_key_columns`): a key of each column per record."""
+        offsets, stamps, topics = batch.offsets, batch.store_timestamps, batch.topics
+        values: list[bytes]
+        if len(columns) == 2:  # interleaved: UNIQ_KEY then KEYS of each record
+            values = columns[0] + columns[1]
+            values[0::2], values[1::2] = columns
+            phys = offsets + offsets
+            phys[0::2] = phys[1::2] = offsets
+            times = stamps + stamps
+            times[0::2] = times[1::2] = stamps
+        elif columns:
+            values, phys, times = columns[0], offsets, stamps
+        else:
+            values, phys, times = [], [], []
+        hashes: list[int] = []
+        if not values:
+            pass
+        elif topics.count(topics[0]) == len(topics):
+            hashes = index_key_hashes(values, self._key_prefixes[topics[0]])
+        else:
+            prefixes: Iterable[bytes] = map(self._key_prefixes.__getitem__, topics)
+            if len(columns) == 2:
+                prefixes = [prefix for prefix in prefixes for _ in range(2)]
+            hashes = index_key_hashes(list(map(add, prefixes, values)))
+        self.index.build_keys(phys, times, hashes)
 
     def _apply_one_by_one(self, batch: RecordBatch, props: DispatchProperties) -> list[Arrival]:
         """The records one at a time (a queue entry conflicts: dispatch everything

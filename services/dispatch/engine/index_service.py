@@ -27,7 +27,7 @@ guarded by a lock held only to copy or change the list; a reader then pins each 
 reads with ``MappedFile.hold`` / ``release``, so a file deleted meanwhile is unlinked at once
 but unmapped only once no reader holds it (or after :data:`DESTROY_FORCE_AFTER_MS`).
 Entries are written in place while readers read. A batch of keys (:meth:`build_keys`,
-:func:`tide.format._index_file.put_keys`) writes its entries, then its slots, then the
+:func:`tide.format.put_keys`) writes its entries, then its slots, then the
 header once, as ``put_key`` does for one key (so a crash in between leaves what
 ``put_key`` repairs); meanwhile a slot may name an entry the header does not count yet,
 which a reader takes for an empty chain. So batches are counted (``_writes``, odd while
@@ -60,10 +60,10 @@ from tide.format import (
     init_index_header,
     is_index_full,
     parse_index_file_name,
+    put_keys,
     read_index_header,
     select_phy_offsets,
 )
-from tide.format._index_file import put_keys
 from tide.mapped import MappedFile
 
 INDEX_DIR_NAME = "index"
@@ -282,7 +282,10 @@ class IndexService:
             key_hashes = key_hashes[start:]
             phys_offsets = phys_offsets[start:]
             store_timestamps_ms = store_timestamps_ms[start:]
-        return put_keys(target.mf.mm, self.geometry, key_hashes, phys_offsets, store_timestamps_ms)
+        mf = target.mf
+        return put_keys(
+            mf.mm, self.geometry, key_hashes, phys_offsets, store_timestamps_ms, fd=mf.fileno
+        )
 
     def _roll(self, previous: _IndexFile | None) -> _IndexFile:
         """Create the next file; its header continues from ``previous``'s end values."""

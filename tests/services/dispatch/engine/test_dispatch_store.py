@@ -291,7 +291,33 @@ def _mixed_log() -> Log:
 
 @pytest.mark.parametrize("split", [1, 7, 1000])
 def test_a_batch_writes_what_records_one_by_one_write(tmp_path: Path, split: int) -> None:
-    log = _mixed_log()
+    _check_batches_write_what_one_by_one_writes(tmp_path, _mixed_log(), split)
+
+
+def _round_robin_log(keys: str, gap: bool) -> Log:
+    """One topic, its 4 queues taking turns (a producer's round robin); ``keys``: "one"
+    (KEYS on every record), "uniq" (UNIQ_KEY and KEYS on every record), "some";
+    ``gap``: queue 1 skips queue offsets midway (PRE_BLANK padding, puts one by one)."""
+    log = Log()
+    for i in range(41):
+        if gap and i == 21:
+            log.next_queue_offset[("RR", 1)] += 3
+        uniq = f"U{i}" if keys == "uniq" or (keys == "some" and i % 3 == 0) else ""
+        key = f"k{i}" if keys != "some" or i % 2 else ""
+        log.add(Msg("RR", i % 4, tags="TagA", keys=key, uniq=uniq), store_ms=1_000 + 300 * i)
+    return log
+
+
+@pytest.mark.parametrize("split", [1, 6, 1000])
+@pytest.mark.parametrize(("keys", "gap"), [("one", False), ("uniq", False), ("some", True)])
+def test_round_robin_batches_write_what_records_one_by_one_write(
+    tmp_path: Path, split: int, keys: str, gap: bool
+) -> None:
+    """The queues taking turns: each queue's records are a slice of the batch."""
+    _check_batches_write_what_one_by_one_writes(tmp_path, _round_robin_log(keys, gap), split)
+
+
+def _check_batches_write_what_one_by_one_writes(tmp_path: Path, log: Log, split: int) -> None:
     records = log.records()
     one, many = _store(tmp_path / "one"), _store(tmp_path / "many")
     try:
