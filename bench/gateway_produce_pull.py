@@ -2,6 +2,8 @@
 
     python -m bench.gateway_produce_pull                      # ~40 s
     python -m bench.gateway_produce_pull --duration-s 5 --inflight 4
+    python -m bench.gateway_produce_pull --phases produce --producers 2 --inflight 4
+    python -m bench.gateway_produce_pull --py-spy /tmp/prof --py-spy-phase produce
 
 Starts real processes on a fresh store: a name server, one broker (storage + dispatch,
 registered) and a gateway, and creates a topic with ``--queues`` queues. Then:
@@ -14,6 +16,14 @@ registered) and a gateway, and creates a topic with ``--queues`` queues. Then:
   consumer per queue follows: p50/p99 from the send of a message's batch to its
   consumer receiving it.
 
+For every phase the CPU time of each process (``/proc/PID/stat`` utime + stime, the
+client's own ``getrusage``) is reported as microseconds per message and as a share of
+one core: on a shared box it tells where the cores went. ``--py-spy DIR`` records each
+service with py-spy (collapsed stacks, ``DIR/<service>.txt``) during one phase.
+
+The client sends pre-serialized requests (the produce batch is encoded once), so its
+own CPU is mostly gRPC's per-call cost.
+
 Results go to stdout and ``bench/results/gateway_produce_pull.json``.
 """
 
@@ -22,15 +32,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
+import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -46,6 +59,11 @@ BROKER = "broker-a"
 BATCH = 100
 BODY_BYTES = 128
 MAX_MESSAGES_PER_PHASE = 50_000_000
+PHASES = ("produce", "pull", "e2e")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PRODUCE_METHOD = "/tide.v1.Gateway/Produce"
+# The services started by ``service``, by name (for CPU accounting and py-spy).
+PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
 
 
 def free_port() -> int:
@@ -62,6 +80,7 @@ def service(name: str, args: list[str], run_dir: Path) -> Iterator[str]:
     cmd = [sys.executable, "-m", f"services.{name}", *args, "--log-level", "warning"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
     proc = subprocess.Popen(cmd, env={**env, "TIDE_READY_FILE": str(ready)}, stderr=log)
+    PROCESSES[name] = proc
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not ready.exists():
@@ -70,9 +89,96 @@ def service(name: str, args: list[str], run_dir: Path) -> Iterator[str]:
             time.sleep(0.05)
         yield str(json.loads(ready.read_text())["listen"])
     finally:
+        PROCESSES.pop(name, None)
         proc.terminate()
         proc.wait(timeout=60)
         log.close()
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a process (all its threads), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # producer workers, once joined
+    return usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cpu_snapshot() -> dict[str, float]:
+    snapshot = {name: process_cpu_s(proc.pid) for name, proc in PROCESSES.items()}
+    snapshot["client"] = own_cpu_s()
+    return snapshot
+
+
+def cpu_report(
+    before: dict[str, float], after: dict[str, float], wall_s: float, messages: int
+) -> dict[str, dict[str, float]]:
+    """Per process: CPU seconds, share of one core, microseconds per message."""
+    return {
+        name: {
+            "cpu_s": round(after[name] - before[name], 3),
+            "core_share": round((after[name] - before[name]) / wall_s, 3),
+            "us_per_msg": round((after[name] - before[name]) / max(messages, 1) * 1e6, 2),
+        }
+        for name in after
+        if name in before
+    }
+
+
+def settle(max_wait_s: float = 30.0) -> None:
+    """Wait until every service is idle (below 5 % of a core over 0.5 s): the storage
+    warms its next 1 GiB segment after start, which would count against the first
+    phase."""
+    deadline = time.monotonic() + max_wait_s
+    while time.monotonic() < deadline:
+        before = cpu_snapshot()
+        time.sleep(0.5)
+        after = cpu_snapshot()
+        if all(after[name] - before[name] < 0.025 for name in PROCESSES):
+            return
+
+
+@contextmanager
+def py_spy(directory: Path | None) -> Iterator[None]:
+    """py-spy record of every service (collapsed stacks) while the block runs."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = Path(sys.executable).with_name("py-spy")
+    recorders = [
+        subprocess.Popen(
+            [
+                str(exe),
+                "record",
+                "--pid",
+                str(proc.pid),
+                "--rate",
+                "250",
+                "--format",
+                "raw",
+                # --native (stacks into C) must pause the process at each sample
+                *(["--native"] if os.environ.get("BENCH_PY_SPY_NATIVE") else ["--nonblocking"]),
+                "--output",
+                str(directory / f"{name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, proc in PROCESSES.items()
+        if name != "nameserver"
+    ]
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        for recorder in recorders:
+            recorder.send_signal(signal.SIGINT)
+        for recorder in recorders:
+            recorder.wait(timeout=60)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -84,27 +190,71 @@ def batch_request(body: bytes) -> pb.ProduceRequest:
     return pb.ProduceRequest(messages=[pb.ProduceMessage(topic=TOPIC, body=body)] * BATCH)
 
 
-async def produce_phase(
-    stub: pb_grpc.GatewayAsyncStub, inflight: int, duration_s: float
-) -> dict[str, float]:
-    request = batch_request(b"p" * BODY_BYTES)
+def produce_callable(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable:  # type: ignore[type-arg]
+    """Produce taking an already serialized request (bytes)."""
+    return channel.unary_unary(
+        PRODUCE_METHOD,
+        request_serializer=None,
+        response_deserializer=pb.ProduceResponse.FromString,
+    )
+
+
+async def produce_calls(
+    gateway: str, inflight: int, duration_s: float
+) -> tuple[list[float], float]:
+    """Latencies of the produce calls made by ``inflight`` callers for ``duration_s``."""
+    request = batch_request(b"p" * BODY_BYTES).SerializeToString()
     latencies_s: list[float] = []
-    start = time.monotonic()
+    async with grpc.aio.insecure_channel(gateway) as channel:
+        produce = produce_callable(channel)
+        start = time.monotonic()
 
-    async def caller() -> None:
-        while (
-            time.monotonic() - start < duration_s
-            and len(latencies_s) * BATCH < MAX_MESSAGES_PER_PHASE
-        ):
-            sent = time.monotonic()
-            reply = await stub.Produce(request, timeout=30)
-            latencies_s.append(time.monotonic() - sent)
-            assert all(r.status == pb.ProduceResult.SEND_OK for r in reply.results)
+        async def caller() -> None:
+            while (
+                time.monotonic() - start < duration_s
+                and len(latencies_s) * BATCH < MAX_MESSAGES_PER_PHASE
+            ):
+                sent = time.monotonic()
+                reply = await produce(request, timeout=30)
+                latencies_s.append(time.monotonic() - sent)
+                if any(result.status for result in reply.results):  # SEND_OK is 0
+                    raise AssertionError(f"not SEND_OK: {reply.results}")
 
-    await asyncio.gather(*(caller() for _ in range(inflight)))
-    wall_s = time.monotonic() - start
+        await asyncio.gather(*(caller() for _ in range(inflight)))
+        return latencies_s, time.monotonic() - start
+
+
+def _producer_worker(
+    gateway: str,
+    inflight: int,
+    duration_s: float,
+    out: multiprocessing.Queue,  # type: ignore[type-arg]
+) -> None:
+    out.put(asyncio.run(produce_calls(gateway, inflight, duration_s)))
+
+
+async def produce_phase(
+    gateway: str, inflight: int, duration_s: float, producers: int
+) -> dict[str, float]:
+    if producers <= 1:
+        latencies_s, wall_s = await produce_calls(gateway, inflight, duration_s)
+    else:
+        context = multiprocessing.get_context("spawn")
+        out = context.Queue()
+        workers = [
+            context.Process(target=_producer_worker, args=(gateway, inflight, duration_s, out))
+            for _ in range(producers)
+        ]
+        for worker in workers:
+            worker.start()
+        parts = [await asyncio.to_thread(out.get) for _ in workers]
+        for worker in workers:
+            worker.join()
+        latencies_s = [latency for part, _ in parts for latency in part]
+        wall_s = max(wall for _, wall in parts)
     return {
         "msgs_per_s": len(latencies_s) * BATCH / wall_s,
+        "messages": len(latencies_s) * BATCH,
         "calls": len(latencies_s),
         "p50_ms": percentile(latencies_s, 0.5) * 1000,
         "p99_ms": percentile(latencies_s, 0.99) * 1000,
@@ -153,6 +303,8 @@ async def e2e_phase(
     latencies_s: list[float] = []
     expected = int(rate * duration_s) // BATCH * BATCH
     done = asyncio.Event()
+    pulls = [0, 0]  # answers, empty answers
+    produce_s: list[float] = []  # the Produce calls' latencies
 
     async def consumer(queue_id: int) -> None:
         offset = starts[queue_id]
@@ -170,6 +322,8 @@ async def e2e_phase(
                 timeout=30,
             )
             now_ns = time.time_ns()
+            pulls[0] += 1
+            pulls[1] += not answer.messages
             for message in answer.messages:
                 latencies_s.append((now_ns - int(message.body[:20])) / 1e9)
             offset = answer.next_offset
@@ -183,7 +337,9 @@ async def e2e_phase(
     for index in range(expected // BATCH):
         await asyncio.sleep(max(0.0, start + index * interval_s - time.monotonic()))
         body = str(time.time_ns()).rjust(20, "0").encode().ljust(BODY_BYTES, b" ")
+        sent = time.monotonic()
         await stub.Produce(batch_request(body), timeout=30)
+        produce_s.append(time.monotonic() - sent)
     try:
         await asyncio.wait_for(done.wait(), timeout=60)
     finally:
@@ -193,12 +349,27 @@ async def e2e_phase(
     return {
         "rate_msgs_per_s": rate,
         "messages": len(latencies_s),
+        "produce_p50_ms": percentile(produce_s, 0.5) * 1000,
+        "produce_p99_ms": percentile(produce_s, 0.99) * 1000,
+        "pulls": pulls[0],
+        "empty_pulls": pulls[1],
         "p50_ms": percentile(latencies_s, 0.5) * 1000,
         "p99_ms": percentile(latencies_s, 0.99) * 1000,
     }
 
 
-async def run(gateway: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+async def run(gateway: str, args: argparse.Namespace) -> dict[str, dict[str, object]]:
+    results: dict[str, dict[str, object]] = {}
+
+    async def measured(phase: str, body: Awaitable[dict[str, float]]) -> None:
+        with py_spy(args.py_spy if args.py_spy_phase == phase else None):
+            before, started = cpu_snapshot(), time.monotonic()
+            outcome: dict[str, object] = dict(await body)
+            wall_s = time.monotonic() - started
+            messages = int(outcome["messages"])  # type: ignore[call-overload]
+            outcome["cpu"] = cpu_report(before, cpu_snapshot(), wall_s, messages)
+        results[phase] = outcome
+
     async with grpc.aio.insecure_channel(gateway) as channel:
         stub = pb_grpc.GatewayStub(channel)
         await stub.CreateTopic(
@@ -207,11 +378,28 @@ async def run(gateway: str, args: argparse.Namespace) -> dict[str, dict[str, flo
             ),
             timeout=30,
         )
-        produce = await produce_phase(stub, args.inflight, args.duration_s)
-        await asyncio.sleep(2.0)  # let dispatch catch up
-        pull = await pull_phase(stub, args.queues, args.pull_batch)
-        e2e = await e2e_phase(stub, args.queues, args.rate, args.duration_s)
-    return {"produce": produce, "pull": pull, "e2e": e2e}
+        await asyncio.to_thread(settle)
+        if "produce" in args.phases:
+            await measured(
+                "produce",
+                produce_phase(gateway, args.inflight, args.duration_s, args.producers),
+            )
+            await asyncio.sleep(2.0)  # let dispatch catch up
+        if "pull" in args.phases:
+            await measured("pull", pull_phase(stub, args.queues, args.pull_batch))
+        if "e2e" in args.phases:
+            await measured("e2e", e2e_phase(stub, args.queues, args.rate, args.e2e_duration_s))
+    return results
+
+
+def print_cpu(cpu: dict[str, dict[str, float]]) -> None:
+    print(
+        "  cpu: "
+        + ", ".join(
+            f"{name} {part['core_share']:.2f} core {part['us_per_msg']:.1f} us/msg"
+            for name, part in cpu.items()
+        )
+    )
 
 
 def main() -> None:
@@ -221,7 +409,23 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=4, help="queues of the topic")
     parser.add_argument("--pull-batch", type=int, default=32, help="messages per Pull")
     parser.add_argument("--rate", type=int, default=5_000, help="e2e phase messages/s")
+    parser.add_argument(
+        "--e2e-duration-s", type=float, default=None, help="e2e phase length (--duration-s)"
+    )
+    parser.add_argument(
+        "--producers", type=int, default=1, help="producer processes (each --inflight calls)"
+    )
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help=f"comma separated, of {', '.join(PHASES)}"
+    )
+    parser.add_argument("--py-spy", type=Path, default=None, help="py-spy output directory")
+    parser.add_argument("--py-spy-phase", default="produce", choices=PHASES)
     args = parser.parse_args()
+    args.phases = [phase.strip() for phase in args.phases.split(",") if phase.strip()]
+    if unknown := set(args.phases) - set(PHASES):
+        parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
+    if args.e2e_duration_s is None:
+        args.e2e_duration_s = args.duration_s
     root = Path(tempfile.mkdtemp(prefix="tide-gateway-bench-"))
     try:
         with ExitStack() as stack:
@@ -266,24 +470,35 @@ def main() -> None:
             results = asyncio.run(run(gateway, args))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    produce, pull, e2e = results["produce"], results["pull"], results["e2e"]
-    print(
-        f"produce: {produce['msgs_per_s']:,.0f} msgs/s ({BODY_BYTES} B, batches of {BATCH}, "
-        f"{args.inflight} in flight); call p50 {produce['p50_ms']:.1f} ms, "
-        f"p99 {produce['p99_ms']:.1f} ms"
-    )
-    print(
-        f"pull: {pull['msgs_per_s']:,.0f} msgs/s ({args.pull_batch} per call, {args.queues} queues)"
-    )
-    print(
-        f"e2e at {args.rate:,} msgs/s: send -> long-polling consumer p50 {e2e['p50_ms']:.1f} ms, "
-        f"p99 {e2e['p99_ms']:.1f} ms ({e2e['messages']:,.0f} messages)"
-    )
+    if "produce" in results:
+        produce = results["produce"]
+        print(
+            f"produce: {produce['msgs_per_s']:,.0f} msgs/s ({BODY_BYTES} B, batches of {BATCH}, "
+            f"{args.producers} x {args.inflight} in flight); call p50 {produce['p50_ms']:.1f} ms, "
+            f"p99 {produce['p99_ms']:.1f} ms"
+        )
+        print_cpu(produce["cpu"])  # type: ignore[arg-type]
+    if "pull" in results:
+        pull = results["pull"]
+        print(
+            f"pull: {pull['msgs_per_s']:,.0f} msgs/s ({args.pull_batch} per call, "
+            f"{args.queues} queues)"
+        )
+        print_cpu(pull["cpu"])  # type: ignore[arg-type]
+    if "e2e" in results:
+        e2e = results["e2e"]
+        print(
+            f"e2e at {args.rate:,} msgs/s: send -> long-polling consumer p50 "
+            f"{e2e['p50_ms']:.1f} ms, p99 {e2e['p99_ms']:.1f} ms ({e2e['messages']:,} messages, "
+            f"{e2e['pulls']:,} pulls, {e2e['empty_pulls']:,} empty); its Produce calls p50 "
+            f"{e2e['produce_p50_ms']:.1f} ms, p99 {e2e['produce_p99_ms']:.1f} ms"
+        )
+        print_cpu(e2e["cpu"])  # type: ignore[arg-type]
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
         json.dumps(
             {
-                "args": vars(args),
+                "args": {**vars(args), "py_spy": str(args.py_spy) if args.py_spy else None},
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                 **results,
             },

@@ -13,11 +13,15 @@ from typing import Any
 
 import grpc
 
+from services.gateway.append_queue import UNREACHABLE, AppendQueue
 from tide.server import MAX_MESSAGE_BYTES, ServiceError
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
+from tide.v1 import storage_pb2 as storage_pb
 from tide.v1 import storage_pb2_grpc as storage_grpc
 
 log = logging.getLogger("tide.gateway.brokers")
+
+__all__ = ["UNREACHABLE", "BrokerChannels", "broker_error", "rpc_problem"]
 
 MAX_CHANNELS = 1024
 # Calls in flight to one address at once (the others wait their turn): a burst of woken
@@ -40,14 +44,6 @@ PASSED_THROUGH = frozenset(
         grpc.StatusCode.OUT_OF_RANGE,
         grpc.StatusCode.ALREADY_EXISTS,
         grpc.StatusCode.PERMISSION_DENIED,
-    }
-)
-# Answers meaning "the broker is not reachable (now)".
-UNREACHABLE = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
     }
 )
 
@@ -75,6 +71,7 @@ class BrokerChannels:
         self._storage: dict[str, storage_grpc.StorageAsyncStub] = {}
         self._dispatch: dict[str, dispatch_grpc.DispatchAsyncStub] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
+        self._appends: dict[str, AppendQueue] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def limit(self, address: str) -> asyncio.Semaphore:
@@ -96,6 +93,7 @@ class BrokerChannels:
             self._storage.pop(old_address, None)
             self._dispatch.pop(old_address, None)
             self._limits.pop(old_address, None)
+            self._appends.pop(old_address, None)
             log.info("closing the channel to %s (least recently used)", old_address)
             task = asyncio.ensure_future(old.close(None))
             self._closing.add(task)
@@ -108,6 +106,23 @@ class BrokerChannels:
             stub = self._storage[address] = storage_grpc.StorageStub(self._channel(address))
         return stub
 
+    def appends(self, address: str) -> AppendQueue:
+        """The coalescing Append queue of the storage at ``address``."""
+        queue = self._appends.get(address)
+        if queue is None:
+            call = self._channel(address).unary_unary(
+                "/tide.v1.Storage/Append",
+                request_serializer=None,  # requests arrive serialized
+                response_deserializer=storage_pb.AppendResponse.FromString,
+            )
+
+            async def append(data: bytes, timeout_s: float) -> storage_pb.AppendResponse:
+                response: storage_pb.AppendResponse = await call(data, timeout=timeout_s)
+                return response
+
+            queue = self._appends[address] = AppendQueue(append, self.limit(address))
+        return queue
+
     def dispatch(self, address: str) -> dispatch_grpc.DispatchAsyncStub:
         stub = self._dispatch.get(address)
         if stub is None:
@@ -119,6 +134,7 @@ class BrokerChannels:
         self._channels.clear()
         self._storage.clear()
         self._dispatch.clear()
+        self._appends.clear()
         for channel in channels:
             await channel.close(None)
         if self._closing:

@@ -27,7 +27,7 @@ from services.gateway.options import GatewayConfig
 from services.gateway.routes import PERM_WRITE, Member, QueueRef, RouteCache, TopicView
 from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.uniq import UniqueKeyGenerator
-from services.gateway.validate import check_produce_message, peer_host
+from services.gateway.validate import check_produce_messages, peer_host
 from tide.format import UNIQ_KEY
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -48,13 +48,15 @@ AutoCreate = Callable[[str], Awaitable[TopicView]]
 @dataclass(slots=True)
 class _Pending:
     index: int
-    message: storage_pb.Message
+    message: pb.ProduceMessage
     view: TopicView
     explicit: QueueRef | None
     sharding_key: str
     unique_key: str
-    excluded: set[str] = field(default_factory=set)
+    excluded: set[str] | None = None
     error: ServiceError | None = None
+    # (broker name, queue id, the broker's result) once written.
+    written: tuple[str, int, storage_pb.AppendResult] | None = None
 
 
 @dataclass(slots=True)
@@ -95,30 +97,61 @@ class Producer:
                 f"{count} messages in one Produce; the limit is {limit} "
                 "(--max-produce-messages): split the batch",
             )
-        for index, message in enumerate(messages):
-            check_produce_message(index, message, self._config.max_message_body_bytes)
+        check_produce_messages(messages, self._config.max_message_body_bytes)
         views = await self._views({message.topic for message in messages})
         born_host = peer_host(peer)
         now_ms = time.time_ns() // 1_000_000
-        pending = [
-            await self._pending(index, message, views[message.topic], born_host, now_ms)
-            for index, message in enumerate(messages)
-        ]
-        results = [pb.ProduceResult() for _ in range(count)]
-        await self._send(pending, results)
+        given = [message.unique_key for message in messages]
+        fresh = iter(self._unique_keys.next_many(given.count("")))
+        pending: list[_Pending] = []
+        for index, message in enumerate(messages):
+            view = views[message.topic]
+            route = message.WhichOneof("route")
+            explicit: QueueRef | None = None
+            if route == "queue":
+                view, explicit = await self._explicit_queue(index, message, view)
+            elif not view.writable:
+                raise _no_writable_queue(view)
+            pending.append(
+                _Pending(
+                    index,
+                    message,
+                    view,
+                    explicit,
+                    message.sharding_key if route == "sharding_key" else "",
+                    given[index] or next(fresh),
+                )
+            )
+        await self._send(pending, born_host, now_ms)
         failed = [item for item in pending if item.error is not None]
         if len(failed) == count:
             first = failed[0].error
             assert first is not None
             raise first
-        for item in failed:
-            assert item.error is not None
-            results[item.index] = pb.ProduceResult(
-                status=pb.ProduceResult.SEND_FAILED,
-                unique_key=item.unique_key,
-                error=f"{item.error.code.name}: {item.error.message}",
-            )
-        return pb.ProduceResponse(results=results)
+        response = pb.ProduceResponse()
+        add = response.results.add
+        for item in pending:
+            written = item.written
+            if item.error is None and written is not None:
+                broker_name, queue_id, result = written
+                add(
+                    status=_STATUS[result.status],
+                    msg_id=result.msg_id,
+                    unique_key=item.unique_key,
+                    broker_name=broker_name,
+                    queue_id=queue_id,
+                    queue_offset=result.queue_offset,
+                    store_timestamp_ms=result.store_timestamp_ms,
+                )
+            else:
+                error = item.error
+                assert error is not None
+                add(
+                    status=pb.ProduceResult.SEND_FAILED,
+                    unique_key=item.unique_key,
+                    error=f"{error.code.name}: {error.message}",
+                )
+        return response
 
     async def _views(self, topics: set[str]) -> dict[str, TopicView]:
         views: dict[str, TopicView] = {}
@@ -131,29 +164,6 @@ class Producer:
                 log.info("creating topic %s on first produce (--auto-create-topics)", topic)
                 views[topic] = await self._auto_create(topic)
         return views
-
-    async def _pending(
-        self, index: int, message: pb.ProduceMessage, view: TopicView, born_host: str, now_ms: int
-    ) -> _Pending:
-        explicit: QueueRef | None = None
-        if message.WhichOneof("route") == "queue":
-            view, explicit = await self._explicit_queue(index, message, view)
-        elif not view.writable:
-            raise _no_writable_queue(view)
-        unique_key = message.unique_key or self._unique_keys.next()
-        properties = dict(message.properties)
-        properties[UNIQ_KEY] = unique_key
-        stored = storage_pb.Message(
-            topic=message.topic,
-            body=message.body,
-            tags=message.tags,
-            keys=message.keys,
-            properties=properties,
-            flag=message.flag,
-            born_timestamp_ms=message.born_timestamp_ms or now_ms,
-            born_host=born_host,
-        )
-        return _Pending(index, stored, view, explicit, message.sharding_key, unique_key)
 
     async def _explicit_queue(
         self, index: int, message: pb.ProduceMessage, view: TopicView
@@ -194,16 +204,43 @@ class Producer:
         if item.explicit is not None:
             return item.explicit
         queues = item.view.writable
+        excluded = item.excluded or ()
         if item.sharding_key:
-            return by_sharding_key(queues, item.sharding_key, item.excluded)
-        return self._selector.round_robin(item.view.topic, queues, item.excluded)
+            return by_sharding_key(queues, item.sharding_key, excluded)
+        return self._selector.round_robin(item.view.topic, queues, excluded)
 
-    async def _send(self, pending: list[_Pending], results: list[pb.ProduceResult]) -> None:
+    def _choose_all(self, pending: list[_Pending]) -> list[QueueRef | None]:
+        """Each item's queue: round robin items (no explicit queue, no sharding key, no
+        broker excluded) take their topic's next queues in one step."""
+        chosen: list[QueueRef | None] = [None] * len(pending)
+        round_robin: dict[int, list[int]] = {}  # id(view) -> positions
+        for position, item in enumerate(pending):
+            if item.explicit is None and not item.sharding_key and not item.excluded:
+                positions = round_robin.get(id(item.view))
+                if positions is None:
+                    positions = round_robin[id(item.view)] = []
+                positions.append(position)
+            else:
+                chosen[position] = self._choose(item)
+        for positions in round_robin.values():
+            view = pending[positions[0]].view
+            queues = self._selector.round_robin_many(view.topic, view.writable, len(positions))
+            for position, queue in zip(positions, queues, strict=False):
+                chosen[position] = queue
+        return chosen
+
+    async def _send(self, pending: list[_Pending], born_host: str, now_ms: int) -> None:
         for attempt in range(self._config.produce_retries + 1):
             groups: dict[tuple[str, str], _Group] = {}
-            for item in pending:
-                queue = self._choose(item)
-                member = item.view.master(queue.broker_name) if queue is not None else None
+            masters: dict[tuple[int, str], Member | None] = {}
+            for item, queue in zip(pending, self._choose_all(pending), strict=True):
+                member = None
+                if queue is not None:
+                    where = (id(item.view), queue.broker_name)
+                    if where in masters:
+                        member = masters[where]
+                    else:
+                        member = masters[where] = item.view.master(queue.broker_name)
                 if queue is None or member is None:
                     item.error = item.error or _no_writable_queue(item.view)
                     continue
@@ -213,7 +250,7 @@ class Producer:
                 group.items.append(item)
                 group.queues.append(queue.queue_id)
             outcomes = await asyncio.gather(
-                *(self._append(group, results) for group in groups.values())
+                *(self._append(group, born_host, now_ms) for group in groups.values())
             )
             last = attempt == self._config.produce_retries
             pending = [
@@ -226,21 +263,36 @@ class Producer:
             if not pending:
                 return
 
-    async def _append(self, group: _Group, results: list[pb.ProduceResult]) -> bool:
-        """One Append for the group; fills ``results`` on success, sets each item's error
-        on failure. True when the broker could not be reached (its items may be retried)."""
+    async def _append(self, group: _Group, born_host: str, now_ms: int) -> bool:
+        """One Append for the group; sets each item's result on success, its error on
+        failure. True when the broker could not be reached (its items may be retried)."""
         member = group.member
+        request = storage_pb.AppendRequest()
+        add = request.messages.add  # in place: no per-message copy
         for item, queue_id in zip(group.items, group.queues, strict=True):
-            item.message.queue_id = queue_id
-        request = storage_pb.AppendRequest(messages=[item.message for item in group.items])
-        stub = self._channels.storage(member.storage)
+            message = item.message
+            stored = add(
+                topic=message.topic,
+                queue_id=queue_id,
+                body=message.body,
+                born_timestamp_ms=message.born_timestamp_ms or now_ms,
+                born_host=born_host,
+            )
+            if message.tags:
+                stored.tags = message.tags
+            if message.keys:
+                stored.keys.extend(message.keys)
+            if message.flag:
+                stored.flag = message.flag
+            properties = stored.properties
+            if message.properties:
+                properties.update(message.properties)
+            properties[UNIQ_KEY] = item.unique_key
         started = time.monotonic()
         try:
-            async with self._channels.limit(member.storage):
-                started = time.monotonic()  # the broker's latency, not the wait for a turn
-                response: storage_pb.AppendResponse = await stub.Append(
-                    request, timeout=self._config.broker_timeout_s
-                )
+            results, latency_ms = await self._channels.appends(member.storage).append(
+                request.SerializeToString(), len(group.items), self._config.broker_timeout_s
+            )
         except grpc.aio.AioRpcError as exc:
             latency_ms = (time.monotonic() - started) * 1000
             code = exc.code()
@@ -258,29 +310,24 @@ class Producer:
             for item in group.items:
                 item.error = error
                 if unreachable:
+                    if item.excluded is None:
+                        item.excluded = set()
                     item.excluded.add(member.broker_name)
             return unreachable
-        self._fault.update(member.broker_name, (time.monotonic() - started) * 1000)
-        if len(response.results) != len(group.items):
+        self._fault.update(member.broker_name, latency_ms)
+        if len(results) != len(group.items):
             error = ServiceError(
                 grpc.StatusCode.INTERNAL,
-                f"broker {member.broker_name} answered {len(response.results)} results for "
+                f"broker {member.broker_name} answered {len(results)} results for "
                 f"{len(group.items)} messages",
             )
             for item in group.items:
                 item.error = error
             return False
-        for item, result in zip(group.items, response.results, strict=True):
+        broker_name = member.broker_name
+        for item, queue_id, result in zip(group.items, group.queues, results, strict=True):
             item.error = None
-            results[item.index] = pb.ProduceResult(
-                status=_STATUS[result.status],
-                msg_id=result.msg_id,
-                unique_key=item.unique_key,
-                broker_name=member.broker_name,
-                queue_id=item.message.queue_id,
-                queue_offset=result.queue_offset,
-                store_timestamp_ms=result.store_timestamp_ms,
-            )
+            item.written = (broker_name, queue_id, result)
         return False
 
 

@@ -213,9 +213,14 @@ class Puller:
         except grpc.aio.AioRpcError as exc:
             raise broker_error(exc, _where("Read", target, storage=True)) from exc
         response = _answer(Status.FOUND, next_offset, low, high)
-        for result in read.results:
-            if result.status == storage_pb.FOUND and tag_filter.matches(result.message.tags):
-                response.messages.append(result.message)
+        found = storage_pb.FOUND
+        if tag_filter.matches_all:  # one call: cheaper than appending one by one
+            response.messages.extend([r.message for r in read.results if r.status == found])
+        else:
+            matches = tag_filter.matches
+            response.messages.extend(
+                [r.message for r in read.results if r.status == found and matches(r.message.tags)]
+            )
         if not response.messages:
             response.status = Status.NO_MATCHED_MESSAGE
         return response

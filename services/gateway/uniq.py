@@ -21,7 +21,6 @@ from datetime import datetime
 
 UNIQUE_KEY_CHARS = 32
 _FIXED = struct.Struct(">4sHI")
-_VARYING = struct.Struct(">iH")
 
 
 def local_ipv4() -> bytes:
@@ -69,14 +68,26 @@ class UniqueKeyGenerator:
         """The fixed first 20 hex characters (ip, pid, per-process value)."""
         return self._prefix
 
-    def next(self) -> str:
+    def _time_part(self) -> str:
+        """The prefix and the 8 hex characters of the ms since the month began."""
         now_ms = self._clock_ms()
         if now_ms >= self._next_start_ms:
             self._start_ms, self._next_start_ms = month_bounds_ms(now_ms)
         diff = now_ms - self._start_ms
         if -1_000_000 < diff < 0:  # the clock went back a little
             diff = 0
-        diff = (diff + 2**31) % 2**32 - 2**31  # Java's (int) cast
+        # Java's (int) cast, written as its two's complement bits (what ">i" packs).
+        return f"{self._prefix}{diff & 0xFFFFFFFF:08X}"
+
+    def next(self) -> str:
         counter = self._counter
         self._counter = (counter + 1) & 0xFFFF
-        return self._prefix + _VARYING.pack(diff, counter).hex().upper()
+        return f"{self._time_part()}{counter:04X}"
+
+    def next_many(self, count: int) -> list[str]:
+        """``count`` keys at once (one clock reading; consecutive counters), as ``count``
+        calls of :meth:`next` within the same millisecond give."""
+        head = self._time_part()
+        first = self._counter
+        self._counter = (first + count) & 0xFFFF
+        return [f"{head}{counter & 0xFFFF:04X}" for counter in range(first, first + count)]

@@ -3,6 +3,8 @@ the field and saying what a valid value looks like."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from tide.format import KEYS, TAGS, UNIQ_KEY, property_error
@@ -52,6 +54,27 @@ def check_queue(topic: str, broker_name: str, queue_id: int) -> None:
     check_topic(topic)
     check_broker_name(broker_name)
     check_queue_id(queue_id)
+
+
+def check_produce_messages(messages: Sequence[pb.ProduceMessage], max_body_bytes: int) -> None:
+    """:func:`check_produce_message` for each message, with the same first error, but
+    cheap for the common message (a valid topic, a body, none of the optional fields):
+    each topic is checked once, and only a message with more is checked field by field."""
+    if any(topic_error(topic) for topic in {message.topic for message in messages}):
+        for index, message in enumerate(messages):  # names the first bad message
+            check_produce_message(index, message, max_body_bytes)
+        raise AssertionError("a topic failed its check but no message did")
+    for index, message in enumerate(messages):
+        if (
+            not 0 < len(message.body) <= max_body_bytes
+            or message.tags
+            or message.keys
+            or message.properties
+            or message.unique_key
+            or message.born_timestamp_ms < 0
+            or message.WhichOneof("route") is not None
+        ):
+            check_produce_message(index, message, max_body_bytes)
 
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:

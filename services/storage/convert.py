@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+from typing import Any
+
 from services.storage.engine.topic_table import TopicConfig
-from tide.format import KEYS, TAGS, DecodedRecord, make_msg_id
+from tide.format import (
+    KEYS,
+    MESSAGE_MAGIC_V1,
+    SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_STORE_HOST_V6,
+    TAGS,
+    DecodedRecord,
+    decode_properties,
+    make_msg_id,
+)
 from tide.v1 import storage_pb2 as pb
+
+# The fixed header of a record with IPv4 hosts (docs/formats.md, "Message record").
+_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
+_HEADER_V4_BYTES = _HEADER_V4.size  # 88: body follows
+_V6_BITS = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
+_PORT = struct.Struct(">i")
+MAX_CACHED_HOSTS = 10_000
 
 
 class BadRequest(ValueError):
@@ -42,6 +62,104 @@ def stored_message(record: DecodedRecord, msg_id_prefix: str) -> pb.StoredMessag
         body_crc=record.body_crc,
         msg_id=make_msg_id(msg_id_prefix, record.physical_offset),
     )
+
+
+def stored_message_fields(
+    data: bytes, offset: int, msg_id_prefix: str, hosts: dict[bytes, str]
+) -> dict[str, Any] | None:
+    """The ``StoredMessage`` fields (zero values left out) of the record ``data`` read at
+    ``offset``, for the common record (1-byte topic length, IPv4 hosts) when it passes
+    the reader's checks (size, magic, field lengths, physical offset, body CRC, UTF-8
+    topic); None otherwise: the caller then takes the general decoder, which says what
+    is wrong. The same values as :func:`stored_message` of ``decode_record``, without its
+    intermediate objects. ``hosts`` caches packed host -> ``ip:port`` text."""
+    size = len(data)
+    if size < _HEADER_V4_BYTES + 3:
+        return None
+    (
+        total_size,
+        magic,
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp_ms,
+        born,
+        store_timestamp_ms,
+        store,
+        reconsume_times,
+        prepared_transaction_offset,
+        body_len,
+    ) = _HEADER_V4.unpack_from(data)
+    if (
+        total_size != size
+        or magic != MESSAGE_MAGIC_V1
+        or sys_flag & _V6_BITS
+        or physical_offset != offset
+        or body_len < 0
+    ):
+        return None
+    topic_pos = _HEADER_V4_BYTES + body_len
+    if topic_pos + 1 > size:
+        return None
+    props_len_pos = topic_pos + 1 + data[topic_pos]
+    if (
+        props_len_pos + 2 > size
+        or props_len_pos + 2 + (data[props_len_pos] << 8 | data[props_len_pos + 1]) != size
+    ):
+        return None
+    body = data[_HEADER_V4_BYTES:topic_pos]
+    if zlib.crc32(body) != body_crc:
+        return None
+    try:
+        topic = data[topic_pos + 1 : props_len_pos].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    born_host = hosts.get(born) or _host_text(born, hosts)
+    store_host = hosts.get(store) or _host_text(store, hosts)
+    fields: dict[str, Any] = {
+        "topic": topic,
+        "body": body,
+        "born_timestamp_ms": born_timestamp_ms,
+        "born_host": born_host,
+        "queue_offset": queue_offset,
+        "physical_offset": physical_offset,
+        "size": size,
+        "store_timestamp_ms": store_timestamp_ms,
+        "store_host": store_host,
+        "body_crc": body_crc,
+        "msg_id": f"{msg_id_prefix}{physical_offset:016X}",  # make_msg_id inline
+    }
+    if props_len_pos + 2 < size:
+        props = decode_properties(data[props_len_pos + 2 :])
+        fields["properties"] = props
+        tags = props.get(TAGS)
+        if tags:
+            fields["tags"] = tags
+        keys = props.get(KEYS)
+        if keys:
+            fields["keys"] = keys.split(" ")
+    if queue_id:
+        fields["queue_id"] = queue_id
+    if flag:
+        fields["flag"] = flag
+    if sys_flag:
+        fields["sys_flag"] = sys_flag
+    if reconsume_times:
+        fields["reconsume_times"] = reconsume_times
+    if prepared_transaction_offset:
+        fields["prepared_transaction_offset"] = prepared_transaction_offset
+    return fields
+
+
+def _host_text(packed: bytes, hosts: dict[bytes, str]) -> str:
+    """``ip:port`` of a packed IPv4 host (as ``str(unpack_host(packed))``), cached."""
+    text = f"{packed[0]}.{packed[1]}.{packed[2]}.{packed[3]}:{_PORT.unpack_from(packed, 4)[0]}"
+    if len(hosts) < MAX_CACHED_HOSTS:
+        hosts[packed] = text
+    return text
 
 
 def topic_to_pb(cfg: TopicConfig) -> pb.TopicConfig:

@@ -1,0 +1,169 @@
+"""Appends to one storage, coalesced: few calls in flight, the groups that wait go together.
+
+Every ``Storage.Append`` costs the storage (and the gateway) a fixed amount of gRPC work
+besides the per-message work, so under load the gateway sends fewer, larger calls: at
+most ``max_in_flight`` Appends to one storage at once; the groups of messages that
+arrive meanwhile wait, and the next call carries all of them (up to ``max_messages``
+messages and ``max_bytes``). Nothing waits on a timer: with a call slot free a group
+is sent at once, so a lightly loaded gateway adds no latency.
+
+Each group is kept as its serialized ``AppendRequest``; requests concatenate into one
+(a repeated field's entries simply follow each other), and the response's results are
+handed back in the same order, one slice per group. The storage validates a whole batch
+before writing any of it, so when a coalesced call fails for a reason of its own
+(INVALID_ARGUMENT, NOT_FOUND, ...), nothing was written and every group is sent again
+on its own: one producer's bad message never fails another's. A failure to reach the
+storage fails every group of the call (they are retried elsewhere by the producer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from tide.v1 import storage_pb2 as storage_pb
+
+# (serialized AppendRequest, timeout) -> AppendResponse
+RawAppend = Callable[[bytes, float], Coroutine[Any, Any, storage_pb.AppendResponse]]
+# A group's results and the latency of the call that carried it (ms).
+Outcome = tuple[Sequence[storage_pb.AppendResult], float]
+
+# Answers meaning "the broker is not reachable (now)" (brokers.py exports it too).
+UNREACHABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+MAX_APPENDS_IN_FLIGHT = 2
+MAX_COALESCED_MESSAGES = 2_000
+MAX_COALESCED_BYTES = 4 << 20
+
+
+@dataclass(slots=True)
+class _Waiting:
+    data: bytes
+    count: int
+    future: asyncio.Future[Outcome]
+
+
+class AppendQueue:
+    def __init__(
+        self,
+        append: RawAppend,
+        limit: asyncio.Semaphore,
+        *,
+        max_in_flight: int = MAX_APPENDS_IN_FLIGHT,
+        max_messages: int = MAX_COALESCED_MESSAGES,
+        max_bytes: int = MAX_COALESCED_BYTES,
+    ) -> None:
+        self._append = append
+        self._limit = limit
+        self._max_in_flight = max_in_flight
+        self._max_messages = max_messages
+        self._max_bytes = max_bytes
+        self._in_flight = 0
+        self._waiting: deque[_Waiting] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def append(self, data: bytes, count: int, timeout_s: float) -> Outcome:
+        """Append the serialized request ``data`` of ``count`` messages; its results
+        (in order) and the call's latency. Raises the call's ``grpc.aio.AioRpcError``."""
+        if self._in_flight < self._max_in_flight and not self._waiting:
+            self._in_flight += 1
+            try:
+                return await self._call(data, timeout_s)
+            finally:
+                self._in_flight -= 1
+                self._next(timeout_s)
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiting(data, count, future))
+        return await future
+
+    async def _call(self, data: bytes, timeout_s: float) -> Outcome:
+        async with self._limit:
+            started = time.monotonic()  # the broker's latency, not the wait for a turn
+            response = await self._append(data, timeout_s)
+        return response.results, (time.monotonic() - started) * 1000
+
+    def _next(self, timeout_s: float) -> None:
+        """Send what waits, while a call slot is free."""
+        while self._waiting and self._in_flight < self._max_in_flight:
+            batch: list[_Waiting] = []
+            messages = size = 0
+            while self._waiting:
+                first = self._waiting[0]
+                if first.future.done():  # its caller went away (cancelled)
+                    self._waiting.popleft()
+                    continue
+                if batch and (
+                    messages + first.count > self._max_messages
+                    or size + len(first.data) > self._max_bytes
+                ):
+                    break
+                batch.append(self._waiting.popleft())
+                messages += first.count
+                size += len(first.data)
+            if not batch:
+                return
+            self._in_flight += 1
+            task = asyncio.ensure_future(self._send(batch, timeout_s))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[_Waiting], timeout_s: float) -> None:
+        try:
+            await self._send_batch(batch, timeout_s)
+        finally:
+            self._in_flight -= 1
+            self._next(timeout_s)
+
+    async def _send_batch(self, batch: list[_Waiting], timeout_s: float) -> None:
+        data = batch[0].data if len(batch) == 1 else b"".join(item.data for item in batch)
+        try:
+            results, latency_ms = await self._call(data, timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if len(batch) > 1 and exc.code() not in UNREACHABLE:
+                await asyncio.gather(*(self._send_alone(item, timeout_s) for item in batch))
+                return
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+            return
+        except BaseException as exc:  # e.g. the gateway stopping: never leave a caller hanging
+            for item in batch:
+                if not item.future.done():
+                    if isinstance(exc, asyncio.CancelledError):
+                        item.future.cancel()
+                    else:
+                        item.future.set_exception(exc)
+            raise
+        start = 0
+        for item in batch:
+            end = start + item.count
+            if not item.future.done():
+                item.future.set_result((results[start:end], latency_ms))
+            start = end
+
+    async def _send_alone(self, item: _Waiting, timeout_s: float) -> None:
+        if item.future.done():
+            return
+        try:
+            outcome = await self._call(item.data, timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if not item.future.done():
+                item.future.set_exception(exc)
+            return
+        if not item.future.done():
+            item.future.set_result(outcome)

@@ -1,0 +1,242 @@
+"""The produce path's batch-wise steps give what their one-at-a-time forms give: unique
+keys, round robin, message checks; and the coalescing Append queue keeps every group's
+outcome its own."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+
+import grpc
+import pytest
+
+from services.gateway.append_queue import AppendQueue
+from services.gateway.fault import LatencyFaultTolerance
+from services.gateway.routes import QueueRef
+from services.gateway.selection import QueueSelector
+from services.gateway.uniq import UniqueKeyGenerator
+from services.gateway.validate import check_produce_message, check_produce_messages
+from tide.server import ServiceError
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
+
+QUEUES = tuple(QueueRef(broker, queue_id) for broker in ("a", "b") for queue_id in range(3))
+
+
+# -- unique keys ---------------------------------------------------------------------
+@pytest.mark.parametrize("count", [1, 7, 100, 70_000])
+def test_next_many_is_next_called_count_times(count: int) -> None:
+    def generator() -> UniqueKeyGenerator:
+        return UniqueKeyGenerator(
+            ip=bytes([10, 0, 0, 1]), pid=7, process_value=9, clock_ms=lambda: 1_800_000_000_000
+        )
+
+    one_by_one, at_once = generator(), generator()
+    one_by_one.next()  # counters not at zero, and wrapping for the large count
+    at_once.next()
+    assert at_once.next_many(count) == [one_by_one.next() for _ in range(count)]
+    assert at_once.next() == one_by_one.next()  # both counters moved alike
+
+
+def test_next_many_time_part_matches_java_int_cast() -> None:
+    now = [0]
+    generator = UniqueKeyGenerator(ip=bytes(4), pid=1, process_value=1, clock_ms=lambda: now[0])
+    now[0] = generator._start_ms - 5_000_000  # far back: a negative Java int, not clamped
+    key = generator.next_many(1)[0]
+    assert key[20:28] == f"{(-5_000_000) & 0xFFFFFFFF:08X}"
+
+
+# -- round robin ---------------------------------------------------------------------
+@pytest.mark.parametrize("count", [1, 5, 6, 7, 100])
+def test_round_robin_many_is_round_robin_called_count_times(count: int) -> None:
+    single = QueueSelector(LatencyFaultTolerance(), random.Random(3))
+    many = QueueSelector(LatencyFaultTolerance(), random.Random(3))
+    expected = [single.round_robin("T", QUEUES) for _ in range(count)]
+    assert many.round_robin_many("T", QUEUES, count) == expected
+    assert many.round_robin("T", QUEUES) == single.round_robin("T", QUEUES)
+
+
+def test_round_robin_many_skips_an_unavailable_broker_like_round_robin() -> None:
+    fault = LatencyFaultTolerance()
+    fault.update("a", 5_000)  # "a" is penalised
+    select = QueueSelector(fault, random.Random(1))
+    assert {queue.broker_name for queue in select.round_robin_many("T", QUEUES, 20)} == {"b"}
+    assert select.round_robin_many("T", (), 3) == []
+
+
+# -- message checks ------------------------------------------------------------------
+def _first_error(check: Callable[[], None]) -> str | None:
+    try:
+        check()
+    except ServiceError as exc:
+        return exc.message
+    return None
+
+
+def _one_by_one(messages: list[pb.ProduceMessage]) -> None:
+    for index, message in enumerate(messages):
+        check_produce_message(index, message, 1_000)
+
+
+PLAIN = {"topic": "T1", "body": b"x"}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"topic": "bad topic!"},
+        {"body": b""},
+        {"body": b"x" * 1_001},
+        {"tags": "a\x01b"},
+        {"keys": ["has space"]},
+        {"properties": {"UNIQ_KEY": "v"}},
+        {"unique_key": "has space"},
+        {"born_timestamp_ms": -1},
+        {"queue": pb.QueueRef(broker_name="", queue_id=1)},
+        {"sharding_key": "k" * 2_000},
+        {"tags": "TagA", "keys": ["k1", "k2"], "properties": {"a": "b"}, "unique_key": "U1"},
+    ],
+)
+@pytest.mark.parametrize("position", [0, 2])
+def test_batch_check_gives_the_first_error_of_the_one_by_one_check(
+    bad: dict[str, object], position: int
+) -> None:
+    messages = [pb.ProduceMessage(**PLAIN) for _ in range(4)]  # type: ignore[arg-type]
+    messages[position] = pb.ProduceMessage(**{**PLAIN, **bad})  # type: ignore[arg-type]
+    messages[3] = pb.ProduceMessage(topic="other topic?", body=b"x")  # a later bad topic
+    expected = _first_error(lambda: _one_by_one(messages))
+    assert expected is not None
+    assert _first_error(lambda: check_produce_messages(messages, 1_000)) == expected
+
+
+def test_batch_check_passes_valid_messages() -> None:
+    messages = [
+        pb.ProduceMessage(topic="T1", body=b"x"),
+        pb.ProduceMessage(topic="T2", body=b"y", tags="A", keys=["k"], born_timestamp_ms=5),
+        pb.ProduceMessage(topic="T1", body=b"z", queue=pb.QueueRef(broker_name="b", queue_id=1)),
+    ]
+    check_produce_messages(messages, 1_000)
+
+
+# -- the coalescing Append queue -----------------------------------------------------
+def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(
+        code, grpc.aio.Metadata(), grpc.aio.Metadata(), details, debug_error_string=""
+    )
+
+
+def _request(*offsets: int) -> bytes:
+    return storage_pb.AppendRequest(
+        messages=[storage_pb.Message(topic="T", queue_id=offset) for offset in offsets]
+    ).SerializeToString()
+
+
+class FakeStorage:
+    """Answers each message with its queue_id as the physical offset; a message with
+    queue_id 666 makes the call fail INVALID_ARGUMENT; calls wait for ``gate``."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+        self.gate = asyncio.Event()
+        self.fail_with: grpc.aio.AioRpcError | None = None
+
+    async def append(self, data: bytes, timeout_s: float) -> storage_pb.AppendResponse:
+        ids = [message.queue_id for message in storage_pb.AppendRequest.FromString(data).messages]
+        self.calls.append(ids)
+        await self.gate.wait()
+        if self.fail_with is not None:
+            raise self.fail_with
+        if 666 in ids:
+            raise _rpc_error(grpc.StatusCode.INVALID_ARGUMENT, "message[x]: bad")
+        return storage_pb.AppendResponse(
+            results=[storage_pb.AppendResult(physical_offset=qid) for qid in ids]
+        )
+
+
+def _offsets(outcome: tuple[Sequence[storage_pb.AppendResult], float]) -> list[int]:
+    return [result.physical_offset for result in outcome[0]]
+
+
+def test_groups_waiting_for_a_slot_go_in_one_call() -> None:
+    asyncio.run(_groups_waiting_for_a_slot_go_in_one_call())
+
+
+async def _groups_waiting_for_a_slot_go_in_one_call() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1)
+    first = asyncio.ensure_future(queue.append(_request(1), 1, 5.0))
+    await asyncio.sleep(0)
+    waiting = [asyncio.ensure_future(queue.append(_request(n, n + 1), 2, 5.0)) for n in (10, 20)]
+    await asyncio.sleep(0)
+    assert storage.calls == [[1]]  # one call in flight; the others wait
+    storage.gate.set()
+    first_outcome = await first
+    assert [result.physical_offset for result in first_outcome[0]] == [1]
+    outcomes = await asyncio.gather(*waiting)
+    assert storage.calls == [[1], [10, 11, 20, 21]]  # the waiting groups together
+    assert [_offsets(outcome) for outcome in outcomes] == [[10, 11], [20, 21]]
+    assert queue.in_flight == 0
+
+
+def test_a_coalesced_call_that_fails_is_sent_again_group_by_group() -> None:
+    asyncio.run(_a_coalesced_call_that_fails_is_sent_again_group_by_group())
+
+
+async def _a_coalesced_call_that_fails_is_sent_again_group_by_group() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1)
+    first = asyncio.ensure_future(queue.append(_request(1), 1, 5.0))
+    await asyncio.sleep(0)
+    good = asyncio.ensure_future(queue.append(_request(2), 1, 5.0))
+    bad = asyncio.ensure_future(queue.append(_request(666), 1, 5.0))
+    storage.gate.set()
+    await first
+    assert _offsets(await good) == [2]
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await bad
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert storage.calls == [[1], [2, 666], [2], [666]]
+
+
+def test_an_unreachable_storage_fails_every_group_of_the_call() -> None:
+    asyncio.run(_an_unreachable_storage_fails_every_group_of_the_call())
+
+
+async def _an_unreachable_storage_fails_every_group_of_the_call() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1)
+    first = asyncio.ensure_future(queue.append(_request(1), 1, 5.0))
+    await asyncio.sleep(0)
+    others = [asyncio.ensure_future(queue.append(_request(n), 1, 5.0)) for n in (2, 3)]
+    await asyncio.sleep(0)
+    storage.fail_with = _rpc_error(grpc.StatusCode.UNAVAILABLE, "down")
+    storage.gate.set()
+    for call in (first, *others):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert storage.calls == [[1], [2, 3]]  # not sent one by one: they go elsewhere
+
+
+def test_a_cancelled_waiting_group_is_not_sent_and_limits_hold() -> None:
+    asyncio.run(_a_cancelled_waiting_group_is_not_sent_and_limits_hold())
+
+
+async def _a_cancelled_waiting_group_is_not_sent_and_limits_hold() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(
+        storage.append, asyncio.Semaphore(10), max_in_flight=1, max_messages=3, max_bytes=1 << 20
+    )
+    first = asyncio.ensure_future(queue.append(_request(1), 1, 5.0))
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(queue.append(_request(2), 1, 5.0))
+    kept = [asyncio.ensure_future(queue.append(_request(n, n), 2, 5.0)) for n in (3, 4)]
+    await asyncio.sleep(0)
+    gone.cancel()
+    storage.gate.set()
+    await first
+    outcomes = await asyncio.gather(*kept)
+    assert [_offsets(outcome) for outcome in outcomes] == [[3, 3], [4, 4]]
+    assert storage.calls == [[1], [3, 3], [4, 4]]  # 2 was cancelled; 3 messages at most
