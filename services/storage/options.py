@@ -8,6 +8,7 @@ from services.nameserver.options import MAX_HEARTBEAT_TIMEOUT_MS
 from services.nameserver.validation import address_error, broker_id_error, name_error
 from services.storage.engine.config import GIB, MIB, FlushMode, StoreConfig
 from services.storage.registration import MAX_NAME_SERVERS, parse_name_servers
+from services.storage.replication.settings import BrokerRole, ReplicationSettings
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:10911"
@@ -174,7 +175,48 @@ OPTIONS: tuple[Option, ...] = (
         "drop a consumer group member without a heartbeat for this long",
         unit="ms",
     ),
+    Option(
+        "role",
+        str,
+        "ASYNC_MASTER",
+        "broker role: ASYNC_MASTER answers appends at once, SYNC_MASTER after a slave "
+        "acknowledged them, SLAVE copies --master's commitlog and refuses appends",
+        choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+    ),
+    Option("master", str, None, "a slave's master storage (HOST:PORT)"),
+    Option(
+        "ha_batch_bytes",
+        int,
+        32 * 1024,
+        "most commitlog bytes in one replication chunk (RocketMQ's haTransferBatchSize)",
+        unit="bytes",
+    ),
+    Option(
+        "ha_heartbeat_interval_ms",
+        int,
+        5_000,
+        "a slave acks at least this often and a master sends a heartbeat when idle this long; "
+        "a stream silent for 4 intervals is dropped",
+        unit="ms",
+    ),
+    Option(
+        "ha_max_gap_bytes",
+        int,
+        256 * MIB,
+        "a slave further behind than this is not in sync: SYNC_MASTER appends get "
+        "SLAVE_NOT_AVAILABLE (RocketMQ's haMaxGapNotInSync)",
+        unit="bytes",
+    ),
+    Option(
+        "sync_slave_timeout_ms",
+        int,
+        5_000,
+        "SYNC_MASTER wait for a slave's ack before FLUSH_SLAVE_TIMEOUT",
+        unit="ms",
+    ),
 )
+
+MAX_HA_BATCH_BYTES = 4 * MIB
 
 
 def check_config(config: Config) -> str | None:
@@ -202,7 +244,14 @@ def check_config(config: Config) -> str | None:
         problem = address_error("--dispatch-address", dispatch_address)
         if problem is not None:
             return problem
+    problem = _replication_problem(config)
+    if problem is not None:
+        return problem
     ranges = {
+        "ha_batch_bytes": (1024, MAX_HA_BATCH_BYTES),
+        "ha_heartbeat_interval_ms": (100, 60_000),
+        "ha_max_gap_bytes": (1, 1 << 50),
+        "sync_slave_timeout_ms": (1, 600_000),
         "register_interval_ms": (1, 3_600_000),
         "register_timeout_ms": (1, 600_000),
         "broker_heartbeat_timeout_ms": (1, MAX_HEARTBEAT_TIMEOUT_MS),
@@ -213,6 +262,42 @@ def check_config(config: Config) -> str | None:
         if not low <= value <= high:
             return f"--{name.replace('_', '-')}: {value} is outside {low}..{high}"
     return None
+
+
+def _replication_problem(config: Config) -> str | None:
+    """A slave names its master and has an id > 0; a master has id 0 and no --master."""
+    role = BrokerRole(config.get_str("role"))
+    broker_id = config.get_int("broker_id")
+    master = config.get_optional_str("master") or ""
+    if role is BrokerRole.SLAVE:
+        if not master:
+            return "--role SLAVE needs --master HOST:PORT (the master storage's address)"
+        problem = address_error("--master", master)
+        if problem is not None:
+            return problem
+        if broker_id <= 0:
+            return f"--role SLAVE needs --broker-id > 0 (got {broker_id}); 0 is the master"
+        if config.get_bool("write_buffer_pool"):
+            return "--role SLAVE cannot use --write-buffer-pool; drop it on the slave"
+        return None
+    if master:
+        return f"--master is for a slave; start with --role SLAVE or drop --master ({role.value})"
+    if broker_id != 0:
+        return f"--role {role.value} needs --broker-id 0 (got {broker_id}); slaves have ids > 0"
+    return None
+
+
+def replication_settings(config: Config) -> ReplicationSettings:
+    return ReplicationSettings(
+        role=BrokerRole(config.get_str("role")),
+        broker_name=config.get_str("broker_name"),
+        broker_id=config.get_int("broker_id"),
+        master_address=config.get_optional_str("master") or "",
+        batch_bytes=config.get_int("ha_batch_bytes"),
+        heartbeat_interval_ms=config.get_int("ha_heartbeat_interval_ms"),
+        max_gap_bytes=config.get_int("ha_max_gap_bytes"),
+        sync_slave_timeout_ms=config.get_int("sync_slave_timeout_ms"),
+    )
 
 
 def advertised_host(config: Config, endpoint: str) -> str:

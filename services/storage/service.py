@@ -12,8 +12,17 @@ import grpc
 from services.storage.engine.consumer_expiry import ConsumerExpiryScan
 from services.storage.engine.consumer_manager import ConsumerManager
 from services.storage.engine.message_store import MessageStore
-from services.storage.options import OPTIONS, advertised_host, check_config, store_config
+from services.storage.options import (
+    OPTIONS,
+    advertised_host,
+    check_config,
+    replication_settings,
+    store_config,
+)
 from services.storage.registration import BrokerIdentity, BrokerRegistrar, parse_name_servers
+from services.storage.replication.fresh_slave import prepare_fresh_slave
+from services.storage.replication.node import Replication
+from services.storage.replication.settings import BrokerRole
 from services.storage.servicer import StorageServicer
 from tide.server import Config, load_config, run_service
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -28,6 +37,7 @@ class StorageService:
         self._config = config
         self._store: MessageStore | None = None
         self._registrar: BrokerRegistrar | None = None
+        self._replication: Replication | None = None
         self._consumers = ConsumerManager(expiry_ms=config.get_int("consumer_expiry_ms"))
         self._consumer_expiry = ConsumerExpiryScan(self._consumers)
         self._servicer = StorageServicer(
@@ -45,14 +55,25 @@ class StorageService:
 
     def drain(self) -> None:
         self._servicer.drain()
+        if self._replication is not None:
+            self._replication.drain()  # Replicate streams end; slaves reconnect later
         if self._registrar is not None:
             self._registrar.begin_stop()  # routes go away while in-flight calls finish
 
     async def start(self, endpoint: str) -> None:
         store_host = advertised_host(self._config, endpoint)
-        store = MessageStore(store_config(self._config, store_host))
+        settings = replication_settings(self._config)
+        store_cfg = store_config(self._config, store_host)
+        if settings.role is BrokerRole.SLAVE:
+            await prepare_fresh_slave(
+                store_cfg.commitlog_dir, store_cfg.segment_size_bytes, settings.master_address
+            )
+        store = MessageStore(store_cfg)
         await asyncio.to_thread(store.open)  # recovery can take a while; health says so
+        self._replication = Replication(store, settings)
+        self._servicer.replication = self._replication
         self._store = store
+        await self._replication.start()
         self._consumer_expiry.start()
         name_servers = parse_name_servers(self._config.get_optional_str("namesrv") or "")
         if name_servers:
@@ -80,6 +101,8 @@ class StorageService:
         if self._registrar is not None:
             await self._registrar.stop()
         self._consumer_expiry.stop()
+        if self._replication is not None:
+            await self._replication.stop()
         if self._store is not None:
             await asyncio.to_thread(self._store.close)
 

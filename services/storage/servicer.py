@@ -7,6 +7,7 @@ thread; the SYNC_FLUSH wait is an awaited future, so waiting callers hold no thr
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import NoReturn
@@ -30,8 +31,9 @@ from services.storage.engine.errors import (
 )
 from services.storage.engine.message_store import MessageStore
 from services.storage.options import MAX_TAIL_CHUNK_BYTES
+from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
-from tide.format import RecordError, make_msg_id
+from tide.format import RecordError
 from tide.server import ServiceError
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -67,21 +69,33 @@ def _append_response(
     status: pb.AppendStatus.ValueType,
     prefix: str,
 ) -> pb.AppendResponse:
-    """One result per message, in request order (``results.add`` is the fastest way to
-    build them)."""
-    assert len(batch.positions) == len(request.messages)
+    """One result per message, in request order (``results.add`` with keywords is the
+    fastest way to build them; PUT_OK is the default and not set)."""
+    positions = batch.positions
+    assert len(positions) == len(request.messages)
     response = pb.AppendResponse()
     add = response.results.add
     ts = batch.store_timestamp_ms
-    for phys, size, queue_offset in batch.positions:
-        add(
-            status=status,
-            msg_id=make_msg_id(prefix, phys),
-            physical_offset=phys,
-            queue_offset=queue_offset,
-            store_timestamp_ms=ts,
-            size=size,
-        )
+    # make_msg_id inline: the prefix, then the offset as 16 upper-case hex digits.
+    if status == pb.PUT_OK:
+        for phys, size, queue_offset in positions:
+            add(
+                msg_id=f"{prefix}{phys:016X}",
+                physical_offset=phys,
+                queue_offset=queue_offset,
+                store_timestamp_ms=ts,
+                size=size,
+            )
+    else:
+        for phys, size, queue_offset in positions:
+            add(
+                status=status,
+                msg_id=f"{prefix}{phys:016X}",
+                physical_offset=phys,
+                queue_offset=queue_offset,
+                store_timestamp_ms=ts,
+                size=size,
+            )
     return response
 
 
@@ -111,6 +125,8 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._tail_chunk_bytes = tail_chunk_bytes
         self._consumers = consumers
         self._draining = asyncio.Event()
+        self._hosts: dict[bytes, str] = {}  # packed host -> "ip:port" (Read)
+        self.replication: Replication | None = None  # set by the service once open
 
     def drain(self) -> None:
         """End every Tail stream (the server is shutting down). A stream waiting for data
@@ -139,6 +155,8 @@ class StorageServicer(pb_grpc.StorageServicer):
         status = pb.PUT_OK
         if result.durable is not None:
             status = await self._wait_durable(result.durable, store)
+        if result.replicated is not None:  # SYNC_MASTER
+            status = await wait_replicated(result.replicated, status, store)
         return _append_response(result.batch, request, status, store.msg_id_prefix)
 
     @staticmethod
@@ -171,15 +189,29 @@ class StorageServicer(pb_grpc.StorageServicer):
                 f"Read asks for {total} bytes; at most {MAX_READ_BYTES} per call: split it",
             )
         store = self._store()
-        results = []
+        response = pb.ReadResponse()
+        add = response.results.add
+        prefix = store.msg_id_prefix
+        hosts = self._hosts
         for index, pos in enumerate(request.positions):
-            if pos.physical_offset < 0 or pos.size < 0:
+            offset, size = pos.physical_offset, pos.size
+            if offset < 0 or size < 0:
                 raise _invalid(
                     f"positions[{index}]: physical_offset and size must be >= 0 "
-                    f"(got {pos.physical_offset}, {pos.size})"
+                    f"(got {offset}, {size})"
                 )
-            result = self._read_one(store, pos.physical_offset, pos.size)
-            if pos.size == 0:  # sized by the record itself: count what it really is
+            if size:  # the common read: the record's bytes, decoded in one step
+                try:
+                    _, data = store.commitlog.read_raw(offset, size)
+                except OffsetBelowMinError:
+                    data = b""
+                if len(data) == size:
+                    fields = convert.stored_message_fields(data, offset, prefix, hosts)
+                    if fields is not None:
+                        add(status=pb.FOUND, message=fields)
+                        continue
+            result = self._read_one(store, offset, size)  # anything else: the general path
+            if size == 0:  # sized by the record itself: count what it really is
                 total += result.message.size
                 if total > MAX_READ_BYTES:
                     raise ServiceError(
@@ -187,8 +219,8 @@ class StorageServicer(pb_grpc.StorageServicer):
                         f"Read returns over {MAX_READ_BYTES} bytes; at most that per call: "
                         "split it",
                     )
-            results.append(result)
-        return pb.ReadResponse(results=results)
+            response.results.append(result)
+        return response
 
     @staticmethod
     def _read_one(store: MessageStore, offset: int, size: int) -> pb.ReadResult:
@@ -220,10 +252,17 @@ class StorageServicer(pb_grpc.StorageServicer):
                 f"offset {offset} is past the commitlog max offset {max_offset}",
             )
         loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
         arrived = asyncio.Event()
 
         def on_append(_: int) -> None:
-            loop.call_soon_threadsafe(arrived.set)
+            # Appends come from the loop's own thread (Append) unless an in-process
+            # caller appends from another: only that one needs the thread-safe wake-up
+            # (a write to the loop's self-pipe per append).
+            if threading.get_ident() == loop_thread:
+                arrived.set()
+            else:
+                loop.call_soon_threadsafe(arrived.set)
 
         store.commitlog.add_listener(on_append)
         try:
@@ -242,6 +281,22 @@ class StorageServicer(pb_grpc.StorageServicer):
                 await _wait_any(arrived, self._draining, TAIL_IDLE_RECHECK_S)
         finally:
             store.commitlog.remove_listener(on_append)
+
+    async def Replicate(
+        self,
+        request_iterator: AsyncIterator[pb.ReplicateRequest],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.ReplicateChunk]:
+        """A slave's stream (services/storage/replication/master.py)."""
+        replication = self.replication
+        if replication is None:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, "replication is not started")
+        async for chunk in replication.serve(request_iterator, context):
+            yield chunk
+
+    def _check_topic_change(self) -> None:
+        if self.replication is not None:
+            self.replication.check_topic_change()
 
     async def GetStatus(
         self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext[object, object]
@@ -264,6 +319,7 @@ class StorageServicer(pb_grpc.StorageServicer):
             recovery=recovery.summary() if recovery else "",
             recovery_truncated_bytes=store.recovery_truncated_bytes,
             topic_count=status.topic_count,
+            replication=self.replication.status() if self.replication else None,
         )
 
     # -- topics and consumer offsets ----------------------------------------------
@@ -271,6 +327,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         self, request: pb.UpsertTopicRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.TopicConfig:
         try:
+            self._check_topic_change()
             cfg = self._store().topics.upsert(convert.topic_from_pb(request.topic))
         except Exception as exc:
             _fail(exc)
@@ -279,6 +336,7 @@ class StorageServicer(pb_grpc.StorageServicer):
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DeleteTopicResponse:
+        self._check_topic_change()
         store = self._store()
         if store.topics.get(request.topic) is None:
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"topic {request.topic!r} does not exist")

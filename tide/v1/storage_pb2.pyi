@@ -9,7 +9,8 @@ Errors that concern the whole call use gRPC status codes:
   OUT_OF_RANGE        a Tail offset below the commitlog's min offset (deleted by retention)
                       or past its max offset
   RESOURCE_EXHAUSTED  disk above the refuse-writes threshold, or a request over a size limit
-  FAILED_PRECONDITION the store is not writable (e.g. a slave, or shutting down)
+  FAILED_PRECONDITION the store is not writable (a slave: produce to its master; or shutting
+                      down); topic changes on a slave; a refused Replicate hello
   UNAVAILABLE         the service is starting or stopping
 Per-message outcomes that are not errors of the request (a message written but not yet
 confirmed durable) are reported in AppendResult.status.
@@ -531,6 +532,7 @@ class StorageStatus(_message.Message):
     RECOVERY_FIELD_NUMBER: _builtins.int
     RECOVERY_TRUNCATED_BYTES_FIELD_NUMBER: _builtins.int
     TOPIC_COUNT_FIELD_NUMBER: _builtins.int
+    REPLICATION_FIELD_NUMBER: _builtins.int
     min_offset: _builtins.int
     max_offset: _builtins.int
     flushed_offset: _builtins.int
@@ -547,6 +549,8 @@ class StorageStatus(_message.Message):
     recovery_truncated_bytes: _builtins.int
     """Bytes of data recovery cut off the tail (counted to the last non-zero byte)."""
     topic_count: _builtins.int
+    @_builtins.property
+    def replication(self) -> Global___ReplicationStatus: ...
     def __init__(
         self,
         *,
@@ -564,14 +568,180 @@ class StorageStatus(_message.Message):
         recovery: _builtins.str = ...,
         recovery_truncated_bytes: _builtins.int = ...,
         topic_count: _builtins.int = ...,
+        replication: Global___ReplicationStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["replication", b"replication"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "disk_usage_ratio", b"disk_usage_ratio", "flush_mode", b"flush_mode", "flushed_offset", b"flushed_offset", "max_offset", b"max_offset", "min_offset", b"min_offset", "recovery", b"recovery", "recovery_truncated_bytes", b"recovery_truncated_bytes", "segment_count", b"segment_count", "segment_size_bytes", b"segment_size_bytes", "store_dir", b"store_dir", "store_host", b"store_host", "topic_count", b"topic_count", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "disk_usage_ratio", b"disk_usage_ratio", "flush_mode", b"flush_mode", "flushed_offset", b"flushed_offset", "max_offset", b"max_offset", "min_offset", b"min_offset", "recovery", b"recovery", "recovery_truncated_bytes", b"recovery_truncated_bytes", "replication", b"replication", "segment_count", b"segment_count", "segment_size_bytes", b"segment_size_bytes", "store_dir", b"store_dir", "store_host", b"store_host", "topic_count", b"topic_count", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StorageStatus: _TypeAlias = StorageStatus  # noqa: Y015
+
+@_typing.final
+class ReplicationStatus(_message.Message):
+    """A storage's replication state. Lag in seconds is the time since the replica was last
+    caught up (its acknowledged / written offset reached the master's max offset as known at
+    that moment); 0 while caught up.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    MASTER_ADDRESS_FIELD_NUMBER: _builtins.int
+    MASTER_CONNECTED_FIELD_NUMBER: _builtins.int
+    MASTER_MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_BYTES_FIELD_NUMBER: _builtins.int
+    LAG_SECONDS_FIELD_NUMBER: _builtins.int
+    SLAVES_FIELD_NUMBER: _builtins.int
+    SLAVE_ACK_OFFSET_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """ASYNC_MASTER, SYNC_MASTER or SLAVE."""
+    broker_id: _builtins.int
+    master_address: _builtins.str
+    """A slave: its master (HOST:PORT), whether the stream is up, the master's max offset from
+    its latest chunk, and this slave's lag behind it.
+    """
+    master_connected: _builtins.bool
+    master_max_offset: _builtins.int
+    lag_bytes: _builtins.int
+    lag_seconds: _builtins.float
+    slave_ack_offset: _builtins.int
+    """A master: the highest offset any slave acknowledged (SYNC_MASTER appends wait for it)."""
+    @_builtins.property
+    def slaves(self) -> _containers.RepeatedCompositeFieldContainer[Global___SlaveStatus]:
+        """A master: the connected slaves."""
+
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        broker_id: _builtins.int = ...,
+        master_address: _builtins.str = ...,
+        master_connected: _builtins.bool = ...,
+        master_max_offset: _builtins.int = ...,
+        lag_bytes: _builtins.int = ...,
+        lag_seconds: _builtins.float = ...,
+        slaves: _abc.Iterable[Global___SlaveStatus] | None = ...,
+        slave_ack_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "lag_bytes", b"lag_bytes", "lag_seconds", b"lag_seconds", "master_address", b"master_address", "master_connected", b"master_connected", "master_max_offset", b"master_max_offset", "role", b"role", "slave_ack_offset", b"slave_ack_offset", "slaves", b"slaves"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicationStatus: _TypeAlias = ReplicationStatus  # noqa: Y015
+
+@_typing.final
+class SlaveStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PEER_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    ACK_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_BYTES_FIELD_NUMBER: _builtins.int
+    LAG_SECONDS_FIELD_NUMBER: _builtins.int
+    CONNECTED_AT_MS_FIELD_NUMBER: _builtins.int
+    LAST_ACK_AT_MS_FIELD_NUMBER: _builtins.int
+    peer: _builtins.str
+    """The gRPC peer of the slave's stream, and the id it gave."""
+    broker_id: _builtins.int
+    ack_offset: _builtins.int
+    lag_bytes: _builtins.int
+    lag_seconds: _builtins.float
+    connected_at_ms: _builtins.int
+    last_ack_at_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        peer: _builtins.str = ...,
+        broker_id: _builtins.int = ...,
+        ack_offset: _builtins.int = ...,
+        lag_bytes: _builtins.int = ...,
+        lag_seconds: _builtins.float = ...,
+        connected_at_ms: _builtins.int = ...,
+        last_ack_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_offset", b"ack_offset", "broker_id", b"broker_id", "connected_at_ms", b"connected_at_ms", "lag_bytes", b"lag_bytes", "lag_seconds", b"lag_seconds", "last_ack_at_ms", b"last_ack_at_ms", "peer", b"peer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlaveStatus: _TypeAlias = SlaveStatus  # noqa: Y015
+
+@_typing.final
+class ReplicateRequest(_message.Message):
+    """The slave's requests on a Replicate stream: the first is the hello, the later ones acks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    SEGMENT_SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    TAIL_CHECK_OFFSET_FIELD_NUMBER: _builtins.int
+    TAIL_CRC32_FIELD_NUMBER: _builtins.int
+    MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    broker_name: _builtins.str
+    """Hello only."""
+    broker_id: _builtins.int
+    segment_size_bytes: _builtins.int
+    tail_check_offset: _builtins.int
+    """Hello: CRC-32 of the slave's bytes [tail_check_offset, max_offset) (empty range: 0)."""
+    tail_crc32: _builtins.int
+    max_offset: _builtins.int
+    """Every request: the slave's max offset (hello: where it wants to continue; ack: what it
+    has written).
+    """
+    def __init__(
+        self,
+        *,
+        broker_name: _builtins.str = ...,
+        broker_id: _builtins.int = ...,
+        segment_size_bytes: _builtins.int = ...,
+        tail_check_offset: _builtins.int = ...,
+        tail_crc32: _builtins.int = ...,
+        max_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "broker_name", b"broker_name", "max_offset", b"max_offset", "segment_size_bytes", b"segment_size_bytes", "tail_check_offset", b"tail_check_offset", "tail_crc32", b"tail_crc32"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicateRequest: _TypeAlias = ReplicateRequest  # noqa: Y015
+
+@_typing.final
+class ReplicateChunk(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    MASTER_MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    MASTER_MIN_OFFSET_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """Commitlog offset of data[0]; in the first response (no data) where the stream starts."""
+    data: _builtins.bytes
+    master_max_offset: _builtins.int
+    """The master's max and min offsets when the chunk was cut (for lag)."""
+    master_min_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        master_max_offset: _builtins.int = ...,
+        master_min_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "master_max_offset", b"master_max_offset", "master_min_offset", b"master_min_offset", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicateChunk: _TypeAlias = ReplicateChunk  # noqa: Y015
 
 @_typing.final
 class TopicConfig(_message.Message):

@@ -54,6 +54,11 @@ class StorageStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.StorageStatus.FromString,
                 _registered_method=True)
+        self.Replicate = channel.stream_stream(
+                '/tide.v1.Storage/Replicate',
+                request_serializer=tide_dot_v1_dot_storage__pb2.ReplicateRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ReplicateChunk.FromString,
+                _registered_method=True)
         self.UpsertTopic = channel.unary_unary(
                 '/tide.v1.Storage/UpsertTopic',
                 request_serializer=tide_dot_v1_dot_storage__pb2.UpsertTopicRequest.SerializeToString,
@@ -125,6 +130,32 @@ class StorageServicer:
 
     def GetStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Replicate(self, request_iterator, context):
+        """Master -> slave replication (RocketMQ's HAService), opened by the slave. The protocol:
+        1. The slave's first request is its hello: broker name and id, segment size, its max
+        offset and a CRC of its last bytes (up to 4 KiB, inside its last segment). The master
+        refuses a broker name or segment size of its own that differs, a slave whose last
+        bytes differ from the master's at the same offsets, a master that is itself a slave
+        (all FAILED_PRECONDITION), and more than 8 slaves at once (RESOURCE_EXHAUSTED).
+        2. The master's first response carries no data: its `offset` is where the stream
+        starts. It is the slave's max offset, or the master's max offset when the slave holds
+        more (the slave truncates to it, logging both), or the master's min offset when the
+        slave holds nothing the master still has (the slave empties its commitlog).
+        3. The master then sends its commitlog bytes as they are in its files, contiguous, in
+        chunks of at most `batch_bytes` (32 KiB default) that never cross a segment end (a
+        segment's blank marker and the filler after it are sent too), and an empty chunk as
+        a heartbeat when idle for the heartbeat interval.
+        4. Every later request is an ack: the slave's max offset (every byte below it written at
+        the same offset as on the master, whole records only), sent after it wrote a chunk and
+        at least every heartbeat interval (5 s). SYNC_MASTER appends complete when an ack
+        passes their records.
+        Either side ends the stream after 4 heartbeat intervals without a message; the slave
+        reconnects with backoff (0.5 s doubling to 10 s).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -203,6 +234,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.GetStatusRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.StorageStatus.SerializeToString,
+            ),
+            'Replicate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.ReplicateRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ReplicateChunk.SerializeToString,
             ),
             'UpsertTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.UpsertTopic,
@@ -353,6 +389,33 @@ class Storage:
             '/tide.v1.Storage/GetStatus',
             tide_dot_v1_dot_storage__pb2.GetStatusRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.StorageStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replicate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tide.v1.Storage/Replicate',
+            tide_dot_v1_dot_storage__pb2.ReplicateRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ReplicateChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,7 +9,8 @@ Errors that concern the whole call use gRPC status codes:
   OUT_OF_RANGE        a Tail offset below the commitlog's min offset (deleted by retention)
                       or past its max offset
   RESOURCE_EXHAUSTED  disk above the refuse-writes threshold, or a request over a size limit
-  FAILED_PRECONDITION the store is not writable (e.g. a slave, or shutting down)
+  FAILED_PRECONDITION the store is not writable (a slave: produce to its master; or shutting
+                      down); topic changes on a slave; a refused Replicate hello
   UNAVAILABLE         the service is starting or stopping
 Per-message outcomes that are not errors of the request (a message written but not yet
 confirmed durable) are reported in AppendResult.status.
@@ -55,6 +56,28 @@ class StorageStub:
     dispatch and by slave replication.
     """
     GetStatus: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetStatusRequest, _storage_pb2.StorageStatus]
+    Replicate: _grpc.StreamStreamMultiCallable[_storage_pb2.ReplicateRequest, _storage_pb2.ReplicateChunk]
+    """Master -> slave replication (RocketMQ's HAService), opened by the slave. The protocol:
+     1. The slave's first request is its hello: broker name and id, segment size, its max
+        offset and a CRC of its last bytes (up to 4 KiB, inside its last segment). The master
+        refuses a broker name or segment size of its own that differs, a slave whose last
+        bytes differ from the master's at the same offsets, a master that is itself a slave
+        (all FAILED_PRECONDITION), and more than 8 slaves at once (RESOURCE_EXHAUSTED).
+     2. The master's first response carries no data: its `offset` is where the stream
+        starts. It is the slave's max offset, or the master's max offset when the slave holds
+        more (the slave truncates to it, logging both), or the master's min offset when the
+        slave holds nothing the master still has (the slave empties its commitlog).
+     3. The master then sends its commitlog bytes as they are in its files, contiguous, in
+        chunks of at most `batch_bytes` (32 KiB default) that never cross a segment end (a
+        segment's blank marker and the filler after it are sent too), and an empty chunk as
+        a heartbeat when idle for the heartbeat interval.
+     4. Every later request is an ack: the slave's max offset (every byte below it written at
+        the same offset as on the master, whole records only), sent after it wrote a chunk and
+        at least every heartbeat interval (5 s). SYNC_MASTER appends complete when an ack
+        passes their records.
+    Either side ends the stream after 4 heartbeat intervals without a message; the slave
+    reconnects with backoff (0.5 s doubling to 10 s).
+    """
     UpsertTopic: _grpc.UnaryUnaryMultiCallable[_storage_pb2.UpsertTopicRequest, _storage_pb2.TopicConfig]
     DeleteTopic: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteTopicRequest, _storage_pb2.DeleteTopicResponse]
     ListTopics: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListTopicsRequest, _storage_pb2.ListTopicsResponse]
@@ -84,6 +107,28 @@ class StorageAsyncStub(StorageStub):
     dispatch and by slave replication.
     """
     GetStatus: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetStatusRequest, _storage_pb2.StorageStatus]  # type: ignore[assignment]
+    Replicate: _aio.StreamStreamMultiCallable[_storage_pb2.ReplicateRequest, _storage_pb2.ReplicateChunk]  # type: ignore[assignment]
+    """Master -> slave replication (RocketMQ's HAService), opened by the slave. The protocol:
+     1. The slave's first request is its hello: broker name and id, segment size, its max
+        offset and a CRC of its last bytes (up to 4 KiB, inside its last segment). The master
+        refuses a broker name or segment size of its own that differs, a slave whose last
+        bytes differ from the master's at the same offsets, a master that is itself a slave
+        (all FAILED_PRECONDITION), and more than 8 slaves at once (RESOURCE_EXHAUSTED).
+     2. The master's first response carries no data: its `offset` is where the stream
+        starts. It is the slave's max offset, or the master's max offset when the slave holds
+        more (the slave truncates to it, logging both), or the master's min offset when the
+        slave holds nothing the master still has (the slave empties its commitlog).
+     3. The master then sends its commitlog bytes as they are in its files, contiguous, in
+        chunks of at most `batch_bytes` (32 KiB default) that never cross a segment end (a
+        segment's blank marker and the filler after it are sent too), and an empty chunk as
+        a heartbeat when idle for the heartbeat interval.
+     4. Every later request is an ack: the slave's max offset (every byte below it written at
+        the same offset as on the master, whole records only), sent after it wrote a chunk and
+        at least every heartbeat interval (5 s). SYNC_MASTER appends complete when an ack
+        passes their records.
+    Either side ends the stream after 4 heartbeat intervals without a message; the slave
+    reconnects with backoff (0.5 s doubling to 10 s).
+    """
     UpsertTopic: _aio.UnaryUnaryMultiCallable[_storage_pb2.UpsertTopicRequest, _storage_pb2.TopicConfig]  # type: ignore[assignment]
     DeleteTopic: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteTopicRequest, _storage_pb2.DeleteTopicResponse]  # type: ignore[assignment]
     ListTopics: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListTopicsRequest, _storage_pb2.ListTopicsResponse]  # type: ignore[assignment]
@@ -134,6 +179,34 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         request: _storage_pb2.GetStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.StorageStatus, _abc.Awaitable[_storage_pb2.StorageStatus]]: ...
+
+    @_abc_1.abstractmethod
+    def Replicate(
+        self,
+        request_iterator: _MaybeAsyncIterator[_storage_pb2.ReplicateRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_storage_pb2.ReplicateChunk], _abc.AsyncIterator[_storage_pb2.ReplicateChunk]]:
+        """Master -> slave replication (RocketMQ's HAService), opened by the slave. The protocol:
+         1. The slave's first request is its hello: broker name and id, segment size, its max
+            offset and a CRC of its last bytes (up to 4 KiB, inside its last segment). The master
+            refuses a broker name or segment size of its own that differs, a slave whose last
+            bytes differ from the master's at the same offsets, a master that is itself a slave
+            (all FAILED_PRECONDITION), and more than 8 slaves at once (RESOURCE_EXHAUSTED).
+         2. The master's first response carries no data: its `offset` is where the stream
+            starts. It is the slave's max offset, or the master's max offset when the slave holds
+            more (the slave truncates to it, logging both), or the master's min offset when the
+            slave holds nothing the master still has (the slave empties its commitlog).
+         3. The master then sends its commitlog bytes as they are in its files, contiguous, in
+            chunks of at most `batch_bytes` (32 KiB default) that never cross a segment end (a
+            segment's blank marker and the filler after it are sent too), and an empty chunk as
+            a heartbeat when idle for the heartbeat interval.
+         4. Every later request is an ack: the slave's max offset (every byte below it written at
+            the same offset as on the master, whole records only), sent after it wrote a chunk and
+            at least every heartbeat interval (5 s). SYNC_MASTER appends complete when an ack
+            passes their records.
+        Either side ends the stream after 4 heartbeat intervals without a message; the slave
+        reconnects with backoff (0.5 s doubling to 10 s).
+        """
 
     @_abc_1.abstractmethod
     def UpsertTopic(

@@ -61,6 +61,11 @@ class CheckpointService(ServiceThread):
             self._last_snapshot_s = now
         self._consumer_offsets.maybe_persist(int(time.time() * 1000))
 
+    def discard_pending(self) -> None:
+        """Forget a captured snapshot: the commitlog was cut below it (a slave truncating
+        to its master's end). Call under the commitlog lock."""
+        self._pending = None
+
     def write_final(self) -> None:
         """At close, after the final flush: everything current and durable."""
         snapshot = self.capture()

@@ -186,6 +186,18 @@ class CommitLog:
         if segment.locked and segment.is_full:
             unlock(segment)
 
+    # -- replication: a slave writes its master's bytes (engine/ha_replica_writer.py) --
+    def publish_replicated(self, segment: MappedFile, position: int, timestamp_ms: int) -> None:
+        """Under the lock: make ``segment[:position]`` (bytes copied from the master, whole
+        records) visible, with ``timestamp_ms`` the store timestamp of the last one."""
+        self._publish(segment, position, timestamp_ms)
+        self._last_store_timestamp_ms = max(self._last_store_timestamp_ms, timestamp_ms)
+
+    def notify_listeners(self, end_offset: int) -> None:
+        """Outside the lock, after :meth:`publish_replicated`: wake Tail streams."""
+        for listener in self._listeners:
+            listener(end_offset)
+
     # -- reading -----------------------------------------------------------------
     def read_record(self, offset: int, size: int) -> DecodedRecord:
         """Decode the record at ``offset`` (``size`` 0: the size the record says). Raises

@@ -24,6 +24,7 @@ from services.storage.engine.consumer_offsets import ConsumerOffsets
 from services.storage.engine.errors import NotWritableError, TopicNotFoundError
 from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
+from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
 from services.storage.engine.queue_offsets import (
     QueueOffsetTable,
@@ -55,6 +56,8 @@ class PutResult:
     batch: AppendBatch
     # Completes when the batch is durable (SYNC_FLUSH); None when nothing is awaited.
     durable: Future[None] | None
+    # Completes when a slave acknowledged the batch (SYNC_MASTER); None otherwise.
+    replicated: Future[ReplicaOutcome] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,10 @@ class MessageStore:
         self.msg_id_prefix = msg_id_prefix(store_host)
         self._threads: list[ServiceThread] = []
         self._opened = False
+        # Why put() refuses (None: it does not): not open, or a slave.
+        self._put_refusal: str | None = "the store is not open"
+        # SYNC_MASTER: appends also wait for a slave's ack (set by the replication role).
+        self.ha_waiter: SlaveAckWaiter | None = None
         self.recovery: RecoveryReport | None = None
         self.recovery_truncated_bytes = 0
 
@@ -102,6 +109,7 @@ class MessageStore:
             self._lock.release()
             raise
         self._opened = True
+        self._put_refusal = None
 
     def _open_locked(self) -> None:
         cfg = self.config
@@ -240,6 +248,7 @@ class MessageStore:
         if not self._opened:
             return
         self._opened = False
+        self._put_refusal = "the store is not open"
         with self.commitlog.lock:
             self.commitlog.refuse_reason = "the store is closing"
         for thread in self._threads:
@@ -258,14 +267,20 @@ class MessageStore:
     def put(self, messages: Sequence[MessageLike], default_born_host: str = "") -> PutResult:
         """Validate, encode and append a batch; the returned future (SYNC_FLUSH) tells
         when it is durable. ``default_born_host`` stands for messages without one."""
-        if not self._opened:
-            raise NotWritableError("the store is not open")
+        if self._put_refusal is not None:
+            raise NotWritableError(self._put_refusal)
         records = self.encode(messages, default_born_host)
         batch = self.commitlog.append(records)
         durable = None
         if self.group_commit is not None and batch.positions:
             durable = self.group_commit.request(batch.end_offset)
+        if self.ha_waiter is not None and batch.positions:
+            return PutResult(batch, durable, self.ha_waiter.request(batch.end_offset))
         return PutResult(batch, durable)
+
+    def refuse_puts(self, reason: str) -> None:
+        """Refuse every put with ``reason`` from now on (a slave: produce to the master)."""
+        self._put_refusal = reason
 
     def encode(
         self, messages: Sequence[MessageLike], default_born_host: str = ""
