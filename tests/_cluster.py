@@ -16,10 +16,18 @@ Use it through the fixture factory, in a conftest.py or a test module::
 or directly: ``with Cluster(tmp_path, brokers=2) as cluster: ...``.
 
 * Brokers are named ``broker-a``, ``broker-b``... in cluster ``TestCluster``;
-  ``cluster.brokers[i]`` has ``.storage`` / ``.dispatch`` (StorageProcess /
-  DispatchProcess with sync stubs) and ``.stop()`` (SIGTERM both: the broker unregisters)
-  and ``.kill()`` (SIGKILL both: the name servers drop it after
+  ``cluster.brokers[i]`` has ``.storage`` / ``.dispatch`` (the master's StorageProcess /
+  DispatchProcess with sync stubs) and ``.stop()`` (SIGTERM every member: the broker
+  unregisters) and ``.kill()`` (SIGKILL every member: the name servers drop it after
   ``BROKER_HEARTBEAT_TIMEOUT_MS``). ``cluster.broker("broker-b")`` finds one by name.
+* Replication: ``Cluster(..., replicas=2, master_role="SYNC_MASTER")`` gives every broker
+  a master (broker id 0, ``--role`` ``master_role``) and ``replicas - 1`` slaves (ids 1..,
+  ``--role SLAVE --master`` the master's storage), each a storage + its own dispatch.
+  ``broker.master`` and ``broker.slaves[i]`` are :class:`Replica` objects with
+  ``.storage``, ``.dispatch``, ``.stop()``, ``.kill()``, ``.running``;
+  ``cluster.restart(replica)`` starts a stopped or killed one again on the same ports and
+  store, and ``cluster.add_slave(broker)`` starts one more slave (an empty store).
+  ``cluster.registered_members()`` lists (broker name, id) pairs the name server knows.
 * Intervals are short for tests: brokers register every ``REGISTER_INTERVAL_MS`` and
   expire ``BROKER_HEARTBEAT_TIMEOUT_MS`` after their last registration; consumer group
   members expire after ``CONSUMER_EXPIRY_MS``; the gateway refreshes routes every
@@ -36,7 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
@@ -63,6 +71,10 @@ MAX_BODY_BYTES = 65_536
 RPC_TIMEOUT_S = 20.0
 WAIT_TIMEOUT_S = 30.0
 MAX_BROKERS = 26
+MAX_REPLICAS = 4
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+# Replication heartbeat: a dead peer is noticed after 4 of these.
+HA_HEARTBEAT_INTERVAL_MS = 500
 
 
 @dataclass
@@ -76,10 +88,58 @@ class GatewayProcess(ServiceProcess[pb_grpc.GatewayStub]):
 
 
 @dataclass
-class Broker:
-    name: str
+class Replica:
+    """One member of a broker: a storage and the dispatch that follows it. ``storage`` and
+    ``dispatch`` are replaced by :meth:`Cluster.restart`."""
+
+    broker_name: str
+    broker_id: int
     storage: StorageProcess
     dispatch: DispatchProcess
+    # What restart needs: the store directories and the launch arguments.
+    storage_dir: Path
+    dispatch_dir: Path
+    storage_args: tuple[str, ...]
+    dispatch_args: tuple[str, ...]
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == 0
+
+    @property
+    def running(self) -> bool:
+        return self.storage.proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM dispatch, then storage (the storage unregisters)."""
+        self.dispatch.stop()
+        self.storage.stop()
+
+    def kill(self) -> None:
+        """SIGKILL storage and dispatch (a crash)."""
+        self.storage.kill()
+        self.dispatch.kill()
+
+
+@dataclass
+class Broker:
+    name: str
+    master: Replica
+    slaves: list[Replica] = field(default_factory=list)
+
+    @property
+    def storage(self) -> StorageProcess:
+        """The master's storage."""
+        return self.master.storage
+
+    @property
+    def dispatch(self) -> DispatchProcess:
+        """The master's dispatch."""
+        return self.master.dispatch
+
+    @property
+    def members(self) -> list[Replica]:
+        return [self.master, *self.slaves]
 
     @property
     def storage_address(self) -> str:
@@ -90,14 +150,16 @@ class Broker:
         return self.dispatch.listen
 
     def stop(self) -> None:
-        """SIGTERM dispatch and storage (the storage unregisters from the name servers)."""
-        self.dispatch.stop()
-        self.storage.stop()
+        """SIGTERM every member's dispatch and storage (slaves first)."""
+        for member in reversed(self.members):
+            if member.running:
+                member.stop()
 
     def kill(self) -> None:
-        """SIGKILL both: the name servers drop the broker when its registration expires."""
-        self.storage.kill()
-        self.dispatch.kill()
+        """SIGKILL every member: the name servers drop the broker when its registrations
+        expire."""
+        for member in self.members:
+            member.kill()
 
 
 class Cluster:
@@ -109,10 +171,16 @@ class Cluster:
         nameservers: int = 1,
         gateway_args: Sequence[str] = (),
         storage_args: Sequence[str] = (),
+        replicas: int = 1,
+        master_role: str = "ASYNC_MASTER",
     ) -> None:
         if not 1 <= brokers <= MAX_BROKERS or not 1 <= nameservers <= 8:
             raise ValueError(f"brokers in 1..{MAX_BROKERS}, nameservers in 1..8")
+        if not 1 <= replicas <= MAX_REPLICAS or master_role not in MASTER_ROLES:
+            raise ValueError(f"replicas in 1..{MAX_REPLICAS}, master_role one of {MASTER_ROLES}")
         self.root = root
+        self._replicas = replicas
+        self._master_role = master_role
         self._broker_count = brokers
         self._nameserver_count = nameservers
         self._gateway_args = tuple(gateway_args)
@@ -137,18 +205,60 @@ class Cluster:
         return self
 
     def start_brokers(self, names: Sequence[str]) -> list[Broker]:
-        """Start brokers (storages first, all at once, then their dispatches) and wait
-        until the name servers list them."""
-        ports = [(free_port(), free_port()) for _ in names]
-        storages = [
-            self._storage_launcher.spawn(
-                self.root / "stores" / name / "store",
+        """Start brokers (masters' storages first, all at once, then their dispatches, then
+        the slaves likewise) and wait until the name servers list every member."""
+        masters = self._start_members([(name, 0, "") for name in names])
+        started = [Broker(member.broker_name, member) for member in masters]
+        for broker_id in range(1, self._replicas):
+            slaves = self._start_members(
+                [(broker.name, broker_id, broker.master.storage.listen) for broker in started]
+            )
+            for broker, slave in zip(started, slaves, strict=True):
+                broker.slaves.append(slave)
+        self.brokers.extend(started)
+        wanted = {
+            (broker.name, member.broker_id) for broker in started for member in broker.members
+        }
+        self.wait_for(
+            lambda: wanted <= self.registered_members(),
+            f"broker members {sorted(wanted)} registered",
+        )
+        return started
+
+    def add_slave(self, broker: Broker) -> Replica:
+        """Start one more slave of ``broker`` on an empty store; wait until it registered."""
+        broker_id = max(member.broker_id for member in broker.members) + 1
+        (slave,) = self._start_members([(broker.name, broker_id, broker.master.storage.listen)])
+        broker.slaves.append(slave)
+        self.wait_for(
+            lambda: (broker.name, broker_id) in self.registered_members(),
+            f"slave {broker_id} of {broker.name} registered",
+        )
+        return slave
+
+    def _start_members(self, wanted: Sequence[tuple[str, int, str]]) -> list[Replica]:
+        """Start (broker name, broker id, master address) members: the storages at once,
+        then their dispatches."""
+        ports = [(free_port(), free_port()) for _ in wanted]
+        plans = []
+        for (name, broker_id, master), (storage_port, dispatch_port) in zip(
+            wanted, ports, strict=True
+        ):
+            base = self.root / "stores" / name
+            suffix = "" if broker_id == 0 else f"-{broker_id}"
+            role = (
+                ("--role", "SLAVE", "--broker-id", str(broker_id), "--master", master)
+                if broker_id
+                else ("--role", self._master_role)
+            )
+            storage_args = (
                 "--listen",
                 f"127.0.0.1:{storage_port}",
                 "--cluster-name",
                 CLUSTER_NAME,
                 "--broker-name",
                 name,
+                *role,
                 "--namesrv",
                 self.namesrv,
                 "--dispatch-address",
@@ -159,29 +269,59 @@ class Cluster:
                 str(BROKER_HEARTBEAT_TIMEOUT_MS),
                 "--consumer-expiry-ms",
                 str(CONSUMER_EXPIRY_MS),
+                "--ha-heartbeat-interval-ms",
+                str(HA_HEARTBEAT_INTERVAL_MS),
                 *self._storage_args,
             )
-            for name, (storage_port, dispatch_port) in zip(names, ports, strict=True)
+            dispatch_args = ("--listen", f"127.0.0.1:{dispatch_port}")
+            plans.append(
+                (
+                    name,
+                    broker_id,
+                    base / f"store{suffix}",
+                    base / f"dispatch{suffix}",
+                    storage_args,
+                    dispatch_args,
+                )
+            )
+        storages = [
+            self._storage_launcher.spawn(store_dir, *storage_args)
+            for _, _, store_dir, _, storage_args, _ in plans
         ]
         for storage in storages:
             storage.wait_ready()
-        started = []
-        for name, storage, (_, dispatch_port) in zip(names, storages, ports, strict=True):
-            dispatch = self._dispatch_launcher.spawn(
-                self.root / "stores" / name / "dispatch",
-                storage.listen,
-                "--listen",
-                f"127.0.0.1:{dispatch_port}",
+        members = []
+        for (name, broker_id, store_dir, dispatch_dir, storage_args, dispatch_args), storage in zip(
+            plans, storages, strict=True
+        ):
+            dispatch = self._dispatch_launcher.spawn(dispatch_dir, storage.listen, *dispatch_args)
+            members.append(
+                Replica(
+                    name,
+                    broker_id,
+                    storage,
+                    dispatch,
+                    store_dir,
+                    dispatch_dir,
+                    storage_args,
+                    dispatch_args,
+                )
             )
-            started.append(Broker(name, storage, dispatch))
-        for broker in started:
-            broker.dispatch.wait_ready()
-        self.brokers.extend(started)
-        wanted = {broker.name for broker in started}
-        self.wait_for(
-            lambda: wanted <= self.registered_brokers(), f"brokers {sorted(wanted)} registered"
+        for member in members:
+            member.dispatch.wait_ready()
+        return members
+
+    def restart(self, member: Replica) -> Replica:
+        """Start a stopped or killed member again (same ports, same stores) and wait until
+        its storage and dispatch serve. Its registration follows within
+        ``REGISTER_INTERVAL_MS``."""
+        if member.storage.proc.poll() is None or member.dispatch.proc.poll() is None:
+            raise AssertionError(f"{member.broker_name} id {member.broker_id} still runs")
+        member.storage = self._storage_launcher.start(member.storage_dir, *member.storage_args)
+        member.dispatch = self._dispatch_launcher.start(
+            member.dispatch_dir, member.storage.listen, *member.dispatch_args
         )
-        return started
+        return member
 
     def _start_gateway(self, args: Sequence[str]) -> GatewayProcess:
         workdir = self.root / f"gateway{len(self._gateways)}"
@@ -270,6 +410,11 @@ class Cluster:
         info: ns_pb.ClusterInfo = self.nameservers[0].cluster_info()
         return {live.broker_name for live in info.brokers}
 
+    def registered_members(self) -> set[tuple[str, int]]:
+        """(broker name, broker id) of every member the first name server lists now."""
+        info: ns_pb.ClusterInfo = self.nameservers[0].cluster_info()
+        return {(live.broker_name, live.broker_id) for live in info.brokers}
+
     # -- helpers -------------------------------------------------------------------
     def create_topic(
         self,
@@ -309,6 +454,8 @@ def cluster_fixture(
     scope: Any = "module",
     gateway_args: Sequence[str] = (),
     storage_args: Sequence[str] = (),
+    replicas: int = 1,
+    master_role: str = "ASYNC_MASTER",
 ) -> Any:
     """A pytest fixture named ``name`` yielding a started :class:`Cluster` (see the module
     docstring); assign it to a module-level variable of a conftest or test module."""
@@ -321,6 +468,8 @@ def cluster_fixture(
             nameservers=nameservers,
             gateway_args=gateway_args,
             storage_args=storage_args,
+            replicas=replicas,
+            master_role=master_role,
         ) as cluster:
             yield cluster
 

@@ -21,7 +21,7 @@ from tide.v1 import storage_pb2_grpc as storage_grpc
 
 log = logging.getLogger("tide.gateway.brokers")
 
-__all__ = ["UNREACHABLE", "BrokerChannels", "broker_error", "rpc_problem"]
+__all__ = ["UNREACHABLE", "BrokerChannels", "BrokerUnreachable", "broker_error", "rpc_problem"]
 
 MAX_CHANNELS = 1024
 # Calls in flight to one address at once (the others wait their turn): a burst of woken
@@ -48,6 +48,15 @@ PASSED_THROUGH = frozenset(
 )
 
 
+class BrokerUnreachable(ServiceError):
+    """A broker call that could not reach the service (UNAVAILABLE, DEADLINE_EXCEEDED,
+    CANCELLED): the caller may try another member of the broker (reads) or another broker
+    (produce). Its gRPC status is UNAVAILABLE."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, message)
+
+
 def rpc_problem(exc: grpc.aio.AioRpcError) -> str:
     return f"{exc.code().name}: {exc.details()}"
 
@@ -59,9 +68,7 @@ def broker_error(exc: grpc.aio.AioRpcError, what: str) -> ServiceError:
     if code in PASSED_THROUGH:
         return ServiceError(code, f"{what}: {exc.details()}")
     if code in UNREACHABLE:
-        return ServiceError(
-            grpc.StatusCode.UNAVAILABLE, f"{what} failed: {rpc_problem(exc)}; is the broker up?"
-        )
+        return BrokerUnreachable(f"{what} failed: {rpc_problem(exc)}; is the broker up?")
     return ServiceError(grpc.StatusCode.INTERNAL, f"{what} failed: {rpc_problem(exc)}")
 
 
@@ -122,6 +129,12 @@ class BrokerChannels:
 
             queue = self._appends[address] = AppendQueue(append, self.limit(address))
         return queue
+
+    def connected(self, address: str) -> bool:
+        """Whether the channel to ``address`` is connected now (READY). Asking also starts a
+        reconnection attempt when the channel is idle or failed."""
+        state = self._channel(address).get_state(try_to_connect=True)
+        return state is grpc.ChannelConnectivity.READY
 
     def dispatch(self, address: str) -> dispatch_grpc.DispatchAsyncStub:
         stub = self._dispatch.get(address)

@@ -1,5 +1,10 @@
 """Queue offsets (dispatch), consumer offsets (storage) and group membership (storage).
 
+Queue offsets and search by time are reads: the broker's master, or its slave while the
+master is unreachable (readers.py). Consumer offsets live on the master only: with the
+master down, CommitOffset and GetOffset answer UNAVAILABLE ("consumer offsets live on the
+master of broker-a; retry when it is back") and consumers keep their position in memory.
+
 Membership: a heartbeat goes to every master broker of the clusters serving the
 subscribed topics (every master the name servers know when none of the topics is known);
 GetConsumers asks every master and merges the members (the latest heartbeat of each
@@ -15,11 +20,12 @@ from typing import TypeVar
 
 import grpc
 
-from services.gateway.brokers import BrokerChannels, broker_error
+from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
 from services.gateway.expression import ExpressionError, parse_expression
 from services.gateway.options import GatewayConfig
-from services.gateway.pull import QueueTarget, readable_queue
-from services.gateway.routes import Member, RouteCache, masters_of
+from services.gateway.pull import QueueTarget, read_queue, readable_queue
+from services.gateway.readers import ReadMembers
+from services.gateway.routes import MASTER_ID, Member, RouteCache, masters_of
 from services.gateway.validate import (
     MAX_CLIENT_ID_CHARS,
     check_group,
@@ -39,10 +45,17 @@ _T = TypeVar("_T")
 
 
 class Consumers:
-    def __init__(self, config: GatewayConfig, routes: RouteCache, channels: BrokerChannels) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        routes: RouteCache,
+        channels: BrokerChannels,
+        members: ReadMembers,
+    ) -> None:
         self._config = config
         self._routes = routes
         self._channels = channels
+        self._members = members
 
     async def _queue(self, topic: str, broker_name: str, queue_id: int) -> QueueTarget:
         check_queue(topic, broker_name, queue_id)
@@ -51,18 +64,25 @@ class Consumers:
     # -- queue offsets (dispatch) --------------------------------------------------
     async def queue_offsets(self, request: pb.QueueOffsetsRequest) -> pb.QueueOffsetsResponse:
         target = await self._queue(request.topic, request.broker_name, request.queue_id)
-        try:
-            offsets: dispatch_pb.GetQueueOffsetsResponse = await self._channels.dispatch(
-                target.member.dispatch
-            ).GetQueueOffsets(
-                dispatch_pb.GetQueueOffsetsRequest(topic=target.topic, queue_id=target.queue_id),
-                timeout=self._config.broker_timeout_s,
+        offsets_request = dispatch_pb.GetQueueOffsetsRequest(
+            topic=target.topic, queue_id=target.queue_id
+        )
+
+        async def call(member: Member) -> pb.QueueOffsetsResponse:
+            try:
+                offsets: dispatch_pb.GetQueueOffsetsResponse = await self._channels.dispatch(
+                    member.dispatch
+                ).GetQueueOffsets(offsets_request, timeout=self._config.broker_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.NOT_FOUND:  # nothing dispatched to it yet
+                    return pb.QueueOffsetsResponse(min_offset=0, max_offset=0)
+                raise broker_error(exc, _where("GetQueueOffsets", target, member)) from exc
+            return pb.QueueOffsetsResponse(
+                min_offset=offsets.min_offset, max_offset=offsets.max_offset
             )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() is grpc.StatusCode.NOT_FOUND:  # nothing dispatched to it yet
-                return pb.QueueOffsetsResponse(min_offset=0, max_offset=0)
-            raise broker_error(exc, _where("GetQueueOffsets", target)) from exc
-        return pb.QueueOffsetsResponse(min_offset=offsets.min_offset, max_offset=offsets.max_offset)
+
+        answer, _ = await read_queue(self._routes, self._members, target, call)
+        return answer
 
     async def search_offset(
         self, request: pb.SearchQueueOffsetRequest
@@ -70,32 +90,31 @@ class Consumers:
         if request.timestamp_ms < 0:
             raise invalid(f"timestamp_ms must be >= 0 (got {request.timestamp_ms})")
         target = await self._queue(request.topic, request.broker_name, request.queue_id)
-        try:
-            found: dispatch_pb.SearchOffsetResponse = await self._channels.dispatch(
-                target.member.dispatch
-            ).SearchOffset(
-                dispatch_pb.SearchOffsetRequest(
-                    topic=target.topic, queue_id=target.queue_id, timestamp_ms=request.timestamp_ms
-                ),
-                timeout=self._config.broker_timeout_s,
-            )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() is grpc.StatusCode.NOT_FOUND:
-                return pb.SearchQueueOffsetResponse(offset=0)
-            raise broker_error(exc, _where("SearchOffset", target)) from exc
-        return pb.SearchQueueOffsetResponse(offset=found.offset)
+        search = dispatch_pb.SearchOffsetRequest(
+            topic=target.topic, queue_id=target.queue_id, timestamp_ms=request.timestamp_ms
+        )
+
+        async def call(member: Member) -> pb.SearchQueueOffsetResponse:
+            try:
+                found: dispatch_pb.SearchOffsetResponse = await self._channels.dispatch(
+                    member.dispatch
+                ).SearchOffset(search, timeout=self._config.broker_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.NOT_FOUND:
+                    return pb.SearchQueueOffsetResponse(offset=0)
+                raise broker_error(exc, _where("SearchOffset", target, member)) from exc
+            return pb.SearchQueueOffsetResponse(offset=found.offset)
+
+        answer, _ = await read_queue(self._routes, self._members, target, call)
+        return answer
 
     # -- consumer offsets (the broker's master storage) -----------------------------
     async def _master(self, topic: str, broker_name: str, queue_id: int) -> Member:
         check_queue(topic, broker_name, queue_id)
         target = await readable_queue(self._routes, topic, broker_name, queue_id)
-        view = await self._routes.get(topic)
-        member = view.master(broker_name)
+        member = next((m for m in target.members if m.broker_id == MASTER_ID), None)
         if member is None:
-            raise ServiceError(
-                grpc.StatusCode.UNAVAILABLE,
-                f"broker {target.broker_name!r} has no live master to keep consumer offsets",
-            )
+            raise _master_down(target.broker_name, "its master is not in the route")
         return member
 
     async def commit_offset(
@@ -116,7 +135,7 @@ class Consumers:
                 timeout=self._config.broker_timeout_s,
             )
         except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, f"CommitOffset on broker {member.broker_name}") from exc
+            raise _offsets_error(exc, "CommitOffset", member) from exc
         return pb.CommitConsumerOffsetResponse()
 
     async def get_offset(
@@ -136,7 +155,7 @@ class Consumers:
                 timeout=self._config.broker_timeout_s,
             )
         except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, f"GetOffset on broker {member.broker_name}") from exc
+            raise _offsets_error(exc, "GetOffset", member) from exc
         return pb.GetConsumerOffsetResponse(offset=answer.offset)
 
     # -- membership ----------------------------------------------------------------
@@ -254,5 +273,20 @@ def _check_client_id(client_id: str) -> None:
         )
 
 
-def _where(call: str, target: QueueTarget) -> str:
-    return f"{call} on broker {target.broker_name} ({target.member.dispatch})"
+def _where(call: str, target: QueueTarget, member: Member) -> str:
+    role = "master" if member.broker_id == MASTER_ID else f"slave {member.broker_id}"
+    return f"{call} on broker {target.broker_name} {role} ({member.dispatch})"
+
+
+def _master_down(broker_name: str, why: str) -> ServiceError:
+    return ServiceError(
+        grpc.StatusCode.UNAVAILABLE,
+        f"consumer offsets live on the master of {broker_name}; retry when it is back ({why})",
+    )
+
+
+def _offsets_error(exc: grpc.aio.AioRpcError, call: str, member: Member) -> ServiceError:
+    error = broker_error(exc, f"{call} on broker {member.broker_name} ({member.storage})")
+    if isinstance(error, BrokerUnreachable):
+        return _master_down(member.broker_name, error.message)
+    return error

@@ -8,6 +8,10 @@ soon as its max offset passes their offset. Every ``recheck_interval_s`` the que
 waiters are also asked for their offsets, in case a notice was missed (a stream that was
 down, a notice that raced the pull).
 
+When a dispatch's stream breaks, the pulls held on it are woken at once to read again: a
+dispatch (or its storage) that went away makes that read fail over to the broker's slave
+(readers.py), where the pull is held on the slave's dispatch arrivals.
+
 Race with the pull's own read: the pull takes :attr:`HeldPulls.sequence` before asking
 for entries; a notice recorded after that sequence number wakes it at once.
 """
@@ -36,6 +40,8 @@ RECHECK_CONCURRENCY = 32
 WATCH_BACKOFF = Backoff(initial_s=0.1, max_s=5.0)
 # Value a closing gateway wakes its waiters with.
 CLOSING = -1
+# Value the waiters of a dispatch whose arrivals stream broke are woken with.
+WOKEN_BY_BREAK = -2
 
 
 class HeldPulls:
@@ -165,6 +171,8 @@ class HeldPulls:
             except grpc.aio.AioRpcError as exc:
                 problem = rpc_problem(exc)
             failures += 1
+            if failures == 1:
+                self._wake_address(address)
             if not self._has_waiters(address):
                 log.debug(
                     "arrivals of %s: %s; no pull waits there, not reconnecting", address, problem
@@ -173,6 +181,15 @@ class HeldPulls:
             if failures == 1:
                 log.warning("arrivals stream of dispatch %s: %s; reconnecting", address, problem)
             await asyncio.sleep(WATCH_BACKOFF.delay_s(failures))
+
+    def _wake_address(self, address: str) -> None:
+        """Wake every pull held on ``address`` (its stream broke): they read again."""
+        for key, waiters in self._waiters.items():
+            if key[0] != address:
+                continue
+            for future in waiters:
+                if not future.done():
+                    future.set_result(WOKEN_BY_BREAK)
 
     # -- recheck -------------------------------------------------------------------
     async def _recheck_loop(self) -> None:

@@ -10,20 +10,30 @@ NO_MATCHED_MESSAGE (entries looked at, none matched; next_offset moves past them
 OFFSET_ILLEGAL (offset below min or above max; next_offset is the nearest valid one). A
 queue nothing was ever dispatched to has min = max = 0. With nothing new and
 ``long_poll_timeout_ms`` > 0 the call is held (long_poll.py) and tried again on arrival.
+
+The member read from is the broker's master, or its slave while the master is unreachable
+(readers.py). An offset past the end of a slave's queue, or of a master whose dispatch is
+still catching up with its storage (e.g. just restarted), is not OFFSET_ILLEGAL but
+NO_NEW_MESSAGE at the same offset (RocketMQ's slave answers "retry" there too): the
+consumer's position came from a member that was further on, and moving it back would
+deliver messages twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
-from services.gateway.brokers import BrokerChannels, broker_error
+from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
 from services.gateway.expression import ExpressionError, TagFilter, parse_expression
 from services.gateway.long_poll import HeldPulls
 from services.gateway.options import GatewayConfig
+from services.gateway.readers import ReadMembers, is_slave, use_record_msg_ids
 from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
 from services.gateway.validate import check_group, check_queue, invalid
 from tide.server import ServiceError
@@ -34,7 +44,10 @@ from tide.v1 import storage_pb2 as storage_pb
 DEFAULT_MAX_MESSAGES = 32
 MAX_MESSAGES = 1024
 Status = pb.PullResponse.Status
-_ReadKey = tuple["QueueTarget", int, int, TagFilter]
+_ReadKey = tuple[Member, str, int, int, int, TagFilter]
+_T = TypeVar("_T")
+# DispatchStatus.follower_state of a dispatch that follows its storage live.
+FOLLOWER_CONNECTED = "connected"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +55,35 @@ class QueueTarget:
     topic: str
     broker_name: str
     queue_id: int
-    member: Member
+    # The broker's live members, by broker id (0, the master, first when present).
+    members: tuple[Member, ...]
+
+
+async def read_queue(
+    routes: RouteCache,
+    members: ReadMembers,
+    target: QueueTarget,
+    call: Callable[[Member], Awaitable[_T]],
+) -> tuple[_T, Member]:
+    """``call`` on the first reachable member of the target's broker (readers.py). When
+    none could be reached, the route is fetched again once: it may predate a slave."""
+    try:
+        return await members.read(target.broker_name, target.members, call)
+    except BrokerUnreachable:
+        fresh = await readable_queue(
+            routes, target.topic, target.broker_name, target.queue_id, refresh=True
+        )
+        if fresh.members == target.members:
+            raise
+        return await members.read(fresh.broker_name, fresh.members, call)
 
 
 async def readable_queue(
-    routes: RouteCache, topic: str, broker_name: str, queue_id: int
+    routes: RouteCache, topic: str, broker_name: str, queue_id: int, *, refresh: bool = False
 ) -> QueueTarget:
-    """The member to read (topic, broker, queue) from: NOT_FOUND for an unknown topic,
+    """The members to read (topic, broker, queue) from: NOT_FOUND for an unknown topic,
     broker or queue id, FAILED_PRECONDITION when the topic is not readable there."""
-    view = await routes.get(topic)
+    view = await routes.get(topic, refresh=refresh)
     data = view.queue_data.get(broker_name)
     if data is None or queue_id >= data.read_queue_nums or view.reader(broker_name) is None:
         view = await routes.get(topic, refresh=True)  # the cached route may be old
@@ -72,11 +105,15 @@ async def readable_queue(
     member = view.reader(broker_name)
     if member is None:
         raise ServiceError(
-            grpc.StatusCode.UNAVAILABLE, f"broker {broker_name!r} has no live member"
+            grpc.StatusCode.UNAVAILABLE,
+            f"broker {broker_name!r} has no live member (master or slave); retry when it is back",
         )
     if not member.dispatch:
         raise no_dispatch(member)
-    return QueueTarget(topic, broker_name, queue_id, member)
+    members = view.members.get(broker_name, {})
+    return QueueTarget(
+        topic, broker_name, queue_id, tuple(members[broker_id] for broker_id in sorted(members))
+    )
 
 
 def no_dispatch(member: Member) -> ServiceError:
@@ -102,11 +139,13 @@ class Puller:
         routes: RouteCache,
         channels: BrokerChannels,
         held: HeldPulls,
+        members: ReadMembers,
     ) -> None:
         self._config = config
         self._routes = routes
         self._channels = channels
         self._held = held
+        self._members = members
         self._inflight: dict[_ReadKey, asyncio.Task[pb.PullResponse]] = {}
 
     async def pull(self, request: pb.PullRequest) -> pb.PullResponse:
@@ -132,27 +171,42 @@ class Puller:
             self._routes, request.topic, request.broker_name, request.queue_id
         )
         deadline = time.monotonic() + timeout_ms / 1000
-        key = (target.member.dispatch, target.topic, target.queue_id)
+        offset = request.offset
         while True:
             since = self._held.sequence
-            response = await self._pull_shared(target, request.offset, max_messages, tag_filter)
+            response, member = await read_queue(
+                self._routes,
+                self._members,
+                target,
+                lambda member: self._pull_shared(member, target, offset, max_messages, tag_filter),
+            )
             if response.status != Status.NO_NEW_MESSAGE:
                 return response
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 return response
-            if not await self._held.wait(key, request.offset, remaining_s, since):
+            # Held on the arrivals of the member that answered (a slave's own dispatch
+            # while the master is down).
+            key = (member.dispatch, target.topic, target.queue_id)
+            if not await self._held.wait(key, offset, remaining_s, since):
                 return response  # timed out (or the gateway is stopping)
 
     async def _pull_shared(
-        self, target: QueueTarget, offset: int, max_messages: int, tag_filter: TagFilter
+        self,
+        member: Member,
+        target: QueueTarget,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
     ) -> pb.PullResponse:
         """One read for every identical pull in flight at once (e.g. the many consumers of
         a queue woken by the same arrival): they share the answer (nobody changes it)."""
-        key = (target, offset, max_messages, tag_filter)
+        key = (member, target.topic, target.queue_id, offset, max_messages, tag_filter)
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.create_task(self._pull_once(target, offset, max_messages, tag_filter))
+            task = asyncio.create_task(
+                self._pull_once(member, target, offset, max_messages, tag_filter)
+            )
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._read_done(key, done))
         return await asyncio.shield(task)
@@ -163,9 +217,15 @@ class Puller:
             task.exception()  # retrieved here too: its callers may all have gone
 
     async def _pull_once(
-        self, target: QueueTarget, offset: int, max_messages: int, tag_filter: TagFilter
+        self,
+        member: Member,
+        target: QueueTarget,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
     ) -> pb.PullResponse:
-        member = target.member
+        if not member.dispatch:
+            raise no_dispatch(member)
         request = dispatch_pb.GetQueueEntriesRequest(
             topic=target.topic,
             queue_id=target.queue_id,
@@ -181,11 +241,11 @@ class Puller:
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if code is grpc.StatusCode.NOT_FOUND:  # nothing dispatched to the queue yet
-                return _by_range(offset, 0, 0)
+                return await self._out_of_range(member, target, offset, 0, 0)
             if code is grpc.StatusCode.OUT_OF_RANGE:
-                low, high = await self._offsets(target)
-                return _by_range(offset, low, high)
-            raise broker_error(exc, _where("GetQueueEntries", target)) from exc
+                low, high = await self._offsets(member, target)
+                return await self._out_of_range(member, target, offset, low, high)
+            raise broker_error(exc, _where("GetQueueEntries", member, target)) from exc
         low, high = entries.min_offset, entries.max_offset
         if not entries.entries:
             if entries.next_offset > offset:
@@ -211,7 +271,7 @@ class Puller:
                     timeout=self._config.broker_timeout_s,
                 )
         except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, _where("Read", target, storage=True)) from exc
+            raise broker_error(exc, _where("Read", member, target, storage=True)) from exc
         response = _answer(Status.FOUND, next_offset, low, high)
         found = storage_pb.FOUND
         if tag_filter.matches_all:  # one call: cheaper than appending one by one
@@ -223,25 +283,54 @@ class Puller:
             )
         if not response.messages:
             response.status = Status.NO_MATCHED_MESSAGE
+        elif is_slave(member):
+            use_record_msg_ids(response.messages)
         return response
 
-    async def _offsets(self, target: QueueTarget) -> tuple[int, int]:
+    async def _out_of_range(
+        self, member: Member, target: QueueTarget, offset: int, low: int, high: int
+    ) -> pb.PullResponse:
+        """The answer for an offset outside the queue's entries on ``member``; past the end
+        of a member that may be behind, the consumer waits (NO_NEW_MESSAGE) instead."""
+        response = _by_range(offset, low, high)
+        if offset > high and await self._may_be_behind(member, target):
+            return _answer(Status.NO_NEW_MESSAGE, offset, low, high)
+        return response
+
+    async def _may_be_behind(self, member: Member, target: QueueTarget) -> bool:
+        """A slave (its copy may lag the master's), or a dispatch not caught up with its
+        storage."""
+        if is_slave(member):
+            return True
+        try:
+            async with self._channels.limit(member.dispatch):
+                status: dispatch_pb.DispatchStatus = await self._channels.dispatch(
+                    member.dispatch
+                ).GetStatus(
+                    dispatch_pb.GetDispatchStatusRequest(), timeout=self._config.broker_timeout_s
+                )
+        except grpc.aio.AioRpcError as exc:
+            raise broker_error(exc, _where("GetStatus", member, target)) from exc
+        return status.lag_bytes > 0 or status.follower_state != FOLLOWER_CONNECTED
+
+    async def _offsets(self, member: Member, target: QueueTarget) -> tuple[int, int]:
         request = dispatch_pb.GetQueueOffsetsRequest(topic=target.topic, queue_id=target.queue_id)
         try:
-            async with self._channels.limit(target.member.dispatch):
+            async with self._channels.limit(member.dispatch):
                 offsets: dispatch_pb.GetQueueOffsetsResponse = await self._channels.dispatch(
-                    target.member.dispatch
+                    member.dispatch
                 ).GetQueueOffsets(request, timeout=self._config.broker_timeout_s)
         except grpc.aio.AioRpcError as exc:
             if exc.code() is grpc.StatusCode.NOT_FOUND:
                 return 0, 0
-            raise broker_error(exc, _where("GetQueueOffsets", target)) from exc
+            raise broker_error(exc, _where("GetQueueOffsets", member, target)) from exc
         return offsets.min_offset, offsets.max_offset
 
 
-def _where(call: str, target: QueueTarget, *, storage: bool = False) -> str:
-    address = target.member.storage if storage else target.member.dispatch
-    return f"{call} on broker {target.broker_name} ({address})"
+def _where(call: str, member: Member, target: QueueTarget, *, storage: bool = False) -> str:
+    address = member.storage if storage else member.dispatch
+    role = "master" if member.broker_id == 0 else f"slave {member.broker_id}"
+    return f"{call} on broker {target.broker_name} {role} ({address})"
 
 
 def _answer(status: Status.ValueType, next_offset: int, low: int, high: int) -> pb.PullResponse:

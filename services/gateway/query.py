@@ -5,6 +5,12 @@
   0: the record's own size).
 * key / unique key: ``Dispatch.QueryIndex`` on every broker serving the topic (each hit is
   checked by the dispatch), then ``Storage.Read`` of the hits; newest first.
+
+Each broker is read on its master, or on its slave while the master is unreachable
+(readers.py). A message id names the master's storage (a slave's records carry the
+master's store host): when that master is gone from the cluster info, the slaves of
+brokers without a master are asked, and a record counts only when its own id is the one
+asked for.
 """
 
 from __future__ import annotations
@@ -13,15 +19,17 @@ import asyncio
 
 import grpc
 
-from services.gateway.brokers import BrokerChannels, broker_error
+from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
 from services.gateway.options import GatewayConfig
 from services.gateway.pull import no_dispatch
-from services.gateway.routes import Member, RouteCache
+from services.gateway.readers import ReadMembers, is_slave, record_msg_id, use_record_msg_ids
+from services.gateway.routes import MASTER_ID, Member, RouteCache
 from services.gateway.validate import check_topic, invalid
 from tide.format import UNIQ_KEY, MessageIdError, parse_msg_id
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
+from tide.v1 import nameserver_pb2 as ns_pb
 from tide.v1 import storage_pb2 as storage_pb
 
 DEFAULT_KEY_RESULTS = 64
@@ -29,13 +37,22 @@ MAX_KEY_RESULTS = 1000
 MAX_KEY_CHARS = 1024
 # A unique key normally names one message; a few when a producer retried.
 UNIQUE_KEY_RESULTS = 32
+# Masterless brokers whose slaves are asked for a message id whose master is gone.
+MAX_ORPHAN_BROKERS = 16
 
 
 class Querier:
-    def __init__(self, config: GatewayConfig, routes: RouteCache, channels: BrokerChannels) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        routes: RouteCache,
+        channels: BrokerChannels,
+        members: ReadMembers,
+    ) -> None:
         self._config = config
         self._routes = routes
         self._channels = channels
+        self._members = members
 
     async def query(self, request: pb.QueryMessageRequest) -> pb.QueryMessageResponse:
         kind = request.WhichOneof("query")
@@ -54,29 +71,44 @@ class Querier:
         except MessageIdError as exc:
             raise invalid(f"msg_id: {exc} (an offset message id as Produce returns it)") from exc
         address = str(host)
-        member = await self._member_at(address)
-        if member is None:
-            raise ServiceError(
-                grpc.StatusCode.NOT_FOUND,
-                f"message {msg_id}: no live broker has the storage address {address} the id names",
-            )
-        message = await self._read_at(member, offset, msg_id)
-        return pb.QueryMessageResponse(
-            messages=[pb.QueriedMessage(broker_name=member.broker_name, message=message)]
-        )
-
-    async def _member_at(self, address: str) -> Member | None:
+        # The cached cluster info first; a fresh one when it does not name the address or
+        # its members cannot be reached (it may predate a slave, or a master's expiry).
+        failure: BrokerUnreachable | None = None
+        info = await self._routes.cluster_info()
         for refresh in (False, True):
-            info = await self._routes.cluster_info(refresh=refresh)
-            for live in info.brokers:
-                if live.address.storage == address:
-                    return Member(
-                        live.broker_name,
-                        live.broker_id,
-                        live.address.storage,
-                        live.address.dispatch,
-                    )
-        return None
+            if refresh:
+                info = await self._routes.cluster_info(refresh=True)
+            broker_name, members = _members_at(info, address)
+            if not members:
+                continue
+            try:
+                message, member = await self._members.read(
+                    broker_name, members, lambda member: self._read_at(member, offset, msg_id)
+                )
+            except BrokerUnreachable as exc:
+                failure = exc
+                continue
+            return pb.QueryMessageResponse(
+                messages=[pb.QueriedMessage(broker_name=member.broker_name, message=message)]
+            )
+        for member in _orphan_slaves(info):
+            try:
+                message = await self._read_at(member, offset, msg_id)
+            except ServiceError as exc:
+                if exc.code is grpc.StatusCode.NOT_FOUND or isinstance(exc, BrokerUnreachable):
+                    continue
+                raise
+            if (message.store_host, message.physical_offset) == (address, offset):
+                return pb.QueryMessageResponse(
+                    messages=[pb.QueriedMessage(broker_name=member.broker_name, message=message)]
+                )
+        if failure is not None:
+            raise failure
+        raise ServiceError(
+            grpc.StatusCode.NOT_FOUND,
+            f"message {msg_id}: no live broker has the storage address {address} the id names"
+            " (nor has a slave of a broker without a master the message)",
+        )
 
     async def _read_at(self, member: Member, offset: int, msg_id: str) -> storage_pb.StoredMessage:
         stub = self._channels.storage(member.storage)
@@ -97,6 +129,8 @@ class Querier:
         result = read.results[0]
         if result.status != storage_pb.FOUND:
             raise missing
+        if is_slave(member):
+            result.message.msg_id = record_msg_id(result.message)
         return result.message
 
     # -- by key --------------------------------------------------------------------
@@ -126,19 +160,43 @@ class Querier:
         self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
     ) -> list[pb.QueriedMessage]:
         view = await self._routes.get(topic)
-        members = [member for name in sorted(view.queue_data) if (member := view.reader(name))]
-        for member in members:
-            if not member.dispatch:
-                raise no_dispatch(member)
-        if not members:
+        brokers = {
+            name: [by_id[broker_id] for broker_id in sorted(by_id)]
+            for name in sorted(view.queue_data)
+            if (by_id := view.members.get(name))
+        }
+        for listed in brokers.values():
+            for member in listed:
+                if not member.dispatch:
+                    raise no_dispatch(member)
+        if not brokers:
             raise ServiceError(
                 grpc.StatusCode.UNAVAILABLE, f"no broker of topic {topic!r} has a live member"
             )
         request = dispatch_pb.QueryIndexRequest(
             topic=topic, key=key, max_count=max_count, begin_ms=begin_ms, end_ms=end_ms
         )
+
+        async def on_broker(name: str, members: list[Member]) -> list[pb.QueriedMessage]:
+            try:
+                found, _ = await self._members.read(
+                    name, members, lambda member: self._index_on(member, request)
+                )
+            except BrokerUnreachable:
+                # The cached route may predate a slave: once more with a fresh one.
+                fresh = (await self._routes.get(topic, refresh=True)).members.get(name, {})
+                if [fresh[i] for i in sorted(fresh)] == members:
+                    raise
+                found, _ = await self._members.read(
+                    name,
+                    [fresh[i] for i in sorted(fresh)],
+                    lambda member: self._index_on(member, request),
+                )
+            return found
+
         answers = await asyncio.gather(
-            *(self._index_on(member, request) for member in members), return_exceptions=True
+            *(on_broker(name, members) for name, members in brokers.items()),
+            return_exceptions=True,
         )
         found: list[pb.QueriedMessage] = []
         failures: list[ServiceError] = []
@@ -149,7 +207,7 @@ class Querier:
                 raise answer
             else:
                 found.extend(answer)
-        if failures and len(failures) == len(members):
+        if failures and len(failures) == len(brokers):
             raise failures[0]
         return found
 
@@ -177,10 +235,11 @@ class Querier:
             )
         except grpc.aio.AioRpcError as exc:
             raise broker_error(exc, f"key lookup on {where}") from exc
+        found = [result.message for result in read.results if result.status == storage_pb.FOUND]
+        if is_slave(member):
+            use_record_msg_ids(found)
         return [
-            pb.QueriedMessage(broker_name=member.broker_name, message=result.message)
-            for result in read.results
-            if result.status == storage_pb.FOUND
+            pb.QueriedMessage(broker_name=member.broker_name, message=message) for message in found
         ]
 
 
@@ -197,3 +256,26 @@ def _newest_first(found: list[pb.QueriedMessage], limit: int) -> pb.QueryMessage
         reverse=True,
     )
     return pb.QueryMessageResponse(messages=found[:limit])
+
+
+def _member(live: ns_pb.BrokerLiveInfo) -> Member:
+    return Member(live.broker_name, live.broker_id, live.address.storage, live.address.dispatch)
+
+
+def _members_at(info: ns_pb.ClusterInfo, address: str) -> tuple[str, list[Member]]:
+    """The broker one of whose members has the storage ``address``, and its live members."""
+    name = next((live.broker_name for live in info.brokers if live.address.storage == address), "")
+    return name, [_member(live) for live in info.brokers if name and live.broker_name == name]
+
+
+def _orphan_slaves(info: ns_pb.ClusterInfo) -> list[Member]:
+    """The lowest-id slave of every broker without a master in ``info`` (a bounded number)."""
+    by_broker: dict[str, list[Member]] = {}
+    for live in info.brokers:
+        by_broker.setdefault(live.broker_name, []).append(_member(live))
+    found = []
+    for name in sorted(by_broker):
+        members = sorted(by_broker[name], key=lambda member: member.broker_id)
+        if members[0].broker_id != MASTER_ID:
+            found.append(members[0])
+    return found[:MAX_ORPHAN_BROKERS]

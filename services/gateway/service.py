@@ -21,6 +21,7 @@ from services.gateway.options import OPTIONS, GatewayConfig, check_config, gatew
 from services.gateway.produce import Producer
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from services.gateway.readers import ReadMembers
 from services.gateway.routes import RouteCache
 from services.gateway.servicer import GatewayServicer
 from tide.server import Config, load_config, run_service
@@ -49,6 +50,8 @@ class GatewayService:
             enabled=config.send_latency_fault, isolation_ms=config.fault_isolation_ms
         )
         admin = Admin(config, self._routes, self._channels)
+        # Reads fail over to a slave while a master is unreachable (readers.py).
+        members = ReadMembers(self._channels, isolation_ms=config.fault_isolation_ms)
         self._servicer = GatewayServicer(
             Producer(
                 config,
@@ -57,9 +60,9 @@ class GatewayService:
                 fault,
                 admin.auto_create if config.auto_create_topics else None,
             ),
-            Puller(config, self._routes, self._channels, self._held),
-            Querier(config, self._routes, self._channels),
-            Consumers(config, self._routes, self._channels),
+            Puller(config, self._routes, self._channels, self._held, members),
+            Querier(config, self._routes, self._channels, members),
+            Consumers(config, self._routes, self._channels, members),
             admin,
         )
 

@@ -3,6 +3,7 @@ endpoints, and stops it cleanly in order."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -14,9 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tide.cli._up import GATEWAY_MAIN
+from tide.cli import build_parser
+from tide.cli._up import GATEWAY_MAIN, _check_args, _children
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
 from tide.v1 import nameserver_pb2 as ns_pb
@@ -219,3 +222,103 @@ def test_up_refuses_a_bad_broker_count(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--brokers is 0; it must be 1..26" in done.stderr
+
+
+def members(namesrv: str) -> list[tuple[str, int, str, str]]:
+    with grpc.insecure_channel(namesrv) as channel:
+        info = ns_grpc.NameServerStub(channel).GetClusterInfo(
+            ns_pb.GetClusterInfoRequest(), timeout=RPC_TIMEOUT_S
+        )
+    return sorted(
+        (b.broker_name, b.broker_id, b.address.storage, b.address.dispatch) for b in info.brokers
+    )
+
+
+def storage_status(storage: str) -> pb.StorageStatus:
+    with grpc.insecure_channel(storage) as channel:
+        status: pb.StorageStatus = pb_grpc.StorageStub(channel).GetStatus(
+            pb.GetStatusRequest(), timeout=RPC_TIMEOUT_S
+        )
+    return status
+
+
+def test_up_with_a_slave_per_broker(tmp_path: Path) -> None:
+    root = tmp_path / "tide"
+    stderr_path = tmp_path / "up.stderr"
+    command = up_command(root, *ANY_PORT, "--replicas", "2", "--master-role", "SYNC_MASTER")
+    with running_up(command, stderr_path) as proc:
+        endpoints = read_endpoints(proc, stderr_path)
+        assert {"storage", "dispatch", "storage-1", "dispatch-1"} <= set(endpoints), endpoints
+        master, slave = endpoints["storage"], endpoints["storage-1"]
+        want = [
+            ("broker-a", 0, master, endpoints["dispatch"]),
+            ("broker-a", 1, slave, endpoints["dispatch-1"]),
+        ]
+        wait_for(lambda: members(endpoints["nameserver"]) == want, "the master and its slave")
+        wait_for(lambda: storage_status(master).replication.slaves, "the slave connected")
+        assert storage_status(master).replication.role == "SYNC_MASTER"
+        repl = storage_status(slave).replication
+        assert (repl.role, repl.broker_id, repl.master_address) == ("SLAVE", 1, master)
+        append(master, "Replicated")  # PUT_OK: a slave acknowledged it (SYNC_MASTER)
+        wait_for(
+            lambda: dispatched(endpoints["dispatch-1"], "Replicated"),
+            "the slave's own dispatch to see the message",
+        )
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, stderr_path.read_text()
+    log = stderr_path.read_text()
+    assert "stopped with status" not in log, log
+    for store in ("store", "store-1"):
+        assert (root / store / "consumequeue" / "Replicated" / "0").is_dir(), store
+        assert not (root / store / "abort").exists(), store
+
+
+def parse_up(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["up", "--store-dir", "/tmp/t", *argv])
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_replica_ports_and_stores_follow_the_documented_scheme() -> None:
+    args = parse_up("--brokers", "2", "--replicas", "3")
+    assert _check_args(args) is None
+    by_name = {child.name: child for child in _children(args)}
+    expected = {
+        # name: (listen port, store, --master, --broker-id)
+        "storage-a": ("10911", "broker-a", None, None),
+        "storage-a-1": ("10912", "broker-a-1", "{storage-a}", "1"),
+        "storage-a-2": ("10913", "broker-a-2", "{storage-a}", "2"),
+        "storage-b": ("11011", "broker-b", None, None),
+        "storage-b-2": ("11013", "broker-b-2", "{storage-b}", "2"),
+    }
+    for name, (port, store, master, broker_id) in expected.items():
+        command = by_name[name].command
+        assert flag(command, "--listen") == f"127.0.0.1:{port}", name
+        assert flag(command, "--store-dir") == f"/tmp/t/{store}", name
+        assert (flag(command, "--master") if master else None) == master, name
+        assert (flag(command, "--broker-id") if broker_id else None) == broker_id, name
+        assert flag(command, "--broker-name") == f"broker-{name[8]}", name
+        dispatch = by_name["dispatch" + name.removeprefix("storage")].command
+        assert flag(dispatch, "--listen") == f"127.0.0.1:{int(port) + 10}", name
+        assert flag(dispatch, "--storage") == "{" + name + "}", name
+        assert flag(command, "--dispatch-address") == flag(dispatch, "--listen"), name
+    assert flag(by_name["storage-a"].command, "--role") == "ASYNC_MASTER"
+    assert flag(by_name["storage-a-1"].command, "--role") == "SLAVE"
+    ports = [flag(c.command, "--listen") for c in _children(args)]
+    assert len(ports) == len(set(ports))  # no two services share a port
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (("--replicas", "0"), "--replicas is 0; it must be 1..4"),
+        (("--replicas", "5"), "--replicas is 5; it must be 1..4"),
+        (("--master-role", "SYNC_MASTER"), "--master-role SYNC_MASTER needs --replicas 2"),
+        (("--brokers", "2", "--replicas", "2", "--storage-port", "65435"), "--storage-port"),
+    ],
+)
+def test_up_refuses_bad_replica_options(argv: tuple[str, ...], problem: str) -> None:
+    found = _check_args(parse_up(*argv))
+    assert found is not None and problem in found

@@ -4,6 +4,11 @@ One long-poll pull is in flight per queue (gRPC futures, no thread per queue); e
 answer is printed and its queue's offset committed for the group before the queue is
 pulled again. This is a standalone reader, not a group member: it reads every queue of
 the topic as routed at start, so do not run it beside push consumers of the same group.
+
+A commit that fails UNAVAILABLE (the broker's master is down: consumer offsets live on
+the master, while pulls go on from its slave) does not stop it: the position is kept,
+one warning per queue and outage is logged, and the commit is tried again with the
+queue's next answer (at most every COMMIT_RETRY_INTERVAL_S) and on the way out.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from tide.client import (
     MessageQueue,
     PullStatus,
     TideError,
+    Unavailable,
 )
 from tide.client._convert import check_group, from_pull_response
 from tide.client._errors import error_from_rpc
@@ -49,6 +55,7 @@ _log = logging.getLogger("tide.cli.consume")
 WAKE_INTERVAL_S = 0.2
 MAX_ERROR_BACKOFF_S = 5.0
 PULL_BATCH = 32
+COMMIT_RETRY_INTERVAL_S = 1.0
 
 _DESCRIPTION = """\
 Print the messages of every queue of TOPIC as they arrive (long polling) until Ctrl-C or
@@ -214,6 +221,43 @@ def _start_positions(
     return positions
 
 
+class _Commits:
+    """The group's offsets as committed by ``tide consume``; a queue whose commit failed
+    UNAVAILABLE keeps its position and is tried again later."""
+
+    def __init__(self, reader: GatewayReader, group: str) -> None:
+        self._reader = reader
+        self._group = group
+        self.committed: dict[MessageQueue, int] = {}
+        self._failing_since: dict[MessageQueue, float] = {}  # queue -> last failed attempt
+
+    def commit(self, mq: MessageQueue, position: int) -> None:
+        """Commit ``position`` unless it is committed already or the queue's last attempt
+        failed less than COMMIT_RETRY_INTERVAL_S ago; raises errors other than UNAVAILABLE."""
+        if self.committed.get(mq) == position:
+            return
+        failed_at = self._failing_since.get(mq)
+        if failed_at is not None and time.monotonic() - failed_at < COMMIT_RETRY_INTERVAL_S:
+            return
+        try:
+            self._reader.try_commit(self._group, mq, position)
+        except Unavailable as exc:
+            if failed_at is None:
+                _log.warning(
+                    "offset %d of %s not committed: %s; consuming goes on and the offset is "
+                    "committed when it can be (not logged again for this queue until then)",
+                    position,
+                    mq,
+                    exc,
+                )
+            self._failing_since[mq] = time.monotonic()
+            return
+        if failed_at is not None:
+            _log.info("offset %d of %s committed again", position, mq)
+            del self._failing_since[mq]
+        self.committed[mq] = position
+
+
 def _follow(args: argparse.Namespace, reader: GatewayReader, start: Start) -> int:
     positions = _start_positions(args, reader, start)
     printer = _Printer(args)
@@ -222,7 +266,7 @@ def _follow(args: argparse.Namespace, reader: GatewayReader, start: Start) -> in
     in_flight: dict[MessageQueue, grpc.Future[gateway_pb2.PullResponse]] = {}
     retry_at: dict[MessageQueue, float] = {}
     failures: dict[MessageQueue, int] = {}
-    committed: dict[MessageQueue, int] = {}
+    commits = _Commits(reader, args.group)
     consumed = 0
 
     def issue(mq: MessageQueue) -> None:
@@ -260,16 +304,15 @@ def _follow(args: argparse.Namespace, reader: GatewayReader, start: Start) -> in
             printed = printer.message_lines(result, limit)
             consumed += printed
             positions[mq] = _next_position(result, printed, positions[mq])
-            if not args.no_commit and committed.get(mq) != positions[mq]:
-                reader.commit(args.group, mq, positions[mq])
-                committed[mq] = positions[mq]
+            if not args.no_commit:
+                commits.commit(mq, positions[mq])
             if args.count is None or consumed < args.count:
                 issue(mq)
     finally:
         for future in in_flight.values():
             future.cancel()
         if not args.no_commit:
-            _commit_rest(args, reader, positions, committed)
+            _commit_rest(args, reader, positions, commits.committed)
     return consumed
 
 

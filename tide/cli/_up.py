@@ -14,6 +14,15 @@ with one broker, ``<store-dir>/broker-a``, ``<store-dir>/broker-b``, ... with mo
 holds the storage's commitlog/ and config/ and the dispatch's consumequeue/ and index/
 (RocketMQ's layout).
 
+Replication: ``--replicas N`` (1..4) gives every broker a master (broker id 0, ``--role``
+from ``--master-role``) and N-1 slaves (ids 1..N-1, ``--role SLAVE --master`` the
+master's storage), each slave with a dispatch of its own. Slave j of a broker listens on
+the master's storage and dispatch ports + j (10912/10922 for broker-a's slave 1, 11012/
+11022 for broker-b's): the +100 step per broker and the 10 between storage and
+dispatch ports leave room for them. A slave's store is the master's directory with
+``-<id>`` appended (``<store-dir>/store-1``, ``<store-dir>/broker-a-1``, ...). Slaves start
+after their master and stop before it.
+
 The gateway is started only when ``services/gateway`` has a ``__main__.py``.
 
 Children run in their own process group, so a terminal's Ctrl-C reaches only ``tide
@@ -45,11 +54,15 @@ DEFAULT_SEGMENT_SIZE_BYTES = 128 << 20
 DEFAULT_INDEX_MAX_ENTRIES = 1_000_000  # a 20 MB index file for a laptop-sized cluster
 BROKER_PORT_STEP = 100
 MAX_BROKERS = 26  # broker-a .. broker-z
+# Master + slaves per broker; a slave's ports are its master's + its id, so ids stay
+# below the 10 between storage and dispatch ports.
+MAX_REPLICAS = 4
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 CLUSTER_NAME = "DefaultCluster"
 GATEWAY_MAIN = Path(services.__file__).resolve().parent / "gateway" / "__main__.py"
 
 # Stop order: lower stages stop (and finish stopping) first.
-STAGE_GATEWAY, STAGE_DISPATCH, STAGE_STORAGE, STAGE_NAMESERVER = range(4)
+STAGE_GATEWAY, STAGE_DISPATCH, STAGE_SLAVE_STORAGE, STAGE_STORAGE, STAGE_NAMESERVER = range(5)
 
 
 @dataclass
@@ -75,6 +88,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=int,
         default=1,
         help=f"storage + dispatch pairs (broker-a, broker-b, ...; 1..{MAX_BROKERS})",
+    )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help=f"storage + dispatch pairs per broker: a master and N-1 slaves (1..{MAX_REPLICAS}; "
+        "slave j listens on its master's ports + j)",
+    )
+    parser.add_argument(
+        "--master-role",
+        choices=MASTER_ROLES,
+        default="ASYNC_MASTER",
+        help="the masters' --role: SYNC_MASTER answers a produce once a slave has it "
+        "(needs --replicas 2 or more; default: ASYNC_MASTER)",
     )
     ports = (
         ("namesrv", 9876, "name server"),
@@ -112,7 +139,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _check_args(args: argparse.Namespace) -> str | None:
     if not 1 <= args.brokers <= MAX_BROKERS:
         return f"--brokers is {args.brokers}; it must be 1..{MAX_BROKERS}"
-    last = BROKER_PORT_STEP * (args.brokers - 1)
+    if not 1 <= args.replicas <= MAX_REPLICAS:
+        return f"--replicas is {args.replicas}; it must be 1..{MAX_REPLICAS}"
+    if args.master_role == "SYNC_MASTER" and args.replicas < 2:
+        return (
+            "--master-role SYNC_MASTER needs --replicas 2 or more: without a slave every "
+            "produce would answer SLAVE_NOT_AVAILABLE"
+        )
+    last = BROKER_PORT_STEP * (args.brokers - 1) + args.replicas - 1
     for name in ("namesrv", "storage", "dispatch", "gateway"):
         port = getattr(args, f"{name}_port")
         top = port + (last if name in ("storage", "dispatch") and port else 0)
@@ -133,8 +167,9 @@ def _free_port(host: str) -> int:
         return port
 
 
-def _broker_port(base: int, index: int) -> int:
-    return base + BROKER_PORT_STEP * index if base else 0
+def _broker_port(base: int, index: int, broker_id: int = 0) -> int:
+    """Broker ``index``'s member ``broker_id`` port (0 stays 0: any free port)."""
+    return base + BROKER_PORT_STEP * index + broker_id if base else 0
 
 
 def _children(args: argparse.Namespace) -> list[Child]:
@@ -159,52 +194,8 @@ def _children(args: argparse.Namespace) -> list[Child]:
         )
     ]
     for index in range(args.brokers):
-        letter = string.ascii_lowercase[index]
-        suffix = "" if args.brokers == 1 else f"-{letter}"
-        store = root / ("store" if args.brokers == 1 else f"broker-{letter}")
-        dispatch_port = _broker_port(args.dispatch_port, index) or _free_port(args.host)
-        storage = [
-            *python,
-            "services.storage",
-            "--store-dir",
-            str(store),
-            "--listen",
-            f"{args.host}:{_broker_port(args.storage_port, index)}",
-            "--flush",
-            args.flush,
-            "--segment-size-bytes",
-            str(args.segment_size_bytes),
-            "--cluster-name",
-            CLUSTER_NAME,
-            "--broker-name",
-            f"broker-{letter}",
-            "--namesrv",
-            "{nameserver}",
-            "--dispatch-address",
-            f"{_reachable(args.host)}:{dispatch_port}",
-            *common,
-        ]
-        dispatch = [
-            *python,
-            "services.dispatch",
-            "--store-dir",
-            str(store),
-            "--listen",
-            f"{args.host}:{dispatch_port}",
-            "--storage",
-            f"{{storage{suffix}}}",
-            "--index-max-entries",
-            str(args.index_max_entries),
-            "--index-slot-count",
-            str(max(1, args.index_max_entries // 4)),
-            *common,
-        ]
-        children += [
-            Child(f"storage{suffix}", storage, run_dir / f"storage{suffix}.ready", STAGE_STORAGE),
-            Child(
-                f"dispatch{suffix}", dispatch, run_dir / f"dispatch{suffix}.ready", STAGE_DISPATCH
-            ),
-        ]
+        for broker_id in range(args.replicas):
+            children += _member_children(args, index, broker_id)
     if GATEWAY_MAIN.exists():
         gateway = [
             *python,
@@ -217,6 +208,76 @@ def _children(args: argparse.Namespace) -> list[Child]:
         ]
         children.append(Child("gateway", gateway, run_dir / "gateway.ready", STAGE_GATEWAY))
     return children
+
+
+def _member_children(args: argparse.Namespace, index: int, broker_id: int) -> list[Child]:
+    """The storage and dispatch of broker ``index``'s member ``broker_id`` (0: master)."""
+    root = Path(args.store_dir).resolve()
+    run_dir = root / "run"
+    common = ["--log-level", args.log_level]
+    python = [sys.executable, "-m"]
+    letter = string.ascii_lowercase[index]
+    master_suffix = "" if args.brokers == 1 else f"-{letter}"
+    suffix = master_suffix + (f"-{broker_id}" if broker_id else "")
+    master_store = root / ("store" if args.brokers == 1 else f"broker-{letter}")
+    store = (
+        master_store.with_name(f"{master_store.name}-{broker_id}") if broker_id else master_store
+    )
+    dispatch_port = _broker_port(args.dispatch_port, index, broker_id) or _free_port(args.host)
+    role = (
+        [
+            "--role",
+            "SLAVE",
+            "--broker-id",
+            str(broker_id),
+            "--master",
+            f"{{storage{master_suffix}}}",
+        ]
+        if broker_id
+        else ["--role", args.master_role]
+    )
+    storage = [
+        *python,
+        "services.storage",
+        "--store-dir",
+        str(store),
+        "--listen",
+        f"{args.host}:{_broker_port(args.storage_port, index, broker_id)}",
+        "--flush",
+        args.flush,
+        "--segment-size-bytes",
+        str(args.segment_size_bytes),
+        "--cluster-name",
+        CLUSTER_NAME,
+        "--broker-name",
+        f"broker-{letter}",
+        *role,
+        "--namesrv",
+        "{nameserver}",
+        "--dispatch-address",
+        f"{_reachable(args.host)}:{dispatch_port}",
+        *common,
+    ]
+    dispatch = [
+        *python,
+        "services.dispatch",
+        "--store-dir",
+        str(store),
+        "--listen",
+        f"{args.host}:{dispatch_port}",
+        "--storage",
+        f"{{storage{suffix}}}",
+        "--index-max-entries",
+        str(args.index_max_entries),
+        "--index-slot-count",
+        str(max(1, args.index_max_entries // 4)),
+        *common,
+    ]
+    storage_stage = STAGE_SLAVE_STORAGE if broker_id else STAGE_STORAGE
+    return [
+        Child(f"storage{suffix}", storage, run_dir / f"storage{suffix}.ready", storage_stage),
+        Child(f"dispatch{suffix}", dispatch, run_dir / f"dispatch{suffix}.ready", STAGE_DISPATCH),
+    ]
 
 
 class _Stop:

@@ -128,7 +128,15 @@ class GatewayReader:
         )
         return response.offset
 
+    def try_commit(self, group: str, queue: MessageQueue, offset: int) -> None:
+        """:meth:`commit` with one attempt (no retry on UNAVAILABLE): for callers that try
+        again later anyway."""
+        with self.connection.single_attempt():
+            self.commit(group, queue, offset)
+
     def commit(self, group: str, queue: MessageQueue, offset: int) -> None:
+        """Store the group's offset. UNAVAILABLE while the broker's master is down:
+        consumer offsets live on the master."""
         if offset < 0:
             raise InvalidArgument(f"offset is {offset}; give 0 or more")
         self.connection.call(

@@ -2,6 +2,11 @@
 
 All commits of a queue happen on its worker thread, so they are ordered; after
 ``release`` returns, the worker has committed its final position and commits no more.
+
+A commit that fails (e.g. UNAVAILABLE while the broker's master is down: consumer offsets
+live on the master, while pulls go on from its slave) keeps the position in memory;
+consuming goes on, the failure is logged once per outage, and the commit is tried again
+every commit interval (at least MIN_COMMIT_RETRY_MS apart) and on release.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from tide.v1 import gateway_pb2
 _log = logging.getLogger("tide.client.consumer")
 
 MAX_ERROR_BACKOFF_MS = 5_000
+# A failed commit is tried again at most this often (even with commit_interval_ms 0).
+MIN_COMMIT_RETRY_MS = 200
 MAX_RETRY_BACKOFF_MS = 60_000
 
 Callback = Callable[[ReceivedMessage], object]
@@ -67,6 +74,8 @@ class QueueWorker:
         self._position: int | None = None
         self._committed = -1
         self._last_commit = time.monotonic()
+        # Commits failed since the last one that succeeded (0: none).
+        self._commit_failures = 0
         self.delivered = 0
         self.skipped = 0
         self._thread = threading.Thread(target=self._run, name=f"tide-consume-{queue}", daemon=True)
@@ -246,6 +255,11 @@ class QueueWorker:
             self.delivered += 1
             return True
 
+    @property
+    def commit_failures(self) -> int:
+        """Commits that failed since the last one that succeeded."""
+        return self._commit_failures
+
     def _commit_due(self) -> bool:
         elapsed_ms = (time.monotonic() - self._last_commit) * 1000
         return elapsed_ms >= self._settings.commit_interval_ms
@@ -254,19 +268,50 @@ class QueueWorker:
         position = self._position
         if position is None or position == self._committed:
             return
+        if not final and self._commit_failures:
+            # Failing: once per commit interval, not before every pull.
+            elapsed_ms = (time.monotonic() - self._last_commit) * 1000
+            if elapsed_ms < max(self._settings.commit_interval_ms, MIN_COMMIT_RETRY_MS):
+                return
         try:
-            self._reader.commit(self._settings.group, self.queue, position)
-        except TideError as exc:
             if final:
-                _log.error(
-                    "final commit of %s at %d failed: %s; the next owner repeats from %d",
-                    self.queue,
-                    position,
-                    exc,
-                    self._committed,
-                )
-            else:
-                _log.warning("commit of %s at %d failed: %s", self.queue, position, exc)
+                self._reader.commit(self._settings.group, self.queue, position)
+            else:  # one attempt: the next interval tries again
+                self._reader.try_commit(self._settings.group, self.queue, position)
+        except TideError as exc:
+            self._commit_failed(exc, position, final=final)
             return
+        if self._commit_failures:
+            _log.info(
+                "commit of %s at %d succeeded after %d failed attempts",
+                self.queue,
+                position,
+                self._commit_failures,
+            )
+        self._commit_failures = 0
         self._committed = position
         self._last_commit = time.monotonic()
+
+    def _commit_failed(self, exc: TideError, position: int, *, final: bool) -> None:
+        self._commit_failures += 1
+        self._last_commit = time.monotonic()
+        if final:
+            _log.error(
+                "final commit of %s at %d failed: %s; the next owner repeats from %d",
+                self.queue,
+                position,
+                exc,
+                self._committed,
+            )
+        elif self._commit_failures == 1:
+            _log.warning(
+                "commit of %s at %d failed: %s; consuming goes on with the position kept in "
+                "memory, and the commit is tried again every %d ms (not logged again until "
+                "one succeeds)",
+                self.queue,
+                position,
+                exc,
+                max(self._settings.commit_interval_ms, MIN_COMMIT_RETRY_MS),
+            )
+        else:
+            _log.debug("commit of %s at %d failed again: %s", self.queue, position, exc)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -76,6 +78,7 @@ class Connection:
         self.rpc_timeout_ms = rpc_timeout_ms
         self.retry = retry or RetryPolicy()
         self._closed = threading.Event()
+        self._local = threading.local()
         self._channel = grpc.insecure_channel(
             gateway,
             options=[
@@ -88,6 +91,16 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    @contextlib.contextmanager
+    def single_attempt(self) -> Iterator[None]:
+        """Within the block, calls made by this thread are tried once (no retry)."""
+        previous = getattr(self._local, "single", False)
+        self._local.single = True
+        try:
+            yield
+        finally:
+            self._local.single = previous
 
     def call(
         self,
@@ -102,7 +115,8 @@ class Connection:
 
         Each attempt has ``rpc_timeout_ms + extra_timeout_ms`` (a long poll adds its wait).
         """
-        attempts = self.retry.max_attempts if retry else 1
+        single = getattr(self._local, "single", False)
+        attempts = self.retry.max_attempts if retry and not single else 1
         timeout_s = (self.rpc_timeout_ms + extra_timeout_ms) / 1000
         failures = 0
         while True:
