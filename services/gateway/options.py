@@ -81,7 +81,8 @@ OPTIONS: tuple[Option, ...] = (
         "fault_isolation_ms",
         int,
         30_000,
-        "how long a broker whose Append failed (unreachable, timed out) is avoided",
+        "how long a broker whose Append failed (unreachable, timed out) is avoided, and how "
+        "long reads of a broker whose master is unreachable go to its slave",
         unit="ms",
     ),
     Option(

@@ -33,7 +33,7 @@ from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_e
 from services.gateway.expression import ExpressionError, TagFilter, parse_expression
 from services.gateway.long_poll import HeldPulls
 from services.gateway.options import GatewayConfig
-from services.gateway.readers import ReadMembers, is_slave, use_record_msg_ids
+from services.gateway.readers import ReadMembers, is_slave
 from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
 from services.gateway.validate import check_group, check_queue, invalid
 from tide.server import ServiceError
@@ -283,8 +283,6 @@ class Puller:
             )
         if not response.messages:
             response.status = Status.NO_MATCHED_MESSAGE
-        elif is_slave(member):
-            use_record_msg_ids(response.messages)
         return response
 
     async def _out_of_range(

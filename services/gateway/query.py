@@ -22,7 +22,7 @@ import grpc
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
 from services.gateway.options import GatewayConfig
 from services.gateway.pull import no_dispatch
-from services.gateway.readers import ReadMembers, is_slave, record_msg_id, use_record_msg_ids
+from services.gateway.readers import ReadMembers
 from services.gateway.routes import MASTER_ID, Member, RouteCache
 from services.gateway.validate import check_topic, invalid
 from tide.format import UNIQ_KEY, MessageIdError, parse_msg_id
@@ -129,8 +129,6 @@ class Querier:
         result = read.results[0]
         if result.status != storage_pb.FOUND:
             raise missing
-        if is_slave(member):
-            result.message.msg_id = record_msg_id(result.message)
         return result.message
 
     # -- by key --------------------------------------------------------------------
@@ -236,8 +234,6 @@ class Querier:
         except grpc.aio.AioRpcError as exc:
             raise broker_error(exc, f"key lookup on {where}") from exc
         found = [result.message for result in read.results if result.status == storage_pb.FOUND]
-        if is_slave(member):
-            use_record_msg_ids(found)
         return [
             pb.QueriedMessage(broker_name=member.broker_name, message=message) for message in found
         ]

@@ -9,8 +9,8 @@ straight to the slave. A marked master is used again as soon as the gateway's ch
 its storage and its dispatch are connected again (asking starts a reconnection), or when
 the mark expires. A master missing from the route (expired at the name servers) is not
 tried. A slave's records are byte-identical to the master's, so offsets are the same on
-both; the message ids a slave's storage returns are rebuilt from each record's store host
-(the master's) so a message keeps the id its producer was given.
+both, and so are the message ids (a storage builds them from each record's store host:
+the master that wrote it).
 
 Consumer offsets and produce never use this: they live on, and go to, the master only.
 """
@@ -18,7 +18,7 @@ Consumer offsets and produce never use this: they live on, and go to, the master
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import grpc
@@ -26,45 +26,17 @@ import grpc
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.routes import MASTER_ID, Member
-from tide.format import make_msg_id, msg_id_prefix, parse_host
 from tide.server import ServiceError
-from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.gateway.readers")
 
 # Members of one broker a read tries at most (the master and the lowest-id slaves).
 MAX_READ_MEMBERS = 3
-# Store hosts whose message id prefix is remembered (a cluster has far fewer masters).
-MAX_PREFIXES = 4096
 _T = TypeVar("_T")
-_prefixes: dict[str, str] = {}
 
 
 def is_slave(member: Member) -> bool:
     return member.broker_id != MASTER_ID
-
-
-def record_msg_id(message: storage_pb.StoredMessage) -> str:
-    """The offset message id of a record from its own store host (the master that wrote
-    it), whichever replica it was read from. A store host that does not parse keeps the
-    storage's id."""
-    prefix = _prefixes.get(message.store_host)
-    if prefix is None:
-        try:
-            prefix = msg_id_prefix(parse_host(message.store_host))
-        except ValueError as exc:
-            log.debug("message at %d: %s; keeping its id", message.physical_offset, exc)
-            return message.msg_id
-        if len(_prefixes) >= MAX_PREFIXES:
-            _prefixes.clear()
-        _prefixes[message.store_host] = prefix
-    return make_msg_id(prefix, message.physical_offset)
-
-
-def use_record_msg_ids(messages: Iterable[storage_pb.StoredMessage]) -> None:
-    """Give messages read from a slave the ids their producer got (see the module doc)."""
-    for message in messages:
-        message.msg_id = record_msg_id(message)
 
 
 class ReadMembers:

@@ -16,6 +16,7 @@ from tide.format import (
     DecodedRecord,
     decode_properties,
     make_msg_id,
+    msg_id_prefix,
 )
 from tide.v1 import storage_pb2 as pb
 
@@ -38,7 +39,9 @@ def peer_host(peer: str) -> str:
     return address if kind in ("ipv4", "ipv6") else ""
 
 
-def stored_message(record: DecodedRecord, msg_id_prefix: str) -> pb.StoredMessage:
+def stored_message(record: DecodedRecord) -> pb.StoredMessage:
+    """The record as a ``StoredMessage``; its id names the record's own store host (on a
+    slave: the master that stored it), as RocketMQ's offsetMsgId does."""
     props = record.properties
     keys = props.get(KEYS, "")
     return pb.StoredMessage(
@@ -60,12 +63,12 @@ def stored_message(record: DecodedRecord, msg_id_prefix: str) -> pb.StoredMessag
         store_timestamp_ms=record.store_timestamp_ms,
         store_host=str(record.store_host),
         body_crc=record.body_crc,
-        msg_id=make_msg_id(msg_id_prefix, record.physical_offset),
+        msg_id=make_msg_id(msg_id_prefix(record.store_host), record.physical_offset),
     )
 
 
 def stored_message_fields(
-    data: bytes, offset: int, msg_id_prefix: str, hosts: dict[bytes, str]
+    data: bytes, offset: int, hosts: dict[bytes, str]
 ) -> dict[str, Any] | None:
     """The ``StoredMessage`` fields (zero values left out) of the record ``data`` read at
     ``offset``, for the common record (1-byte topic length, IPv4 hosts) when it passes
@@ -130,7 +133,8 @@ def stored_message_fields(
         "store_timestamp_ms": store_timestamp_ms,
         "store_host": store_host,
         "body_crc": body_crc,
-        "msg_id": f"{msg_id_prefix}{physical_offset:016X}",  # make_msg_id inline
+        # make_msg_id inline: the packed store host is the id's prefix (on a slave too).
+        "msg_id": f"{store.hex().upper()}{physical_offset:016X}",
     }
     if props_len_pos + 2 < size:
         props = decode_properties(data[props_len_pos + 2 :])

@@ -191,7 +191,6 @@ class StorageServicer(pb_grpc.StorageServicer):
         store = self._store()
         response = pb.ReadResponse()
         add = response.results.add
-        prefix = store.msg_id_prefix
         hosts = self._hosts
         for index, pos in enumerate(request.positions):
             offset, size = pos.physical_offset, pos.size
@@ -206,7 +205,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                 except OffsetBelowMinError:
                     data = b""
                 if len(data) == size:
-                    fields = convert.stored_message_fields(data, offset, prefix, hosts)
+                    fields = convert.stored_message_fields(data, offset, hosts)
                     if fields is not None:
                         add(status=pb.FOUND, message=fields)
                         continue
@@ -232,7 +231,7 @@ class StorageServicer(pb_grpc.StorageServicer):
             return pb.ReadResult(status=pb.OFFSET_ABOVE_MAX)
         except RecordError:
             return pb.ReadResult(status=pb.NOT_A_RECORD)
-        message = convert.stored_message(record, store.msg_id_prefix)
+        message = convert.stored_message(record)
         return pb.ReadResult(status=pb.FOUND, message=message)
 
     async def Tail(
