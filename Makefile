@@ -36,8 +36,12 @@ typecheck: $(STAMP)
 protos: $(STAMP)
 	$(PY) -m tide._protogen tide/v1
 
+## The benchmarks of docs/benchmarks.md (several minutes; run on a quiet machine).
 bench: $(STAMP)
 	$(PY) -m bench.storage_append
+	$(PY) -m bench.dispatch_apply --records 200000
+	$(PY) -m bench.dispatch_replay --records 500000
+	$(PY) -m bench.gateway_produce_pull
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
