@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tide.cli import (
+    _bench,
     _cluster,
     _consume,
     _offsets,
@@ -44,6 +45,7 @@ _COMMAND_MODULES: tuple[CommandModule, ...] = (
     _consume,
     _query,
     _offsets,
+    _bench,
 )
 
 

@@ -1,0 +1,85 @@
+"""A bare ``tide.v1.Gateway/Produce`` echo: the gateway's request and response shapes, no
+routing, no storage: the ``tide bench`` baseline (what Python gRPC itself carries here).
+
+``python -m tide.bench._echo READY_FILE`` serves on a free port of 127.0.0.1 and writes
+``{"listen": "127.0.0.1:PORT"}`` to READY_FILE. Each message gets the result a gateway
+would give (status SEND_OK, an offset message id, a unique key, broker, queue, offset,
+store time), built the cheap way (as ``bench/echo_server.py`` does for Storage/Append).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from tide.format import make_msg_id
+from tide.v1 import gateway_pb2 as pb
+
+PREFIX = "7F00000100002A9F"
+BROKER = "broker-a"
+QUEUES = 4
+RECORD_OVERHEAD_BYTES = 91
+
+
+class _Echo:
+    def __init__(self) -> None:
+        self.offset = 0
+        self.queue_offsets = [0] * QUEUES
+        self.unique_prefix = os.urandom(8).hex().upper()
+        self.counter = 0
+
+    async def produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ProduceResponse:
+        response = pb.ProduceResponse()
+        add = response.results.add
+        now_ms = time.time_ns() // 1_000_000
+        offsets = self.queue_offsets
+        for index, message in enumerate(request.messages):
+            queue_id = (self.counter + index) % QUEUES
+            add(
+                msg_id=make_msg_id(PREFIX, self.offset),
+                unique_key=f"{self.unique_prefix}{self.counter + index:016X}",
+                broker_name=BROKER,
+                queue_id=queue_id,
+                queue_offset=offsets[queue_id],
+                store_timestamp_ms=now_ms,
+            )
+            offsets[queue_id] += 1
+            self.offset += RECORD_OVERHEAD_BYTES + len(message.body)
+        self.counter += len(request.messages)
+        return response
+
+
+async def serve(ready: Path) -> None:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 128 << 20),
+            ("grpc.max_send_message_length", 128 << 20),
+        ]
+    )
+    echo = _Echo()
+    handler = grpc.unary_unary_rpc_method_handler(
+        echo.produce,
+        request_deserializer=pb.ProduceRequest.FromString,
+        response_serializer=pb.ProduceResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("tide.v1.Gateway", {"Produce": handler})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    partial = ready.with_suffix(".tmp")
+    partial.write_text(json.dumps({"listen": f"127.0.0.1:{port}"}))
+    partial.rename(ready)
+    await server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(Path(sys.argv[1])))

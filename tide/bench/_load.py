@@ -1,0 +1,271 @@
+"""The load generator: asyncio producers sending prebuilt Produce requests, long-polling
+consumers, and a sampler that keeps the timeline.
+
+Kept cheap on purpose (the client shares the cores with the cluster): each producer
+serializes its ``ProduceRequest`` once with a placeholder where every body starts, and
+per call only swaps in the send time (16 hex digits of ``time.time_ns()``) with one
+``bytes.replace``; calls go through a raw ``grpc.aio`` method (no serializer). A consumer
+reads the first 16 bytes of each body back and records ``now - sent`` as the end-to-end
+latency (once per distinct stamp in a Pull answer, with its count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from tide.bench._stats import Latency
+from tide.bench._workload import STAMP_BYTES, Workload
+from tide.v1 import gateway_pb2 as pb
+
+PRODUCE_METHOD = "/tide.v1.Gateway/Produce"
+PULL_METHOD = "/tide.v1.Gateway/Pull"
+PLACEHOLDER = b"\x7f~TIDE-BENCH-TS~"  # STAMP_BYTES long; never in a proto's framing
+CALL_TIMEOUT_S = 30.0
+RETRY_PAUSE_S = 0.2
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 128 << 20),
+    ("grpc.max_send_message_length", 128 << 20),
+]
+
+assert len(PLACEHOLDER) == STAMP_BYTES
+
+
+def stamp(now_ns: int) -> bytes:
+    return b"%016x" % now_ns
+
+
+def sent_ns(body: bytes) -> int:
+    """The send time a producer put in front of ``body``."""
+    return int(body[:STAMP_BYTES], 16)
+
+
+def request_template(topic: str, message_size: int, batch_size: int) -> bytes:
+    """A serialized ProduceRequest whose bodies start with :data:`PLACEHOLDER`."""
+    body = PLACEHOLDER + b"x" * (message_size - STAMP_BYTES)
+    request = pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic, body=body)] * batch_size)
+    data = request.SerializeToString()
+    if data.count(PLACEHOLDER) != batch_size:
+        raise AssertionError("the placeholder is not unique in the request")
+    return data
+
+
+@dataclass
+class Counters:
+    """What happened, for the whole run (warm-up included) and since measuring began."""
+
+    published: int = 0
+    consumed: int = 0
+    publish_calls: int = 0
+    publish_errors: int = 0  # failed calls (their messages are not counted as published)
+    send_failed: int = 0  # messages answered SEND_FAILED or another non-OK status
+    consume_errors: int = 0  # failed Pull calls (retried)
+    offset_resets: int = 0  # OFFSET_ILLEGAL answers
+    last_error: str = ""
+
+
+@dataclass
+class Sample:
+    t_s: float  # since the start of the warm-up
+    measuring: bool
+    published: int  # in this interval
+    consumed: int
+    interval_s: float
+    backlog: int
+    publish_p50_ms: float
+    publish_p99_ms: float
+    e2e_p50_ms: float
+    e2e_p99_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        rate = 1 / self.interval_s if self.interval_s > 0 else 0.0
+        return {
+            "t_s": round(self.t_s, 3),
+            "measuring": self.measuring,
+            "publish_rate": round(self.published * rate, 1),
+            "consume_rate": round(self.consumed * rate, 1),
+            "backlog": self.backlog,
+            "publish_p50_ms": self.publish_p50_ms,
+            "publish_p99_ms": self.publish_p99_ms,
+            "e2e_p50_ms": self.e2e_p50_ms,
+            "e2e_p99_ms": self.e2e_p99_ms,
+        }
+
+
+@dataclass
+class LoadState:
+    counters: Counters = field(default_factory=Counters)
+    publish_latency: Latency = field(default_factory=Latency)
+    e2e_latency: Latency = field(default_factory=Latency)
+    stop_producing: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_consuming: asyncio.Event = field(default_factory=asyncio.Event)
+    drain_s: float = 0.0  # how long the consumers took to catch up after the producers
+
+    def note_error(self, error: BaseException) -> None:
+        if isinstance(error, grpc.aio.AioRpcError):
+            self.counters.last_error = f"{error.code().name}: {error.details()}"
+        else:
+            self.counters.last_error = repr(error)
+
+
+def open_channel(target: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+
+
+class Pacer:
+    """Hands out send slots: at most ``rate`` messages/s in calls of ``batch`` messages
+    (0: no limit)."""
+
+    def __init__(self, rate: float, batch: int) -> None:
+        self.interval_s = batch / rate if rate > 0 else 0.0
+        self.start = time.monotonic()
+        self.slot = 0
+
+    async def wait(self) -> None:
+        if not self.interval_s:
+            return
+        due = self.start + self.slot * self.interval_s
+        self.slot += 1
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+async def produce(
+    channel: grpc.aio.Channel,
+    state: LoadState,
+    template: bytes,
+    batch_size: int,
+    inflight: int,
+    rate: float,
+) -> None:
+    """One producer: ``inflight`` callers sending ``template`` (stamped) until
+    ``state.stop_producing`` is set; at most ``rate`` messages/s together."""
+    call = channel.unary_unary(
+        PRODUCE_METHOD, request_serializer=None, response_deserializer=pb.ProduceResponse.FromString
+    )
+    pacer = Pacer(rate, batch_size)
+    counters = state.counters
+    latency = state.publish_latency
+    stop = state.stop_producing
+
+    async def caller() -> None:
+        while not stop.is_set():
+            await pacer.wait()
+            if stop.is_set():
+                return
+            begin = time.monotonic_ns()
+            request = template.replace(PLACEHOLDER, stamp(time.time_ns()))
+            try:
+                reply = await call(request, timeout=CALL_TIMEOUT_S)
+            except grpc.aio.AioRpcError as error:
+                counters.publish_errors += 1
+                state.note_error(error)
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            latency.record((time.monotonic_ns() - begin) // 1000)
+            counters.publish_calls += 1
+            failed = sum(1 for result in reply.results if result.status)  # SEND_OK is 0
+            if failed:
+                counters.send_failed += failed
+                counters.last_error = next(r.error for r in reply.results if r.status)
+            counters.published += len(reply.results) - failed
+
+    await asyncio.gather(*(caller() for _ in range(inflight)))
+
+
+async def consume_queue(
+    channel: grpc.aio.Channel,
+    state: LoadState,
+    group: str,
+    topic: str,
+    broker_name: str,
+    queue_id: int,
+    workload: Workload,
+) -> None:
+    """Long-poll one queue from its current end until ``state.stop_consuming`` is set."""
+    pull = channel.unary_unary(
+        PULL_METHOD,
+        request_serializer=pb.PullRequest.SerializeToString,
+        response_deserializer=pb.PullResponse.FromString,
+    )
+    offsets = channel.unary_unary(
+        "/tide.v1.Gateway/GetQueueOffsets",
+        request_serializer=pb.QueueOffsetsRequest.SerializeToString,
+        response_deserializer=pb.QueueOffsetsResponse.FromString,
+    )
+    answer = await offsets(
+        pb.QueueOffsetsRequest(topic=topic, broker_name=broker_name, queue_id=queue_id),
+        timeout=CALL_TIMEOUT_S,
+    )
+    request = pb.PullRequest(
+        consumer_group=group,
+        topic=topic,
+        broker_name=broker_name,
+        queue_id=queue_id,
+        offset=answer.max_offset,
+        max_messages=workload.pull_batch,
+        long_poll_timeout_ms=workload.long_poll_ms,
+    )
+    counters = state.counters
+    record = state.e2e_latency.record
+    stop = state.stop_consuming
+    timeout_s = workload.long_poll_ms / 1000 + CALL_TIMEOUT_S
+    while not stop.is_set():
+        try:
+            reply = await pull(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as error:
+            counters.consume_errors += 1
+            state.note_error(error)
+            await asyncio.sleep(RETRY_PAUSE_S)
+            continue
+        if reply.status == pb.PullResponse.OFFSET_ILLEGAL:
+            counters.offset_resets += 1
+        messages = reply.messages
+        if messages:
+            now_ns = time.time_ns()
+            # The messages of one Produce call share a stamp: one record per stamp.
+            stamps = Counter([message.body[:STAMP_BYTES] for message in messages])
+            for sent, count in stamps.items():
+                record((now_ns - int(sent, 16)) // 1000, count)
+            counters.consumed += len(messages)
+        request.offset = reply.next_offset
+
+
+async def sample(
+    state: LoadState,
+    interval_s: float,
+    measuring: Callable[[], bool],
+    started: float,
+    timeline: list[Sample],
+) -> None:
+    """Every ``interval_s``: one :class:`Sample` (rates, backlog, interval percentiles)."""
+    counters = state.counters
+    last = (time.monotonic(), counters.published, counters.consumed)
+    while True:
+        await asyncio.sleep(interval_s)
+        now = time.monotonic()
+        publish = state.publish_latency.tick()
+        e2e = state.e2e_latency.tick()
+        timeline.append(
+            Sample(
+                t_s=now - started,
+                measuring=measuring(),
+                published=counters.published - last[1],
+                consumed=counters.consumed - last[2],
+                interval_s=now - last[0],
+                # a message can be consumed before its Produce call is answered
+                backlog=max(0, counters.published - counters.consumed),
+                publish_p50_ms=publish["p50"],
+                publish_p99_ms=publish["p99"],
+                e2e_p50_ms=e2e["p50"],
+                e2e_p99_ms=e2e["p99"],
+            )
+        )
+        last = (now, counters.published, counters.consumed)
