@@ -1,13 +1,18 @@
 """Dispatch replay of an existing commitlog, with real processes.
 
-    python -m bench.dispatch_replay --records 500000
+    python -m bench.dispatch_replay --records 500000 [--runs 3] [--chunk-bytes N]
 
 Starts a storage process, appends ``--records`` messages of 128 bytes with one key each
 (batches of 1,000 over 8 queues, round robin), then starts a dispatch process on an
 empty directory: it rebuilds the consume queues and the index from the whole commitlog
 through the Tail stream. Reports records/s from the dispatch's start (its ready file)
-to the moment its dispatched offset reaches the storage's max offset, and the dispatch
-process's CPU time over that span.
+to the moment its dispatched offset reaches the storage's max offset, and the CPU time
+of the dispatch and of the storage process over that span (``/proc/PID/stat``).
+``--runs`` replays the same commitlog that many times, each with a fresh dispatch
+process and directory. ``--chunk-bytes`` sets the storage's default Tail chunk size
+(``--tail-max-chunk-bytes``: only for a dispatch that asks for the default, as before
+``dispatcher.TAIL_CHUNK_BYTES``); ``--spy OUT`` records the first run's dispatch process
+with py-spy (raw format, ``--gil``: only the thread holding the GIL) into ``OUT``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import argparse
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,44 +62,114 @@ def fill(storage_addr: str, records: int) -> int:
     return max_offset
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_s(pid: int, task: str = "") -> float:
+    stat = Path(f"/proc/{pid}/task/{task}/stat" if task else f"/proc/{pid}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S  # utime + stime
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (user, system) by thread name, threads of one name added up."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        used = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+        out[name] = out.get(name, 0.0) + used
+    return out
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=500_000, help="messages to replay")
+    parser.add_argument("--runs", type=int, default=1, help="replays of the same commitlog")
+    parser.add_argument(
+        "--chunk-bytes", type=int, default=0, help="storage's Tail chunk size (0: its default)"
+    )
+    parser.add_argument(
+        "--threads", action="store_true", help="also the dispatch's CPU per thread name"
+    )
+    parser.add_argument("--spy", default="", help="py-spy the first run's dispatch into this file")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tide-replay-"))
     store = root / "store"
+    storage_args = ["--store-dir", str(store), "--log-level", "warning"]
+    if args.chunk_bytes:
+        storage_args += ["--tail-max-chunk-bytes", str(args.chunk_bytes)]
     try:
-        with service(
-            "storage", ["--store-dir", str(store), "--log-level", "warning"], root
-        ) as s_addr:
+        with service("storage", storage_args, root) as s_addr:
+            storage_pid = int(json.loads((root / "storage.ready").read_text())["pid"])
             end = fill(s_addr, args.records)
-            dispatch_args = ["--store-dir", str(root / "dispatch"), "--storage", s_addr]
-            with service("dispatch", [*dispatch_args, "--log-level", "warning"], root) as d_addr:
-                pid = int(json.loads((root / "dispatch.ready").read_text())["pid"])
-                replay(d_addr, pid, end, args.records)
+            for run in range(args.runs):
+                shutil.rmtree(root / "dispatch", ignore_errors=True)
+                (root / "dispatch.ready").unlink(missing_ok=True)
+                dispatch_args = ["--store-dir", str(root / "dispatch"), "--storage", s_addr]
+                with service(
+                    "dispatch", [*dispatch_args, "--log-level", "warning"], root
+                ) as d_addr:
+                    pid = int(json.loads((root / "dispatch.ready").read_text())["pid"])
+                    spy = spy_on(pid, args.spy) if args.spy and run == 0 else None
+                    replay(d_addr, pid, storage_pid, end, args.records, threads=args.threads)
+                    if spy is not None:
+                        spy.send_signal(signal.SIGINT)
+                        spy.wait(timeout=60)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def replay(dispatch_addr: str, pid: int, end: int, records: int) -> None:
+def spy_on(pid: int, out: str) -> subprocess.Popen[bytes]:
+    py_spy = Path(sys.executable).parent / "py-spy"
+    cmd = [
+        str(py_spy),
+        "record",
+        "-r",
+        "250",
+        "--format",
+        "raw",
+        "--gil",
+        "-o",
+        out,
+        "--pid",
+        str(pid),
+    ]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+
+
+def replay(
+    dispatch_addr: str, pid: int, storage_pid: int, end: int, records: int, *, threads: bool
+) -> None:
     """From the dispatch's ready file (it has reconciled and follows) to caught up."""
     dispatch = dpb_grpc.DispatchStub(grpc.insecure_channel(dispatch_addr))
-    started, cpu_before = time.monotonic(), cpu_s(pid)
+    threads_before = thread_cpu_s(pid)
+    started, cpu_before, storage_before = time.monotonic(), cpu_s(pid), cpu_s(storage_pid)
     while time.monotonic() - started < REPLAY_TIMEOUT_S:
         status = dispatch.GetStatus(dpb.GetDispatchStatusRequest(), timeout=60)
         if status.dispatched_offset >= end:
             elapsed_s = time.monotonic() - started
             used_s = cpu_s(pid) - cpu_before
+            storage_s = cpu_s(storage_pid) - storage_before
             print(
                 f"replayed {records:,} records ({end:,} B) in {elapsed_s:.2f} s: "
                 f"{records / elapsed_s:,.0f} records/s; dispatch CPU {used_s:.2f} s "
-                f"({records / max(used_s, 1e-9):,.0f} records per CPU second)"
+                f"({records / max(used_s, 1e-9):,.0f} records per CPU second), "
+                f"storage CPU {storage_s:.2f} s; load {loadavg()}",
+                flush=True,
             )
+            if threads:
+                after = thread_cpu_s(pid)
+                used = {k: v - threads_before.get(k, 0.0) for k, v in after.items()}
+                print(
+                    "  dispatch threads: "
+                    + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(used.items()) if v >= 0.01),
+                    flush=True,
+                )
             return
         time.sleep(0.01)
     raise RuntimeError(f"dispatch did not finish the replay within {REPLAY_TIMEOUT_S} s")

@@ -5,6 +5,9 @@ that grew. Each watcher holds a dict ``(topic, queue_id) -> latest max offset`` 
 event: publishing overwrites the entry and sets the event, so a watcher that reads slowly
 (or whose client does not read at all, blocking its stream on flow control) costs at most
 one entry per queue it watches, never a backlog. Everything runs on the event loop.
+
+A waiting watch waits on its own event only (``close`` sets every watcher's): no task nor
+``asyncio.wait`` per notice, which is on the path of every arrival.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class Watcher:
     async def wait(self) -> None:
         await self._ready.wait()
 
+    def wake(self) -> None:
+        """End a wait without pending offsets (the hub is closing)."""
+        self._ready.set()
+
 
 class ArrivalHub:
     def __init__(self) -> None:
@@ -69,6 +76,8 @@ class ArrivalHub:
     def close(self) -> None:
         """End every watch (the server is draining); later watches end at once."""
         self._closed.set()
+        for watcher in self._watchers:
+            watcher.wake()
 
     async def watch(
         self, topics: Collection[str], current: Iterable[Arrival] = ()
@@ -79,15 +88,10 @@ class ArrivalHub:
         for arrival in current:
             watcher.offer(arrival.topic, arrival.queue_id, arrival.max_offset)
         self._watchers.add(watcher)
-        closed = asyncio.ensure_future(self._closed.wait())
         try:
             while not self._closed.is_set():
                 if not watcher.pending:
-                    ready = asyncio.ensure_future(watcher.wait())
-                    try:
-                        await asyncio.wait((ready, closed), return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        ready.cancel()
+                    await watcher.wait()
                     if self._closed.is_set():
                         break
                 batch = watcher.take()
@@ -95,4 +99,3 @@ class ArrivalHub:
                     yield batch
         finally:
             self._watchers.discard(watcher)
-            closed.cancel()

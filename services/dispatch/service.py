@@ -11,6 +11,7 @@ import grpc
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.dispatcher import Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import DispatchStore
+from services.dispatch.metrics import DispatchMetrics
 from services.dispatch.options import OPTIONS, check_config, dispatch_config
 from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
@@ -29,6 +30,7 @@ class DispatchService:
         self._running: Running | None = None
         self._writer: Writer | None = None
         self._servicer = DispatchServicer(self._running_or_fail, self._hub)
+        self._metrics: DispatchMetrics | None = None
 
     def _running_or_fail(self) -> Running:
         running = self._running
@@ -72,11 +74,16 @@ class DispatchService:
         dispatcher.start(offset)
         self._writer = writer
         self._running = Running(store, storage, dispatcher)
+        # Created once telemetry is configured (the meters come from its provider).
+        self._metrics = DispatchMetrics(lambda: self._running, self._hub)
+        self._metrics.gauges.start()
 
     async def stop(self) -> None:
         running, writer = self._running, self._writer
         if running is None or writer is None:
             return
+        if self._metrics is not None:
+            await self._metrics.gauges.stop()
         await running.dispatcher.stop()
         await self._servicer.stop_readers()
         await writer.run(running.store.close)  # after any batch still being applied

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from tide.server import MAX_MESSAGE_BYTES
+from tide.server import MAX_MESSAGE_BYTES, traced_channel
 from tide.tail import Backoff
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -42,7 +42,8 @@ Position = tuple[int, int]  # (physical offset, size)
 class StorageClient:
     def __init__(self, target: str) -> None:
         self.target = target
-        self._channel = grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
+        # Carries the trace context of the calling span (while tracing is on).
+        self._channel = traced_channel(target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.StorageStub(self._channel)
         # The last status the storage answered with (None before the first answer).
         self.last_status: pb.StorageStatus | None = None

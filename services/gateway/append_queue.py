@@ -19,6 +19,7 @@ storage fails every group of the call (they are retried elsewhere by the produce
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -52,6 +53,9 @@ class _Waiting:
     data: bytes
     count: int
     future: asyncio.Future[Outcome]
+    # The caller's context: a coalesced call is sent in its first group's, so the Append
+    # continues that produce's trace (tracing) rather than whichever call finished last.
+    context: contextvars.Context
 
 
 class AppendQueue:
@@ -88,7 +92,7 @@ class AppendQueue:
                 self._in_flight -= 1
                 self._next(timeout_s)
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._waiting.append(_Waiting(data, count, future))
+        self._waiting.append(_Waiting(data, count, future, contextvars.copy_context()))
         return await future
 
     async def _call(self, data: bytes, timeout_s: float) -> Outcome:
@@ -118,7 +122,9 @@ class AppendQueue:
             if not batch:
                 return
             self._in_flight += 1
-            task = asyncio.ensure_future(self._send(batch, timeout_s))
+            task = asyncio.get_running_loop().create_task(
+                self._send(batch, timeout_s), context=batch[0].context.copy()
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

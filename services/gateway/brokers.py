@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from services.gateway.append_queue import UNREACHABLE, AppendQueue
-from tide.server import MAX_MESSAGE_BYTES, ServiceError
+from tide.server import MAX_MESSAGE_BYTES, ServiceError, traced_channel
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
 from tide.v1 import storage_pb2 as storage_pb
 from tide.v1 import storage_pb2_grpc as storage_grpc
@@ -93,7 +93,7 @@ class BrokerChannels:
         if channel is not None:
             self._channels.move_to_end(address)
             return channel
-        channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+        channel = traced_channel(address, options=CHANNEL_OPTIONS)  # carries trace context
         self._channels[address] = channel
         while len(self._channels) > MAX_CHANNELS:
             old_address, old = self._channels.popitem(last=False)

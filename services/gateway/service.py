@@ -16,6 +16,7 @@ from services.gateway.brokers import BrokerChannels
 from services.gateway.consumers import Consumers
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.long_poll import HeldPulls
+from services.gateway.metrics import GatewayMetrics
 from services.gateway.namesrv import NameServerClient
 from services.gateway.options import OPTIONS, GatewayConfig, check_config, gateway_config
 from services.gateway.produce import Producer
@@ -65,6 +66,7 @@ class GatewayService:
             Consumers(config, self._routes, self._channels, members),
             admin,
         )
+        self._metrics = GatewayMetrics(self._servicer, self._held)  # wraps some handlers
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_GatewayServicer_to_server(self._servicer, server)
@@ -74,12 +76,14 @@ class GatewayService:
         up yet: calls answer UNAVAILABLE until one is."""
         self._routes.start()
         self._held.start()
+        self._metrics.start()
         log.info("name servers: %s", ";".join(self._config.namesrv))
 
     def drain(self) -> None:
         self._held.close()  # held pulls answer NO_NEW_MESSAGE now, not at their timeout
 
     async def stop(self) -> None:
+        await self._metrics.stop()
         await self._held.stop()
         await self._routes.stop()
         await self._channels.close()

@@ -9,6 +9,7 @@ import sys
 import grpc
 
 from services.nameserver.expiry import ExpiryScan
+from services.nameserver.metrics import NameServerMetrics
 from services.nameserver.options import OPTIONS, check_config
 from services.nameserver.route_info import RouteInfo
 from services.nameserver.servicer import NameServerServicer
@@ -25,6 +26,7 @@ class NameServerService:
         self._config = config
         self._routes: RouteInfo | None = None
         self._expiry: ExpiryScan | None = None
+        self._metrics: NameServerMetrics | None = None
         self._servicer = NameServerServicer(self._routes_or_fail)
 
     def _routes_or_fail(self) -> RouteInfo:
@@ -48,8 +50,13 @@ class NameServerService:
         expiry = ExpiryScan(routes, self._config.get_int("scan_interval_ms"))
         expiry.start()
         self._routes, self._expiry = routes, expiry
+        # Created once telemetry is configured (the meters come from its provider).
+        self._metrics = NameServerMetrics(lambda: self._routes)
+        self._metrics.gauges.start()
 
     async def stop(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.gauges.stop()
         if self._expiry is not None:
             self._expiry.stop()
         if self._routes is not None:

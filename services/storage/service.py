@@ -12,6 +12,7 @@ import grpc
 from services.storage.engine.consumer_expiry import ConsumerExpiryScan
 from services.storage.engine.consumer_manager import ConsumerManager
 from services.storage.engine.message_store import MessageStore
+from services.storage.metrics import StorageMetrics
 from services.storage.options import (
     OPTIONS,
     advertised_host,
@@ -43,6 +44,7 @@ class StorageService:
         self._servicer = StorageServicer(
             self._store_or_fail, config.get_int("tail_max_chunk_bytes"), self._consumers
         )
+        self._metrics: StorageMetrics | None = None
 
     def _store_or_fail(self) -> MessageStore:
         store = self._store
@@ -73,6 +75,7 @@ class StorageService:
         self._replication = Replication(store, settings)
         self._servicer.replication = self._replication
         self._store = store
+        self._start_metrics(store)
         await self._replication.start()
         self._consumer_expiry.start()
         name_servers = parse_name_servers(self._config.get_optional_str("namesrv") or "")
@@ -86,6 +89,14 @@ class StorageService:
             )
             self._registrar.start()
 
+    def _start_metrics(self, store: MessageStore) -> None:
+        """Created once telemetry is configured (the meters come from its provider)."""
+        metrics = StorageMetrics(lambda: self._store, lambda: self._replication)
+        self._servicer.append_observer = metrics.appended
+        store.segments.flush_observer = metrics.flushed
+        metrics.gauges.start()
+        self._metrics = metrics
+
     def _identity(self, store_host: str) -> BrokerIdentity:
         config = self._config
         return BrokerIdentity(
@@ -98,6 +109,8 @@ class StorageService:
         )
 
     async def stop(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.gauges.stop()
         if self._registrar is not None:
             await self._registrar.stop()
         self._consumer_expiry.stop()

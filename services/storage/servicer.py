@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import NoReturn
 
 import grpc
+from opentelemetry import trace
 
 from services.storage import convert
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
@@ -35,6 +37,7 @@ from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
 from tide.format import RecordError
 from tide.server import ServiceError
+from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -99,15 +102,32 @@ def _append_response(
     return response
 
 
-async def _wait_any(first: asyncio.Event, second: asyncio.Event, timeout_s: float) -> None:
-    """Until either event is set or ``timeout_s`` passed (then callers re-check: retention
-    may have moved the min offset)."""
-    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+async def _wait_set(event: asyncio.Event, timeout_s: float) -> None:
+    """Until ``event`` is set or ``timeout_s`` passed (then callers re-check: retention
+    may have moved the min offset). A timer, no task: a Tail stream following live waits
+    once per append (two tasks and ``asyncio.wait`` took twice as long, ~35 us more)."""
+    timer = asyncio.get_running_loop().call_later(timeout_s, event.set)
     try:
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        await event.wait()
     finally:
-        for waiter in waiters:
-            waiter.cancel()
+        timer.cancel()
+
+
+_tracer = trace.get_tracer("tide.storage")
+
+
+def _name_span(request: pb.AppendRequest, count: int) -> None:
+    """The Append span names the batch's first topic and queue, and its size."""
+    span = trace.get_current_span()
+    if span.is_recording() and count:
+        first = request.messages[0]
+        span.set_attributes(
+            {
+                "messaging.destination.name": first.topic,
+                "messaging.tide.queue_id": first.queue_id,
+                "messaging.batch.message_count": count,
+            }
+        )
 
 
 def _invalid(message: str) -> ServiceError:
@@ -125,8 +145,11 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._tail_chunk_bytes = tail_chunk_bytes
         self._consumers = consumers
         self._draining = asyncio.Event()
+        self._tail_wakers: set[asyncio.Event] = set()  # of the Tail streams: drain sets them
         self._hosts: dict[bytes, str] = {}  # packed host -> "ip:port" (Read)
         self.replication: Replication | None = None  # set by the service once open
+        # Metrics: (messages, batch, perf_counter at the call's start) per answered Append.
+        self.append_observer: Callable[[int, AppendBatch, float], None] | None = None
 
     def drain(self) -> None:
         """End every Tail stream (the server is shutting down). A stream waiting for data
@@ -134,13 +157,18 @@ class StorageServicer(pb_grpc.StorageServicer):
         (HTTP/2 flow control) is cancelled by the server at the end of the shutdown grace
         period."""
         self._draining.set()
+        for waker in self._tail_wakers:
+            waker.set()
 
     # -- messages ----------------------------------------------------------------
     async def Append(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.AppendResponse:
+        started = time.perf_counter()
         store = self._store()
         count = len(request.messages)
+        if TRACING.enabled:
+            _name_span(request, count)
         if count == 0:
             raise _invalid("messages is empty: send at least one message")
         if count > store.config.max_batch_messages:
@@ -154,9 +182,20 @@ class StorageServicer(pb_grpc.StorageServicer):
             _fail(exc)
         status = pb.PUT_OK
         if result.durable is not None:
-            status = await self._wait_durable(result.durable, store)
+            if TRACING.enabled:
+                with _tracer.start_as_current_span("storage.flush_wait"):
+                    status = await self._wait_durable(result.durable, store)
+            else:
+                status = await self._wait_durable(result.durable, store)
         if result.replicated is not None:  # SYNC_MASTER
-            status = await wait_replicated(result.replicated, status, store)
+            if TRACING.enabled:
+                with _tracer.start_as_current_span("storage.replica_wait"):
+                    status = await wait_replicated(result.replicated, status, store)
+            else:
+                status = await wait_replicated(result.replicated, status, store)
+        observer = self.append_observer
+        if observer is not None:
+            observer(count, result.batch, started)
         return _append_response(result.batch, request, status, store.msg_id_prefix)
 
     @staticmethod
@@ -264,6 +303,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                 loop.call_soon_threadsafe(arrived.set)
 
         store.commitlog.add_listener(on_append)
+        self._tail_wakers.add(arrived)
         try:
             while not self._draining.is_set():
                 arrived.clear()
@@ -277,8 +317,9 @@ class StorageServicer(pb_grpc.StorageServicer):
                     )
                     offset = start + len(data)
                     continue
-                await _wait_any(arrived, self._draining, TAIL_IDLE_RECHECK_S)
+                await _wait_set(arrived, TAIL_IDLE_RECHECK_S)
         finally:
+            self._tail_wakers.discard(arrived)
             store.commitlog.remove_listener(on_append)
 
     async def Replicate(

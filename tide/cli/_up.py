@@ -73,6 +73,7 @@ class Child:
     stage: int
     process: subprocess.Popen[bytes] | None = None
     endpoint: str = ""
+    metrics: str = ""  # HOST:PORT of its Prometheus endpoint
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -324,6 +325,9 @@ def _start_all(children: list[Child], stop: _Stop) -> bool:
         child.ready_file.unlink(missing_ok=True)
         env = {**os.environ, "TIDE_READY_FILE": str(child.ready_file)}
         command = [_substitute(arg, endpoints) for arg in child.command]
+        # Prometheus metrics on a free port of the same host (the ready file names it).
+        listen_host = command[command.index("--listen") + 1].rpartition(":")[0]
+        command += ["--metrics-listen", f"{listen_host}:0"]
         child.process = subprocess.Popen(command, env=env, start_new_session=True)
         while not child.ready_file.exists():
             code = child.process.poll()
@@ -343,9 +347,13 @@ def _start_all(children: list[Child], stop: _Stop) -> bool:
                 )
                 return False
             time.sleep(POLL_INTERVAL_S)
-        listen = str(json.loads(child.ready_file.read_text())["listen"])
+        ready = json.loads(child.ready_file.read_text())
+        listen = str(ready["listen"])
         host, _, port = listen.rpartition(":")
         child.endpoint = f"{_reachable(host)}:{port}"
+        metrics_host, _, metrics_port = str(ready.get("metrics", "")).rpartition(":")
+        if metrics_host:
+            child.metrics = f"{_reachable(metrics_host)}:{metrics_port}"
         endpoints[child.name] = child.endpoint
     return True
 
@@ -356,6 +364,10 @@ def _print_endpoints(children: list[Child], root: Path) -> None:
         print(f"  {child.name:<12} {child.endpoint}", flush=True)
     by_name = {child.name: child.endpoint for child in children}
     first = by_name.get("gateway") or by_name.get("storage") or by_name["storage-a"]
+    print("Prometheus scrape endpoints:", flush=True)
+    for child in children:
+        if child.metrics:
+            print(f"  {child.name:<12} metrics http://{child.metrics}/metrics", flush=True)
     print("Try: grpcurl -plaintext", first, "list", flush=True)
     print(
         "     grpcurl -plaintext",

@@ -1,5 +1,7 @@
 """The server bootstrap every Tide service uses: configuration, logging, telemetry and the
-asyncio gRPC runner (health, reflection, graceful shutdown, error mapping).
+asyncio gRPC runner (health, reflection, graceful shutdown, error mapping), metrics
+(``--metrics-listen``, :func:`service_meter`) and traces carried between the services
+(:func:`traced_channel`).
 
 A service's ``__main__``::
 
@@ -22,7 +24,9 @@ from tide.server._bootstrap import (
 from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
 from tide.server._interceptor import ServiceError
 from tide.server._logging import configure_logging
-from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry
+from tide.server._metrics import SampledGauges, service_meter
+from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry, tracing_enabled
+from tide.server._tracing import traced_channel
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -34,6 +38,7 @@ __all__ = [
     "ConfigError",
     "ListenError",
     "Option",
+    "SampledGauges",
     "Service",
     "ServiceError",
     "Telemetry",
@@ -44,5 +49,8 @@ __all__ = [
     "parse_listen",
     "run_service",
     "serve",
+    "service_meter",
+    "traced_channel",
+    "tracing_enabled",
     "write_ready_file",
 ]

@@ -32,7 +32,8 @@ from tide.server._config import Config
 from tide.server._health import NOT_SERVING, SERVING, HealthServicer
 from tide.server._interceptor import ErrorInterceptor, Readiness
 from tide.server._logging import configure_logging
-from tide.server._telemetry import TelemetryError, configure_telemetry
+from tide.server._metrics import RpcMetrics, short_service_name
+from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_PENDING_REQUESTS = 20_000
@@ -109,8 +110,9 @@ async def serve(
     """
     host, port = parse_listen(listen)
     readiness = Readiness(service.name)
+    rpc_metrics = RpcMetrics(short_service_name(service.name))
     server = grpc.aio.server(
-        interceptors=[ErrorInterceptor(readiness)], options=list(SERVER_OPTIONS)
+        interceptors=[ErrorInterceptor(readiness, rpc_metrics)], options=list(SERVER_OPTIONS)
     )
     health_servicer = await _add_services(server, service)
     endpoint = _bind(server, host, port)
@@ -163,21 +165,21 @@ def run_service(service: Service, config: Config) -> None:
     listen = config.get_str("listen")
     try:
         parse_listen(listen)
-        telemetry = configure_telemetry(
-            config.get_optional_str("otel_service_name") or f"tide-{config.service}",
-            config.get_str("otel_traces_exporter"),
-            config.get_str("otel_metrics_exporter"),
-        )
+        telemetry = telemetry_from_config(config)
     except (ListenError, TelemetryError) as exc:
         _log.error("%s", exc)
         raise SystemExit(2) from exc
+    if telemetry.metrics_endpoint:
+        _log.info("metrics on http://%s/metrics", telemetry.metrics_endpoint)
     try:
         asyncio.run(
             serve(
                 service,
                 listen,
                 shutdown_grace_s=config.get_float("shutdown_grace_s"),
-                ready_callback=lambda endpoint: _write_ready_file(config, service, endpoint),
+                ready_callback=lambda endpoint: _write_ready_file(
+                    config, service, endpoint, telemetry.metrics_endpoint
+                ),
             )
         )
     except ListenError as exc:
@@ -189,6 +191,18 @@ def run_service(service: Service, config: Config) -> None:
     finally:
         telemetry.shutdown()
     _log.info("stopped")
+
+
+def telemetry_from_config(config: Config) -> Telemetry:
+    """:func:`configure_telemetry` from the common options (installed globally)."""
+    return configure_telemetry(
+        config.get_optional_str("otel_service_name") or f"tide-{config.service}",
+        config.get_str("otel_traces_exporter"),
+        config.get_str("otel_metrics_exporter"),
+        sampler_ratio=config.get_float("otel_traces_sampler_ratio"),
+        traces_file=config.get_optional_str("otel_traces_file"),
+        metrics_listen=config.get_optional_str("metrics_listen"),
+    )
 
 
 def write_ready_file(path: str, info: Mapping[str, object]) -> None:
@@ -295,10 +309,18 @@ def _signal_handlers(stop: asyncio.Event, enabled: bool) -> Iterator[None]:
             loop.remove_signal_handler(signum)
 
 
-def _write_ready_file(config: Config, service: Service, endpoint: str) -> None:
+def _write_ready_file(
+    config: Config, service: Service, endpoint: str, metrics_endpoint: str | None = None
+) -> None:
     path = os.environ.get(READY_FILE_ENV)
     if not path:
         return
-    info = {"service": config.service, "grpc_service": service.name, "listen": endpoint}
+    info: dict[str, object] = {
+        "service": config.service,
+        "grpc_service": service.name,
+        "listen": endpoint,
+    }
+    if metrics_endpoint:
+        info["metrics"] = metrics_endpoint
     write_ready_file(path, {**info, "pid": os.getpid()})
     _log.info("wrote ready file %s", path)

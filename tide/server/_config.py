@@ -289,9 +289,9 @@ def _help_text(opt: Option, service: str | None) -> str:
 def _metavar(opt: Option) -> str:
     if opt.choices:
         return "{" + ",".join(str(choice) for choice in opt.choices) + "}"
-    if opt.name == "listen":
+    if opt.name in ("listen", "metrics_listen"):
         return "HOST:PORT"
-    if opt.name == "config" or opt.name.endswith(("_path", "_dir")):
+    if opt.name == "config" or opt.name.endswith(("_path", "_dir", "_file")):
         return "PATH"
     return opt.type.__name__.upper() if opt.type is not str else "TEXT"
 
@@ -314,18 +314,39 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     ),
     Option("log_format", str, "text", "log line format on stderr", choices=("text", "json")),
     Option(
+        "metrics_listen",
+        str,
+        None,
+        "Prometheus scrape endpoint HOST:PORT (serves /metrics); unset means off; "
+        "port 0 picks a free port (the ready file's metrics key names it)",
+    ),
+    Option(
         "otel_traces_exporter",
         str,
-        "none",
-        "OpenTelemetry span exporter",
-        choices=("none", "console", "otlp"),
+        "auto",
+        "OpenTelemetry span exporter; auto means otlp when OTEL_EXPORTER_OTLP_ENDPOINT is "
+        "set, none otherwise; file writes JSON lines to --otel-traces-file",
+        choices=("auto", "none", "console", "file", "otlp"),
+    ),
+    Option(
+        "otel_traces_file",
+        str,
+        None,
+        "where the file span exporter appends JSON lines; {service} and {pid} are replaced",
+    ),
+    Option(
+        "otel_traces_sampler_ratio",
+        float,
+        1.0,
+        "fraction of new traces sampled (0..1); calls carrying a sampled parent follow it",
     ),
     Option(
         "otel_metrics_exporter",
         str,
-        "none",
-        "OpenTelemetry metric exporter",
-        choices=("none", "console", "otlp"),
+        "auto",
+        "OpenTelemetry metric exporter (pushing; see --metrics-listen for Prometheus); auto "
+        "means otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, none otherwise",
+        choices=("auto", "none", "console", "otlp"),
     ),
     Option("otel_service_name", str, None, "OpenTelemetry service.name; unset means tide-SERVICE"),
     Option(

@@ -5,6 +5,10 @@ record one OpenTelemetry server span per call.
 * any other exception -> logged with its traceback, then ``INTERNAL``.
 * ``context.abort`` inside a handler, cancellation: passed through untouched.
 
+While tracing is on, the server span continues the trace whose W3C ``traceparent`` the
+caller put in the metadata (``_tracing.py``). With :class:`RpcMetrics`, every error's
+status code is counted by method (nothing is recorded for a call that succeeds).
+
 Async handlers of every kind are wrapped (coroutines and async generators; stream handlers
 using ``context.write`` are coroutines). Sync handlers are passed through unchanged.
 """
@@ -21,6 +25,10 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from tide.server._metrics import RpcMetrics
+from tide.server._telemetry import TRACING
+from tide.server._tracing import extract_context
+
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 Behaviour: TypeAlias = Callable[..., Any]
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
@@ -32,6 +40,13 @@ Continuation: TypeAlias = (
 _log = logging.getLogger("tide.server.rpc")
 _tracer = trace.get_tracer("tide.server")
 _UNTRACED_PREFIXES = ("grpc.health.", "grpc.reflection.")
+# Request fields named on the server span when present (topic, queue, group, broker).
+_REQUEST_ATTRIBUTES = (
+    ("topic", "messaging.destination.name"),
+    ("queue_id", "messaging.tide.queue_id"),
+    ("broker_name", "messaging.tide.broker_name"),
+    ("consumer_group", "messaging.consumer.group.name"),
+)
 _FACTORIES: dict[str, Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
     "unary_unary": grpc.unary_unary_rpc_method_handler,
     "unary_stream": grpc.unary_stream_rpc_method_handler,
@@ -66,8 +81,11 @@ class Readiness:
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    def __init__(self, readiness: Readiness | None = None) -> None:
+    def __init__(
+        self, readiness: Readiness | None = None, rpc_metrics: RpcMetrics | None = None
+    ) -> None:
         self._readiness = readiness
+        self._rpc_metrics = rpc_metrics
         # method -> (handler as registered, wrapped handler): wrap once per method, not per call
         self._wrapped: dict[str, tuple[Handler, Handler]] = {}
 
@@ -81,7 +99,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = _wrap_handler(handler, _Call(method, self._readiness))
+        wrapped = _wrap_handler(handler, _Call(method, self._readiness, self._rpc_metrics))
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
@@ -89,19 +107,39 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 class _Call:
     """What a wrapper needs to know about the method it wraps."""
 
-    def __init__(self, method: str, readiness: Readiness | None) -> None:
+    def __init__(
+        self, method: str, readiness: Readiness | None, rpc_metrics: RpcMetrics | None = None
+    ) -> None:
         self.method = method
         self.readiness = readiness
         service, _, name = method.lstrip("/").rpartition("/")
         self.span_name = method.lstrip("/")
         self.attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
         self.traced = not service.startswith(_UNTRACED_PREFIXES)
+        self.metrics = rpc_metrics if self.traced else None
+        self.metric_attributes = {"rpc_method": name}
 
-    def span(self) -> Span:
-        """A new server span; a non-recording one for health and reflection calls."""
-        if not self.traced:
+    def span(self, context: Context, request: Any = None) -> Span:
+        """A new server span, the child of the caller's when it sent a trace context; a
+        non-recording one while tracing is off and for health and reflection calls. It
+        names the request's topic, queue, broker and group when the request has them."""
+        if not self.traced or not TRACING.enabled:
             return trace.INVALID_SPAN
-        return _tracer.start_span(self.span_name, kind=SpanKind.SERVER, attributes=self.attributes)
+        parent = extract_context(context.invocation_metadata())
+        span = _tracer.start_span(
+            self.span_name, context=parent, kind=SpanKind.SERVER, attributes=self.attributes
+        )
+        if request is not None and span.is_recording():
+            for field, attribute in _REQUEST_ATTRIBUTES:
+                value = getattr(request, field, None)
+                if isinstance(value, int) or (isinstance(value, str) and value):
+                    span.set_attribute(attribute, value)
+        return span
+
+    def record_error(self, code: grpc.StatusCode) -> None:
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.errors.add(1, {**self.metric_attributes, "grpc_code": code.name})
 
     async def check_ready(self, context: Context) -> None:
         refusal = self.readiness.refusal(self.method) if self.readiness else None
@@ -112,6 +150,9 @@ class _Call:
         """Abort the call for ``exc`` (re-raising aborts); always raises."""
         if isinstance(exc, grpc.aio.AbortError):
             span.set_status(Status(StatusCode.ERROR, "aborted"))
+            code = context.code()
+            if isinstance(code, grpc.StatusCode):
+                span.set_attribute("rpc.grpc.status_code", code.value[0])
             raise exc
         if isinstance(exc, ServiceError):
             code, message = exc.code, exc.message
@@ -156,7 +197,7 @@ def _wrap_behaviour(behaviour: Behaviour, call: _Call) -> Behaviour:
 
 def _wrap_coroutine(behaviour: Behaviour, call: _Call) -> Behaviour:
     async def wrapped(request: Any, context: Context) -> Any:
-        span = call.span()
+        span = call.span(context, request)
         with trace.use_span(
             span, end_on_exit=True, record_exception=False, set_status_on_exception=False
         ):
@@ -164,6 +205,7 @@ def _wrap_coroutine(behaviour: Behaviour, call: _Call) -> Behaviour:
                 await call.check_ready(context)
                 result = await behaviour(request, context)
             except Exception as exc:
+                call.record_error(_error_code(exc, context))
                 await call.fail(span, context, exc)
             call.succeeded(span)
             return result
@@ -174,13 +216,14 @@ def _wrap_coroutine(behaviour: Behaviour, call: _Call) -> Behaviour:
 def _wrap_async_gen(behaviour: Behaviour, call: _Call) -> Behaviour:
     async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
         # No current-span context here: it would be attached and detached across yields.
-        span = call.span()
+        span = call.span(context, request)
         try:
             await call.check_ready(context)
             async with contextlib.aclosing(behaviour(request, context)) as responses:
                 async for response in responses:
                     yield response
         except Exception as exc:
+            call.record_error(_error_code(exc, context))
             await call.fail(span, context, exc)
         else:
             call.succeeded(span)
@@ -188,3 +231,13 @@ def _wrap_async_gen(behaviour: Behaviour, call: _Call) -> Behaviour:
             span.end()
 
     return wrapped
+
+
+def _error_code(exc: Exception, context: Context) -> grpc.StatusCode:
+    """The status code a failed call ends with."""
+    if isinstance(exc, ServiceError):
+        return exc.code
+    if isinstance(exc, grpc.aio.AbortError):
+        code = context.code()
+        return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+    return grpc.StatusCode.INTERNAL

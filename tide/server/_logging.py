@@ -5,7 +5,9 @@ JSON:  ``{"ts": "...", "level": "INFO", "service": "storage", "logger": "...", "
 "bytes": 4096}``
 
 Fields passed with ``logger.info("...", extra={"bytes": 4096})`` become ``key=value`` pairs
-(text) or object members (JSON).
+(text) or object members (JSON). A line logged while a recording span is current (e.g.
+inside a traced call) carries ``trace_id`` and ``span_id`` (lowercase hex, as in
+``traceparent``), so logs and traces join.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
+
+from opentelemetry import trace
 
 LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
@@ -65,6 +69,16 @@ def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS}
 
 
+def trace_fields() -> dict[str, str]:
+    """``trace_id`` / ``span_id`` of the current span when it is recording (else empty).
+    Formatters run in the thread (and context) that logged, so this is the caller's span."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return {}
+    ctx = span.get_span_context()
+    return {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self, service: str) -> None:
         super().__init__()
@@ -75,7 +89,8 @@ class TextFormatter(logging.Formatter):
             f"{format_timestamp(record.created)} {record.levelname} {self._service} "
             f"{record.name}: {record.getMessage()}"
         )
-        pairs = " ".join(f"{k}={_text_value(v)}" for k, v in extra_fields(record).items())
+        fields = {**extra_fields(record), **trace_fields()}
+        pairs = " ".join(f"{k}={_text_value(v)}" for k, v in fields.items())
         if pairs:
             line += " " + pairs
         if record.exc_info:
@@ -100,6 +115,7 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in extra_fields(record).items():
             entry[f"extra_{key}" if key in _RESERVED_KEYS else key] = value
+        entry.update(trace_fields())
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         if record.stack_info:

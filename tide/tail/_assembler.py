@@ -96,7 +96,7 @@ class RecordAssembler:
         """Bytes of an incomplete record held in the carry-over buffer."""
         return len(self._carry)
 
-    def feed(self, offset: int, data: bytes) -> list[RecordAt]:
+    def feed(self, offset: int, data: bytes | memoryview) -> list[RecordAt]:
         """Take one chunk; return the records it completes, in order.
 
         Raises :class:`TailProtocolError` (an offset out of sequence, unwritten bytes, a
@@ -107,20 +107,20 @@ class RecordAssembler:
         """
         return self.feed_batch(offset, data).records()
 
-    def feed_batch(self, offset: int, data: bytes) -> RecordBatch:
+    def feed_batch(self, offset: int, data: bytes | memoryview) -> RecordBatch:
         """:meth:`feed`, with the records as one :class:`RecordBatch` (no object per
         record). On an error, ``batch_before`` (and ``records_before``) hold the valid
         records the chunk completed before it."""
         self._check_continuity(offset)
         self._received = offset + len(data)
-        if type(data) is not bytes:
-            data = bytes(data)
         if self._carry and not self._in_filler and self._carry_completes(data):
             # The unit held over ends in this chunk: scan both as one (one copy) rather
             # than completing it on its own and joining the batch's buffers afterwards.
             data = bytes(self._carry) + data
             offset = self._next
             self._carry = bytearray()
+        elif type(data) is not bytes:
+            data = bytes(data)  # (a view: the batch keeps what it points into)
         out = BatchBuilder()
         try:
             with gc_paused():
@@ -143,7 +143,7 @@ class RecordAssembler:
                 else:
                     pos = self._parse(data, view, pos, offset, out)
 
-    def _carry_completes(self, data: bytes) -> bool:
+    def _carry_completes(self, data: bytes | memoryview) -> bool:
         with memoryview(self._carry) as carry:
             unit = self._unit(carry, 0, self._next)
         return not isinstance(unit, _Need) or len(self._carry) + len(data) >= unit.size

@@ -10,6 +10,11 @@ delivered exactly once, in offset order.
 
 OUT_OF_RANGE is never retried (:class:`TailOutOfRangeError`); other statuses raise
 :class:`TailRpcError`; invalid bytes raise the assembler's errors.
+
+Chunks are read off the wire by :func:`parse_tail_chunk`, not the generated message
+class: the commitlog bytes stay a view of the received message until the assembler copies
+them (once). The message class copies them into the message, then out again on each
+access to ``data``: with 2 MiB chunks that was ~5 % of a replay's CPU.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -35,7 +40,6 @@ from tide.tail._errors import (
     TailUnavailableError,
 )
 from tide.v1 import storage_pb2 as pb
-from tide.v1 import storage_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tide.tail")
 
@@ -63,6 +67,63 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 ChannelFactory = Callable[[str], grpc.aio.Channel]
+TAIL_METHOD = "/tide.v1.Storage/Tail"
+
+
+class TailChunkView(NamedTuple):
+    """A ``tide.v1.TailChunk``; ``data`` is a view of the received message."""
+
+    offset: int
+    data: memoryview
+    max_offset: int
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``buf[pos]`` and the position after it."""
+    result = shift = 0
+    while shift < 70:
+        byte = buf[pos]  # IndexError when truncated
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+    raise ValueError("TailChunk: a varint longer than 10 bytes")
+
+
+def parse_tail_chunk(raw: bytes) -> TailChunkView:
+    """``TailChunk.FromString(raw)`` without copying ``data`` (protobuf wire format, read
+    as the generated class reads it: fields in any order, the last of a field wins, and
+    unknown fields, or known ones with another wire type, are skipped)."""
+    offset = max_offset = 0
+    data = memoryview(b"")
+    view = memoryview(raw)
+    pos, end = 0, len(raw)
+    try:
+        while pos < end:
+            key, pos = _varint(raw, pos)
+            number, wire_type = key >> 3, key & 7
+            if wire_type == 0:
+                value, pos = _varint(raw, pos)
+                value -= (value >> 63) << 64  # int64: two's complement
+                if number == 1:
+                    offset = value
+                elif number == 3:
+                    max_offset = value
+            elif wire_type == 2:
+                length, pos = _varint(raw, pos)
+                if number == 2:
+                    data = view[pos : pos + length]
+                pos += length
+            elif wire_type in (1, 5):
+                pos += 8 if wire_type == 1 else 4
+            else:
+                raise ValueError(f"TailChunk: unsupported wire type {wire_type}")
+    except IndexError:
+        raise ValueError("TailChunk: truncated message") from None
+    if pos != end:
+        raise ValueError("TailChunk: truncated message")
+    return TailChunkView(offset, data, max_offset)
 
 
 def insecure_channel(target: str) -> grpc.aio.Channel:
@@ -125,7 +186,7 @@ class TailFollower:
         self._closed = asyncio.Event()
         self._iterating = False
         self._channel: grpc.aio.Channel | None = None
-        self._call: grpc.aio.UnaryStreamCall[pb.TailRequest, pb.TailChunk] | None = None
+        self._call: grpc.aio.UnaryStreamCall[pb.TailRequest, TailChunkView] | None = None
 
     # -- state -------------------------------------------------------------------
     @property
@@ -238,7 +299,12 @@ class TailFollower:
             request = pb.TailRequest(
                 offset=assembler.next_offset, max_chunk_bytes=self._max_chunk_bytes
             )
-            self._call = call = pb_grpc.StorageStub(channel).Tail(request)
+            tail = channel.unary_stream(
+                TAIL_METHOD,
+                request_serializer=pb.TailRequest.SerializeToString,
+                response_deserializer=parse_tail_chunk,
+            )
+            self._call = call = tail(request)
             log.debug("tail of %s: following from offset %d", self.target, request.offset)
             async for chunk in call:
                 if self._failures:

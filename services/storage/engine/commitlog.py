@@ -80,6 +80,9 @@ class CommitLog:
         # Set by retention when the disk is nearly full; by close() when closing.
         self.refuse_reason: str | None = None
         self.disk_full = False
+        # Metrics: appends and their total wait for the lock (seconds), kept under it.
+        self.lock_acquisitions = 0
+        self.lock_wait_s = 0.0
 
     def add_listener(self, listener: AppendListener) -> None:
         """Called (outside the lock) with the new max offset after every append."""
@@ -96,7 +99,10 @@ class CommitLog:
     def append(self, records: Sequence[EncodedRecord]) -> AppendBatch:
         if not records:
             return AppendBatch(self._last_store_timestamp_ms, [], self.segments.max_offset)
+        asked = time.perf_counter()
         with self.lock:
+            self.lock_wait_s += time.perf_counter() - asked
+            self.lock_acquisitions += 1
             self._check_writable()
             batch = self._append_locked(records)
         for listener in self._listeners:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from services.storage.engine.allocator import SegmentAllocator
@@ -28,6 +30,8 @@ class SegmentQueue:
         self.segments: list[MappedFile] = []
         # attr -> start offset of the oldest segment not yet settled for it
         self._cursor: dict[str, int] = {}
+        # Metrics: called after a flush pass that synced data with (seconds, segments synced).
+        self.flush_observer: Callable[[float, int], None] | None = None
 
     # -- loading -----------------------------------------------------------------
     def load(self) -> None:
@@ -175,11 +179,15 @@ class SegmentQueue:
         return did
 
     def flush(self, least_pages: int) -> bool:
-        did = False
+        started = time.perf_counter()
+        synced = 0
         for segment in self._unsettled("flushed"):
-            if segment.flushed < segment.committed:
-                did = segment.flush(least_pages) or did
-        return did
+            if segment.flushed < segment.committed and segment.flush(least_pages):
+                synced += 1
+        observer = self.flush_observer
+        if synced and observer is not None:
+            observer(time.perf_counter() - started, synced)
+        return synced > 0
 
     def close(self) -> None:
         for segment in self.segments:

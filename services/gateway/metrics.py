@@ -1,0 +1,216 @@
+"""The gateway's metrics, recorded by wrapping the servicer's handlers (once per call,
+never per message: totals are plain numbers reported by observable counters, the produce
+latency is one histogram record), and its trace attributes.
+
+* ``tide_gateway_produced_messages_total``, ``tide_gateway_produced_bytes_total`` (the
+  serialized ProduceRequest), ``tide_gateway_produce_latency_seconds``;
+* ``tide_gateway_pull_results_total{status}``, ``tide_gateway_pulled_messages_total``;
+* ``tide_gateway_held_pulls`` (long polls waiting now);
+* ``tide_gateway_consumer_lag_messages{group,topic,broker,queue}``: for the queues whose
+  offsets a group committed through this gateway (at most ``MAX_LAG_QUEUES``, forgotten
+  after ``LAG_FORGET_S`` without a commit), max offset - committed offset, scanned every
+  ``LAG_SCAN_INTERVAL_S`` with the gateway's own GetOffset / GetQueueOffsets;
+* errors by method and status code: ``tide_gateway_rpc_errors_total`` (the server
+  interceptor, as for every service).
+
+Instruments are created in :meth:`GatewayMetrics.start`, once telemetry is configured;
+before that the wrappers only pass the calls through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.metrics import Histogram
+
+from services.gateway.long_poll import HeldPulls
+from tide.server._metrics import (
+    LATENCY_BUCKETS_S,
+    Attributes,
+    Sample,
+    SampledGauges,
+    observable_total,
+    service_meter,
+)
+from tide.server._telemetry import TRACING
+from tide.v1 import gateway_pb2 as pb
+
+MAX_LAG_QUEUES = 512
+LAG_SCAN_INTERVAL_S = 10.0
+LAG_FORGET_S = 600.0
+LAG_CALL_CONCURRENCY = 8
+
+_PULL_STATUS_NAMES = {number: name for name, number in pb.PullResponse.Status.items() if number}
+
+LagKey = tuple[str, str, str, int]  # (group, topic, broker, queue id)
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+class GatewayMetrics:
+    def __init__(self, servicer: Any, held: HeldPulls) -> None:
+        """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)."""
+        self._held = held
+        self._get_offset: Handler = servicer.GetOffset
+        self._queue_offsets: Handler = servicer.GetQueueOffsets
+        self._produce_latency: Histogram | None = None
+        # Totals, updated on the event loop only.
+        self.produced_messages = 0
+        self.produced_bytes = 0
+        self.pulled_messages = 0
+        self.pull_results: dict[str, int] = {}
+        self._committed: dict[LagKey, float] = {}  # -> monotonic time of the last commit
+        self._gauges: list[SampledGauges] = []
+        servicer.Produce = self._wrap_produce(servicer.Produce)
+        servicer.Pull = self._wrap_pull(servicer.Pull)
+        servicer.CommitOffset = self._wrap_commit(servicer.CommitOffset)
+
+    def start(self) -> None:
+        meter = service_meter("gateway")
+        observable_total(
+            meter,
+            "tide_gateway_produced_messages_total",
+            lambda: self.produced_messages,
+            "messages produced",
+        )
+        observable_total(
+            meter,
+            "tide_gateway_produced_bytes_total",
+            lambda: self.produced_bytes,
+            "produce request bytes (serialized ProduceRequest)",
+            unit="By",
+        )
+        observable_total(
+            meter,
+            "tide_gateway_pull_results_total",
+            lambda: self.pull_results,
+            "Pull answers by status",
+            label="status",
+        )
+        observable_total(
+            meter,
+            "tide_gateway_pulled_messages_total",
+            lambda: self.pulled_messages,
+            "messages pulled",
+        )
+        self._produce_latency = meter.create_histogram(
+            "tide_gateway_produce_latency_seconds",
+            unit="s",
+            description="Produce call latency (all the storage appends it waited for)",
+            explicit_bucket_boundaries_advisory=list(LATENCY_BUCKETS_S),
+        )
+        held = SampledGauges(meter, self._sample_held)
+        held.gauge("tide_gateway_held_pulls", "long polls held now")
+        lag = SampledGauges(meter, self._sample_lag, LAG_SCAN_INTERVAL_S)
+        lag.gauge(
+            "tide_gateway_consumer_lag_messages",
+            "max offset - committed offset per group and queue (groups that committed here)",
+        )
+        lag.gauge("tide_gateway_consumer_lag_queues", "queues the consumer lag scan covers")
+        self._gauges = [held, lag]
+        for gauges in self._gauges:
+            gauges.start()
+
+    async def stop(self) -> None:
+        for gauges in self._gauges:
+            await gauges.stop()
+
+    # -- wrappers ----------------------------------------------------------------
+    def _wrap_produce(self, produce: Handler) -> Handler:
+        async def Produce(request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+            started = time.perf_counter()
+            count = len(request.messages)
+            if TRACING.enabled and count:
+                first = request.messages[0]
+                _name_span(
+                    {
+                        "messaging.destination.name": first.topic,
+                        "messaging.batch.message_count": count,
+                    }
+                )
+            response: pb.ProduceResponse = await produce(request, context)
+            latency = self._produce_latency
+            if latency is not None:
+                latency.record(time.perf_counter() - started)
+            self.produced_messages += count
+            self.produced_bytes += request.ByteSize()
+            return response
+
+        return Produce
+
+    def _wrap_pull(self, pull: Handler) -> Handler:
+        async def Pull(request: pb.PullRequest, context: Any) -> pb.PullResponse:
+            if TRACING.enabled:
+                _name_span(
+                    {
+                        "messaging.destination.name": request.topic,
+                        "messaging.consumer.group.name": request.consumer_group,
+                        "messaging.tide.broker_name": request.broker_name,
+                        "messaging.tide.queue_id": request.queue_id,
+                    }
+                )
+            response: pb.PullResponse = await pull(request, context)
+            status = _PULL_STATUS_NAMES.get(response.status, "UNKNOWN")
+            self.pull_results[status] = self.pull_results.get(status, 0) + 1
+            self.pulled_messages += len(response.messages)
+            return response
+
+        return Pull
+
+    def _wrap_commit(self, commit: Handler) -> Handler:
+        async def CommitOffset(request: pb.CommitConsumerOffsetRequest, context: Any) -> Any:
+            response = await commit(request, context)
+            key = (request.consumer_group, request.topic, request.broker_name, request.queue_id)
+            if key in self._committed or len(self._committed) < MAX_LAG_QUEUES:
+                self._committed[key] = time.monotonic()
+            return response
+
+        return CommitOffset
+
+    # -- gauges ------------------------------------------------------------------
+    def _sample_held(self) -> Sample:
+        return {"tide_gateway_held_pulls": self._held.held}
+
+    async def _sample_lag(self) -> Sample:
+        now = time.monotonic()
+        for key in [k for k, at in self._committed.items() if now - at > LAG_FORGET_S]:
+            del self._committed[key]
+        keys = sorted(self._committed)
+        limit = asyncio.Semaphore(LAG_CALL_CONCURRENCY)
+        lags = await asyncio.gather(*(self._lag(key, limit) for key in keys))
+        points: list[tuple[float | int, Attributes]] = [
+            (lag, {"group": group, "topic": topic, "broker": broker, "queue": queue})
+            for (group, topic, broker, queue), lag in zip(keys, lags, strict=True)
+            if lag is not None
+        ]
+        return {
+            "tide_gateway_consumer_lag_messages": points,
+            "tide_gateway_consumer_lag_queues": len(keys),
+        }
+
+    async def _lag(self, key: LagKey, limit: asyncio.Semaphore) -> int | None:
+        group, topic, broker, queue = key
+        async with limit:
+            try:
+                committed = await self._get_offset(
+                    pb.GetConsumerOffsetRequest(
+                        consumer_group=group, topic=topic, broker_name=broker, queue_id=queue
+                    ),
+                    None,
+                )
+                offsets = await self._queue_offsets(
+                    pb.QueueOffsetsRequest(topic=topic, broker_name=broker, queue_id=queue),
+                    None,
+                )
+            except Exception:  # unreachable now (or gone): left out of this scan
+                return None
+        return max(0, int(offsets.max_offset) - max(int(committed.offset), 0))
+
+
+def _name_span(attributes: dict[str, str | int]) -> None:
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes(attributes)

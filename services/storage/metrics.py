@@ -1,0 +1,169 @@
+"""The storage service's metrics (OpenTelemetry; ``--metrics-listen`` serves them to
+Prometheus).
+
+Hot paths (once per Append batch or per flush, never per message): appended messages and
+bytes (plain totals), Append latency (one histogram record), the wait for the commitlog
+append lock (a total kept under the lock the append holds anyway: its rate divided by
+the rate of acquisitions is the mean wait), flush latency and the number of segment
+flushes (fsync/msync) from the flush thread. Every gauge (offsets, segments, disk,
+writable, replication lag) is sampled on the event loop from the state ``GetStatus``
+reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from opentelemetry.metrics import Histogram
+
+from services.storage.engine.commitlog import AppendBatch
+from services.storage.engine.message_store import MessageStore
+from services.storage.replication.node import Replication
+from tide.server._metrics import (
+    LATENCY_BUCKETS_S,
+    Sample,
+    SampledGauges,
+    observable_total,
+    service_meter,
+)
+
+# Lock waits and flushes are far shorter than calls: 1 us .. 1 s.
+SHORT_BUCKETS_S: tuple[float, ...] = (
+    0.000001,
+    0.000005,
+    0.00001,
+    0.00005,
+    0.0001,
+    0.0005,
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+)
+
+
+class StorageMetrics:
+    def __init__(
+        self,
+        store: Callable[[], MessageStore | None],
+        replication: Callable[[], Replication | None],
+    ) -> None:
+        meter = service_meter("storage")
+        self._store = store
+        self._replication = replication
+        self.messages = 0  # updated on the event loop only
+        self.bytes = 0
+        observable_total(
+            meter, "tide_storage_appended_messages_total", lambda: self.messages, "messages"
+        )
+        observable_total(
+            meter,
+            "tide_storage_appended_bytes_total",
+            lambda: self.bytes,
+            "commitlog bytes appended (records as stored)",
+            unit="By",
+        )
+        observable_total(
+            meter,
+            "tide_storage_append_lock_wait_seconds_total",
+            lambda: self._lock_stat("lock_wait_s"),
+            "total wait for the commitlog append lock",
+            unit="s",
+        )
+        observable_total(
+            meter,
+            "tide_storage_append_lock_acquisitions_total",
+            lambda: self._lock_stat("lock_acquisitions"),
+            "commitlog append lock acquisitions (one per appended batch)",
+        )
+        self._latency = meter.create_histogram(
+            "tide_storage_append_latency_seconds",
+            unit="s",
+            description="Append call latency, including the flush and replica waits",
+            explicit_bucket_boundaries_advisory=list(LATENCY_BUCKETS_S),
+        )
+        self.flush_latency: Histogram = meter.create_histogram(
+            "tide_storage_flush_latency_seconds",
+            unit="s",
+            description="one flush pass of the commitlog (msync/fsync of the dirty segments)",
+            explicit_bucket_boundaries_advisory=list(SHORT_BUCKETS_S),
+        )
+        self.fsyncs = meter.create_counter(
+            "tide_storage_fsyncs_total", unit="1", description="segment flushes that synced data"
+        )
+        self.gauges = SampledGauges(meter, self.sample)
+        for name, description, unit in (
+            ("tide_storage_commitlog_min_offset_bytes", "commitlog min offset", "By"),
+            ("tide_storage_commitlog_max_offset_bytes", "commitlog max (write) offset", "By"),
+            ("tide_storage_commitlog_flushed_offset_bytes", "commitlog flushed offset", "By"),
+            ("tide_storage_commitlog_committed_offset_bytes", "commitlog committed offset", "By"),
+            ("tide_storage_unflushed_bytes", "bytes written but not yet flushed", "By"),
+            ("tide_storage_segments", "commitlog segment files", "1"),
+            ("tide_storage_disk_usage_ratio", "used fraction of the commitlog's disk", "1"),
+            ("tide_storage_writable", "1 when appends are accepted, 0 when refused", "1"),
+            ("tide_storage_topics", "topics in the topic table", "1"),
+            (
+                "tide_storage_replication_lag_bytes",
+                "replication lag (slave: behind its master; master: per connected slave)",
+                "By",
+            ),
+            ("tide_storage_replication_lag_seconds", "replication lag in time", "s"),
+            ("tide_storage_replication_slaves", "a master's connected slaves", "1"),
+        ):
+            self.gauges.gauge(name, description, unit)
+
+    def appended(self, count: int, batch: AppendBatch, started: float) -> None:
+        """One Append call answered (``started``: its ``time.perf_counter()``)."""
+        self._latency.record(time.perf_counter() - started)
+        self.messages += count
+        positions = batch.positions
+        if positions:
+            self.bytes += batch.end_offset - positions[0][0]
+
+    def _lock_stat(self, name: str) -> float:
+        store = self._store()
+        return 0 if store is None else float(getattr(store.commitlog, name))
+
+    def flushed(self, seconds: float, synced: int) -> None:
+        """One flush pass that synced ``synced`` segments (from the flush thread)."""
+        self.flush_latency.record(seconds)
+        self.fsyncs.add(synced)
+
+    def sample(self) -> Sample:
+        store = self._store()
+        if store is None:
+            return {}
+        status = store.status()
+        values: dict[str, object] = {
+            "tide_storage_commitlog_min_offset_bytes": status.min_offset,
+            "tide_storage_commitlog_max_offset_bytes": status.max_offset,
+            "tide_storage_commitlog_flushed_offset_bytes": status.flushed_offset,
+            "tide_storage_commitlog_committed_offset_bytes": status.committed_offset,
+            "tide_storage_unflushed_bytes": max(0, status.max_offset - status.flushed_offset),
+            "tide_storage_segments": status.segment_count,
+            "tide_storage_disk_usage_ratio": status.disk_usage_ratio,
+            "tide_storage_writable": int(status.writable),
+            "tide_storage_topics": status.topic_count,
+        }
+        replication = self._replication()
+        if replication is not None:
+            rep = replication.status()
+            if rep.role == "SLAVE":
+                role = {"role": "slave", "master": rep.master_address}
+                values["tide_storage_replication_lag_bytes"] = [(rep.lag_bytes, role)]
+                values["tide_storage_replication_lag_seconds"] = [(rep.lag_seconds, role)]
+            else:
+                values["tide_storage_replication_slaves"] = len(rep.slaves)
+                values["tide_storage_replication_lag_bytes"] = [
+                    (slave.lag_bytes, {"role": "master", "slave_id": slave.broker_id})
+                    for slave in rep.slaves
+                ]
+                values["tide_storage_replication_lag_seconds"] = [
+                    (slave.lag_seconds, {"role": "master", "slave_id": slave.broker_id})
+                    for slave in rep.slaves
+                ]
+        return values  # type: ignore[return-value]
