@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tide.server import TelemetryError, configure_telemetry
+from tide.server import TelemetryError, _telemetry, configure_telemetry
 
 
 def test_console_exporter_prints_spans_on_shutdown(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,11 +34,22 @@ def test_unknown_exporter_is_rejected() -> None:
         configure_telemetry("tide-test", "jaeger", "none", install_global=False)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("opentelemetry.exporter.otlp") is not None,
-    reason="an OpenTelemetry exporter package is installed",
-)
 @pytest.mark.parametrize(("traces", "metrics"), [("otlp", "none"), ("none", "otlp")])
-def test_missing_otlp_package_says_what_to_install(traces: str, metrics: str) -> None:
+def test_missing_otlp_package_says_what_to_install(
+    traces: str, metrics: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The package is a dependency; pretend it is not installed.
+    monkeypatch.setattr(_telemetry, "_OTLP_PACKAGE", "opentelemetry.exporter.not_installed")
     with pytest.raises(TelemetryError, match="pip install opentelemetry-exporter-otlp"):
         configure_telemetry("tide-test", traces, metrics, install_global=False)
+
+
+def test_otlp_exporter_is_built_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    telemetry = configure_telemetry("tide-test", "auto", "none", install_global=False)
+    try:
+        processors = telemetry.tracer_provider._active_span_processor._span_processors
+        exporters = [type(p.span_exporter).__name__ for p in processors]  # type: ignore[attr-defined]
+        assert exporters == ["OTLPSpanExporter"], exporters
+    finally:
+        telemetry.shutdown()  # no span was made: nothing is sent
