@@ -40,7 +40,6 @@ or directly: ``with Cluster(tmp_path, brokers=2) as cluster: ...``.
 from __future__ import annotations
 
 import string
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,10 +51,10 @@ from typing import Any, ClassVar
 import grpc
 import pytest
 
-from tests._service_process import ServiceProcess, child_env, free_port
+from tests._service_process import ServiceProcess, free_port, spawn
 from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
 from tests.services.nameserver.process import NameServerLauncher, NameServerProcess
-from tests.services.storage.conftest import REPO, StorageLauncher, StorageProcess
+from tests.services.storage.conftest import StorageLauncher, StorageProcess
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 from tide.v1 import nameserver_pb2 as ns_pb
@@ -340,18 +339,7 @@ class Cluster:
             str(MAX_BODY_BYTES),
             *args,
         )
-        with (
-            (workdir / "stdout.log").open("wb") as out,
-            (workdir / "stderr.log").open("wb") as err,
-        ):
-            proc = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=child_env(workdir / "ready.json"),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
+        proc = spawn(command, workdir)
         gateway = GatewayProcess(proc, workdir, workdir, command)
         self._gateways.append(gateway)
         gateway.wait_ready()

@@ -39,6 +39,29 @@ def child_env(ready_file: Path | None) -> dict[str, str]:
     return env
 
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def spawn(
+    args: tuple[str, ...], workdir: Path, *, ready_file: bool = True
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` in the repository root with stdout/stderr in ``workdir``'s
+    ``stdout.log`` / ``stderr.log`` and (``ready_file``) ``workdir / "ready.json"`` as
+    its TIDE_READY_FILE."""
+    with (
+        (workdir / "stdout.log").open("wb") as out,
+        (workdir / "stderr.log").open("wb") as err,
+    ):
+        return subprocess.Popen(
+            args,
+            cwd=REPO_ROOT,
+            env=child_env(workdir / "ready.json" if ready_file else None),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+        )
+
+
 def free_port() -> int:
     """A port nothing listens on right now (bound and released)."""
     with socket.socket() as probe:

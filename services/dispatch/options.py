@@ -85,11 +85,9 @@ def check_config(config: Config) -> str | None:
         "flush_interval_ms": (1, 3_600_000),
         "cleanup_interval_ms": (1, 86_400_000),
     }
-    for name, (low, high) in ranges.items():
-        value = config.get_int(name)
-        if not low <= value <= high:
-            flag = "--" + name.replace("_", "-")
-            return f"{flag}: {value} is outside {low}..{high}"
+    problem = config.int_out_of_range(ranges)
+    if problem:
+        return problem
     try:
         IndexGeometry(config.get_int("index_slot_count"), config.get_int("index_max_entries"))
     except ValueError as exc:

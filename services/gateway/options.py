@@ -199,12 +199,7 @@ def check_config(config: Config) -> str | None:
         "namesrv_timeout_ms": (10, 600_000),
         "topic_create_wait_ms": (0, 600_000),
     }
-    for name, (low, high) in ranges.items():
-        value = config.get_int(name)
-        if not low <= value <= high:
-            flag = "--" + name.replace("_", "-")
-            return f"{flag}: {value} is outside {low}..{high}"
-    return None
+    return config.int_out_of_range(ranges)
 
 
 def gateway_config(config: Config) -> GatewayConfig:

@@ -54,9 +54,4 @@ def check_config(config: Config) -> str | None:
         "max_brokers": (1, 1_000_000),
         "max_topics_per_registration": (1, 10_000_000),
     }
-    for name, (low, high) in ranges.items():
-        value = config.get_int(name)
-        if not low <= value <= high:
-            flag = "--" + name.replace("_", "-")
-            return f"{flag}: {value} is outside {low}..{high}"
-    return None
+    return config.int_out_of_range(ranges)

@@ -98,6 +98,15 @@ class Config:
     def get_float(self, name: str) -> float:
         return _typed(self, name, float)
 
+    def int_out_of_range(self, ranges: Mapping[str, tuple[int, int]]) -> str | None:
+        """The first int option outside its inclusive ``(low, high)``, as ``--flag: value is
+        outside low..high`` (None: all inside)."""
+        for name, (low, high) in ranges.items():
+            value = self.get_int(name)
+            if not low <= value <= high:
+                return f"--{name.replace('_', '-')}: {value} is outside {low}..{high}"
+        return None
+
     def get_bool(self, name: str) -> bool:
         return _typed(self, name, bool)
 

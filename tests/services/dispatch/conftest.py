@@ -8,7 +8,6 @@ calls (each uses topics of its own).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,10 +20,9 @@ import pytest
 
 from tests._service_process import (
     ServiceProcess,
-    child_env,
+    spawn,
 )
 from tests.services.storage.conftest import (
-    REPO,
     StorageLauncher,
     StorageProcess,
 )
@@ -115,18 +113,7 @@ class DispatchLauncher:
             *BASE_ARGS,
             *extra,
         )
-        with (
-            (workdir / "stdout.log").open("wb") as out,
-            (workdir / "stderr.log").open("wb") as err,
-        ):
-            proc = subprocess.Popen(
-                args,
-                cwd=REPO,
-                env=child_env(workdir / "ready.json"),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
+        proc = spawn(args, workdir)
         process = DispatchProcess(proc, store_dir, workdir, args)
         self.started.append(process)
         return process

@@ -3,7 +3,6 @@ storage's registration tests and ``tide up``'s."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import ClassVar
 
 import grpc
 
-from tests._service_process import ServiceProcess, child_env
+from tests._service_process import ServiceProcess, spawn
 from tide.v1 import nameserver_pb2 as pb
 from tide.v1 import nameserver_pb2_grpc as pb_grpc
 
@@ -62,18 +61,7 @@ class NameServerLauncher:
             "127.0.0.1:0",
             *extra,
         )
-        with (
-            (workdir / "stdout.log").open("wb") as out,
-            (workdir / "stderr.log").open("wb") as err,
-        ):
-            proc = subprocess.Popen(
-                args,
-                cwd=REPO,
-                env=child_env(workdir / "ready.json"),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
+        proc = spawn(args, workdir)
         process = NameServerProcess(proc, workdir, workdir, args)
         self.started.append(process)
         process.wait_ready()

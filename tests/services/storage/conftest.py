@@ -21,6 +21,7 @@ import pytest
 from tests._service_process import (
     ServiceProcess,
     child_env,
+    spawn,
 )
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -92,14 +93,7 @@ class StorageLauncher:
             *BASE_ARGS,
             *extra,
         )
-        env = child_env(workdir / "ready.json" if ready_file else None)
-        with (
-            (workdir / "stdout.log").open("wb") as out,
-            (workdir / "stderr.log").open("wb") as err,
-        ):
-            proc = subprocess.Popen(
-                args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
-            )
+        proc = spawn(args, workdir, ready_file=ready_file)
         process = StorageProcess(proc, store_dir, workdir, args)
         self.started.append(process)
         return process
