@@ -4,6 +4,7 @@
     python -m bench.gateway_produce_pull --duration-s 5 --inflight 4
     python -m bench.gateway_produce_pull --phases produce --producers 2 --inflight 4
     python -m bench.gateway_produce_pull --py-spy /tmp/prof --py-spy-phase produce
+    python -m bench.gateway_produce_pull --phases produce --metrics both --rounds 3
 
 Starts real processes on a fresh store: a name server, one broker (storage + dispatch,
 registered) and a gateway, and creates a topic with ``--queues`` queues. Then:
@@ -24,7 +25,16 @@ service with py-spy (collapsed stacks, ``DIR/<service>.txt``) during one phase.
 The client sends pre-serialized requests (the produce batch is encoded once), so its
 own CPU is mostly gRPC's per-call cost.
 
-Results go to stdout and ``bench/results/gateway_produce_pull.json``.
+``--metrics on`` starts every service with ``--metrics-listen 127.0.0.1:0`` (Prometheus
+endpoint on) and scrapes each endpoint every ``--scrape-interval-s`` (15 s, Prometheus's
+default; 0: never) from a thread of the client; ``off`` (the default) passes no
+``--metrics-listen``. ``--metrics both`` runs the whole benchmark ``--rounds`` times
+each way, in ABBA order (off on, on off, ...) on a fresh cluster every time, and
+reports the difference of the medians (messages/s and CPU per message): the cost of
+metrics on the produce path. ``/proc/loadavg`` is recorded before and after every run.
+
+Results go to stdout and ``bench/results/gateway_produce_pull.json``
+(``gateway_metrics_overhead.json`` for ``--metrics both``).
 """
 
 from __future__ import annotations
@@ -39,13 +49,17 @@ import resource
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Awaitable, Iterator
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -53,6 +67,7 @@ from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gateway_produce_pull.json"
+OVERHEAD_RESULTS = RESULTS.with_name("gateway_metrics_overhead.json")
 READY_TIMEOUT_S = 60.0
 TOPIC = "BenchGateway"
 BROKER = "broker-a"
@@ -64,6 +79,13 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PRODUCE_METHOD = "/tide.v1.Gateway/Produce"
 # The services started by ``service``, by name (for CPU accounting and py-spy).
 PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
+# Their Prometheus endpoints (HOST:PORT) when started with metrics on.
+METRICS_ENDPOINTS: dict[str, str] = {}
+METRICS_MODES = ("off", "on", "both")
+MAX_ROUNDS = 10
+SCRAPE_TIMEOUT_S = 5.0
+MAX_SCRAPE_BYTES = 16 << 20
+RECORD_COST_SAMPLES = 100_000
 
 
 def free_port() -> int:
@@ -74,10 +96,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def service(name: str, args: list[str], run_dir: Path) -> Iterator[str]:
+def service(name: str, args: list[str], run_dir: Path, metrics: bool = False) -> Iterator[str]:
     ready = run_dir / f"{name}.ready"
     log = (run_dir / f"{name}.log").open("wb")
     cmd = [sys.executable, "-m", f"services.{name}", *args, "--log-level", "warning"]
+    if metrics:
+        cmd += ["--metrics-listen", "127.0.0.1:0"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
     proc = subprocess.Popen(cmd, env={**env, "TIDE_READY_FILE": str(ready)}, stderr=log)
     PROCESSES[name] = proc
@@ -87,9 +111,13 @@ def service(name: str, args: list[str], run_dir: Path) -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name} did not start (exit {proc.poll()}); see {log.name}")
             time.sleep(0.05)
-        yield str(json.loads(ready.read_text())["listen"])
+        info = json.loads(ready.read_text())
+        if metrics:
+            METRICS_ENDPOINTS[name] = str(info["metrics"])
+        yield str(info["listen"])
     finally:
         PROCESSES.pop(name, None)
+        METRICS_ENDPOINTS.pop(name, None)
         proc.terminate()
         proc.wait(timeout=60)
         log.close()
@@ -179,6 +207,44 @@ def py_spy(directory: Path | None) -> Iterator[None]:
             recorder.send_signal(signal.SIGINT)
         for recorder in recorders:
             recorder.wait(timeout=60)
+
+
+@contextmanager
+def scraper(interval_s: float) -> Iterator[dict[str, int]]:
+    """Scrape every metrics endpoint at once and then every ``interval_s`` from a thread
+    (as Prometheus would); counts scrapes, bytes and errors."""
+    stats = {"scrapes": 0, "bytes": 0, "errors": 0}
+    if interval_s <= 0 or not METRICS_ENDPOINTS:
+        yield stats
+        return
+    stop = threading.Event()
+
+    def scrape_all() -> None:
+        for endpoint in list(METRICS_ENDPOINTS.values()):
+            url = f"http://{endpoint}/metrics"
+            try:
+                with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:
+                    stats["bytes"] += len(answer.read(MAX_SCRAPE_BYTES))
+                stats["scrapes"] += 1
+            except OSError:
+                stats["errors"] += 1
+
+    def loop() -> None:
+        scrape_all()
+        while not stop.wait(interval_s):
+            scrape_all()
+
+    thread = threading.Thread(target=loop, name="scraper", daemon=True)
+    thread.start()
+    try:
+        yield stats
+    finally:
+        stop.set()
+        thread.join(timeout=4 * SCRAPE_TIMEOUT_S)
+
+
+def loadavg() -> list[float]:
+    return [float(part) for part in Path("/proc/loadavg").read_text().split()[:3]]
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -402,7 +468,7 @@ def print_cpu(cpu: dict[str, dict[str, float]]) -> None:
     )
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration-s", type=float, default=10.0, help="produce phase length")
     parser.add_argument("--inflight", type=int, default=8, help="produce calls in flight")
@@ -420,16 +486,43 @@ def main() -> None:
     )
     parser.add_argument("--py-spy", type=Path, default=None, help="py-spy output directory")
     parser.add_argument("--py-spy-phase", default="produce", choices=PHASES)
+    parser.add_argument(
+        "--metrics",
+        default="off",
+        choices=METRICS_MODES,
+        help="Prometheus endpoints of the services: off (default), on, or both (compare)",
+    )
+    parser.add_argument(
+        "--scrape-interval-s",
+        type=float,
+        default=15.0,
+        help="with metrics on: scrape every endpoint this often (0: never; default 15)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help=f"--metrics both: runs each way (1..{MAX_ROUNDS})"
+    )
     args = parser.parse_args()
     args.phases = [phase.strip() for phase in args.phases.split(",") if phase.strip()]
     if unknown := set(args.phases) - set(PHASES):
         parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds is {args.rounds}; give 1..{MAX_ROUNDS}")
+    if args.scrape_interval_s < 0:
+        parser.error("--scrape-interval-s must be >= 0")
     if args.e2e_duration_s is None:
         args.e2e_duration_s = args.duration_s
+    return args
+
+
+def run_cluster(args: argparse.Namespace, metrics: bool) -> dict[str, dict[str, object]]:
+    """Start the cluster on a fresh store (metrics on or off), run the phases, stop it."""
     root = Path(tempfile.mkdtemp(prefix="tide-gateway-bench-"))
+    loadavg_before = loadavg()
     try:
         with ExitStack() as stack:
-            namesrv = stack.enter_context(service("nameserver", ["--listen", "127.0.0.1:0"], root))
+            namesrv = stack.enter_context(
+                service("nameserver", ["--listen", "127.0.0.1:0"], root, metrics)
+            )
             storage_port, dispatch_port = free_port(), free_port()
             store = root / "store"
             stack.enter_context(
@@ -448,6 +541,7 @@ def main() -> None:
                         f"127.0.0.1:{dispatch_port}",
                     ],
                     root,
+                    metrics,
                 )
             )
             stack.enter_context(
@@ -462,14 +556,22 @@ def main() -> None:
                         f"127.0.0.1:{storage_port}",
                     ],
                     root,
+                    metrics,
                 )
             )
             gateway = stack.enter_context(
-                service("gateway", ["--listen", "127.0.0.1:0", "--namesrv", namesrv], root)
+                service("gateway", ["--listen", "127.0.0.1:0", "--namesrv", namesrv], root, metrics)
             )
+            scrapes = stack.enter_context(scraper(args.scrape_interval_s if metrics else 0.0))
             results = asyncio.run(run(gateway, args))
+            results["metrics"] = {"on": metrics, **scrapes}
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    results["loadavg"] = {"before": loadavg_before, "after": loadavg()}
+    return results
+
+
+def print_results(args: argparse.Namespace, results: dict[str, dict[str, object]]) -> None:
     if "produce" in results:
         produce = results["produce"]
         print(
@@ -494,6 +596,111 @@ def main() -> None:
             f"{e2e['produce_p50_ms']:.1f} ms, p99 {e2e['produce_p99_ms']:.1f} ms"
         )
         print_cpu(e2e["cpu"])  # type: ignore[arg-type]
+    load = results["loadavg"]
+    print(f"  metrics {'on' if results['metrics']['on'] else 'off'}; loadavg {load}")
+
+
+def _median(
+    runs: list[dict[str, dict[str, object]]], pick: Callable[[dict[str, Any]], float]
+) -> float:
+    return round(statistics.median(pick(run) for run in runs), 2)
+
+
+def _cpu_pick(phase: str, process: str) -> Callable[[dict[str, Any]], float]:
+    return lambda run: float(run[phase]["cpu"][process]["us_per_msg"])
+
+
+def overhead(runs: dict[str, list[dict[str, dict[str, object]]]]) -> dict[str, dict[str, float]]:
+    """Medians of the off and on runs and the change in percent (on vs off)."""
+    picks: dict[str, Callable[[dict[str, Any]], float]] = {}
+    first = runs["off"][0]
+    if "produce" in first:
+        picks["produce_msgs_per_s"] = lambda r: float(r["produce"]["msgs_per_s"])
+        picks["produce_p99_ms"] = lambda r: float(r["produce"]["p99_ms"])
+        for name in ("gateway", "storage", "dispatch", "client"):
+            picks[f"produce_{name}_us_per_msg"] = _cpu_pick("produce", name)
+    if "e2e" in first:
+        picks["e2e_p50_ms"] = lambda r: float(r["e2e"]["p50_ms"])
+        picks["e2e_p99_ms"] = lambda r: float(r["e2e"]["p99_ms"])
+    table: dict[str, dict[str, float]] = {}
+    for key, pick in picks.items():
+        off, on = _median(runs["off"], pick), _median(runs["on"], pick)
+        change = round((on - off) / off * 100, 1) if off else 0.0
+        table[key] = {"off": off, "on": on, "change_pct": change}
+    return table
+
+
+def record_cost_us(readers: list[Any], records: int = RECORD_COST_SAMPLES) -> float:
+    """Microseconds one SDK histogram record costs in this process (what the gateway and
+    the storage do once per Produce / Append call), with these metric readers."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+    from tide.server._metrics import LATENCY_BUCKETS_S
+
+    aggregation = ExplicitBucketHistogramAggregation(list(LATENCY_BUCKETS_S))
+    provider = MeterProvider(
+        metric_readers=readers, views=[View(instrument_name="*", aggregation=aggregation)]
+    )
+    histogram = provider.get_meter("bench").create_histogram("latency", unit="s")
+    started = time.perf_counter()
+    for _ in range(records):
+        histogram.record(0.003)
+    elapsed_s = time.perf_counter() - started
+    provider.shutdown()
+    return round(elapsed_s / records * 1e6, 3)
+
+
+def record_costs() -> dict[str, float]:
+    """One histogram record without a reader (metrics off) and with the Prometheus
+    reader (--metrics-listen), best of 3."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry
+
+    off = min(record_cost_us([]) for _ in range(3))
+    on = min(
+        record_cost_us([PrometheusMetricReader(registry=CollectorRegistry())]) for _ in range(3)
+    )
+    return {"off_us": off, "on_us": on, "extra_us": round(on - off, 3)}
+
+
+def compare(args: argparse.Namespace) -> None:
+    """--metrics both: off and on runs in ABBA order (off on, on off, ...: a load that
+    drifts during the runs hits both alike), then the medians and their difference."""
+    runs: dict[str, list[dict[str, dict[str, object]]]] = {"off": [], "on": []}
+    for round_index in range(args.rounds):
+        for mode in ("off", "on") if round_index % 2 == 0 else ("on", "off"):
+            print(f"round {round_index + 1}/{args.rounds}, metrics {mode}:", flush=True)
+            results = run_cluster(args, metrics=mode == "on")
+            print_results(args, results)
+            runs[mode].append(results)
+    table = overhead(runs)
+    print(f"metrics on vs off, medians of {args.rounds} run(s) each:")
+    for key, row in table.items():
+        print(f"  {key}: off {row['off']:,} on {row['on']:,} ({row['change_pct']:+.1f} %)")
+    costs = record_costs()
+    print(
+        f"one latency histogram record: {costs['off_us']} us without a reader, "
+        f"{costs['on_us']} us with the Prometheus reader (loadavg {loadavg()})"
+    )
+    OVERHEAD_RESULTS.parent.mkdir(exist_ok=True)
+    document = {
+        "args": {**vars(args), "py_spy": str(args.py_spy) if args.py_spy else None},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "overhead": table,
+        "histogram_record": costs,
+        "runs": runs,
+    }
+    OVERHEAD_RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.metrics == "both":
+        compare(args)
+        return
+    results = run_cluster(args, metrics=args.metrics == "on")
+    print_results(args, results)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
         json.dumps(

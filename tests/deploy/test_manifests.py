@@ -148,6 +148,63 @@ def test_probes_are_grpc_health_checks_on_a_container_port(overlay: str) -> None
         assert spec["readinessProbe"]["grpc"]["service"] == full_name, container.where
 
 
+# -- Prometheus metrics ------------------------------------------------------------------
+
+METRICS_PORT_PREFIX = "metrics"
+SCRAPE_ANNOTATIONS = ("prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path")
+
+
+def metrics_port(container: Container) -> int:
+    """The port of the container's --metrics-listen (it must be on, on every address)."""
+    listen = container.config().get_optional_str("metrics_listen")
+    assert listen, f"{container.where}: no --metrics-listen (no Prometheus endpoint)"
+    host, _, port = listen.rpartition(":")
+    assert host == "0.0.0.0", f"{container.where}: metrics on {host}, not reachable from outside"
+    assert int(port) > 0, f"{container.where}: a fixed port is needed to scrape it"
+    return int(port)
+
+
+def test_every_container_serves_metrics_on_a_named_port(overlay: str) -> None:
+    seen = set()
+    for container in tide_containers(overlay):
+        port = metrics_port(container)
+        named = [p for p in container.spec.get("ports", []) if p["containerPort"] == port]
+        assert len(named) == 1, f"{container.where}: --metrics-listen port {port} is not declared"
+        name = named[0].get("name", "")
+        assert name == METRICS_PORT_PREFIX or name.startswith(METRICS_PORT_PREFIX + "-"), (
+            f"{container.where}: name the metrics port {METRICS_PORT_PREFIX}[-...], not {name!r}"
+        )
+        seen.add(container.service)
+    assert seen == set(GRPC_SERVICE_NAMES)
+
+
+def test_ports_of_a_pod_do_not_collide(overlay: str) -> None:
+    # Containers of a pod share its network namespace: every listen port once.
+    for workload in workloads(overlay):
+        ports = []
+        for container in containers_of(overlay, workload).values():
+            config = container.config()
+            ports.append(int(config.get_str("listen").rpartition(":")[2]))
+            ports.append(metrics_port(container))
+        assert len(ports) == len(set(ports)), f"{workload['metadata']['name']}: {ports}"
+
+
+def test_pods_carry_prometheus_scrape_annotations(overlay: str) -> None:
+    for workload in workloads(overlay):
+        name = workload["metadata"]["name"]
+        annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+        scrape, port, path = (annotations.get(key) for key in SCRAPE_ANNOTATIONS)
+        assert scrape == "true", f"{name}: prometheus.io/scrape is {scrape!r}"
+        assert path == "/metrics", f"{name}: prometheus.io/path is {path!r}"
+        # The port is the main container's (the pod's component); a sidecar has its own
+        # metrics-* port, for a scrape config that keeps container ports by name.
+        main = [
+            c for c in containers_of(overlay, workload).values() if c.service == component(workload)
+        ]
+        assert len(main) == 1, f"{name}: no {component(workload)} container"
+        assert port == str(metrics_port(main[0])), f"{name}: prometheus.io/port is {port!r}"
+
+
 # -- resources -------------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@
 * :mod:`tide.bench._workload`: workload files (YAML or TOML) and their validation;
 * :mod:`tide.bench._load`: the load generator (asyncio producers with prebuilt requests,
   long-polling consumers, a sampler);
+* :mod:`tide.bench._procs`: producers and consumers in worker processes
+  (``producer_processes`` / ``consumer_processes``), merged into the main one's counts;
 * :mod:`tide.bench._run`: a whole run (topics through Admin, warm-up, measurement, drain)
   and the bare gRPC echo baseline (:mod:`tide.bench._echo`);
 * :mod:`tide.bench._report`: the table, the JSON document and the PNG plot.

@@ -56,6 +56,13 @@ def request_template(topic: str, message_size: int, batch_size: int) -> bytes:
     return data
 
 
+@dataclass(frozen=True)
+class QueueRef:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
 @dataclass
 class Counters:
     """What happened, for the whole run (warm-up included) and since measuring began."""
@@ -184,12 +191,12 @@ async def consume_queue(
     channel: grpc.aio.Channel,
     state: LoadState,
     group: str,
-    topic: str,
-    broker_name: str,
-    queue_id: int,
+    ref: QueueRef,
     workload: Workload,
+    positioned: Callable[[], None] | None = None,
 ) -> None:
-    """Long-poll one queue from its current end until ``state.stop_consuming`` is set."""
+    """Long-poll one queue from its current end until ``state.stop_consuming`` is set;
+    ``positioned`` is called once the starting offset is known."""
     pull = channel.unary_unary(
         PULL_METHOD,
         request_serializer=pb.PullRequest.SerializeToString,
@@ -201,14 +208,16 @@ async def consume_queue(
         response_deserializer=pb.QueueOffsetsResponse.FromString,
     )
     answer = await offsets(
-        pb.QueueOffsetsRequest(topic=topic, broker_name=broker_name, queue_id=queue_id),
+        pb.QueueOffsetsRequest(topic=ref.topic, broker_name=ref.broker_name, queue_id=ref.queue_id),
         timeout=CALL_TIMEOUT_S,
     )
+    if positioned is not None:
+        positioned()
     request = pb.PullRequest(
         consumer_group=group,
-        topic=topic,
-        broker_name=broker_name,
-        queue_id=queue_id,
+        topic=ref.topic,
+        broker_name=ref.broker_name,
+        queue_id=ref.queue_id,
         offset=answer.max_offset,
         max_messages=workload.pull_batch,
         long_poll_timeout_ms=workload.long_poll_ms,

@@ -78,7 +78,7 @@ def format_run(report: dict[str, Any]) -> str:
         f"errors {report['errors']} (publish calls failed {totals['publish_errors']}, "
         f"send failed {totals['send_failed']}, pulls failed {totals['consume_errors']}, "
         f"offset resets {totals['offset_resets']})",
-        f"client CPU: {report['client_cpu']['core_share']:.2f} of a core, "
+        f"client CPU{_processes(report)}: {report['client_cpu']['core_share']:.2f} of a core, "
         f"{report['client_cpu']['us_per_msg']:.1f} us per published message",
     ]
     if report["last_error"]:
@@ -107,6 +107,19 @@ def _target_line(report: dict[str, Any]) -> list[str]:
     return [f"target rate {target:,.0f} msgs/s: published at {share:.0%} of it"]
 
 
+def _processes(report: dict[str, Any]) -> str:
+    """The client CPU label's suffix when producers or consumers ran in processes of
+    their own."""
+    workload = report["workload"]
+    parts = []
+    if (producers := int(workload.get("producer_processes", 1))) > 1:
+        parts.append(f"{producers} producer processes")
+    consumers = int(workload.get("consumer_processes", 1))
+    if consumers > 1 and report.get("kind") == "run":
+        parts.append(f"{consumers} consumer processes")
+    return f" (main + {' + '.join(parts)})" if parts else ""
+
+
 def format_baseline(baseline: dict[str, Any]) -> str:
     """The report of ``tide bench baseline`` as text."""
     publish = baseline["publish"]
@@ -121,7 +134,8 @@ def format_baseline(baseline: dict[str, Any]) -> str:
         "",
         table(LATENCY_HEADERS, [latency_row("echo (call)", baseline["publish_latency_ms"])]),
         "",
-        f"CPU: client {baseline['client_cpu']['core_share']:.2f} of a core, echo server "
+        f"CPU: client{_processes(baseline)} {baseline['client_cpu']['core_share']:.2f} of a core, "
+        "echo server "
         f"{baseline['server_cpu']['core_share']:.2f}; errors {baseline['errors']}",
     ]
     if baseline["last_error"]:

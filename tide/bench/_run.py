@@ -25,6 +25,7 @@ from typing import Any
 
 from tide.bench._load import (
     LoadState,
+    QueueRef,
     Sample,
     consume_queue,
     open_channel,
@@ -32,6 +33,7 @@ from tide.bench._load import (
     request_template,
     sample,
 )
+from tide.bench._procs import START_DELAY_S, WorkerPool, consumer_plans, producer_plans
 from tide.bench._workload import Workload
 from tide.client import Admin
 
@@ -48,13 +50,6 @@ MB = 1_000_000
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class QueueRef:
-    topic: str
-    broker_name: str
-    queue_id: int
-
-
 @dataclass
 class _Window:
     """Counters at the start and the end of the measured window."""
@@ -67,6 +62,7 @@ class _Window:
     backlog_end: int = 0
     measuring: bool = False
     timeline: list[Sample] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)  # the load generator's
 
     @property
     def seconds(self) -> float:
@@ -144,6 +140,29 @@ def run_workload(
     return _report(workload, gateway, started_at, topics, queues, window, state)
 
 
+@dataclass
+class _Load:
+    """The run's producers and consumers: tasks of this process, or the tasks following
+    the worker processes of a pool (``producer_processes`` / ``consumer_processes``)."""
+
+    producers: list[asyncio.Task[None]] = field(default_factory=list)
+    consumers: list[asyncio.Task[None]] = field(default_factory=list)
+    producer_pool: WorkerPool | None = None
+    consumer_pool: WorkerPool | None = None
+    channels: list[Any] = field(default_factory=list)
+    schedule: tuple[float, float, float] = (0.0, 0.0, 0.0)  # start, measure, end (monotonic)
+
+    @property
+    def local_tasks(self) -> list[asyncio.Task[None]]:
+        return [
+            *(self.producers if self.producer_pool is None else []),
+            *(self.consumers if self.consumer_pool is None else []),
+        ]
+
+    def pools(self) -> list[WorkerPool]:
+        return [pool for pool in (self.producer_pool, self.consumer_pool) if pool is not None]
+
+
 async def _drive(
     workload: Workload,
     target: str,
@@ -154,83 +173,100 @@ async def _drive(
 ) -> tuple[_Window, LoadState]:
     state = LoadState()
     window = _Window()
-    channels = []
-    tasks: list[asyncio.Task[None]] = []
+    load = _Load()
     try:
         # Consumers first, from the end of every queue; their long polls are held before
         # the first message goes out.
-        for topic_queues in queues:
-            for consumer in range(workload.consumers_per_topic):
-                channel = open_channel(target)
-                channels.append(channel)
-                mine = topic_queues[consumer :: workload.consumers_per_topic]
-                tasks.extend(
-                    asyncio.create_task(
-                        consume_queue(
-                            channel,
-                            state,
-                            group,
-                            ref.topic,
-                            ref.broker_name,
-                            ref.queue_id,
-                            workload,
-                        )
-                    )
-                    for ref in mine
-                )
-        await _produce_and_measure(workload, target, topics, state, window, channels, tasks, say)
-        if tasks:
-            await _drain(state, say)
+        await _start_consumers(workload, target, queues, group, state, load, say)
+        await _start_producers(workload, target, topics, state, load, say)
+        await _measure(workload, state, window, load, say)
+        if load.consumers:
+            await _drain(state, say, load.consumers)
+        if load.consumer_pool is not None:
+            await load.consumer_pool.stop()
+        _take_windows(load, state, window)
     finally:
-        state.stop_producing.set()
-        state.stop_consuming.set()
-        for task in tasks:
-            task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for channel in channels:
-            await channel.close(None)
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-            raise result
+        await _stop(load, state)
     return window, state
 
 
-async def _produce_and_measure(
+async def _start_consumers(
+    workload: Workload,
+    target: str,
+    queues: list[list[QueueRef]],
+    group: str,
+    state: LoadState,
+    load: _Load,
+    say: Progress,
+) -> None:
+    if queues and workload.consumer_processes > 1:
+        say(f"starting {workload.consumer_processes} consumer processes")
+        load.consumer_pool = WorkerPool(consumer_plans(workload, target, queues, group), state)
+        await load.consumer_pool.start()  # every queue positioned
+        return
+    for topic_queues in queues:
+        for consumer in range(workload.consumers_per_topic):
+            channel = open_channel(target)
+            load.channels.append(channel)
+            mine = topic_queues[consumer :: workload.consumers_per_topic]
+            load.consumers.extend(
+                asyncio.create_task(consume_queue(channel, state, group, ref, workload))
+                for ref in mine
+            )
+    await asyncio.sleep(0.3)  # the consumers' first long polls reach the gateway
+
+
+async def _start_producers(
     workload: Workload,
     target: str,
     topics: list[str],
     state: LoadState,
-    window: _Window,
-    channels: list[Any],
-    consumers: list[asyncio.Task[None]],
+    load: _Load,
     say: Progress,
 ) -> None:
-    """Start the producers, warm up, measure ``duration_s``, stop the producers. A
-    producer or consumer that fails (not an RPC error: those are counted) ends it."""
-    await asyncio.sleep(0.3)  # the consumers' first long polls reach the gateway
-    started = time.monotonic()
-    sampler = asyncio.create_task(
-        sample(
-            state, sample_interval_s(workload), lambda: window.measuring, started, window.timeline
-        )
-    )
+    """Start the producers: at once in this process, or (with worker pools) every pool
+    on one schedule a moment ahead."""
+    if workload.producer_processes > 1:
+        say(f"starting {workload.producer_processes} producer processes")
+        load.producer_pool = WorkerPool(producer_plans(workload, target, topics), state)
+        await load.producer_pool.start()
+    start = time.monotonic() + (START_DELAY_S if load.pools() else 0.0)
+    measure = start + workload.warmup_s
+    load.schedule = (start, measure, measure + workload.duration_s)
+    if load.consumer_pool is not None:
+        load.consumers = load.consumer_pool.go(*load.schedule)
+    if load.producer_pool is not None:
+        load.producers = load.producer_pool.go(*load.schedule)
+        return
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
     rate = workload.rate / workload.producers
-    producers = []
     for topic in topics:
         template = request_template(topic, workload.message_size, workload.batch_size)
         for _ in range(workload.producers_per_topic):
             channel = open_channel(target)
-            channels.append(channel)
-            producers.append(
+            load.channels.append(channel)
+            load.producers.append(
                 asyncio.create_task(
                     produce(channel, state, template, workload.batch_size, workload.inflight, rate)
                 )
             )
+
+
+async def _measure(
+    workload: Workload, state: LoadState, window: _Window, load: _Load, say: Progress
+) -> None:
+    """Warm up, measure ``duration_s``, stop the producers (on ``load.schedule``). A
+    producer or consumer that fails (not an RPC error: those are counted) ends it."""
+    start, measure, end = load.schedule
+    sampler = asyncio.create_task(
+        sample(state, sample_interval_s(workload), lambda: window.measuring, start, window.timeline)
+    )
     counters = state.counters
+    running = load.producers + load.consumers
     try:
         if workload.warmup_s:
             say(f"warming up for {workload.warmup_s:g} s")
-            await _sleep_unless_failed(workload.warmup_s, producers + consumers)
+        await _sleep_unless_failed(measure - time.monotonic(), running)
         state.publish_latency.reset()
         state.e2e_latency.reset()
         window.start = time.monotonic()
@@ -239,7 +275,7 @@ async def _produce_and_measure(
         window.cpu_s = (client_cpu_s(), 0.0)
         window.measuring = True
         say(f"measuring for {workload.duration_s:g} s")
-        await _sleep_unless_failed(workload.duration_s, producers + consumers)
+        await _sleep_unless_failed(end - time.monotonic(), running)
         state.stop_producing.set()
         window.end = time.monotonic()
         window.published = (window.published[0], counters.published)
@@ -247,31 +283,76 @@ async def _produce_and_measure(
         window.cpu_s = (window.cpu_s[0], client_cpu_s())
         window.backlog_end = max(0, counters.published - counters.consumed)
         window.measuring = False
-        await asyncio.gather(*producers)  # the calls in flight
+        await asyncio.gather(*load.producers)  # the calls in flight (pools: their last reports)
     finally:
-        state.stop_producing.set()
-        for task in producers:
-            task.cancel()
-        await asyncio.gather(*producers, return_exceptions=True)
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
 
 
+def _take_windows(load: _Load, state: LoadState, window: _Window) -> None:
+    """With worker pools: the measured window as the workers recorded it (their counts
+    and latencies inside it exactly; the main process saw them a report late), with
+    their CPU; and every process of the load generator."""
+    main_cpu = window.cpu_s[1] - window.cpu_s[0]
+    local_producers = 0 if load.producer_pool else len(load.producers)
+    local_consumers = 0 if load.consumer_pool else len(load.consumers)
+    processes: list[dict[str, Any]] = [
+        {
+            "role": "main",
+            "pid": os.getpid(),
+            "producers": local_producers,
+            "consumed_queues": local_consumers,
+            "window_cpu_s": round(main_cpu, 3),
+        }
+    ]
+    if load.pools():
+        window.start, window.end = load.schedule[1:]
+    if load.producer_pool is not None:
+        window.published = (0, load.producer_pool.window_published)
+        state.publish_latency = load.producer_pool.window_publish_latency
+    if load.consumer_pool is not None:
+        window.consumed = (0, load.consumer_pool.window_consumed)
+        state.e2e_latency = load.consumer_pool.window_e2e_latency
+    for pool in load.pools():
+        window.cpu_s = (window.cpu_s[0], window.cpu_s[1] + pool.window_cpu_s())
+        processes.extend(pool.summaries())
+    window.processes = processes
+
+
+async def _stop(load: _Load, state: LoadState) -> None:
+    """Stop and cancel the local tasks, close the channels, end the worker processes."""
+    state.stop_producing.set()
+    state.stop_consuming.set()
+    tasks = load.producers + load.consumers
+    for task in tasks:
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for channel in load.channels:
+        await channel.close(None)
+    for pool in load.pools():
+        pool.close()
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+
+
 async def _sleep_unless_failed(seconds: float, tasks: list[asyncio.Task[None]]) -> None:
     """Sleep; a task that raised ends the run at once."""
+    seconds = max(0.0, seconds)
     done, _ = await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
     for task in done:
         task.result()
 
 
-async def _drain(state: LoadState, say: Progress) -> None:
-    """Wait until the consumers have everything that was published (or time runs out)."""
+async def _drain(state: LoadState, say: Progress, consumers: list[asyncio.Task[None]]) -> None:
+    """Wait until the consumers have everything that was published (or time runs out;
+    a consumer that failed ends it at once)."""
     counters = state.counters
     begin = time.monotonic()
     if counters.consumed < counters.published:
         say(f"draining {counters.published - counters.consumed:,} messages")
     while counters.consumed < counters.published and time.monotonic() - begin < DRAIN_TIMEOUT_S:
-        await asyncio.sleep(0.02)
+        await _sleep_unless_failed(0.02, consumers)
     state.drain_s = time.monotonic() - begin
 
 
@@ -332,6 +413,7 @@ def _report(
             "core_share": round(cpu / window.seconds, 3),
             "us_per_msg": round(cpu / max(published, 1) * 1e6, 2),
         },
+        "client_processes": window.processes,
         "machine": machine(),
         "timeline": [s.to_dict() for s in window.timeline],
         "publish_percentiles": _curve(state.publish_latency.total),
@@ -425,6 +507,7 @@ def run_baseline(
             "cpu_s": round(server_cpu, 3),
             "core_share": round(server_cpu / window.seconds, 3),
         },
+        "client_processes": window.processes,
         "machine": machine(),
     }
 

@@ -61,6 +61,23 @@ class Latency:
             self._interval_sum_us = 0
         return summary
 
+    def take(self) -> tuple[Any, int]:
+        """The values recorded since the last take or tick (histogram, sum in us), and
+        forget them: what a worker process sends to the main one."""
+        taken = self._interval, self._interval_sum_us
+        self._interval = new_histogram()
+        self._pending = 0
+        self._interval_sum_us = 0
+        return taken
+
+    def add(self, histogram: Any, sum_us: int) -> None:
+        """Values recorded elsewhere (another process's :meth:`take`), into the interval."""
+        count = int(histogram.get_total_count())
+        if count:
+            self._interval.add(histogram)
+            self._pending += count
+            self._interval_sum_us += sum_us
+
     def reset(self) -> None:
         """Forget everything (the end of the warm-up)."""
         self.total = new_histogram()

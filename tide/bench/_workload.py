@@ -25,6 +25,7 @@ MAX_QUEUES = 1024
 MAX_TOPICS = 1000
 MAX_CLIENTS = 1000
 MAX_INFLIGHT = 256
+MAX_PROCESSES = 16  # producer_processes, consumer_processes
 MAX_PULL_BATCH = 1024
 MAX_LONG_POLL_MS = 30_000
 WORKLOAD_SUFFIXES = (".yaml", ".yml", ".toml")
@@ -44,6 +45,9 @@ class Workload:
     ``consumers_per_topic`` consumers that split the topic's queues and long-poll each.
     ``rate`` is the target publish rate of the whole run in messages/s (0: as fast as
     it goes). Nothing is measured for the first ``warmup_s``; then ``duration_s``.
+    ``producer_processes`` > 1 runs the producers in that many OS processes (each with
+    its share of the producers and of the rate), ``consumer_processes`` > 1 the
+    consumers; otherwise they run in the main process.
     """
 
     name: str
@@ -59,6 +63,8 @@ class Workload:
     duration_s: float = 30.0
     pull_batch: int = 256
     long_poll_ms: int = 2_000
+    producer_processes: int = 1
+    consumer_processes: int = 1
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -73,6 +79,8 @@ class Workload:
             ("consumers_per_topic", 1, MAX_CLIENTS),
             ("pull_batch", 1, MAX_PULL_BATCH),
             ("long_poll_ms", 1, MAX_LONG_POLL_MS),
+            ("producer_processes", 1, MAX_PROCESSES),
+            ("consumer_processes", 1, MAX_PROCESSES),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -92,6 +100,15 @@ class Workload:
                 f"batch_size x message_size is {self.batch_size * self.message_size} bytes; "
                 f"keep a request under {MAX_REQUEST_BYTES}"
             )
+        for role, processes, clients in (
+            ("producer", self.producer_processes, self.producers),
+            ("consumer", self.consumer_processes, self.consumers),
+        ):
+            if processes > clients:
+                raise WorkloadError(
+                    f"{role}_processes is {processes}, more than the {clients} {role}(s) "
+                    f"(topics x {role}s_per_topic); every process runs at least one"
+                )
         if not isinstance(self.description, str):
             raise WorkloadError(f"description is {self.description!r}; give a string")
 
@@ -111,13 +128,20 @@ class Workload:
 
     def summary(self) -> str:
         rate = "as fast as possible" if self.rate == 0 else f"{self.rate:,.0f} msgs/s"
+        producer_processes = _in_processes(self.producer_processes)
+        consumer_processes = _in_processes(self.consumer_processes)
         return (
             f"{self.topics} topic(s) x {self.queues_per_topic} queues per broker, "
             f"{self.message_size} B, batches of {self.batch_size}, "
-            f"{self.producers_per_topic} producer(s) x {self.inflight} in flight and "
-            f"{self.consumers_per_topic} consumer(s) per topic, {rate}, "
+            f"{self.producers_per_topic} producer(s) x {self.inflight} in flight"
+            f"{producer_processes} and {self.consumers_per_topic} consumer(s) per topic"
+            f"{consumer_processes}, {rate}, "
             f"warm-up {self.warmup_s:g} s, {self.duration_s:g} s"
         )
+
+
+def _in_processes(count: int) -> str:
+    return f" in {count} processes" if count > 1 else ""
 
 
 _FIELD_TYPES: dict[str, type] = {

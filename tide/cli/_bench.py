@@ -21,7 +21,9 @@ the end of every queue), then the producers; warm up, measure, stop the producer
 until the consumers have every message, delete the topics. Prints publish and consume
 rates, backlog, publish (call) and end-to-end latency percentiles (HdrHistogram), or the
 whole report as JSON with --json. --baseline first measures a bare gRPC echo with the same
-message shape on this machine and reports Tide's publish rate as a ratio of it. Exit 1
+message shape on this machine and reports Tide's publish rate as a ratio of it.
+--producer-processes / --consumer-processes N run the producers / consumers in N OS
+processes (the load generator's own CPU is then no limit); the report merges them. Exit 1
 when a call failed or published != consumed."""
 
 _BASELINE_DESCRIPTION = """\
@@ -85,6 +87,20 @@ def _workload_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FIELD=VALUE",
         help="override a workload field, e.g. --set duration_s=10 (repeatable)",
     )
+    parser.add_argument(
+        "--producer-processes",
+        type=int,
+        metavar="N",
+        help="run the producers in N OS processes, each with its share of the producers "
+        "and of the rate (1..16; default: the workload's producer_processes, 1)",
+    )
+    parser.add_argument(
+        "--consumer-processes",
+        type=int,
+        metavar="N",
+        help="run the consumers in N OS processes, each with its share of the consumers "
+        "(1..16; default: the workload's consumer_processes, 1)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -108,7 +124,11 @@ def _load(args: argparse.Namespace) -> Any:
     from tide.bench import WorkloadError, apply_overrides, load_workload
 
     try:
-        return apply_overrides(load_workload(args.workload, WORKLOAD_DIR), args.overrides)
+        workload = apply_overrides(load_workload(args.workload, WORKLOAD_DIR), args.overrides)
+        for name in ("producer_processes", "consumer_processes"):
+            if getattr(args, name) is not None:
+                workload = workload.replace(**{name: getattr(args, name)})
+        return workload
     except WorkloadError as exc:
         print(f"tide bench: error: {exc}", file=sys.stderr)
         return None
