@@ -4,10 +4,11 @@
 
 Builds a commitlog byte stream of 128-byte messages in memory (8 queues of one topic
 taking turns, as one producer's round robin sends them, or in random order with
-``--random-queues``; one tag, with or without one key each), cuts it into Tail chunks
-(256 KiB, the storage's default), then measures in-process, chunk by chunk as a dispatch
-runs: the assembler (``RecordAssembler.feed_batch``: finds and checks the records of each
-chunk) and ``DispatchStore.apply`` of each chunk's batch (consume queue entries + index
+``--random-queues``; one tag, or none with ``--no-tag``, with or without one key each),
+cuts it into Tail chunks (2 MiB, what the dispatcher asks for), then measures
+in-process, chunk by chunk as a dispatch runs: the assembler
+(``RecordAssembler.feed_chunk``: finds and checks the records of each chunk, in place)
+and ``DispatchStore.apply`` of each chunk's batches (consume queue entries + index
 entries).
 
 Body CRCs are not checked, as the dispatch service does not check them by default
@@ -26,22 +27,25 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from services.dispatch.dispatcher import TAIL_CHUNK_BYTES
 from services.dispatch.engine.dispatch_store import DispatchConfig, DispatchStore
 from tide.format import HostAddress, encode_properties, encode_record, pack_host, patch_record
 from tide.tail import RecordAssembler, RecordBatch
 
 HOST = pack_host(HostAddress("127.0.0.1", 10911))
 QUEUES = 8
-CHUNK_BYTES = 256 * 1024
+CHUNK_BYTES = TAIL_CHUNK_BYTES
 
 
-def commitlog_bytes(records: int, with_keys: bool, *, random_queues: bool = False) -> bytes:
+def commitlog_bytes(
+    records: int, with_keys: bool, *, random_queues: bool = False, tag: bool = True
+) -> bytes:
     data = bytearray()
     next_offsets = [0] * QUEUES
     body = b"x" * 128
     rng = random.Random(7)
     for i in range(records):
-        props = {"TAGS": "TagA", **({"KEYS": f"key-{i}"} if with_keys else {})}
+        props = {**({"TAGS": "TagA"} if tag else {}), **({"KEYS": f"key-{i}"} if with_keys else {})}
         queue_id = rng.randrange(QUEUES) if random_queues else i % QUEUES
         rec = encode_record(
             "BenchTopic",
@@ -70,9 +74,10 @@ def run(
     *,
     verify_body_crc: bool = False,
     random_queues: bool = False,
+    tag: bool = True,
 ) -> str:
-    data = commitlog_bytes(records, with_keys, random_queues=random_queues)
-    chunks = [(pos, data[pos : pos + chunk_bytes]) for pos in range(0, len(data), chunk_bytes)]
+    data = commitlog_bytes(records, with_keys, random_queues=random_queues, tag=tag)
+    chunks = [(pos, min(pos + chunk_bytes, len(data))) for pos in range(0, len(data), chunk_bytes)]
     assembler = RecordAssembler(0, check_crc=verify_body_crc)
     assemble_s = apply_s = 0.0
     applied = 0
@@ -81,14 +86,15 @@ def run(
             DispatchConfig(Path(tmp), index_slot_count=1_000_000, index_max_entries=4_000_000)
         )
         store.open()
-        for offset, chunk in chunks:
+        for offset, stop in chunks:
             start = clock()
-            batch: RecordBatch = assembler.feed_batch(offset, chunk)
+            batches: list[RecordBatch] = assembler.feed_chunk(offset, data, offset, stop)
             assemble_s += clock() - start
             start = clock()
-            store.apply(batch)
+            for batch in batches:
+                store.apply(batch)
             apply_s += clock() - start
-            applied += len(batch)
+            applied += sum(map(len, batches))
         assert applied == records and store.dispatched_offset == len(data), applied
         store.close()
     total = assemble_s + apply_s
@@ -109,6 +115,9 @@ def main() -> None:
     parser.add_argument(
         "--random-queues", action="store_true", help="queues in random order, not round robin"
     )
+    parser.add_argument(
+        "--no-tag", action="store_true", help="no TAGS property (as bench.dispatch_replay's)"
+    )
     args = parser.parse_args()
     clock = time.perf_counter if args.wall else time.process_time
     print("| keys | records | assembler records/s | apply records/s | together records/s |")
@@ -121,6 +130,7 @@ def main() -> None:
             clock,
             verify_body_crc=args.verify_body_crc,
             random_queues=args.random_queues,
+            tag=not args.no_tag,
         )
         print(line, flush=True)
 

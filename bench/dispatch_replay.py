@@ -63,9 +63,23 @@ def fill(storage_addr: str, records: int) -> int:
 
 
 def cpu_s(pid: int, task: str = "") -> float:
+    return sum(user_system_s(pid, task))
+
+
+def user_system_s(pid: int, task: str = "") -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (or one of its threads)."""
+    fields = _stat(pid, task)
+    return int(fields[11]) / CLOCK_TICKS_PER_S, int(fields[12]) / CLOCK_TICKS_PER_S
+
+
+def minor_faults(pid: int) -> int:
+    return int(_stat(pid)[7])
+
+
+def _stat(pid: int, task: str = "") -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state first)."""
     stat = Path(f"/proc/{pid}/task/{task}/stat" if task else f"/proc/{pid}/stat")
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S  # utime + stime
+    return stat.read_text().rsplit(")", 1)[1].split()
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
@@ -130,7 +144,7 @@ def spy_on(pid: int, out: str) -> subprocess.Popen[bytes]:
         str(py_spy),
         "record",
         "-r",
-        "250",
+        "1000",
         "--format",
         "raw",
         "--gil",
@@ -148,17 +162,24 @@ def replay(
     """From the dispatch's ready file (it has reconciled and follows) to caught up."""
     dispatch = dpb_grpc.DispatchStub(grpc.insecure_channel(dispatch_addr))
     threads_before = thread_cpu_s(pid)
-    started, cpu_before, storage_before = time.monotonic(), cpu_s(pid), cpu_s(storage_pid)
+    started, storage_before = time.monotonic(), cpu_s(storage_pid)
+    user_before, system_before = user_system_s(pid)
+    faults_before = minor_faults(pid)
     while time.monotonic() - started < REPLAY_TIMEOUT_S:
         status = dispatch.GetStatus(dpb.GetDispatchStatusRequest(), timeout=60)
         if status.dispatched_offset >= end:
             elapsed_s = time.monotonic() - started
-            used_s = cpu_s(pid) - cpu_before
+            user_s, system_s = user_system_s(pid)
+            user_s -= user_before
+            system_s -= system_before
+            used_s = user_s + system_s
             storage_s = cpu_s(storage_pid) - storage_before
             print(
                 f"replayed {records:,} records ({end:,} B) in {elapsed_s:.2f} s: "
                 f"{records / elapsed_s:,.0f} records/s; dispatch CPU {used_s:.2f} s "
-                f"({records / max(used_s, 1e-9):,.0f} records per CPU second), "
+                f"(user {user_s:.2f}, system {system_s:.2f}; "
+                f"{used_s / records * 1e6:.2f} us per record, "
+                f"{minor_faults(pid) - faults_before:,} page faults), "
                 f"storage CPU {storage_s:.2f} s; load {loadavg()}",
                 flush=True,
             )

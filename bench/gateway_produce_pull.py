@@ -3,6 +3,7 @@
     python -m bench.gateway_produce_pull                      # ~40 s
     python -m bench.gateway_produce_pull --duration-s 5 --inflight 4
     python -m bench.gateway_produce_pull --phases produce --producers 2 --inflight 4
+    python -m bench.gateway_produce_pull --phases produce --produce-api stream --inflight 16
     python -m bench.gateway_produce_pull --py-spy /tmp/prof --py-spy-phase produce
     python -m bench.gateway_produce_pull --phases produce --metrics both --rounds 3
 
@@ -10,7 +11,10 @@ Starts real processes on a fresh store: a name server, one broker (storage + dis
 registered) and a gateway, and creates a topic with ``--queues`` queues. Then:
 
 * ``produce``: 128-byte messages in batches of 100 (round robin), ``--inflight`` calls
-  in flight, for ``--duration-s``: messages/s, and p50/p99 of a call's latency;
+  in flight, for ``--duration-s``: messages/s, and p50/p99 of a call's latency. With
+  ``--produce-api stream`` the batches go over one ``ProduceStream`` per producer
+  process instead, ``--inflight`` requests in flight on it (the gateway processes up to
+  32 of a stream at once); a request's latency is from its write to its answer;
 * ``pull``: every message read back (one puller per queue, ``--pull-batch`` messages a
   call, no long polling): messages/s;
 * ``e2e``: a steady ``--rate`` messages/s (batches of 100) while one long-polling
@@ -23,7 +27,7 @@ one core: on a shared box it tells where the cores went. ``--py-spy DIR`` record
 service with py-spy (collapsed stacks, ``DIR/<service>.txt``) during one phase.
 
 The client sends pre-serialized requests (the produce batch is encoded once), so its
-own CPU is mostly gRPC's per-call cost.
+own CPU is mostly gRPC's per-call (or per-message, on a stream) cost.
 
 ``--metrics on`` starts every service with ``--metrics-listen 127.0.0.1:0`` (Prometheus
 endpoint on) and scrapes each endpoint every ``--scrape-interval-s`` (15 s, Prometheus's
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import multiprocessing
 import os
@@ -77,6 +82,8 @@ MAX_MESSAGES_PER_PHASE = 50_000_000
 PHASES = ("produce", "pull", "e2e")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PRODUCE_METHOD = "/tide.v1.Gateway/Produce"
+PRODUCE_STREAM_METHOD = "/tide.v1.Gateway/ProduceStream"
+PRODUCE_APIS = ("unary", "stream")
 # The services started by ``service``, by name (for CPU accounting and py-spy).
 PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
 # Their Prometheus endpoints (HOST:PORT) when started with metrics on.
@@ -266,10 +273,13 @@ def produce_callable(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCalla
 
 
 async def produce_calls(
-    gateway: str, inflight: int, duration_s: float
+    gateway: str, inflight: int, duration_s: float, api: str = "unary"
 ) -> tuple[list[float], float]:
-    """Latencies of the produce calls made by ``inflight`` callers for ``duration_s``."""
+    """Latencies of the produce calls made by ``inflight`` callers for ``duration_s``
+    (``api`` "stream": requests on one ProduceStream, ``inflight`` of them in flight)."""
     request = batch_request(b"p" * BODY_BYTES).SerializeToString()
+    if api == "stream":
+        return await produce_stream_calls(gateway, request, inflight, duration_s)
     latencies_s: list[float] = []
     async with grpc.aio.insecure_channel(gateway) as channel:
         produce = produce_callable(channel)
@@ -283,10 +293,52 @@ async def produce_calls(
                 sent = time.monotonic()
                 reply = await produce(request, timeout=30)
                 latencies_s.append(time.monotonic() - sent)
-                if any(result.status for result in reply.results):  # SEND_OK is 0
-                    raise AssertionError(f"not SEND_OK: {reply.results}")
+                check_results(reply)
 
         await asyncio.gather(*(caller() for _ in range(inflight)))
+        return latencies_s, time.monotonic() - start
+
+
+def check_results(reply: pb.ProduceResponse) -> None:
+    if any(result.status for result in reply.results):  # SEND_OK is 0
+        raise AssertionError(f"not SEND_OK: {reply.results}")
+
+
+async def produce_stream_calls(
+    gateway: str, request: bytes, inflight: int, duration_s: float
+) -> tuple[list[float], float]:
+    """The serialized ``request`` written on one ProduceStream, ``inflight`` unanswered at
+    most, for ``duration_s``; then half-close and read the last answers."""
+    latencies_s: list[float] = []
+    sent: collections.deque[float] = collections.deque()
+    slots = asyncio.Semaphore(inflight)
+    async with grpc.aio.insecure_channel(gateway) as channel:
+        call = channel.stream_stream(
+            PRODUCE_STREAM_METHOD,
+            request_serializer=None,
+            response_deserializer=pb.ProduceStreamResponse.FromString,
+        )(timeout=duration_s + 60)  # type: ignore[call-arg]  # no iterator: call.write()
+        start = time.monotonic()
+
+        async def writer() -> None:
+            while (
+                time.monotonic() - start < duration_s
+                and (len(latencies_s) + len(sent)) * BATCH < MAX_MESSAGES_PER_PHASE
+            ):
+                await slots.acquire()
+                sent.append(time.monotonic())
+                await call.write(request)
+            await call.done_writing()
+
+        async def reader() -> None:
+            async for answer in call:
+                latencies_s.append(time.monotonic() - sent.popleft())
+                slots.release()
+                if answer.error_code:
+                    raise AssertionError(f"error {answer.error_code}: {answer.error_message}")
+                check_results(answer.response)
+
+        await asyncio.gather(writer(), reader())
         return latencies_s, time.monotonic() - start
 
 
@@ -294,21 +346,22 @@ def _producer_worker(
     gateway: str,
     inflight: int,
     duration_s: float,
+    api: str,
     out: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
-    out.put(asyncio.run(produce_calls(gateway, inflight, duration_s)))
+    out.put(asyncio.run(produce_calls(gateway, inflight, duration_s, api)))
 
 
 async def produce_phase(
-    gateway: str, inflight: int, duration_s: float, producers: int
+    gateway: str, inflight: int, duration_s: float, producers: int, api: str = "unary"
 ) -> dict[str, float]:
     if producers <= 1:
-        latencies_s, wall_s = await produce_calls(gateway, inflight, duration_s)
+        latencies_s, wall_s = await produce_calls(gateway, inflight, duration_s, api)
     else:
         context = multiprocessing.get_context("spawn")
         out = context.Queue()
         workers = [
-            context.Process(target=_producer_worker, args=(gateway, inflight, duration_s, out))
+            context.Process(target=_producer_worker, args=(gateway, inflight, duration_s, api, out))
             for _ in range(producers)
         ]
         for worker in workers:
@@ -448,7 +501,9 @@ async def run(gateway: str, args: argparse.Namespace) -> dict[str, dict[str, obj
         if "produce" in args.phases:
             await measured(
                 "produce",
-                produce_phase(gateway, args.inflight, args.duration_s, args.producers),
+                produce_phase(
+                    gateway, args.inflight, args.duration_s, args.producers, args.produce_api
+                ),
             )
             await asyncio.sleep(2.0)  # let dispatch catch up
         if "pull" in args.phases:
@@ -471,7 +526,19 @@ def print_cpu(cpu: dict[str, dict[str, float]]) -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration-s", type=float, default=10.0, help="produce phase length")
-    parser.add_argument("--inflight", type=int, default=8, help="produce calls in flight")
+    parser.add_argument(
+        "--inflight",
+        type=int,
+        default=8,
+        help="produce calls in flight (--produce-api stream: requests in flight on the stream)",
+    )
+    parser.add_argument(
+        "--produce-api",
+        default="unary",
+        choices=PRODUCE_APIS,
+        help="produce phase: a Produce call per batch (unary, the default) or the batches "
+        "on one ProduceStream per producer (stream)",
+    )
     parser.add_argument("--queues", type=int, default=4, help="queues of the topic")
     parser.add_argument("--pull-batch", type=int, default=32, help="messages per Pull")
     parser.add_argument("--rate", type=int, default=5_000, help="e2e phase messages/s")
@@ -575,9 +642,9 @@ def print_results(args: argparse.Namespace, results: dict[str, dict[str, object]
     if "produce" in results:
         produce = results["produce"]
         print(
-            f"produce: {produce['msgs_per_s']:,.0f} msgs/s ({BODY_BYTES} B, batches of {BATCH}, "
-            f"{args.producers} x {args.inflight} in flight); call p50 {produce['p50_ms']:.1f} ms, "
-            f"p99 {produce['p99_ms']:.1f} ms"
+            f"produce ({args.produce_api}): {produce['msgs_per_s']:,.0f} msgs/s ({BODY_BYTES} B, "
+            f"batches of {BATCH}, {args.producers} x {args.inflight} in flight); call p50 "
+            f"{produce['p50_ms']:.1f} ms, p99 {produce['p99_ms']:.1f} ms"
         )
         print_cpu(produce["cpu"])  # type: ignore[arg-type]
     if "pull" in results:

@@ -8,6 +8,8 @@ Cases (each for every message size, batch size and flush mode asked for):
 * ``inproc-store``: ``MessageStore.put`` with ready ``MessageInput`` objects: validation,
   encoding and the append, on one thread (SYNC: ``--sync-callers`` threads, each waiting
   for its group commit).
+* ``inproc-run``: ``MessageStore.put_run`` of a record run encoded beforehand (what the
+  gateway sends): the store's checks of the run and the append.
 * ``inproc-commitlog``: ``CommitLog.append`` of records encoded beforehand: the part under
   the append lock alone.
 * ``grpc``: a real storage process; an asyncio client with ``--inflight`` calls in
@@ -41,8 +43,10 @@ from pathlib import Path
 import grpc
 
 from services.storage.engine.config import GIB, FlushMode, StoreConfig
-from services.storage.engine.message_codec import MessageInput
+from services.storage.engine.message_codec import MessageInput, encode_message_properties
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.record_run import run_from_records
+from tide.format import RunWriter, pack_host, parse_host, topic_part
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -94,6 +98,16 @@ def summarize(
 def messages(size: int, batch: int, queues: int = 8) -> list[MessageInput]:
     body = os.urandom(size)
     return [MessageInput("BenchTopic", i % queues, body, tags="TagA") for i in range(batch)]
+
+
+def encoded_run(batch: list[MessageInput]) -> bytes:
+    """The batch as a producer-encoded record run (what the gateway sends)."""
+    writer = RunWriter(pack_host(parse_host("127.0.0.1:40000")))
+    for message in batch:
+        magic, part = topic_part(message.topic.encode())
+        properties = encode_message_properties(message.tags, message.keys, message.properties)
+        writer.add(magic, part, message.queue_id, message.body, properties, 0, 0, 1)
+    return writer.getvalue()
 
 
 @contextmanager
@@ -151,9 +165,18 @@ def bench_inproc(
         time.sleep(args.settle_s)  # steady state: the next segment is prepared
         lat, wall = run_threads(callers, args.duration_s, put)
         results.append(summarize("inproc-store", flush, size, batch, callers, lat, wall))
+        run_bytes = encoded_run(batch_msgs)
+
+        def put_run() -> None:
+            durable = store.put_run([run_bytes]).durable
+            if durable is not None:
+                durable.result(timeout_s)
+
+        lat, wall = run_threads(callers, args.duration_s, put_run)
+        results.append(summarize("inproc-run", flush, size, batch, callers, lat, wall))
         if flush == "async":
-            records = store.encode(batch_msgs)
-            lat, wall = run_threads(1, args.duration_s, lambda: store.commitlog.append(records))
+            run = run_from_records(store.encode(batch_msgs))  # patched in place on each append
+            lat, wall = run_threads(1, args.duration_s, lambda: store.commitlog.append(run))
             results.append(summarize("inproc-commitlog", flush, size, batch, 1, lat, wall))
     return results
 

@@ -8,12 +8,17 @@ messages and ``max_bytes``). Nothing waits on a timer: with a call slot free a g
 is sent at once, so a lightly loaded gateway adds no latency.
 
 Each group is kept as its serialized ``AppendRequest``; requests concatenate into one
-(a repeated field's entries simply follow each other), and the response's results are
-handed back in the same order, one slice per group. The storage validates a whole batch
-before writing any of it, so when a coalesced call fails for a reason of its own
-(INVALID_ARGUMENT, NOT_FOUND, ...), nothing was written and every group is sent again
-on its own: one producer's bad message never fails another's. A failure to reach the
-storage fails every group of the call (they are retried elsewhere by the producer).
+(a repeated field's entries simply follow each other), and each group gets the response
+with the range of its entries (results or record columns), in the same order. The
+storage validates a whole batch before writing any of it, so when a coalesced call
+fails for a reason of its own (INVALID_ARGUMENT, NOT_FOUND, ...), nothing was written
+and every group is sent again on its own: one producer's bad message never fails
+another's. A failure to reach the storage fails every group of the call (they are
+retried elsewhere by the producer).
+
+The queue does not know how a call travels: ``RawAppend`` is given by brokers.py, which
+sends it over one of the storage's AppendStream streams (append_streams.py; one stream
+per call slot) or, inside a sampled trace, as a unary ``Append``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import asyncio
 import contextvars
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +37,18 @@ from tide.v1 import storage_pb2 as storage_pb
 
 # (serialized AppendRequest, timeout) -> AppendResponse
 RawAppend = Callable[[bytes, float], Coroutine[Any, Any, storage_pb.AppendResponse]]
-# A group's results and the latency of the call that carried it (ms).
-Outcome = tuple[Sequence[storage_pb.AppendResult], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The response of the call that carried a group, where the group's entries are in
+    it (``results`` or the record columns), and the call's latency."""
+
+    response: storage_pb.AppendResponse
+    start: int
+    end: int
+    latency_ms: float
+
 
 # Answers meaning "the broker is not reachable (now)" (brokers.py exports it too).
 UNREACHABLE = frozenset(
@@ -82,12 +97,12 @@ class AppendQueue:
         return self._in_flight
 
     async def append(self, data: bytes, count: int, timeout_s: float) -> Outcome:
-        """Append the serialized request ``data`` of ``count`` messages; its results
-        (in order) and the call's latency. Raises the call's ``grpc.aio.AioRpcError``."""
+        """Append the serialized request ``data`` of ``count`` messages (or records);
+        raises the call's ``grpc.aio.AioRpcError``."""
         if self._in_flight < self._max_in_flight and not self._waiting:
             self._in_flight += 1
             try:
-                return await self._call(data, timeout_s)
+                return await self._call(data, count, timeout_s)
             finally:
                 self._in_flight -= 1
                 self._next(timeout_s)
@@ -95,11 +110,11 @@ class AppendQueue:
         self._waiting.append(_Waiting(data, count, future, contextvars.copy_context()))
         return await future
 
-    async def _call(self, data: bytes, timeout_s: float) -> Outcome:
+    async def _call(self, data: bytes, count: int, timeout_s: float) -> Outcome:
         async with self._limit:
             started = time.monotonic()  # the broker's latency, not the wait for a turn
             response = await self._append(data, timeout_s)
-        return response.results, (time.monotonic() - started) * 1000
+        return Outcome(response, 0, count, (time.monotonic() - started) * 1000)
 
     def _next(self, timeout_s: float) -> None:
         """Send what waits, while a call slot is free."""
@@ -137,8 +152,9 @@ class AppendQueue:
 
     async def _send_batch(self, batch: list[_Waiting], timeout_s: float) -> None:
         data = batch[0].data if len(batch) == 1 else b"".join(item.data for item in batch)
+        total = sum(item.count for item in batch)
         try:
-            results, latency_ms = await self._call(data, timeout_s)
+            outcome = await self._call(data, total, timeout_s)
         except grpc.aio.AioRpcError as exc:
             if len(batch) > 1 and exc.code() not in UNREACHABLE:
                 await asyncio.gather(*(self._send_alone(item, timeout_s) for item in batch))
@@ -159,14 +175,14 @@ class AppendQueue:
         for item in batch:
             end = start + item.count
             if not item.future.done():
-                item.future.set_result((results[start:end], latency_ms))
+                item.future.set_result(Outcome(outcome.response, start, end, outcome.latency_ms))
             start = end
 
     async def _send_alone(self, item: _Waiting, timeout_s: float) -> None:
         if item.future.done():
             return
         try:
-            outcome = await self._call(item.data, timeout_s)
+            outcome = await self._call(item.data, item.count, timeout_s)
         except grpc.aio.AioRpcError as exc:
             if not item.future.done():
                 item.future.set_exception(exc)

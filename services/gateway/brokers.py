@@ -12,8 +12,10 @@ from collections import OrderedDict
 from typing import Any
 
 import grpc
+from opentelemetry import trace
 
-from services.gateway.append_queue import UNREACHABLE, AppendQueue
+from services.gateway.append_queue import MAX_APPENDS_IN_FLIGHT, UNREACHABLE, AppendQueue
+from services.gateway.append_streams import AppendStreamPool
 from tide.server import MAX_MESSAGE_BYTES, ServiceError, traced_channel
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
 from tide.v1 import storage_pb2 as storage_pb
@@ -79,6 +81,7 @@ class BrokerChannels:
         self._dispatch: dict[str, dispatch_grpc.DispatchAsyncStub] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._appends: dict[str, AppendQueue] = {}
+        self._streams: dict[str, AppendStreamPool] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def limit(self, address: str) -> asyncio.Semaphore:
@@ -101,6 +104,9 @@ class BrokerChannels:
             self._dispatch.pop(old_address, None)
             self._limits.pop(old_address, None)
             self._appends.pop(old_address, None)
+            streams = self._streams.pop(old_address, None)
+            if streams is not None:
+                streams.close()
             log.info("closing the channel to %s (least recently used)", old_address)
             task = asyncio.ensure_future(old.close(None))
             self._closing.add(task)
@@ -114,21 +120,34 @@ class BrokerChannels:
         return stub
 
     def appends(self, address: str) -> AppendQueue:
-        """The coalescing Append queue of the storage at ``address``."""
+        """The coalescing Append queue of the storage at ``address``. Its calls go over
+        the address's AppendStream pool (as many streams as call slots), except in a
+        sampled trace: a stream carries no trace context per request, so those use the
+        unary Append and the storage's spans stay in the produce's trace."""
         queue = self._appends.get(address)
         if queue is None:
-            call = self._channel(address).unary_unary(
+            channel = self._channel(address)
+            call = channel.unary_unary(
                 "/tide.v1.Storage/Append",
                 request_serializer=None,  # requests arrive serialized
                 response_deserializer=storage_pb.AppendResponse.FromString,
             )
+            streams = AppendStreamPool(channel, address, MAX_APPENDS_IN_FLIGHT)
+            self._streams[address] = streams
 
             async def append(data: bytes, timeout_s: float) -> storage_pb.AppendResponse:
-                response: storage_pb.AppendResponse = await call(data, timeout=timeout_s)
-                return response
+                if trace.get_current_span().is_recording():
+                    response: storage_pb.AppendResponse = await call(data, timeout=timeout_s)
+                    return response
+                return await streams.append(data, timeout_s)
 
-            queue = self._appends[address] = AppendQueue(append, self.limit(address))
+            queue = AppendQueue(append, self.limit(address), max_in_flight=MAX_APPENDS_IN_FLIGHT)
+            self._appends[address] = queue
         return queue
+
+    def append_streams(self, address: str) -> AppendStreamPool | None:
+        """The AppendStream pool of ``address`` (None before its first append)."""
+        return self._streams.get(address)
 
     def connected(self, address: str) -> bool:
         """Whether the channel to ``address`` is connected now (READY). Asking also starts a
@@ -148,6 +167,9 @@ class BrokerChannels:
         self._storage.clear()
         self._dispatch.clear()
         self._appends.clear()
+        for streams in self._streams.values():
+            streams.close()
+        self._streams.clear()
         for channel in channels:
             await channel.close(None)
         if self._closing:

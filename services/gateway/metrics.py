@@ -3,7 +3,11 @@ never per message: totals are plain numbers reported by observable counters, the
 latency is one histogram record), and its trace attributes.
 
 * ``tide_gateway_produced_messages_total``, ``tide_gateway_produced_bytes_total`` (the
-  serialized ProduceRequest), ``tide_gateway_produce_latency_seconds``;
+  commitlog records written), ``tide_gateway_produce_latency_seconds``: Produce calls and
+  ProduceStream requests alike (one latency record per request);
+* ``tide_gateway_produce_stream_errors_total{code}``: ProduceStream requests answered with
+  an in-band error (a failed Produce call is counted by the interceptor, below);
+  ``tide_gateway_produce_streams`` (open now);
 * ``tide_gateway_pull_results_total{status}``, ``tide_gateway_pulled_messages_total``;
 * ``tide_gateway_held_pulls`` (long polls waiting now);
 * ``tide_gateway_consumer_lag_messages{group,topic,broker,queue}``: for the queues whose
@@ -28,6 +32,8 @@ from opentelemetry import trace
 from opentelemetry.metrics import Histogram
 
 from services.gateway.long_poll import HeldPulls
+from services.gateway.produce_stream import ProduceOne, ProduceStreams
+from tide.server import ServiceError
 from tide.server._metrics import (
     LATENCY_BUCKETS_S,
     Attributes,
@@ -51,21 +57,33 @@ Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
 class GatewayMetrics:
-    def __init__(self, servicer: Any, held: HeldPulls) -> None:
-        """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)."""
+    def __init__(
+        self,
+        servicer: Any,
+        held: HeldPulls,
+        written_bytes: Callable[[], int],
+        streams: ProduceStreams | None = None,
+    ) -> None:
+        """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)
+        and the request handler of ``streams`` (its ProduceStream calls); ``written_bytes``
+        gives the record bytes the produces wrote so far."""
         self._held = held
+        self._streams = streams
+        self._written_bytes = written_bytes
         self._get_offset: Handler = servicer.GetOffset
         self._queue_offsets: Handler = servicer.GetQueueOffsets
         self._produce_latency: Histogram | None = None
         # Totals, updated on the event loop only.
         self.produced_messages = 0
-        self.produced_bytes = 0
         self.pulled_messages = 0
         self.pull_results: dict[str, int] = {}
+        self.stream_errors: dict[str, int] = {}  # status code name -> in-band errors
         self._committed: dict[LagKey, float] = {}  # -> monotonic time of the last commit
         self._gauges: list[SampledGauges] = []
         servicer.Produce = self._wrap_produce(servicer.Produce)
         servicer.Pull = self._wrap_pull(servicer.Pull)
+        if streams is not None:
+            streams.produce = self._wrap_stream_produce(streams.produce)
         servicer.CommitOffset = self._wrap_commit(servicer.CommitOffset)
 
     def start(self) -> None:
@@ -79,9 +97,16 @@ class GatewayMetrics:
         observable_total(
             meter,
             "tide_gateway_produced_bytes_total",
-            lambda: self.produced_bytes,
-            "produce request bytes (serialized ProduceRequest)",
+            self._written_bytes,
+            "bytes of the commitlog records produced",
             unit="By",
+        )
+        observable_total(
+            meter,
+            "tide_gateway_produce_stream_errors_total",
+            lambda: self.stream_errors,
+            "ProduceStream requests answered with an error, by status code",
+            label="code",
         )
         observable_total(
             meter,
@@ -99,18 +124,21 @@ class GatewayMetrics:
         self._produce_latency = meter.create_histogram(
             "tide_gateway_produce_latency_seconds",
             unit="s",
-            description="Produce call latency (all the storage appends it waited for)",
+            description="Produce call (or ProduceStream request) latency (all the storage "
+            "appends it waited for)",
             explicit_bucket_boundaries_advisory=list(LATENCY_BUCKETS_S),
         )
         held = SampledGauges(meter, self._sample_held)
         held.gauge("tide_gateway_held_pulls", "long polls held now")
+        streams = SampledGauges(meter, self._sample_streams)
+        streams.gauge("tide_gateway_produce_streams", "ProduceStream calls open now")
         lag = SampledGauges(meter, self._sample_lag, LAG_SCAN_INTERVAL_S)
         lag.gauge(
             "tide_gateway_consumer_lag_messages",
             "max offset - committed offset per group and queue (groups that committed here)",
         )
         lag.gauge("tide_gateway_consumer_lag_queues", "queues the consumer lag scan covers")
-        self._gauges = [held, lag]
+        self._gauges = [held, streams, lag]
         for gauges in self._gauges:
             gauges.start()
 
@@ -136,10 +164,29 @@ class GatewayMetrics:
             if latency is not None:
                 latency.record(time.perf_counter() - started)
             self.produced_messages += count
-            self.produced_bytes += request.ByteSize()
             return response
 
         return Produce
+
+    def _wrap_stream_produce(self, produce: ProduceOne) -> ProduceOne:
+        """One ProduceStream request: as a Produce call (no span of its own: the stream
+        has one), and its in-band error counted."""
+
+        async def produce_one(request: pb.ProduceRequest, peer: str) -> pb.ProduceResponse:
+            started = time.perf_counter()
+            try:
+                response = await produce(request, peer)
+            except ServiceError as exc:
+                name = exc.code.name
+                self.stream_errors[name] = self.stream_errors.get(name, 0) + 1
+                raise
+            latency = self._produce_latency
+            if latency is not None:
+                latency.record(time.perf_counter() - started)
+            self.produced_messages += len(request.messages)
+            return response
+
+        return produce_one
 
     def _wrap_pull(self, pull: Handler) -> Handler:
         async def Pull(request: pb.PullRequest, context: Any) -> pb.PullResponse:
@@ -173,6 +220,10 @@ class GatewayMetrics:
     # -- gauges ------------------------------------------------------------------
     def _sample_held(self) -> Sample:
         return {"tide_gateway_held_pulls": self._held.held}
+
+    def _sample_streams(self) -> Sample:
+        streams = self._streams
+        return {"tide_gateway_produce_streams": streams.open_streams if streams else 0}
 
     async def _sample_lag(self) -> Sample:
         now = time.monotonic()

@@ -3,9 +3,14 @@
 Every message is checked before anything is sent (one bad message rejects the call with
 INVALID_ARGUMENT naming ``messages[i]``). Each message gets a queue (its explicit queue,
 its sharding key's queue, or round robin over the writable queues); the messages for one
-broker go in one ``Storage.Append``, the brokers are called concurrently. When a broker
-cannot be reached (UNAVAILABLE, DEADLINE_EXCEEDED) its messages, except those sent to an
-explicit queue, are sent again to another broker, up to ``--produce-retries`` times.
+broker are encoded as commitlog records (``tide.format.RunWriter``) and go in one
+``Storage.Append``, the brokers are called concurrently. When a broker cannot be reached
+(UNAVAILABLE, DEADLINE_EXCEEDED) its messages, except those sent to an explicit queue,
+are sent again to another broker, up to ``--produce-retries`` times.
+
+The common request (one topic, no explicit queue or sharding key) takes a shorter path
+(:class:`PlainBatch`): queues picked in one step, records encoded as they are grouped;
+what it could not write goes the general way for its retries.
 
 Outcome: every message written -> their results; none written -> the call fails with the
 first failure's status; some written -> the others are SEND_FAILED with their error.
@@ -16,33 +21,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
 
+from services.gateway.append_queue import Outcome
 from services.gateway.brokers import UNREACHABLE, BrokerChannels, broker_error
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.options import GatewayConfig
-from services.gateway.routes import PERM_WRITE, Member, QueueRef, RouteCache, TopicView
+from services.gateway.produce_plain import PlainBatch, PlainGroup
+from services.gateway.produce_results import Written, produce_response, written_rows
+from services.gateway.produce_routes import explicit_queue, no_writable_queue
+from services.gateway.records import BornHosts, message_properties
+from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.uniq import UniqueKeyGenerator
-from services.gateway.validate import check_produce_messages, peer_host
-from tide.format import UNIQ_KEY
+from services.gateway.validate import check_produce_messages
+from tide.format import RunWriter, topic_part
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.gateway.produce")
 
-
-_STATUS: dict[storage_pb.AppendStatus.ValueType, pb.ProduceResult.Status.ValueType] = {
-    storage_pb.PUT_OK: pb.ProduceResult.SEND_OK,
-    storage_pb.FLUSH_DISK_TIMEOUT: pb.ProduceResult.FLUSH_DISK_TIMEOUT,
-    storage_pb.FLUSH_SLAVE_TIMEOUT: pb.ProduceResult.FLUSH_SLAVE_TIMEOUT,
-    storage_pb.SLAVE_NOT_AVAILABLE: pb.ProduceResult.SLAVE_NOT_AVAILABLE,
-}
 AutoCreate = Callable[[str], Awaitable[TopicView]]
+MAX_CACHED_TOPICS = 100_000
 
 
 @dataclass(slots=True)
@@ -55,8 +59,7 @@ class _Pending:
     unique_key: str
     excluded: set[str] | None = None
     error: ServiceError | None = None
-    # (broker name, queue id, the broker's result) once written.
-    written: tuple[str, int, storage_pb.AppendResult] | None = None
+    written: Written | None = None
 
 
 @dataclass(slots=True)
@@ -82,6 +85,10 @@ class Producer:
         self._selector = QueueSelector(fault)
         self._unique_keys = UniqueKeyGenerator()
         self._auto_create = auto_create
+        self._born_hosts = BornHosts()
+        self._topic_parts: dict[str, tuple[int, bytes]] = {}
+        # Record bytes sent to storages and written (metrics).
+        self.written_bytes = 0
 
     async def produce(self, request: pb.ProduceRequest, peer: str) -> pb.ProduceResponse:
         messages = request.messages
@@ -97,61 +104,73 @@ class Producer:
                 f"{count} messages in one Produce; the limit is {limit} "
                 "(--max-produce-messages): split the batch",
             )
-        check_produce_messages(messages, self._config.max_message_body_bytes)
-        views = await self._views({message.topic for message in messages})
-        born_host = peer_host(peer)
+        check = check_produce_messages(messages, self._config.max_message_body_bytes)
+        views = await self._views(check.topics)
+        born_host = self._born_hosts.packed(peer)
         now_ms = time.time_ns() // 1_000_000
+        unique_keys = self._fill_unique_keys(messages)
+        if not check.routed and len(views) == 1:
+            (view,) = views.values()
+            plain = PlainBatch(messages, unique_keys, view, bodies_only=check.bodies_only)
+            await self._send_plain(plain, born_host, now_ms)
+            if plain.unsent and self._config.produce_retries:
+                pending = [
+                    _Pending(
+                        index,
+                        messages[index],
+                        view,
+                        None,
+                        "",
+                        unique_keys[index],
+                        {broker_name},
+                        plain.errors[index],
+                    )
+                    for index, broker_name in plain.unsent
+                ]
+                await self._send(pending, born_host, now_ms, self._config.produce_retries)
+                for item in pending:
+                    plain.rows[item.index] = item.written if item.error is None else None
+                    plain.errors[item.index] = item.error
+            return produce_response(unique_keys, plain.rows, plain.errors)
+        pending = await self._pending(messages, unique_keys, views)
+        await self._send(pending, born_host, now_ms, self._config.produce_retries + 1)
+        return produce_response(
+            unique_keys,
+            [item.written if item.error is None else None for item in pending],
+            [item.error for item in pending],
+        )
+
+    def _fill_unique_keys(self, messages: Sequence[pb.ProduceMessage]) -> list[str]:
+        """Each message's unique key: its own, or a fresh one (one clock reading)."""
         given = [message.unique_key for message in messages]
-        fresh = iter(self._unique_keys.next_many(given.count("")))
+        fresh = given.count("")
+        if fresh == len(given):
+            return self._unique_keys.next_many(fresh)
+        if fresh:
+            generated = iter(self._unique_keys.next_many(fresh))
+            return [key or next(generated) for key in given]
+        return given
+
+    async def _pending(
+        self,
+        messages: Sequence[pb.ProduceMessage],
+        unique_keys: list[str],
+        views: dict[str, TopicView],
+    ) -> list[_Pending]:
         pending: list[_Pending] = []
         for index, message in enumerate(messages):
             view = views[message.topic]
             route = message.WhichOneof("route")
             explicit: QueueRef | None = None
             if route == "queue":
-                view, explicit = await self._explicit_queue(index, message, view)
+                view, explicit = await explicit_queue(self._routes, index, message, view)
             elif not view.writable:
-                raise _no_writable_queue(view)
+                raise no_writable_queue(view)
+            sharding_key = message.sharding_key if route == "sharding_key" else ""
             pending.append(
-                _Pending(
-                    index,
-                    message,
-                    view,
-                    explicit,
-                    message.sharding_key if route == "sharding_key" else "",
-                    given[index] or next(fresh),
-                )
+                _Pending(index, message, view, explicit, sharding_key, unique_keys[index])
             )
-        await self._send(pending, born_host, now_ms)
-        failed = [item for item in pending if item.error is not None]
-        if len(failed) == count:
-            first = failed[0].error
-            assert first is not None
-            raise first
-        response = pb.ProduceResponse()
-        add = response.results.add
-        for item in pending:
-            written = item.written
-            if item.error is None and written is not None:
-                broker_name, queue_id, result = written
-                add(
-                    status=_STATUS[result.status],
-                    msg_id=result.msg_id,
-                    unique_key=item.unique_key,
-                    broker_name=broker_name,
-                    queue_id=queue_id,
-                    queue_offset=result.queue_offset,
-                    store_timestamp_ms=result.store_timestamp_ms,
-                )
-            else:
-                error = item.error
-                assert error is not None
-                add(
-                    status=pb.ProduceResult.SEND_FAILED,
-                    unique_key=item.unique_key,
-                    error=f"{error.code.name}: {error.message}",
-                )
-        return response
+        return pending
 
     async def _views(self, topics: set[str]) -> dict[str, TopicView]:
         views: dict[str, TopicView] = {}
@@ -165,41 +184,53 @@ class Producer:
                 views[topic] = await self._auto_create(topic)
         return views
 
-    async def _explicit_queue(
-        self, index: int, message: pb.ProduceMessage, view: TopicView
-    ) -> tuple[TopicView, QueueRef]:
-        ref = QueueRef(message.queue.broker_name, message.queue.queue_id)
-        data = view.queue_data.get(ref.broker_name)
-        if data is None or ref.queue_id >= data.write_queue_nums:
-            view = await self._routes.get(message.topic, refresh=True)  # the cache may be old
-            data = view.queue_data.get(ref.broker_name)
-        where = f"messages[{index}].queue"
-        if data is None:
-            raise ServiceError(
-                grpc.StatusCode.NOT_FOUND,
-                f"{where}: broker {ref.broker_name!r} does not serve topic {view.topic!r} "
-                f"(it is on: {', '.join(sorted(view.queue_data)) or 'no broker'})",
-            )
-        if ref.queue_id >= data.write_queue_nums:
-            raise ServiceError(
-                grpc.StatusCode.NOT_FOUND,
-                f"{where}: queue_id {ref.queue_id} is out of range: topic {view.topic!r} has "
-                f"{data.write_queue_nums} write queues on broker {ref.broker_name!r} "
-                f"(0..{data.write_queue_nums - 1})",
-            )
-        if not data.perm & PERM_WRITE:
-            raise ServiceError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"{where}: topic {view.topic!r} is not writable on broker {ref.broker_name!r} "
-                f"(perm {data.perm}); update its perm to include write (2)",
-            )
-        if view.master(ref.broker_name) is None:
-            raise ServiceError(
-                grpc.StatusCode.UNAVAILABLE,
-                f"{where}: broker {ref.broker_name!r} has no live master",
-            )
-        return view, ref
+    # -- the plain path ----------------------------------------------------------
+    async def _send_plain(self, plain: PlainBatch, born_host: bytes, now_ms: int) -> None:
+        """One attempt: round robin queues for the whole batch, one run per broker."""
+        view = plain.view
+        if not view.writable:
+            raise no_writable_queue(view)
+        queues = self._selector.round_robin_many(view.topic, view.writable, len(plain.messages))
+        magic, part = self._topic_part(view.topic)
+        groups: dict[str, PlainGroup] = {}
+        for index, queue in enumerate(queues):
+            group = groups.get(queue.broker_name)
+            if group is None:
+                member = view.master(queue.broker_name)
+                if member is None:  # the route changed under us: the general way decides
+                    plain.errors[index] = no_writable_queue(view)
+                    plain.unsent.append((index, queue.broker_name))
+                    continue
+                group = groups[queue.broker_name] = PlainGroup(member, RunWriter(born_host))
+            group.indices.append(index)
+            group.queue_ids.append(queue.queue_id)
+        magic, part = self._topic_part(view.topic)
+        for group in groups.values():
+            plain.encode(group, magic, part, now_ms)
+        if len(groups) == 1:  # the common case: no task for one call
+            await self._append_plain(plain, next(iter(groups.values())))
+        else:
+            await asyncio.gather(*(self._append_plain(plain, group) for group in groups.values()))
 
+    async def _append_plain(self, plain: PlainBatch, group: PlainGroup) -> None:
+        data = group.writer.getvalue()
+        try:
+            outcome = await self._call_append(group.member, data, len(group.indices))
+        except _AppendFailed as failed:
+            for index in group.indices:
+                plain.errors[index] = failed.error
+            if failed.unreachable:
+                plain.unsent.extend((index, group.member.broker_name) for index in group.indices)
+            if failed.not_found:
+                self._routes.invalidate(plain.view.topic)
+            return
+        self.written_bytes += len(data)
+        name = group.member.broker_name
+        rows = written_rows(name, group.queue_ids, outcome.response, outcome.start)
+        for index, row in zip(group.indices, rows, strict=True):
+            plain.rows[index] = row
+
+    # -- the general path --------------------------------------------------------
     def _choose(self, item: _Pending) -> QueueRef | None:
         if item.explicit is not None:
             return item.explicit
@@ -216,10 +247,7 @@ class Producer:
         round_robin: dict[int, list[int]] = {}  # id(view) -> positions
         for position, item in enumerate(pending):
             if item.explicit is None and not item.sharding_key and not item.excluded:
-                positions = round_robin.get(id(item.view))
-                if positions is None:
-                    positions = round_robin[id(item.view)] = []
-                positions.append(position)
+                round_robin.setdefault(id(item.view), []).append(position)
             else:
                 chosen[position] = self._choose(item)
         for positions in round_robin.values():
@@ -229,20 +257,23 @@ class Producer:
                 chosen[position] = queue
         return chosen
 
-    async def _send(self, pending: list[_Pending], born_host: str, now_ms: int) -> None:
-        for attempt in range(self._config.produce_retries + 1):
+    async def _send(
+        self, pending: list[_Pending], born_host: bytes, now_ms: int, attempts: int
+    ) -> None:
+        """Up to ``attempts`` rounds: each round sends what is left to the brokers chosen
+        then; items of a broker that could not be reached go again (not explicit ones)."""
+        for attempt in range(attempts):
             groups: dict[tuple[str, str], _Group] = {}
             masters: dict[tuple[int, str], Member | None] = {}
             for item, queue in zip(pending, self._choose_all(pending), strict=True):
                 member = None
                 if queue is not None:
                     where = (id(item.view), queue.broker_name)
-                    if where in masters:
-                        member = masters[where]
-                    else:
-                        member = masters[where] = item.view.master(queue.broker_name)
+                    if where not in masters:
+                        masters[where] = item.view.master(queue.broker_name)
+                    member = masters[where]
                 if queue is None or member is None:
-                    item.error = item.error or _no_writable_queue(item.view)
+                    item.error = item.error or no_writable_queue(item.view)
                     continue
                 group = groups.get((member.broker_name, member.storage))
                 if group is None:
@@ -252,7 +283,7 @@ class Producer:
             outcomes = await asyncio.gather(
                 *(self._append(group, born_host, now_ms) for group in groups.values())
             )
-            last = attempt == self._config.produce_retries
+            last = attempt == attempts - 1
             pending = [
                 item
                 for group, retry in zip(groups.values(), outcomes, strict=True)
@@ -263,88 +294,100 @@ class Producer:
             if not pending:
                 return
 
-    async def _append(self, group: _Group, born_host: str, now_ms: int) -> bool:
+    async def _append(self, group: _Group, born_host: bytes, now_ms: int) -> bool:
         """One Append for the group; sets each item's result on success, its error on
         failure. True when the broker could not be reached (its items may be retried)."""
         member = group.member
-        request = storage_pb.AppendRequest()
-        add = request.messages.add  # in place: no per-message copy
-        for item, queue_id in zip(group.items, group.queues, strict=True):
-            message = item.message
-            stored = add(
-                topic=message.topic,
-                queue_id=queue_id,
-                body=message.body,
-                born_timestamp_ms=message.born_timestamp_ms or now_ms,
-                born_host=born_host,
-            )
-            if message.tags:
-                stored.tags = message.tags
-            if message.keys:
-                stored.keys.extend(message.keys)
-            if message.flag:
-                stored.flag = message.flag
-            properties = stored.properties
-            if message.properties:
-                properties.update(message.properties)
-            properties[UNIQ_KEY] = item.unique_key
-        started = time.monotonic()
+        data = self._records(group, born_host, now_ms)
         try:
-            results, latency_ms = await self._channels.appends(member.storage).append(
-                request.SerializeToString(), len(group.items), self._config.broker_timeout_s
-            )
-        except grpc.aio.AioRpcError as exc:
-            latency_ms = (time.monotonic() - started) * 1000
-            code = exc.code()
-            unreachable = code in UNREACHABLE
-            if unreachable or code in (
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                grpc.StatusCode.FAILED_PRECONDITION,
-            ):
-                self._fault.update(member.broker_name, latency_ms, isolation=True)
-            if code is grpc.StatusCode.NOT_FOUND:
-                for item in group.items:
-                    self._routes.invalidate(item.view.topic)
-            error = broker_error(exc, f"Append to broker {member.broker_name} ({member.storage})")
-            log.debug("%s (%d messages)", error.message, len(group.items))
+            outcome = await self._call_append(member, data, len(group.items))
+        except _AppendFailed as failed:
             for item in group.items:
-                item.error = error
-                if unreachable:
+                item.error = failed.error
+                if failed.unreachable:
                     if item.excluded is None:
                         item.excluded = set()
                     item.excluded.add(member.broker_name)
-            return unreachable
-        self._fault.update(member.broker_name, latency_ms)
-        if len(results) != len(group.items):
-            error = ServiceError(
-                grpc.StatusCode.INTERNAL,
-                f"broker {member.broker_name} answered {len(results)} results for "
-                f"{len(group.items)} messages",
-            )
-            for item in group.items:
-                item.error = error
-            return False
-        broker_name = member.broker_name
-        for item, queue_id, result in zip(group.items, group.queues, results, strict=True):
+            if failed.not_found:
+                for item in group.items:
+                    self._routes.invalidate(item.view.topic)
+            return failed.unreachable
+        self.written_bytes += len(data)
+        rows = written_rows(member.broker_name, group.queues, outcome.response, outcome.start)
+        for item, row in zip(group.items, rows, strict=True):
             item.error = None
-            item.written = (broker_name, queue_id, result)
+            item.written = row
         return False
 
+    def _records(self, group: _Group, born_host: bytes, now_ms: int) -> bytes:
+        """The group's messages as one record run."""
+        writer = RunWriter(born_host)
+        for item, queue_id in zip(group.items, group.queues, strict=True):
+            message = item.message
+            magic, part = self._topic_part(message.topic)
+            writer.add(
+                magic,
+                part,
+                queue_id,
+                message.body,
+                message_properties(message, item.unique_key),
+                message.flag,
+                0,
+                message.born_timestamp_ms or now_ms,
+            )
+        return writer.getvalue()
 
-def _no_writable_queue(view: TopicView) -> ServiceError:
-    if not view.queue_data:
-        return ServiceError(
-            grpc.StatusCode.NOT_FOUND, f"topic {view.topic!r} has no queues on any live broker"
+    # -- both --------------------------------------------------------------------
+    def _topic_part(self, topic: str) -> tuple[int, bytes]:
+        part = self._topic_parts.get(topic)
+        if part is None:
+            part = topic_part(topic.encode("utf-8"))  # the name was checked (validate.py)
+            if len(self._topic_parts) < MAX_CACHED_TOPICS:
+                self._topic_parts[topic] = part
+        return part
+
+    async def _call_append(self, member: Member, run: bytes, count: int) -> Outcome:
+        """Append the run of ``count`` records to the member; raises :class:`_AppendFailed`
+        (the fault tolerance learns about the broker either way)."""
+        request = storage_pb.AppendRequest(records=[run]).SerializeToString()
+        started = time.monotonic()
+        try:
+            outcome = await self._channels.appends(member.storage).append(
+                request, count, self._config.broker_timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._failed(member, exc, (time.monotonic() - started) * 1000) from exc
+        self._fault.update(member.broker_name, outcome.latency_ms)
+        answered = len(outcome.response.physical_offsets)
+        if answered < outcome.end or len(outcome.response.queue_offsets) < outcome.end:
+            error = ServiceError(
+                grpc.StatusCode.INTERNAL,
+                f"broker {member.broker_name} answered {answered} offsets for "
+                f"{outcome.end} records",
+            )
+            raise _AppendFailed(error, unreachable=False, not_found=False)
+        return outcome
+
+    def _failed(
+        self, member: Member, exc: grpc.aio.AioRpcError, latency_ms: float
+    ) -> _AppendFailed:
+        code = exc.code()
+        unreachable = code in UNREACHABLE
+        if unreachable or code in (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            grpc.StatusCode.FAILED_PRECONDITION,
+        ):
+            self._fault.update(member.broker_name, latency_ms, isolation=True)
+        error = broker_error(exc, f"Append to broker {member.broker_name} ({member.storage})")
+        log.debug("%s", error.message)
+        return _AppendFailed(
+            error, unreachable=unreachable, not_found=code is grpc.StatusCode.NOT_FOUND
         )
-    without_master = [name for name in sorted(view.queue_data) if view.master(name) is None]
-    if len(without_master) == len(view.queue_data):
-        return ServiceError(
-            grpc.StatusCode.UNAVAILABLE,
-            f"no broker of topic {view.topic!r} has a live master "
-            f"({', '.join(without_master)}); retry when a broker is back",
-        )
-    return ServiceError(
-        grpc.StatusCode.FAILED_PRECONDITION,
-        f"topic {view.topic!r} has no writable queue on a reachable broker (perm without "
-        "write (2), or the brokers failed); update its perm or retry",
-    )
+
+
+class _AppendFailed(Exception):
+    def __init__(self, error: ServiceError, *, unreachable: bool, not_found: bool) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.unreachable = unreachable
+        self.not_found = not_found

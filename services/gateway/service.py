@@ -53,20 +53,27 @@ class GatewayService:
         admin = Admin(config, self._routes, self._channels)
         # Reads fail over to a slave while a master is unreachable (readers.py).
         members = ReadMembers(self._channels, isolation_ms=config.fault_isolation_ms)
+        producer = Producer(
+            config,
+            self._routes,
+            self._channels,
+            fault,
+            admin.auto_create if config.auto_create_topics else None,
+        )
         self._servicer = GatewayServicer(
-            Producer(
-                config,
-                self._routes,
-                self._channels,
-                fault,
-                admin.auto_create if config.auto_create_topics else None,
-            ),
+            producer,
             Puller(config, self._routes, self._channels, self._held, members),
             Querier(config, self._routes, self._channels, members),
             Consumers(config, self._routes, self._channels, members),
             admin,
         )
-        self._metrics = GatewayMetrics(self._servicer, self._held)  # wraps some handlers
+        # Wraps some handlers.
+        self._metrics = GatewayMetrics(
+            self._servicer,
+            self._held,
+            lambda: producer.written_bytes,
+            self._servicer.produce_streams,
+        )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_GatewayServicer_to_server(self._servicer, server)
@@ -81,6 +88,7 @@ class GatewayService:
 
     def drain(self) -> None:
         self._held.close()  # held pulls answer NO_NEW_MESSAGE now, not at their timeout
+        self._servicer.drain()  # ProduceStream calls end once they answered what they read
 
     async def stop(self) -> None:
         await self._metrics.stop()

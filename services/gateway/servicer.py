@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from services.gateway.admin import Admin
 from services.gateway.consumers import Consumers
 from services.gateway.produce import Producer
+from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
 from tide.v1 import gateway_pb2 as pb
@@ -31,9 +34,21 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._querier = querier
         self._consumers = consumers
         self._admin = admin
+        # ProduceStream; its ``produce`` (one request) is wrapped by the metrics.
+        self.produce_streams = ProduceStreams(producer.produce)
+
+    def drain(self) -> None:
+        """Shutdown: end the open ProduceStream calls (after answering what they read)."""
+        self.produce_streams.drain()
 
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
         return await self._producer.produce(request, context.peer())
+
+    async def ProduceStream(
+        self, request_iterator: AsyncIterator[pb.ProduceRequest], context: Context
+    ) -> AsyncIterator[pb.ProduceStreamResponse]:
+        async for response in self.produce_streams.serve(request_iterator, context.peer()):
+            yield response
 
     async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
         return await self._puller.pull(request)

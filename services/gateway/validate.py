@@ -4,6 +4,7 @@ the field and saying what a valid value looks like."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import grpc
 
@@ -56,25 +57,45 @@ def check_queue(topic: str, broker_name: str, queue_id: int) -> None:
     check_queue_id(queue_id)
 
 
-def check_produce_messages(messages: Sequence[pb.ProduceMessage], max_body_bytes: int) -> None:
+class ProduceCheck(NamedTuple):
+    topics: set[str]
+    # Some message names a route (an explicit queue or a sharding key).
+    routed: bool
+    # Every message is only a topic and a body (no tags, keys, properties, unique key,
+    # flag, born time or route): records of a fixed shape.
+    bodies_only: bool
+
+
+def check_produce_messages(
+    messages: Sequence[pb.ProduceMessage], max_body_bytes: int
+) -> ProduceCheck:
     """:func:`check_produce_message` for each message, with the same first error, but
     cheap for the common message (a valid topic, a body, none of the optional fields):
     each topic is checked once, and only a message with more is checked field by field."""
-    if any(topic_error(topic) for topic in {message.topic for message in messages}):
+    topics = {message.topic for message in messages}
+    if any(topic_error(topic) for topic in topics):
         for index, message in enumerate(messages):  # names the first bad message
             check_produce_message(index, message, max_body_bytes)
         raise AssertionError("a topic failed its check but no message did")
+    routed = False
+    bodies_only = True
     for index, message in enumerate(messages):
+        route = message.WhichOneof("route")
         if (
-            not 0 < len(message.body) <= max_body_bytes
+            route is not None
+            or not 0 < len(message.body) <= max_body_bytes
             or message.tags
             or message.keys
             or message.properties
             or message.unique_key
             or message.born_timestamp_ms < 0
-            or message.WhichOneof("route") is not None
         ):
             check_produce_message(index, message, max_body_bytes)
+            routed = routed or route is not None
+            bodies_only = False
+        elif bodies_only and (message.flag or message.born_timestamp_ms):
+            bodies_only = False
+    return ProduceCheck(topics, routed, bodies_only)
 
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:
@@ -146,11 +167,3 @@ def _check_unique_key(where: str, unique_key: str) -> None:
             f"{where}.unique_key {unique_key[:40]!r} contains a space or a reserved "
             "character (leave it empty to have one generated)"
         )
-
-
-def peer_host(peer: str) -> str:
-    """``ip:port`` from grpc's ``context.peer()`` for an IPv4 peer (``ipv4:1.2.3.4:5``);
-    empty otherwise (IPv6 peers may come percent-encoded; the storage then records the
-    gateway's address as the born host)."""
-    kind, _, address = peer.partition(":")
-    return address if kind == "ipv4" else ""

@@ -120,9 +120,7 @@ class StorageMetrics:
         """One Append call answered (``started``: its ``time.perf_counter()``)."""
         self._latency.record(time.perf_counter() - started)
         self.messages += count
-        positions = batch.positions
-        if positions:
-            self.bytes += batch.end_offset - positions[0][0]
+        self.bytes += sum(batch.sizes)
 
     def _lock_stat(self, name: str) -> float:
         store = self._store()

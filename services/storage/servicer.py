@@ -17,6 +17,7 @@ import grpc
 from opentelemetry import trace
 
 from services.storage import convert
+from services.storage.append_streams import AppendStreams
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -35,7 +36,7 @@ from services.storage.engine.message_store import MessageStore
 from services.storage.options import MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
-from tide.format import RecordError
+from tide.format import RecordError, scan_run
 from tide.server import ServiceError
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
@@ -74,14 +75,15 @@ def _append_response(
 ) -> pb.AppendResponse:
     """One result per message, in request order (``results.add`` with keywords is the
     fastest way to build them; PUT_OK is the default and not set)."""
-    positions = batch.positions
-    assert len(positions) == len(request.messages)
+    assert len(batch.sizes) == len(request.messages)
     response = pb.AppendResponse()
     add = response.results.add
     ts = batch.store_timestamp_ms
     # make_msg_id inline: the prefix, then the offset as 16 upper-case hex digits.
-    if status == pb.PUT_OK:
-        for phys, size, queue_offset in positions:
+    for phys, size, queue_offset in zip(
+        batch.physical_offsets, batch.sizes, batch.queue_offsets, strict=True
+    ):
+        if status == pb.PUT_OK:
             add(
                 msg_id=f"{prefix}{phys:016X}",
                 physical_offset=phys,
@@ -89,8 +91,7 @@ def _append_response(
                 store_timestamp_ms=ts,
                 size=size,
             )
-    else:
-        for phys, size, queue_offset in positions:
+        else:
             add(
                 status=status,
                 msg_id=f"{prefix}{phys:016X}",
@@ -100,6 +101,20 @@ def _append_response(
                 size=size,
             )
     return response
+
+
+def _columns_response(
+    batch: AppendBatch, status: pb.AppendStatus.ValueType, prefix: str
+) -> pb.AppendResponse:
+    """The answer to a ``records`` request: one status, the offsets as packed columns."""
+    return pb.AppendResponse(
+        status=status,
+        msg_id_prefix=prefix,
+        store_timestamp_ms=batch.store_timestamp_ms,
+        physical_offsets=batch.physical_offsets,
+        queue_offsets=batch.queue_offsets,
+        sizes=batch.sizes,
+    )
 
 
 async def _wait_set(event: asyncio.Event, timeout_s: float) -> None:
@@ -119,15 +134,27 @@ _tracer = trace.get_tracer("tide.storage")
 def _name_span(request: pb.AppendRequest, count: int) -> None:
     """The Append span names the batch's first topic and queue, and its size."""
     span = trace.get_current_span()
-    if span.is_recording() and count:
+    if not span.is_recording() or not count:
+        return
+    if request.messages:
         first = request.messages[0]
-        span.set_attributes(
-            {
-                "messaging.destination.name": first.topic,
-                "messaging.tide.queue_id": first.queue_id,
-                "messaging.batch.message_count": count,
-            }
-        )
+        topic, queue_id = first.topic, first.queue_id
+    else:
+        first_run = request.records[0]
+        layout = scan_run(first_run[: _record_size(first_run)], 1 << 30)
+        topic, queue_id = layout.topics[0].decode("utf-8", "replace"), layout.queue_ids[0]
+    span.set_attributes(
+        {
+            "messaging.destination.name": topic,
+            "messaging.tide.queue_id": queue_id,
+            "messaging.batch.message_count": count,
+        }
+    )
+
+
+def _record_size(run: bytes) -> int:
+    """The first record's total_size (its first 4 bytes)."""
+    return int.from_bytes(run[:4], "big", signed=True)
 
 
 def _invalid(message: str) -> ServiceError:
@@ -146,49 +173,92 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._consumers = consumers
         self._draining = asyncio.Event()
         self._tail_wakers: set[asyncio.Event] = set()  # of the Tail streams: drain sets them
+        self._append_streams = AppendStreams()  # drain ends them too
         self._hosts: dict[bytes, str] = {}  # packed host -> "ip:port" (Read)
         self.replication: Replication | None = None  # set by the service once open
         # Metrics: (messages, batch, perf_counter at the call's start) per answered Append.
         self.append_observer: Callable[[int, AppendBatch, float], None] | None = None
 
     def drain(self) -> None:
-        """End every Tail stream (the server is shutting down). A stream waiting for data
+        """End every Tail and AppendStream stream (the server is shutting down). An
+        AppendStream ends once its request being appended is answered. A Tail waiting for data
         or between chunks ends at once; one blocked because its consumer stopped reading
         (HTTP/2 flow control) is cancelled by the server at the end of the shutdown grace
         period."""
         self._draining.set()
         for waker in self._tail_wakers:
             waker.set()
+        self._append_streams.drain()
 
     # -- messages ----------------------------------------------------------------
-    async def Append(
-        self, request: pb.AppendRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> pb.AppendResponse:
-        started = time.perf_counter()
-        store = self._store()
-        count = len(request.messages)
-        if TRACING.enabled:
-            _name_span(request, count)
+    @staticmethod
+    def _check_message_count(count: int, store: MessageStore) -> None:
         if count == 0:
-            raise _invalid("messages is empty: send at least one message")
+            raise _invalid("messages is empty: send at least one message (or records)")
         if count > store.config.max_batch_messages:
             raise _invalid(
                 f"{count} messages in one Append; the limit is "
                 f"{store.config.max_batch_messages}: split the batch"
             )
+
+    async def Append(
+        self, request: pb.AppendRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.AppendResponse:
+        return await self._append(request, context, TRACING.enabled)
+
+    async def AppendStream(
+        self,
+        request_iterator: AsyncIterator[pb.AppendRequest],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.AppendStreamResponse]:
+        """Append's requests over one stream, answered in order and in-band (the
+        protocol is in storage.proto). No spans per request: a stream carries no trace
+        context (callers of a sampled trace use Append)."""
+        async for response in self._append_streams.serve(
+            request_iterator, context, self._append_untraced
+        ):
+            yield response
+
+    async def _append_untraced(
+        self, request: pb.AppendRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.AppendResponse:
+        return await self._append(request, context, False)
+
+    async def _append(
+        self,
+        request: pb.AppendRequest,
+        context: grpc.aio.ServicerContext[object, object],
+        traced: bool,
+    ) -> pb.AppendResponse:
+        """One Append: the response, or raises ServiceError (Append and AppendStream).
+        ``traced``: name the current span and add the flush and replica wait spans."""
+        started = time.perf_counter()
+        store = self._store()
+        records = request.records
+        if records and request.messages:
+            raise _invalid("set messages or records, not both")
         try:
-            result = store.put(request.messages, convert.peer_host(context.peer()))
+            if records:
+                result = store.put_run(records)
+            else:
+                self._check_message_count(len(request.messages), store)
+                result = store.put(request.messages, convert.peer_host(context.peer()))
+        except ServiceError:
+            raise
         except Exception as exc:
             _fail(exc)
+        count = len(result.batch.sizes)
+        if traced:
+            _name_span(request, count)
         status = pb.PUT_OK
         if result.durable is not None:
-            if TRACING.enabled:
+            if traced:
                 with _tracer.start_as_current_span("storage.flush_wait"):
                     status = await self._wait_durable(result.durable, store)
             else:
                 status = await self._wait_durable(result.durable, store)
         if result.replicated is not None:  # SYNC_MASTER
-            if TRACING.enabled:
+            if traced:
                 with _tracer.start_as_current_span("storage.replica_wait"):
                     status = await wait_replicated(result.replicated, status, store)
             else:
@@ -196,6 +266,8 @@ class StorageServicer(pb_grpc.StorageServicer):
         observer = self.append_observer
         if observer is not None:
             observer(count, result.batch, started)
+        if records:
+            return _columns_response(result.batch, status, store.msg_id_prefix)
         return _append_response(result.batch, request, status, store.msg_id_prefix)
 
     @staticmethod

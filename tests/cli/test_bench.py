@@ -23,7 +23,7 @@ RUN_KEYS = {
     "kind", "workload", "gateway", "started_at", "topics", "queues", "measured_s", "publish",
     "consume", "backlog", "publish_latency_ms", "e2e_latency_ms", "totals", "errors",
     "last_error", "ok", "client_cpu", "machine", "timeline", "publish_percentiles",
-    "e2e_percentiles", "baseline", "ratio_to_baseline",
+    "e2e_percentiles", "baseline", "ratio_to_baseline", "client_processes",
 }  # fmt: skip
 TOTALS_KEYS = {
     "published", "consumed", "publish_calls", "publish_errors", "send_failed",
@@ -35,7 +35,7 @@ SAMPLE_KEYS = {
 }  # fmt: skip
 BASELINE_KEYS = {
     "kind", "workload", "server", "measured_s", "publish", "publish_latency_ms", "errors",
-    "last_error", "client_cpu", "server_cpu", "machine",
+    "last_error", "client_cpu", "server_cpu", "machine", "client_processes",
 }  # fmt: skip
 
 cluster = cluster_fixture(brokers=2)

@@ -345,7 +345,9 @@ def test_empty_batch() -> None:
 class _PerRecordOnly(ChunkScanner):
     """Takes nothing: every unit goes through scan_record (the per-record path)."""
 
-    def scan(self, buf: bytes, start: int, base_offset: int, out: BatchBuilder) -> int:
+    def scan(
+        self, buf: bytes, start: int, base_offset: int, out: BatchBuilder, end: int | None = None
+    ) -> int:
         return start
 
 

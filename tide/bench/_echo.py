@@ -1,5 +1,6 @@
-"""A bare ``tide.v1.Gateway/Produce`` echo: the gateway's request and response shapes, no
-routing, no storage: the ``tide bench`` baseline (what Python gRPC itself carries here).
+"""A bare ``tide.v1.Gateway/Produce`` (and ``ProduceStream``) echo: the gateway's request
+and response shapes, no routing, no storage: the ``tide bench`` baseline (what Python gRPC
+itself carries here).
 
 ``python -m tide.bench._echo READY_FILE`` serves on a free port of 127.0.0.1 and writes
 ``{"listen": "127.0.0.1:PORT"}`` to READY_FILE. Each message gets the result a gateway
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -56,6 +58,15 @@ class _Echo:
         self.counter += len(request.messages)
         return response
 
+    async def produce_stream(
+        self,
+        requests: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.ProduceStreamResponse]:
+        """Each request answered in turn, as ``produce`` answers it."""
+        async for request in requests:
+            yield pb.ProduceStreamResponse(response=await self.produce(request, context))
+
 
 async def serve(ready: Path) -> None:
     server = grpc.aio.server(
@@ -70,8 +81,17 @@ async def serve(ready: Path) -> None:
         request_deserializer=pb.ProduceRequest.FromString,
         response_serializer=pb.ProduceResponse.SerializeToString,
     )
+    stream_handler = grpc.stream_stream_rpc_method_handler(
+        echo.produce_stream,
+        request_deserializer=pb.ProduceRequest.FromString,
+        response_serializer=pb.ProduceStreamResponse.SerializeToString,
+    )
     server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler("tide.v1.Gateway", {"Produce": handler})]
+        [
+            grpc.method_handlers_generic_handler(
+                "tide.v1.Gateway", {"Produce": handler, "ProduceStream": stream_handler}
+            )
+        ]
     )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

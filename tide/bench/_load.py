@@ -4,7 +4,10 @@ consumers, and a sampler that keeps the timeline.
 Kept cheap on purpose (the client shares the cores with the cluster): each producer
 serializes its ``ProduceRequest`` once with a placeholder where every body starts, and
 per call only swaps in the send time (16 hex digits of ``time.time_ns()``) with one
-``bytes.replace``; calls go through a raw ``grpc.aio`` method (no serializer). A consumer
+``bytes.replace``; calls go through a raw ``grpc.aio`` method (no serializer), one call
+per request, or (``produce_api: stream``) the requests written on one ``ProduceStream``
+per producer (reopened after a failure; its unanswered requests count as failed calls).
+A consumer
 reads the first 16 bytes of each body back and records ``now - sent`` as the end-to-end
 latency (once per distinct stamp in a Pull answer, with its count).
 """
@@ -12,8 +15,9 @@ latency (once per distinct stamp in a Pull answer, with its count).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +29,7 @@ from tide.bench._workload import STAMP_BYTES, Workload
 from tide.v1 import gateway_pb2 as pb
 
 PRODUCE_METHOD = "/tide.v1.Gateway/Produce"
+PRODUCE_STREAM_METHOD = "/tide.v1.Gateway/ProduceStream"
 PULL_METHOD = "/tide.v1.Gateway/Pull"
 PLACEHOLDER = b"\x7f~TIDE-BENCH-TS~"  # STAMP_BYTES long; never in a proto's framing
 CALL_TIMEOUT_S = 30.0
@@ -148,12 +153,27 @@ async def produce(
     channel: grpc.aio.Channel,
     state: LoadState,
     template: bytes,
+    workload: Workload,
+    rate: float,
+) -> None:
+    """One producer: ``workload.inflight`` requests of ``template`` (stamped) in flight
+    until ``state.stop_producing`` is set, at most ``rate`` messages/s; a call each or
+    on a ProduceStream (``workload.produce_api``)."""
+    if workload.produce_api == "stream":
+        await produce_stream(channel, state, template, workload.batch_size, workload.inflight, rate)
+    else:
+        await produce_unary(channel, state, template, workload.batch_size, workload.inflight, rate)
+
+
+async def produce_unary(
+    channel: grpc.aio.Channel,
+    state: LoadState,
+    template: bytes,
     batch_size: int,
     inflight: int,
     rate: float,
 ) -> None:
-    """One producer: ``inflight`` callers sending ``template`` (stamped) until
-    ``state.stop_producing`` is set; at most ``rate`` messages/s together."""
+    """``inflight`` callers sending ``template`` (stamped), a Produce call each."""
     call = channel.unary_unary(
         PRODUCE_METHOD, request_serializer=None, response_deserializer=pb.ProduceResponse.FromString
     )
@@ -177,14 +197,86 @@ async def produce(
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
             latency.record((time.monotonic_ns() - begin) // 1000)
-            counters.publish_calls += 1
-            failed = sum(1 for result in reply.results if result.status)  # SEND_OK is 0
-            if failed:
-                counters.send_failed += failed
-                counters.last_error = next(r.error for r in reply.results if r.status)
-            counters.published += len(reply.results) - failed
+            _count_results(state, reply)
 
     await asyncio.gather(*(caller() for _ in range(inflight)))
+
+
+def _count_results(state: LoadState, reply: pb.ProduceResponse) -> None:
+    counters = state.counters
+    counters.publish_calls += 1
+    failed = sum(1 for result in reply.results if result.status)  # SEND_OK is 0
+    if failed:
+        counters.send_failed += failed
+        counters.last_error = next(r.error for r in reply.results if r.status)
+    counters.published += len(reply.results) - failed
+
+
+async def produce_stream(
+    channel: grpc.aio.Channel,
+    state: LoadState,
+    template: bytes,
+    batch_size: int,
+    inflight: int,
+    rate: float,
+) -> None:
+    """``template`` (stamped) written on a ProduceStream, ``inflight`` unanswered at
+    most; a stream that fails counts its unanswered requests as failed calls and is
+    opened again after a pause."""
+    method = channel.stream_stream(
+        PRODUCE_STREAM_METHOD,
+        request_serializer=None,
+        response_deserializer=pb.ProduceStreamResponse.FromString,
+    )
+    pacer = Pacer(rate, batch_size)
+    while not state.stop_producing.is_set():
+        sent: deque[int] = deque()  # monotonic ns of the unanswered requests, in order
+        try:
+            await _stream_session(method(), state, template, inflight, pacer, sent)  # type: ignore[call-arg]
+        except grpc.aio.AioRpcError as error:
+            state.counters.publish_errors += max(1, len(sent))
+            state.note_error(error)
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+
+async def _stream_session(
+    call: Any,
+    state: LoadState,
+    template: bytes,
+    inflight: int,
+    pacer: Pacer,
+    sent: deque[int],
+) -> None:
+    """One stream until the producers stop (then half-closed and read to its end)."""
+    slots = asyncio.Semaphore(inflight)
+    stop = state.stop_producing
+
+    async def writer() -> None:
+        while not stop.is_set():
+            await slots.acquire()
+            await pacer.wait()
+            if stop.is_set():
+                break
+            sent.append(time.monotonic_ns())
+            await call.write(template.replace(PLACEHOLDER, stamp(time.time_ns())))
+        await call.done_writing()
+
+    writing = asyncio.create_task(writer())
+    try:
+        async for answer in call:
+            begin = sent.popleft()
+            slots.release()
+            if answer.error_code:
+                state.counters.publish_errors += 1
+                state.counters.last_error = f"code {answer.error_code}: {answer.error_message}"
+                continue
+            state.publish_latency.record((time.monotonic_ns() - begin) // 1000)
+            _count_results(state, answer.response)
+        await writing
+    finally:  # when the stream failed, its error is raised, not the writer's
+        writing.cancel()
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await writing
 
 
 async def consume_queue(

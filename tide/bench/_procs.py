@@ -202,11 +202,7 @@ def _start_producers(
         channel = open_channel(plan.target)
         channels.append(channel)
         template = request_template(topic, workload.message_size, workload.batch_size)
-        tasks.append(
-            asyncio.create_task(
-                produce(channel, state, template, workload.batch_size, workload.inflight, rate)
-            )
-        )
+        tasks.append(asyncio.create_task(produce(channel, state, template, workload, rate)))
     return tasks
 
 

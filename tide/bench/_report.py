@@ -35,7 +35,9 @@ def _workload_line(workload: dict[str, Any]) -> str:
         f"workload {workload['name']}: {workload['topics']} topic(s) x "
         f"{workload['queues_per_topic']} queues per broker, {workload['message_size']} B, "
         f"batches of {workload['batch_size']}, {workload['producers_per_topic']} producer(s) x "
-        f"{workload['inflight']} in flight and {workload['consumers_per_topic']} consumer(s) "
+        f"{workload['inflight']} in flight"
+        f"{' on a ProduceStream' if workload.get('produce_api') == 'stream' else ''} and "
+        f"{workload['consumers_per_topic']} consumer(s) "
         f"per topic, {shown_rate}"
     )
 

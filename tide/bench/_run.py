@@ -246,9 +246,7 @@ async def _start_producers(
             channel = open_channel(target)
             load.channels.append(channel)
             load.producers.append(
-                asyncio.create_task(
-                    produce(channel, state, template, workload.batch_size, workload.inflight, rate)
-                )
+                asyncio.create_task(produce(channel, state, template, workload, rate))
             )
 
 

@@ -30,6 +30,8 @@ MAX_PULL_BATCH = 1024
 MAX_LONG_POLL_MS = 30_000
 WORKLOAD_SUFFIXES = (".yaml", ".yml", ".toml")
 MAX_NAME_CHARS = 80  # topic names are built from it (127 bytes at most)
+# How producers send: a Produce call per batch, or the batches on one ProduceStream each.
+PRODUCE_APIS = ("unary", "stream")
 
 
 class WorkloadError(ValueError):
@@ -41,7 +43,8 @@ class Workload:
     """One benchmark workload.
 
     Every topic gets ``producers_per_topic`` producers, each keeping ``inflight`` Produce
-    calls of ``batch_size`` messages in flight, and one consumer group of
+    calls of ``batch_size`` messages in flight (``produce_api: stream``: ``inflight``
+    requests on one ProduceStream per producer), and one consumer group of
     ``consumers_per_topic`` consumers that split the topic's queues and long-poll each.
     ``rate`` is the target publish rate of the whole run in messages/s (0: as fast as
     it goes). Nothing is measured for the first ``warmup_s``; then ``duration_s``.
@@ -65,6 +68,7 @@ class Workload:
     long_poll_ms: int = 2_000
     producer_processes: int = 1
     consumer_processes: int = 1
+    produce_api: str = "unary"
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -109,6 +113,10 @@ class Workload:
                     f"{role}_processes is {processes}, more than the {clients} {role}(s) "
                     f"(topics x {role}s_per_topic); every process runs at least one"
                 )
+        if self.produce_api not in PRODUCE_APIS:
+            raise WorkloadError(
+                f"produce_api is {self.produce_api!r}; give one of {', '.join(PRODUCE_APIS)}"
+            )
         if not isinstance(self.description, str):
             raise WorkloadError(f"description is {self.description!r}; give a string")
 
@@ -134,6 +142,7 @@ class Workload:
             f"{self.topics} topic(s) x {self.queues_per_topic} queues per broker, "
             f"{self.message_size} B, batches of {self.batch_size}, "
             f"{self.producers_per_topic} producer(s) x {self.inflight} in flight"
+            f"{' on a ProduceStream' if self.produce_api == 'stream' else ''}"
             f"{producer_processes} and {self.consumers_per_topic} consumer(s) per topic"
             f"{consumer_processes}, {rate}, "
             f"warm-up {self.warmup_s:g} s, {self.duration_s:g} s"
@@ -147,6 +156,7 @@ def _in_processes(count: int) -> str:
 _FIELD_TYPES: dict[str, type] = {
     "name": str,
     "description": str,
+    "produce_api": str,
     "rate": float,
     "warmup_s": float,
     "duration_s": float,

@@ -23,7 +23,9 @@ rates, backlog, publish (call) and end-to-end latency percentiles (HdrHistogram)
 whole report as JSON with --json. --baseline first measures a bare gRPC echo with the same
 message shape on this machine and reports Tide's publish rate as a ratio of it.
 --producer-processes / --consumer-processes N run the producers / consumers in N OS
-processes (the load generator's own CPU is then no limit); the report merges them. Exit 1
+processes (the load generator's own CPU is then no limit); the report merges them.
+--produce-api stream sends each producer's batches on one ProduceStream (pipelined)
+instead of a Produce call per batch. Exit 1
 when a call failed or published != consumed."""
 
 _BASELINE_DESCRIPTION = """\
@@ -101,6 +103,13 @@ def _workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the consumers in N OS processes, each with its share of the consumers "
         "(1..16; default: the workload's consumer_processes, 1)",
     )
+    parser.add_argument(
+        "--produce-api",
+        choices=("unary", "stream"),
+        help="how producers send: a Produce call per batch (unary) or the batches on one "
+        "ProduceStream per producer, inflight requests in flight on it (stream); default: "
+        "the workload's produce_api, unary",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -125,7 +134,7 @@ def _load(args: argparse.Namespace) -> Any:
 
     try:
         workload = apply_overrides(load_workload(args.workload, WORKLOAD_DIR), args.overrides)
-        for name in ("producer_processes", "consumer_processes"):
+        for name in ("producer_processes", "consumer_processes", "produce_api"):
             if getattr(args, name) is not None:
                 workload = workload.replace(**{name: getattr(args, name)})
         return workload

@@ -95,6 +95,13 @@ from tide.format._record import (
     store_timestamp_pos,
     write_blank,
 )
+from tide.format._record_run import (
+    MAX_RUN_RECORDS,
+    RunLayout,
+    RunWriter,
+    scan_run,
+    topic_part,
+)
 from tide.format._resync import data_end, find_blank_marker, find_data_after, find_next_record
 from tide.format._segments import parse_segment_name, segment_name
 
@@ -113,6 +120,7 @@ __all__ = [
     "INDEX_HEADER_BYTES",
     "KEYS",
     "MAX_PROPERTIES_BYTES",
+    "MAX_RUN_RECORDS",
     "MAX_TOPIC_BYTES_V1",
     "MAX_TOPIC_BYTES_V2",
     "MESSAGE_MAGIC_V1",
@@ -139,6 +147,8 @@ __all__ = [
     "IndexHeader",
     "MessageIdError",
     "RecordError",
+    "RunLayout",
+    "RunWriter",
     "ScanKind",
     "ScanResult",
     "WritableBuffer",
@@ -186,6 +196,7 @@ __all__ = [
     "record_properties",
     "record_size",
     "scan_record",
+    "scan_run",
     "segment_name",
     "segment_start_for",
     "select_phy_offsets",
@@ -193,6 +204,7 @@ __all__ = [
     "store_timestamp_pos",
     "tags_code",
     "time_diff_seconds",
+    "topic_part",
     "unpack_entry",
     "unpack_host",
     "unpack_index_entry",

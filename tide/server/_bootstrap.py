@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from tide.server._config import Config
+from tide.server._gc import tune_gc_for_serving
 from tide.server._health import NOT_SERVING, SERVING, HealthServicer
 from tide.server._interceptor import ErrorInterceptor, Readiness
 from tide.server._logging import configure_logging
@@ -261,6 +262,7 @@ async def _mark_serving(
     ready_callback: ReadyCallback | None,
 ) -> None:
     readiness.state = "serving"
+    tune_gc_for_serving()
     for name in ("", readiness.service_name):
         await health_servicer.set(name, SERVING)
     _log.info("listening on %s", endpoint, extra={"grpc_service": readiness.service_name})

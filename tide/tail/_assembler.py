@@ -122,26 +122,51 @@ class RecordAssembler:
         elif type(data) is not bytes:
             data = bytes(data)  # (a view: the batch keeps what it points into)
         out = BatchBuilder()
+        self._consume_or_raise(offset, data, 0, len(data), out)
+        return out.build()
+
+    def feed_chunk(
+        self, offset: int, buf: bytes, start: int = 0, stop: int | None = None
+    ) -> list[RecordBatch]:
+        """:meth:`feed_batch` of the chunk ``buf[start:stop]`` (at commitlog ``offset``)
+        without copying it: its records come as a batch over ``buf`` itself, and a record
+        begun in an earlier chunk as a batch of its own before it. So none, one or two
+        batches, in order (one, joined, when per-record units split the chunk's runs).
+        Errors as :meth:`feed_batch` raises them."""
+        stop = len(buf) if stop is None else stop
+        if not 0 <= start <= stop <= len(buf):
+            raise ValueError(f"chunk bounds [{start}, {stop}) outside a {len(buf)}-byte buffer")
+        self._check_continuity(offset)
+        self._received = offset + stop - start
+        out = BatchBuilder()
+        self._consume_or_raise(offset - start, buf, start, stop, out)
+        return out.build_runs()
+
+    def _consume_or_raise(
+        self, base: int, data: bytes, start: int, stop: int, out: BatchBuilder
+    ) -> None:
+        """Consume ``data[start:stop]`` (``data[0]`` at commitlog ``base``) into ``out``;
+        on an error, hand what came before to the exception."""
         try:
             with gc_paused():
-                self._consume_chunk(offset, data, out)
+                self._consume_chunk(base, data, start, stop, out)
         except TailError as exc:
             batch = out.build()
             exc.batch_before = batch
             exc.records_before = tuple(batch.records())
             raise
-        return out.build()
 
-    def _consume_chunk(self, offset: int, data: bytes, out: BatchBuilder) -> None:
-        with memoryview(data) as view:
-            pos = 0
-            while pos < len(view):
+    def _consume_chunk(
+        self, base: int, data: bytes, pos: int, stop: int, out: BatchBuilder
+    ) -> None:
+        with memoryview(data) as whole, whole[:stop] as view:
+            while pos < stop:
                 if self._in_filler:
-                    pos = self._skip_filler(view, pos, offset)
+                    pos = self._skip_filler(view, pos, base)
                 elif self._carry:
                     pos = self._fill_carry(view, pos, out)
                 else:
-                    pos = self._parse(data, view, pos, offset, out)
+                    pos = self._parse(data, view, pos, base, out)
 
     def _carry_completes(self, data: bytes | memoryview) -> bool:
         with memoryview(self._carry) as carry:
@@ -207,7 +232,7 @@ class RecordAssembler:
         time, the rest one by one); keep an incomplete one."""
         while pos < len(view):
             assert base + pos == self._next, (base, pos, self._next)
-            scanned = self._scanner.scan(data, pos, base, out)
+            scanned = self._scanner.scan(data, pos, base, out, len(view))
             if scanned > pos:
                 pos = scanned
                 self._next = base + pos

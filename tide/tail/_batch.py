@@ -7,9 +7,9 @@ C-speed operations over the whole chunk rather than Python steps per field:
 
 1. the walk: one ``struct.unpack_from`` per record (``total_size`` and the header bytes
    after it), hopping from record to record while the size fits;
-2. the header fields of every record at once: the headers are joined, reversed (on a
-   little-endian machine, so that every big-endian field reads in native order) and read
-   through typed memoryviews with a stride of one header, one ``tolist()`` per field;
+2. the header fields of every record at once: the headers are joined and read through
+   typed memoryviews with a stride of one header, one strided copy per field (its bytes
+   swapped on a little-endian machine: the fields are big-endian), then ``tolist()``;
 3. checks over whole columns (``count``, ``min``/``max``, list comparisons, ``set``): V1
    magic, sizes within ``[FIXED_BYTES_V4, max_record_bytes]``, IPv4 hosts,
    ``physical_offset == position``, body lengths that fit;
@@ -36,6 +36,7 @@ import struct
 import sys
 import threading
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, repeat
@@ -229,17 +230,21 @@ class RecordBatch:
 
     def head(self, count: int) -> RecordBatch:
         """The first ``count`` records."""
+        return self.slice(0, count)
+
+    def slice(self, start: int, stop: int) -> RecordBatch:
+        """Records ``start`` to ``stop`` (excluded), over the same data."""
         return RecordBatch(
             self.data,
-            positions=self.positions[:count],
-            offsets=self.offsets[:count],
-            sizes=self.sizes[:count],
-            queue_ids=self.queue_ids[:count],
-            queue_offsets=self.queue_offsets[:count],
-            sys_flags=self.sys_flags[:count],
-            store_timestamps=self.store_timestamps[:count],
-            topics=self.topics[:count],
-            props_starts=self.props_starts[:count],
+            positions=self.positions[start:stop],
+            offsets=self.offsets[start:stop],
+            sizes=self.sizes[start:stop],
+            queue_ids=self.queue_ids[start:stop],
+            queue_offsets=self.queue_offsets[start:stop],
+            sys_flags=self.sys_flags[start:stop],
+            store_timestamps=self.store_timestamps[start:stop],
+            topics=self.topics[start:stop],
+            props_starts=self.props_starts[start:stop],
         )
 
     @classmethod
@@ -324,6 +329,27 @@ class BatchBuilder:
                 b.props_starts[lo:hi] = map(add, b.props_starts[lo:hi], repeat(shift))
         return b
 
+    def build_runs(self) -> list[RecordBatch]:
+        """The records as batches over their buffers, none joined, when they are in at
+        most two runs (a record completed from a carry-over, then the chunk's); else
+        :meth:`build`. No batch when there are no records. The builder must not be used
+        afterwards."""
+        b = self.batch
+        if not b.offsets:
+            return []
+        if len(self._runs) != 2:
+            return [self.build()]
+        (_, first_buffer), (split, second_buffer) = self._runs
+        head = b.head(split)
+        head.data = self._buffers[first_buffer]
+        for column in _BATCH_COLUMNS:
+            del getattr(b, column)[:split]
+        b.data = self._buffers[second_buffer]
+        return [head, b]
+
+
+_BATCH_COLUMNS = tuple(name for name in RecordBatch.__slots__ if name != "data")
+
 
 class _TopicCache(dict[bytes, str | None]):
     """Topic length byte + topic + properties length -> the topic, or None when it is
@@ -350,6 +376,15 @@ class _PropsLengths(dict[bytes, int]):
         return length
 
 
+def _big_endian_list(words: memoryview) -> list[int]:
+    """The integers of a (strided) typed view of big-endian words."""
+    if not _LITTLE:
+        return words.tolist()
+    values = array(words.format, words.tobytes())
+    values.byteswap()
+    return values.tolist()
+
+
 def _first_false(flags: Iterable[object]) -> int:
     for index, flag in enumerate(flags):
         if not flag:
@@ -368,24 +403,16 @@ class _Field(NamedTuple):
     step: int
 
 
-def _field(pos: int, width: int, code: Literal["i", "I", "q"], little: bool) -> _Field:
-    """The view of one field (at ``pos`` of each 88-byte gathered header) of every record.
-
-    A big-endian machine reads the headers as they are. A little-endian one reads them
-    reversed: every field's bytes flip into native order, and the records come last to
-    first, so the field of the last record starts at ``88 - pos - width``. An 8-byte
-    field at 4 mod 8 is read from the copy that starts 4 bytes later.
-    """
+def _field(pos: int, width: int, code: Literal["i", "I", "q"]) -> _Field:
+    """The view of one field (at ``pos`` of each 88-byte gathered header) of every record:
+    every ``88 / width``-th element of the headers read as ``width``-byte integers, from
+    the copy that starts 4 bytes later for an 8-byte field at 4 mod 8. (The fields are
+    big-endian: a little-endian machine swaps their bytes afterwards.)"""
     shifted = (pos % width) != 0  # only 8-byte fields at 4 mod 8: read from byte 4 on
     assert not shifted or (width == 8 and pos % 8 == 4), (pos, width)
-    step = HEAD_V4_BYTES // width
-    if little:
-        # record n - 1 comes first: its field is at 88 - pos - width (minus 4 if shifted)
-        first = HEAD_V4_BYTES - pos - width - (4 if shifted else 0)
-    else:
-        first = pos - (4 if shifted else 0)
+    first = pos - (4 if shifted else 0)
     assert first % width == 0, (pos, width)
-    return _Field(code, shifted, first // width, step)
+    return _Field(code, shifted, first // width, HEAD_V4_BYTES // width)
 
 
 _LITTLE = sys.byteorder == "little"
@@ -396,19 +423,23 @@ _slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
 # store_timestamp, body_len at these positions (docs/formats.md, "Message record", - 4).
 _COLUMNS = ("magics", "crcs", "queue_ids", "queue_offsets", "phys", "flags", "stamps", "body_lens")
 _FIELDS = (
-    _field(0, 4, "i", _LITTLE),
-    _field(4, 4, "I", _LITTLE),
-    _field(8, 4, "i", _LITTLE),
-    _field(16, 8, "q", _LITTLE),
-    _field(24, 8, "q", _LITTLE),
-    _field(32, 4, "i", _LITTLE),
-    _field(52, 8, "q", _LITTLE),
-    _field(80, 4, "i", _LITTLE),
+    _field(0, 4, "i"),
+    _field(4, 4, "I"),
+    _field(8, 4, "i"),
+    _field(16, 8, "q"),
+    _field(24, 8, "q"),
+    _field(32, 4, "i"),
+    _field(52, 8, "q"),
+    _field(80, 4, "i"),
 )
 # total_size, then the 88 bytes from the magic on (the header less total_size, and 4 more)
 _WALK = struct.Struct(">i88s")
 _V1_BYTES = struct.pack(">i", MESSAGE_MAGIC_V1)
 _WALK_BYTES = _WALK.size  # 92: a record of 91 bytes at the very end is left to scan_record
+# A scan takes the records that start in this window (the next scan goes on from there):
+# with ~240-byte records, its lists and joins stay under glibc's mmap threshold (128 KiB),
+# so they are not mapped (and faulted in) afresh each time.
+_WALK_WINDOW = 256 * 1024
 
 
 class ChunkScanner:
@@ -421,11 +452,13 @@ class ChunkScanner:
         self._topics = _TopicCache()
         self._props_lengths = _PropsLengths()
 
-    def scan(self, buf: bytes, start: int, base_offset: int, out: BatchBuilder) -> int:
-        """Take the whole, valid V1 IPv4 records from ``buf[start:]`` (``buf[0]`` is at
-        commitlog offset ``base_offset``) into ``out``; return where it stopped: the end
-        of ``buf`` or the first unit it did not take."""
-        positions, heads, end = self._walk(buf, start)
+    def scan(
+        self, buf: bytes, start: int, base_offset: int, out: BatchBuilder, end: int | None = None
+    ) -> int:
+        """Take the whole, valid V1 IPv4 records from ``buf[start:end]`` (``buf[0]`` is at
+        commitlog offset ``base_offset``; ``end`` defaults to the end of ``buf``) into
+        ``out``; return where it stopped: ``end`` or the first unit it did not take."""
+        positions, heads, end = self._walk(buf, start, len(buf) if end is None else end)
         if not positions:
             return start
         cols = self._columns(heads, positions, end)
@@ -445,18 +478,18 @@ class ChunkScanner:
         return positions[-1] + sizes[-1]
 
     @staticmethod
-    def _walk(buf: bytes, start: int) -> tuple[list[int], bytes, int]:
-        """Hop from total_size to total_size while it fits, from ``start`` on: the
-        positions, the headers (from byte 4 on, see ``_WALK``) joined, and the end of
-        the last. Anything is taken here; the magic is checked on the columns."""
-        end = len(buf)
+    def _walk(buf: bytes, start: int, end: int) -> tuple[list[int], bytes, int]:
+        """Hop from total_size to total_size while it fits, from ``start`` to ``end``
+        (records that start in the window ``_WALK_WINDOW``): the positions, the headers
+        (from byte 4 on, see ``_WALK``) joined, and the end of the last. Anything is
+        taken here; the magic is checked on the columns."""
         unpack = _WALK.unpack_from
         positions: list[int] = []
         heads: list[bytes] = []
         add_position = positions.append
         add_head = heads.append
         pos = start
-        last = end - _WALK_BYTES
+        last = min(end - _WALK_BYTES, start + _WALK_WINDOW)
         smallest = FIXED_BYTES_V4
         while pos <= last:
             size, head = unpack(buf, pos)
@@ -478,21 +511,12 @@ class ChunkScanner:
         skip = {"crcs"} if not self.check_crc else set()
         if all(heads[i::HEAD_V4_BYTES] == _V1_BYTES[i : i + 1] * count for i in range(4)):
             skip.add("magics")  # _check_columns knows they are all V1
-        if _LITTLE:
-            heads = heads[::-1]
-        shifted = heads[4:-4]
         cols: dict[str, list[Any]] = {}
-        for name, field in zip(_COLUMNS, _FIELDS, strict=True):
-            if name in skip:
-                continue
-            with (
-                memoryview(shifted if field.shifted else heads) as raw,
-                raw.cast(field.code) as typed,
-            ):
-                column: list[int] = typed[field.start :: field.step].tolist()
-            if _LITTLE:
-                column.reverse()
-            cols[name] = column
+        with memoryview(heads) as whole, whole[4:-4] as shifted:  # (a view: no copy)
+            for name, field in zip(_COLUMNS, _FIELDS, strict=True):
+                if name not in skip:
+                    with (shifted if field.shifted else whole).cast(field.code) as typed:
+                        cols[name] = _big_endian_list(typed[field.start :: field.step])
         sizes = list(map(sub, positions[1:], positions))
         sizes.append(end - positions[-1])
         cols["sizes"] = sizes
@@ -542,6 +566,9 @@ class ChunkScanner:
         topic_pos = list(
             map(add, positions[:keep], map(add, cols["body_lens"], repeat(HEAD_V4_BYTES)))
         )
+        cols["topic_pos"] = topic_pos
+        if self._one_topic(buf, topic_pos, ends, cols):
+            return keep
         # properties start after the topic length (1 byte), the topic, their length (2)
         props = [tp + 3 + buf[tp] for tp in topic_pos]
         # (a negative one, from a topic length that does not fit, matches no stored one)
@@ -560,8 +587,39 @@ class ChunkScanner:
             del props[keep:], topics[keep:]
         cols["topics"] = topics
         cols["props_starts"] = props
-        cols["topic_pos"] = topic_pos
         return len(props)
+
+    def _one_topic(
+        self, buf: bytes, topic_pos: list[int], ends: list[int], cols: dict[str, list[Any]]
+    ) -> bool:
+        """The usual case, every record of one topic, checked without a lookup per record:
+        the slices from each topic length byte to the end of the properties length, of
+        the same length when the topic is the first record's, are joined and compared
+        with what they must be (the first record's topic length byte and topic, then
+        each record's properties length, big-endian). False: not all one topic, or a
+        record is wrong (the per-record lookups then find which)."""
+        count = len(topic_pos)
+        first = topic_pos[0]
+        width = buf[first] + 3  # length byte, topic, properties length
+        props = list(map(add, topic_pos, repeat(width)))
+        lengths = list(map(sub, ends, props))
+        try:
+            big_endian = struct.pack(f">{count}H", *lengths)
+        except struct.error:  # a length that does not fit: a record is wrong
+            return False
+        key = buf[first : first + width]
+        topic = self._topics[key]
+        if topic is None:
+            return False
+        expected = bytearray(key) * count
+        expected[width - 2 :: width] = big_endian[0::2]
+        expected[width - 1 :: width] = big_endian[1::2]
+        keys = map(_slice_of, repeat(buf), map(slice, topic_pos, props))
+        if b"".join(keys) != expected:
+            return False
+        cols["topics"] = [topic] * count
+        cols["props_starts"] = props
+        return True
 
     @staticmethod
     def _check_crcs(buf: bytes, positions: list[int], cols: dict[str, list[Any]], keep: int) -> int:

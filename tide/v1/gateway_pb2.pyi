@@ -257,6 +257,37 @@ class ProduceResponse(_message.Message):
 Global___ProduceResponse: _TypeAlias = ProduceResponse  # noqa: Y015
 
 @_typing.final
+class ProduceStreamResponse(_message.Message):
+    """One ProduceStream answer: `response` when error_code is 0, else the error."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """0 (OK) or the grpc.StatusCode value number Produce would have failed with, e.g. 3
+    INVALID_ARGUMENT (the message names the field), 5 NOT_FOUND (unknown topic).
+    """
+    error_message: _builtins.str
+    @_builtins.property
+    def response(self) -> Global___ProduceResponse: ...
+    def __init__(
+        self,
+        *,
+        response: Global___ProduceResponse | None = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProduceStreamResponse: _TypeAlias = ProduceStreamResponse  # noqa: Y015
+
+@_typing.final
 class PullRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

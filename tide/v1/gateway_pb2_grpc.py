@@ -41,6 +41,11 @@ class GatewayStub:
                 request_serializer=tide_dot_v1_dot_gateway__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_gateway__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/tide.v1.Gateway/ProduceStream',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.ProduceStreamResponse.FromString,
+                _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/tide.v1.Gateway/Pull',
                 request_serializer=tide_dot_v1_dot_gateway__pb2.PullRequest.SerializeToString,
@@ -121,6 +126,24 @@ class GatewayServicer:
         round robin over writable queues); the messages for one broker go in one Append. A
         broker that fails is avoided for a while and its messages retried on another broker
         (2 retries by default). Results are in request order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceStream(self, request_iterator, context):
+        """A pipelined Produce for high-throughput producers: one open stream instead of a call
+        per batch. Each request is answered by one response, responses in request order. Up
+        to 32 requests (MAX_PRODUCE_STREAM_IN_FLIGHT, services/gateway/produce_stream.py) are
+        processed concurrently per stream, exactly like that many unary Produce calls in
+        flight: their messages may be stored in any order, so a producer that needs order
+        (e.g. a sharding key) waits for each response before the next request, or uses
+        Produce. More requests wait in the stream (HTTP/2 flow control) until one is
+        answered. A request's failure is answered in-band (`error_code`, `error_message`:
+        the status Produce would have failed with) and the stream goes on. The stream ends
+        when the client half-closes (after every request read was answered; status OK) or
+        when the gateway shuts down: the requests read are answered, the others are not
+        processed and the stream ends UNAVAILABLE (send them again).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -225,6 +248,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     request_deserializer=tide_dot_v1_dot_gateway__pb2.ProduceRequest.FromString,
                     response_serializer=tide_dot_v1_dot_gateway__pb2.ProduceResponse.SerializeToString,
             ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.ProduceRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.ProduceStreamResponse.SerializeToString,
+            ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
                     request_deserializer=tide_dot_v1_dot_gateway__pb2.PullRequest.FromString,
@@ -323,6 +351,33 @@ class Gateway:
             '/tide.v1.Gateway/Produce',
             tide_dot_v1_dot_gateway__pb2.ProduceRequest.SerializeToString,
             tide_dot_v1_dot_gateway__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tide.v1.Gateway/ProduceStream',
+            tide_dot_v1_dot_gateway__pb2.ProduceRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.ProduceStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,20 @@ class GatewayStub:
     broker that fails is avoided for a while and its messages retried on another broker
     (2 retries by default). Results are in request order.
     """
+    ProduceStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.ProduceRequest, _gateway_pb2.ProduceStreamResponse]
+    """A pipelined Produce for high-throughput producers: one open stream instead of a call
+    per batch. Each request is answered by one response, responses in request order. Up
+    to 32 requests (MAX_PRODUCE_STREAM_IN_FLIGHT, services/gateway/produce_stream.py) are
+    processed concurrently per stream, exactly like that many unary Produce calls in
+    flight: their messages may be stored in any order, so a producer that needs order
+    (e.g. a sharding key) waits for each response before the next request, or uses
+    Produce. More requests wait in the stream (HTTP/2 flow control) until one is
+    answered. A request's failure is answered in-band (`error_code`, `error_message`:
+    the status Produce would have failed with) and the stream goes on. The stream ends
+    when the client half-closes (after every request read was answered; status OK) or
+    when the gateway shuts down: the requests read are answered, the others are not
+    processed and the stream ends UNAVAILABLE (send them again).
+    """
     Pull: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]
     """Messages of one queue from an offset. With nothing new and long_poll_timeout_ms > 0
     the call is held until a message arrives in the queue or the timeout passes.
@@ -84,6 +98,20 @@ class GatewayAsyncStub(GatewayStub):
     round robin over writable queues); the messages for one broker go in one Append. A
     broker that fails is avoided for a while and its messages retried on another broker
     (2 retries by default). Results are in request order.
+    """
+    ProduceStream: _aio.StreamStreamMultiCallable[_gateway_pb2.ProduceRequest, _gateway_pb2.ProduceStreamResponse]  # type: ignore[assignment]
+    """A pipelined Produce for high-throughput producers: one open stream instead of a call
+    per batch. Each request is answered by one response, responses in request order. Up
+    to 32 requests (MAX_PRODUCE_STREAM_IN_FLIGHT, services/gateway/produce_stream.py) are
+    processed concurrently per stream, exactly like that many unary Produce calls in
+    flight: their messages may be stored in any order, so a producer that needs order
+    (e.g. a sharding key) waits for each response before the next request, or uses
+    Produce. More requests wait in the stream (HTTP/2 flow control) until one is
+    answered. A request's failure is answered in-band (`error_code`, `error_message`:
+    the status Produce would have failed with) and the stream goes on. The stream ends
+    when the client half-closes (after every request read was answered; status OK) or
+    when the gateway shuts down: the requests read are answered, the others are not
+    processed and the stream ends UNAVAILABLE (send them again).
     """
     Pull: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]  # type: ignore[assignment]
     """Messages of one queue from an offset. With nothing new and long_poll_timeout_ms > 0
@@ -120,6 +148,26 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         round robin over writable queues); the messages for one broker go in one Append. A
         broker that fails is avoided for a while and its messages retried on another broker
         (2 retries by default). Results are in request order.
+        """
+
+    @_abc_1.abstractmethod
+    def ProduceStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.ProduceRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.ProduceStreamResponse], _abc.AsyncIterator[_gateway_pb2.ProduceStreamResponse]]:
+        """A pipelined Produce for high-throughput producers: one open stream instead of a call
+        per batch. Each request is answered by one response, responses in request order. Up
+        to 32 requests (MAX_PRODUCE_STREAM_IN_FLIGHT, services/gateway/produce_stream.py) are
+        processed concurrently per stream, exactly like that many unary Produce calls in
+        flight: their messages may be stored in any order, so a producer that needs order
+        (e.g. a sharding key) waits for each response before the next request, or uses
+        Produce. More requests wait in the stream (HTTP/2 flow control) until one is
+        answered. A request's failure is answered in-band (`error_code`, `error_message`:
+        the status Produce would have failed with) and the stream goes on. The stream ends
+        when the client half-closes (after every request read was answered; status OK) or
+        when the gateway shuts down: the requests read are answered, the others are not
+        processed and the stream ends UNAVAILABLE (send them again).
         """
 
     @_abc_1.abstractmethod

@@ -179,19 +179,33 @@ Global___Message: _TypeAlias = Message  # noqa: Y015
 
 @_typing.final
 class AppendRequest(_message.Message):
+    """A request carries `messages` or `records`, not both."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGES_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]: ...
+    @_builtins.property
+    def records(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """Record runs (docs/formats.md, "Record runs"): whole commitlog records encoded by the
+        caller (tide.format.RunWriter), back to back, with zeros in queue_offset,
+        physical_offset, store_timestamp and an 8-byte zero store_host. The store checks every
+        record (layout, body CRC, topic, queue id, sys_flag) before writing any, writes its
+        own host and assigns the offsets. Several entries are appended as one batch, in
+        order (so serialized requests concatenate). Answered in the response's columns.
+        """
+
     def __init__(
         self,
         *,
         messages: _abc.Iterable[Global___Message] | None = ...,
+        records: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -240,20 +254,77 @@ class AppendResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MSG_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _builtins.int
+    QUEUE_OFFSETS_FIELD_NUMBER: _builtins.int
+    SIZES_FIELD_NUMBER: _builtins.int
+    status: Global___AppendStatus.ValueType
+    """For `records`: one status for the whole batch and one entry per record, in order,
+    in each column. A record's message id is msg_id_prefix followed by its physical
+    offset as 16 upper-case hex digits.
+    """
+    msg_id_prefix: _builtins.str
+    store_timestamp_ms: _builtins.int
     @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendResult]: ...
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendResult]:
+        """For `messages`: one result per message, in request order."""
+
+    @_builtins.property
+    def physical_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def queue_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def sizes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
         results: _abc.Iterable[Global___AppendResult] | None = ...,
+        status: Global___AppendStatus.ValueType = ...,
+        msg_id_prefix: _builtins.str = ...,
+        store_timestamp_ms: _builtins.int = ...,
+        physical_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        queue_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        sizes: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["msg_id_prefix", b"msg_id_prefix", "physical_offsets", b"physical_offsets", "queue_offsets", b"queue_offsets", "results", b"results", "sizes", b"sizes", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AppendResponse: _TypeAlias = AppendResponse  # noqa: Y015
+
+@_typing.final
+class AppendStreamResponse(_message.Message):
+    """The answer to one AppendStream request: `response` when it succeeded, else
+    `error_code` (a grpc.StatusCode number, never 0) and `error_message`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def response(self) -> Global___AppendResponse: ...
+    def __init__(
+        self,
+        *,
+        response: Global___AppendResponse | None = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendStreamResponse: _TypeAlias = AppendStreamResponse  # noqa: Y015
 
 @_typing.final
 class ReadRequest(_message.Message):

@@ -39,6 +39,11 @@ class StorageStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.AppendRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/tide.v1.Storage/AppendStream',
+                request_serializer=tide_dot_v1_dot_storage__pb2.AppendRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.AppendStreamResponse.FromString,
+                _registered_method=True)
         self.Read = channel.unary_unary(
                 '/tide.v1.Storage/Read',
                 request_serializer=tide_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
@@ -108,6 +113,27 @@ class StorageServicer:
         """Append a batch of messages under one lock acquisition. The batch is validated as a
         whole first: one invalid message rejects the call with INVALID_ARGUMENT and nothing is
         written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendStream(self, request_iterator, context):
+        """Append over a long-lived stream: the same requests and outcomes as Append, without a
+        call's setup per batch (the gateway keeps a few open per storage).
+        * Each request is answered by exactly one response, in order, before the next
+        request is read: one append at a time per stream. Callers wanting concurrency
+        open several streams.
+        * A request that Append would fail (a bad record, an unknown topic, a full disk, a
+        slave refusing writes, ...) is answered in-band: `error_code` is the number of the
+        grpc.StatusCode Append would have failed with, `error_message` its message, and
+        the stream goes on with the next request. Flush and replication outcomes
+        (FLUSH_DISK_TIMEOUT, ...) are not errors: they stay in AppendResponse.status.
+        * The stream ends only when the storage shuts down (its open streams end with OK
+        once the request being appended is answered; callers open a new one, elsewhere
+        if need be) or when the transport fails. A request written as the stream ends
+        may be unanswered, and then it was not appended.
+        * No trace context travels per request: callers of a sampled trace use Append.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -220,6 +246,11 @@ def add_StorageServicer_to_server(servicer, server):
                     request_deserializer=tide_dot_v1_dot_storage__pb2.AppendRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.AppendResponse.SerializeToString,
             ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.AppendRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.AppendStreamResponse.SerializeToString,
+            ),
             'Read': grpc.unary_unary_rpc_method_handler(
                     servicer.Read,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.ReadRequest.FromString,
@@ -308,6 +339,33 @@ class Storage:
             '/tide.v1.Storage/Append',
             tide_dot_v1_dot_storage__pb2.AppendRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tide.v1.Storage/AppendStream',
+            tide_dot_v1_dot_storage__pb2.AppendRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.AppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,23 @@ class StorageStub:
     whole first: one invalid message rejects the call with INVALID_ARGUMENT and nothing is
     written.
     """
+    AppendStream: _grpc.StreamStreamMultiCallable[_storage_pb2.AppendRequest, _storage_pb2.AppendStreamResponse]
+    """Append over a long-lived stream: the same requests and outcomes as Append, without a
+    call's setup per batch (the gateway keeps a few open per storage).
+     * Each request is answered by exactly one response, in order, before the next
+       request is read: one append at a time per stream. Callers wanting concurrency
+       open several streams.
+     * A request that Append would fail (a bad record, an unknown topic, a full disk, a
+       slave refusing writes, ...) is answered in-band: `error_code` is the number of the
+       grpc.StatusCode Append would have failed with, `error_message` its message, and
+       the stream goes on with the next request. Flush and replication outcomes
+       (FLUSH_DISK_TIMEOUT, ...) are not errors: they stay in AppendResponse.status.
+     * The stream ends only when the storage shuts down (its open streams end with OK
+       once the request being appended is answered; callers open a new one, elsewhere
+       if need be) or when the transport fails. A request written as the stream ends
+       may be unanswered, and then it was not appended.
+     * No trace context travels per request: callers of a sampled trace use Append.
+    """
     Read: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ReadRequest, _storage_pb2.ReadResponse]
     """Read and decode messages by (physical offset, size), in request order."""
     Tail: _grpc.UnaryStreamMultiCallable[_storage_pb2.TailRequest, _storage_pb2.TailChunk]
@@ -99,6 +116,23 @@ class StorageAsyncStub(StorageStub):
     """Append a batch of messages under one lock acquisition. The batch is validated as a
     whole first: one invalid message rejects the call with INVALID_ARGUMENT and nothing is
     written.
+    """
+    AppendStream: _aio.StreamStreamMultiCallable[_storage_pb2.AppendRequest, _storage_pb2.AppendStreamResponse]  # type: ignore[assignment]
+    """Append over a long-lived stream: the same requests and outcomes as Append, without a
+    call's setup per batch (the gateway keeps a few open per storage).
+     * Each request is answered by exactly one response, in order, before the next
+       request is read: one append at a time per stream. Callers wanting concurrency
+       open several streams.
+     * A request that Append would fail (a bad record, an unknown topic, a full disk, a
+       slave refusing writes, ...) is answered in-band: `error_code` is the number of the
+       grpc.StatusCode Append would have failed with, `error_message` its message, and
+       the stream goes on with the next request. Flush and replication outcomes
+       (FLUSH_DISK_TIMEOUT, ...) are not errors: they stay in AppendResponse.status.
+     * The stream ends only when the storage shuts down (its open streams end with OK
+       once the request being appended is answered; callers open a new one, elsewhere
+       if need be) or when the transport fails. A request written as the stream ends
+       may be unanswered, and then it was not appended.
+     * No trace context travels per request: callers of a sampled trace use Append.
     """
     Read: _aio.UnaryUnaryMultiCallable[_storage_pb2.ReadRequest, _storage_pb2.ReadResponse]  # type: ignore[assignment]
     """Read and decode messages by (physical offset, size), in request order."""
@@ -153,6 +187,29 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         """Append a batch of messages under one lock acquisition. The batch is validated as a
         whole first: one invalid message rejects the call with INVALID_ARGUMENT and nothing is
         written.
+        """
+
+    @_abc_1.abstractmethod
+    def AppendStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_storage_pb2.AppendRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_storage_pb2.AppendStreamResponse], _abc.AsyncIterator[_storage_pb2.AppendStreamResponse]]:
+        """Append over a long-lived stream: the same requests and outcomes as Append, without a
+        call's setup per batch (the gateway keeps a few open per storage).
+         * Each request is answered by exactly one response, in order, before the next
+           request is read: one append at a time per stream. Callers wanting concurrency
+           open several streams.
+         * A request that Append would fail (a bad record, an unknown topic, a full disk, a
+           slave refusing writes, ...) is answered in-band: `error_code` is the number of the
+           grpc.StatusCode Append would have failed with, `error_message` its message, and
+           the stream goes on with the next request. Flush and replication outcomes
+           (FLUSH_DISK_TIMEOUT, ...) are not errors: they stay in AppendResponse.status.
+         * The stream ends only when the storage shuts down (its open streams end with OK
+           once the request being appended is answered; callers open a new one, elsewhere
+           if need be) or when the transport fails. A request written as the stream ends
+           may be unanswered, and then it was not appended.
+         * No trace context travels per request: callers of a sampled trace use Append.
         """
 
     @_abc_1.abstractmethod

@@ -10,6 +10,11 @@ record, whose repeated groups keep the last value of each name, exactly as the d
 does. A batch in which a record's properties hold the mark itself (an item starting with
 ``\\x00``, which no producer writes) is parsed record by record instead.
 
+Most batches are simpler still: every record holds the same names in the same order
+(one producer, one client library), say ``KEYS`` alone. :func:`_same_names` reads such a
+batch with a few counts and splits over the joined properties, no regular expression,
+and gives up (the regex then runs) at anything else.
+
 Values stay bytes: they are UTF-8 (invalid sequences read as U+FFFD, as the decoder
 reads them), and the index hashes ``topic#key`` from its bytes when it is ASCII.
 """
@@ -58,6 +63,7 @@ _PATTERNS = {
     for u in (False, True)
 }
 _UNIQ_VALUE_POS = len(_UNIQ_KEY) + 1
+_WANTED = frozenset((_KEYS, _TAGS, _UNIQ_KEY))
 # ``data[a:b]`` as a function (faster in map than ``data.__getitem__``, a slot wrapper)
 _slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
 
@@ -89,7 +95,11 @@ def properties_between(
     count = len(starts)
     if not count:
         return DispatchProperties([], [], [])
-    joined = _JOIN + _JOIN.join(map(_slice_of, repeat(data), map(slice, starts, ends)))
+    props = list(map(_slice_of, repeat(data), map(slice, starts, ends)))
+    same = _same_names(props)
+    if same is not None:
+        return same
+    joined = _JOIN + _JOIN.join(props)
     # A match starts at every mark and its items stop only at a mark or the end: so there
     # are as many matches as records exactly when no properties hold the mark.
     # Only the names found somewhere in the batch are captured (the others are in no
@@ -115,6 +125,78 @@ def properties_between(
         [u[_UNIQ_VALUE_POS:] if u else None for u in uniq] if any(uniq) else [None] * len(uniq)
     )
     return DispatchProperties(keys, tags, uniq_keys)
+
+
+def _same_names(props: list[bytes]) -> DispatchProperties | None:
+    """The batch's KEYS, TAGS and UNIQ_KEY when every record's properties are the items
+    of the first record's names, in that order, each ``name \\x01 value \\x02`` with
+    neither \\x00, \\x01 nor \\x02 in the value; None when they are not.
+
+    The records are joined after a \\x00 each and cut at every \\x02: with ``k`` names,
+    item ``j`` of every record is then every ``k``-th piece from ``j``. Counts prove the
+    shape without a step per record: \\x00 only as the record marks, \\x02 and \\x01
+    ``k`` times a record, and each column's pieces, joined after a \\x02 each, holding
+    ``\\x02 name \\x01`` (and the mark, in the first column) once per record; or, when
+    every piece of a column is the same (one tag), the first one starting with it.
+    """
+    count = len(props)
+    first = props[0]
+    if not first.endswith(b"\x02"):
+        return None
+    names = [item.partition(b"\x01")[0] for item in first[:-1].split(b"\x02")]
+    width = len(names)
+    joined = b"\x00" + b"\x00".join(props)
+    if not (
+        joined.count(b"\x00") == count
+        and joined.count(b"\x02") == width * count
+        and joined.count(b"\x01") == width * count
+        and joined.endswith(b"\x02")
+    ):
+        return None
+    values = _one_name(joined, names[0], count) if width == 1 else _names(joined, names, count)
+    if values is None:
+        return None
+    empty = [b""] * count
+    uniq = values.get(_UNIQ_KEY)
+    return DispatchProperties(
+        values.get(_KEYS, empty),
+        values.get(_TAGS, empty),
+        [None] * count if uniq is None else cast("list[bytes | None]", uniq),
+    )
+
+
+def _one_name(joined: bytes, name: bytes, count: int) -> dict[bytes, list[bytes]] | None:
+    """:func:`_same_names` of records of one item each: every record mark after the first
+    follows a \\x02 and precedes the name, so each record is ``name \\x01 value \\x02``
+    and one split gives the values."""
+    mark = b"\x00" + name + b"\x01"
+    if joined.count(b"\x02\x00") != count - 1 or joined.count(mark) != count:
+        return None
+    if name not in _WANTED:
+        return {}
+    return {name: joined[len(mark) : -1].split(b"\x02" + mark)}
+
+
+def _names(joined: bytes, names: list[bytes], count: int) -> dict[bytes, list[bytes]] | None:
+    """:func:`_same_names` of records of several items, a column at a time."""
+    width = len(names)
+    pieces = joined.split(b"\x02")
+    values: dict[bytes, list[bytes]] = {}
+    for column, name in enumerate(names):
+        head = b"\x02\x00" + name + b"\x01" if column == 0 else b"\x02" + name + b"\x01"
+        items = pieces[column : width * count : width]
+        if items.count(items[0]) == count:  # one value (one tag): check it once
+            if not items[0].startswith(head[1:]):
+                return None
+            if name in _WANTED:
+                values[name] = [items[0][len(head) - 1 :]] * count
+            continue
+        joined_items = head[:1] + head[:1].join(items)
+        if joined_items.count(head) != count:
+            return None
+        if name in _WANTED:  # (the last item of a name wins)
+            values[name] = joined_items[len(head) :].split(head)
+    return values
 
 
 def _one(props: bytes) -> tuple[bytes, bytes, bytes]:

@@ -42,6 +42,7 @@ from services.dispatch.engine.consume_queue_store import (
     ConsumeQueueStore,
 )
 from services.dispatch.engine.index_service import IndexService
+from services.dispatch.engine.key_hashes import key_hashes
 from tide.files import FileLock, load_json_with_fallback, write_json_atomically
 from tide.format import (
     DEFAULT_INDEX_MAX_ENTRIES,
@@ -49,7 +50,6 @@ from tide.format import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK,
     IndexGeometry,
-    index_key_hashes,
     is_queue_less,
 )
 from tide.service_thread import PagePolicy, ServiceThread
@@ -445,7 +445,7 @@ class DispatchStore:
             full += record_keys
             phys += repeat(offsets[index], len(record_keys))
             times += repeat(stamps[index], len(record_keys))
-        self.index.build_keys(phys, times, index_key_hashes(full))
+        self.index.build_keys(phys, times, key_hashes(full))
 
     def _index_columns(self, batch: RecordBatch, columns: list[list[bytes]]) -> None:
         """Put ``columns`` (see :func:`_key_columns`): a key of each column per record."""
@@ -466,12 +466,12 @@ class DispatchStore:
         if not values:
             pass
         elif topics.count(topics[0]) == len(topics):
-            hashes = index_key_hashes(values, self._key_prefixes[topics[0]])
+            hashes = key_hashes(values, self._key_prefixes[topics[0]])
         else:
             prefixes: Iterable[bytes] = map(self._key_prefixes.__getitem__, topics)
             if len(columns) == 2:
                 prefixes = [prefix for prefix in prefixes for _ in range(2)]
-            hashes = index_key_hashes(list(map(add, prefixes, values)))
+            hashes = key_hashes(list(map(add, prefixes, values)))
         self.index.build_keys(phys, times, hashes)
 
     def _apply_one_by_one(self, batch: RecordBatch, props: DispatchProperties) -> list[Arrival]:

@@ -1,8 +1,9 @@
 """CommitLog: appends encoded records under one lock, serves reads.
 
-The records arrive fully encoded (see :mod:`services.storage.engine.message_codec`); under
-the lock the appender only picks positions, assigns queue offsets, copies the bytes and
-patches three fields. A record never spans segments: when ``size + 8`` bytes do not fit
+The records arrive fully encoded, as one :class:`RecordRun` (from the store's codec or
+checked from a producer's run); under the lock the appender only picks positions,
+assigns queue offsets, patches three fields per record and copies the run's bytes in.
+A record never spans segments: when ``size + 8`` bytes do not fit
 in the rest of a segment, a blank marker ends it and the record goes to the next one.
 """
 
@@ -17,16 +18,13 @@ from dataclasses import dataclass
 
 from services.storage.engine.errors import DiskFullError, NotWritableError
 from services.storage.engine.queue_offsets import QueueOffsetTable
+from services.storage.engine.record_run import RecordRun
 from services.storage.engine.segment_files import unlock
 from services.storage.engine.segment_queue import SegmentQueue
 from tide.format import (
     BLANK_MARKER_BYTES,
     QUEUE_OFFSET_POS,
-    SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_PREPARED,
-    SYSFLAG_TRANSACTION_ROLLBACK,
     DecodedRecord,
-    EncodedRecord,
     RecordError,
     decode_record,
     find_blank_marker,
@@ -38,20 +36,25 @@ from tide.mapped import MappedFile
 log = logging.getLogger("tide.storage.commitlog")
 # The fields patched under the lock (mirrors tide.format.patch_record, inlined for speed).
 _OFFSETS = struct.Struct(">qq")  # queue_offset, physical_offset
-_TIMESTAMP = struct.Struct(">q")  # store_timestamp
 _TOTAL_SIZE = struct.Struct(">i")
 MIN_RECORD_BYTES = record_size(0, 1, 0)  # no body, a 1-byte topic, no properties
-_QUEUE_LESS = frozenset({SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK})
 AppendListener = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
 class AppendBatch:
     store_timestamp_ms: int
-    # (physical_offset, size, queue_offset) per record, in request order.
-    positions: list[tuple[int, int, int]]
+    # Per record, in request order.
+    physical_offsets: list[int]
+    sizes: list[int]
+    queue_offsets: list[int]
     # Offset just past the last record: durable once flushed_offset >= end_offset.
     end_offset: int
+
+    @property
+    def positions(self) -> list[tuple[int, int, int]]:
+        """(physical_offset, size, queue_offset) per record."""
+        return list(zip(self.physical_offsets, self.sizes, self.queue_offsets, strict=True))
 
 
 class OffsetBelowMinError(Exception):
@@ -63,6 +66,7 @@ class CommitLog:
         self,
         segments: SegmentQueue,
         offsets: QueueOffsetTable,
+        store_host: bytes,
         *,
         clock_ms: Callable[[], int] | None = None,
         attach_write_buffer: Callable[[MappedFile], None] | None = None,
@@ -70,6 +74,11 @@ class CommitLog:
     ) -> None:
         self.segments = segments
         self.offsets = offsets
+        # store_timestamp and the store host follow each other: patched together (a run
+        # from a producer carries zeros in both).
+        assert len(store_host) in (8, 20), len(store_host)
+        self._store_host = store_host
+        self._time_and_host = struct.Struct(f">q{len(store_host)}s")
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._attach_write_buffer = attach_write_buffer
         # A blank marker is less than one record (+ the 8-byte reserve) from the end.
@@ -96,15 +105,15 @@ class CommitLog:
         return self._last_store_timestamp_ms
 
     # -- appending ---------------------------------------------------------------
-    def append(self, records: Sequence[EncodedRecord]) -> AppendBatch:
-        if not records:
-            return AppendBatch(self._last_store_timestamp_ms, [], self.segments.max_offset)
+    def append(self, run: RecordRun) -> AppendBatch:
+        if not run.sizes:
+            return AppendBatch(self._last_store_timestamp_ms, [], [], [], self.segments.max_offset)
         asked = time.perf_counter()
         with self.lock:
             self.lock_wait_s += time.perf_counter() - asked
             self.lock_acquisitions += 1
             self._check_writable()
-            batch = self._append_locked(records)
+            batch = self._append_locked(run)
         for listener in self._listeners:
             listener(batch.end_offset)
         return batch
@@ -130,21 +139,32 @@ class CommitLog:
             self._attach_write_buffer(segment)
         return segment
 
-    def _append_locked(self, records: Sequence[EncodedRecord]) -> AppendBatch:
+    def _append_locked(self, run: RecordRun) -> AppendBatch:
+        """Offsets, the store time and host patched into ``run.data``, then the bytes copied
+        into the segment(s): one slice assignment per segment."""
         now = max(self._clock_ms(), self._last_store_timestamp_ms)
-        self._ensure_room(records)
+        self._ensure_room(run.sizes)
         segment = self.writable_segment()
         target, pos, limit = segment.write_target, segment.wrote, segment.size_bytes
         base = segment.start_offset
+        data = run.data
+        source = memoryview(data)
         table = self.offsets.next_offsets
         get_next = table.get
         patch_offsets = _OFFSETS.pack_into
-        patch_time = _TIMESTAMP.pack_into
-        positions: list[tuple[int, int, int]] = []
-        append = positions.append
-        for data, topic, queue_id, sys_flag, ts_pos in records:
-            size = len(data)
+        patch_time_and_host = self._time_and_host.pack_into
+        store_host = self._store_host
+        physical: list[int] = []
+        queue_offsets: list[int] = []
+        add_physical = physical.append
+        add_queue_offset = queue_offsets.append
+        at = piece_at = 0  # in data: the next record; the start of this segment's piece
+        piece_pos = pos  # in the segment: where the piece goes
+        for size, key, ts_pos in zip(
+            run.sizes, run.queue_keys, run.store_timestamp_positions, strict=True
+        ):
             if pos + size + BLANK_MARKER_BYTES > limit:
+                target[piece_pos:pos] = source[piece_at:at]
                 write_blank(target, pos, limit - pos)
                 segment.blank_position = pos
                 self._publish(segment, limit, now)
@@ -152,29 +172,33 @@ class CommitLog:
                 assert next_segment is not None and next_segment.wrote == 0, next_segment
                 segment = next_segment
                 target, pos, base = segment.write_target, 0, segment.start_offset
-            if (sys_flag & SYSFLAG_TRANSACTION_MASK) in _QUEUE_LESS:
+                piece_at, piece_pos = at, 0
+            if key is None:
                 queue_offset = 0  # transaction prepared/rollback: no queue entry
             else:
-                key = (topic, queue_id)
                 queue_offset = get_next(key, 0)
                 table[key] = queue_offset + 1
-            target[pos : pos + size] = data
-            patch_offsets(target, pos + QUEUE_OFFSET_POS, queue_offset, base + pos)
-            patch_time(target, pos + ts_pos, now)
-            append((base + pos, size, queue_offset))
+            patch_offsets(data, at + QUEUE_OFFSET_POS, queue_offset, base + pos)
+            patch_time_and_host(data, at + ts_pos, now, store_host)
+            add_physical(base + pos)
+            add_queue_offset(queue_offset)
             pos += size
+            at += size
+        assert at == len(data), (at, len(data))
+        target[piece_pos:pos] = source[piece_at:at]
         self._publish(segment, pos, now)
         self._last_store_timestamp_ms = now
-        return AppendBatch(now, positions, base + pos)
+        return AppendBatch(now, physical, run.sizes, queue_offsets, base + pos)
 
-    def _ensure_room(self, records: Sequence[EncodedRecord]) -> None:
+    def _ensure_room(self, sizes: Sequence[int]) -> None:
         """Create every segment this batch will need before writing any byte, so that a
         failure to create one (disk full) leaves nothing half-written."""
         segment = self.writable_segment()
         pos, limit = segment.wrote, segment.size_bytes
+        if pos + sum(sizes) + BLANK_MARKER_BYTES <= limit:
+            return  # the common case: it all fits
         next_start = segment.end_offset
-        for rec in records:
-            size = len(rec.data)
+        for size in sizes:
             if pos + size + BLANK_MARKER_BYTES > limit:
                 if self.segments.find(next_start) is None:
                     self._roll(next_start)

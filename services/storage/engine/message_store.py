@@ -21,7 +21,11 @@ from services.storage.engine.checkpoint_service import CheckpointService
 from services.storage.engine.commitlog import AppendBatch, CommitLog
 from services.storage.engine.config import MIB, FlushMode, StoreConfig
 from services.storage.engine.consumer_offsets import ConsumerOffsets
-from services.storage.engine.errors import NotWritableError, TopicNotFoundError
+from services.storage.engine.errors import (
+    InvalidMessageError,
+    NotWritableError,
+    TopicNotFoundError,
+)
 from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
@@ -32,8 +36,10 @@ from services.storage.engine.queue_offsets import (
     read_snapshot,
     write_snapshot,
 )
+from services.storage.engine.record_run import RecordRun, run_from_records
 from services.storage.engine.recovery import RecoveryReport, recover
 from services.storage.engine.retention import RetentionService
+from services.storage.engine.run_check import RunChecker
 from services.storage.engine.segment_queue import SegmentQueue
 from services.storage.engine.store_files import (
     StoreLock,
@@ -43,7 +49,7 @@ from services.storage.engine.store_files import (
 )
 from services.storage.engine.topic_table import TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
-from tide.format import EncodedRecord, msg_id_prefix, parse_host
+from tide.format import EncodedRecord, msg_id_prefix, pack_host, parse_host
 from tide.service_thread import ServiceThread
 
 log = logging.getLogger("tide.storage.store")
@@ -88,6 +94,13 @@ class MessageStore:
         self._lock = StoreLock(config.store_dir)
         store_host = parse_host(config.store_host)
         self.codec = MessageCodec(store_host, config.max_message_body_bytes)
+        self._store_host = pack_host(store_host)
+        self.run_checker = RunChecker(
+            self._store_host,
+            config.max_message_body_bytes,
+            config.max_batch_messages,
+            self._topic_name,
+        )
         self.msg_id_prefix = msg_id_prefix(store_host)
         self._threads: list[ServiceThread] = []
         self._opened = False
@@ -146,6 +159,7 @@ class MessageStore:
         self.commitlog = CommitLog(
             self.segments,
             offsets,
+            self._store_host,
             clock_ms=self._clock_ms,
             attach_write_buffer=self.pool.attach if self.pool else None,
             max_record_bytes=max(cfg.max_message_body_bytes, DEFAULT_MAX_BODY_BYTES) + (64 << 10),
@@ -270,11 +284,27 @@ class MessageStore:
         if self._put_refusal is not None:
             raise NotWritableError(self._put_refusal)
         records = self.encode(messages, default_born_host)
-        batch = self.commitlog.append(records)
+        return self._append(run_from_records(records))
+
+    def put_run(self, chunks: Sequence[bytes]) -> PutResult:
+        """Check and append records encoded by a producer (``tide.format.RunWriter``):
+        ``chunks`` are runs, appended as one batch in order."""
+        if self._put_refusal is not None:
+            raise NotWritableError(self._put_refusal)
+        data = bytearray(chunks[0]) if len(chunks) == 1 else bytearray(b"".join(chunks))
+        run, missing = self.run_checker.check(
+            data, self._write_queue_count, self.config.default_queue_nums
+        )
+        for topic in missing:
+            self.topics.ensure(topic, self.config.default_queue_nums)
+        return self._append(run)
+
+    def _append(self, run: RecordRun) -> PutResult:
+        batch = self.commitlog.append(run)
         durable = None
-        if self.group_commit is not None and batch.positions:
+        if self.group_commit is not None and batch.sizes:
             durable = self.group_commit.request(batch.end_offset)
-        if self.ha_waiter is not None and batch.positions:
+        if self.ha_waiter is not None and batch.sizes:
             return PutResult(batch, durable, self.ha_waiter.request(batch.end_offset))
         return PutResult(batch, durable)
 
@@ -301,6 +331,15 @@ class MessageStore:
         for topic in missing:
             self.topics.ensure(topic, self.config.default_queue_nums)
         return records
+
+    def _topic_name(self, name: bytes) -> str:
+        """A run's topic bytes as a checked name (InvalidMessageError if it is not)."""
+        try:
+            topic = name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidMessageError(f"topic {name[:40]!r} is not UTF-8") from None
+        self.codec.topic_bytes(topic)  # checks the name (cached)
+        return topic
 
     def _write_queue_count(self, topic: str) -> int | None:
         """The topic's write queue count; None for an unknown topic that may be created."""

@@ -112,7 +112,23 @@ def _batch(first: int, count: int) -> RecordBatch:
     )
 
 
-def test_small_batches_are_applied_on_the_loop_while_the_writer_is_idle() -> None:
+def _dispatcher(
+    store: _Store, hub: _Hub, writer: Writer, batches: list[RecordBatch], between: Any
+) -> Dispatcher:
+    class _Dispatcher(Dispatcher):
+        def new_follower(self, offset: int) -> TailFollower:
+            return cast(TailFollower, _Follower(batches, between))
+
+    return _Dispatcher(
+        cast(DispatchStore, store),
+        cast(StorageClient, object()),
+        hub,
+        writer,
+        cleanup_interval_s=3600,
+    )
+
+
+def test_batches_are_applied_on_the_loop_while_the_writer_is_idle() -> None:
     async def scenario() -> None:
         loop_thread = threading.get_ident()
         writer = Writer()
@@ -129,24 +145,61 @@ def test_small_batches_are_applied_on_the_loop_while_the_writer_is_idle() -> Non
                 await asyncio.sleep(0.01)
                 asyncio.get_running_loop().call_later(0.05, busy.set)
 
-        class _Dispatcher(Dispatcher):
-            def new_follower(self, offset: int) -> TailFollower:
-                return cast(TailFollower, _Follower(batches, between))
-
-        dispatcher = _Dispatcher(
-            cast(DispatchStore, store),
-            cast(StorageClient, object()),
-            hub,
-            writer,
-            cleanup_interval_s=3600,
-        )
+        dispatcher = _dispatcher(store, hub, writer, batches, between)
         assert await dispatcher._follow_once(0) is None
         await asyncio.gather(*pending)
-        on_loop = [thread == loop_thread for _, thread in store.threads]
-        # 1 record, writer idle: the loop; over the limit: the writer; writer busy: the
-        # writer (after its queued work); idle again: the loop.
-        assert on_loop == [True, False, False, True]
-        assert hub.published == [[Arrival("t", 0, n)] for n in (1, 2, 3, 4)]
+        # 1 record, writer idle: the loop; over the slice size: the loop, in two slices;
+        # writer busy: the writer (after its queued work); idle again: the loop.
+        assert [(count, thread == loop_thread) for count, thread in store.threads] == [
+            (1, True),
+            (INLINE_APPLY_MAX_RECORDS, True),
+            (1, True),
+            (2, False),
+            (3, True),
+        ]
+        assert hub.published == [[Arrival("t", 0, n)] for n in (1, 2, 3, 4, 5)]
+        writer.shutdown()
+
+    run(scenario())
+
+
+def test_the_rest_of_a_batch_queues_behind_work_given_to_the_writer_meanwhile() -> None:
+    """Between two slices of a batch the loop runs other tasks: when one gives the writer
+    thread work, the rest of the batch is applied on the writer thread, after it."""
+
+    async def scenario() -> None:
+        loop_thread = threading.get_ident()
+        writer = Writer()
+        store = _Store()
+        hub = _Hub()
+        order: list[str] = []
+        count = 2 * INLINE_APPLY_MAX_RECORDS + 5
+        batch = _batch(0, count)
+
+        gate = threading.Event()
+
+        def cleanup() -> None:
+            gate.wait(5)
+            order.append(f"cleanup after {len(store.threads)} applies")
+
+        async def between(index: int) -> None:
+            async def sneak_in() -> None:  # first runs when the first slice yields
+                asyncio.get_running_loop().call_later(0.05, gate.set)
+                await writer.run(cleanup)
+
+            pending.append(asyncio.ensure_future(sneak_in()))
+
+        pending: list[asyncio.Future[None]] = []
+        dispatcher = _dispatcher(store, hub, writer, [batch], between)
+        assert await dispatcher._follow_once(0) is None
+        await asyncio.gather(*pending)
+        threads = [(n, thread == loop_thread) for n, thread in store.threads]
+        assert threads == [
+            (INLINE_APPLY_MAX_RECORDS, True),
+            (count - INLINE_APPLY_MAX_RECORDS, False),
+        ]
+        assert order == ["cleanup after 1 applies"]
+        assert store.dispatched_offset == batch.end_offset
         writer.shutdown()
 
     run(scenario())

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import grpc
 import pytest
 
-from services.gateway.append_queue import AppendQueue
+from services.gateway.append_queue import AppendQueue, Outcome
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.routes import QueueRef
 from services.gateway.selection import QueueSelector
@@ -66,7 +66,7 @@ def test_round_robin_many_skips_an_unavailable_broker_like_round_robin() -> None
 
 
 # -- message checks ------------------------------------------------------------------
-def _first_error(check: Callable[[], None]) -> str | None:
+def _first_error(check: Callable[[], object]) -> str | None:
     try:
         check()
     except ServiceError as exc:
@@ -117,7 +117,24 @@ def test_batch_check_passes_valid_messages() -> None:
         pb.ProduceMessage(topic="T2", body=b"y", tags="A", keys=["k"], born_timestamp_ms=5),
         pb.ProduceMessage(topic="T1", body=b"z", queue=pb.QueueRef(broker_name="b", queue_id=1)),
     ]
-    check_produce_messages(messages, 1_000)
+    assert check_produce_messages(messages, 1_000) == ({"T1", "T2"}, True, False)
+
+
+def test_batch_check_says_when_no_message_is_routed() -> None:
+    messages = [pb.ProduceMessage(topic="T1", body=b"x", tags="A") for _ in range(3)]
+    assert check_produce_messages(messages, 1_000) == ({"T1"}, False, False)
+
+
+@pytest.mark.parametrize(
+    ("extra", "bodies_only"),
+    [({}, True), ({"flag": 1}, False), ({"born_timestamp_ms": 5}, False), ({"tags": "A"}, False)],
+)
+def test_batch_check_says_when_messages_are_bodies_only(
+    extra: dict[str, object], bodies_only: bool
+) -> None:
+    messages = [pb.ProduceMessage(topic="T", body=b"x")] * 2
+    messages.append(pb.ProduceMessage(topic="T", body=b"y", **extra))  # type: ignore[arg-type]
+    assert check_produce_messages(messages, 1_000).bodies_only is bodies_only
 
 
 # -- the coalescing Append queue -----------------------------------------------------
@@ -155,8 +172,9 @@ class FakeStorage:
         )
 
 
-def _offsets(outcome: tuple[Sequence[storage_pb.AppendResult], float]) -> list[int]:
-    return [result.physical_offset for result in outcome[0]]
+def _offsets(outcome: Outcome) -> list[int]:
+    results = outcome.response.results[outcome.start : outcome.end]
+    return [result.physical_offset for result in results]
 
 
 def test_groups_waiting_for_a_slot_go_in_one_call() -> None:
@@ -173,7 +191,7 @@ async def _groups_waiting_for_a_slot_go_in_one_call() -> None:
     assert storage.calls == [[1]]  # one call in flight; the others wait
     storage.gate.set()
     first_outcome = await first
-    assert [result.physical_offset for result in first_outcome[0]] == [1]
+    assert _offsets(first_outcome) == [1]
     outcomes = await asyncio.gather(*waiting)
     assert storage.calls == [[1], [10, 11, 20, 21]]  # the waiting groups together
     assert [_offsets(outcome) for outcome in outcomes] == [[10, 11], [20, 21]]

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable
-from services.gateway.produce import _STATUS
+from services.gateway.produce_results import STATUS as _STATUS
 from services.gateway.readers import ReadMembers
 from services.gateway.routes import Member
 from tide.server import ServiceError

@@ -100,7 +100,7 @@ def test_in_process_inputs_take_the_same_path() -> None:
 
 @pytest.mark.parametrize("status", [pb.PUT_OK, pb.FLUSH_DISK_TIMEOUT])
 def test_append_response_carries_offset_ids_and_status(status: pb.AppendStatus.ValueType) -> None:
-    batch = AppendBatch(NOW_MS, [(0, 200, 5), (200, 210, 6), (2**40, 90, 0)], 2**40 + 90)
+    batch = AppendBatch(NOW_MS, [0, 200, 2**40], [200, 210, 90], [5, 6, 0], 2**40 + 90)
     request = pb.AppendRequest(messages=[pb.Message()] * 3)
     response = _append_response(batch, request, status, "7F00000100002A9F")
     assert [r.msg_id for r in response.results] == [

@@ -9,6 +9,7 @@ import pytest
 from services.dispatch.engine.batch_fields import (
     DispatchProperties,
     TagsCodes,
+    _same_names,
     dispatch_properties,
     properties_between,
     properties_in,
@@ -115,3 +116,78 @@ def test_tags_codes_are_the_hash_of_the_text() -> None:
     for tags in ["", "TagA", "标签", "a||b"]:
         assert codes[tags.encode()] == tags_code(tags)
     assert codes[b"\xff"] == tags_code("\ufffd")
+
+
+def _same_names_batch(
+    rnd: random.Random, names: list[str], count: int, constant: frozenset[str] = frozenset()
+) -> list[bytes]:
+    """Records of these names; the ``constant`` ones of one value in every record."""
+    return [
+        encode_properties(
+            {
+                name: "one" if name in constant else f"v{rnd.randrange(10 ** rnd.randrange(1, 8))}"
+                for name in names
+            }
+        )
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["KEYS"], ["TAGS", "KEYS"], ["UNIQ_KEY", "WAIT", "TAGS", "KEYS"], ["A"], ["UNIQ_KEY"]],
+)
+def test_records_of_the_same_names_match_the_decoder(names: list[str]) -> None:
+    """The counting fast path (every record holds the same names in the same order)."""
+    rnd = random.Random(5)
+    batch = _same_names_batch(rnd, names, 300)
+    assert _same_names(batch) is not None  # the fast path
+    check(batch)
+    check(batch[:1])
+
+
+@pytest.mark.parametrize("constant", [{"TAGS"}, {"TAGS", "KEYS"}, {"UNIQ_KEY"}, {"WAIT"}])
+def test_names_of_one_value_in_every_record_match_the_decoder(constant: set[str]) -> None:
+    """A column whose items are all the same (one tag) is checked once."""
+    rnd = random.Random(6)
+    names = ["UNIQ_KEY", "WAIT", "TAGS", "KEYS"]
+    batch = _same_names_batch(rnd, names, 100, frozenset(constant))
+    assert _same_names(batch) is not None
+    check(batch)
+    for damaged in (b"\x00" + batch[0][1:], batch[0].replace(b"TAGS", b"TAGX")):
+        check([damaged] * 3)
+        check([damaged, *batch[1:]])
+
+
+def test_damaged_records_of_the_same_names_match_the_decoder() -> None:
+    """One record of a same-names batch changed (a byte replaced, inserted, dropped: a
+    separator, a name, a zero byte, an item more or less): still the decoder's answer."""
+    rnd = random.Random(9)
+    specials = [b"\x00", b"\x01", b"\x02", b"K", b"KEYS\x01", b"\x02KEYS\x01x", b"\x02\x00"]
+    for _ in range(400):
+        names = rnd.choice([["KEYS"], ["TAGS", "KEYS", "UNIQ_KEY"]])
+        batch = _same_names_batch(rnd, names, 20, frozenset(rnd.choice([(), ("TAGS",)])))
+        index = rnd.randrange(len(batch))
+        damaged = batch[index]
+        at = rnd.randrange(len(damaged) + 1)
+        cut = at + rnd.randrange(0, 3)
+        damaged = damaged[:at] + rnd.choice(specials) * rnd.randrange(0, 2) + damaged[cut:]
+        batch[index] = damaged
+        check(batch)
+
+
+def test_duplicate_names_of_the_same_layout_take_the_last() -> None:
+    batch = [b"KEYS\x01a%d\x02KEYS\x01b%d\x02" % (i, i) for i in range(10)]
+    assert _same_names(batch) is not None
+    assert dispatch_properties(batch).keys == [b"b%d" % i for i in range(10)]
+    check(batch)
+
+
+def test_one_name_records_whose_separators_moved_match_the_decoder() -> None:
+    """Counts that add up over the batch, not per record: a record missing its final
+    \\x02 and one with a second; a mark inside a value."""
+    keys = [b"KEYS\x01k%d\x02" % i for i in range(6)]
+    check([b"KEYS\x01a", b"KEYS\x01b\x02c\x02", *keys])
+    check([*keys, b"KEYS\x01a\x02\x02", b"KEYS\x01b"])
+    check([b"KEYS\x01a\x02\x00KEYS\x01b\x02", *keys])
+    check([b"KEYS\x01a\x02", b"KEYS\x02\x01b\x02"])

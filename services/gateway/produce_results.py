@@ -1,0 +1,73 @@
+"""A produce's outcome per message, and the response built from them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tide.server import ServiceError
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
+
+STATUS: dict[storage_pb.AppendStatus.ValueType, pb.ProduceResult.Status.ValueType] = {
+    storage_pb.PUT_OK: pb.ProduceResult.SEND_OK,
+    storage_pb.FLUSH_DISK_TIMEOUT: pb.ProduceResult.FLUSH_DISK_TIMEOUT,
+    storage_pb.FLUSH_SLAVE_TIMEOUT: pb.ProduceResult.FLUSH_SLAVE_TIMEOUT,
+    storage_pb.SLAVE_NOT_AVAILABLE: pb.ProduceResult.SLAVE_NOT_AVAILABLE,
+}
+# A written message: (broker name, queue id, status, msg id, queue offset, store time).
+Written = tuple[str, int, pb.ProduceResult.Status.ValueType, str, int, int]
+
+
+def written_rows(
+    broker_name: str, queue_ids: Sequence[int], response: storage_pb.AppendResponse, start: int
+) -> list[Written]:
+    """The rows of the records ``start..start + len(queue_ids)`` of a ``records`` Append
+    (the caller checked the response holds them)."""
+    end = start + len(queue_ids)
+    status = STATUS[response.status]
+    prefix = response.msg_id_prefix
+    stored_ms = response.store_timestamp_ms
+    # make_msg_id inline: the prefix, then the offset as 16 upper-case hex digits.
+    return [
+        (broker_name, queue_id, status, f"{prefix}{physical:016X}", queue_offset, stored_ms)
+        for queue_id, physical, queue_offset in zip(
+            queue_ids,
+            response.physical_offsets[start:end],
+            response.queue_offsets[start:end],
+            strict=True,
+        )
+    ]
+
+
+def produce_response(
+    unique_keys: Sequence[str],
+    rows: Sequence[Written | None],
+    errors: Sequence[ServiceError | None],
+) -> pb.ProduceResponse:
+    """Every message written -> their results; none -> the first error is raised; some
+    -> the others are SEND_FAILED with their error."""
+    if all(row is None for row in rows):
+        first = next(error for error in errors if error is not None)
+        raise first
+    response = pb.ProduceResponse()
+    add = response.results.add
+    for unique_key, row, error in zip(unique_keys, rows, errors, strict=True):
+        if row is not None:
+            broker_name, queue_id, status, msg_id, queue_offset, stored_ms = row
+            add(
+                status=status,
+                msg_id=msg_id,
+                unique_key=unique_key,
+                broker_name=broker_name,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                store_timestamp_ms=stored_ms,
+            )
+        else:
+            assert error is not None
+            add(
+                status=pb.ProduceResult.SEND_FAILED,
+                unique_key=unique_key,
+                error=f"{error.code.name}: {error.message}",
+            )
+    return response

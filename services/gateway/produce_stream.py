@@ -1,0 +1,187 @@
+"""``ProduceStream``: a pipelined Produce on one bidi stream.
+
+Per stream, a reader task takes requests off the stream and starts one task per request
+(the same :meth:`Producer.produce` a unary Produce runs), while the handler's generator
+answers the tasks in request order. At most :data:`MAX_PRODUCE_STREAM_IN_FLIGHT` requests
+are started and not yet answered: the reader reads the next request only when one of
+them has been answered, so a faster producer is held back by HTTP/2 flow control.
+
+A request's failure is answered in-band: a :class:`ServiceError` as its status code
+(``grpc.StatusCode`` value number) and message, anything else as INTERNAL (logged with its
+traceback). The stream ends
+
+* when the client half-closes: every request read is answered, then status OK;
+* when the client cancels or goes away: the started requests are cancelled;
+* on :meth:`ProduceStreams.drain` (the gateway shuts down): the reader stops, the requests
+  read are answered, then the stream ends UNAVAILABLE (the others were not processed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import grpc
+
+from tide.server import ServiceError
+from tide.v1 import gateway_pb2 as pb
+
+log = logging.getLogger("tide.gateway.produce_stream")
+
+# Requests of one stream processed concurrently (started and not yet answered).
+MAX_PRODUCE_STREAM_IN_FLIGHT = 32
+# Streams open at once; more are refused RESOURCE_EXHAUSTED.
+MAX_PRODUCE_STREAMS = 4096
+
+ProduceOne = Callable[[pb.ProduceRequest, str], Coroutine[Any, Any, pb.ProduceResponse]]
+_DRAINED = object()  # queued by drain(): no more requests will be read
+
+
+class _ReadFailed:
+    """Queued when reading the request stream failed."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class _Stream:
+    """One open stream: its reader task and the queue of its requests' tasks."""
+
+    __slots__ = ("queue", "reader", "slots")
+
+    def __init__(self) -> None:
+        self.slots = asyncio.Semaphore(MAX_PRODUCE_STREAM_IN_FLIGHT)
+        # Request tasks in order, then None (the client half-closed), _DRAINED or a
+        # _ReadFailed; at most MAX_PRODUCE_STREAM_IN_FLIGHT + 1 items.
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self.reader: asyncio.Task[None] | None = None
+
+
+class ProduceStreams:
+    """Serves the ProduceStream calls; ``produce`` runs one request (the metrics wrap
+    it: one latency record per request)."""
+
+    def __init__(self, produce: ProduceOne) -> None:
+        self.produce = produce
+        self._streams: set[_Stream] = set()
+        self._draining = False
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    def drain(self) -> None:
+        """End every stream soon: stop reading requests; those read are answered, then the
+        stream ends UNAVAILABLE. Streams opened from now on are refused."""
+        self._draining = True
+        for stream in self._streams:
+            _stop_reading(stream)
+
+    async def serve(
+        self, requests: AsyncIterator[pb.ProduceRequest], peer: str
+    ) -> AsyncIterator[pb.ProduceStreamResponse]:
+        if self._draining:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, "the gateway is shutting down")
+        if len(self._streams) >= MAX_PRODUCE_STREAMS:
+            raise ServiceError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{MAX_PRODUCE_STREAMS} ProduceStream calls are open on this gateway",
+            )
+        stream = _Stream()
+        stream.reader = asyncio.create_task(self._read(stream, requests, peer))
+        self._streams.add(stream)
+        try:
+            async for response in _answers(stream):
+                yield response
+        finally:
+            self._streams.discard(stream)
+            await _cancel_outstanding(stream)
+
+    async def _read(
+        self, stream: _Stream, requests: AsyncIterator[pb.ProduceRequest], peer: str
+    ) -> None:
+        """Start a task per request, at most MAX_PRODUCE_STREAM_IN_FLIGHT unanswered; then
+        queue the end (None) or the request stream's failure."""
+        slots, queue = stream.slots, stream.queue
+        iterator = aiter(requests)
+        produce = self.produce
+        try:
+            while True:
+                await slots.acquire()
+                try:
+                    request = await anext(iterator)
+                except StopAsyncIteration:
+                    queue.put_nowait(None)
+                    return
+                # No await between here and the put: drain() never sees a task half queued.
+                queue.put_nowait(asyncio.create_task(produce(request, peer)))
+        except Exception as exc:  # answered after the requests before it, then raised
+            queue.put_nowait(_ReadFailed(exc))
+
+
+def _stop_reading(stream: _Stream) -> None:
+    reader = stream.reader
+    if reader is not None and not reader.done():
+        reader.cancel()
+        stream.queue.put_nowait(_DRAINED)
+
+
+async def _answers(stream: _Stream) -> AsyncIterator[pb.ProduceStreamResponse]:
+    """Each started request's answer, in order, until the end of the stream."""
+    queue, slots = stream.queue, stream.slots
+    while True:
+        item = await queue.get()
+        if item is None:
+            return
+        if item is _DRAINED:
+            raise ServiceError(
+                grpc.StatusCode.UNAVAILABLE,
+                "the gateway is shutting down: the requests not answered were not "
+                "processed; send them again",
+            )
+        if isinstance(item, _ReadFailed):
+            raise item.error
+        if not isinstance(item, asyncio.Task):  # only tasks and the markers are queued
+            raise TypeError(f"unexpected item in a ProduceStream queue: {item!r}")
+        yield await _answer(item)
+        slots.release()
+
+
+async def _answer(task: asyncio.Task[pb.ProduceResponse]) -> pb.ProduceStreamResponse:
+    try:
+        response = await task
+    except ServiceError as exc:
+        return pb.ProduceStreamResponse(error_code=exc.code.value[0], error_message=exc.message)
+    except Exception as exc:
+        log.error("unexpected error in a ProduceStream request", exc_info=exc)
+        return pb.ProduceStreamResponse(
+            error_code=grpc.StatusCode.INTERNAL.value[0],
+            error_message=f"{type(exc).__name__}: {exc}",
+        )
+    return pb.ProduceStreamResponse(response=response)
+
+
+async def _cancel_outstanding(stream: _Stream) -> None:
+    """Cancel the reader and every request not answered; wait for them (a failure other
+    than the cancellation is logged)."""
+    tasks: list[asyncio.Task[object]] = []
+    if stream.reader is not None:
+        tasks.append(stream.reader)
+    while not stream.queue.empty():
+        item = stream.queue.get_nowait()
+        if isinstance(item, asyncio.Task):
+            tasks.append(item)
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning(
+                "a ProduceStream task failed after the stream ended", exc_info=task.exception()
+            )

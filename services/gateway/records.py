@@ -1,0 +1,67 @@
+"""What the gateway puts into the records it encodes: the properties and the born host.
+
+The gateway encodes produced messages as commitlog records itself (``tide.format.
+RunWriter``), so a storage only checks them and assigns offsets. The messages were
+checked before (``validate.py``): the properties here are joined without checks.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import unquote
+
+from tide.format import KEYS, TAGS, UNIQ_KEY, pack_host, parse_host
+from tide.v1 import gateway_pb2 as pb
+
+log = logging.getLogger("tide.gateway.records")
+MAX_CACHED_PEERS = 10_000
+# The born host of a producer reached over a transport without an IP address (a Unix
+# socket): the loopback address, port 0.
+LOCAL_BORN_HOST = "127.0.0.1:0"
+
+
+def message_properties(message: pb.ProduceMessage, unique_key: str) -> bytes:
+    """``name\\x01value\\x02`` for the user properties, then UNIQ_KEY, TAGS and KEYS."""
+    text = f"{UNIQ_KEY}\x01{unique_key}\x02"
+    tags = message.tags
+    if tags:
+        text += f"{TAGS}\x01{tags}\x02"
+    keys = message.keys
+    if keys:
+        text += f"{KEYS}\x01{' '.join(keys)}\x02"
+    properties = message.properties
+    if properties:
+        # Names, then a lookup each: a protobuf map's items() is the slow generic view.
+        text = "".join([f"{name}\x01{properties[name]}\x02" for name in properties]) + text
+    return text.encode("utf-8")
+
+
+def peer_address(peer: str) -> str:
+    """``ip:port`` or ``[ipv6]:port`` of grpc's ``context.peer()`` (``ipv4:1.2.3.4:5``,
+    ``ipv6:[::1]:5``, possibly percent-encoded); :data:`LOCAL_BORN_HOST` otherwise."""
+    kind, _, address = peer.partition(":")
+    if kind == "ipv4":
+        return address
+    if kind == "ipv6":
+        return unquote(address)
+    return LOCAL_BORN_HOST
+
+
+class BornHosts:
+    """Packed born hosts (8 bytes IPv4, 20 bytes IPv6) by gRPC peer, cached."""
+
+    def __init__(self) -> None:
+        self._packed: dict[str, bytes] = {}
+
+    def packed(self, peer: str) -> bytes:
+        cached = self._packed.get(peer)
+        if cached is not None:
+            return cached
+        try:
+            packed = pack_host(parse_host(peer_address(peer)))
+        except ValueError as exc:  # not an address grpc gives: do not fail the produce
+            log.warning("peer %r: %s; its born host is stored as %s", peer, exc, LOCAL_BORN_HOST)
+            packed = pack_host(parse_host(LOCAL_BORN_HOST))
+        if len(self._packed) < MAX_CACHED_PEERS:
+            self._packed[peer] = packed
+        return packed

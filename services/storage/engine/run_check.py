@@ -1,0 +1,182 @@
+"""A producer's record run, checked against the store before the append lock.
+
+``tide.format.scan_run`` checks the layout (sizes, magic, lengths, body CRC); here come
+the store's own rules: each topic is a valid name that exists (or may be auto-created)
+and is writable, each queue id is within the topic's write queues, the sys_flag sets
+only the bits a producer may set. The whole run is checked before anything is written:
+one bad record rejects it all. The store host is written under the lock, with the
+store timestamp next to it (commitlog.py).
+
+A store whose own host is IPv6 takes the general path: each record is decoded and
+encoded again with the 20-byte store host (a run always carries an 8-byte slot).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from functools import reduce
+from itertools import repeat
+from operator import or_
+
+from services.storage.engine.errors import InvalidMessageError
+from services.storage.engine.message_codec import PRODUCER_SYSFLAG_MASK
+from services.storage.engine.record_run import QueueKey, RecordRun, run_from_records
+from tide.format import (
+    MESSAGE_MAGIC_V1,
+    SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_STORE_HOST_V6,
+    SYSFLAG_TRANSACTION_MASK,
+    EncodedRecord,
+    RecordError,
+    RunLayout,
+    decode_record,
+    encode_record,
+    is_queue_less,
+    scan_run,
+)
+
+_MAGIC_V1 = struct.pack(">i", MESSAGE_MAGIC_V1)
+_BORN_HOST_POS = 48  # docs/formats.md: after born_timestamp
+# The sys_flag bits a run's record may carry: the producer's, and the born host's (the
+# record's layout says which).
+_RUN_SYSFLAG_MASK = PRODUCER_SYSFLAG_MASK | SYSFLAG_BORN_HOST_V6
+# A topic's write queue count; None for a missing topic that may be created.
+TopicLookup = Callable[[str], int | None]
+Topics = dict[bytes, tuple[str, int]]  # UTF-8 name -> (name, write queue count)
+
+
+class RunChecker:
+    def __init__(
+        self,
+        store_host: bytes,
+        max_body_bytes: int,
+        max_records: int,
+        topic_name: Callable[[bytes], str],
+    ) -> None:
+        """``store_host`` is packed (8 or 20 bytes); ``topic_name`` decodes and checks
+        a topic's UTF-8 bytes (raising InvalidMessageError)."""
+        assert len(store_host) in (8, 20), len(store_host)
+        self._store_host = store_host
+        self._max_body_bytes = max_body_bytes
+        self._max_records = max_records
+        self._topic_name = topic_name
+
+    def check(
+        self, data: bytearray, write_queue_count: TopicLookup, default_queue_count: int
+    ) -> tuple[RecordRun, list[str]]:
+        """The run ready for the lock, and the topics it would auto-create (the caller
+        creates them once the run passed).
+
+        Per record only the layout scan runs in Python; the store's checks work on the
+        columns (a min / max over the queue ids, an or over the flags)."""
+        try:
+            layout = scan_run(data, self._max_body_bytes, self._max_records)
+        except RecordError as exc:
+            raise InvalidMessageError(f"records: {exc}") from None
+        if not layout.count:
+            raise InvalidMessageError("records is empty: send at least one record")
+        missing: list[str] = []
+        topics: Topics = {}
+        for name in dict.fromkeys(layout.topics):
+            topics[name] = self._topic(
+                layout, name, write_queue_count, default_queue_count, missing
+            )
+        flags = reduce(or_, layout.sys_flags, 0)
+        if flags & ~_RUN_SYSFLAG_MASK:
+            raise InvalidMessageError(_first_bad(layout, topics))
+        keys = _queue_keys(layout, topics)
+        if flags & SYSFLAG_TRANSACTION_MASK:  # prepared / rollback records take no offset
+            keys = [
+                None if is_queue_less(sys_flag) else key
+                for key, sys_flag in zip(keys, layout.sys_flags, strict=True)
+            ]
+        if len(self._store_host) != 8:
+            return self._with_v6_store_host(data, layout, topics), missing
+        return RecordRun(data, layout.sizes, keys, layout.store_timestamp_positions), missing
+
+    def _topic(
+        self,
+        layout: RunLayout,
+        name: bytes,
+        write_queue_count: TopicLookup,
+        default_queue_count: int,
+        missing: list[str],
+    ) -> tuple[str, int]:
+        """(name, write queue count); a topic to create is noted in ``missing``."""
+        try:
+            topic = self._topic_name(name)
+            count = write_queue_count(topic)
+        except InvalidMessageError as exc:
+            index = layout.topics.index(name)
+            raise InvalidMessageError(f"records: record {index}: {exc}") from None
+        if count is None:
+            missing.append(topic)
+            return topic, default_queue_count
+        return topic, count
+
+    def _with_v6_store_host(self, data: bytearray, layout: RunLayout, topics: Topics) -> RecordRun:
+        records: list[EncodedRecord] = []
+        for at, size, name, ts_pos in zip(
+            layout.starts,
+            layout.sizes,
+            layout.topics,
+            layout.store_timestamp_positions,
+            strict=True,
+        ):
+            record = decode_record(data, at, at + size)
+            topic_pos = at + ts_pos + 32 + len(record.body)
+            name_pos = topic_pos + (1 if data[at + 4 : at + 8] == _MAGIC_V1 else 2)
+            records.append(
+                encode_record(
+                    topics[name][0],
+                    name,
+                    record.queue_id,
+                    record.body,
+                    bytes(data[name_pos + len(name) + 2 : at + size]),
+                    record.flag,
+                    record.sys_flag | SYSFLAG_STORE_HOST_V6,
+                    record.born_timestamp_ms,
+                    bytes(data[at + _BORN_HOST_POS : at + ts_pos]),
+                    self._store_host,
+                    record.reconsume_times,
+                    record.prepared_transaction_offset,
+                )
+            )
+        return run_from_records(records)
+
+
+def _queue_keys(layout: RunLayout, topics: Topics) -> list[QueueKey]:
+    """(topic, queue id) per record, checking each queue id against its topic."""
+    queue_ids = layout.queue_ids
+    if len(topics) == 1:
+        ((topic, count),) = topics.values()
+        if min(queue_ids) < 0 or max(queue_ids) >= count:
+            raise InvalidMessageError(_first_bad(layout, topics))
+        return list(zip(repeat(topic), queue_ids, strict=False))
+    keys: list[QueueKey] = []
+    for name, queue_id in zip(layout.topics, queue_ids, strict=True):
+        topic, count = topics[name]
+        if not 0 <= queue_id < count:
+            raise InvalidMessageError(_first_bad(layout, topics))
+        keys.append((topic, queue_id))
+    return keys
+
+
+def _first_bad(layout: RunLayout, topics: Topics) -> str:
+    """What is wrong with the first record that breaks a rule (the slow path)."""
+    for index, (name, queue_id, sys_flag) in enumerate(
+        zip(layout.topics, layout.queue_ids, layout.sys_flags, strict=True)
+    ):
+        topic, count = topics[name]
+        if sys_flag & ~_RUN_SYSFLAG_MASK:
+            return (
+                f"records: record {index}: sys_flag {sys_flag:#x} sets bits reserved for the "
+                "store (host IPv6 bits)"
+            )
+        if not 0 <= queue_id < count:
+            return (
+                f"records: record {index}: queue_id {queue_id} is outside the {count} "
+                f"write queues of topic {topic!r} (0..{count - 1})"
+            )
+    raise AssertionError("no record breaks a rule")
