@@ -9,11 +9,11 @@ Batches are applied on the event loop whenever the writer thread is idle: follow
 live, that saves the two thread hops (writer wake-up, loop wake-up) between a record's
 arrival and its arrival notice; catching up, it saves the threads contending for the
 GIL. With the follower finding the records on the loop and the writer thread applying
-them, a replay cost ~0.5 us of CPU per record more (2.1 instead of 1.6: every hand-off
-moves the interpreter's state and the batch between cores). A large batch is applied
-``INLINE_APPLY_MAX_RECORDS`` records at a time, the loop serving RPCs in between (a
-slice is ~3 ms of work); when the writer thread got work meanwhile (a cleanup), the rest
-of the batch queues behind it.
+them, a replay cost ~0.5 us of CPU per record more (2.1 instead of 1.6, measured:
+docs/benchmarks.md, "Dispatch"), the two threads handing the GIL and the batches back
+and forth. A large batch is applied ``INLINE_APPLY_MAX_RECORDS`` records at a time, the
+loop serving RPCs in between (a slice is ~3 ms of work); when the writer thread got work
+meanwhile (a cleanup), the rest of the batch queues behind it.
 
 Catching up, the Tail asks for chunks of ``TAIL_CHUNK_BYTES`` (the storage's default is
 256 KiB): the per-chunk costs (a gRPC message, loop and writer wake-ups, GIL hand-offs)

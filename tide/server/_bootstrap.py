@@ -33,6 +33,7 @@ from tide.server._gc import tune_gc_for_serving
 from tide.server._health import NOT_SERVING, SERVING, HealthServicer
 from tide.server._interceptor import ErrorInterceptor, Readiness
 from tide.server._logging import configure_logging
+from tide.server._malloc import tune_malloc
 from tide.server._metrics import RpcMetrics, short_service_name
 from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry
 
@@ -163,6 +164,7 @@ def run_service(service: Service, config: Config) -> None:
     ``--listen`` or telemetry option) after logging the cause otherwise.
     """
     configure_logging(config.get_str("log_level"), config.get_str("log_format"), config.service)
+    tune_malloc()
     listen = config.get_str("listen")
     try:
         parse_listen(listen)

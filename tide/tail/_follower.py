@@ -80,8 +80,8 @@ class TailChunkView(NamedTuple):
     offset: int
     data: memoryview
     max_offset: int
-    raw: bytes = b""
-    start: int = 0
+    raw: bytes
+    start: int
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
