@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from opentelemetry import trace
 
-from services.gateway.append_queue import MAX_APPENDS_IN_FLIGHT, UNREACHABLE, AppendQueue
+from services.gateway.append_queue import DEFAULT_APPENDS_IN_FLIGHT, UNREACHABLE, AppendQueue
 from services.gateway.append_streams import AppendStreamPool
 from tide.server import MAX_MESSAGE_BYTES, ServiceError, traced_channel
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
@@ -75,7 +75,10 @@ def broker_error(exc: grpc.aio.AioRpcError, what: str) -> ServiceError:
 
 
 class BrokerChannels:
-    def __init__(self) -> None:
+    def __init__(self, appends_in_flight: int = DEFAULT_APPENDS_IN_FLIGHT) -> None:
+        """``appends_in_flight``: Appends to one storage at once (AppendQueue), each on
+        its own AppendStream."""
+        self._appends_in_flight = appends_in_flight
         self._channels: OrderedDict[str, grpc.aio.Channel] = OrderedDict()
         self._storage: dict[str, storage_grpc.StorageAsyncStub] = {}
         self._dispatch: dict[str, dispatch_grpc.DispatchAsyncStub] = {}
@@ -132,7 +135,7 @@ class BrokerChannels:
                 request_serializer=None,  # requests arrive serialized
                 response_deserializer=storage_pb.AppendResponse.FromString,
             )
-            streams = AppendStreamPool(channel, address, MAX_APPENDS_IN_FLIGHT)
+            streams = AppendStreamPool(channel, address, self._appends_in_flight)
             self._streams[address] = streams
 
             async def append(data: bytes, timeout_s: float) -> storage_pb.AppendResponse:
@@ -141,7 +144,7 @@ class BrokerChannels:
                     return response
                 return await streams.append(data, timeout_s)
 
-            queue = AppendQueue(append, self.limit(address), max_in_flight=MAX_APPENDS_IN_FLIGHT)
+            queue = AppendQueue(append, self.limit(address), max_in_flight=self._appends_in_flight)
             self._appends[address] = queue
         return queue
 

@@ -40,7 +40,7 @@ class GatewayService:
         self._routes = RouteCache(
             self._namesrv, config.route_refresh_interval_s, config.max_cached_topics
         )
-        self._channels = BrokerChannels()
+        self._channels = BrokerChannels(config.appends_in_flight)
         self._held = HeldPulls(
             self._channels,
             max_held=config.max_held_pulls,

@@ -68,7 +68,7 @@ def test_streams_are_reused_and_bounded(launcher: StorageLauncher, tmp_path: Pat
 
 
 async def _streams_are_reused_and_bounded(address: str) -> None:
-    channels = BrokerChannels()
+    channels = BrokerChannels(appends_in_flight=2)
     try:
         for index in range(20):
             response = await append(channels, address, request("T_reuse"))
@@ -79,7 +79,7 @@ async def _streams_are_reused_and_bounded(address: str) -> None:
         )
         offsets = sorted(r.queue_offset for r in responses)
         assert offsets == list(range(20, 70))
-        assert opened(channels, address) <= 2  # MAX_APPENDS_IN_FLIGHT
+        assert opened(channels, address) <= 2  # appends_in_flight
     finally:
         await channels.close()
 

@@ -310,6 +310,8 @@ def test_option_checks() -> None:
         "--produce-retries=17": "--produce-retries: 17 is outside 0..16",
         "--max-message-body-bytes=0": "--max-message-body-bytes",
         "--max-long-poll-ms=-1": "--max-long-poll-ms",
+        "--appends-in-flight=0": "--appends-in-flight: 0 is outside 1..16",
+        "--appends-in-flight=17": "--appends-in-flight: 17 is outside 1..16",
     }
     for flag, fragment in bad.items():
         problem = check_config(load_config("gateway", OPTIONS, [flag]))
