@@ -23,6 +23,7 @@ from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KE
 from services.dispatch.storage_client import StorageClient
 from tide.naming import topic_error
 from tide.server import ServiceError
+from tide.server._request_streams import RequestStreams
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 from tide.v1 import storage_pb2 as storage_pb
@@ -79,10 +80,13 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         # them before the store is closed (a call cancelled at the end of the grace period
         # leaves its thread running).
         self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tide-dispatch-read")
+        self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
 
     def drain(self) -> None:
-        """End every WatchArrivals stream (the server is shutting down)."""
+        """End every WatchArrivals and GetQueueEntriesStream stream (the server is
+        shutting down); a GetQueueEntriesStream once its request in hand is answered."""
         self._hub.close()
+        self._entries_streams.drain()
 
     async def stop_readers(self) -> None:
         await asyncio.to_thread(self._readers.shutdown, wait=True)
@@ -101,9 +105,22 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         return queue
 
     # -- consume queues ------------------------------------------------------------
+    async def GetQueueEntriesStream(
+        self,
+        request_iterator: AsyncIterator[pb.GetQueueEntriesRequest],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.GetQueueEntriesStreamResponse]:
+        """GetQueueEntries' requests over one stream, answered in order and in-band (the
+        protocol is in dispatch.proto)."""
+        async for response in self._entries_streams.serve(
+            request_iterator, context, self.GetQueueEntries, pb.GetQueueEntriesStreamResponse
+        ):
+            yield response
+
     async def GetQueueEntries(
         self, request: pb.GetQueueEntriesRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetQueueEntriesResponse:
+        """The entries, or raises ServiceError (GetQueueEntries and its stream)."""
         max_count = request.max_count
         if not 1 <= max_count <= MAX_GET_ENTRIES:
             raise _invalid(f"max_count must be in 1..{MAX_GET_ENTRIES} (got {max_count})")

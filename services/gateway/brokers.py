@@ -15,8 +15,16 @@ import grpc
 from opentelemetry import trace
 
 from services.gateway.append_queue import DEFAULT_APPENDS_IN_FLIGHT, UNREACHABLE, AppendQueue
-from services.gateway.append_streams import AppendStreamPool
+from services.gateway.append_streams import AppendStreamPool, append_stream_pool
+from services.gateway.read_streams import (
+    EntriesStreamPool,
+    ReadStreamPool,
+    entries_stream_pool,
+    read_stream_pool,
+)
+from services.gateway.request_streams import RequestStreamPool
 from tide.server import MAX_MESSAGE_BYTES, ServiceError, traced_channel
+from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
 from tide.v1 import storage_pb2 as storage_pb
 from tide.v1 import storage_pb2_grpc as storage_grpc
@@ -85,6 +93,8 @@ class BrokerChannels:
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._appends: dict[str, AppendQueue] = {}
         self._streams: dict[str, AppendStreamPool] = {}
+        self._reads: dict[str, ReadStreamPool] = {}
+        self._entries: dict[str, EntriesStreamPool] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def limit(self, address: str) -> asyncio.Semaphore:
@@ -107,9 +117,7 @@ class BrokerChannels:
             self._dispatch.pop(old_address, None)
             self._limits.pop(old_address, None)
             self._appends.pop(old_address, None)
-            streams = self._streams.pop(old_address, None)
-            if streams is not None:
-                streams.close()
+            self._close_pools(old_address)
             log.info("closing the channel to %s (least recently used)", old_address)
             task = asyncio.ensure_future(old.close(None))
             self._closing.add(task)
@@ -135,14 +143,14 @@ class BrokerChannels:
                 request_serializer=None,  # requests arrive serialized
                 response_deserializer=storage_pb.AppendResponse.FromString,
             )
-            streams = AppendStreamPool(channel, address, self._appends_in_flight)
+            streams = append_stream_pool(channel, address, self._appends_in_flight)
             self._streams[address] = streams
 
             async def append(data: bytes, timeout_s: float) -> storage_pb.AppendResponse:
                 if trace.get_current_span().is_recording():
                     response: storage_pb.AppendResponse = await call(data, timeout=timeout_s)
                     return response
-                return await streams.append(data, timeout_s)
+                return await streams.call(data, timeout_s)
 
             queue = AppendQueue(append, self.limit(address), max_in_flight=self._appends_in_flight)
             self._appends[address] = queue
@@ -151,6 +159,54 @@ class BrokerChannels:
     def append_streams(self, address: str) -> AppendStreamPool | None:
         """The AppendStream pool of ``address`` (None before its first append)."""
         return self._streams.get(address)
+
+    async def read(
+        self, address: str, request: storage_pb.ReadRequest, timeout_s: float
+    ) -> storage_pb.ReadResponse:
+        """``Storage.Read`` on ``address``, over its ReadStream pool (read_streams.py)
+        except in a sampled trace (as :meth:`appends`); raises ``AioRpcError``."""
+        if trace.get_current_span().is_recording():
+            response: storage_pb.ReadResponse = await self.storage(address).Read(
+                request, timeout=timeout_s
+            )
+            return response
+        pool = self._reads.get(address)
+        if pool is None:
+            pool = self._reads[address] = read_stream_pool(self._channel(address), address)
+        return await pool.call(request, timeout_s)
+
+    async def queue_entries(
+        self, address: str, request: dispatch_pb.GetQueueEntriesRequest, timeout_s: float
+    ) -> dispatch_pb.GetQueueEntriesResponse:
+        """``Dispatch.GetQueueEntries`` on ``address``, over its GetQueueEntriesStream
+        pool except in a sampled trace (as :meth:`read`); raises ``AioRpcError``."""
+        if trace.get_current_span().is_recording():
+            response: dispatch_pb.GetQueueEntriesResponse = await self.dispatch(
+                address
+            ).GetQueueEntries(request, timeout=timeout_s)
+            return response
+        pool = self._entries.get(address)
+        if pool is None:
+            pool = self._entries[address] = entries_stream_pool(self._channel(address), address)
+        return await pool.call(request, timeout_s)
+
+    def read_streams(self, address: str) -> ReadStreamPool | None:
+        """The ReadStream pool of ``address`` (None before its first streamed read)."""
+        return self._reads.get(address)
+
+    def entries_streams(self, address: str) -> EntriesStreamPool | None:
+        """The GetQueueEntriesStream pool of ``address`` (None before its first use)."""
+        return self._entries.get(address)
+
+    def _close_pools(self, address: str) -> None:
+        pools: tuple[RequestStreamPool[Any, Any, Any] | None, ...] = (
+            self._streams.pop(address, None),
+            self._reads.pop(address, None),
+            self._entries.pop(address, None),
+        )
+        for pool in pools:
+            if pool is not None:
+                pool.close()
 
     def connected(self, address: str) -> bool:
         """Whether the channel to ``address`` is connected now (READY). Asking also starts a
@@ -170,9 +226,8 @@ class BrokerChannels:
         self._storage.clear()
         self._dispatch.clear()
         self._appends.clear()
-        for streams in self._streams.values():
-            streams.close()
-        self._streams.clear()
+        for address in {*self._streams, *self._reads, *self._entries}:
+            self._close_pools(address)
         for channel in channels:
             await channel.close(None)
         if self._closing:

@@ -3,6 +3,8 @@
 1. ``Dispatch.GetQueueEntries`` from the offset, prefiltered by the expression's tag hash
    codes;
 2. ``Storage.Read`` of those positions (up to ``--max-pull-bytes`` of records);
+   both over long-lived streams to the member's dispatch and storage (read_streams.py),
+   the unary calls in a sampled trace;
 3. exact match of each message's real tags (two tags can share a hash code).
 
 Statuses as RocketMQ's getMessage: FOUND; NO_NEW_MESSAGE (offset == max offset);
@@ -235,9 +237,9 @@ class Puller:
         )
         try:
             async with self._channels.limit(member.dispatch):
-                entries: dispatch_pb.GetQueueEntriesResponse = await self._channels.dispatch(
-                    member.dispatch
-                ).GetQueueEntries(request, timeout=self._config.broker_timeout_s)
+                entries = await self._channels.queue_entries(
+                    member.dispatch, request, self._config.broker_timeout_s
+                )
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if code is grpc.StatusCode.NOT_FOUND:  # nothing dispatched to the queue yet
@@ -266,9 +268,10 @@ class Puller:
             total += entry.size
         try:
             async with self._channels.limit(member.storage):
-                read: storage_pb.ReadResponse = await self._channels.storage(member.storage).Read(
+                read = await self._channels.read(
+                    member.storage,
                     storage_pb.ReadRequest(positions=positions),
-                    timeout=self._config.broker_timeout_s,
+                    self._config.broker_timeout_s,
                 )
         except grpc.aio.AioRpcError as exc:
             raise broker_error(exc, _where("Read", member, target, storage=True)) from exc

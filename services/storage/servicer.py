@@ -17,7 +17,6 @@ import grpc
 from opentelemetry import trace
 
 from services.storage import convert
-from services.storage.append_streams import AppendStreams
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -38,6 +37,7 @@ from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
 from tide.format import RecordError, scan_run
 from tide.server import ServiceError
+from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -173,22 +173,24 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._consumers = consumers
         self._draining = asyncio.Event()
         self._tail_wakers: set[asyncio.Event] = set()  # of the Tail streams: drain sets them
-        self._append_streams = AppendStreams()  # drain ends them too
+        self._append_streams = RequestStreams("append", "appends")  # drain ends them too
+        self._read_streams = RequestStreams("read", "reads")  # and these
         self._hosts: dict[bytes, str] = {}  # packed host -> "ip:port" (Read)
         self.replication: Replication | None = None  # set by the service once open
         # Metrics: (messages, batch, perf_counter at the call's start) per answered Append.
         self.append_observer: Callable[[int, AppendBatch, float], None] | None = None
 
     def drain(self) -> None:
-        """End every Tail and AppendStream stream (the server is shutting down). An
-        AppendStream ends once its request being appended is answered. A Tail waiting for data
-        or between chunks ends at once; one blocked because its consumer stopped reading
-        (HTTP/2 flow control) is cancelled by the server at the end of the shutdown grace
-        period."""
+        """End every Tail, AppendStream and ReadStream stream (the server is shutting
+        down). An AppendStream or ReadStream ends once its request in hand is answered. A
+        Tail waiting for data or between chunks ends at once; one blocked because its
+        consumer stopped reading (HTTP/2 flow control) is cancelled by the server at the
+        end of the shutdown grace period."""
         self._draining.set()
         for waker in self._tail_wakers:
             waker.set()
         self._append_streams.drain()
+        self._read_streams.drain()
 
     # -- messages ----------------------------------------------------------------
     @staticmethod
@@ -215,7 +217,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         protocol is in storage.proto). No spans per request: a stream carries no trace
         context (callers of a sampled trace use Append)."""
         async for response in self._append_streams.serve(
-            request_iterator, context, self._append_untraced
+            request_iterator, context, self._append_untraced, pb.AppendStreamResponse
         ):
             yield response
 
@@ -286,9 +288,22 @@ class StorageServicer(pb_grpc.StorageServicer):
             ) from exc
         return pb.PUT_OK
 
+    async def ReadStream(
+        self,
+        request_iterator: AsyncIterator[pb.ReadRequest],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.ReadStreamResponse]:
+        """Read's requests over one stream, answered in order and in-band (the protocol
+        is in storage.proto)."""
+        async for response in self._read_streams.serve(
+            request_iterator, context, self.Read, pb.ReadStreamResponse
+        ):
+            yield response
+
     async def Read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ReadResponse:
+        """One Read: the response, or raises ServiceError (Read and ReadStream)."""
         if len(request.positions) > MAX_READ_POSITIONS:
             raise _invalid(
                 f"{len(request.positions)} positions; at most {MAX_READ_POSITIONS} per Read"

@@ -136,6 +136,36 @@ class GetQueueEntriesResponse(_message.Message):
 Global___GetQueueEntriesResponse: _TypeAlias = GetQueueEntriesResponse  # noqa: Y015
 
 @_typing.final
+class GetQueueEntriesStreamResponse(_message.Message):
+    """The answer to one GetQueueEntriesStream request: `response` when it succeeded, else
+    `error_code` (a grpc.StatusCode number, never 0) and `error_message`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def response(self) -> Global___GetQueueEntriesResponse: ...
+    def __init__(
+        self,
+        *,
+        response: Global___GetQueueEntriesResponse | None = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetQueueEntriesStreamResponse: _TypeAlias = GetQueueEntriesStreamResponse  # noqa: Y015
+
+@_typing.final
 class GetQueueOffsetsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -39,6 +39,11 @@ class DispatchStub:
                 request_serializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesResponse.FromString,
                 _registered_method=True)
+        self.GetQueueEntriesStream = channel.stream_stream(
+                '/tide.v1.Dispatch/GetQueueEntriesStream',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesStreamResponse.FromString,
+                _registered_method=True)
         self.GetQueueOffsets = channel.unary_unary(
                 '/tide.v1.Dispatch/GetQueueOffsets',
                 request_serializer=tide_dot_v1_dot_dispatch__pb2.GetQueueOffsetsRequest.SerializeToString,
@@ -71,6 +76,21 @@ class DispatchServicer:
 
     def GetQueueEntries(self, request, context):
         """Consume queue entries from a queue offset (RocketMQ's getMessage without the bodies).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetQueueEntriesStream(self, request_iterator, context):
+        """GetQueueEntries over a long-lived stream (the gateway's pulls keep a few open per
+        dispatch), with the protocol of Storage.AppendStream: each request is answered by
+        exactly one response, in order, before the next request is read (one call at a time
+        per stream); a request GetQueueEntries would fail (NOT_FOUND for a queue nothing was
+        dispatched to, OUT_OF_RANGE, INVALID_ARGUMENT, ...) is answered in-band (`error_code`,
+        the grpc.StatusCode number, and `error_message`, both as GetQueueEntries would fail)
+        and the stream goes on; the stream ends only when the dispatch shuts down (OK, once
+        the request in hand is answered) or the transport fails. No trace context travels per
+        request: callers of a sampled trace use GetQueueEntries.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,6 +139,11 @@ def add_DispatchServicer_to_server(servicer, server):
                     servicer.GetQueueEntries,
                     request_deserializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesRequest.FromString,
                     response_serializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesResponse.SerializeToString,
+            ),
+            'GetQueueEntriesStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.GetQueueEntriesStream,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesStreamResponse.SerializeToString,
             ),
             'GetQueueOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.GetQueueOffsets,
@@ -173,6 +198,33 @@ class Dispatch:
             '/tide.v1.Dispatch/GetQueueEntries',
             tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesRequest.SerializeToString,
             tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueueEntriesStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tide.v1.Dispatch/GetQueueEntriesStream',
+            tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.GetQueueEntriesStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,6 +47,17 @@ class DispatchStub:
     def __new__(cls, channel: _aio.Channel) -> DispatchAsyncStub: ...
     GetQueueEntries: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.GetQueueEntriesRequest, _dispatch_pb2.GetQueueEntriesResponse]
     """Consume queue entries from a queue offset (RocketMQ's getMessage without the bodies)."""
+    GetQueueEntriesStream: _grpc.StreamStreamMultiCallable[_dispatch_pb2.GetQueueEntriesRequest, _dispatch_pb2.GetQueueEntriesStreamResponse]
+    """GetQueueEntries over a long-lived stream (the gateway's pulls keep a few open per
+    dispatch), with the protocol of Storage.AppendStream: each request is answered by
+    exactly one response, in order, before the next request is read (one call at a time
+    per stream); a request GetQueueEntries would fail (NOT_FOUND for a queue nothing was
+    dispatched to, OUT_OF_RANGE, INVALID_ARGUMENT, ...) is answered in-band (`error_code`,
+    the grpc.StatusCode number, and `error_message`, both as GetQueueEntries would fail)
+    and the stream goes on; the stream ends only when the dispatch shuts down (OK, once
+    the request in hand is answered) or the transport fails. No trace context travels per
+    request: callers of a sampled trace use GetQueueEntries.
+    """
     GetQueueOffsets: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.GetQueueOffsetsRequest, _dispatch_pb2.GetQueueOffsetsResponse]
     """A queue's min and max offsets."""
     SearchOffset: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.SearchOffsetRequest, _dispatch_pb2.SearchOffsetResponse]
@@ -66,6 +77,17 @@ class DispatchAsyncStub(DispatchStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetQueueEntries: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.GetQueueEntriesRequest, _dispatch_pb2.GetQueueEntriesResponse]  # type: ignore[assignment]
     """Consume queue entries from a queue offset (RocketMQ's getMessage without the bodies)."""
+    GetQueueEntriesStream: _aio.StreamStreamMultiCallable[_dispatch_pb2.GetQueueEntriesRequest, _dispatch_pb2.GetQueueEntriesStreamResponse]  # type: ignore[assignment]
+    """GetQueueEntries over a long-lived stream (the gateway's pulls keep a few open per
+    dispatch), with the protocol of Storage.AppendStream: each request is answered by
+    exactly one response, in order, before the next request is read (one call at a time
+    per stream); a request GetQueueEntries would fail (NOT_FOUND for a queue nothing was
+    dispatched to, OUT_OF_RANGE, INVALID_ARGUMENT, ...) is answered in-band (`error_code`,
+    the grpc.StatusCode number, and `error_message`, both as GetQueueEntries would fail)
+    and the stream goes on; the stream ends only when the dispatch shuts down (OK, once
+    the request in hand is answered) or the transport fails. No trace context travels per
+    request: callers of a sampled trace use GetQueueEntries.
+    """
     GetQueueOffsets: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.GetQueueOffsetsRequest, _dispatch_pb2.GetQueueOffsetsResponse]  # type: ignore[assignment]
     """A queue's min and max offsets."""
     SearchOffset: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.SearchOffsetRequest, _dispatch_pb2.SearchOffsetResponse]  # type: ignore[assignment]
@@ -88,6 +110,23 @@ class DispatchServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_dispatch_pb2.GetQueueEntriesResponse, _abc.Awaitable[_dispatch_pb2.GetQueueEntriesResponse]]:
         """Consume queue entries from a queue offset (RocketMQ's getMessage without the bodies)."""
+
+    @_abc_1.abstractmethod
+    def GetQueueEntriesStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_dispatch_pb2.GetQueueEntriesRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_dispatch_pb2.GetQueueEntriesStreamResponse], _abc.AsyncIterator[_dispatch_pb2.GetQueueEntriesStreamResponse]]:
+        """GetQueueEntries over a long-lived stream (the gateway's pulls keep a few open per
+        dispatch), with the protocol of Storage.AppendStream: each request is answered by
+        exactly one response, in order, before the next request is read (one call at a time
+        per stream); a request GetQueueEntries would fail (NOT_FOUND for a queue nothing was
+        dispatched to, OUT_OF_RANGE, INVALID_ARGUMENT, ...) is answered in-band (`error_code`,
+        the grpc.StatusCode number, and `error_message`, both as GetQueueEntries would fail)
+        and the stream goes on; the stream ends only when the dispatch shuts down (OK, once
+        the request in hand is answered) or the transport fails. No trace context travels per
+        request: callers of a sampled trace use GetQueueEntries.
+        """
 
     @_abc_1.abstractmethod
     def GetQueueOffsets(

@@ -327,6 +327,36 @@ class AppendStreamResponse(_message.Message):
 Global___AppendStreamResponse: _TypeAlias = AppendStreamResponse  # noqa: Y015
 
 @_typing.final
+class ReadStreamResponse(_message.Message):
+    """The answer to one ReadStream request: `response` when it succeeded, else `error_code`
+    (a grpc.StatusCode number, never 0) and `error_message`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def response(self) -> Global___ReadResponse: ...
+    def __init__(
+        self,
+        *,
+        response: Global___ReadResponse | None = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadStreamResponse: _TypeAlias = ReadStreamResponse  # noqa: Y015
+
+@_typing.final
 class ReadRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -49,6 +49,11 @@ class StorageStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.ReadResponse.FromString,
                 _registered_method=True)
+        self.ReadStream = channel.stream_stream(
+                '/tide.v1.Storage/ReadStream',
+                request_serializer=tide_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ReadStreamResponse.FromString,
+                _registered_method=True)
         self.Tail = channel.unary_stream(
                 '/tide.v1.Storage/Tail',
                 request_serializer=tide_dot_v1_dot_storage__pb2.TailRequest.SerializeToString,
@@ -141,6 +146,20 @@ class StorageServicer:
 
     def Read(self, request, context):
         """Read and decode messages by (physical offset, size), in request order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadStream(self, request_iterator, context):
+        """Read over a long-lived stream (the gateway's pulls keep a few open per storage): the
+        protocol of AppendStream. Each request is answered by exactly one response, in order,
+        before the next request is read (one read at a time per stream); a request Read would
+        fail is answered in-band (`error_code`, the number of the grpc.StatusCode Read would
+        have failed with, and its `error_message`) and the stream goes on; the stream ends
+        only when the storage shuts down (OK, once the request being read is answered) or the
+        transport fails. No trace context travels per request: callers of a sampled trace
+        use Read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -255,6 +274,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.Read,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.ReadRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.ReadResponse.SerializeToString,
+            ),
+            'ReadStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReadStream,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.ReadRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ReadStreamResponse.SerializeToString,
             ),
             'Tail': grpc.unary_stream_rpc_method_handler(
                     servicer.Tail,
@@ -393,6 +417,33 @@ class Storage:
             '/tide.v1.Storage/Read',
             tide_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.ReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tide.v1.Storage/ReadStream',
+            tide_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ReadStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

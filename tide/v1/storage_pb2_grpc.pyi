@@ -68,6 +68,16 @@ class StorageStub:
     """
     Read: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ReadRequest, _storage_pb2.ReadResponse]
     """Read and decode messages by (physical offset, size), in request order."""
+    ReadStream: _grpc.StreamStreamMultiCallable[_storage_pb2.ReadRequest, _storage_pb2.ReadStreamResponse]
+    """Read over a long-lived stream (the gateway's pulls keep a few open per storage): the
+    protocol of AppendStream. Each request is answered by exactly one response, in order,
+    before the next request is read (one read at a time per stream); a request Read would
+    fail is answered in-band (`error_code`, the number of the grpc.StatusCode Read would
+    have failed with, and its `error_message`) and the stream goes on; the stream ends
+    only when the storage shuts down (OK, once the request being read is answered) or the
+    transport fails. No trace context travels per request: callers of a sampled trace
+    use Read.
+    """
     Tail: _grpc.UnaryStreamMultiCallable[_storage_pb2.TailRequest, _storage_pb2.TailChunk]
     """Raw commitlog bytes from an offset, then new bytes as they are appended. Used by
     dispatch and by slave replication.
@@ -136,6 +146,16 @@ class StorageAsyncStub(StorageStub):
     """
     Read: _aio.UnaryUnaryMultiCallable[_storage_pb2.ReadRequest, _storage_pb2.ReadResponse]  # type: ignore[assignment]
     """Read and decode messages by (physical offset, size), in request order."""
+    ReadStream: _aio.StreamStreamMultiCallable[_storage_pb2.ReadRequest, _storage_pb2.ReadStreamResponse]  # type: ignore[assignment]
+    """Read over a long-lived stream (the gateway's pulls keep a few open per storage): the
+    protocol of AppendStream. Each request is answered by exactly one response, in order,
+    before the next request is read (one read at a time per stream); a request Read would
+    fail is answered in-band (`error_code`, the number of the grpc.StatusCode Read would
+    have failed with, and its `error_message`) and the stream goes on; the stream ends
+    only when the storage shuts down (OK, once the request being read is answered) or the
+    transport fails. No trace context travels per request: callers of a sampled trace
+    use Read.
+    """
     Tail: _aio.UnaryStreamMultiCallable[_storage_pb2.TailRequest, _storage_pb2.TailChunk]  # type: ignore[assignment]
     """Raw commitlog bytes from an offset, then new bytes as they are appended. Used by
     dispatch and by slave replication.
@@ -219,6 +239,22 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.ReadResponse, _abc.Awaitable[_storage_pb2.ReadResponse]]:
         """Read and decode messages by (physical offset, size), in request order."""
+
+    @_abc_1.abstractmethod
+    def ReadStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_storage_pb2.ReadRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_storage_pb2.ReadStreamResponse], _abc.AsyncIterator[_storage_pb2.ReadStreamResponse]]:
+        """Read over a long-lived stream (the gateway's pulls keep a few open per storage): the
+        protocol of AppendStream. Each request is answered by exactly one response, in order,
+        before the next request is read (one read at a time per stream); a request Read would
+        fail is answered in-band (`error_code`, the number of the grpc.StatusCode Read would
+        have failed with, and its `error_message`) and the stream goes on; the stream ends
+        only when the storage shuts down (OK, once the request being read is answered) or the
+        transport fails. No trace context travels per request: callers of a sampled trace
+        use Read.
+        """
 
     @_abc_1.abstractmethod
     def Tail(
