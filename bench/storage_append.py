@@ -46,7 +46,7 @@ from services.storage.engine.config import GIB, FlushMode, StoreConfig
 from services.storage.engine.message_codec import MessageInput, encode_message_properties
 from services.storage.engine.message_store import MessageStore
 from services.storage.engine.record_run import run_from_records
-from tide.format import RunWriter, pack_host, parse_host, topic_part
+from tide.format import RunWriter, pack_host, parse_host
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -104,9 +104,9 @@ def encoded_run(batch: list[MessageInput]) -> bytes:
     """The batch as a producer-encoded record run (what the gateway sends)."""
     writer = RunWriter(pack_host(parse_host("127.0.0.1:40000")))
     for message in batch:
-        magic, part = topic_part(message.topic.encode())
         properties = encode_message_properties(message.tags, message.keys, message.properties)
-        writer.add(magic, part, message.queue_id, message.body, properties, 0, 0, 1)
+        topic = message.topic
+        writer.add(topic, topic.encode(), message.queue_id, message.body, properties, 0, 0, 1)
     return writer.getvalue()
 
 

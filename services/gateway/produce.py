@@ -33,7 +33,7 @@ from services.gateway.options import GatewayConfig
 from services.gateway.produce_plain import PlainBatch, PlainGroup
 from services.gateway.produce_results import Written, produce_response, written_rows
 from services.gateway.produce_routes import explicit_queue, no_writable_queue
-from services.gateway.records import BornHosts, message_properties
+from services.gateway.records import BornHosts, add_message
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.uniq import UniqueKeyGenerator
@@ -323,18 +323,7 @@ class Producer:
         """The group's messages as one record run."""
         writer = RunWriter(born_host)
         for item, queue_id in zip(group.items, group.queues, strict=True):
-            message = item.message
-            magic, part = self._topic_part(message.topic)
-            writer.add(
-                magic,
-                part,
-                queue_id,
-                message.body,
-                message_properties(message, item.unique_key),
-                message.flag,
-                0,
-                message.born_timestamp_ms or now_ms,
-            )
+            add_message(writer, item.message, queue_id, item.unique_key, now_ms)
         return writer.getvalue()
 
     # -- both --------------------------------------------------------------------

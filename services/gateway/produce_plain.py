@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from services.gateway.produce_results import Written
-from services.gateway.records import message_properties
+from services.gateway.records import add_message
 from services.gateway.routes import Member, TopicView
 from tide.format import UNIQ_KEY, RunWriter
 from tide.server import ServiceError
@@ -62,16 +62,5 @@ class PlainBatch:
             properties = [f"{UNIQ_KEY}\x01{key}\x02".encode() for key in group_keys]
             group.writer.add_many(magic, topic_part, group.queue_ids, bodies, properties, now_ms)
             return
-        add = group.writer.add
         for index, queue_id in zip(group.indices, group.queue_ids, strict=True):
-            message = messages[index]
-            add(
-                magic,
-                topic_part,
-                queue_id,
-                message.body,
-                message_properties(message, keys[index]),
-                message.flag,
-                0,
-                message.born_timestamp_ms or now_ms,
-            )
+            add_message(group.writer, messages[index], queue_id, keys[index], now_ms)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from urllib.parse import unquote
 
-from tide.format import KEYS, TAGS, UNIQ_KEY, pack_host, parse_host
+from tide.format import KEYS, TAGS, UNIQ_KEY, RunWriter, pack_host, parse_host
 from tide.v1 import gateway_pb2 as pb
 
 log = logging.getLogger("tide.gateway.records")
@@ -18,6 +18,23 @@ MAX_CACHED_PEERS = 10_000
 # The born host of a producer reached over a transport without an IP address (a Unix
 # socket): the loopback address, port 0.
 LOCAL_BORN_HOST = "127.0.0.1:0"
+
+
+def add_message(
+    writer: RunWriter, message: pb.ProduceMessage, queue_id: int, unique_key: str, now_ms: int
+) -> None:
+    """``message`` as the next record of ``writer``'s run (born now unless it says when)."""
+    topic = message.topic
+    writer.add(
+        topic,
+        topic.encode("utf-8"),
+        queue_id,
+        message.body,
+        message_properties(message, unique_key),
+        message.flag,
+        0,
+        message.born_timestamp_ms or now_ms,
+    )
 
 
 def message_properties(message: pb.ProduceMessage, unique_key: str) -> bytes:

@@ -28,6 +28,7 @@ from tide.format._record import (
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
     RecordError,
+    encode_record,
 )
 
 # The whole fixed header with an IPv4 born host (writer); the fields a reader needs with
@@ -88,8 +89,8 @@ class RunWriter:
 
     def add(
         self,
-        magic: int,
-        topic_part: bytes,
+        topic: str,
+        topic_bytes: bytes,
         queue_id: int,
         body: bytes,
         properties: bytes,
@@ -97,39 +98,23 @@ class RunWriter:
         sys_flag: int,
         born_timestamp_ms: int,
     ) -> None:
-        """One record; ``magic`` and ``topic_part`` come from :func:`topic_part`."""
-        props_len = len(properties)
-        assert props_len <= MAX_PROPERTIES_BYTES, props_len
+        """One record, laid out by :func:`encode_record` with the store's fields zero."""
         assert not sys_flag & (SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6), sys_flag
-        body_len = len(body)
-        if len(self.born_host) == 8:
-            header, fixed = _HEADER_V4, FIXED_BYTES_V4 - 1
-        else:
-            header, fixed = _HEADER_V6_BORN, FIXED_BYTES_V4 + 11
+        if len(self.born_host) != 8:
             sys_flag |= SYSFLAG_BORN_HOST_V6
-        self._parts += (
-            header.pack(
-                fixed + body_len + len(topic_part) + props_len,
-                magic,
-                zlib.crc32(body),
-                queue_id,
-                flag,
-                0,
-                0,
-                sys_flag,
-                born_timestamp_ms,
-                self.born_host,
-                0,
-                _NO_HOST,
-                0,
-                0,
-                body_len,
-            ),
+        record = encode_record(
+            topic,
+            topic_bytes,
+            queue_id,
             body,
-            topic_part,
-            _U16.pack(props_len),
             properties,
+            flag,
+            sys_flag,
+            born_timestamp_ms,
+            self.born_host,
+            _NO_HOST,
         )
+        self._parts.append(record.data)
         self.count += 1
 
     def add_many(
@@ -141,8 +126,9 @@ class RunWriter:
         properties: Sequence[bytes],
         born_timestamp_ms: int,
     ) -> None:
-        """Records of one topic and born time, flag and sys_flag 0: :meth:`add` for each,
-        in one loop (the gateway's common batch)."""
+        """Records of one topic and born time, flag and sys_flag 0: what :meth:`add` gives
+        for each, packed in one loop (the gateway's common batch; its layout is
+        ``encode_record``'s IPv4 / IPv6-born-host header, inlined for speed)."""
         assert len(queue_ids) == len(bodies) == len(properties)
         assert max(map(len, properties), default=0) <= MAX_PROPERTIES_BYTES
         if len(self.born_host) == 8:

@@ -17,11 +17,10 @@ NOW_MS = 1_700_000_000_000
 
 def _one_by_one(messages: list[pb.ProduceMessage], keys: list[str], indices: list[int]) -> bytes:
     writer = RunWriter(BORN)
-    magic, part = topic_part(b"T")
     for index in indices:
         message = messages[index]
         writer.add(
-            magic, part, index % 3, message.body, message_properties(message, keys[index]),
+            "T", b"T", index % 3, message.body, message_properties(message, keys[index]),
             message.flag, 0, message.born_timestamp_ms or NOW_MS,
         )  # fmt: skip
     return writer.getvalue()

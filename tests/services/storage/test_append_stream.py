@@ -18,7 +18,7 @@ from tests.services.storage.conftest import (
     expect_error,
     message,
 )
-from tide.format import RunWriter, topic_part
+from tide.format import RunWriter
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -27,10 +27,9 @@ EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from grpc-s
 
 
 def run_of(topic: str, *bodies: bytes, queue_id: int = 0) -> bytes:
-    magic, part = topic_part(topic.encode())
     writer = RunWriter(bytes([127, 0, 0, 1, 0, 0, 0x1F, 0x90]))
     for body in bodies:
-        writer.add(magic, part, queue_id, body, b"", 0, 0, 1_800_000_000_000)
+        writer.add(topic, topic.encode(), queue_id, body, b"", 0, 0, 1_800_000_000_000)
     return writer.getvalue()
 
 

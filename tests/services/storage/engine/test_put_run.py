@@ -25,7 +25,6 @@ from tide.format import (
     RunWriter,
     encode_properties,
     pack_host,
-    topic_part,
 )
 
 BORN = pack_host(HostAddress("10.1.2.3", 4444))
@@ -40,9 +39,8 @@ def run(
 ) -> bytes:
     writer = RunWriter(born)
     for topic, queue_id in records:
-        magic, part = topic_part(topic.encode())
         properties = encode_properties(props or {"UNIQ_KEY": "K"})
-        writer.add(magic, part, queue_id, body, properties, 3, sys_flag, 1_000)
+        writer.add(topic, topic.encode(), queue_id, body, properties, 3, sys_flag, 1_000)
     return writer.getvalue()
 
 
