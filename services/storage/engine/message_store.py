@@ -291,7 +291,7 @@ class MessageStore:
         ``chunks`` are runs, appended as one batch in order."""
         if self._put_refusal is not None:
             raise NotWritableError(self._put_refusal)
-        data = bytearray(chunks[0]) if len(chunks) == 1 else bytearray(b"".join(chunks))
+        data = bytearray().join(chunks)  # one copy: the store patches it in place
         run, missing = self.run_checker.check(
             data, self._write_queue_count, self.config.default_queue_nums
         )

@@ -30,10 +30,6 @@ class RecordRun:
         count = len(self.sizes)
         assert len(self.queue_keys) == count == len(self.store_timestamp_positions)
 
-    @property
-    def count(self) -> int:
-        return len(self.sizes)
-
 
 def queue_key(topic: str, queue_id: int, sys_flag: int) -> QueueKey:
     if sys_flag & SYSFLAG_TRANSACTION_MASK and is_queue_less(sys_flag):
@@ -43,7 +39,7 @@ def queue_key(topic: str, queue_id: int, sys_flag: int) -> QueueKey:
 
 def run_from_records(records: Sequence[EncodedRecord]) -> RecordRun:
     """The run of records encoded one by one (the store's codec)."""
-    data = bytearray(b"".join([record.data for record in records]))
+    data = bytearray().join([record.data for record in records])
     sizes = [len(record.data) for record in records]
     keys = [queue_key(record.topic, record.queue_id, record.sys_flag) for record in records]
     positions = [record.store_timestamp_pos for record in records]
