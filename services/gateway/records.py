@@ -8,9 +8,9 @@ checked before (``validate.py``): the properties here are joined without checks.
 from __future__ import annotations
 
 import logging
-from urllib.parse import unquote
 
 from tide.format import KEYS, TAGS, UNIQ_KEY, RunWriter, pack_host, parse_host
+from tide.server import peer_address
 from tide.v1 import gateway_pb2 as pb
 
 log = logging.getLogger("tide.gateway.records")
@@ -53,17 +53,6 @@ def message_properties(message: pb.ProduceMessage, unique_key: str) -> bytes:
     return text.encode("utf-8")
 
 
-def peer_address(peer: str) -> str:
-    """``ip:port`` or ``[ipv6]:port`` of grpc's ``context.peer()`` (``ipv4:1.2.3.4:5``,
-    ``ipv6:[::1]:5``, possibly percent-encoded); :data:`LOCAL_BORN_HOST` otherwise."""
-    kind, _, address = peer.partition(":")
-    if kind == "ipv4":
-        return address
-    if kind == "ipv6":
-        return unquote(address)
-    return LOCAL_BORN_HOST
-
-
 class BornHosts:
     """Packed born hosts (8 bytes IPv4, 20 bytes IPv6) by gRPC peer, cached."""
 
@@ -75,7 +64,7 @@ class BornHosts:
         if cached is not None:
             return cached
         try:
-            packed = pack_host(parse_host(peer_address(peer)))
+            packed = pack_host(parse_host(peer_address(peer) or LOCAL_BORN_HOST))
         except ValueError as exc:  # not an address grpc gives: do not fail the produce
             log.warning("peer %r: %s; its born host is stored as %s", peer, exc, LOCAL_BORN_HOST)
             packed = pack_host(parse_host(LOCAL_BORN_HOST))

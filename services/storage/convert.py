@@ -32,13 +32,6 @@ class BadRequest(ValueError):
     """A request field that cannot be converted (INVALID_ARGUMENT)."""
 
 
-def peer_host(peer: str) -> str:
-    """``ip:port`` from grpc's ``context.peer()`` (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``);
-    empty for other transports (the store's own host is used then)."""
-    kind, _, address = peer.partition(":")
-    return address if kind in ("ipv4", "ipv6") else ""
-
-
 def stored_message(record: DecodedRecord) -> pb.StoredMessage:
     """The record as a ``StoredMessage``; its id names the record's own store host (on a
     slave: the master that stored it), as RocketMQ's offsetMsgId does."""

@@ -36,7 +36,7 @@ from services.storage.options import MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
 from tide.format import RecordError, scan_run
-from tide.server import ServiceError
+from tide.server import ServiceError, peer_address
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
@@ -244,7 +244,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                 result = store.put_run(records)
             else:
                 self._check_message_count(len(request.messages), store)
-                result = store.put(request.messages, convert.peer_host(context.peer()))
+                result = store.put(request.messages, peer_address(context.peer()))
         except ServiceError:
             raise
         except Exception as exc:

@@ -25,6 +25,7 @@ from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, loa
 from tide.server._interceptor import ServiceError
 from tide.server._logging import configure_logging
 from tide.server._metrics import SampledGauges, service_meter
+from tide.server._peer import peer_address
 from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry, tracing_enabled
 from tide.server._tracing import traced_channel
 
@@ -47,6 +48,7 @@ __all__ = [
     "configure_telemetry",
     "load_config",
     "parse_listen",
+    "peer_address",
     "run_service",
     "serve",
     "service_meter",

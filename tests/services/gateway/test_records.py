@@ -6,7 +6,6 @@ from services.gateway.records import (
     LOCAL_BORN_HOST,
     BornHosts,
     message_properties,
-    peer_address,
 )
 from tide.format import HostAddress, decode_properties, pack_host, parse_host
 from tide.v1 import gateway_pb2 as pb
@@ -36,11 +35,8 @@ def test_non_ascii_values_are_utf8() -> None:
     assert decode_properties(message_properties(message, "K"))["TAGS"] == "é"
 
 
-def test_peer_addresses_of_every_transport() -> None:
-    assert peer_address("ipv4:10.0.0.1:5000") == "10.0.0.1:5000"
-    assert peer_address("ipv6:[::1]:5000") == "[::1]:5000"
-    assert peer_address("ipv6:%5B::1%5D:5000") == "[::1]:5000"  # percent-encoded
-    assert peer_address("unix:/tmp/socket") == LOCAL_BORN_HOST
+def test_a_peer_without_an_ip_address_gets_the_local_born_host() -> None:
+    assert BornHosts().packed("unix:/tmp/socket") == pack_host(parse_host(LOCAL_BORN_HOST))
 
 
 def test_born_hosts_are_packed_and_cached() -> None:
