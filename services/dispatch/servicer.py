@@ -17,9 +17,10 @@ import grpc
 from services.dispatch import lookup
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.dispatcher import Dispatcher
-from services.dispatch.engine.consume_queue import ConsumeQueue
+from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
+from services.dispatch.entry_spans import UNLIMITED_BYTES, select_spans
 from services.dispatch.storage_client import StorageClient
 from tide.naming import topic_error
 from tide.server import ServiceError
@@ -72,6 +73,40 @@ def _storage_unavailable(storage: StorageClient, exc: grpc.aio.AioRpcError) -> S
     )
 
 
+def _add_entries(
+    response: pb.GetQueueEntriesResponse,
+    looked_at: list[Entry],
+    max_count: int,
+    codes: frozenset[int],
+    max_bytes: int,
+) -> int:
+    """Adds to ``response.entries`` the entries GetQueueEntries takes from ``looked_at``
+    (the rules of :func:`~services.dispatch.entry_spans.select_spans`, one QueueEntry
+    each) and returns the next offset: past the last entry looked at, or the entry the
+    byte limit stopped at."""
+    add = response.entries.add
+    limit = max_bytes or UNLIMITED_BYTES
+    taken = total = 0
+    next_offset = response.next_offset
+    for entry in looked_at:
+        if taken >= max_count:
+            break
+        next_offset = entry.queue_offset + 1
+        if entry.is_pre_blank or (codes and entry.tags_code not in codes):
+            continue
+        total += entry.size
+        if total > limit and taken:
+            return entry.queue_offset
+        add(
+            queue_offset=entry.queue_offset,
+            physical_offset=entry.commitlog_offset,
+            size=entry.size,
+            tags_code=entry.tags_code,
+        )
+        taken += 1
+    return next_offset
+
+
 class DispatchServicer(pb_grpc.DispatchServicer):
     def __init__(self, running: Callable[[], Running], hub: ArrivalHub) -> None:
         self._running = running
@@ -120,10 +155,16 @@ class DispatchServicer(pb_grpc.DispatchServicer):
     async def GetQueueEntries(
         self, request: pb.GetQueueEntriesRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetQueueEntriesResponse:
-        """The entries, or raises ServiceError (GetQueueEntries and its stream)."""
-        max_count = request.max_count
+        """The entries from the request's offset, or raises ServiceError (GetQueueEntries
+        and its stream). Up to max_count entries, of the request's tag codes if any, and
+        with max_bytes > 0 no more records' bytes than that (but at least one entry); with
+        ``spans`` they come as runs of records adjacent in the commitlog (what a pull
+        passes on to Storage/Read) instead of one QueueEntry each."""
+        max_count, max_bytes = request.max_count, request.max_bytes
         if not 1 <= max_count <= MAX_GET_ENTRIES:
             raise _invalid(f"max_count must be in 1..{MAX_GET_ENTRIES} (got {max_count})")
+        if max_bytes < 0:
+            raise _invalid(f"max_bytes must be >= 0, 0 for no limit (got {max_bytes})")
         queue = self._queue(request.topic, request.queue_id)
         max_offset = queue.max_offset  # max first: min never passes a max read before it
         min_offset = queue.min_offset
@@ -141,23 +182,15 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         )
         if offset == max_offset:
             return response
-        add = response.entries.add
-        taken = 0
-        next_offset = offset
         # Not past the max offset reported (the queue may grow meanwhile).
-        for entry in queue.get(offset, min(scan, max_offset - offset)):
-            if taken >= max_count:
-                break
-            next_offset = entry.queue_offset + 1
-            if entry.is_pre_blank or (codes and entry.tags_code not in codes):
-                continue
-            add(
-                queue_offset=entry.queue_offset,
-                physical_offset=entry.commitlog_offset,
-                size=entry.size,
-                tags_code=entry.tags_code,
-            )
-            taken += 1
+        looked_at = queue.get(offset, min(scan, max_offset - offset))
+        if request.spans:
+            spans, next_offset = select_spans(looked_at, max_count, codes, max_bytes, offset)
+            add_span = response.spans.add
+            for physical_offset, size, count in spans:
+                add_span(physical_offset=physical_offset, size=size, count=count)
+        else:
+            next_offset = _add_entries(response, looked_at, max_count, codes, max_bytes)
         response.next_offset = next_offset
         return response
 

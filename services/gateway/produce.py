@@ -2,14 +2,15 @@
 
 Every message is checked before anything is sent (one bad message rejects the call with
 INVALID_ARGUMENT naming ``messages[i]``). Each message gets a queue (its explicit queue,
-its sharding key's queue, or round robin over the writable queues); the messages for one
+its sharding key's queue, or the topic's next round robin queue: the request's messages
+for a topic go to one queue, as a RocketMQ batch send does); the messages for one
 broker are encoded as commitlog records (``tide.format.RunWriter``) and go in one
 ``Storage.Append``, the brokers are called concurrently. When a broker cannot be reached
 (UNAVAILABLE, DEADLINE_EXCEEDED) its messages, except those sent to an explicit queue,
 are sent again to another broker, up to ``--produce-retries`` times.
 
 The common request (one topic, no explicit queue or sharding key) takes a shorter path
-(:class:`PlainBatch`): queues picked in one step, records encoded as they are grouped;
+(:class:`PlainBatch`): one queue for the whole batch, its records encoded in one run;
 what it could not write goes the general way for its retries.
 
 Outcome: every message written -> their results; none written -> the call fails with the
@@ -186,31 +187,26 @@ class Producer:
 
     # -- the plain path ----------------------------------------------------------
     async def _send_plain(self, plain: PlainBatch, born_host: bytes, now_ms: int) -> None:
-        """One attempt: round robin queues for the whole batch, one run per broker."""
+        """One attempt: the batch to the topic's next round robin queue, in one run."""
         view = plain.view
         if not view.writable:
             raise no_writable_queue(view)
-        queues = self._selector.round_robin_many(view.topic, view.writable, len(plain.messages))
+        queue = self._selector.round_robin(view.topic, view.writable)
+        assert queue is not None  # nothing excluded, and the topic has writable queues
+        count = len(plain.messages)
+        member = view.master(queue.broker_name)
+        if member is None:  # the route changed under us: the general way decides
+            error = no_writable_queue(view)
+            for index in range(count):
+                plain.errors[index] = error
+                plain.unsent.append((index, queue.broker_name))
+            return
+        group = PlainGroup(
+            member, RunWriter(born_host), list(range(count)), [queue.queue_id] * count
+        )
         magic, part = self._topic_part(view.topic)
-        groups: dict[str, PlainGroup] = {}
-        for index, queue in enumerate(queues):
-            group = groups.get(queue.broker_name)
-            if group is None:
-                member = view.master(queue.broker_name)
-                if member is None:  # the route changed under us: the general way decides
-                    plain.errors[index] = no_writable_queue(view)
-                    plain.unsent.append((index, queue.broker_name))
-                    continue
-                group = groups[queue.broker_name] = PlainGroup(member, RunWriter(born_host))
-            group.indices.append(index)
-            group.queue_ids.append(queue.queue_id)
-        magic, part = self._topic_part(view.topic)
-        for group in groups.values():
-            plain.encode(group, magic, part, now_ms)
-        if len(groups) == 1:  # the common case: no task for one call
-            await self._append_plain(plain, next(iter(groups.values())))
-        else:
-            await asyncio.gather(*(self._append_plain(plain, group) for group in groups.values()))
+        plain.encode(group, magic, part, now_ms)
+        await self._append_plain(plain, group)
 
     async def _append_plain(self, plain: PlainBatch, group: PlainGroup) -> None:
         data = group.writer.getvalue()
@@ -241,8 +237,9 @@ class Producer:
         return self._selector.round_robin(item.view.topic, queues, excluded)
 
     def _choose_all(self, pending: list[_Pending]) -> list[QueueRef | None]:
-        """Each item's queue: round robin items (no explicit queue, no sharding key, no
-        broker excluded) take their topic's next queues in one step."""
+        """Each item's queue: a topic's round robin items (no explicit queue, no sharding
+        key, no broker excluded) all take the topic's next queue, as a RocketMQ batch send
+        does."""
         chosen: list[QueueRef | None] = [None] * len(pending)
         round_robin: dict[int, list[int]] = {}  # id(view) -> positions
         for position, item in enumerate(pending):
@@ -250,10 +247,10 @@ class Producer:
                 round_robin.setdefault(id(item.view), []).append(position)
             else:
                 chosen[position] = self._choose(item)
-        for positions in round_robin.values():
+        for positions in round_robin.values():  # a topic's batch: one queue
             view = pending[positions[0]].view
-            queues = self._selector.round_robin_many(view.topic, view.writable, len(positions))
-            for position, queue in zip(positions, queues, strict=False):
+            queue = self._selector.round_robin(view.topic, view.writable)
+            for position in positions:
                 chosen[position] = queue
         return chosen
 

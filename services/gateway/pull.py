@@ -7,6 +7,9 @@
    the unary calls in a sampled trace;
 3. exact match of each message's real tags (two tags can share a hash code).
 
+With ``encoding = ENCODING_RECORDS`` steps 1 and 2 ask for spans of adjacent records
+instead, and the stored records are handed on undecoded (pull_records.py).
+
 Statuses as RocketMQ's getMessage: FOUND; NO_NEW_MESSAGE (offset == max offset);
 NO_MATCHED_MESSAGE (entries looked at, none matched; next_offset moves past them);
 OFFSET_ILLEGAL (offset below min or above max; next_offset is the nearest valid one). A
@@ -35,6 +38,7 @@ from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_e
 from services.gateway.expression import ExpressionError, TagFilter, parse_expression
 from services.gateway.long_poll import HeldPulls
 from services.gateway.options import GatewayConfig
+from services.gateway.pull_records import SpanReadMismatch, found_records, matching_records
 from services.gateway.readers import ReadMembers, is_slave
 from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
 from services.gateway.validate import check_group, check_queue, invalid
@@ -46,7 +50,9 @@ from tide.v1 import storage_pb2 as storage_pb
 DEFAULT_MAX_MESSAGES = 32
 MAX_MESSAGES = 1024
 Status = pb.PullResponse.Status
-_ReadKey = tuple[Member, str, int, int, int, TagFilter]
+_ReadKey = tuple[Member, str, int, int, int, TagFilter, bool]
+RECORDS = pb.PullRequest.ENCODING_RECORDS
+_ENCODINGS = frozenset(pb.PullRequest.Encoding.values())
 _T = TypeVar("_T")
 # DispatchStatus.follower_state of a dispatch that follows its storage live.
 FOLLOWER_CONNECTED = "connected"
@@ -169,6 +175,12 @@ class Puller:
             tag_filter = parse_expression(request.expression)
         except ExpressionError as exc:
             raise invalid(f"expression: {exc}") from exc
+        if request.encoding not in _ENCODINGS:
+            raise invalid(
+                f"encoding {request.encoding} is unknown: ENCODING_MESSAGES (0) or "
+                "ENCODING_RECORDS (1)"
+            )
+        records = request.encoding == RECORDS
         target = await readable_queue(
             self._routes, request.topic, request.broker_name, request.queue_id
         )
@@ -180,7 +192,9 @@ class Puller:
                 self._routes,
                 self._members,
                 target,
-                lambda member: self._pull_shared(member, target, offset, max_messages, tag_filter),
+                lambda member: self._pull_shared(
+                    member, target, offset, max_messages, tag_filter, records
+                ),
             )
             if response.status != Status.NO_NEW_MESSAGE:
                 return response
@@ -200,15 +214,15 @@ class Puller:
         offset: int,
         max_messages: int,
         tag_filter: TagFilter,
+        records: bool,
     ) -> pb.PullResponse:
         """One read for every identical pull in flight at once (e.g. the many consumers of
         a queue woken by the same arrival): they share the answer (nobody changes it)."""
-        key = (member, target.topic, target.queue_id, offset, max_messages, tag_filter)
+        key = (member, target.topic, target.queue_id, offset, max_messages, tag_filter, records)
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.create_task(
-                self._pull_once(member, target, offset, max_messages, tag_filter)
-            )
+            pull = self._pull_records if records else self._pull_once
+            task = asyncio.create_task(pull(member, target, offset, max_messages, tag_filter))
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._read_done(key, done))
         return await asyncio.shield(task)
@@ -226,8 +240,7 @@ class Puller:
         max_messages: int,
         tag_filter: TagFilter,
     ) -> pb.PullResponse:
-        if not member.dispatch:
-            raise no_dispatch(member)
+        """A pull answered with decoded messages (ENCODING_MESSAGES)."""
         request = dispatch_pb.GetQueueEntriesRequest(
             topic=target.topic,
             queue_id=target.queue_id,
@@ -235,24 +248,10 @@ class Puller:
             max_count=max_messages,
             tag_codes=tag_filter.codes,
         )
-        try:
-            async with self._channels.limit(member.dispatch):
-                entries = await self._channels.queue_entries(
-                    member.dispatch, request, self._config.broker_timeout_s
-                )
-        except grpc.aio.AioRpcError as exc:
-            code = exc.code()
-            if code is grpc.StatusCode.NOT_FOUND:  # nothing dispatched to the queue yet
-                return await self._out_of_range(member, target, offset, 0, 0)
-            if code is grpc.StatusCode.OUT_OF_RANGE:
-                low, high = await self._offsets(member, target)
-                return await self._out_of_range(member, target, offset, low, high)
-            raise broker_error(exc, _where("GetQueueEntries", member, target)) from exc
+        entries = await self._entries(member, target, request)
+        if isinstance(entries, pb.PullResponse):
+            return entries
         low, high = entries.min_offset, entries.max_offset
-        if not entries.entries:
-            if entries.next_offset > offset:
-                return _answer(Status.NO_MATCHED_MESSAGE, entries.next_offset, low, high)
-            return _answer(Status.NO_NEW_MESSAGE, offset, low, high)
         positions: list[storage_pb.ReadRequest.Position] = []
         total = 0
         next_offset = entries.next_offset
@@ -287,6 +286,85 @@ class Puller:
         if not response.messages:
             response.status = Status.NO_MATCHED_MESSAGE
         return response
+
+    async def _pull_records(
+        self,
+        member: Member,
+        target: QueueTarget,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
+    ) -> pb.PullResponse:
+        """A pull answered with the stored records (ENCODING_RECORDS, pull_records.py)."""
+        request = dispatch_pb.GetQueueEntriesRequest(
+            topic=target.topic,
+            queue_id=target.queue_id,
+            offset=offset,
+            max_count=max_messages,
+            tag_codes=tag_filter.codes,
+            max_bytes=self._config.max_pull_bytes,
+            spans=True,
+        )
+        entries = await self._entries(member, target, request)
+        if isinstance(entries, pb.PullResponse):
+            return entries
+        spans = entries.spans
+        try:
+            async with self._channels.limit(member.storage):
+                read = await self._channels.read(
+                    member.storage,
+                    storage_pb.ReadRequest(spans=spans),
+                    self._config.broker_timeout_s,
+                )
+        except grpc.aio.AioRpcError as exc:
+            raise broker_error(exc, _where("Read", member, target, storage=True)) from exc
+        try:
+            records, count = found_records(spans, read)
+        except SpanReadMismatch as exc:
+            raise ServiceError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{_where('Read', member, target, storage=True)}: {exc}; "
+                "the storage may predate span reads (upgrade it)",
+            ) from exc
+        if not tag_filter.matches_all:
+            records, count = matching_records(records, count, tag_filter.matches)
+        response = _answer(
+            Status.FOUND if count else Status.NO_MATCHED_MESSAGE,
+            entries.next_offset,
+            entries.min_offset,
+            entries.max_offset,
+        )
+        response.records = records
+        response.record_count = count
+        return response
+
+    async def _entries(
+        self, member: Member, target: QueueTarget, request: dispatch_pb.GetQueueEntriesRequest
+    ) -> dispatch_pb.GetQueueEntriesResponse | pb.PullResponse:
+        """The queue's entries from ``request.offset``, or the pull's whole answer when
+        there are none to read (nothing new, none matched, an offset out of range)."""
+        if not member.dispatch:
+            raise no_dispatch(member)
+        offset = request.offset
+        try:
+            async with self._channels.limit(member.dispatch):
+                entries = await self._channels.queue_entries(
+                    member.dispatch, request, self._config.broker_timeout_s
+                )
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code is grpc.StatusCode.NOT_FOUND:  # nothing dispatched to the queue yet
+                return await self._out_of_range(member, target, offset, 0, 0)
+            if code is grpc.StatusCode.OUT_OF_RANGE:
+                low, high = await self._offsets(member, target)
+                return await self._out_of_range(member, target, offset, low, high)
+            raise broker_error(exc, _where("GetQueueEntries", member, target)) from exc
+        if entries.entries or entries.spans:
+            return entries
+        low, high = entries.min_offset, entries.max_offset
+        if entries.next_offset > offset:
+            return _answer(Status.NO_MATCHED_MESSAGE, entries.next_offset, low, high)
+        return _answer(Status.NO_NEW_MESSAGE, offset, low, high)
 
     async def _out_of_range(
         self, member: Member, target: QueueTarget, offset: int, low: int, high: int

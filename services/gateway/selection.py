@@ -55,28 +55,6 @@ class QueueSelector:
             self._counters.popitem(last=False)
         return value
 
-    def round_robin_many(
-        self, topic: str, queues: Sequence[QueueRef], count: int
-    ) -> list[QueueRef]:
-        """The next ``count`` queues, as ``count`` calls of :meth:`round_robin` without
-        excluded brokers give. One availability check per broker, not per message."""
-        if not queues:
-            return []
-        brokers = {queue.broker_name for queue in queues}
-        if not all(self.fault.is_available(name) for name in brokers):
-            return [self.round_robin(topic, queues) for _ in range(count)]  # type: ignore[misc]
-        start = self._counters.pop(topic, None)
-        if start is None:  # RocketMQ starts each topic's counter at a random value
-            start = self._rng.randrange(1 << 16)
-        self._counters[topic] = start + count
-        if len(self._counters) > MAX_COUNTERS:
-            self._counters.popitem(last=False)
-        size = len(queues)
-        first = start % size
-        rounds = [*queues[first:], *queues[:first]]  # the cycle from the counter on
-        whole, rest = divmod(count, size)
-        return rounds * whole + rounds[:rest]
-
     def round_robin(
         self, topic: str, queues: Sequence[QueueRef], excluded: Collection[str] = ()
     ) -> QueueRef | None:

@@ -16,7 +16,7 @@ from typing import NoReturn
 import grpc
 from opentelemetry import trace
 
-from services.storage import convert
+from services.storage import convert, span_read
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -303,7 +303,17 @@ class StorageServicer(pb_grpc.StorageServicer):
     async def Read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ReadResponse:
-        """One Read: the response, or raises ServiceError (Read and ReadStream)."""
+        """One Read: the response, or raises ServiceError (Read and ReadStream).
+
+        ``positions``: one decoded StoredMessage per position. ``spans``: whole records
+        as stored, one status per span (services/storage/span_read.py). A request has
+        one or the other; at most MAX_READ_POSITIONS positions, spans or span records and
+        MAX_READ_BYTES bytes."""
+        if request.spans:
+            if request.positions:
+                raise _invalid("a Read has positions or spans, not both")
+            span_read.check_spans(request.spans, MAX_READ_POSITIONS, MAX_READ_BYTES)
+            return span_read.read_spans(self._store().commitlog, request.spans)
         if len(request.positions) > MAX_READ_POSITIONS:
             raise _invalid(
                 f"{len(request.positions)} positions; at most {MAX_READ_POSITIONS} per Read"

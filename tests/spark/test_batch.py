@@ -12,10 +12,14 @@ from tests._cluster import Cluster
 from tide.client import Message, Producer, SendResult
 
 
-def produce(cluster: Cluster, topic: str, count: int, *, tag: str = "TagA") -> list[SendResult]:
+def produce(
+    cluster: Cluster, topic: str, count: int, *, tag: str = "TagA", batch: int = 500
+) -> list[SendResult]:
+    """``count`` messages in batches of ``batch`` (each batch goes to one queue; successive
+    batches rotate over the topic's queues)."""
     results: list[SendResult] = []
     with Producer(cluster.gateway.listen) as producer:
-        for start in range(0, count, 500):
+        for start in range(0, count, batch):
             results += producer.send_batch(
                 [
                     Message(
@@ -25,7 +29,7 @@ def produce(cluster: Cluster, topic: str, count: int, *, tag: str = "TagA") -> l
                         keys=[f"k{i}", "x"],
                         properties={"n": str(i)},
                     )
-                    for i in range(start, min(start + 500, count))
+                    for i in range(start, min(start + batch, count))
                 ]
             )
     assert all(r.written for r in results)

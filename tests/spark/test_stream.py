@@ -78,7 +78,7 @@ def test_restart_after_crash_before_commit_is_exactly_once(
     cluster.create_topic(topic, queues=4)
     cluster.wait_for(lambda: _queue_count(cluster, topic) == 8, "8 queues in the route")
     time.sleep(1.5)  # the gateway's route refresh
-    sent |= {r.msg_id for r in produce(cluster, topic, 400)}
+    sent |= {r.msg_id for r in produce(cluster, topic, 400, batch=25)}  # over every queue
     query = run_available_now(spark, gateway, topic, sink, checkpoint, 1000)
     rows = spark.read.parquet(str(sink)).select("msg_id", "queue_id").collect()
     assert {r.queue_id for r in rows} == {0, 1, 2, 3}

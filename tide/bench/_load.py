@@ -8,7 +8,8 @@ per call only swaps in the send time (16 hex digits of ``time.time_ns()``) with 
 per request, or (``produce_api: stream``) the requests written on one ``ProduceStream``
 per producer (reopened after a failure; its unanswered requests count as failed calls).
 A consumer
-reads the first 16 bytes of each body back and records ``now - sent`` as the end-to-end
+pulls stored records (``ENCODING_RECORDS``, what tide.client asks for), reads the first
+16 bytes of each body back and records ``now - sent`` as the end-to-end
 latency (once per distinct stamp in a Pull answer, with its count).
 """
 
@@ -26,6 +27,7 @@ import grpc
 
 from tide.bench._stats import Latency
 from tide.bench._workload import STAMP_BYTES, Workload
+from tide.format import body_length_pos
 from tide.v1 import gateway_pb2 as pb
 
 PRODUCE_METHOD = "/tide.v1.Gateway/Produce"
@@ -39,6 +41,9 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", 128 << 20),
 ]
 
+# The low byte of a record's SYSFLAG (big-endian, at 36): it holds the host-size bits.
+SYSFLAG_POS = 39
+
 assert len(PLACEHOLDER) == STAMP_BYTES
 
 
@@ -49,6 +54,21 @@ def stamp(now_ns: int) -> bytes:
 def sent_ns(body: bytes) -> int:
     """The send time a producer put in front of ``body``."""
     return int(body[:STAMP_BYTES], 16)
+
+
+def body_stamps(records: bytes, count: int) -> list[bytes]:
+    """The send stamp at the start of each body of ``count`` stored records back to back
+    (a RECORDS pull's answer), read through the size fields without decoding the rest."""
+    stamps: list[bytes] = []
+    pos = 0
+    for _ in range(count):
+        size = int.from_bytes(records[pos : pos + 4], "big")
+        body = pos + body_length_pos(records[pos + SYSFLAG_POS]) + 4
+        stamps.append(records[body : body + STAMP_BYTES])
+        pos += size
+    if pos != len(records):
+        raise AssertionError(f"{count} records end at {pos} of {len(records)} bytes")
+    return stamps
 
 
 def request_template(topic: str, message_size: int, batch_size: int) -> bytes:
@@ -313,6 +333,7 @@ async def consume_queue(
         offset=answer.max_offset,
         max_messages=workload.pull_batch,
         long_poll_timeout_ms=workload.long_poll_ms,
+        encoding=pb.PullRequest.ENCODING_RECORDS,
     )
     counters = state.counters
     record = state.e2e_latency.record
@@ -328,14 +349,13 @@ async def consume_queue(
             continue
         if reply.status == pb.PullResponse.OFFSET_ILLEGAL:
             counters.offset_resets += 1
-        messages = reply.messages
-        if messages:
+        if reply.record_count:
             now_ns = time.time_ns()
             # The messages of one Produce call share a stamp: one record per stamp.
-            stamps = Counter([message.body[:STAMP_BYTES] for message in messages])
+            stamps = Counter(body_stamps(reply.records, reply.record_count))
             for sent, count in stamps.items():
                 record((now_ns - int(sent, 16)) // 1000, count)
-            counters.consumed += len(messages)
+            counters.consumed += reply.record_count
         request.offset = reply.next_offset
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tide.client._errors import InvalidArgument, TideError
+from tide.client._records import decode_pull_records
 from tide.client._types import (
     Message,
     MessageQueue,
@@ -114,12 +115,18 @@ def from_stored_message(broker_name: str, message: storage_pb2.StoredMessage) ->
 
 
 def from_pull_response(queue: MessageQueue, response: gateway_pb2.PullResponse) -> PullResult:
+    """The pull's result, its messages from ``records`` (ENCODING_RECORDS) when the gateway
+    sent records, else from ``messages`` (a gateway that ignores the encoding asked for)."""
     status = _PULL_STATUS.get(response.status)
     if status is None:
         raise TideError(f"the gateway answered a pull with unknown status {response.status}")
+    if response.records or response.record_count:  # asked for ENCODING_RECORDS
+        messages = decode_pull_records(queue.broker_name, response.records, response.record_count)
+    else:
+        messages = tuple(from_stored_message(queue.broker_name, m) for m in response.messages)
     return PullResult(
         status=status,
-        messages=tuple(from_stored_message(queue.broker_name, m) for m in response.messages),
+        messages=messages,
         next_offset=response.next_offset,
         min_offset=response.min_offset,
         max_offset=response.max_offset,

@@ -73,6 +73,7 @@ class GatewayReader:
             max_messages=max_messages,
             expression=expression,
             long_poll_timeout_ms=long_poll_timeout_ms,
+            encoding=gateway_pb2.PullRequest.ENCODING_RECORDS,
         )
 
     def pull(

@@ -92,6 +92,17 @@ def store_timestamp_pos(sys_flag: int) -> int:
     return PREFIX_BYTES + host_length(sys_flag, SYSFLAG_BORN_HOST_V6)
 
 
+def body_length_pos(sys_flag: int) -> int:
+    """Offset of BODYLENGTH inside a record; the body follows it (after both hosts)."""
+    return (
+        PREFIX_BYTES
+        + host_length(sys_flag, SYSFLAG_BORN_HOST_V6)
+        + 8
+        + host_length(sys_flag, SYSFLAG_STORE_HOST_V6)
+        + 12
+    )
+
+
 def is_queue_less(sys_flag: int) -> bool:
     """Transaction prepared/rollback records take no queue offset (RocketMQ's rule)."""
     tx = sys_flag & SYSFLAG_TRANSACTION_MASK
@@ -390,14 +401,7 @@ def record_properties(buf: Buffer, pos: int, size: int) -> dict[str, str]:
     through the length fields without decoding the rest (dispatch's hot path)."""
     view = memoryview(buf)
     sys_flag = _I32.unpack_from(view, pos + 36)[0]
-    body_len_pos = (
-        pos
-        + PREFIX_BYTES
-        + host_length(sys_flag, SYSFLAG_BORN_HOST_V6)
-        + 8
-        + host_length(sys_flag, SYSFLAG_STORE_HOST_V6)
-        + 12
-    )
+    body_len_pos = pos + body_length_pos(sys_flag)
     topic_len_pos = body_len_pos + 4 + _I32.unpack_from(view, body_len_pos)[0]
     if _I32.unpack_from(view, pos + 4)[0] == MESSAGE_MAGIC_V1:
         props_len_pos = topic_len_pos + 1 + view[topic_len_pos]

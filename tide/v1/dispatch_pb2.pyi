@@ -21,6 +21,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from tide.v1 import storage_pb2 as _storage_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -73,12 +74,23 @@ class GetQueueEntriesRequest(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     MAX_COUNT_FIELD_NUMBER: _builtins.int
     TAG_CODES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    SPANS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     queue_id: _builtins.int
     offset: _builtins.int
     """First queue offset wanted: min_offset <= offset <= max_offset."""
     max_count: _builtins.int
     """Most entries returned: 1..1024."""
+    max_bytes: _builtins.int
+    """When > 0, entries stop before the one that would take the records' total size past
+    this many bytes (the first entry is always returned); next_offset is then that entry.
+    0: no byte limit.
+    """
+    spans: _builtins.bool
+    """Answer with `spans` (the entries' records grouped into runs adjacent in the commitlog,
+    what Storage/Read takes as ReadRequest.spans) instead of `entries`.
+    """
     @_builtins.property
     def tag_codes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """When not empty, only entries whose tags_code is one of these are returned; the others
@@ -94,10 +106,12 @@ class GetQueueEntriesRequest(_message.Message):
         offset: _builtins.int = ...,
         max_count: _builtins.int = ...,
         tag_codes: _abc.Iterable[_builtins.int] | None = ...,
+        max_bytes: _builtins.int = ...,
+        spans: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_count", b"max_count", "offset", b"offset", "queue_id", b"queue_id", "tag_codes", b"tag_codes", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_count", b"max_count", "offset", b"offset", "queue_id", b"queue_id", "spans", b"spans", "tag_codes", b"tag_codes", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -111,6 +125,7 @@ class GetQueueEntriesResponse(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     MIN_OFFSET_FIELD_NUMBER: _builtins.int
     MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    SPANS_FIELD_NUMBER: _builtins.int
     next_offset: _builtins.int
     """Where the next call continues: past the last entry looked at."""
     min_offset: _builtins.int
@@ -119,6 +134,12 @@ class GetQueueEntriesResponse(_message.Message):
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueEntry]:
         """In queue order. Empty when offset == max_offset (nothing new yet)."""
 
+    @_builtins.property
+    def spans(self) -> _containers.RepeatedCompositeFieldContainer[_storage_pb2.RecordSpan]:
+        """For a request with `spans`: the same entries as runs of adjacent records, in queue
+        order (`entries` is then empty).
+        """
+
     def __init__(
         self,
         *,
@@ -126,10 +147,11 @@ class GetQueueEntriesResponse(_message.Message):
         next_offset: _builtins.int = ...,
         min_offset: _builtins.int = ...,
         max_offset: _builtins.int = ...,
+        spans: _abc.Iterable[_storage_pb2.RecordSpan] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "max_offset", b"max_offset", "min_offset", b"min_offset", "next_offset", b"next_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "max_offset", b"max_offset", "min_offset", b"min_offset", "next_offset", b"next_offset", "spans", b"spans"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

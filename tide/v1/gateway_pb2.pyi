@@ -116,7 +116,10 @@ class ProduceMessage(_message.Message):
 
     @_builtins.property
     def queue(self) -> Global___QueueRef:
-        """This queue exactly; never retried on another broker."""
+        """This queue exactly; never retried on another broker.
+        Neither: the topic's next round robin queue, one for all such messages of the
+        topic in the request (a batch goes to one queue, as RocketMQ's batch send).
+        """
 
     def __init__(
         self,
@@ -291,6 +294,31 @@ Global___ProduceStreamResponse: _TypeAlias = ProduceStreamResponse  # noqa: Y015
 class PullRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    class _Encoding:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _EncodingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[PullRequest._Encoding.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        ENCODING_MESSAGES: PullRequest._Encoding.ValueType  # 0
+        """Decoded, one StoredMessage each (PullResponse.messages)."""
+        ENCODING_RECORDS: PullRequest._Encoding.ValueType  # 1
+        """The stored commitlog records, back to back (PullResponse.records), for the client
+        to decode (docs/formats.md "Commitlog record"; tide.client does): the gateway and
+        the broker then do no per-message work.
+        """
+
+    class Encoding(_Encoding, metaclass=_EncodingEnumTypeWrapper):
+        """How the messages found are carried in the response."""
+
+    ENCODING_MESSAGES: PullRequest.Encoding.ValueType  # 0
+    """Decoded, one StoredMessage each (PullResponse.messages)."""
+    ENCODING_RECORDS: PullRequest.Encoding.ValueType  # 1
+    """The stored commitlog records, back to back (PullResponse.records), for the client
+    to decode (docs/formats.md "Commitlog record"; tide.client does): the gateway and
+    the broker then do no per-message work.
+    """
+
     CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
     TOPIC_FIELD_NUMBER: _builtins.int
     BROKER_NAME_FIELD_NUMBER: _builtins.int
@@ -299,6 +327,7 @@ class PullRequest(_message.Message):
     MAX_MESSAGES_FIELD_NUMBER: _builtins.int
     EXPRESSION_FIELD_NUMBER: _builtins.int
     LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    ENCODING_FIELD_NUMBER: _builtins.int
     consumer_group: _builtins.str
     topic: _builtins.str
     broker_name: _builtins.str
@@ -310,6 +339,7 @@ class PullRequest(_message.Message):
     """"*" (or empty) for all, or tags "A || B"."""
     long_poll_timeout_ms: _builtins.int
     """0 answers at once; at most 30000."""
+    encoding: Global___PullRequest.Encoding.ValueType
     def __init__(
         self,
         *,
@@ -321,10 +351,11 @@ class PullRequest(_message.Message):
         max_messages: _builtins.int = ...,
         expression: _builtins.str = ...,
         long_poll_timeout_ms: _builtins.int = ...,
+        encoding: Global___PullRequest.Encoding.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "consumer_group", b"consumer_group", "expression", b"expression", "long_poll_timeout_ms", b"long_poll_timeout_ms", "max_messages", b"max_messages", "offset", b"offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "consumer_group", b"consumer_group", "encoding", b"encoding", "expression", b"expression", "long_poll_timeout_ms", b"long_poll_timeout_ms", "max_messages", b"max_messages", "offset", b"offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -364,12 +395,21 @@ class PullResponse(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     MIN_OFFSET_FIELD_NUMBER: _builtins.int
     MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    RECORD_COUNT_FIELD_NUMBER: _builtins.int
     status: Global___PullResponse.Status.ValueType
     next_offset: _builtins.int
     min_offset: _builtins.int
     max_offset: _builtins.int
+    records: _builtins.bytes
+    """FOUND messages, for ENCODING_RECORDS: record_count commitlog records back to back,
+    in queue order.
+    """
+    record_count: _builtins.int
     @_builtins.property
-    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_storage_pb2.StoredMessage]: ...
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_storage_pb2.StoredMessage]:
+        """FOUND messages, for ENCODING_MESSAGES."""
+
     def __init__(
         self,
         *,
@@ -378,10 +418,12 @@ class PullResponse(_message.Message):
         next_offset: _builtins.int = ...,
         min_offset: _builtins.int = ...,
         max_offset: _builtins.int = ...,
+        records: _builtins.bytes = ...,
+        record_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_offset", b"max_offset", "messages", b"messages", "min_offset", b"min_offset", "next_offset", b"next_offset", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_offset", b"max_offset", "messages", b"messages", "min_offset", b"min_offset", "next_offset", b"next_offset", "record_count", b"record_count", "records", b"records", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

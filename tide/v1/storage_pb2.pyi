@@ -384,20 +384,56 @@ class ReadRequest(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     POSITIONS_FIELD_NUMBER: _builtins.int
+    SPANS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def positions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadRequest.Position]: ...
+    @_builtins.property
+    def spans(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordSpan]:
+        """Runs of whole records read as they are stored (ReadResponse.records), for callers
+        that decode records themselves (the gateway's RECORDS pulls). A request has
+        `positions` or `spans`, not both.
+        """
+
     def __init__(
         self,
         *,
         positions: _abc.Iterable[Global___ReadRequest.Position] | None = ...,
+        spans: _abc.Iterable[Global___RecordSpan] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions", "spans", b"spans"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadRequest: _TypeAlias = ReadRequest  # noqa: Y015
+
+@_typing.final
+class RecordSpan(_message.Message):
+    """`count` whole commitlog records back to back: [physical_offset, physical_offset + size)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PHYSICAL_OFFSET_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    physical_offset: _builtins.int
+    size: _builtins.int
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        physical_offset: _builtins.int = ...,
+        size: _builtins.int = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "physical_offset", b"physical_offset", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordSpan: _TypeAlias = RecordSpan  # noqa: Y015
 
 @_typing.final
 class StoredMessage(_message.Message):
@@ -526,16 +562,32 @@ class ReadResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    SPAN_STATUSES_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    records: _builtins.bytes
+    """For `spans`: the bytes of the FOUND spans, back to back in request order (commitlog
+    records, docs/formats.md "Commitlog record").
+    """
     @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadResult]: ...
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadResult]:
+        """For `positions`: one result per position, in order."""
+
+    @_builtins.property
+    def span_statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___ReadStatus.ValueType]:
+        """For `spans`: one status per span, in order; FOUND when every record of the span is
+        there and is a record of the size and offset its span says.
+        """
+
     def __init__(
         self,
         *,
         results: _abc.Iterable[Global___ReadResult] | None = ...,
+        span_statuses: _abc.Iterable[Global___ReadStatus.ValueType] | None = ...,
+        records: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records", "results", b"results", "span_statuses", b"span_statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -43,14 +43,17 @@ def test_dead_broker_is_retried_around_then_drops_out_of_the_route(
     topic = "T_failover"
     cluster.create_topic(topic, queues=2)
     stub = cluster.gateway.stub
-    before = produce(stub, *(pb.ProduceMessage(topic=topic, body=b"x") for _ in range(8)))
+    # One request each: successive requests rotate over the queues of both brokers.
+    before = [r for _ in range(8) for r in produce(stub, pb.ProduceMessage(topic=topic, body=b"x"))]
     assert {r.broker_name for r in before} == {"broker-a", "broker-b"}
 
     cluster.broker("broker-b").kill()
     to_b = pb.ProduceMessage(topic=topic, body=b"b", queue=pb.QueueRef(broker_name="broker-b"))
     expect_error(UNAVAILABLE, lambda: produce(stub, to_b), "broker-b", "is the broker up?")
-    # Round robin: what would have gone to broker-b is retried on broker-a.
-    moved = produce(stub, *(pb.ProduceMessage(topic=topic, body=b"y") for _ in range(20)))
+    # Round robin: a batch that would have gone to broker-b is retried on broker-a.
+    moved = [
+        r for _ in range(4) for r in produce(stub, *[pb.ProduceMessage(topic=topic, body=b"y")] * 5)
+    ]
     assert all(r.status == pb.ProduceResult.SEND_OK for r in moved)
     assert Counter(r.broker_name for r in moved) == {"broker-a": 20}
     # An explicit queue is never retried elsewhere: partial success.

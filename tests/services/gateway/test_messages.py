@@ -61,10 +61,18 @@ def pull_until(
 def test_produce_round_robin_spreads_over_both_brokers_and_pull_reads_everything(
     cluster: Cluster, topic_name: str
 ) -> None:
+    """Each request's messages go to one queue (a RocketMQ batch send); successive
+    requests take the topic's queues in turn."""
     cluster.create_topic(topic_name, queues=2)
     stub = cluster.gateway.stub
     bodies = [f"message {i}".encode() for i in range(40)]
-    results = produce(stub, *(pb.ProduceMessage(topic=topic_name, body=b) for b in bodies))
+    results = []
+    for start in range(0, 40, 10):
+        batch = produce(
+            stub, *(pb.ProduceMessage(topic=topic_name, body=b) for b in bodies[start : start + 10])
+        )
+        assert len({(r.broker_name, r.queue_id) for r in batch}) == 1
+        results.extend(batch)
     assert all(r.status == pb.ProduceResult.SEND_OK for r in results)
     assert all(len(r.msg_id) == 32 and len(r.unique_key) == 32 for r in results)
     assert len({r.unique_key for r in results}) == 40
@@ -221,13 +229,14 @@ def test_pull_offsets_out_of_range(cluster: Cluster, topic_name: str) -> None:
 def test_query_by_msg_id_key_and_unique_key(cluster: Cluster, topic_name: str) -> None:
     cluster.create_topic(topic_name, queues=2)
     stub = cluster.gateway.stub
-    results = produce(
-        stub,
-        *(
-            pb.ProduceMessage(topic=topic_name, body=f"b{i}".encode(), keys=["shared", f"own-{i}"])
-            for i in range(6)
-        ),
-    )
+    results = [  # one request each: successive requests rotate over the queues
+        result
+        for i in range(6)
+        for result in produce(
+            stub,
+            pb.ProduceMessage(topic=topic_name, body=f"b{i}".encode(), keys=["shared", f"own-{i}"]),
+        )
+    ]
     assert {r.broker_name for r in results} == {"broker-a", "broker-b"}
     for result in results:
         found = stub.QueryMessage(

@@ -5,23 +5,17 @@ outcome its own."""
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable
 
 import grpc
 import pytest
 
 from services.gateway.append_queue import AppendQueue, Outcome
-from services.gateway.fault import LatencyFaultTolerance
-from services.gateway.routes import QueueRef
-from services.gateway.selection import QueueSelector
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_message, check_produce_messages
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
-
-QUEUES = tuple(QueueRef(broker, queue_id) for broker in ("a", "b") for queue_id in range(3))
 
 
 # -- unique keys ---------------------------------------------------------------------
@@ -45,24 +39,6 @@ def test_next_many_time_part_matches_java_int_cast() -> None:
     now[0] = generator._start_ms - 5_000_000  # far back: a negative Java int, not clamped
     key = generator.next_many(1)[0]
     assert key[20:28] == f"{(-5_000_000) & 0xFFFFFFFF:08X}"
-
-
-# -- round robin ---------------------------------------------------------------------
-@pytest.mark.parametrize("count", [1, 5, 6, 7, 100])
-def test_round_robin_many_is_round_robin_called_count_times(count: int) -> None:
-    single = QueueSelector(LatencyFaultTolerance(), random.Random(3))
-    many = QueueSelector(LatencyFaultTolerance(), random.Random(3))
-    expected = [single.round_robin("T", QUEUES) for _ in range(count)]
-    assert many.round_robin_many("T", QUEUES, count) == expected
-    assert many.round_robin("T", QUEUES) == single.round_robin("T", QUEUES)
-
-
-def test_round_robin_many_skips_an_unavailable_broker_like_round_robin() -> None:
-    fault = LatencyFaultTolerance()
-    fault.update("a", 5_000)  # "a" is penalised
-    select = QueueSelector(fault, random.Random(1))
-    assert {queue.broker_name for queue in select.round_robin_many("T", QUEUES, 20)} == {"b"}
-    assert select.round_robin_many("T", (), 3) == []
 
 
 # -- message checks ------------------------------------------------------------------

@@ -1,0 +1,214 @@
+"""Decode a Pull answer's commitlog records (``PullResponse.records``) into messages.
+
+A gateway asked for ``ENCODING_RECORDS`` sends the FOUND messages as the stored commitlog
+records, back to back, in queue order (docs/formats.md, "Commitlog"); the client decodes
+them here, as RocketMQ's client does with the records its broker sends. Each message is
+the :class:`ReceivedMessage` that ``from_stored_message`` gives for the ``StoredMessage``
+a storage builds from the same record.
+
+This is the consumer's hot path: the common record (1-byte topic length, IPv4 hosts) is
+read with one ``struct`` call, its hosts, message id prefix and queue are cached for the
+call; any other record goes through :func:`tide.format.decode_record`. Both check the
+same things (size, magic, field lengths, body CRC, UTF-8 topic) and name the record that
+fails in a :class:`TideError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from tide.client._errors import TideError
+from tide.client._types import MessageQueue, ReceivedMessage
+from tide.format import (
+    FIXED_BYTES_V4,
+    KEYS,
+    MESSAGE_MAGIC_V1,
+    SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_STORE_HOST_V6,
+    TAGS,
+    UNIQ_KEY,
+    DecodedRecord,
+    RecordError,
+    decode_properties,
+    decode_record,
+    make_msg_id,
+    msg_id_prefix,
+)
+
+# The fixed header of a record with IPv4 hosts (docs/formats.md): body follows.
+_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
+_HEADER_V4_BYTES = _HEADER_V4.size  # 88
+_I32 = struct.Struct(">i")
+_V6_BITS = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
+
+
+class _Decoder:
+    """Decodes the records of one Pull answer; caches what repeats across its records."""
+
+    __slots__ = ("broker_name", "hosts", "id_prefixes", "queues", "records")
+
+    def __init__(self, broker_name: str, records: bytes) -> None:
+        self.broker_name = broker_name
+        self.records = records
+        self.hosts: dict[bytes, str] = {}  # packed IPv4 host -> "ip:port"
+        self.id_prefixes: dict[bytes, str] = {}  # packed store host -> message id prefix
+        self.queues: dict[tuple[bytes, int], MessageQueue] = {}  # (topic bytes, queue id)
+
+    def error(self, index: int, pos: int, what: str) -> TideError:
+        return TideError(
+            f"Pull answer from broker {self.broker_name!r}: record {index} "
+            f"(at byte {pos} of {len(self.records)}): {what}"
+        )
+
+    def record_size(self, index: int, pos: int) -> int:
+        """The TOTALSIZE of the record at ``pos``, checked to fit the bytes left."""
+        left = len(self.records) - pos
+        if left < 4:
+            raise self.error(index, pos, f"{left} bytes left, too few for a record")
+        size: int = _I32.unpack_from(self.records, pos)[0]
+        if size < FIXED_BYTES_V4 or size > left:
+            raise self.error(
+                index, pos, f"TOTALSIZE {size} is outside [{FIXED_BYTES_V4}, {left} bytes left]"
+            )
+        return size
+
+    def message(self, index: int, pos: int, size: int) -> ReceivedMessage:
+        """The message of the record at ``records[pos:pos+size]``."""
+        data = self.records
+        (
+            _,
+            magic,
+            body_crc,
+            queue_id,
+            _,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_timestamp_ms,
+            born,
+            store_timestamp_ms,
+            store,
+            reconsume_times,
+            _,
+            body_len,
+        ) = _HEADER_V4.unpack_from(data, pos)
+        if magic != MESSAGE_MAGIC_V1 or sys_flag & _V6_BITS:
+            return self.general_message(index, pos, size)
+        end = pos + size
+        body_pos = pos + _HEADER_V4_BYTES
+        topic_pos = body_pos + body_len
+        if body_len < 0 or topic_pos + 3 > end:
+            raise self.error(index, pos, f"body length {body_len} does not fit TOTALSIZE {size}")
+        props_len_pos = topic_pos + 1 + data[topic_pos]
+        if props_len_pos + 2 > end:
+            raise self.error(index, pos, f"topic length does not fit TOTALSIZE {size}")
+        props_pos = props_len_pos + 2
+        if props_pos + (data[props_len_pos] << 8 | data[props_len_pos + 1]) != end:
+            raise self.error(index, pos, f"field lengths do not add up to TOTALSIZE {size}")
+        body = data[body_pos:topic_pos]
+        if zlib.crc32(body) != body_crc:
+            raise self.error(index, pos, f"body CRC mismatch (BODYCRC {body_crc})")
+        if physical_offset < 0:
+            raise self.error(index, pos, f"physical offset {physical_offset} is negative")
+        props = decode_properties(data[props_pos:end]) if props_pos < end else {}
+        keys = props.get(KEYS)
+        return ReceivedMessage(
+            queue=self.queue(index, pos, data[topic_pos + 1 : props_len_pos], queue_id),
+            queue_offset=queue_offset,
+            body=body,
+            tags=props.get(TAGS, ""),
+            keys=tuple(keys.split(" ")) if keys else (),
+            properties=props,
+            msg_id=f"{self.id_prefixes.get(store) or self.id_prefix(store)}{physical_offset:016X}",
+            unique_key=props.get(UNIQ_KEY, ""),
+            born_timestamp_ms=born_timestamp_ms,
+            store_timestamp_ms=store_timestamp_ms,
+            born_host=self.hosts.get(born) or self.host(born),
+            store_host=self.hosts.get(store) or self.host(store),
+            reconsume_times=reconsume_times,
+            physical_offset=physical_offset,
+            size_bytes=size,
+        )
+
+    def queue(self, index: int, pos: int, topic: bytes, queue_id: int) -> MessageQueue:
+        """The record's queue, its topic decoded once per call."""
+        queue = self.queues.get((topic, queue_id))
+        if queue is None:
+            try:
+                text = topic.decode("utf-8")
+            except UnicodeDecodeError:
+                raise self.error(index, pos, "topic is not UTF-8") from None
+            queue = self.queues[topic, queue_id] = MessageQueue(text, self.broker_name, queue_id)
+        return queue
+
+    def host(self, packed: bytes) -> str:
+        """``ip:port`` of a packed IPv4 host (as ``str(unpack_host(packed))``), cached."""
+        port: int = _I32.unpack_from(packed, 4)[0]
+        text = self.hosts[packed] = f"{packed[0]}.{packed[1]}.{packed[2]}.{packed[3]}:{port}"
+        return text
+
+    def id_prefix(self, store: bytes) -> str:
+        """The message id prefix of a packed store host (``msg_id_prefix``), cached."""
+        prefix = self.id_prefixes[store] = store.hex().upper()
+        return prefix
+
+    def general_message(self, index: int, pos: int, size: int) -> ReceivedMessage:
+        """Any record (IPv6 hosts, 2-byte topic length) through ``decode_record``."""
+        try:
+            record = decode_record(self.records, pos, pos + size)
+        except RecordError as exc:
+            raise self.error(index, pos, str(exc)) from None
+        if record.physical_offset < 0:
+            raise self.error(index, pos, f"physical offset {record.physical_offset} is negative")
+        return received_message(self.broker_name, record)
+
+
+def received_message(broker_name: str, record: DecodedRecord) -> ReceivedMessage:
+    """The message of a decoded record: what the storage's ``StoredMessage`` of it gives."""
+    props = record.properties
+    keys = props.get(KEYS)
+    return ReceivedMessage(
+        queue=MessageQueue(record.topic, broker_name, record.queue_id),
+        queue_offset=record.queue_offset,
+        body=record.body,
+        tags=props.get(TAGS, ""),
+        keys=tuple(keys.split(" ")) if keys else (),
+        properties=props,
+        msg_id=make_msg_id(msg_id_prefix(record.store_host), record.physical_offset),
+        unique_key=props.get(UNIQ_KEY, ""),
+        born_timestamp_ms=record.born_timestamp_ms,
+        store_timestamp_ms=record.store_timestamp_ms,
+        born_host=str(record.born_host),
+        store_host=str(record.store_host),
+        reconsume_times=record.reconsume_times,
+        physical_offset=record.physical_offset,
+        size_bytes=record.total_size,
+    )
+
+
+def decode_pull_records(
+    broker_name: str, records: bytes, record_count: int
+) -> tuple[ReceivedMessage, ...]:
+    """The ``record_count`` messages of ``records`` (commitlog records back to back), in
+    order; raise :class:`TideError` naming the record when the bytes are not exactly that
+    many valid records."""
+    decoder = _Decoder(broker_name, records)
+    messages: list[ReceivedMessage] = []
+    end = len(records)
+    pos = 0
+    while pos < end:
+        index = len(messages)
+        if index == record_count:
+            raise decoder.error(
+                index, pos, f"{end - pos} bytes follow the {record_count} records announced"
+            )
+        size = decoder.record_size(index, pos)
+        messages.append(decoder.message(index, pos, size))
+        pos += size
+    if len(messages) != record_count:
+        raise TideError(
+            f"Pull answer from broker {broker_name!r}: {len(messages)} records in "
+            f"{end} bytes, {record_count} announced"
+        )
+    return tuple(messages)
