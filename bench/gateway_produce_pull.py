@@ -64,10 +64,11 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
+from tide.bench._load import body_stamps
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -78,6 +79,12 @@ TOPIC = "BenchGateway"
 BROKER = "broker-a"
 BATCH = 100
 BODY_BYTES = 128
+STAMP_DIGITS = 20  # a body starts with its send time, ns, in decimal
+Encoding: TypeAlias = pb.PullRequest.Encoding.ValueType
+ENCODINGS: dict[str, Encoding] = {
+    "records": pb.PullRequest.ENCODING_RECORDS,
+    "messages": pb.PullRequest.ENCODING_MESSAGES,
+}
 MAX_MESSAGES_PER_PHASE = 50_000_000
 PHASES = ("produce", "pull", "e2e")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -381,7 +388,7 @@ async def produce_phase(
 
 
 async def pull_phase(
-    stub: pb_grpc.GatewayAsyncStub, queues: int, pull_batch: int
+    stub: pb_grpc.GatewayAsyncStub, queues: int, pull_batch: int, encoding: Encoding
 ) -> dict[str, float]:
     totals = [0] * queues
     start = time.monotonic()
@@ -397,12 +404,13 @@ async def pull_phase(
                     queue_id=queue_id,
                     offset=offset,
                     max_messages=pull_batch,
+                    encoding=encoding,
                 ),
                 timeout=30,
             )
             if answer.status == pb.PullResponse.NO_NEW_MESSAGE:
                 return
-            totals[queue_id] += len(answer.messages)
+            totals[queue_id] += len(answer.messages) or answer.record_count
             offset = answer.next_offset
 
     await asyncio.gather(*(puller(q) for q in range(queues)))
@@ -411,7 +419,7 @@ async def pull_phase(
 
 
 async def e2e_phase(
-    stub: pb_grpc.GatewayAsyncStub, queues: int, rate: int, duration_s: float
+    stub: pb_grpc.GatewayAsyncStub, queues: int, rate: int, duration_s: float, encoding: Encoding
 ) -> dict[str, float]:
     starts: list[int] = []
     for queue_id in range(queues):
@@ -437,14 +445,17 @@ async def e2e_phase(
                     offset=offset,
                     max_messages=1024,
                     long_poll_timeout_ms=1_000,
+                    encoding=encoding,
                 ),
                 timeout=30,
             )
             now_ns = time.time_ns()
             pulls[0] += 1
-            pulls[1] += not answer.messages
-            for message in answer.messages:
-                latencies_s.append((now_ns - int(message.body[:20])) / 1e9)
+            pulls[1] += not (answer.messages or answer.record_count)
+            stamps = [message.body[:STAMP_DIGITS] for message in answer.messages]
+            stamps += body_stamps(answer.records, answer.record_count, STAMP_DIGITS)
+            for stamp in stamps:
+                latencies_s.append((now_ns - int(stamp)) / 1e9)
             offset = answer.next_offset
             if len(latencies_s) >= expected:
                 done.set()
@@ -455,7 +466,7 @@ async def e2e_phase(
     start = time.monotonic()
     for index in range(expected // BATCH):
         await asyncio.sleep(max(0.0, start + index * interval_s - time.monotonic()))
-        body = str(time.time_ns()).rjust(20, "0").encode().ljust(BODY_BYTES, b" ")
+        body = str(time.time_ns()).rjust(STAMP_DIGITS, "0").encode().ljust(BODY_BYTES, b" ")
         sent = time.monotonic()
         await stub.Produce(batch_request(body), timeout=30)
         produce_s.append(time.monotonic() - sent)
@@ -507,9 +518,13 @@ async def run(gateway: str, args: argparse.Namespace) -> dict[str, dict[str, obj
             )
             await asyncio.sleep(2.0)  # let dispatch catch up
         if "pull" in args.phases:
-            await measured("pull", pull_phase(stub, args.queues, args.pull_batch))
+            encoding = ENCODINGS[args.pull_encoding]
+            await measured("pull", pull_phase(stub, args.queues, args.pull_batch, encoding))
         if "e2e" in args.phases:
-            await measured("e2e", e2e_phase(stub, args.queues, args.rate, args.e2e_duration_s))
+            encoding = ENCODINGS[args.pull_encoding]
+            await measured(
+                "e2e", e2e_phase(stub, args.queues, args.rate, args.e2e_duration_s, encoding)
+            )
     return results
 
 
@@ -541,6 +556,13 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--queues", type=int, default=4, help="queues of the topic")
     parser.add_argument("--pull-batch", type=int, default=32, help="messages per Pull")
+    parser.add_argument(
+        "--pull-encoding",
+        choices=sorted(ENCODINGS),
+        default="records",
+        help="pull and e2e phases: the stored records (what tide.client asks for; the "
+        "default) or decoded messages",
+    )
     parser.add_argument("--rate", type=int, default=5_000, help="e2e phase messages/s")
     parser.add_argument(
         "--e2e-duration-s", type=float, default=None, help="e2e phase length (--duration-s)"

@@ -24,6 +24,10 @@ breaks. When it gives up (OUT_OF_RANGE: the storage cut its tail below us or ret
 deleted past us; a corrupt chunk; an unexpected status) or applying a batch fails, the
 dispatcher asks the storage for its offsets again, reconciles and restarts the follower
 from where the store says, backing off while failures repeat.
+
+Each applied batch also goes to the tail cache (tail_cache.py), from which GetQueueEntries
+answers the newest records' bytes; it is cleared whenever what it holds may no longer be
+the storage's (a reconcile, a new follower, a reconnect).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import grpc
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.engine.dispatch_store import DispatchDivergedError, DispatchStore
 from services.dispatch.storage_client import StorageClient
+from services.dispatch.tail_cache import TailCache
 from tide.format import tags_code
 from tide.tail import (
     Backoff,
@@ -110,6 +115,7 @@ class Dispatcher:
         *,
         cleanup_interval_s: float,
         verify_body_crc: bool = False,
+        tail_cache_bytes: int = 0,
     ) -> None:
         self.store = store
         self.storage = storage
@@ -120,6 +126,8 @@ class Dispatcher:
         # not (checkMessageAndReturnSize(buffer, checkCRC=false, ...)): the storage checks
         # them in recovery. Every structural check of a record still applies.
         self.verify_body_crc = verify_body_crc
+        # The newest applied records' bytes, which GetQueueEntries serves (tail_cache.py).
+        self.tail_cache = TailCache(tail_cache_bytes)
         self._follower: TailFollower | None = None
         self._tail_channel: grpc.aio.Channel | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -168,6 +176,7 @@ class Dispatcher:
     async def reconcile(self, why: str) -> int:
         """Ask the storage for its offsets (until it answers) and reconcile the store;
         returns the commitlog offset to follow from."""
+        self.tail_cache.clear()  # entries may be dropped, the commitlog was cut
         status = await self.storage.wait_status(why)
         await self._drop_entries_the_storage_lost(status.max_offset)
         offset = await self._writer.run(self.store.reconcile, status.min_offset, status.max_offset)
@@ -286,11 +295,17 @@ class Dispatcher:
         follower = self.new_follower(offset)
         self._follower = follower
         self._phase = "following"
+        self.tail_cache.clear()  # the new follower may start below what it holds
+        reconnects = follower.reconnects
         try:
             progress = _CatchUpLog(offset)
             async with follower, contextlib.aclosing(follower.batches()) as batches:
                 async for batch in batches:
                     await self._apply(batch)
+                    if follower.reconnects != reconnects:
+                        reconnects = follower.reconnects
+                        self.tail_cache.clear()  # the storage may have restarted meanwhile
+                    self._cache(batch, follower.max_offset)
                     progress.update(self.store.dispatched_offset, follower.max_offset)
             return None
         except (TailOutOfRangeError, DispatchDivergedError) as exc:
@@ -308,6 +323,14 @@ class Dispatcher:
             self._reconnects_before += follower.reconnects
             if follower.max_offset is not None:
                 self._tail_max_before = follower.max_offset
+
+    def _cache(self, batch: RecordBatch, storage_max: int | None) -> None:
+        """Keep the applied ``batch`` in the tail cache, unless it is further behind the
+        storage's max offset than the cache holds: catching up, it would be evicted before
+        the dispatch is near the tail, so a replay pays nothing for the cache."""
+        cache = self.tail_cache
+        if storage_max is None or storage_max - batch.end_offset < cache.max_bytes:
+            cache.add(batch)
 
     async def _apply(self, batch: RecordBatch) -> None:
         """Apply on the loop, a slice at a time, while the writer thread is idle; the
@@ -333,6 +356,7 @@ class Dispatcher:
             except grpc.aio.AioRpcError as exc:
                 log.debug("cleanup skipped: storage status: %s", exc.details())
                 continue
+            self.tail_cache.discard_below(status.min_offset)  # Storage/Read would not find it
             try:
                 await self._writer.run(self.store.cleanup, status.min_offset)
             except Exception:

@@ -3,16 +3,17 @@ of records that lie back to back in the commitlog (what Storage/Read takes as
 ``ReadRequest.spans``), so that a pull reads a few ranges instead of one record at a time.
 
 This is the hot path of every pull (up to 1024 entries a call), so :func:`select_spans`
-picks the entries and groups them in one pass over plain ints: no object per entry, one
-tuple per span.
+takes the consume queue's bare entry tuples (ConsumeQueue.get_units, made in C) rather
+than an Entry each, and picks and groups them in one pass over plain ints: no object per
+entry beyond those tuples, one tuple per span.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from services.dispatch.engine.consume_queue import Entry
+from services.dispatch.engine.consume_queue import Unit
 from tide.format import PRE_BLANK_SIZE
 
 # max_bytes 0 (no byte limit) as a limit no sum of record sizes reaches.
@@ -32,7 +33,8 @@ class Spans(NamedTuple):
 
 
 def select_spans(
-    entries: Iterable[Entry],
+    units: Sequence[Unit],
+    first_offset: int,
     max_count: int,
     tag_codes: Collection[int],
     max_bytes: int,
@@ -40,23 +42,25 @@ def select_spans(
 ) -> Spans:
     """The entries GetQueueEntries would return, as spans of adjacent records.
 
-    ``entries`` are the consume queue entries looked at, in queue order. PRE_BLANK entries
-    and, when ``tag_codes`` is not empty, entries whose tags code is not in it are skipped;
-    at most ``max_count`` are taken; with ``max_bytes`` > 0 the entries stop before the one
-    that would take the records' total size past it (the first is always taken). An entry
-    extends the current span when its record starts where the span ends (a skipped record
-    in between ends the span). ``next_offset`` (the request's offset) becomes the offset
-    past the last entry looked at, or the entry the byte limit stopped at.
+    ``units`` are the consume queue entries looked at, in queue order, as
+    ``(commitlog_offset, size, tags_code)`` (ConsumeQueue.get_units); the first is at
+    queue offset ``first_offset``, the others follow it. PRE_BLANK entries
+    (``(0, PRE_BLANK_SIZE, 0)``) and, when ``tag_codes`` is not empty, entries whose tags
+    code is not in it are skipped; at most ``max_count`` are taken; with ``max_bytes`` > 0
+    the entries stop before the one that would take the records' total size past it (the
+    first is always taken). An entry extends the current span when its record starts
+    where the span ends (a skipped record in between ends the span). ``next_offset`` (the
+    request's offset) becomes the offset past the last entry looked at, or the entry the
+    byte limit stopped at.
     """
     limit = max_bytes or UNLIMITED_BYTES
     spans: list[Span] = []
     taken = total = start = size = count = 0
     end = -1  # where the current span's records end (none yet)
-    for entry in entries:
+    for queue_offset, (offset, entry_size, code) in enumerate(units, first_offset):
         if taken >= max_count:
             break
-        queue_offset, offset, entry_size, code = entry
-        if (entry_size == PRE_BLANK_SIZE and entry.is_pre_blank) or (
+        if (entry_size == PRE_BLANK_SIZE and offset == 0 and code == 0) or (
             tag_codes and code not in tag_codes
         ):
             next_offset = queue_offset + 1

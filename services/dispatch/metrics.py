@@ -1,10 +1,15 @@
-"""The dispatch service's metrics: every one a gauge sampled on the event loop from the
-state ``GetStatus`` reports (nothing is added to the dispatch path).
+"""The dispatch service's metrics: gauges sampled on the event loop from the state
+``GetStatus`` reports (nothing is added to the dispatch path), and the tail cache's.
 
 ``tide_dispatch_lag_bytes`` is the storage's max offset (as last seen, no call is made)
 minus the dispatched offset; ``tide_dispatch_lag_milliseconds`` is how long the dispatch
 has been behind: 0 when it had caught up at the last sample, else the time since it last
 had (to the sampling interval, 1 s).
+
+The tail cache (tail_cache.py): ``tide_dispatch_tail_cache_hits_total`` /
+``..._misses_total`` count the GetQueueEntries calls asking for records that it answered
+/ did not (the gateway then reads them from the storage), plain numbers the servicer adds
+to; ``tide_dispatch_tail_cache_bytes`` is the memory it holds.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from opentelemetry.metrics import Meter
+
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.servicer import Running
-from tide.server._metrics import Sample, SampledGauges, service_meter
+from services.dispatch.tail_cache import TailCache
+from tide.server._metrics import Sample, SampledGauges, observable_total, service_meter
 
 
 class DispatchMetrics:
@@ -23,12 +31,16 @@ class DispatchMetrics:
         running: Callable[[], Running | None],
         hub: ArrivalHub,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        tail_cache: TailCache | None = None,
     ) -> None:
         self._running = running
         self._hub = hub
         self._clock = clock
         self._caught_up_at = clock()
-        self.gauges = SampledGauges(service_meter("dispatch"), self.sample)
+        self._tail_cache = tail_cache
+        meter = service_meter("dispatch")
+        self.gauges = SampledGauges(meter, self.sample)
         for name, description, unit in (
             ("tide_dispatch_dispatched_offset_bytes", "commitlog offset dispatched up to", "By"),
             ("tide_dispatch_durable_offset_bytes", "dispatched offset flushed to disk", "By"),
@@ -44,6 +56,25 @@ class DispatchMetrics:
             ("tide_dispatch_follower_connected", "1 while the Tail stream is up", "1"),
         ):
             self.gauges.gauge(name, description, unit)
+        if tail_cache is not None:
+            self._declare_tail_cache(meter, tail_cache)
+
+    def _declare_tail_cache(self, meter: Meter, cache: TailCache) -> None:
+        observable_total(
+            meter,
+            "tide_dispatch_tail_cache_hits_total",
+            lambda: cache.hits,
+            "GetQueueEntries calls answered with their records from the tail cache",
+        )
+        observable_total(
+            meter,
+            "tide_dispatch_tail_cache_misses_total",
+            lambda: cache.misses,
+            "GetQueueEntries calls asking for records the tail cache did not all hold",
+        )
+        self.gauges.gauge(
+            "tide_dispatch_tail_cache_bytes", "memory the tail cache holds (records)", "By"
+        )
 
     def sample(self) -> Sample:
         running = self._running()
@@ -70,4 +101,9 @@ class DispatchMetrics:
             "tide_dispatch_arrival_watchers": self._hub.watcher_count,
             "tide_dispatch_tail_reconnects": dispatcher.tail_reconnects,
             "tide_dispatch_follower_connected": int(dispatcher.follower_state == "connected"),
+            **self._tail_cache_sample(),
         }
+
+    def _tail_cache_sample(self) -> Sample:
+        cache = self._tail_cache
+        return {} if cache is None else {"tide_dispatch_tail_cache_bytes": cache.held_bytes}

@@ -11,6 +11,8 @@ from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:10921"
 DEFAULT_STORAGE = "127.0.0.1:10911"
+DEFAULT_TAIL_CACHE_BYTES = 64 << 20
+MAX_TAIL_CACHE_BYTES = 4 << 30
 
 OPTIONS: tuple[Option, ...] = (
     Option("listen", str, DEFAULT_LISTEN, "address to serve gRPC on (HOST:PORT; port 0 picks one)"),
@@ -59,6 +61,14 @@ OPTIONS: tuple[Option, ...] = (
         "the storage checks them in recovery, `tide store verify` offline); the record "
         "structure is always checked",
     ),
+    Option(
+        "tail_cache_bytes",
+        int,
+        DEFAULT_TAIL_CACHE_BYTES,
+        "memory for the newest records followed, served with GetQueueEntries (records) so "
+        "that a pull need not read them from the storage; 0 turns it off",
+        unit="bytes",
+    ),
 )
 
 
@@ -84,6 +94,7 @@ def check_config(config: Config) -> str | None:
         "index_max_entries": (1, 2**31 - 1),
         "flush_interval_ms": (1, 3_600_000),
         "cleanup_interval_ms": (1, 86_400_000),
+        "tail_cache_bytes": (0, MAX_TAIL_CACHE_BYTES),
     }
     problem = config.int_out_of_range(ranges)
     if problem:

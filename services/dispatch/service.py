@@ -57,6 +57,7 @@ class DispatchService:
             writer,
             cleanup_interval_s=self._config.get_int("cleanup_interval_ms") / 1000,
             verify_body_crc=self._config.get_bool("verify_body_crc"),
+            tail_cache_bytes=self._config.get_int("tail_cache_bytes"),
         )
         try:
             await writer.run(store.open)
@@ -75,7 +76,9 @@ class DispatchService:
         self._writer = writer
         self._running = Running(store, storage, dispatcher)
         # Created once telemetry is configured (the meters come from its provider).
-        self._metrics = DispatchMetrics(lambda: self._running, self._hub)
+        self._metrics = DispatchMetrics(
+            lambda: self._running, self._hub, tail_cache=dispatcher.tail_cache
+        )
         self._metrics.gauges.start()
 
     async def stop(self) -> None:

@@ -20,7 +20,7 @@ from services.dispatch.dispatcher import Dispatcher
 from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
-from services.dispatch.entry_spans import UNLIMITED_BYTES, select_spans
+from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.storage_client import StorageClient
 from tide.naming import topic_error
 from tide.server import ServiceError
@@ -159,7 +159,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         and its stream). Up to max_count entries, of the request's tag codes if any, and
         with max_bytes > 0 no more records' bytes than that (but at least one entry); with
         ``spans`` they come as runs of records adjacent in the commitlog (what a pull
-        passes on to Storage/Read) instead of one QueueEntry each."""
+        passes on to Storage/Read) instead of one QueueEntry each, and with ``records``
+        also the spans' bytes when the tail cache holds all of them."""
         max_count, max_bytes = request.max_count, request.max_bytes
         if not 1 <= max_count <= MAX_GET_ENTRIES:
             raise _invalid(f"max_count must be in 1..{MAX_GET_ENTRIES} (got {max_count})")
@@ -183,16 +184,28 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         if offset == max_offset:
             return response
         # Not past the max offset reported (the queue may grow meanwhile).
-        looked_at = queue.get(offset, min(scan, max_offset - offset))
-        if request.spans:
-            spans, next_offset = select_spans(looked_at, max_count, codes, max_bytes, offset)
+        scan = min(scan, max_offset - offset)
+        if request.spans:  # the hot path of every pull: bare tuples, no Entry objects
+            units = queue.get_units(offset, scan)
+            spans, next_offset = select_spans(units, offset, max_count, codes, max_bytes, offset)
             add_span = response.spans.add
             for physical_offset, size, count in spans:
                 add_span(physical_offset=physical_offset, size=size, count=count)
+            if request.records and spans:
+                records = self._cached_records(spans)
+                if records is not None:
+                    response.records = records
         else:
+            looked_at = queue.get(offset, scan)
             next_offset = _add_entries(response, looked_at, max_count, codes, max_bytes)
         response.next_offset = next_offset
         return response
+
+    def _cached_records(self, spans: list[Span]) -> bytes | None:
+        """The spans' records from the dispatcher's tail cache when it holds them all
+        (saves the gateway the Storage/Read hop for consumers that keep up), else None."""
+        cache = self._running().dispatcher.tail_cache
+        return cache.records((offset, size) for offset, size, _ in spans)
 
     async def GetQueueOffsets(
         self, request: pb.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext[object, object]

@@ -202,7 +202,7 @@ class GatewayMetrics:
             response: pb.PullResponse = await pull(request, context)
             status = _PULL_STATUS_NAMES.get(response.status, "UNKNOWN")
             self.pull_results[status] = self.pull_results.get(status, 0) + 1
-            self.pulled_messages += len(response.messages)
+            self.pulled_messages += len(response.messages) or response.record_count
             return response
 
         return Pull

@@ -92,6 +92,9 @@ class FakeServicer:
     async def Pull(self, request: pb.PullRequest, context: Any) -> pb.PullResponse:
         if request.offset >= 10:
             return pb.PullResponse(status=pb.PullResponse.NO_NEW_MESSAGE)
+        if request.encoding == pb.PullRequest.ENCODING_RECORDS:  # counted, not decoded
+            count = 10 - request.offset
+            return pb.PullResponse(status=pb.PullResponse.FOUND, record_count=count)
         found = [storage_pb.StoredMessage()] * (10 - request.offset)
         return pb.PullResponse(status=pb.PullResponse.FOUND, messages=found)
 
@@ -124,6 +127,8 @@ def test_gateway_wrappers_count_calls_and_the_lag_scan_reports_committed_queues(
         await servicer.Produce(produce, None)
         await servicer.Pull(pb.PullRequest(topic="T", offset=4), None)
         await servicer.Pull(pb.PullRequest(topic="T", offset=10), None)
+        records = pb.PullRequest(topic="T", offset=7, encoding=pb.PullRequest.ENCODING_RECORDS)
+        await servicer.Pull(records, None)
         for broker, offset in (("a", 6), ("gone", 1)):
             await servicer.CommitOffset(
                 pb.CommitConsumerOffsetRequest(
@@ -135,8 +140,8 @@ def test_gateway_wrappers_count_calls_and_the_lag_scan_reports_committed_queues(
 
     lag = asyncio.run(traffic())
     assert metrics.produced_messages == 3
-    assert metrics.pulled_messages == 6
-    assert metrics.pull_results == {"FOUND": 1, "NO_NEW_MESSAGE": 1}
+    assert metrics.pulled_messages == 6 + 3
+    assert metrics.pull_results == {"FOUND": 2, "NO_NEW_MESSAGE": 1}
     assert metrics._sample_held() == {"tide_gateway_held_pulls": 4}
     assert lag["tide_gateway_consumer_lag_queues"] == 2
     # The unreachable broker's queue is left out of this scan.

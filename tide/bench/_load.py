@@ -56,15 +56,16 @@ def sent_ns(body: bytes) -> int:
     return int(body[:STAMP_BYTES], 16)
 
 
-def body_stamps(records: bytes, count: int) -> list[bytes]:
-    """The send stamp at the start of each body of ``count`` stored records back to back
-    (a RECORDS pull's answer), read through the size fields without decoding the rest."""
+def body_stamps(records: bytes, count: int, length: int = STAMP_BYTES) -> list[bytes]:
+    """The send stamp (the first ``length`` bytes) of each body of ``count`` stored
+    records back to back (a RECORDS pull's answer), read through the size fields without
+    decoding the rest."""
     stamps: list[bytes] = []
     pos = 0
     for _ in range(count):
         size = int.from_bytes(records[pos : pos + 4], "big")
         body = pos + body_length_pos(records[pos + SYSFLAG_POS]) + 4
-        stamps.append(records[body : body + STAMP_BYTES])
+        stamps.append(records[body : body + length])
         pos += size
     if pos != len(records):
         raise AssertionError(f"{count} records end at {pos} of {len(records)} bytes")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tide.v1 import storage_pb2 as tide_dot_v1_dot_storage__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tide/v1/dispatch.proto\x12\x07tide.v1\x1a\x15tide/v1/storage.proto\"\\\n\nQueueEntry\x12\x14\n\x0cqueue_offset\x18\x01 \x01(\x03\x12\x17\n\x0fphysical_offset\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x05\x12\x11\n\ttags_code\x18\x04 \x01(\x03\"\x91\x01\n\x16GetQueueEntriesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_count\x18\x04 \x01(\x05\x12\x11\n\ttag_codes\x18\x05 \x03(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\r\n\x05spans\x18\x07 \x01(\x08\"\xa0\x01\n\x17GetQueueEntriesResponse\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.tide.v1.QueueEntry\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x12\n\nmin_offset\x18\x03 \x01(\x03\x12\x12\n\nmax_offset\x18\x04 \x01(\x03\x12\"\n\x05spans\x18\x05 \x03(\x0b\x32\x13.tide.v1.RecordSpan\"~\n\x1dGetQueueEntriesStreamResponse\x12\x32\n\x08response\x18\x01 \x01(\x0b\x32 .tide.v1.GetQueueEntriesResponse\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\"9\n\x16GetQueueOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\"A\n\x17GetQueueOffsetsResponse\x12\x12\n\nmin_offset\x18\x01 \x01(\x03\x12\x12\n\nmax_offset\x18\x02 \x01(\x03\"L\n\x13SearchOffsetRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14SearchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"d\n\x11QueryIndexRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x11\n\tmax_count\x18\x03 \x01(\x05\x12\x10\n\x08\x62\x65gin_ms\x18\x04 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x05 \x01(\x03\"\x85\x01\n\x08IndexHit\x12\x17\n\x0fphysical_offset\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x05\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x04 \x01(\x03\x12\x1a\n\x12store_timestamp_ms\x18\x05 \x01(\x03\x12\x0e\n\x06msg_id\x18\x06 \x01(\t\"5\n\x12QueryIndexResponse\x12\x1f\n\x04hits\x18\x01 \x03(\x0b\x32\x11.tide.v1.IndexHit\"<\n\x14WatchArrivalsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x14\n\x0csend_current\x18\x02 \x01(\x08\"D\n\rArrivalNotice\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x12\n\nmax_offset\x18\x03 \x01(\x03\"\x1a\n\x18GetDispatchStatusRequest\"\xdf\x02\n\x0e\x44ispatchStatus\x12\x19\n\x11\x64ispatched_offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x64urable_offset\x18\x02 \x01(\x03\x12\x1a\n\x12storage_max_offset\x18\x03 \x01(\x03\x12\x1a\n\x12storage_min_offset\x18\x04 \x01(\x03\x12\x11\n\tlag_bytes\x18\x05 \x01(\x03\x12\x13\n\x0bqueue_count\x18\x06 \x01(\x05\x12\x18\n\x10\x63q_segment_count\x18\x07 \x01(\x05\x12\x18\n\x10index_file_count\x18\x08 \x01(\x05\x12\x19\n\x11index_entry_count\x18\t \x01(\x03\x12\x16\n\x0e\x66ollower_state\x18\n \x01(\t\x12\x12\n\nlast_error\x18\x0b \x01(\t\x12\x0f\n\x07storage\x18\x0c \x01(\t\x12\x17\n\x0ftail_reconnects\x18\r \x01(\x03\x12\x15\n\rtail_restarts\x18\x0e \x01(\x03\x32\xc3\x04\n\x08\x44ispatch\x12T\n\x0fGetQueueEntries\x12\x1f.tide.v1.GetQueueEntriesRequest\x1a .tide.v1.GetQueueEntriesResponse\x12\x64\n\x15GetQueueEntriesStream\x12\x1f.tide.v1.GetQueueEntriesRequest\x1a&.tide.v1.GetQueueEntriesStreamResponse(\x01\x30\x01\x12T\n\x0fGetQueueOffsets\x12\x1f.tide.v1.GetQueueOffsetsRequest\x1a .tide.v1.GetQueueOffsetsResponse\x12K\n\x0cSearchOffset\x12\x1c.tide.v1.SearchOffsetRequest\x1a\x1d.tide.v1.SearchOffsetResponse\x12\x45\n\nQueryIndex\x12\x1a.tide.v1.QueryIndexRequest\x1a\x1b.tide.v1.QueryIndexResponse\x12H\n\rWatchArrivals\x12\x1d.tide.v1.WatchArrivalsRequest\x1a\x16.tide.v1.ArrivalNotice0\x01\x12G\n\tGetStatus\x12!.tide.v1.GetDispatchStatusRequest\x1a\x17.tide.v1.DispatchStatusB\x0e\n\nio.tide.v1P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tide/v1/dispatch.proto\x12\x07tide.v1\x1a\x15tide/v1/storage.proto\"\\\n\nQueueEntry\x12\x14\n\x0cqueue_offset\x18\x01 \x01(\x03\x12\x17\n\x0fphysical_offset\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x05\x12\x11\n\ttags_code\x18\x04 \x01(\x03\"\xa2\x01\n\x16GetQueueEntriesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_count\x18\x04 \x01(\x05\x12\x11\n\ttag_codes\x18\x05 \x03(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\r\n\x05spans\x18\x07 \x01(\x08\x12\x0f\n\x07records\x18\x08 \x01(\x08\"\xb1\x01\n\x17GetQueueEntriesResponse\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.tide.v1.QueueEntry\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x12\n\nmin_offset\x18\x03 \x01(\x03\x12\x12\n\nmax_offset\x18\x04 \x01(\x03\x12\"\n\x05spans\x18\x05 \x03(\x0b\x32\x13.tide.v1.RecordSpan\x12\x0f\n\x07records\x18\x06 \x01(\x0c\"~\n\x1dGetQueueEntriesStreamResponse\x12\x32\n\x08response\x18\x01 \x01(\x0b\x32 .tide.v1.GetQueueEntriesResponse\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\"9\n\x16GetQueueOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\"A\n\x17GetQueueOffsetsResponse\x12\x12\n\nmin_offset\x18\x01 \x01(\x03\x12\x12\n\nmax_offset\x18\x02 \x01(\x03\"L\n\x13SearchOffsetRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14SearchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"d\n\x11QueryIndexRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x11\n\tmax_count\x18\x03 \x01(\x05\x12\x10\n\x08\x62\x65gin_ms\x18\x04 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x05 \x01(\x03\"\x85\x01\n\x08IndexHit\x12\x17\n\x0fphysical_offset\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x05\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x04 \x01(\x03\x12\x1a\n\x12store_timestamp_ms\x18\x05 \x01(\x03\x12\x0e\n\x06msg_id\x18\x06 \x01(\t\"5\n\x12QueryIndexResponse\x12\x1f\n\x04hits\x18\x01 \x03(\x0b\x32\x11.tide.v1.IndexHit\"<\n\x14WatchArrivalsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x14\n\x0csend_current\x18\x02 \x01(\x08\"D\n\rArrivalNotice\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x12\n\nmax_offset\x18\x03 \x01(\x03\"\x1a\n\x18GetDispatchStatusRequest\"\xdf\x02\n\x0e\x44ispatchStatus\x12\x19\n\x11\x64ispatched_offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x64urable_offset\x18\x02 \x01(\x03\x12\x1a\n\x12storage_max_offset\x18\x03 \x01(\x03\x12\x1a\n\x12storage_min_offset\x18\x04 \x01(\x03\x12\x11\n\tlag_bytes\x18\x05 \x01(\x03\x12\x13\n\x0bqueue_count\x18\x06 \x01(\x05\x12\x18\n\x10\x63q_segment_count\x18\x07 \x01(\x05\x12\x18\n\x10index_file_count\x18\x08 \x01(\x05\x12\x19\n\x11index_entry_count\x18\t \x01(\x03\x12\x16\n\x0e\x66ollower_state\x18\n \x01(\t\x12\x12\n\nlast_error\x18\x0b \x01(\t\x12\x0f\n\x07storage\x18\x0c \x01(\t\x12\x17\n\x0ftail_reconnects\x18\r \x01(\x03\x12\x15\n\rtail_restarts\x18\x0e \x01(\x03\x32\xc3\x04\n\x08\x44ispatch\x12T\n\x0fGetQueueEntries\x12\x1f.tide.v1.GetQueueEntriesRequest\x1a .tide.v1.GetQueueEntriesResponse\x12\x64\n\x15GetQueueEntriesStream\x12\x1f.tide.v1.GetQueueEntriesRequest\x1a&.tide.v1.GetQueueEntriesStreamResponse(\x01\x30\x01\x12T\n\x0fGetQueueOffsets\x12\x1f.tide.v1.GetQueueOffsetsRequest\x1a .tide.v1.GetQueueOffsetsResponse\x12K\n\x0cSearchOffset\x12\x1c.tide.v1.SearchOffsetRequest\x1a\x1d.tide.v1.SearchOffsetResponse\x12\x45\n\nQueryIndex\x12\x1a.tide.v1.QueryIndexRequest\x1a\x1b.tide.v1.QueryIndexResponse\x12H\n\rWatchArrivals\x12\x1d.tide.v1.WatchArrivalsRequest\x1a\x16.tide.v1.ArrivalNotice0\x01\x12G\n\tGetStatus\x12!.tide.v1.GetDispatchStatusRequest\x1a\x17.tide.v1.DispatchStatusB\x0e\n\nio.tide.v1P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,33 +36,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUEUEENTRY']._serialized_start=58
   _globals['_QUEUEENTRY']._serialized_end=150
   _globals['_GETQUEUEENTRIESREQUEST']._serialized_start=153
-  _globals['_GETQUEUEENTRIESREQUEST']._serialized_end=298
-  _globals['_GETQUEUEENTRIESRESPONSE']._serialized_start=301
-  _globals['_GETQUEUEENTRIESRESPONSE']._serialized_end=461
-  _globals['_GETQUEUEENTRIESSTREAMRESPONSE']._serialized_start=463
-  _globals['_GETQUEUEENTRIESSTREAMRESPONSE']._serialized_end=589
-  _globals['_GETQUEUEOFFSETSREQUEST']._serialized_start=591
-  _globals['_GETQUEUEOFFSETSREQUEST']._serialized_end=648
-  _globals['_GETQUEUEOFFSETSRESPONSE']._serialized_start=650
-  _globals['_GETQUEUEOFFSETSRESPONSE']._serialized_end=715
-  _globals['_SEARCHOFFSETREQUEST']._serialized_start=717
-  _globals['_SEARCHOFFSETREQUEST']._serialized_end=793
-  _globals['_SEARCHOFFSETRESPONSE']._serialized_start=795
-  _globals['_SEARCHOFFSETRESPONSE']._serialized_end=833
-  _globals['_QUERYINDEXREQUEST']._serialized_start=835
-  _globals['_QUERYINDEXREQUEST']._serialized_end=935
-  _globals['_INDEXHIT']._serialized_start=938
-  _globals['_INDEXHIT']._serialized_end=1071
-  _globals['_QUERYINDEXRESPONSE']._serialized_start=1073
-  _globals['_QUERYINDEXRESPONSE']._serialized_end=1126
-  _globals['_WATCHARRIVALSREQUEST']._serialized_start=1128
-  _globals['_WATCHARRIVALSREQUEST']._serialized_end=1188
-  _globals['_ARRIVALNOTICE']._serialized_start=1190
-  _globals['_ARRIVALNOTICE']._serialized_end=1258
-  _globals['_GETDISPATCHSTATUSREQUEST']._serialized_start=1260
-  _globals['_GETDISPATCHSTATUSREQUEST']._serialized_end=1286
-  _globals['_DISPATCHSTATUS']._serialized_start=1289
-  _globals['_DISPATCHSTATUS']._serialized_end=1640
-  _globals['_DISPATCH']._serialized_start=1643
-  _globals['_DISPATCH']._serialized_end=2222
+  _globals['_GETQUEUEENTRIESREQUEST']._serialized_end=315
+  _globals['_GETQUEUEENTRIESRESPONSE']._serialized_start=318
+  _globals['_GETQUEUEENTRIESRESPONSE']._serialized_end=495
+  _globals['_GETQUEUEENTRIESSTREAMRESPONSE']._serialized_start=497
+  _globals['_GETQUEUEENTRIESSTREAMRESPONSE']._serialized_end=623
+  _globals['_GETQUEUEOFFSETSREQUEST']._serialized_start=625
+  _globals['_GETQUEUEOFFSETSREQUEST']._serialized_end=682
+  _globals['_GETQUEUEOFFSETSRESPONSE']._serialized_start=684
+  _globals['_GETQUEUEOFFSETSRESPONSE']._serialized_end=749
+  _globals['_SEARCHOFFSETREQUEST']._serialized_start=751
+  _globals['_SEARCHOFFSETREQUEST']._serialized_end=827
+  _globals['_SEARCHOFFSETRESPONSE']._serialized_start=829
+  _globals['_SEARCHOFFSETRESPONSE']._serialized_end=867
+  _globals['_QUERYINDEXREQUEST']._serialized_start=869
+  _globals['_QUERYINDEXREQUEST']._serialized_end=969
+  _globals['_INDEXHIT']._serialized_start=972
+  _globals['_INDEXHIT']._serialized_end=1105
+  _globals['_QUERYINDEXRESPONSE']._serialized_start=1107
+  _globals['_QUERYINDEXRESPONSE']._serialized_end=1160
+  _globals['_WATCHARRIVALSREQUEST']._serialized_start=1162
+  _globals['_WATCHARRIVALSREQUEST']._serialized_end=1222
+  _globals['_ARRIVALNOTICE']._serialized_start=1224
+  _globals['_ARRIVALNOTICE']._serialized_end=1292
+  _globals['_GETDISPATCHSTATUSREQUEST']._serialized_start=1294
+  _globals['_GETDISPATCHSTATUSREQUEST']._serialized_end=1320
+  _globals['_DISPATCHSTATUS']._serialized_start=1323
+  _globals['_DISPATCHSTATUS']._serialized_end=1674
+  _globals['_DISPATCH']._serialized_start=1677
+  _globals['_DISPATCH']._serialized_end=2256
 # @@protoc_insertion_point(module_scope)

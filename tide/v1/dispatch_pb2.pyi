@@ -76,6 +76,7 @@ class GetQueueEntriesRequest(_message.Message):
     TAG_CODES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     SPANS_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     queue_id: _builtins.int
     offset: _builtins.int
@@ -90,6 +91,11 @@ class GetQueueEntriesRequest(_message.Message):
     spans: _builtins.bool
     """Answer with `spans` (the entries' records grouped into runs adjacent in the commitlog,
     what Storage/Read takes as ReadRequest.spans) instead of `entries`.
+    """
+    records: _builtins.bool
+    """With `spans`: also the spans' records when the dispatch still holds every one of
+    them from following the commitlog (the newest data, --tail-cache-bytes), so that a
+    caller tailing the queue need not read them from the storage.
     """
     @_builtins.property
     def tag_codes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -108,10 +114,11 @@ class GetQueueEntriesRequest(_message.Message):
         tag_codes: _abc.Iterable[_builtins.int] | None = ...,
         max_bytes: _builtins.int = ...,
         spans: _builtins.bool = ...,
+        records: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_count", b"max_count", "offset", b"offset", "queue_id", b"queue_id", "spans", b"spans", "tag_codes", b"tag_codes", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_count", b"max_count", "offset", b"offset", "queue_id", b"queue_id", "records", b"records", "spans", b"spans", "tag_codes", b"tag_codes", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -126,10 +133,16 @@ class GetQueueEntriesResponse(_message.Message):
     MIN_OFFSET_FIELD_NUMBER: _builtins.int
     MAX_OFFSET_FIELD_NUMBER: _builtins.int
     SPANS_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
     next_offset: _builtins.int
     """Where the next call continues: past the last entry looked at."""
     min_offset: _builtins.int
     max_offset: _builtins.int
+    records: _builtins.bytes
+    """For a request with `records`: every span's bytes back to back, in order (as
+    Storage/Read would answer them, all FOUND), or empty when the dispatch does not hold
+    all of them (read them from the storage then).
+    """
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueEntry]:
         """In queue order. Empty when offset == max_offset (nothing new yet)."""
@@ -148,10 +161,11 @@ class GetQueueEntriesResponse(_message.Message):
         min_offset: _builtins.int = ...,
         max_offset: _builtins.int = ...,
         spans: _abc.Iterable[_storage_pb2.RecordSpan] | None = ...,
+        records: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "max_offset", b"max_offset", "min_offset", b"min_offset", "next_offset", b"next_offset", "spans", b"spans"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "max_offset", b"max_offset", "min_offset", b"min_offset", "next_offset", b"next_offset", "records", b"records", "spans", b"spans"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

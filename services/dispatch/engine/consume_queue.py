@@ -9,8 +9,9 @@ the directory): they are small, RocketMQ creates them inline too.
 Lifecycle: ``load()`` maps the files, ``recover()`` finds the end; then ``put`` etc.
 
 Threads: one writer (the dispatcher) calls put, truncate_past, delete_below and close
-(serialized by a lock anyway); flush may run on another thread. Readers (get, entry_at,
-search_first, last_entry, min_offset, max_offset) may run on any thread meanwhile:
+(serialized by a lock anyway); flush may run on another thread. Readers (get, get_units,
+entry_at, search_first, last_entry, min_offset, max_offset) may run on any thread
+meanwhile:
 
 * the segment list is replaced, never mutated in place;
 * put writes the entry bytes, then publishes ``max_offset``; a reader captures
@@ -42,9 +43,10 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import add, le
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -56,7 +58,6 @@ from tide.format import (
     PRE_BLANK_ENTRY,
     PRE_BLANK_SIZE,
     consume_queue_segment_bytes,
-    entry_is_written,
     first_queue_offset,
     logical_position,
     pack_entries,
@@ -91,6 +92,15 @@ _PRE_BLANK_CHUNK = PRE_BLANK_ENTRY * _SCAN_CHUNK_ENTRIES
 _WRITE_CHUNK_BYTES = len(_PRE_BLANK_CHUNK)
 # bytes.translate table: 1 for a byte with the sign bit set, else 0.
 _SIGN_BIT = bytes(int(b >= 0x80) for b in range(256))
+# One entry, ``commitlog_offset:i64 size:i32 tags_code:i64`` big-endian: the layout of
+# tide/format/_consume_queue.py (whose struct is private); iter_unpack makes get_units'
+# tuples in C.
+_UNIT = struct.Struct(">qiq")
+assert _UNIT.size == ENTRY_BYTES
+
+# An entry as get_units returns it: (commitlog_offset, size, tags_code); a PRE_BLANK is
+# (0, PRE_BLANK_SIZE, 0).
+Unit = tuple[int, int, int]
 
 
 class ConsumeQueueError(Exception):
@@ -696,34 +706,67 @@ class ConsumeQueue:
         """Up to ``max_count`` entries from ``queue_offset`` within ``[min_offset,
         max_offset)`` as captured at the call; PRE_BLANK entries included (is_pre_blank).
         Empty while a truncation runs."""
+        return self._read_retried(queue_offset, max_count, self._get)
+
+    def get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
+        """:meth:`get`'s entries as bare ``(commitlog_offset, size, tags_code)`` tuples
+        (the one at index ``i`` is queue offset ``queue_offset + i``).
+
+        For the hot read paths (GetQueueEntries' spans: every pull): the tuples come
+        from ``struct.iter_unpack`` in C, several times cheaper than an Entry each."""
+        return self._read_retried(queue_offset, max_count, self._get_units)
+
+    def _read_retried(
+        self, queue_offset: int, max_count: int, read: Callable[[int, int], list[_T]]
+    ) -> list[_T]:
+        """``read(queue_offset, max_count)``, retried while a truncation overlaps it;
+        empty if one overlaps every attempt (get's contract)."""
         if not 1 <= max_count <= MAX_GET_ENTRIES:
             raise ValueError(f"max count {max_count} is outside 1..{MAX_GET_ENTRIES}")
         for _ in range(_READ_ATTEMPTS):
             try:
-                return self._consistent(lambda: self._get(queue_offset, max_count))
+                return self._consistent(lambda: read(queue_offset, max_count))
             except ConsumeQueueChangedError:
                 continue
         return []
 
     def _get(self, queue_offset: int, max_count: int) -> list[Entry]:
+        entries: list[Entry] = []
+        for offset, data in self._written_runs(queue_offset, max_count):
+            entries += [Entry(n, *unit) for n, unit in enumerate(_UNIT.iter_unpack(data), offset)]
+        return entries
+
+    def _get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
+        runs = self._written_runs(queue_offset, max_count)
+        units: list[Unit] = []
+        for _, data in runs:
+            units += _UNIT.iter_unpack(data)
+        return units
+
+    def _written_runs(self, queue_offset: int, max_count: int) -> Iterator[tuple[int, bytes]]:
+        """The bytes of get's entries, one run per segment, each with the queue offset of
+        its first entry; they end before the first entry RocketMQ does not count as
+        written (:func:`first_unwritten`: one C-speed pass over a run, so that a read
+        racing a truncation that zeroed entries under it stops there) or at a segment
+        retention deleted meanwhile. Consume it inside ``_consistent``."""
         end = self._max_offset  # captured before the segment list
         segments = self._segments
         if not self._min_offset <= queue_offset < end:
-            return []
+            return
         end = min(end, queue_offset + max_count)
-        entries: list[Entry] = []
         offset = queue_offset
         while offset < end:
             data = self._read_run(segments, offset, end - offset)
             if data is None:  # deleted by retention meanwhile
-                break
-            for index in range(len(data) // ENTRY_BYTES):
-                raw = unpack_entry(data, index * ENTRY_BYTES)
-                if not entry_is_written(raw):
-                    return entries
-                entries.append(Entry(offset + index, *raw))
-            offset += len(data) // ENTRY_BYTES
-        return entries
+                return
+            count = len(data) // ENTRY_BYTES
+            written = first_unwritten(data)
+            if written < count:
+                if written:
+                    yield offset, data[: written * ENTRY_BYTES]
+                return
+            yield offset, data
+            offset += count
 
     def entry_at(self, queue_offset: int) -> Entry | None:
         """The entry at ``queue_offset`` if it is within ``[min_offset, max_offset)``."""

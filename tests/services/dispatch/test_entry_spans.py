@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from functools import partial
 
 import grpc
 import pytest
 
-from services.dispatch.engine.consume_queue import Entry
+from services.dispatch.engine.consume_queue import Entry, Unit
 from services.dispatch.entry_spans import Span, Spans, select_spans
+from services.dispatch.servicer import _add_entries
 from tests.services.dispatch.conftest import RPC_TIMEOUT_S, Pair
 from tests.services.dispatch.test_entries_stream import exchange
 from tests.services.storage.conftest import expect_error, message
@@ -23,7 +25,7 @@ from tide.v1 import storage_pb2 as storage_pb
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NO_CODES: frozenset[int] = frozenset()
-PRE_BLANK = Entry(0, 0, PRE_BLANK_SIZE, 0)
+PRE_BLANK: Unit = (0, PRE_BLANK_SIZE, 0)  # as ConsumeQueue.get_units returns it
 
 
 # -- select_spans: the pure function ---------------------------------------------------
@@ -37,13 +39,13 @@ def run(
     """select_spans over entries 10.. of the given record sizes, back to back from
     commitlog offset 1000 except for a 7-byte gap before each index in ``gaps``; entry
     ``i``'s tags code is ``i % 3``."""
-    entries = []
+    units: list[Unit] = []
     position = 1000
     for index, size in enumerate(sizes):
         position += 7 if index in gaps else 0
-        entries.append(Entry(10 + index, position, size, index % 3))
+        units.append((position, size, index % 3))
         position += size
-    return select_spans(entries, max_count, codes, max_bytes, 10)
+    return select_spans(units, 10, max_count, codes, max_bytes, 10)
 
 
 def test_adjacent_records_make_one_span_and_gaps_start_new_ones() -> None:
@@ -53,7 +55,7 @@ def test_adjacent_records_make_one_span_and_gaps_start_new_ones() -> None:
 
 
 def test_nothing_looked_at_keeps_the_offset() -> None:
-    assert select_spans([], 32, NO_CODES, 0, 42) == ([], 42)
+    assert select_spans([], 42, 32, NO_CODES, 0, 42) == ([], 42)
 
 
 def test_max_count_counts_the_taken_entries() -> None:
@@ -74,10 +76,43 @@ def test_skipped_entries_break_spans_but_advance_the_offset() -> None:
 
 
 def test_pre_blank_entries_are_skipped() -> None:
-    entries = [PRE_BLANK._replace(queue_offset=0), PRE_BLANK._replace(queue_offset=1)]
-    entries.append(Entry(2, 500, 80, 0))
-    assert select_spans(entries, 32, NO_CODES, 0, 0) == ([(500, 80, 1)], 3)
-    assert select_spans(entries[:2], 32, NO_CODES, 0, 0) == ([], 2)
+    units = [PRE_BLANK, PRE_BLANK, (500, 80, 0)]
+    assert select_spans(units, 0, 32, NO_CODES, 0, 0) == ([(500, 80, 1)], 3)
+    assert select_spans(units[:2], 0, 32, NO_CODES, 0, 0) == ([], 2)
+    # Queue offsets count from first_offset.
+    assert select_spans(units, 40, 32, NO_CODES, 0, 40) == ([(500, 80, 1)], 43)
+    # Only (0, PRE_BLANK_SIZE, 0) is a PRE_BLANK (Entry.is_pre_blank), whatever its size.
+    odd = [(0, PRE_BLANK_SIZE, 1), (7, PRE_BLANK_SIZE, 0)]
+    assert select_spans(odd, 0, 32, NO_CODES, 0, 0) == (
+        [(0, PRE_BLANK_SIZE, 1), (7, PRE_BLANK_SIZE, 1)],
+        2,
+    )
+
+
+def test_select_agrees_with_the_entries_answer() -> None:
+    """select_spans over units gives what the entries path (_add_entries, over Entry
+    objects) selects, grouped, on random queues with PRE_BLANKs, gaps, tags and limits."""
+    rng = random.Random(11)
+    for _ in range(300):
+        first, position = rng.randrange(100), 0
+        units: list[Unit] = []
+        for _ in range(rng.randrange(40)):
+            if rng.random() < 0.1:
+                units.append(PRE_BLANK)
+                continue
+            position += rng.choice((0, 0, 0, 5))
+            size = rng.randrange(1, 300)
+            units.append((position, size, rng.randrange(4)))
+            position += size
+        max_count = rng.randrange(1, 50)
+        codes = frozenset(rng.sample(range(4), rng.randrange(3)))
+        max_bytes = rng.choice((0, rng.randrange(1, 2000)))
+        response = pb.GetQueueEntriesResponse(next_offset=first)
+        entries = [Entry(first + i, *unit) for i, unit in enumerate(units)]
+        expected = _add_entries(response, entries, max_count, codes, max_bytes)
+        spans, next_offset = select_spans(units, first, max_count, codes, max_bytes, first)
+        assert next_offset == expected
+        assert spans == grouped(list(response.entries))
 
 
 def test_select_max_bytes_stops_before_the_entry_past_it() -> None:

@@ -10,7 +10,12 @@ import time
 import grpc
 import pytest
 
-from services.gateway.pull_records import SpanReadMismatch, found_records, matching_records
+from services.gateway.pull_records import (
+    SpanReadMismatch,
+    cached_records,
+    found_records,
+    matching_records,
+)
 from tests._cluster import Cluster, cluster_fixture
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tide.format import (
@@ -204,3 +209,14 @@ def test_matching_records_keeps_exact_tags_in_order() -> None:
     assert (kept, count) == (parts[0] + parts[3], 2)
     everything, total = matching_records(b"".join(parts), 4, lambda tags: True)
     assert (everything, total) == (b"".join(parts), 4)
+
+
+def test_cached_records_are_the_spans_bytes() -> None:
+    one, two = stored(b"a", ""), stored(b"bb", "")
+    spans = [
+        storage_pb.RecordSpan(physical_offset=0, size=len(one), count=1),
+        storage_pb.RecordSpan(physical_offset=900, size=len(two), count=1),
+    ]
+    assert cached_records(spans, one + two) == (one + two, 2)
+    with pytest.raises(SpanReadMismatch, match=f"answered {len(one)} bytes for spans of"):
+        cached_records(spans, one)

@@ -670,3 +670,143 @@ def test_put_run_checks_order_and_arguments(tmp_path: Path) -> None:
     with pytest.raises(ConsumeQueueOrderError):  # before the previous entry's record
         queue.put_run([2, 3], [0, 100], [10, 10], [0, 0])
     assert queue.put_run([], [], [], []) == 0
+
+
+# -- get_units: get's entries as bare tuples ----------------------------------------------
+
+
+def as_units(entries: list[Entry]) -> list[tuple[int, int, int]]:
+    return [(e.commitlog_offset, e.size, e.tags_code) for e in entries]
+
+
+def check_units(queue: ConsumeQueue, offset: int, count: int) -> list[tuple[int, int, int]]:
+    """get_units(offset, count), checked to be get's entries, queue offsets from offset."""
+    units = queue.get_units(offset, count)
+    entries = queue.get(offset, count)
+    assert units == as_units(entries)
+    assert [e.queue_offset for e in entries] == list(range(offset, offset + len(units)))
+    assert all(type(u) is tuple for u in units)
+    return units
+
+
+def test_get_units_is_get_as_tuples_on_random_queues(tmp_path: Path) -> None:
+    """Against get and against a model of what was put (gaps read as PRE_BLANKs)."""
+    rng = random.Random(5)
+    pre_blank = (0, PRE_BLANK_SIZE, 0)
+    pre_blanks = 0
+    for case in range(20):
+        queue = open_queue(tmp_path, queue_id=case)
+        offset, position = rng.randrange(35), 0  # mid-segment: PRE_BLANKs before it
+        model: dict[int, tuple[int, int, int]] = {}
+        for _ in range(rng.randrange(1, 60)):
+            size, code = rng.randrange(1, 500), rng.randrange(-(2**63), 2**63)
+            assert queue.put(offset, position, size, code)
+            model[offset] = (position, size, code)
+            offset += rng.choice((1, 1, 1, 1, 2, 7, 13))  # gaps: PRE_BLANK padding
+            position += size + rng.choice((0, 0, 3))
+        low, high = queue.min_offset, queue.max_offset
+        assert low == min(model) and high == max(model) + 1
+        for _ in range(60):
+            start = rng.randrange(high + 3)
+            count = rng.randrange(1, high + 5)
+            expected = []
+            if low <= start < high:
+                expected = [model.get(n, pre_blank) for n in range(start, min(high, start + count))]
+            assert check_units(queue, start, count) == expected
+        everything = check_units(queue, low, MAX_GET_ENTRIES)
+        assert everything == [model.get(n, pre_blank) for n in range(low, high)]
+        pre_blanks += everything.count(pre_blank)
+        queue.close()
+    assert pre_blanks > 20  # the gaps were padded, and read back as PRE_BLANKs
+
+
+def test_get_units_across_a_segment_boundary(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 25)  # segments of EPS = 10 entries
+    assert check_units(queue, 5, 10) == [(n * SIZE, SIZE, n) for n in range(5, 15)]
+    assert check_units(queue, 0, 100) == [(n * SIZE, SIZE, n) for n in range(25)]
+    assert check_units(queue, 9, 2) == [(900, SIZE, 9), (1000, SIZE, 10)]
+    assert check_units(queue, 10, 10) == [(n * SIZE, SIZE, n) for n in range(10, 20)]
+    queue.close()
+
+
+def test_get_units_range_rules(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    assert queue.get_units(0, 1) == []  # empty queue
+    assert queue.put(13, 7000, 50, 1)  # PRE_BLANKs at 10..12, below min_offset
+    assert queue.put(16, 7050, 60, 2)  # PRE_BLANKs at 14, 15
+    assert (queue.min_offset, queue.max_offset) == (13, 17)
+    assert check_units(queue, 10, 5) == []  # below min_offset
+    assert check_units(queue, 12, 5) == []
+    assert check_units(queue, 17, 1) == []  # at max_offset
+    assert check_units(queue, 18, 5) == []
+    pre_blank = (0, PRE_BLANK_SIZE, 0)
+    assert check_units(queue, 13, 5) == [(7000, 50, 1), pre_blank, pre_blank, (7050, 60, 2)]
+    assert check_units(queue, 14, 1) == [pre_blank]
+    assert check_units(queue, 16, MAX_GET_ENTRIES) == [(7050, 60, 2)]
+    for bad in (0, -1, MAX_GET_ENTRIES + 1):
+        with pytest.raises(ValueError, match="max count"):
+            queue.get_units(13, bad)
+    queue.close()
+
+
+@pytest.mark.parametrize(
+    ("at", "raw"),
+    [
+        (3, bytes(20)),  # zeroed by a truncation racing the reader
+        (3, RAW.pack(-1, SIZE, 0)),  # RocketMQ's rule: offset < 0
+        (3, RAW.pack(300, -5, 0)),  # size < 0
+        (3, RAW.pack(300, 0, 7)),  # size 0
+        (0, bytes(20)),  # the first entry asked for
+        (10, bytes(20)),  # the first entry of the second segment
+        (14, bytes(20)),  # inside the second segment
+    ],
+)
+def test_get_units_stops_at_an_unwritten_entry(tmp_path: Path, at: int, raw: bytes) -> None:
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 20)
+    start, position = divmod(at * 20, SEG)
+    with (queue_dir(tmp_path) / f"{start * SEG:020d}").open("r+b") as f:
+        f.seek(position)
+        f.write(raw)
+    expected = [(n * SIZE, SIZE, n) for n in range(at)]
+    assert check_units(queue, 0, 20) == expected
+    assert check_units(queue, 0, at + 1) == expected
+    assert check_units(queue, at, 5) == []
+    if at:
+        assert check_units(queue, at - 1, 3) == expected[-1:]
+    assert check_units(queue, at + 1, 2) == [(n * SIZE, SIZE, n) for n in (at + 1, at + 2)]
+    queue.close()
+
+
+def test_get_units_retries_a_read_that_a_truncation_overlapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 15)
+    read_run = queue._read_run
+    calls = 0
+
+    def racing(segments: list[MappedFile], offset: int, count: int) -> bytes | None:
+        nonlocal calls
+        calls += 1
+        data = read_run(segments, offset, count)
+        if calls == 1:  # the reader copied entries 0..9, then the writer truncates
+            assert queue.truncate_past(300) == 12
+        return data
+
+    monkeypatch.setattr(queue, "_read_run", racing)
+    # (Without the retry: entries 0..9 as copied, the second segment gone.)
+    assert queue.get_units(0, 15) == [(0, SIZE, 0), (100, SIZE, 1), (200, SIZE, 2)]
+    queue.close()
+
+
+def test_get_units_with_every_read_overlapped_is_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 5)
+    monkeypatch.setattr(queue, "_truncations", 1)  # a truncation that never ends
+    assert queue.get_units(0, 5) == []
+    assert queue.get(0, 5) == []
+    queue.close()
