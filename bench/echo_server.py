@@ -5,9 +5,9 @@ what Python gRPC itself carries on this machine."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import grpc
@@ -51,5 +51,11 @@ async def serve(ready: Path) -> None:
     await server.wait_for_termination()
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("ready_file", type=Path, metavar="READY_FILE")
+    asyncio.run(serve(parser.parse_args(argv).ready_file))
+
+
 if __name__ == "__main__":
-    asyncio.run(serve(Path(sys.argv[1])))
+    main()
