@@ -226,6 +226,43 @@ def test_pull_offsets_out_of_range(cluster: Cluster, topic_name: str) -> None:
     assert (part.status, len(part.messages), part.next_offset) == (Status.FOUND, 1, 2)
 
 
+def test_a_request_takes_one_queue_per_topic_on_the_general_path_too(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """Messages with tags and keys (not the plain path) and a request naming two topics:
+    each topic's round-robin messages of a request share one queue, and the next request
+    takes the next queue; a sharding key or an explicit queue still routes its message."""
+    other = f"{topic_name}_other"
+    cluster.create_topic(topic_name, queues=2)
+    cluster.create_topic(other, queues=2)
+    stub = cluster.gateway.stub
+    queues_by_request: list[tuple[tuple[str, int], tuple[str, int]]] = []
+    for request in range(4):
+        results = produce(
+            stub,
+            *(
+                pb.ProduceMessage(
+                    topic=topic, body=f"{request}-{i}".encode(), tags="T", keys=[f"k{i}"]
+                )
+                for i in range(6)
+                for topic in (topic_name, other)
+            ),
+            pb.ProduceMessage(
+                topic=topic_name,
+                body=b"explicit",
+                queue=pb.QueueRef(broker_name="broker-b", queue_id=1),
+            ),
+        )
+        assert all(r.status == pb.ProduceResult.SEND_OK for r in results)
+        mine = {(r.broker_name, r.queue_id) for r in results[:-1:2]}
+        theirs = {(r.broker_name, r.queue_id) for r in results[1:-1:2]}
+        assert len(mine) == len(theirs) == 1
+        assert (results[-1].broker_name, results[-1].queue_id) == ("broker-b", 1)
+        queues_by_request.append((mine.pop(), theirs.pop()))
+    assert len({mine for mine, _ in queues_by_request}) == 4  # 4 requests over 4 queues
+    assert len({theirs for _, theirs in queues_by_request}) == 4
+
+
 def test_query_by_msg_id_key_and_unique_key(cluster: Cluster, topic_name: str) -> None:
     cluster.create_topic(topic_name, queues=2)
     stub = cluster.gateway.stub
