@@ -8,10 +8,11 @@ from typing import Any
 
 from services.storage.engine.topic_table import TopicConfig
 from tide.format import (
+    HEADER_V4_BYTES,
     KEYS,
     MESSAGE_MAGIC_V1,
-    SYSFLAG_BORN_HOST_V6,
-    SYSFLAG_STORE_HOST_V6,
+    RECORD_HEADER_V4,
+    SYSFLAG_HOSTS_V6,
     TAGS,
     DecodedRecord,
     decode_properties,
@@ -20,10 +21,6 @@ from tide.format import (
 )
 from tide.v1 import storage_pb2 as pb
 
-# The fixed header of a record with IPv4 hosts (docs/formats.md, "Message record").
-_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
-_HEADER_V4_BYTES = _HEADER_V4.size  # 88: body follows
-_V6_BITS = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
 _PORT = struct.Struct(">i")
 MAX_CACHED_HOSTS = 10_000
 
@@ -70,7 +67,7 @@ def stored_message_fields(
     is wrong. The same values as :func:`stored_message` of ``decode_record``, without its
     intermediate objects. ``hosts`` caches packed host -> ``ip:port`` text."""
     size = len(data)
-    if size < _HEADER_V4_BYTES + 3:
+    if size < HEADER_V4_BYTES + 3:
         return None
     (
         total_size,
@@ -88,16 +85,16 @@ def stored_message_fields(
         reconsume_times,
         prepared_transaction_offset,
         body_len,
-    ) = _HEADER_V4.unpack_from(data)
+    ) = RECORD_HEADER_V4.unpack_from(data)
     if (
         total_size != size
         or magic != MESSAGE_MAGIC_V1
-        or sys_flag & _V6_BITS
+        or sys_flag & SYSFLAG_HOSTS_V6
         or physical_offset != offset
         or body_len < 0
     ):
         return None
-    topic_pos = _HEADER_V4_BYTES + body_len
+    topic_pos = HEADER_V4_BYTES + body_len
     if topic_pos + 1 > size:
         return None
     props_len_pos = topic_pos + 1 + data[topic_pos]
@@ -106,7 +103,7 @@ def stored_message_fields(
         or props_len_pos + 2 + (data[props_len_pos] << 8 | data[props_len_pos + 1]) != size
     ):
         return None
-    body = data[_HEADER_V4_BYTES:topic_pos]
+    body = data[HEADER_V4_BYTES:topic_pos]
     if zlib.crc32(body) != body_crc:
         return None
     try:

@@ -22,10 +22,11 @@ from tide.client._errors import TideError
 from tide.client._types import MessageQueue, ReceivedMessage
 from tide.format import (
     FIXED_BYTES_V4,
+    HEADER_V4_BYTES,
     KEYS,
     MESSAGE_MAGIC_V1,
-    SYSFLAG_BORN_HOST_V6,
-    SYSFLAG_STORE_HOST_V6,
+    RECORD_HEADER_V4,
+    SYSFLAG_HOSTS_V6,
     TAGS,
     UNIQ_KEY,
     DecodedRecord,
@@ -36,11 +37,7 @@ from tide.format import (
     msg_id_prefix,
 )
 
-# The fixed header of a record with IPv4 hosts (docs/formats.md): body follows.
-_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
-_HEADER_V4_BYTES = _HEADER_V4.size  # 88
 _I32 = struct.Struct(">i")
-_V6_BITS = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
 
 
 class _Decoder:
@@ -92,11 +89,11 @@ class _Decoder:
             reconsume_times,
             _,
             body_len,
-        ) = _HEADER_V4.unpack_from(data, pos)
-        if magic != MESSAGE_MAGIC_V1 or sys_flag & _V6_BITS:
+        ) = RECORD_HEADER_V4.unpack_from(data, pos)
+        if magic != MESSAGE_MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6:
             return self.general_message(index, pos, size)
         end = pos + size
-        body_pos = pos + _HEADER_V4_BYTES
+        body_pos = pos + HEADER_V4_BYTES
         topic_pos = body_pos + body_len
         if body_len < 0 or topic_pos + 3 > end:
             raise self.error(index, pos, f"body length {body_len} does not fit TOTALSIZE {size}")

@@ -66,9 +66,12 @@ def _tail_struct(born_len: int, store_len: int) -> struct.Struct:
 
 
 _TAILS = {(b, s): _tail_struct(b, s) for b in (8, 20) for s in (8, 20)}
-# The common case (IPv4 everywhere) as one struct for the whole fixed header.
-_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
-HEADER_V4_BYTES = _HEADER_V4.size  # 88
+# The common case (IPv4 everywhere) as one struct for the whole fixed header, from
+# total_size to body_length; the body follows. Writers and fast readers share it.
+RECORD_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
+HEADER_V4_BYTES = RECORD_HEADER_V4.size  # 88
+# Either host is IPv6 (20 bytes): the header is not RECORD_HEADER_V4.
+SYSFLAG_HOSTS_V6 = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
 _STORE_TS_POS_V4 = PREFIX_BYTES + 8  # 56
 _TOPIC_LEN_V1 = [bytes((n,)) for n in range(MAX_TOPIC_BYTES_V1 + 1)]
 
@@ -152,7 +155,7 @@ def encode_record(
     if len(born_host) == 8 and len(store_host) == 8:
         assert not sys_flag & (SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6)
         size = FIXED_BYTES_V4 - 1 + body_len + len(topic_part) + props_len
-        header = _HEADER_V4.pack(
+        header = RECORD_HEADER_V4.pack(
             size,
             magic,
             zlib.crc32(body),

@@ -25,20 +25,21 @@ from tide.format._record import (
     MAX_TOPIC_BYTES_V2,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
+    RECORD_HEADER_V4,
     SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_HOSTS_V6,
     SYSFLAG_STORE_HOST_V6,
     RecordError,
     encode_record,
 )
 
-# The whole fixed header with an IPv4 born host (writer); the fields a reader needs with
-# the others skipped: total_size, magic, body_crc, queue_id, sys_flag, body_length.
-_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
+# The whole fixed header with an IPv6 born host (writer; RECORD_HEADER_V4 is the IPv4
+# one); the fields a reader needs with the others skipped: total_size, magic, body_crc,
+# queue_id, sys_flag, body_length.
 _HEADER_V6_BORN = struct.Struct(">iiIiiqqiq20sq8siqi")
 _CHECKED_V4 = struct.Struct(">iiIi20xi44xi")
 _CHECKED_V6_BORN = struct.Struct(">iiIi20xi56xi")
 _V4_BYTES = _CHECKED_V4.size  # 88: the body follows
-_HOST_BITS = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
 _U16 = struct.Struct(">H")
 _NO_HOST = bytes(8)
 _TOPIC_LEN_V1 = [bytes((n,)) for n in range(MAX_TOPIC_BYTES_V1 + 1)]
@@ -132,7 +133,7 @@ class RunWriter:
         assert len(queue_ids) == len(bodies) == len(properties)
         assert max(map(len, properties), default=0) <= MAX_PROPERTIES_BYTES
         if len(self.born_host) == 8:
-            header, fixed = _HEADER_V4.pack, FIXED_BYTES_V4 - 1 + len(topic_part)
+            header, fixed = RECORD_HEADER_V4.pack, FIXED_BYTES_V4 - 1 + len(topic_part)
         else:
             header, fixed = _HEADER_V6_BORN.pack, FIXED_BYTES_V4 + 11 + len(topic_part)
         sys_flag = 0 if len(self.born_host) == 8 else SYSFLAG_BORN_HOST_V6
@@ -203,7 +204,7 @@ def scan_run(
             raise _error(count, at, _what_is_wrong(view, at, end_of_run, max_body_bytes))
         total, magic, crc, queue_id, sys_flag, body_len = unpack(view, at)
         body_pos = at + _V4_BYTES
-        if sys_flag & _HOST_BITS:  # the general layouts
+        if sys_flag & SYSFLAG_HOSTS_V6:  # the general layouts
             header = _header(view, at, end_of_run)
             if header is None or header[4] & SYSFLAG_STORE_HOST_V6:
                 raise _error(count, at, _what_is_wrong(view, at, end_of_run, max_body_bytes))

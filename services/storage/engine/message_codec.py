@@ -25,6 +25,7 @@ from tide.format import (
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES_V1,
     MESSAGE_MAGIC_V1,
+    RECORD_HEADER_V4,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
     TAGS,
@@ -42,10 +43,9 @@ from tide.naming import topic_error
 PRODUCER_SYSFLAG_MASK = 0b111_0000_1111
 MAX_CACHED_NAMES = 100_000
 # The fast path's layout (docs/formats.md, "Message record"), the same as encode_record's
-# for IPv4 hosts and a topic of at most 127 bytes: the fixed header, then body, 1-byte
-# topic length + topic, 2-byte properties length + properties. The lock-time fields
-# (queue offset, physical offset, store time) stay zero.
-_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
+# for IPv4 hosts and a topic of at most 127 bytes: the fixed header (RECORD_HEADER_V4),
+# then body, 1-byte topic length + topic, 2-byte properties length + properties. The
+# lock-time fields (queue offset, physical offset, store time) stay zero.
 _U16 = struct.Struct(">H")
 _STORE_TS_POS_V4 = 56
 _UNKNOWN_HOST = (b"", 1)  # a born host not parsed yet: the general path parses it
@@ -128,7 +128,7 @@ class MessageCodec:
         append = records.append
         topic_parts = self._topic_parts
         hosts = self._hosts
-        header = _HEADER_V4.pack
+        header = RECORD_HEADER_V4.pack
         u16 = _U16.pack
         crc32 = zlib.crc32
         store_host = self._store_host
