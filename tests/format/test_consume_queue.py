@@ -12,11 +12,13 @@ from tide.format import (
     DEFAULT_SEGMENT_BYTES,
     ENTRY_BYTES,
     PRE_BLANK_ENTRY,
+    PRE_BLANK_SIZE,
     ConsumeQueueEntry,
     consume_queue_segment_bytes,
     consume_queue_segment_name,
     entry_is_written,
     first_queue_offset,
+    iter_entries,
     logical_position,
     pack_entries,
     pack_entry,
@@ -120,3 +122,10 @@ def test_pack_entries_is_pack_entry_of_each(count: int) -> None:
 def test_pack_entries_refuses_values_that_do_not_fit(offsets: list[int], sizes: list[int]) -> None:
     with pytest.raises((OverflowError, struct.error)):
         pack_entries(offsets, sizes, [0] * 20)
+
+
+def test_iter_entries_reads_what_pack_entries_wrote() -> None:
+    offsets, sizes, codes = [0, 120, 2**40], [120, PRE_BLANK_SIZE, 7], [5, 0, -3]
+    data = pack_entries(offsets, sizes, codes)
+    assert list(iter_entries(data)) == list(zip(offsets, sizes, codes, strict=True))
+    assert list(iter_entries(b"")) == []

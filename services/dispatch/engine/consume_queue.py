@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -59,6 +58,7 @@ from tide.format import (
     PRE_BLANK_SIZE,
     consume_queue_segment_bytes,
     first_queue_offset,
+    iter_entries,
     logical_position,
     pack_entries,
     pack_entry_into,
@@ -92,12 +92,6 @@ _PRE_BLANK_CHUNK = PRE_BLANK_ENTRY * _SCAN_CHUNK_ENTRIES
 _WRITE_CHUNK_BYTES = len(_PRE_BLANK_CHUNK)
 # bytes.translate table: 1 for a byte with the sign bit set, else 0.
 _SIGN_BIT = bytes(int(b >= 0x80) for b in range(256))
-# One entry, ``commitlog_offset:i64 size:i32 tags_code:i64`` big-endian: the layout of
-# tide/format/_consume_queue.py (whose struct is private); iter_unpack makes get_units'
-# tuples in C.
-_UNIT = struct.Struct(">qiq")
-assert _UNIT.size == ENTRY_BYTES
-
 # An entry as get_units returns it: (commitlog_offset, size, tags_code); a PRE_BLANK is
 # (0, PRE_BLANK_SIZE, 0).
 Unit = tuple[int, int, int]
@@ -713,7 +707,7 @@ class ConsumeQueue:
         (the one at index ``i`` is queue offset ``queue_offset + i``).
 
         For the hot read paths (GetQueueEntries' spans: every pull): the tuples come
-        from ``struct.iter_unpack`` in C, several times cheaper than an Entry each."""
+        from ``tide.format.iter_entries`` in C, several times cheaper than an Entry each."""
         return self._read_retried(queue_offset, max_count, self._get_units)
 
     def _read_retried(
@@ -733,14 +727,14 @@ class ConsumeQueue:
     def _get(self, queue_offset: int, max_count: int) -> list[Entry]:
         entries: list[Entry] = []
         for offset, data in self._written_runs(queue_offset, max_count):
-            entries += [Entry(n, *unit) for n, unit in enumerate(_UNIT.iter_unpack(data), offset)]
+            entries += [Entry(n, *unit) for n, unit in enumerate(iter_entries(data), offset)]
         return entries
 
     def _get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
         runs = self._written_runs(queue_offset, max_count)
         units: list[Unit] = []
         for _, data in runs:
-            units += _UNIT.iter_unpack(data)
+            units += iter_entries(data)
         return units
 
     def _written_runs(self, queue_offset: int, max_count: int) -> Iterator[tuple[int, bytes]]:
