@@ -1,8 +1,9 @@
 """Pull: consume queue entries from the broker's dispatch, bodies from its storage.
 
 1. ``Dispatch.GetQueueEntries`` from the offset, prefiltered by the expression's tag hash
-   codes;
-2. ``Storage.Read`` of those positions (up to ``--max-pull-bytes`` of records);
+   codes, up to ``--max-pull-bytes`` of records (the dispatch stops before the entry that
+   would pass it; at least one);
+2. ``Storage.Read`` of those positions;
    both over long-lived streams to the member's dispatch and storage (read_streams.py),
    the unary calls in a sampled trace;
 3. exact match of each message's real tags (two tags can share a hash code).
@@ -247,30 +248,14 @@ class Puller:
         tag_filter: TagFilter,
     ) -> pb.PullResponse:
         """A pull answered with decoded messages (ENCODING_MESSAGES)."""
-        request = dispatch_pb.GetQueueEntriesRequest(
-            topic=target.topic,
-            queue_id=target.queue_id,
-            offset=offset,
-            max_count=max_messages,
-            tag_codes=tag_filter.codes,
-        )
+        request = self._entries_request(target, offset, max_messages, tag_filter, spans=False)
         entries = await self._entries(member, target, request)
         if isinstance(entries, pb.PullResponse):
             return entries
-        low, high = entries.min_offset, entries.max_offset
-        positions: list[storage_pb.ReadRequest.Position] = []
-        total = 0
-        next_offset = entries.next_offset
-        for entry in entries.entries:
-            if positions and total + entry.size > self._config.max_pull_bytes:
-                next_offset = entry.queue_offset  # the rest next time
-                break
-            positions.append(
-                storage_pb.ReadRequest.Position(
-                    physical_offset=entry.physical_offset, size=entry.size
-                )
-            )
-            total += entry.size
+        positions = [
+            storage_pb.ReadRequest.Position(physical_offset=entry.physical_offset, size=entry.size)
+            for entry in entries.entries
+        ]
         try:
             async with self._channels.limit(member.storage):
                 read = await self._channels.read(
@@ -280,7 +265,9 @@ class Puller:
                 )
         except grpc.aio.AioRpcError as exc:
             raise broker_error(exc, _where("Read", member, target, storage=True)) from exc
-        response = _answer(Status.FOUND, next_offset, low, high)
+        response = _answer(
+            Status.FOUND, entries.next_offset, entries.min_offset, entries.max_offset
+        )
         found = storage_pb.FOUND
         if tag_filter.matches_all:  # one call: cheaper than appending one by one
             response.messages.extend([r.message for r in read.results if r.status == found])
@@ -302,16 +289,7 @@ class Puller:
         tag_filter: TagFilter,
     ) -> pb.PullResponse:
         """A pull answered with the stored records (ENCODING_RECORDS, pull_records.py)."""
-        request = dispatch_pb.GetQueueEntriesRequest(
-            topic=target.topic,
-            queue_id=target.queue_id,
-            offset=offset,
-            max_count=max_messages,
-            tag_codes=tag_filter.codes,
-            max_bytes=self._config.max_pull_bytes,
-            spans=True,
-            records=True,
-        )
+        request = self._entries_request(target, offset, max_messages, tag_filter, spans=True)
         entries = await self._entries(member, target, request)
         if isinstance(entries, pb.PullResponse):
             return entries
@@ -336,6 +314,29 @@ class Puller:
         response.records = records
         response.record_count = count
         return response
+
+    def _entries_request(
+        self,
+        target: QueueTarget,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
+        *,
+        spans: bool,
+    ) -> dispatch_pb.GetQueueEntriesRequest:
+        """The queue's entries from ``offset``, at most ``--max-pull-bytes`` of records
+        (the dispatch stops before the entry that would pass it): one QueueEntry each, or
+        with ``spans`` runs of adjacent records and their bytes when it still holds them."""
+        return dispatch_pb.GetQueueEntriesRequest(
+            topic=target.topic,
+            queue_id=target.queue_id,
+            offset=offset,
+            max_count=max_messages,
+            tag_codes=tag_filter.codes,
+            max_bytes=self._config.max_pull_bytes,
+            spans=spans,
+            records=spans,
+        )
 
     async def _read_spans(
         self, member: Member, target: QueueTarget, spans: Sequence[storage_pb.RecordSpan]

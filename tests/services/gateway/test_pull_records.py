@@ -144,6 +144,22 @@ def test_records_pull_stops_at_max_pull_bytes(records_cluster: Cluster) -> None:
     assert decoded(rest)[0][2] == answer.next_offset
 
 
+def test_messages_pull_stops_at_max_pull_bytes(records_cluster: Cluster) -> None:
+    """The decoded pull is cut at --max-pull-bytes the same way (by the dispatch)."""
+    cluster = records_cluster
+    cluster.create_topic("T_messages_bytes", queues=1)
+    produce(cluster, "T_messages_bytes", [(bytes(300), "")] * 20)
+    stub = cluster.gateway.stub
+    answer = stub.Pull(pull("T_messages_bytes", max_messages=20), timeout=RPC_TIMEOUT_S)
+    sizes = [m.size for m in answer.messages]
+    assert 1 <= len(sizes) < 20 and answer.next_offset == len(sizes)
+    assert sum(sizes) <= MAX_PULL_BYTES < sum(sizes) + sizes[0]  # one more would not fit
+    records = stub.Pull(
+        pull("T_messages_bytes", max_messages=20, encoding=RECORDS), timeout=RPC_TIMEOUT_S
+    )
+    assert (records.record_count, records.next_offset) == (len(sizes), answer.next_offset)
+
+
 def test_records_long_poll_wakes_on_arrival(records_cluster: Cluster) -> None:
     cluster = records_cluster
     cluster.create_topic("T_records_poll", queues=1)
