@@ -28,6 +28,7 @@ from tests.services.storage.conftest import (
     segment_files,
 )
 from tests.services.storage.engine import _recovery_helpers as engine
+from tests.services.storage.test_read_stream import exchange
 from tide.format import (
     BLANK_MAGIC,
     FIXED_BYTES_V4,
@@ -37,9 +38,7 @@ from tide.format import (
     decode_record,
 )
 from tide.v1 import storage_pb2 as pb
-from tide.v1 import storage_pb2_grpc as pb_grpc
 
-EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from grpc-stubs)
 Span = tuple[int, int, int]  # physical_offset, size, count
 
 
@@ -331,24 +330,6 @@ def test_segment_boundaries_and_deleted_segments(launcher: StorageLauncher, tmp_
 
 
 # -- ReadStream ------------------------------------------------------------------------------
-async def exchange(
-    storage: StorageProcess, requests: list[pb.ReadRequest]
-) -> list[pb.ReadStreamResponse]:
-    """Each request written after the previous one's answer came, on one stream."""
-    async with grpc.aio.insecure_channel(storage.listen) as channel:
-        call = pb_grpc.StorageStub(channel).ReadStream(None, timeout=RPC_TIMEOUT_S)
-        answers = []
-        for request in requests:
-            await call.write(request)
-            answer = await call.read()
-            assert isinstance(answer, pb.ReadStreamResponse), answer
-            answers.append(answer)
-        await call.done_writing()
-        assert await call.read() is EOF
-        assert await call.code() is grpc.StatusCode.OK
-        return answers
-
-
 def test_spans_over_read_stream_answer_as_read(
     shared_storage: StorageProcess, topic_name: str
 ) -> None:
