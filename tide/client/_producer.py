@@ -99,7 +99,9 @@ class Producer:
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Send up to ``MAX_BATCH_MESSAGES`` messages in one call; results in order.
 
-        Each message is routed on its own. When some were written and others not, the call
+        A message with a sharding key or a queue goes where that says; the others of a
+        topic all go to one queue, the topic's next (a batch, as in RocketMQ), and the
+        next call takes the next queue. When some were written and others not, the call
         returns and the failed ones have status SEND_FAILED and an ``error``; when none was
         written, it raises.
         """
