@@ -201,30 +201,28 @@ class Producer:
                 plain.errors[index] = error
                 plain.unsent.append((index, queue.broker_name))
             return
-        group = PlainGroup(
-            member, RunWriter(born_host), list(range(count)), [queue.queue_id] * count
-        )
+        group = PlainGroup(member, RunWriter(born_host), queue.queue_id)
         magic, part = self._topic_part(view.topic)
         plain.encode(group, magic, part, now_ms)
         await self._append_plain(plain, group)
 
     async def _append_plain(self, plain: PlainBatch, group: PlainGroup) -> None:
         data = group.writer.getvalue()
+        count = len(plain.messages)
         try:
-            outcome = await self._call_append(group.member, data, len(group.indices))
+            outcome = await self._call_append(group.member, data, count)
         except _AppendFailed as failed:
-            for index in group.indices:
-                plain.errors[index] = failed.error
+            plain.errors[:] = [failed.error] * count
             if failed.unreachable:
-                plain.unsent.extend((index, group.member.broker_name) for index in group.indices)
+                name = group.member.broker_name
+                plain.unsent.extend((index, name) for index in range(count))
             if failed.not_found:
                 self._routes.invalidate(plain.view.topic)
             return
         self.written_bytes += len(data)
         name = group.member.broker_name
-        rows = written_rows(name, group.queue_ids, outcome.response, outcome.start)
-        for index, row in zip(group.indices, rows, strict=True):
-            plain.rows[index] = row
+        queue_ids = [group.queue_id] * count
+        plain.rows[:] = written_rows(name, queue_ids, outcome.response, outcome.start)
 
     # -- the general path --------------------------------------------------------
     def _choose(self, item: _Pending) -> QueueRef | None:

@@ -1,15 +1,15 @@
 """The common produce request: one topic, no explicit queue, no sharding key.
 
-Its messages take the topic's next round robin queues in one step and are encoded into
-one record run per broker as they are grouped; the outcome is kept per message index.
-Messages of a broker that could not be reached are listed in :attr:`PlainBatch.unsent`
-for the general path's retries (produce.py).
+Its messages all take the topic's next round robin queue (a batch, as RocketMQ's batch
+send) and are encoded into one record run; the outcome is kept per message index. When
+the queue's broker could not be reached (or had no master) they are listed in
+:attr:`PlainBatch.unsent` for the general path's retries (produce.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from services.gateway.produce_results import Written
 from services.gateway.records import add_message
@@ -21,12 +21,11 @@ from tide.v1 import gateway_pb2 as pb
 
 @dataclass(slots=True)
 class PlainGroup:
-    """The messages of one broker: their run, indices and queue ids."""
+    """Where the batch goes (its queue's broker master and queue id), and its run."""
 
     member: Member
     writer: RunWriter
-    indices: list[int] = field(default_factory=list)
-    queue_ids: list[int] = field(default_factory=list)
+    queue_id: int
 
 
 class PlainBatch:
@@ -51,16 +50,13 @@ class PlainBatch:
         self.unsent: list[tuple[int, str]] = []
 
     def encode(self, group: PlainGroup, magic: int, topic_part: bytes, now_ms: int) -> None:
-        """The group's messages into its run (born now unless a message says when)."""
-        messages, keys = self.messages, self.unique_keys
+        """The batch's messages into the group's run (born now unless a message says when)."""
+        messages, keys, queue_id = self.messages, self.unique_keys, group.queue_id
         if self.bodies_only:  # one loop over whole columns
-            whole = len(group.indices) == len(messages)
-            bodies = (
-                [m.body for m in messages] if whole else [messages[i].body for i in group.indices]
-            )
-            group_keys = keys if whole else [keys[i] for i in group.indices]
-            properties = [f"{UNIQ_KEY}\x01{key}\x02".encode() for key in group_keys]
-            group.writer.add_many(magic, topic_part, group.queue_ids, bodies, properties, now_ms)
+            bodies = [m.body for m in messages]
+            properties = [f"{UNIQ_KEY}\x01{key}\x02".encode() for key in keys]
+            queue_ids = [queue_id] * len(messages)
+            group.writer.add_many(magic, topic_part, queue_ids, bodies, properties, now_ms)
             return
-        for index, queue_id in zip(group.indices, group.queue_ids, strict=True):
-            add_message(group.writer, messages[index], queue_id, keys[index], now_ms)
+        for message, key in zip(messages, keys, strict=True):
+            add_message(group.writer, message, queue_id, key, now_ms)
