@@ -207,6 +207,30 @@ def test_format_run_shows_rates_latencies_and_totals() -> None:
     assert "target rate" not in format_run(unlimited)
 
 
+def producer_only_report() -> dict[str, Any]:
+    report = make_report()
+    report["workload"]["consumers_per_topic"] = 0
+    report["consume"] = {"messages": 0, "msgs_per_s": 0.0, "mb_per_s": 0.0}
+    report["e2e_latency_ms"] = _summary(0.0, 0)
+    report["e2e_percentiles"] = []
+    report["totals"]["consumed"] = 0
+    return report
+
+
+def test_format_run_without_consumers_shows_no_consume_side() -> None:
+    text = format_run(producer_only_report())
+    lines = text.splitlines()
+    assert "and 0 consumer(s) per topic" in lines[0]
+    assert any(line.startswith("publish ") for line in lines)
+    assert not any(line.startswith(("consume ", "end-to-end", "backlog")) for line in lines)
+    assert "no consumers: a producer-only run" in text
+    assert "publish (call)" in text
+    assert "NOT OK" not in text
+    failed = producer_only_report()
+    failed["ok"] = False
+    assert "NOT OK: errors\n" in format_run(failed) + "\n"
+
+
 def test_baseline_ratio() -> None:
     report = with_baseline(make_report(), make_baseline())
     assert report["ratio_to_baseline"] == 0.25
@@ -235,3 +259,5 @@ def test_write_plot(tmp_path: Path) -> None:
     empty["e2e_percentiles"] = []
     write_plot(empty, tmp_path / "empty.png")
     assert (tmp_path / "empty.png").read_bytes().startswith(PNG_MAGIC)
+    write_plot(producer_only_report(), tmp_path / "producers.png")
+    assert (tmp_path / "producers.png").read_bytes().startswith(PNG_MAGIC)

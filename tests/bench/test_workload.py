@@ -112,7 +112,8 @@ def test_find_by_name_in_a_directory(tmp_path: Path) -> None:
         ({"batch_size": 0}, "batch_size is 0"),
         ({"batch_size": 1025}, "batch_size is 1025"),
         ({"producers_per_topic": 0}, "producers_per_topic"),
-        ({"consumers_per_topic": 0}, "consumers_per_topic"),
+        ({"consumers_per_topic": -1}, "consumers_per_topic is -1"),
+        ({"consumers_per_topic": 0, "consumer_processes": 2}, "more than the 0 consumer"),
         ({"inflight": 0}, "inflight"),
         ({"pull_batch": 2000}, "pull_batch"),
         ({"long_poll_ms": 0}, "long_poll_ms"),
@@ -134,6 +135,12 @@ def test_find_by_name_in_a_directory(tmp_path: Path) -> None:
 def test_invalid_values_are_named(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(WorkloadError, match=message.replace("(", r"\(")):
         workload_from_mapping({"name": "w", **changes})
+
+
+def test_zero_consumers_is_a_producer_only_run() -> None:
+    workload = workload_from_mapping({"name": "w", "consumers_per_topic": 0, "topics": 3})
+    assert workload.consumers == 0
+    assert workload.consumer_processes == 1
 
 
 def test_unknown_fields_and_bad_files(tmp_path: Path) -> None:
@@ -189,5 +196,8 @@ def test_the_issue_s_workloads_are_shipped() -> None:
         "1-topic-16-queues-1kb",
         "e2e-latency-5k",
         "single-message-1k",
+        "single-message-1k-produce-1000",
     } <= names
     assert load_workload("e2e-latency-5k", WORKLOADS).rate == 5000.0
+    produce_only = load_workload("single-message-1k-produce-1000", WORKLOADS)
+    assert (produce_only.rate, produce_only.batch_size, produce_only.consumers) == (1000.0, 1, 0)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from tests._cluster import Cluster, cluster_fixture
 from tide.bench._stats import SUMMARY_KEYS
 from tide.bench._workload import field_names
-from tide.client import Admin
+from tide.client import Admin, PullConsumer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 180
@@ -166,6 +167,43 @@ def test_run_table_keep_topics_and_set(cluster: Cluster, tmp_path: Path) -> None
         assert kept
         for topic in kept:
             admin.delete_topic(topic)
+
+
+def stored_messages(cluster: Cluster, topic: str, expected: int) -> int:
+    """The messages in the topic's queues, once the dispatch has them all (or 10 s)."""
+    deadline = time.monotonic() + 10
+    with PullConsumer("test-bench-offsets", cluster.gateway.listen) as consumer:
+        while True:
+            offsets = [consumer.offsets(queue) for queue in consumer.queues(topic)]
+            stored = sum(item.max_offset - item.min_offset for item in offsets)
+            if stored >= expected or time.monotonic() > deadline:
+                return stored
+            time.sleep(0.05)
+
+
+def test_producer_only_run(cluster: Cluster, tmp_path: Path) -> None:
+    """consumers_per_topic 0: the messages are published and counted, nothing consumes
+    them, the run is OK, and the table has no consume side."""
+    args = ("bench", "run", tiny_workload(tmp_path), "--gateway", cluster.gateway.listen,
+            "--set", "consumers_per_topic=0", "--set", "topics=1", "--set", "warmup_s=0",
+            "--set", "duration_s=1")  # fmt: skip
+    report = json.loads(ok(tide(*args, "--json", "--keep-topics")))
+    totals = report["totals"]
+    assert totals["published"] > 0
+    assert totals["published"] == totals["publish_calls"] * 5
+    assert totals["consumed"] == 0
+    assert report["consume"]["messages"] == 0
+    assert report["e2e_latency_ms"]["count"] == 0
+    check_summary(report["publish_latency_ms"])
+    assert report["errors"] == 0
+    assert report["ok"] is True
+    (topic,) = report["topics"]
+    assert stored_messages(cluster, topic, totals["published"]) == totals["published"]
+    with Admin(cluster.gateway.listen) as admin:
+        admin.delete_topic(topic)
+    out = ok(tide(*args, "--quiet"))
+    assert "no consumers: a producer-only run" in out
+    assert not any(line.startswith(("consume ", "end-to-end")) for line in out.splitlines())
 
 
 def test_baseline_alone(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ def format_run(report: dict[str, Any]) -> str:
     """The report of ``tide bench run`` as text: rates, backlog, latency percentiles,
     totals, client CPU and (when measured) the baseline ratio."""
     totals = report["totals"]
+    producer_only = report["workload"]["consumers_per_topic"] == 0
     lines = [
         _workload_line(report["workload"]),
         f"gateway {report['gateway']}, {report['queues']} queues, warm-up "
@@ -60,18 +61,20 @@ def format_run(report: dict[str, Any]) -> str:
                     report[name]["mb_per_s"],
                     report[name]["messages"],
                 ]
-                for name in ("publish", "consume")
+                for name in ("publish", "consume")[: 1 if producer_only else 2]
             ],
         ),
         *_target_line(report),
-        f"backlog: {report['backlog']['end']:,} at the end, at most "
+        "no consumers: a producer-only run (the messages stay until the topics are deleted)"
+        if producer_only
+        else f"backlog: {report['backlog']['end']:,} at the end, at most "
         f"{report['backlog']['max']:,} while measuring",
         "",
         table(
             LATENCY_HEADERS,
             [
                 latency_row("publish (call)", report["publish_latency_ms"]),
-                latency_row("end-to-end", report["e2e_latency_ms"]),
+                *([] if producer_only else [latency_row("end-to-end", report["e2e_latency_ms"])]),
             ],
         ),
         "",
@@ -96,7 +99,9 @@ def format_run(report: dict[str, Any]) -> str:
     if load:
         lines.append(f"load average at the end: {' '.join(f'{v:.2f}' for v in load)}")
     if not report["ok"]:
-        lines.append("NOT OK: errors, or published != consumed")
+        lines.append(
+            "NOT OK: errors" if producer_only else "NOT OK: errors, or published != consumed"
+        )
     return "\n".join(lines)
 
 
@@ -190,8 +195,10 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
 def _plot_timeline(report: dict[str, Any], rates: Any, latency: Any) -> None:
     timeline = report["timeline"]
     times = [point["t_s"] for point in timeline]
+    consumed = report["workload"]["consumers_per_topic"] > 0
     rates.plot(times, [p["publish_rate"] for p in timeline], label="publish msgs/s")
-    rates.plot(times, [p["consume_rate"] for p in timeline], label="consume msgs/s")
+    if consumed:
+        rates.plot(times, [p["consume_rate"] for p in timeline], label="consume msgs/s")
     rates.set_ylabel("msgs/s")
     backlog = rates.twinx()
     backlog.plot(times, [p["backlog"] for p in timeline], "k:", label="backlog")
@@ -202,8 +209,7 @@ def _plot_timeline(report: dict[str, Any], rates: Any, latency: Any) -> None:
     for key, label in (
         ("publish_p50_ms", "publish p50"),
         ("publish_p99_ms", "publish p99"),
-        ("e2e_p50_ms", "end-to-end p50"),
-        ("e2e_p99_ms", "end-to-end p99"),
+        *((("e2e_p50_ms", "end-to-end p50"), ("e2e_p99_ms", "end-to-end p99")) if consumed else ()),
     ):
         latency.plot(times, [max(p[key], 1e-3) for p in timeline], label=label)
     latency.set_yscale("log")

@@ -45,7 +45,8 @@ class Workload:
     Every topic gets ``producers_per_topic`` producers, each keeping ``inflight`` Produce
     calls of ``batch_size`` messages in flight (``produce_api: stream``: ``inflight``
     requests on one ProduceStream per producer), and one consumer group of
-    ``consumers_per_topic`` consumers that split the topic's queues and long-poll each.
+    ``consumers_per_topic`` consumers that split the topic's queues and long-poll each
+    (0: a producer-only run; nothing is consumed and there is no end-to-end latency).
     ``rate`` is the target publish rate of the whole run in messages/s (0: as fast as
     it goes). Nothing is measured for the first ``warmup_s``; then ``duration_s``.
     ``producer_processes`` > 1 runs the producers in that many OS processes (each with
@@ -80,7 +81,7 @@ class Workload:
             ("batch_size", 1, MAX_BATCH),
             ("producers_per_topic", 1, MAX_CLIENTS),
             ("inflight", 1, MAX_INFLIGHT),
-            ("consumers_per_topic", 1, MAX_CLIENTS),
+            ("consumers_per_topic", 0, MAX_CLIENTS),
             ("pull_batch", 1, MAX_PULL_BATCH),
             ("long_poll_ms", 1, MAX_LONG_POLL_MS),
             ("producer_processes", 1, MAX_PROCESSES),
@@ -108,7 +109,7 @@ class Workload:
             ("producer", self.producer_processes, self.producers),
             ("consumer", self.consumer_processes, self.consumers),
         ):
-            if processes > clients:
+            if processes > 1 and processes > clients:
                 raise WorkloadError(
                     f"{role}_processes is {processes}, more than the {clients} {role}(s) "
                     f"(topics x {role}s_per_topic); every process runs at least one"
