@@ -42,6 +42,7 @@ READER_THREADS = 4
 # GetStatus asks the storage for its offsets, waiting at most this long.
 STATUS_STORAGE_TIMEOUT_S = 1.0
 _I64_MAX = 2**63 - 1
+_NO_CODES: frozenset[int] = frozenset()
 _T = TypeVar("_T")
 
 
@@ -64,6 +65,20 @@ def _check_queue_args(topic: str, queue_id: int) -> None:
         raise _invalid(error)
     if not 0 <= queue_id <= MAX_QUEUE_ID:
         raise _invalid(f"queue_id must be >= 0 (got {queue_id})")
+
+
+def _notice_entries_limits(request: pb.WatchArrivalsRequest) -> tuple[int, int]:
+    """WatchArrivals' entries_max_count (0: notices carry no entries) and
+    entries_max_bytes, checked."""
+    count, max_bytes = request.entries_max_count, request.entries_max_bytes
+    if not 0 <= count <= MAX_GET_ENTRIES:
+        raise _invalid(
+            f"entries_max_count must be in 0..{MAX_GET_ENTRIES}, 0 for notices without "
+            f"entries (got {count})"
+        )
+    if max_bytes < 0:
+        raise _invalid(f"entries_max_bytes must be >= 0, 0 for no limit (got {max_bytes})")
+    return count, max_bytes
 
 
 def _storage_unavailable(storage: StorageClient, exc: grpc.aio.AioRpcError) -> ServiceError:
@@ -176,30 +191,45 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                 f"offset {offset} is outside consume queue {queue.name}'s range: "
                 f"min_offset {min_offset}, max_offset {max_offset}",
             )
-        codes = frozenset(request.tag_codes)
-        scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
         response = pb.GetQueueEntriesResponse(
             next_offset=offset, min_offset=min_offset, max_offset=max_offset
         )
-        if offset == max_offset:
-            return response
-        # Not past the max offset reported (the queue may grow meanwhile).
-        scan = min(scan, max_offset - offset)
+        codes = frozenset(request.tag_codes)
         if request.spans:  # the hot path of every pull: bare tuples, no Entry objects
-            units = queue.get_units(offset, scan)
-            spans, next_offset = select_spans(units, offset, max_count, codes, max_bytes, offset)
-            add_span = response.spans.add
-            for physical_offset, size, count in spans:
-                add_span(physical_offset=physical_offset, size=size, count=count)
-            if request.records and spans:
-                records = self._cached_records(spans)
-                if records is not None:
-                    response.records = records
-        else:
-            looked_at = queue.get(offset, scan)
-            next_offset = _add_entries(response, looked_at, max_count, codes, max_bytes)
-        response.next_offset = next_offset
+            self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
+        elif offset < max_offset:
+            scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
+            # Not past the max offset reported (the queue may grow meanwhile).
+            looked_at = queue.get(offset, min(scan, max_offset - offset))
+            response.next_offset = _add_entries(response, looked_at, max_count, codes, max_bytes)
         return response
+
+    def _add_spans(
+        self,
+        response: pb.GetQueueEntriesResponse,
+        queue: ConsumeQueue,
+        max_count: int,
+        codes: frozenset[int],
+        max_bytes: int,
+        records: bool,
+    ) -> None:
+        """Fill ``response`` (its offsets set, next_offset the request's offset, in the
+        queue's range) with the spans from there and, with ``records``, their records when
+        the tail cache holds them all; move next_offset past the entries looked at."""
+        offset = response.next_offset
+        if offset == response.max_offset:
+            return
+        scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
+        units = queue.get_units(offset, min(scan, response.max_offset - offset))
+        spans, next_offset = select_spans(units, offset, max_count, codes, max_bytes, offset)
+        add_span = response.spans.add
+        for physical_offset, size, count in spans:
+            add_span(physical_offset=physical_offset, size=size, count=count)
+        if records and spans:
+            held = self._cached_records(spans)
+            if held is not None:
+                response.records = held
+        response.next_offset = next_offset
 
     def _cached_records(self, spans: list[Span]) -> bytes | None:
         """The spans' records from the dispatcher's tail cache when it holds them all
@@ -288,6 +318,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             error = topic_error(topic)
             if error:
                 raise _invalid(error)
+        entries_max_count, entries_max_bytes = _notice_entries_limits(request)
         current: list[Arrival] = []
         if request.send_current:
             wanted = set(topics)
@@ -296,9 +327,39 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                 for queue in self._running().store.consume_queues.queues()
                 if not wanted or queue.topic in wanted
             ]
+        announced: dict[tuple[str, int], int] = {}  # queue -> the max offset sent last
         async for batch in self._hub.watch(topics, current):
-            for (topic, queue_id), max_offset in batch.items():
-                yield pb.ArrivalNotice(topic=topic, queue_id=queue_id, max_offset=max_offset)
+            for key, max_offset in batch.items():
+                notice = pb.ArrivalNotice(topic=key[0], queue_id=key[1], max_offset=max_offset)
+                if entries_max_count:
+                    since = announced.get(key)
+                    announced[key] = max_offset
+                    if since is not None and since < max_offset:
+                        self._add_notice_entries(
+                            notice, since, entries_max_count, entries_max_bytes
+                        )
+                yield notice
+
+    def _add_notice_entries(
+        self, notice: pb.ArrivalNotice, since: int, max_count: int, max_bytes: int
+    ) -> None:
+        """The queue's entries from ``since`` with their records, as GetQueueEntries with
+        spans and records answers them, when the tail cache holds every record (the
+        watcher answers a pull held at ``since`` with them, without asking)."""
+        queue = self._running().store.consume_queues.find(notice.topic, notice.queue_id)
+        if queue is None:
+            return
+        max_offset = queue.max_offset  # max first, as GetQueueEntries
+        min_offset = queue.min_offset
+        if not min_offset <= since < max_offset:  # retention passed it: nothing to carry
+            return
+        entries = pb.GetQueueEntriesResponse(
+            next_offset=since, min_offset=min_offset, max_offset=max_offset
+        )
+        self._add_spans(entries, queue, max_count, _NO_CODES, max_bytes, records=True)
+        if entries.records:
+            notice.entries_offset = since
+            notice.entries.CopyFrom(entries)
 
     # -- status ----------------------------------------------------------------------
     async def GetStatus(

@@ -9,7 +9,9 @@ latency is one histogram record), and its trace attributes.
   an in-band error (a failed Produce call is counted by the interceptor, below);
   ``tide_gateway_produce_streams`` (open now);
 * ``tide_gateway_pull_results_total{status}``, ``tide_gateway_pulled_messages_total``;
-* ``tide_gateway_held_pulls`` (long polls waiting now);
+* ``tide_gateway_held_pulls`` (long polls waiting now),
+  ``tide_gateway_pulls_answered_from_arrivals_total`` (held pulls answered with the
+  entries and records their arrival notice carried, without a GetQueueEntries call);
 * ``tide_gateway_consumer_lag_messages{group,topic,broker,queue}``: for the queues whose
   offsets a group committed through this gateway (at most ``MAX_LAG_QUEUES``, forgotten
   after ``LAG_FORGET_S`` without a commit), max offset - committed offset, scanned every
@@ -62,14 +64,17 @@ class GatewayMetrics:
         servicer: Any,
         held: HeldPulls,
         written_bytes: Callable[[], int],
+        arrival_answers: Callable[[], int],
         streams: ProduceStreams | None = None,
     ) -> None:
         """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)
         and the request handler of ``streams`` (its ProduceStream calls); ``written_bytes``
-        gives the record bytes the produces wrote so far."""
+        gives the record bytes the produces wrote so far, ``arrival_answers`` the held
+        pulls answered with the entries of their wake-up notice."""
         self._held = held
         self._streams = streams
         self._written_bytes = written_bytes
+        self._arrival_answers = arrival_answers
         self._get_offset: Handler = servicer.GetOffset
         self._queue_offsets: Handler = servicer.GetQueueOffsets
         self._produce_latency: Histogram | None = None
@@ -120,6 +125,13 @@ class GatewayMetrics:
             "tide_gateway_pulled_messages_total",
             lambda: self.pulled_messages,
             "messages pulled",
+        )
+        observable_total(
+            meter,
+            "tide_gateway_pulls_answered_from_arrivals_total",
+            self._arrival_answers,
+            "held pulls answered with the entries their arrival notice carried (no "
+            "GetQueueEntries call)",
         )
         self._produce_latency = meter.create_histogram(
             "tide_gateway_produce_latency_seconds",

@@ -10,7 +10,9 @@
 
 With ``encoding = ENCODING_RECORDS`` steps 1 and 2 ask for spans of adjacent records
 instead, and the stored records are handed on undecoded (pull_records.py); a consumer
-that keeps up gets them from the dispatch's tail cache in step 1, without step 2.
+that keeps up gets them from the dispatch's tail cache in step 1, without step 2, and a
+pull held until they arrived gets them with the arrival notice, without step 1 either
+(long_poll.py).
 
 Statuses as RocketMQ's getMessage: FOUND; NO_NEW_MESSAGE (offset == max offset);
 NO_MATCHED_MESSAGE (entries looked at, none matched; next_offset moves past them);
@@ -37,8 +39,8 @@ from typing import TypeVar
 import grpc
 
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
-from services.gateway.expression import ExpressionError, TagFilter, parse_expression
-from services.gateway.long_poll import HeldPulls
+from services.gateway.expression import MATCH_ALL, ExpressionError, TagFilter, parse_expression
+from services.gateway.long_poll import Entries, HeldPulls
 from services.gateway.options import GatewayConfig
 from services.gateway.pull_records import (
     SpanReadMismatch,
@@ -162,6 +164,8 @@ class Puller:
         self._held = held
         self._members = members
         self._inflight: dict[_ReadKey, asyncio.Task[pb.PullResponse]] = {}
+        # Held records pulls answered with the entries their wake-up notice carried.
+        self.arrival_answers = 0
 
     async def pull(self, request: pb.PullRequest) -> pb.PullResponse:
         if request.consumer_group:
@@ -211,8 +215,13 @@ class Puller:
             # Held on the arrivals of the member that answered (a slave's own dispatch
             # while the master is down).
             key = (member.dispatch, target.topic, target.queue_id)
-            if not await self._held.wait(key, offset, remaining_s, since):
+            woken, arrived = await self._held.wait(key, offset, remaining_s, since)
+            if not woken:
                 return response  # timed out (or the gateway is stopping)
+            if arrived is not None and records and tag_filter.matches_all:
+                answer = self._arrived_answer(member, target, arrived, max_messages)
+                if answer is not None:
+                    return answer
 
     async def _pull_shared(
         self,
@@ -280,6 +289,18 @@ class Puller:
             response.status = Status.NO_MATCHED_MESSAGE
         return response
 
+    def _arrived_answer(
+        self, member: Member, target: QueueTarget, arrived: Entries, max_messages: int
+    ) -> pb.PullResponse | None:
+        """A held records pull's answer from the entries its wake-up notice carried (the
+        dispatch's GetQueueEntries answer from the pull's offset, records included), or
+        None when they are more than the pull takes (then it asks as usual)."""
+        if sum(span.count for span in arrived.spans) > max_messages:
+            return None
+        records, count = self._cached(arrived, member, target, "WatchArrivals")
+        self.arrival_answers += 1
+        return _records_answer(arrived, records, count, MATCH_ALL)
+
     async def _pull_records(
         self,
         member: Member,
@@ -294,26 +315,22 @@ class Puller:
         if isinstance(entries, pb.PullResponse):
             return entries
         if entries.records:  # the dispatch still held them: no storage read
-            try:
-                records, count = cached_records(entries.spans, entries.records)
-            except SpanReadMismatch as exc:
-                raise ServiceError(
-                    grpc.StatusCode.INTERNAL,
-                    f"{_where('GetQueueEntries', member, target)}: {exc}",
-                ) from exc
+            records, count = self._cached(entries, member, target, "GetQueueEntries")
         else:
             records, count = await self._read_spans(member, target, entries.spans)
-        if not tag_filter.matches_all:
-            records, count = matching_records(records, count, tag_filter.matches)
-        response = _answer(
-            Status.FOUND if count else Status.NO_MATCHED_MESSAGE,
-            entries.next_offset,
-            entries.min_offset,
-            entries.max_offset,
-        )
-        response.records = records
-        response.record_count = count
-        return response
+        return _records_answer(entries, records, count, tag_filter)
+
+    @staticmethod
+    def _cached(
+        entries: Entries, member: Member, target: QueueTarget, call: str
+    ) -> tuple[bytes, int]:
+        """The records the dispatch answered with its spans (``call`` names where)."""
+        try:
+            return cached_records(entries.spans, entries.records)
+        except SpanReadMismatch as exc:
+            raise ServiceError(
+                grpc.StatusCode.INTERNAL, f"{_where(call, member, target)}: {exc}"
+            ) from exc
 
     def _entries_request(
         self,
@@ -432,6 +449,23 @@ def _where(call: str, member: Member, target: QueueTarget, *, storage: bool = Fa
     address = member.storage if storage else member.dispatch
     role = "master" if member.broker_id == 0 else f"slave {member.broker_id}"
     return f"{call} on broker {target.broker_name} {role} ({address})"
+
+
+def _records_answer(
+    entries: Entries, records: bytes, count: int, tag_filter: TagFilter
+) -> pb.PullResponse:
+    """A records pull's answer: the entries' ``count`` records, those whose tags match."""
+    if not tag_filter.matches_all:
+        records, count = matching_records(records, count, tag_filter.matches)
+    response = _answer(
+        Status.FOUND if count else Status.NO_MATCHED_MESSAGE,
+        entries.next_offset,
+        entries.min_offset,
+        entries.max_offset,
+    )
+    response.records = records
+    response.record_count = count
+    return response
 
 
 def _answer(status: Status.ValueType, next_offset: int, low: int, high: int) -> pb.PullResponse:

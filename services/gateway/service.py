@@ -46,6 +46,7 @@ class GatewayService:
             max_held=config.max_held_pulls,
             recheck_interval_s=config.long_poll_recheck_interval_s,
             rpc_timeout_s=config.broker_timeout_s,
+            notice_max_bytes=config.max_pull_bytes,
         )
         fault = LatencyFaultTolerance(
             enabled=config.send_latency_fault, isolation_ms=config.fault_isolation_ms
@@ -60,9 +61,10 @@ class GatewayService:
             fault,
             admin.auto_create if config.auto_create_topics else None,
         )
+        puller = Puller(config, self._routes, self._channels, self._held, members)
         self._servicer = GatewayServicer(
             producer,
-            Puller(config, self._routes, self._channels, self._held, members),
+            puller,
             Querier(config, self._routes, self._channels, members),
             Consumers(config, self._routes, self._channels, members),
             admin,
@@ -72,6 +74,7 @@ class GatewayService:
             self._servicer,
             self._held,
             lambda: producer.written_bytes,
+            lambda: puller.arrival_answers,
             self._servicer.produce_streams,
         )
 

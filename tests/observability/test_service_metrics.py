@@ -120,7 +120,7 @@ class FakeServicer:
 def test_gateway_wrappers_count_calls_and_the_lag_scan_reports_committed_queues() -> None:
     servicer = FakeServicer()
     held = SimpleNamespace(held=4)
-    metrics = GatewayMetrics(servicer, cast(Any, held), lambda: 0)
+    metrics = GatewayMetrics(servicer, cast(Any, held), lambda: 0, lambda: 0)
 
     async def traffic() -> dict[str, Any]:
         produce = pb.ProduceRequest(messages=[pb.ProduceMessage(topic="T", body=b"b")] * 3)
@@ -152,7 +152,7 @@ def test_gateway_wrappers_count_calls_and_the_lag_scan_reports_committed_queues(
 
 def test_gateway_lag_scan_tracks_a_bounded_number_of_queues() -> None:
     servicer = FakeServicer()
-    metrics = GatewayMetrics(servicer, cast(Any, SimpleNamespace(held=0)), lambda: 0)
+    metrics = GatewayMetrics(servicer, cast(Any, SimpleNamespace(held=0)), lambda: 0, lambda: 0)
 
     async def commit_many() -> None:
         for queue in range(MAX_LAG_QUEUES + 10):

@@ -392,8 +392,19 @@ class WatchArrivalsRequest(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     SEND_CURRENT_FIELD_NUMBER: _builtins.int
+    ENTRIES_MAX_COUNT_FIELD_NUMBER: _builtins.int
+    ENTRIES_MAX_BYTES_FIELD_NUMBER: _builtins.int
     send_current: _builtins.bool
     """First send the current max offset of every (matching) queue."""
+    entries_max_count: _builtins.int
+    """When > 0 (1..1024), a notice also carries the queue's newly arrived entries with
+    their records (ArrivalNotice.entries): what GetQueueEntries with spans and records
+    would answer from the max offset this watch announced last for the queue, with this
+    max_count and entries_max_bytes as max_bytes. Lets the watcher answer a pull held at
+    that offset without asking for them. 0: notices carry offsets only.
+    """
+    entries_max_bytes: _builtins.int
+    """The max_bytes of those entries (>= 0; 0: no byte limit)."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only these topics; empty means every topic."""
@@ -403,10 +414,12 @@ class WatchArrivalsRequest(_message.Message):
         *,
         topics: _abc.Iterable[_builtins.str] | None = ...,
         send_current: _builtins.bool = ...,
+        entries_max_count: _builtins.int = ...,
+        entries_max_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["send_current", b"send_current", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries_max_bytes", b"entries_max_bytes", "entries_max_count", b"entries_max_count", "send_current", b"send_current", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -424,19 +437,34 @@ class ArrivalNotice(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     QUEUE_ID_FIELD_NUMBER: _builtins.int
     MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    ENTRIES_OFFSET_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     queue_id: _builtins.int
     max_offset: _builtins.int
+    entries_offset: _builtins.int
+    """With WatchArrivalsRequest.entries_max_count: the previous max offset this watch
+    announced for the queue, where `entries` start.
+    """
+    @_builtins.property
+    def entries(self) -> Global___GetQueueEntriesResponse:
+        """With WatchArrivalsRequest.entries_max_count: GetQueueEntries' answer for offset
+        entries_offset (spans and records; no tag codes), set only when the dispatch's tail
+        cache held every record (never on a queue's first notice).
+        """
+
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         queue_id: _builtins.int = ...,
         max_offset: _builtins.int = ...,
+        entries_offset: _builtins.int = ...,
+        entries: Global___GetQueueEntriesResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_offset", b"max_offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "entries_offset", b"entries_offset", "max_offset", b"max_offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,126 @@
+"""WatchArrivals with ``entries_max_count``: a notice carries the queue's entries from the
+max offset the watch announced before (GetQueueEntries' answer with spans and records),
+against real storage and dispatch processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.services.dispatch.conftest import RPC_TIMEOUT_S, DispatchProcess, Pair
+from tests.services.dispatch.test_tail_cache import spans_request, storage_records
+from tests.services.storage.conftest import cancel, expect_error, message
+from tide.v1 import dispatch_pb2 as pb
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+def watch(
+    dispatch: DispatchProcess, topic: str, **fields: Any
+) -> grpc.CallIterator[pb.ArrivalNotice]:
+    request = pb.WatchArrivalsRequest(topics=[topic], send_current=True, **fields)
+    return dispatch.stub.WatchArrivals(request, timeout=RPC_TIMEOUT_S)
+
+
+def notices_until(
+    notices: Iterator[pb.ArrivalNotice], queue_id: int, max_offset: int
+) -> list[pb.ArrivalNotice]:
+    """Notices of ``queue_id`` until one reaches ``max_offset``."""
+    seen = []
+    for notice in notices:
+        if notice.queue_id == queue_id:
+            seen.append(notice)
+            if notice.max_offset >= max_offset:
+                return seen
+    pytest.fail(f"the watch ended before queue {queue_id} reached {max_offset}: {seen}")
+
+
+def check_entries(pair: Pair, notice: pb.ArrivalNotice, since: int) -> None:
+    """The notice carries GetQueueEntries' answer from ``since``: the same spans, and
+    the records the storage holds for them."""
+    assert notice.HasField("entries"), notice
+    assert notice.entries_offset == since
+    entries = notice.entries
+    assert entries.spans and not entries.entries
+    assert entries.records == storage_records(pair, entries)
+    assert sum(span.count for span in entries.spans) == entries.next_offset - since
+    assert since < notice.max_offset <= entries.next_offset <= entries.max_offset
+
+
+def test_notices_carry_the_entries_since_the_previous_one(
+    shared_pair: Pair, topic_name: str
+) -> None:
+    pair = shared_pair
+    pair.storage.append([message(topic_name, 0, b"before")])
+    pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
+    call = watch(pair.dispatch, topic_name, entries_max_count=1024)
+    notices = iter(call)
+    try:
+        current = next(notices)  # the queue as it was: nothing announced before it
+        assert (current.queue_id, current.max_offset) == (0, 1)
+        assert not current.HasField("entries") and current.entries_offset == 0
+        since = 1
+        for round_ in range(3):
+            bodies = [f"r{round_}-{i}".encode() * (i + 1) for i in range(round_ + 2)]
+            pair.storage.append([message(topic_name, 0, body) for body in bodies])
+            for notice in notices_until(notices, 0, since + len(bodies)):
+                check_entries(pair, notice, since)
+                since = notice.max_offset
+        # A queue the watch never announced: its first notice has no entries.
+        pair.storage.append([message(topic_name, 1, b"new queue")])
+        (first,) = notices_until(notices, 1, 1)
+        assert not first.HasField("entries")
+        pair.storage.append([message(topic_name, 1, b"second")])
+        (second,) = notices_until(notices, 1, 2)
+        check_entries(pair, second, 1)
+    finally:
+        cancel(call)
+
+
+def test_notice_entries_keep_the_limits(shared_pair: Pair, topic_name: str) -> None:
+    pair = shared_pair
+    pair.storage.append([message(topic_name, 0, b"x")])
+    pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
+    calls = [
+        watch(pair.dispatch, topic_name, entries_max_count=2),
+        watch(pair.dispatch, topic_name, entries_max_count=1024, entries_max_bytes=1),
+        watch(pair.dispatch, topic_name),
+    ]
+    by_count, by_bytes, without = (iter(call) for call in calls)
+    try:
+        for notices in (by_count, by_bytes, without):
+            assert next(notices).max_offset == 1
+        pair.storage.append([message(topic_name, 0, b"y" * 200) for _ in range(5)])
+        (counted,) = notices_until(by_count, 0, 6)
+        assert [s.count for s in counted.entries.spans] == [2]
+        assert counted.entries.next_offset == 3
+        assert counted.entries.records == storage_records(pair, counted.entries)
+        (cut,) = notices_until(by_bytes, 0, 6)
+        assert [s.count for s in cut.entries.spans] == [1]  # the first entry always
+        assert cut.entries.next_offset == 2
+        (plain,) = notices_until(without, 0, 6)
+        assert not plain.HasField("entries")
+        # What GetQueueEntries answers from there.
+        asked = pair.dispatch.stub.GetQueueEntries(
+            spans_request(topic_name, offset=1, max_count=2), timeout=RPC_TIMEOUT_S
+        )
+        assert list(asked.spans) == list(counted.entries.spans)
+        assert asked.records == counted.entries.records
+    finally:
+        for call in calls:
+            cancel(call)
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ({"entries_max_count": -1}, "entries_max_count must be in 0..1024"),
+        ({"entries_max_count": 1025}, "entries_max_count must be in 0..1024"),
+        ({"entries_max_count": 5, "entries_max_bytes": -1}, "entries_max_bytes must be >= 0"),
+    ],
+)
+def test_bad_entry_limits_are_invalid(shared_pair: Pair, fields: dict[str, int], text: str) -> None:
+    expect_error(INVALID, lambda: next(iter(watch(shared_pair.dispatch, "T", **fields))), text)

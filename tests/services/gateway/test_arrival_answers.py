@@ -1,0 +1,152 @@
+"""A held records pull answered with the entries its arrival notice carried (long_poll.py,
+pull.py), and the pulls that still ask the dispatch: a real cluster, the gateway's
+``tide_gateway_pulls_answered_from_arrivals_total`` telling which way each went."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
+import grpc
+
+from services.gateway.long_poll import HeldPulls
+from tests._cluster import Cluster, cluster_fixture
+from tests.observability._support import scrape, total
+from tests.services.gateway.conftest import RPC_TIMEOUT_S
+from tests.services.gateway.test_pull_records import decoded, produce, pull
+from tide.v1 import dispatch_pb2 as dispatch_pb
+from tide.v1 import gateway_pb2 as pb
+
+Status = pb.PullResponse.Status
+RECORDS = pb.PullRequest.ENCODING_RECORDS
+ANSWERED = "tide_gateway_pulls_answered_from_arrivals_total"
+HELD = "tide_gateway_held_pulls"
+LONG_POLL_MS = 20_000
+
+arrivals_cluster = cluster_fixture(
+    name="arrivals_cluster", brokers=1, gateway_args=("--metrics-listen", "127.0.0.1:0")
+)
+
+
+def metric(cluster: Cluster, name: str) -> float:
+    return total(scrape(cluster.gateway.ready["metrics"]), name)
+
+
+def wait_for_metric(cluster: Cluster, name: str, done: Any, what: str) -> None:
+    """Until ``done(value)`` (the gauges are sampled every second)."""
+    deadline = time.monotonic() + 10
+    while not done(metric(cluster, name)):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def held_pull(cluster: Cluster, request: pb.PullRequest) -> grpc.Future[pb.PullResponse]:
+    """Start ``request`` as a long poll (no other is held) and wait until it is held."""
+    wait_for_metric(cluster, HELD, lambda held: held == 0, "an earlier pull is still held")
+    future = cluster.gateway.stub.Pull.future(request, timeout=LONG_POLL_MS / 1000 + 10)
+    wait_for_metric(cluster, HELD, lambda held: held >= 1 or future.done(), "not held")
+    assert not future.done(), future.result()
+    return future
+
+
+def arrive(
+    cluster: Cluster, topic: str, offset: int, bodies: list[bytes], **fields: Any
+) -> pb.PullResponse:
+    """Hold a pull at ``offset`` (the queue's end), produce ``bodies``: its answer."""
+    request = pull(topic, offset, long_poll_timeout_ms=LONG_POLL_MS, **fields)
+    future = held_pull(cluster, request)
+    produce(cluster, topic, [(body, "A" if b"a" in body else "B") for body in bodies])
+    return future.result()
+
+
+def test_held_records_pulls_are_answered_from_the_notice(arrivals_cluster: Cluster) -> None:
+    cluster = arrivals_cluster
+    topic = "T_arrivals_answer"
+    cluster.create_topic(topic, queues=1)
+    # The first arrival opens the gateway's watch of the dispatch: its notice may come
+    # before the watch has announced the queue, then the pull asks as before.
+    first = arrive(cluster, topic, 0, [b"first"], encoding=RECORDS)
+    assert [body for body, *_ in decoded(first)] == [b"first"]
+    offset = 1
+    for round_ in range(3):
+        before = metric(cluster, ANSWERED)
+        bodies = [f"r{round_}-{i}".encode() for i in range(round_ + 1)]
+        answer = arrive(cluster, topic, offset, bodies, encoding=RECORDS, max_messages=32)
+        assert answer.status == Status.FOUND
+        assert [(body, queue_offset) for body, _, queue_offset, _, _ in decoded(answer)] == [
+            (body, offset + i) for i, body in enumerate(bodies)
+        ]
+        assert answer.next_offset == offset + len(bodies) == answer.max_offset
+        assert metric(cluster, ANSWERED) == before + 1
+        offset = answer.next_offset
+    # What a pull from the same offset answers (records from the tail cache or storage).
+    again = cluster.gateway.stub.Pull(pull(topic, 1, encoding=RECORDS), timeout=RPC_TIMEOUT_S)
+    assert [b for b, *_ in decoded(again)] == [b"r0-0", b"r1-0", b"r1-1", b"r2-0", b"r2-1", b"r2-2"]
+
+
+def test_other_held_pulls_ask_the_dispatch(arrivals_cluster: Cluster) -> None:
+    """Fewer messages wanted than arrived, a tag expression, decoded messages: answered
+    correctly, through GetQueueEntries as before (the counter does not move)."""
+    cluster = arrivals_cluster
+    topic = "T_arrivals_ask"
+    cluster.create_topic(topic, queues=1)
+    arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # the watch is open now
+    before = metric(cluster, ANSWERED)
+    fewer = arrive(cluster, topic, 1, [b"b1", b"b2", b"b3"], encoding=RECORDS, max_messages=2)
+    assert [body for body, *_ in decoded(fewer)] == [b"b1", b"b2"]
+    assert fewer.next_offset == 3
+    tagged = arrive(cluster, topic, 4, [b"a1", b"b4", b"a2"], encoding=RECORDS, expression="A")
+    assert [(body, tag) for body, *_, tag in decoded(tagged)] == [(b"a1", "A"), (b"a2", "A")]
+    assert tagged.next_offset == 7
+    messages = arrive(cluster, topic, 7, [b"b5", b"a3"])
+    assert [m.body for m in messages.messages] == [b"b5", b"a3"]
+    assert not messages.records
+    assert metric(cluster, ANSWERED) == before
+
+
+def test_a_notice_for_another_offset_is_not_used() -> None:
+    """HeldPulls hands a woken pull the notice's entries only when they start at the
+    pull's own offset (a notice's entries start where the previous notice ended)."""
+
+    async def scenario() -> list[tuple[bool, dispatch_pb.GetQueueEntriesResponse | None]]:
+        never = asyncio.Event()
+
+        async def no_notices(_request: Any) -> Any:
+            await never.wait()
+            yield  # pragma: no cover
+
+        channels = SimpleNamespace(
+            dispatch=lambda _address: SimpleNamespace(WatchArrivals=no_notices)
+        )
+        held = HeldPulls(
+            cast(Any, channels),
+            max_held=10,
+            recheck_interval_s=60,
+            rpc_timeout_s=1,
+            notice_max_bytes=1 << 20,
+        )
+        key = ("dispatch:1", "T", 0)
+        entries = dispatch_pb.GetQueueEntriesResponse(next_offset=7, records=b"r")
+        results = []
+        for pull_offset, notice in (
+            (5, dispatch_pb.ArrivalNotice(max_offset=7, entries_offset=5, entries=entries)),
+            (6, dispatch_pb.ArrivalNotice(max_offset=7, entries_offset=5, entries=entries)),
+            (5, dispatch_pb.ArrivalNotice(max_offset=7, entries_offset=5)),
+            (5, None),
+        ):
+            waiting = asyncio.create_task(held.wait(key, pull_offset, 5.0, held.sequence))
+            await asyncio.sleep(0.01)
+            held.notify(key, 7, notice)
+            results.append(await waiting)
+        results.append(await held.wait(key, 7, 0.05, held.sequence))  # times out
+        await held.stop()
+        return results
+
+    found, other_offset, no_entries, recheck, timed_out = asyncio.run(scenario())
+    assert found[0] is True and found[1] is not None and found[1].next_offset == 7
+    assert other_offset == (True, None)
+    assert no_entries == (True, None)
+    assert recheck == (True, None)
+    assert timed_out == (False, None)
