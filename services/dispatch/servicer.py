@@ -131,6 +131,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         # leaves its thread running).
         self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tide-dispatch-read")
         self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
+        # Queues where a records reader found nothing new, at that offset (one per queue
+        # at most): the arrival notices that start there carry their entries.
+        self._caught_up: dict[tuple[str, int], int] = {}
 
     def drain(self) -> None:
         """End every WatchArrivals and GetQueueEntriesStream stream (the server is
@@ -197,12 +200,24 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         codes = frozenset(request.tag_codes)
         if request.spans:  # the hot path of every pull: bare tuples, no Entry objects
             self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
+            if request.records and not codes:
+                self._note_caught_up(request.topic, request.queue_id, offset, max_offset)
         elif offset < max_offset:
             scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
             # Not past the max offset reported (the queue may grow meanwhile).
             looked_at = queue.get(offset, min(scan, max_offset - offset))
             response.next_offset = _add_entries(response, looked_at, max_count, codes, max_bytes)
         return response
+
+    def _note_caught_up(self, topic: str, queue_id: int, offset: int, max_offset: int) -> None:
+        """Remember that a records reader of the queue found nothing new at ``offset`` (a
+        gateway will hold its pull there, until the next arrival's notice); forget it
+        once one finds entries (it is reading behind: notices carry none for it)."""
+        key = (topic, queue_id)
+        if offset == max_offset:
+            self._caught_up[key] = offset
+        elif key in self._caught_up:
+            del self._caught_up[key]
 
     def _add_spans(
         self,
@@ -334,7 +349,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                 if entries_max_count:
                     since = announced.get(key)
                     announced[key] = max_offset
-                    if since is not None and since < max_offset:
+                    if since is not None and self._caught_up.get(key) == since < max_offset:
                         self._add_notice_entries(
                             notice, since, entries_max_count, entries_max_bytes
                         )
@@ -345,7 +360,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
     ) -> None:
         """The queue's entries from ``since`` with their records, as GetQueueEntries with
         spans and records answers them, when the tail cache holds every record (the
-        watcher answers a pull held at ``since`` with them, without asking)."""
+        watcher answers a pull held at ``since`` with them, without asking). Only for a
+        queue whose last records reader found nothing new at ``since``: one that reads
+        behind would not use them."""
         queue = self._running().store.consume_queues.find(notice.topic, notice.queue_id)
         if queue is None:
             return

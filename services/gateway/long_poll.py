@@ -17,9 +17,10 @@ for entries; a notice recorded after that sequence number wakes it at once.
 
 The watch asks for the arrived entries too (``WatchArrivalsRequest.entries_max_count``):
 a notice then carries the queue's new entries with their records, from the offset the
-previous notice announced, when the dispatch's tail cache held them. A pull held at that
-offset (a consumer that keeps up) is woken with them and answers without asking the
-dispatch again (pull.py): one internal call less per arrival.
+previous notice announced, when a pull found nothing new there (the dispatch remembers
+the last empty answer per queue) and the dispatch's tail cache held them. The pull held
+at that offset (a consumer that keeps up) is woken with them and answers without
+asking the dispatch again (pull.py): one internal call less per arrival.
 """
 
 from __future__ import annotations

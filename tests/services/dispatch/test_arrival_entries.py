@@ -1,6 +1,7 @@
 """WatchArrivals with ``entries_max_count``: a notice carries the queue's entries from the
-max offset the watch announced before (GetQueueEntries' answer with spans and records),
-against real storage and dispatch processes."""
+max offset the watch announced before (GetQueueEntries' answer with spans and records)
+when a records reader found nothing new there, against real storage and dispatch
+processes."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ def notices_until(
     pytest.fail(f"the watch ended before queue {queue_id} reached {max_offset}: {seen}")
 
 
+def wait_at(pair: Pair, topic: str, offset: int, queue_id: int = 0) -> None:
+    """Read the queue's records at its end, as a gateway does before it holds a pull."""
+    answer = pair.dispatch.stub.GetQueueEntries(
+        spans_request(topic, queue_id, offset=offset), timeout=RPC_TIMEOUT_S
+    )
+    assert (answer.max_offset, list(answer.spans)) == (offset, [])
+
+
 def check_entries(pair: Pair, notice: pb.ArrivalNotice, since: int) -> None:
     """The notice carries GetQueueEntries' answer from ``since``: the same spans, and
     the records the storage holds for them."""
@@ -64,18 +73,56 @@ def test_notices_carry_the_entries_since_the_previous_one(
         assert not current.HasField("entries") and current.entries_offset == 0
         since = 1
         for round_ in range(3):
+            wait_at(pair, topic_name, since)
             bodies = [f"r{round_}-{i}".encode() * (i + 1) for i in range(round_ + 2)]
             pair.storage.append([message(topic_name, 0, body) for body in bodies])
-            for notice in notices_until(notices, 0, since + len(bodies)):
-                check_entries(pair, notice, since)
-                since = notice.max_offset
+            (notice,) = notices_until(notices, 0, since + len(bodies))
+            check_entries(pair, notice, since)
+            since = notice.max_offset
         # A queue the watch never announced: its first notice has no entries.
         pair.storage.append([message(topic_name, 1, b"new queue")])
         (first,) = notices_until(notices, 1, 1)
         assert not first.HasField("entries")
+        wait_at(pair, topic_name, 1, queue_id=1)
         pair.storage.append([message(topic_name, 1, b"second")])
         (second,) = notices_until(notices, 1, 2)
         check_entries(pair, second, 1)
+    finally:
+        cancel(call)
+
+
+def test_notices_carry_entries_only_where_a_reader_waits(
+    shared_pair: Pair, topic_name: str
+) -> None:
+    """No reader found the queue empty, one reads behind, one waits at another offset, a
+    tag-filtered reader waits: no entries. A reader waiting at the announced offset: them."""
+    pair = shared_pair
+    pair.storage.append([message(topic_name, 0, b"x")])
+    pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
+    call = watch(pair.dispatch, topic_name, entries_max_count=1024)
+    notices = iter(call)
+    stub = pair.dispatch.stub
+    try:
+        assert next(notices).max_offset == 1
+        pair.storage.append([message(topic_name, 0, b"nobody waits")])
+        (alone,) = notices_until(notices, 0, 2)
+        assert not alone.HasField("entries")
+        wait_at(pair, topic_name, 2)
+        # ...then a reader reads behind (offset 0 has entries): it is not waiting.
+        behind = stub.GetQueueEntries(spans_request(topic_name), timeout=RPC_TIMEOUT_S)
+        assert behind.spans
+        pair.storage.append([message(topic_name, 0, b"read behind")])
+        (after_behind,) = notices_until(notices, 0, 3)
+        assert not after_behind.HasField("entries")
+        tagged = spans_request(topic_name, offset=3, tag_codes=[7])
+        assert not stub.GetQueueEntries(tagged, timeout=RPC_TIMEOUT_S).spans
+        pair.storage.append([message(topic_name, 0, b"tag filter")])
+        (after_tagged,) = notices_until(notices, 0, 4)
+        assert not after_tagged.HasField("entries")
+        wait_at(pair, topic_name, 4)
+        pair.storage.append([message(topic_name, 0, b"waited for")])
+        (waited,) = notices_until(notices, 0, 5)
+        check_entries(pair, waited, 4)
     finally:
         cancel(call)
 
@@ -84,6 +131,7 @@ def test_notice_entries_keep_the_limits(shared_pair: Pair, topic_name: str) -> N
     pair = shared_pair
     pair.storage.append([message(topic_name, 0, b"x")])
     pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
+    wait_at(pair, topic_name, 1)
     calls = [
         watch(pair.dispatch, topic_name, entries_max_count=2),
         watch(pair.dispatch, topic_name, entries_max_count=1024, entries_max_bytes=1),
