@@ -105,11 +105,17 @@ class Producer:
                 f"{count} messages in one Produce; the limit is {limit} "
                 "(--max-produce-messages): split the batch",
             )
-        check = check_produce_messages(messages, self._config.max_message_body_bytes)
+        check = check_produce_messages(
+            messages, self._config.max_message_body_bytes, request.ByteSize()
+        )
         views = await self._views(check.topics)
         born_host = self._born_hosts.packed(peer)
         now_ms = time.time_ns() // 1_000_000
-        unique_keys = self._fill_unique_keys(messages)
+        unique_keys = (
+            self._unique_keys.next_many(count)  # none has one of its own
+            if check.bodies_only
+            else self._fill_unique_keys(messages)
+        )
         if not check.routed and len(views) == 1:
             (view,) = views.values()
             plain = PlainBatch(messages, unique_keys, view, bodies_only=check.bodies_only)

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import grpc
 
+from services.gateway.bodies_only import only_topic_and_bodies
 from tide.format import KEYS, TAGS, UNIQ_KEY, property_error
 from tide.naming import consumer_group_error, topic_error
 from tide.server import ServiceError
@@ -67,16 +68,22 @@ class ProduceCheck(NamedTuple):
 
 
 def check_produce_messages(
-    messages: Sequence[pb.ProduceMessage], max_body_bytes: int
+    messages: Sequence[pb.ProduceMessage], max_body_bytes: int, request_bytes: int | None = None
 ) -> ProduceCheck:
     """:func:`check_produce_message` for each message, with the same first error, but
     cheap for the common message (a valid topic, a body, none of the optional fields):
-    each topic is checked once, and only a message with more is checked field by field."""
+    each topic is checked once, and only a message with more is checked field by field.
+    With ``request_bytes`` (the encoded size of the request of just ``messages``), a
+    request of one topic whose messages are all bare is told by its size (bodies_only.py)."""
     topics = {message.topic for message in messages}
     if any(topic_error(topic) for topic in topics):
         for index, message in enumerate(messages):  # names the first bad message
             check_produce_message(index, message, max_body_bytes)
         raise AssertionError("a topic failed its check but no message did")
+    if request_bytes is not None and len(topics) == 1:
+        (topic,) = topics
+        if only_topic_and_bodies(messages, topic, request_bytes, max_body_bytes):
+            return ProduceCheck(topics, routed=False, bodies_only=True)
     routed = False
     bodies_only = True
     for index, message in enumerate(messages):

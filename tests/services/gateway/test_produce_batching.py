@@ -85,6 +85,13 @@ def test_batch_check_gives_the_first_error_of_the_one_by_one_check(
     expected = _first_error(lambda: _one_by_one(messages))
     assert expected is not None
     assert _first_error(lambda: check_produce_messages(messages, 1_000)) == expected
+    sized = size_of(messages)
+    assert _first_error(lambda: check_produce_messages(messages, 1_000, sized)) == expected
+
+
+def size_of(messages: list[pb.ProduceMessage]) -> int:
+    """The encoded size of the request of ``messages`` (the produce path passes it)."""
+    return pb.ProduceRequest(messages=messages).ByteSize()
 
 
 def test_batch_check_passes_valid_messages() -> None:
@@ -94,11 +101,14 @@ def test_batch_check_passes_valid_messages() -> None:
         pb.ProduceMessage(topic="T1", body=b"z", queue=pb.QueueRef(broker_name="b", queue_id=1)),
     ]
     assert check_produce_messages(messages, 1_000) == ({"T1", "T2"}, True, False)
+    sized = size_of(messages)
+    assert check_produce_messages(messages, 1_000, sized) == ({"T1", "T2"}, True, False)
 
 
 def test_batch_check_says_when_no_message_is_routed() -> None:
     messages = [pb.ProduceMessage(topic="T1", body=b"x", tags="A") for _ in range(3)]
     assert check_produce_messages(messages, 1_000) == ({"T1"}, False, False)
+    assert check_produce_messages(messages, 1_000, size_of(messages)) == ({"T1"}, False, False)
 
 
 @pytest.mark.parametrize(
@@ -111,6 +121,8 @@ def test_batch_check_says_when_messages_are_bodies_only(
     messages = [pb.ProduceMessage(topic="T", body=b"x")] * 2
     messages.append(pb.ProduceMessage(topic="T", body=b"y", **extra))  # type: ignore[arg-type]
     assert check_produce_messages(messages, 1_000).bodies_only is bodies_only
+    sized = check_produce_messages(messages, 1_000, size_of(messages))
+    assert sized == ({"T"}, False, bodies_only)
 
 
 # -- the coalescing Append queue -----------------------------------------------------
