@@ -43,6 +43,9 @@ READER_THREADS = 4
 STATUS_STORAGE_TIMEOUT_S = 1.0
 _I64_MAX = 2**63 - 1
 _NO_CODES: frozenset[int] = frozenset()
+# Queues whose waiting reader is remembered (deleted topics' queues stay until then);
+# forgotten all at once past it (their next notices carry no entries, once).
+MAX_CAUGHT_UP_QUEUES = 100_000
 _T = TypeVar("_T")
 
 
@@ -215,6 +218,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         once one finds entries (it is reading behind: notices carry none for it)."""
         key = (topic, queue_id)
         if offset == max_offset:
+            if key not in self._caught_up and len(self._caught_up) >= MAX_CAUGHT_UP_QUEUES:
+                self._caught_up.clear()
             self._caught_up[key] = offset
         elif key in self._caught_up:
             del self._caught_up[key]

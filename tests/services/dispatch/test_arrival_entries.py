@@ -6,11 +6,14 @@ processes."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 
+from services.dispatch import servicer as servicer_module
+from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.servicer import DispatchServicer, Running
 from tests.services.dispatch.conftest import RPC_TIMEOUT_S, DispatchProcess, Pair
 from tests.services.dispatch.test_tail_cache import spans_request, storage_records
 from tests.services.storage.conftest import cancel, expect_error, message
@@ -172,3 +175,22 @@ def test_notice_entries_keep_the_limits(shared_pair: Pair, topic_name: str) -> N
 )
 def test_bad_entry_limits_are_invalid(shared_pair: Pair, fields: dict[str, int], text: str) -> None:
     expect_error(INVALID, lambda: next(iter(watch(shared_pair.dispatch, "T", **fields))), text)
+
+
+def test_waiting_readers_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_CAUGHT_UP_QUEUES queues (deleted topics' stay) they are forgotten at once;
+    a queue read behind is forgotten on its own."""
+    monkeypatch.setattr(servicer_module, "MAX_CAUGHT_UP_QUEUES", 3)
+    servicer = DispatchServicer(lambda: cast(Running, None), ArrivalHub())
+    try:
+        for queue_id in range(3):
+            servicer._note_caught_up("T", queue_id, 5, 5)
+        servicer._note_caught_up("T", 2, 6, 6)  # known queue: no clearing
+        assert servicer._caught_up == {("T", 0): 5, ("T", 1): 5, ("T", 2): 6}
+        servicer._note_caught_up("T", 1, 3, 6)  # read behind
+        assert ("T", 1) not in servicer._caught_up
+        servicer._note_caught_up("T", 1, 6, 6)
+        servicer._note_caught_up("T", 9, 1, 1)  # a fourth: the others go
+        assert servicer._caught_up == {("T", 9): 1}
+    finally:
+        servicer._readers.shutdown(wait=True)
