@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from tide.v1 import gateway_pb2 as pb
 
 _KEY_BYTES = 1  # field numbers 1 (topic, messages) and 2 (body)
+# ProduceRequest.compact_results set: its key and a one-byte varint.
+_COMPACT_FLAG_BYTES = 2
 
 
 def varint_bytes(value: int) -> int:
@@ -51,3 +53,8 @@ def only_topic_and_bodies(
     # Each message's size is at least its topic and body fields; the request's size grows
     # with every message's, so equal totals mean every message is exactly those two.
     return expected == request_bytes
+
+
+def messages_bytes(request: pb.ProduceRequest) -> int:
+    """The encoded size of the request's messages (less its compact_results flag)."""
+    return request.ByteSize() - (_COMPACT_FLAG_BYTES if request.compact_results else 0)

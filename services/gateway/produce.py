@@ -28,11 +28,18 @@ from dataclasses import dataclass, field
 import grpc
 
 from services.gateway.append_queue import Outcome
+from services.gateway.bodies_only import messages_bytes
 from services.gateway.brokers import UNREACHABLE, BrokerChannels, broker_error
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.options import GatewayConfig
 from services.gateway.produce_plain import PlainBatch, PlainGroup
-from services.gateway.produce_results import Written, produce_response, written_rows
+from services.gateway.produce_results import (
+    Written,
+    appended_response,
+    produce_response,
+    runs_response,
+    written_rows,
+)
 from services.gateway.produce_routes import explicit_queue, no_writable_queue
 from services.gateway.records import BornHosts, add_message
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
@@ -106,8 +113,9 @@ class Producer:
                 "(--max-produce-messages): split the batch",
             )
         check = check_produce_messages(
-            messages, self._config.max_message_body_bytes, request.ByteSize()
+            messages, self._config.max_message_body_bytes, messages_bytes(request)
         )
+        respond = runs_response if request.compact_results else produce_response
         views = await self._views(check.topics)
         born_host = self._born_hosts.packed(peer)
         now_ms = time.time_ns() // 1_000_000
@@ -118,8 +126,16 @@ class Producer:
         )
         if not check.routed and len(views) == 1:
             (view,) = views.values()
-            plain = PlainBatch(messages, unique_keys, view, bodies_only=check.bodies_only)
+            plain = PlainBatch(
+                messages,
+                unique_keys,
+                view,
+                bodies_only=check.bodies_only,
+                compact=request.compact_results,
+            )
             await self._send_plain(plain, born_host, now_ms)
+            if plain.appended is not None:  # compact, and written by one append
+                return appended_response(unique_keys, plain.appended)
             if plain.unsent and self._config.produce_retries:
                 pending = [
                     _Pending(
@@ -138,10 +154,10 @@ class Producer:
                 for item in pending:
                     plain.rows[item.index] = item.written if item.error is None else None
                     plain.errors[item.index] = item.error
-            return produce_response(unique_keys, plain.rows, plain.errors)
+            return respond(unique_keys, plain.rows, plain.errors)
         pending = await self._pending(messages, unique_keys, views)
         await self._send(pending, born_host, now_ms, self._config.produce_retries + 1)
-        return produce_response(
+        return respond(
             unique_keys,
             [item.written if item.error is None else None for item in pending],
             [item.error for item in pending],
@@ -227,6 +243,9 @@ class Producer:
             return
         self.written_bytes += len(data)
         name = group.member.broker_name
+        if plain.compact:  # the response's run is sliced from the Append's answer
+            plain.appended = (name, group.queue_id, outcome.response, outcome.start)
+            return
         queue_ids = [group.queue_id] * count
         plain.rows[:] = written_rows(name, queue_ids, outcome.response, outcome.start)
 

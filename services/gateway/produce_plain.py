@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.gateway.produce_results import Written
+from services.gateway.produce_results import Appended, Written
 from services.gateway.records import add_message
 from services.gateway.routes import Member, TopicView
 from tide.format import UNIQ_KEY, RunWriter
@@ -36,10 +36,15 @@ class PlainBatch:
         view: TopicView,
         *,
         bodies_only: bool,
+        compact: bool = False,
     ) -> None:
-        """``bodies_only``: no message has more than a topic and a body (validate.py)."""
+        """``bodies_only``: no message has more than a topic and a body (validate.py);
+        ``compact``: the request asked for compact results, so a batch written by one
+        append keeps that append's answer (:attr:`appended`) instead of rows."""
         self.messages = messages
         self.bodies_only = bodies_only
+        self.compact = compact
+        self.appended: Appended | None = None
         self.unique_keys = unique_keys
         self.view = view
         count = len(messages)

@@ -1,4 +1,5 @@
-"""A produce's outcome per message, and the response built from them."""
+"""A produce's outcome per message, and the response built from them: a ProduceResult
+per message, or with ``compact_results`` a ProduceRun per run of messages."""
 
 from __future__ import annotations
 
@@ -70,4 +71,80 @@ def produce_response(
                 unique_key=unique_key,
                 error=f"{error.code.name}: {error.message}",
             )
+    return response
+
+
+# A batch written by one append: (broker name, queue id, the Append's response, where
+# its records start in that response).
+Appended = tuple[str, int, storage_pb.AppendResponse, int]
+_OFFSET_HEX_DIGITS = 16  # a msg id ends with the physical offset in these
+
+
+def appended_response(unique_keys: Sequence[str], appended: Appended) -> pb.ProduceResponse:
+    """The compact response of a request whose messages all went to one queue in one
+    append: a single run, its columns sliced from the Append's response."""
+    broker_name, queue_id, response, start = appended
+    count = len(unique_keys)
+    end = start + count
+    queue_offsets = response.queue_offsets
+    first_queue_offset = queue_offsets[start]
+    assert queue_offsets[end - 1] == first_queue_offset + count - 1, "one queue, in order"
+    return pb.ProduceResponse(
+        runs=[
+            pb.ProduceRun(
+                first_index=0,
+                count=count,
+                status=STATUS[response.status],
+                broker_name=broker_name,
+                queue_id=queue_id,
+                first_queue_offset=first_queue_offset,
+                msg_id_prefix=response.msg_id_prefix,
+                physical_offsets=response.physical_offsets[start:end],
+                unique_keys=unique_keys,
+                store_timestamp_ms=response.store_timestamp_ms,
+            )
+        ]
+    )
+
+
+def runs_response(
+    unique_keys: Sequence[str],
+    rows: Sequence[Written | None],
+    errors: Sequence[ServiceError | None],
+) -> pb.ProduceResponse:
+    """:func:`produce_response`'s facts as runs: consecutive messages written to one queue
+    with one status, store time and msg id prefix at consecutive queue offsets, or not
+    written with one error, share a run."""
+    if all(row is None for row in rows):
+        raise next(error for error in errors if error is not None)
+    response = pb.ProduceResponse()
+    run: pb.ProduceRun | None = None
+    shape: tuple[object, ...] = ()
+    for index, (unique_key, row, error) in enumerate(zip(unique_keys, rows, errors, strict=True)):
+        if row is not None:
+            broker_name, queue_id, status, msg_id, queue_offset, stored_ms = row
+            prefix, physical = msg_id[:-_OFFSET_HEX_DIGITS], msg_id[-_OFFSET_HEX_DIGITS:]
+            key: tuple[object, ...] = (broker_name, queue_id, status, prefix, stored_ms)
+            if run is None or key != shape or queue_offset != run.first_queue_offset + run.count:
+                run = response.runs.add(
+                    first_index=index,
+                    status=status,
+                    broker_name=broker_name,
+                    queue_id=queue_id,
+                    first_queue_offset=queue_offset,
+                    msg_id_prefix=prefix,
+                    store_timestamp_ms=stored_ms,
+                )
+                shape = key
+            run.physical_offsets.append(int(physical, 16))
+        else:
+            assert error is not None
+            text = f"{error.code.name}: {error.message}"
+            if run is None or shape != (text,):
+                run = response.runs.add(
+                    first_index=index, status=pb.ProduceResult.SEND_FAILED, error=text
+                )
+                shape = (text,)
+        run.unique_keys.append(unique_key)
+        run.count += 1
     return response

@@ -20,6 +20,7 @@ from tide.client import (
 )
 from tide.client._convert import (
     from_produce_result,
+    from_produce_runs,
     from_pull_response,
     to_produce_message,
 )
@@ -80,6 +81,41 @@ def test_produce_result() -> None:
     )
     assert not failed.written
     assert failed.error == "x"
+
+
+def test_produce_runs_expand_to_the_same_results() -> None:
+    """A compact answer's runs give what a result per message would."""
+    Run, Result = gateway_pb2.ProduceRun, gateway_pb2.ProduceResult
+    runs = [
+        Run(first_index=0, count=2, broker_name="b", queue_id=1, first_queue_offset=7,
+            msg_id_prefix="P", physical_offsets=[16, 255], unique_keys=["u0", "u1"],
+            store_timestamp_ms=3),
+        Run(first_index=2, count=1, status=Result.SEND_FAILED, unique_keys=["u2"], error="e"),
+        Run(first_index=3, count=1, status=Result.FLUSH_SLAVE_TIMEOUT, broker_name="c",
+            queue_id=0, first_queue_offset=1, msg_id_prefix="Q", physical_offsets=[1],
+            unique_keys=["u3"]),
+    ]  # fmt: skip
+    expected = [
+        Result(msg_id=f"P{16:016X}", unique_key="u0", broker_name="b", queue_id=1,
+               queue_offset=7, store_timestamp_ms=3),
+        Result(msg_id=f"P{255:016X}", unique_key="u1", broker_name="b", queue_id=1,
+               queue_offset=8, store_timestamp_ms=3),
+        Result(status=Result.SEND_FAILED, unique_key="u2", error="e"),
+        Result(status=Result.FLUSH_SLAVE_TIMEOUT, msg_id=f"Q{1:016X}", unique_key="u3",
+               broker_name="c", queue_id=0, queue_offset=1),
+    ]  # fmt: skip
+    topics = ["T", "T", "U", "T"]
+    assert from_produce_runs(topics, runs) == [
+        from_produce_result(topic, result) for topic, result in zip(topics, expected, strict=True)
+    ]
+    with pytest.raises(TideError, match="cover 3 of 4"):
+        from_produce_runs(topics, runs[:2])
+    with pytest.raises(TideError, match="in order"):
+        from_produce_runs(topics, [runs[1]])
+    with pytest.raises(TideError, match="more than 3"):
+        from_produce_runs(topics[:3], runs)
+    with pytest.raises(TideError, match="lacks physical offsets"):
+        from_produce_runs(["T"], [Run(count=1, unique_keys=["u"])])
 
 
 def test_pull_response() -> None:

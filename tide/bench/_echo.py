@@ -35,27 +35,49 @@ class _Echo:
         self.queue_offsets = [0] * QUEUES
         self.unique_prefix = os.urandom(8).hex().upper()
         self.counter = 0
+        self.calls = 0
 
     async def produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ProduceResponse:
-        response = pb.ProduceResponse()
-        add = response.results.add
+        """Results as Tide's gateway would shape them: a result per message, or with
+        compact_results one run (a batch goes to one queue, the next call the next)."""
         now_ms = time.time_ns() // 1_000_000
-        offsets = self.queue_offsets
-        for index, message in enumerate(request.messages):
-            queue_id = (self.counter + index) % QUEUES
-            add(
-                msg_id=make_msg_id(PREFIX, self.offset),
-                unique_key=f"{self.unique_prefix}{self.counter + index:016X}",
+        queue_id = self.calls % QUEUES
+        self.calls += 1
+        first_offset = self.queue_offsets[queue_id]
+        physical: list[int] = []
+        keys: list[str] = []
+        for message in request.messages:
+            physical.append(self.offset)
+            keys.append(f"{self.unique_prefix}{self.counter:016X}")
+            self.offset += RECORD_OVERHEAD_BYTES + len(message.body)
+            self.counter += 1
+        count = len(keys)
+        self.queue_offsets[queue_id] += count
+        if request.compact_results:
+            run = pb.ProduceRun(
+                count=count,
                 broker_name=BROKER,
                 queue_id=queue_id,
-                queue_offset=offsets[queue_id],
+                first_queue_offset=first_offset,
+                msg_id_prefix=PREFIX,
+                physical_offsets=physical,
+                unique_keys=keys,
                 store_timestamp_ms=now_ms,
             )
-            offsets[queue_id] += 1
-            self.offset += RECORD_OVERHEAD_BYTES + len(message.body)
-        self.counter += len(request.messages)
+            return pb.ProduceResponse(runs=[run])
+        response = pb.ProduceResponse()
+        add = response.results.add
+        for index, (offset, key) in enumerate(zip(physical, keys, strict=True)):
+            add(
+                msg_id=make_msg_id(PREFIX, offset),
+                unique_key=key,
+                broker_name=BROKER,
+                queue_id=queue_id,
+                queue_offset=first_offset + index,
+                store_timestamp_ms=now_ms,
+            )
         return response
 
     async def produce_stream(

@@ -73,9 +73,12 @@ def body_stamps(records: bytes, count: int, length: int = STAMP_BYTES) -> list[b
 
 
 def request_template(topic: str, message_size: int, batch_size: int) -> bytes:
-    """A serialized ProduceRequest whose bodies start with :data:`PLACEHOLDER`."""
+    """A serialized ProduceRequest whose bodies start with :data:`PLACEHOLDER`; it asks
+    for compact results (a run per queue, as tide.client does)."""
     body = PLACEHOLDER + b"x" * (message_size - STAMP_BYTES)
-    request = pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic, body=body)] * batch_size)
+    request = pb.ProduceRequest(
+        messages=[pb.ProduceMessage(topic=topic, body=body)] * batch_size, compact_results=True
+    )
     data = request.SerializeToString()
     if data.count(PLACEHOLDER) != batch_size:
         raise AssertionError("the placeholder is not unique in the request")
@@ -226,11 +229,12 @@ async def produce_unary(
 def _count_results(state: LoadState, reply: pb.ProduceResponse) -> None:
     counters = state.counters
     counters.publish_calls += 1
-    failed = sum(1 for result in reply.results if result.status)  # SEND_OK is 0
+    runs = reply.runs  # compact results: one run per queue (or per failure)
+    failed = sum(run.count for run in runs if run.status)  # SEND_OK is 0
     if failed:
         counters.send_failed += failed
-        counters.last_error = next(r.error for r in reply.results if r.status)
-    counters.published += len(reply.results) - failed
+        counters.last_error = next(run.error for run in runs if run.status)
+    counters.published += sum(run.count for run in runs) - failed
 
 
 async def produce_stream(

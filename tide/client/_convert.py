@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._records import decode_pull_records
 from tide.client._types import (
@@ -92,6 +94,45 @@ def from_produce_result(topic: str, result: gateway_pb2.ProduceResult) -> SendRe
         error=result.error
         or (f"unknown produce status {result.status}" if result.status not in _SEND_STATUS else ""),
     )
+
+
+def from_produce_runs(
+    topics: Sequence[str], runs: Sequence[gateway_pb2.ProduceRun]
+) -> list[SendResult]:
+    """Each message's result from a compact response's runs (``topics``: the request's
+    messages' topics). TideError when the runs do not cover the messages once, in order."""
+    results: list[SendResult] = []
+    for run in runs:
+        if run.first_index != len(results) or len(run.unique_keys) != run.count:
+            raise TideError(
+                f"the gateway's runs do not cover the {len(topics)} messages in order: a "
+                f"run of {run.count} at {run.first_index} after {len(results)} results"
+            )
+        status = _SEND_STATUS.get(run.status, SendStatus.SEND_FAILED)
+        error = run.error or (
+            f"unknown produce status {run.status}" if run.status not in _SEND_STATUS else ""
+        )
+        written = run.status != gateway_pb2.ProduceResult.SEND_FAILED
+        if written and len(run.physical_offsets) != run.count:
+            raise TideError(f"the gateway's run at {run.first_index} lacks physical offsets")
+        for i, unique_key in enumerate(run.unique_keys):
+            index = run.first_index + i
+            if index >= len(topics):
+                raise TideError(f"the gateway's runs cover more than {len(topics)} messages")
+            results.append(
+                SendResult(
+                    status=status,
+                    msg_id=f"{run.msg_id_prefix}{run.physical_offsets[i]:016X}" if written else "",
+                    unique_key=unique_key,
+                    queue=MessageQueue(topics[index], run.broker_name, run.queue_id),
+                    queue_offset=run.first_queue_offset + i if written else 0,
+                    store_timestamp_ms=run.store_timestamp_ms,
+                    error=error,
+                )
+            )
+    if len(results) != len(topics):
+        raise TideError(f"the gateway's runs cover {len(results)} of {len(topics)} messages")
+    return results
 
 
 def from_stored_message(broker_name: str, message: storage_pb2.StoredMessage) -> ReceivedMessage:

@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
-from tide.client._convert import from_produce_result, to_produce_message
+from tide.client._convert import from_produce_result, from_produce_runs, to_produce_message
 from tide.client._errors import InvalidArgument, ResourceExhausted, TideError
 from tide.client._produce_stream import ProduceStream
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
@@ -252,7 +252,9 @@ def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, s
         raise InvalidArgument(
             f"a batch of {len(messages)} messages; the limit is {MAX_BATCH_MESSAGES}"
         )
-    request = gateway_pb2.ProduceRequest(messages=[to_produce_message(m) for m in messages])
+    request = gateway_pb2.ProduceRequest(
+        messages=[to_produce_message(m) for m in messages], compact_results=True
+    )
     topics = sorted({m.topic for m in messages})
     return request, f"Produce to {', '.join(map(repr, topics))}"
 
@@ -260,14 +262,20 @@ def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, s
 def _results(
     messages: Sequence[Message], response: gateway_pb2.ProduceResponse, what: str
 ) -> list[SendResult]:
-    if len(response.results) != len(messages):
-        raise TideError(
-            f"{what}: the gateway answered {len(response.results)} results for "
-            f"{len(messages)} messages"
-        )
-    results = [
-        from_produce_result(m.topic, r) for m, r in zip(messages, response.results, strict=True)
-    ]
+    if response.runs:  # the compact answer the request asks for
+        try:
+            results = from_produce_runs([m.topic for m in messages], response.runs)
+        except TideError as exc:
+            raise TideError(f"{what}: {exc}") from exc
+    else:  # a gateway that predates compact results
+        if len(response.results) != len(messages):
+            raise TideError(
+                f"{what}: the gateway answered {len(response.results)} results for "
+                f"{len(messages)} messages"
+            )
+        results = [
+            from_produce_result(m.topic, r) for m, r in zip(messages, response.results, strict=True)
+        ]
     for result in results:
         if result.status is not SendStatus.SEND_OK:
             _log.warning("%s: a message %s: %s", what, result.status.value, result.error)

@@ -150,16 +150,23 @@ class ProduceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGES_FIELD_NUMBER: _builtins.int
+    COMPACT_RESULTS_FIELD_NUMBER: _builtins.int
+    compact_results: _builtins.bool
+    """Answer with ProduceResponse.runs (a ProduceRun per run of messages that went to one
+    queue, or failed alike) instead of a ProduceResult per message: the same facts with
+    much less to build and to parse per message, for large batches.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceMessage]: ...
     def __init__(
         self,
         *,
         messages: _abc.Iterable[Global___ProduceMessage] | None = ...,
+        compact_results: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compact_results", b"compact_results", "messages", b"messages"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -240,20 +247,86 @@ class ProduceResult(_message.Message):
 Global___ProduceResult: _TypeAlias = ProduceResult  # noqa: Y015
 
 @_typing.final
+class ProduceRun(_message.Message):
+    """Messages [first_index, first_index + count) of a request with compact_results, in
+    order: written to one queue with one status, or (SEND_FAILED) not written, with one
+    error. Message first_index + i has queue offset first_queue_offset + i, unique key
+    unique_keys[i] and msg id msg_id_prefix followed by physical_offsets[i] as 16
+    upper-case hex digits (what ProduceResult.msg_id holds).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_INDEX_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    FIRST_QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    MSG_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _builtins.int
+    UNIQUE_KEYS_FIELD_NUMBER: _builtins.int
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    first_index: _builtins.int
+    count: _builtins.int
+    status: Global___ProduceResult.Status.ValueType
+    broker_name: _builtins.str
+    queue_id: _builtins.int
+    first_queue_offset: _builtins.int
+    msg_id_prefix: _builtins.str
+    store_timestamp_ms: _builtins.int
+    error: _builtins.str
+    @_builtins.property
+    def physical_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def unique_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        first_index: _builtins.int = ...,
+        count: _builtins.int = ...,
+        status: Global___ProduceResult.Status.ValueType = ...,
+        broker_name: _builtins.str = ...,
+        queue_id: _builtins.int = ...,
+        first_queue_offset: _builtins.int = ...,
+        msg_id_prefix: _builtins.str = ...,
+        physical_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        unique_keys: _abc.Iterable[_builtins.str] | None = ...,
+        store_timestamp_ms: _builtins.int = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "count", b"count", "error", b"error", "first_index", b"first_index", "first_queue_offset", b"first_queue_offset", "msg_id_prefix", b"msg_id_prefix", "physical_offsets", b"physical_offsets", "queue_id", b"queue_id", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms", "unique_keys", b"unique_keys"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProduceRun: _TypeAlias = ProduceRun  # noqa: Y015
+
+@_typing.final
 class ProduceResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceResult]: ...
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceResult]:
+        """One per message (the request's order), unless the request asked for compact_results."""
+
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceRun]:
+        """With compact_results: the runs, covering every message once, in the request's order."""
+
     def __init__(
         self,
         *,
         results: _abc.Iterable[Global___ProduceResult] | None = ...,
+        runs: _abc.Iterable[Global___ProduceRun] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -7,7 +7,12 @@ import random
 
 import pytest
 
-from services.gateway.bodies_only import field_bytes, only_topic_and_bodies, varint_bytes
+from services.gateway.bodies_only import (
+    field_bytes,
+    messages_bytes,
+    only_topic_and_bodies,
+    varint_bytes,
+)
 from services.gateway.validate import check_produce_messages
 from tide.v1 import gateway_pb2 as pb
 
@@ -116,3 +121,12 @@ def test_the_check_agrees_with_the_field_by_field_one() -> None:
         by_fields = check_produce_messages(messages, MAX_BODY_BYTES)
         by_size = check_produce_messages(messages, MAX_BODY_BYTES, request_bytes)
         assert by_size == by_fields
+
+
+def test_the_compact_flag_is_not_counted_as_a_message_field() -> None:
+    messages = bare(4)
+    plain = pb.ProduceRequest(messages=messages)
+    compact = pb.ProduceRequest(messages=messages, compact_results=True)
+    assert compact.ByteSize() == plain.ByteSize() + 2
+    assert messages_bytes(compact) == messages_bytes(plain) == plain.ByteSize()
+    assert only_topic_and_bodies(messages, TOPIC, messages_bytes(compact), MAX_BODY_BYTES)
