@@ -11,8 +11,10 @@ from typing import Any
 from tide.bench import format_baseline, format_run, with_baseline, write_plot
 from tide.bench._load import (
     PLACEHOLDER,
+    LoadState,
     Pacer,
     Sample,
+    _count_results,
     request_template,
     sent_ns,
     stamp,
@@ -94,6 +96,33 @@ def test_request_template_is_stamped_per_call() -> None:
         assert len(message.body) == 64
         assert sent_ns(message.body) == now
     assert len(stamp(now)) == STAMP_BYTES
+
+
+def test_request_template_asks_for_compact_results() -> None:
+    request = pb.ProduceRequest.FromString(request_template("T", 64, 3))
+    assert request.compact_results and len(request.messages) == 3
+
+
+def test_answers_are_counted_from_runs_or_from_a_result_per_message() -> None:
+    """A run per queue (compact results) or, from a gateway that predates them, a
+    result per message: the same counts."""
+    failed = pb.ProduceResult.SEND_FAILED
+    compact = pb.ProduceResponse(
+        runs=[
+            pb.ProduceRun(count=3),
+            pb.ProduceRun(first_index=3, count=2, status=failed, error="UNAVAILABLE: x"),
+        ]
+    )
+    per_message = pb.ProduceResponse(
+        results=[pb.ProduceResult()] * 3
+        + [pb.ProduceResult(status=failed, error="UNAVAILABLE: x")] * 2
+    )
+    for reply in (compact, per_message):
+        state = LoadState()
+        _count_results(state, reply)
+        counters = state.counters
+        assert (counters.publish_calls, counters.published, counters.send_failed) == (1, 3, 2)
+        assert counters.last_error == "UNAVAILABLE: x"
 
 
 def test_pacer_spaces_the_calls() -> None:

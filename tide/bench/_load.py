@@ -230,11 +230,18 @@ def _count_results(state: LoadState, reply: pb.ProduceResponse) -> None:
     counters = state.counters
     counters.publish_calls += 1
     runs = reply.runs  # compact results: one run per queue (or per failure)
-    failed = sum(run.count for run in runs if run.status)  # SEND_OK is 0
+    if runs:
+        failed = sum(run.count for run in runs if run.status)  # SEND_OK is 0
+        answered = sum(run.count for run in runs)
+        errors = (run.error for run in runs if run.status)
+    else:  # a gateway that answers a result per message (it predates compact results)
+        failed = sum(1 for result in reply.results if result.status)
+        answered = len(reply.results)
+        errors = (result.error for result in reply.results if result.status)
     if failed:
         counters.send_failed += failed
-        counters.last_error = next(run.error for run in runs if run.status)
-    counters.published += sum(run.count for run in runs) - failed
+        counters.last_error = next(errors)
+    counters.published += answered - failed
 
 
 async def produce_stream(
