@@ -265,15 +265,7 @@ class Puller:
             storage_pb.ReadRequest.Position(physical_offset=entry.physical_offset, size=entry.size)
             for entry in entries.entries
         ]
-        try:
-            async with self._channels.limit(member.storage):
-                read = await self._channels.read(
-                    member.storage,
-                    storage_pb.ReadRequest(positions=positions),
-                    self._config.broker_timeout_s,
-                )
-        except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, _where("Read", member, target, storage=True)) from exc
+        read = await self._read(member, target, storage_pb.ReadRequest(positions=positions))
         response = _answer(
             Status.FOUND, entries.next_offset, entries.min_offset, entries.max_offset
         )
@@ -355,19 +347,24 @@ class Puller:
             records=spans,
         )
 
+    async def _read(
+        self, member: Member, target: QueueTarget, request: storage_pb.ReadRequest
+    ) -> storage_pb.ReadResponse:
+        """Storage/Read on the member's storage (within its calls limit); a failed call
+        is the pull's error, naming the storage."""
+        try:
+            async with self._channels.limit(member.storage):
+                return await self._channels.read(
+                    member.storage, request, self._config.broker_timeout_s
+                )
+        except grpc.aio.AioRpcError as exc:
+            raise broker_error(exc, _where("Read", member, target, storage=True)) from exc
+
     async def _read_spans(
         self, member: Member, target: QueueTarget, spans: Sequence[storage_pb.RecordSpan]
     ) -> tuple[bytes, int]:
         """The spans' records from the member's storage (those it still has)."""
-        try:
-            async with self._channels.limit(member.storage):
-                read = await self._channels.read(
-                    member.storage,
-                    storage_pb.ReadRequest(spans=spans),
-                    self._config.broker_timeout_s,
-                )
-        except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, _where("Read", member, target, storage=True)) from exc
+        read = await self._read(member, target, storage_pb.ReadRequest(spans=spans))
         try:
             return found_records(spans, read)
         except SpanReadMismatch as exc:

@@ -24,11 +24,10 @@ from tests.services.storage.conftest import (
     StorageProcess,
     expect_error,
     message,
-    rpc_error,
     segment_files,
 )
 from tests.services.storage.engine import _recovery_helpers as engine
-from tests.services.storage.test_read_stream import exchange
+from tests.services.storage.test_read_stream import check_as_unary, exchange
 from tide.format import (
     BLANK_MAGIC,
     FIXED_BYTES_V4,
@@ -345,16 +344,7 @@ def test_spans_over_read_stream_answer_as_read(
     bad = [both, spans_request(head, (0, 0, 1)), spans_request((0, 70 << 20, 1))]
     requests = [good[0], bad[0], bad[1], good[1], bad[2]]
     answers = asyncio.run(exchange(shared_storage, requests))
-    for request, answer in zip(requests, answers, strict=True):
-        if request in good:
-            assert not answer.error_code
-            assert answer.response == shared_storage.stub.Read(request, timeout=RPC_TIMEOUT_S)
-            continue
-        unary = rpc_error(partial(shared_storage.stub.Read, request, timeout=RPC_TIMEOUT_S))
-        assert answer.error_code == unary.code().value[0]
-        assert answer.error_message == unary.details()
-        assert answer.error_message
-        assert not answer.HasField("response")
+    check_as_unary(shared_storage, requests, answers, good)
     assert list(answers[0].response.span_statuses) == [pb.FOUND]
     assert list(answers[3].response.span_statuses) == [
         pb.FOUND,

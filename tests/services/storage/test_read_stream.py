@@ -49,6 +49,26 @@ async def exchange(
         return answers
 
 
+def check_as_unary(
+    storage: StorageProcess,
+    requests: list[pb.ReadRequest],
+    answers: list[pb.ReadStreamResponse],
+    good: list[pb.ReadRequest],
+) -> None:
+    """Each stream answer is what the unary Read answers: the same response for a
+    request in ``good``, else in-band the code and message the unary call fails with."""
+    for request, answer in zip(requests, answers, strict=True):
+        if request in good:
+            assert not answer.error_code
+            assert answer.response == storage.stub.Read(request, timeout=RPC_TIMEOUT_S)
+            continue
+        unary = rpc_error(partial(storage.stub.Read, request, timeout=RPC_TIMEOUT_S))
+        assert answer.error_code == unary.code().value[0]
+        assert answer.error_message == unary.details()
+        assert answer.error_message
+        assert not answer.HasField("response")
+
+
 def test_answers_equal_read_and_errors_are_in_band(
     shared_storage: StorageProcess, topic_name: str
 ) -> None:
@@ -67,16 +87,7 @@ def test_answers_equal_read_and_errors_are_in_band(
     ]
     requests = [good[0], bad[0], good[1], bad[1], bad[2], good[2]]
     answers = asyncio.run(exchange(shared_storage, requests))
-    for request, answer in zip(requests, answers, strict=True):
-        if request in good:
-            assert not answer.error_code
-            assert answer.response == shared_storage.stub.Read(request, timeout=RPC_TIMEOUT_S)
-            continue
-        unary = rpc_error(partial(shared_storage.stub.Read, request, timeout=RPC_TIMEOUT_S))
-        assert answer.error_code == unary.code().value[0]
-        assert answer.error_message == unary.details()
-        assert answer.error_message
-        assert not answer.HasField("response")
+    check_as_unary(shared_storage, requests, answers, good)
     assert [len(answers[i].response.results) for i in (0, 2, 5)] == [5, 2, 2]
 
 
