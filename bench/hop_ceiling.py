@@ -1,0 +1,528 @@
+"""The hop ceiling: what bare gRPC relays laid out as Tide's services carry on this machine.
+
+Tide's throughput target is stated as a ratio to a bare gRPC echo of ``Gateway/Produce``
+(``tide bench baseline``): one hop, no work. A message through Tide crosses more hops
+than that, each a gRPC stream message or call in Python on both of its ends. This
+benchmark measures what those hops alone carry, with no storage work at all, so a
+target can be checked against what the process layout itself allows:
+
+* ``echo``: the producers against ``tide.bench._echo`` (the ``tide bench`` baseline).
+* ``chain``: the producers against a relay ``gateway`` that forwards every request's bytes
+  over one long-lived ``Append`` stream to a ``storage`` (one append in flight, requests
+  arriving meanwhile joined into the next, as Tide's gateway coalesces), and answers
+  each request as the echo does once its append came back. The storage acks and pushes
+  what it appended on a ``Tail`` stream to a ``dispatch`` (pending appends joined into
+  one message), which pushes each chunk on a ``Watch`` stream to the gateway: Tide's
+  hops, each process doing nothing but move the bytes.
+* ``chain-consume``: the same with a consumer long-polling the gateway's ``Pull`` for the
+  chunks (up to ``--pull-batch`` messages rounded up to whole batches a call), as
+  Tide's consumers do while producers run.
+
+Nothing is parsed, checked, encoded, stored or indexed, and the consumer reads one stream
+of chunks instead of one queue at a time: every simplification favours the chain, so its
+rate is an upper bound for any implementation with these hops in Python gRPC here.
+
+``python -m bench.hop_ceiling`` runs the cases (one fresh set of processes each) and
+prints their rates, the ratio of each to the echo and the CPU each process used;
+``--json-out FILE`` writes the whole result. The producers and the consumer run in the
+main process (one asyncio loop), as ``tide bench``'s do by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tide.bench._echo import _Echo
+from tide.v1 import gateway_pb2 as pb
+
+CASES = ("echo", "chain", "chain-consume")
+RELAY = "tide.bench.HopCeiling"
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 128 << 20),
+    ("grpc.max_send_message_length", 128 << 20),
+]
+COUNT = struct.Struct(">I")  # batches in a Tail chunk or a Pull answer
+SEQUENCE = struct.Struct(">q")  # a Pull request: the last chunk the caller has
+MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
+MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
+READY_TIMEOUT_S = 30.0
+PULL_TIMEOUT_S = 2.0
+# (lowest, highest) of each client option: a run stays bounded in size and time.
+LIMITS: dict[str, tuple[float, float]] = {
+    "message_size": (1, 4 << 20),
+    "batch": (1, 1024),
+    "producers": (1, 16),
+    "inflight": (1, 64),
+    "pull_batch": (1, 1024),
+    "warmup_s": (0, 60),
+    "duration_s": (0.1, 600),
+    "rounds": (1, 10),
+}
+
+
+# -- the relays --------------------------------------------------------------------------
+
+
+class _Storage:
+    """``Append``: ack every message; ``Tail``: push what was appended to each follower."""
+
+    def __init__(self) -> None:
+        self.followers: list[asyncio.Queue[bytes]] = []
+
+    async def append(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        async for blob in requests:
+            for follower in self.followers:
+                follower.put_nowait(blob)
+            yield b"\x08\x01"
+
+    async def tail(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.followers.append(queue)
+        try:
+            while True:
+                yield _joined(await queue.get(), queue)
+        finally:
+            self.followers.remove(queue)
+
+
+def _joined(first: bytes, queue: asyncio.Queue[bytes]) -> bytes:
+    """``first`` and what else waits in ``queue`` as one chunk: its count of appended
+    blobs (an append's first 4 bytes count its batches), then the blobs."""
+    blobs = [first]
+    size = len(first)
+    while not queue.empty() and size < MAX_JOINED_BYTES:
+        blob = queue.get_nowait()
+        blobs.append(blob)
+        size += len(blob)
+    batches = sum(COUNT.unpack_from(blob)[0] for blob in blobs)
+    return COUNT.pack(batches) + b"".join(blob[COUNT.size :] for blob in blobs)
+
+
+class _Dispatch:
+    """Follows the storage's ``Tail``; ``Watch`` pushes each chunk to each watcher."""
+
+    def __init__(self, storage: str) -> None:
+        self.storage = storage
+        self.watchers: list[asyncio.Queue[bytes]] = []
+
+    async def follow(self) -> None:
+        async with grpc.aio.insecure_channel(self.storage, options=CHANNEL_OPTIONS) as channel:
+            tail = channel.unary_stream(f"/{RELAY}/Tail", None, None)
+            async for chunk in tail(b""):
+                for watcher in self.watchers:
+                    watcher.put_nowait(chunk)
+
+    async def watch(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.watchers.append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self.watchers.remove(queue)
+
+
+@dataclass
+class _Chunks:
+    """The chunks the dispatch pushed, numbered from 1, for long-polling pulls."""
+
+    first_sequence: int = 1
+    chunks: deque[tuple[int, bytes]] = field(default_factory=deque)  # (batches, bytes)
+    size_bytes: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, chunk: bytes) -> None:
+        self.chunks.append((COUNT.unpack_from(chunk)[0], chunk))
+        self.size_bytes += len(chunk)
+        while self.size_bytes > MAX_BUFFERED_CHUNK_BYTES:
+            self.size_bytes -= len(self.chunks.popleft()[1])
+            self.first_sequence += 1
+        self.arrived.set()
+        self.arrived = asyncio.Event()
+
+    def after(self, sequence: int, max_batches: int) -> tuple[int, int, list[bytes]]:
+        """(last sequence, batches, chunks) after ``sequence``, at least one chunk and up
+        to ``max_batches`` batches when there is one."""
+        if sequence + 1 < self.first_sequence:
+            raise RuntimeError(f"chunk {sequence + 1} already dropped: the consumer fell behind")
+        index = sequence + 1 - self.first_sequence
+        taken: list[bytes] = []
+        batches = 0
+        while index < len(self.chunks) and (not taken or batches < max_batches):
+            count, chunk = self.chunks[index]
+            taken.append(chunk[COUNT.size :])
+            batches += count
+            index += 1
+        return sequence + len(taken), batches, taken
+
+
+class _Gateway:
+    """``ProduceStream`` relayed to the storage with coalesced appends; ``Pull`` from the
+    chunks the dispatch pushed."""
+
+    def __init__(self, storage: str, dispatch: str, max_pull_batches: int) -> None:
+        self.storage = storage
+        self.dispatch = dispatch
+        self.max_pull_batches = max_pull_batches
+        self.echo = _Echo()
+        self.pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self.wake = asyncio.Event()
+        self.chunks = _Chunks()
+
+    async def run_appends(self) -> None:
+        """One append in flight; whatever arrived meanwhile goes in the next one."""
+        async with grpc.aio.insecure_channel(self.storage, options=CHANNEL_OPTIONS) as channel:
+            call = channel.stream_stream(f"/{RELAY}/Append", None, None)()  # type: ignore[call-arg]
+            while True:
+                await self.wake.wait()
+                self.wake.clear()
+                batch, self.pending = self.pending, []
+                if not batch:
+                    continue
+                blob = COUNT.pack(len(batch)) + b"".join(raw for raw, _ in batch)
+                await call.write(blob)
+                await call.read()
+                for _, done in batch:
+                    done.set_result(None)
+
+    async def run_watch(self) -> None:
+        async with grpc.aio.insecure_channel(self.dispatch, options=CHANNEL_OPTIONS) as channel:
+            async for chunk in channel.unary_stream(f"/{RELAY}/Watch", None, None)(b""):
+                self.chunks.add(chunk)
+
+    async def produce_stream(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        """Answered in order, as Tide's gateway answers them (and as the echo builds it)."""
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Queue[tuple[bytes, asyncio.Future[None]] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            async for raw in requests:
+                done: asyncio.Future[None] = loop.create_future()
+                self.pending.append((raw, done))
+                self.wake.set()
+                waiting.put_nowait((raw, done))
+            waiting.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await waiting.get()) is not None:
+                raw, done = item
+                await done
+                answer = await self.echo.produce(pb.ProduceRequest.FromString(raw), context)
+                yield pb.ProduceStreamResponse(response=answer).SerializeToString()
+        finally:
+            reader.cancel()
+
+    async def pull(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        (sequence,) = SEQUENCE.unpack(request)
+        last, batches, taken = self.chunks.after(sequence, self.max_pull_batches)
+        if not taken:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.chunks.arrived.wait(), PULL_TIMEOUT_S)
+            last, batches, taken = self.chunks.after(sequence, self.max_pull_batches)
+        return SEQUENCE.pack(last) + COUNT.pack(batches) + b"".join(taken)
+
+
+async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    background: list[asyncio.Task[None]] = []
+    if role == "storage":
+        storage = _Storage()
+        handlers["Append"] = grpc.stream_stream_rpc_method_handler(storage.append)
+        handlers["Tail"] = grpc.unary_stream_rpc_method_handler(storage.tail)
+    elif role == "dispatch":
+        dispatch = _Dispatch(args.storage)
+        handlers["Watch"] = grpc.unary_stream_rpc_method_handler(dispatch.watch)
+        background.append(asyncio.create_task(dispatch.follow()))
+    else:
+        gateway = _Gateway(args.storage, args.dispatch, args.max_pull_batches)
+        handlers["ProduceStream"] = grpc.stream_stream_rpc_method_handler(gateway.produce_stream)
+        handlers["Pull"] = grpc.unary_unary_rpc_method_handler(gateway.pull)
+        background += [
+            asyncio.create_task(gateway.run_appends()),
+            asyncio.create_task(gateway.run_watch()),
+        ]
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(RELAY, handlers)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    partial = ready.with_suffix(".tmp")
+    partial.write_text(json.dumps({"listen": f"127.0.0.1:{port}"}))
+    partial.rename(ready)
+    await server.wait_for_termination()
+    for task in background:
+        task.cancel()
+
+
+# -- the processes -----------------------------------------------------------------------
+
+
+@dataclass
+class _Process:
+    name: str
+    proc: subprocess.Popen[bytes]
+    address: str
+
+    def cpu_s(self) -> float:
+        return process_cpu_s(self.proc.pid)
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start(name: str, command: list[str], directory: Path) -> _Process:
+    ready = directory / f"{name}.ready"
+    proc = subprocess.Popen([*command, str(ready)])
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode} before it was ready")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{name} not ready within {READY_TIMEOUT_S:g} s")
+        time.sleep(0.02)
+    return _Process(name, proc, json.loads(ready.read_text())["listen"])
+
+
+@contextlib.contextmanager
+def _processes(case: str, max_pull_batches: int) -> Iterator[list[_Process]]:
+    """The case's servers, the last one the one clients call; stopped on the way out."""
+    me = [sys.executable, "-m", "bench.hop_ceiling"]
+    started: list[_Process] = []
+    with tempfile.TemporaryDirectory(prefix="tide-hop-ceiling-") as tmp:
+        directory = Path(tmp)
+        try:
+            if case == "echo":
+                started.append(
+                    _start("echo", [sys.executable, "-m", "tide.bench._echo"], directory)
+                )
+            else:
+                storage = _start("storage", [*me, "serve", "storage"], directory)
+                started.append(storage)
+                dispatch_cmd = [*me, "serve", "dispatch", "--storage", storage.address]
+                dispatch = _start("dispatch", dispatch_cmd, directory)
+                started.append(dispatch)
+                gateway_cmd = [*me, "serve", "gateway", "--storage", storage.address]
+                gateway_cmd += ["--dispatch", dispatch.address]
+                gateway_cmd += ["--max-pull-batches", str(max_pull_batches)]
+                started.append(_start("gateway", gateway_cmd, directory))
+            yield started
+        finally:
+            for process in reversed(started):
+                process.proc.kill()
+                process.proc.wait()
+
+
+# -- the client --------------------------------------------------------------------------
+
+
+@dataclass
+class _Counts:
+    published_batches: int = 0
+    consumed_batches: int = 0
+    call_latencies_s: list[float] = field(default_factory=list)
+    measuring: bool = False
+
+
+async def _produce(
+    channel: grpc.aio.Channel, method: str, request: bytes, inflight: int, counts: _Counts
+) -> None:
+    """Requests written on one stream, ``inflight`` unanswered at most, until cancelled."""
+    call = channel.stream_stream(method, None, None)()  # type: ignore[call-arg]
+    sent: deque[float] = deque()
+    slots = asyncio.Semaphore(inflight)
+
+    async def write() -> None:
+        while True:
+            await slots.acquire()
+            sent.append(time.perf_counter())
+            await call.write(request)
+
+    writer = asyncio.create_task(write())
+    try:
+        while True:
+            answer = await call.read()
+            if answer is grpc.aio.EOF:  # type: ignore[attr-defined]
+                raise RuntimeError("the produce stream ended")
+            started = sent.popleft()
+            slots.release()
+            if counts.measuring:
+                counts.published_batches += 1
+                counts.call_latencies_s.append(time.perf_counter() - started)
+    finally:
+        writer.cancel()
+        call.cancel()
+
+
+async def _consume(channel: grpc.aio.Channel, counts: _Counts) -> None:
+    pull = channel.unary_unary(f"/{RELAY}/Pull", None, None)
+    sequence = 0
+    while True:
+        answer: bytes = await pull(SEQUENCE.pack(sequence))
+        sequence = SEQUENCE.unpack_from(answer)[0]
+        if counts.measuring:
+            counts.consumed_batches += COUNT.unpack_from(answer, SEQUENCE.size)[0]
+
+
+def produce_request(message_size: int, batch: int) -> bytes:
+    """A one-topic ProduceRequest of ``batch`` bodies asking for compact results (what
+    ``tide bench`` sends)."""
+    messages = [pb.ProduceMessage(topic="bench-topic", body=b"x" * message_size)] * batch
+    return pb.ProduceRequest(messages=messages, compact_results=True).SerializeToString()
+
+
+async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Counts, float]:
+    counts = _Counts()
+    request = produce_request(args.message_size, args.batch)
+    method = "/tide.v1.Gateway/ProduceStream" if case == "echo" else f"/{RELAY}/ProduceStream"
+    async with contextlib.AsyncExitStack() as stack:
+        tasks: list[asyncio.Task[None]] = []
+        for _ in range(args.producers):
+            channel = await stack.enter_async_context(
+                grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            )
+            tasks.append(
+                asyncio.create_task(_produce(channel, method, request, args.inflight, counts))
+            )
+        if case == "chain-consume":
+            channel = await stack.enter_async_context(
+                grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            )
+            tasks.append(asyncio.create_task(_consume(channel, counts)))
+        await asyncio.sleep(args.warmup_s)
+        counts.measuring = True
+        started = time.perf_counter()
+        await asyncio.sleep(args.duration_s)
+        counts.measuring = False
+        seconds = time.perf_counter() - started
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return counts, seconds
+
+
+def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
+    max_pull_batches = math.ceil(args.pull_batch / args.batch)
+    with _processes(case, max_pull_batches) as processes:
+        front = processes[-1]
+        before = {p.name: p.cpu_s() for p in processes}
+        client_before = time.process_time()
+        counts, seconds = asyncio.run(_drive(case, front.address, args))
+        client_cpu = time.process_time() - client_before
+        cpu = {p.name: p.cpu_s() - before[p.name] for p in processes}
+    cpu["client"] = client_cpu
+    published = counts.published_batches * args.batch
+    latencies = sorted(counts.call_latencies_s)
+    return {
+        "case": case,
+        "measured_s": round(seconds, 3),
+        "publish_msgs_per_s": round(published / seconds),
+        "consume_msgs_per_s": round(counts.consumed_batches * args.batch / seconds),
+        "call_p50_ms": _percentile_ms(latencies, 0.50),
+        "call_p99_ms": _percentile_ms(latencies, 0.99),
+        # CPU over warm-up + window + stop (a share of what was spent per message).
+        "cpu_s": {name: round(value, 2) for name, value in cpu.items()},
+        "cpu_us_per_msg": round(1e6 * sum(cpu.values()) / max(1, published), 2),
+    }
+
+
+def _percentile_ms(sorted_s: list[float], q: float) -> float | None:
+    if not sorted_s:
+        return None
+    return round(1000 * sorted_s[min(len(sorted_s) - 1, int(q * len(sorted_s)))], 3)
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    echo = next((r["publish_msgs_per_s"] for r in results if r["case"] == "echo"), None)
+    lines = [
+        "| case | publish msgs/s | consume msgs/s | ratio to echo | call p50 / p99 ms "
+        "| CPU s (client, servers) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ratio = f"{r['publish_msgs_per_s'] / echo:.2f}" if echo else "-"
+        cpu = ", ".join(f"{name} {value}" for name, value in r["cpu_s"].items())
+        lines.append(
+            f"| {r['case']} | {r['publish_msgs_per_s']:,} | {r['consume_msgs_per_s']:,} "
+            f"| {ratio} | {r['call_p50_ms']} / {r['call_p99_ms']} | {cpu} |"
+        )
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run one relay (used by the benchmark itself)")
+    serve.add_argument("role", choices=["storage", "dispatch", "gateway"])
+    serve.add_argument("ready_file", type=Path)
+    serve.add_argument("--storage", default="")
+    serve.add_argument("--dispatch", default="")
+    serve.add_argument("--max-pull-batches", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
+    parser.add_argument("--message-size", type=int, default=128, help="body bytes")
+    parser.add_argument("--batch", type=int, default=100, help="messages per request")
+    parser.add_argument("--producers", type=int, default=1, help="each on its own channel")
+    parser.add_argument("--inflight", type=int, default=16, help="requests per producer")
+    parser.add_argument("--pull-batch", type=int, default=256, help="messages per Pull")
+    parser.add_argument("--warmup-s", type=float, default=2.0)
+    parser.add_argument("--duration-s", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=1, help="the cases again, in turn")
+    parser.add_argument("--json-out", type=Path, help="write the results here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        asyncio.run(_serve(args.role, args.ready_file, args))
+        return 0
+    for name, (lowest, highest) in LIMITS.items():
+        value = getattr(args, name)
+        if not lowest <= value <= highest:
+            flag = "--" + name.replace("_", "-")
+            raise SystemExit(f"{flag} is {value:g}; give {lowest:g}..{highest:g}")
+    cases = [case.strip() for case in args.cases.split(",") if case.strip()]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        raise SystemExit(f"--cases: unknown {', '.join(unknown)} (known: {', '.join(CASES)})")
+    results = [run_case(case, args) for _ in range(args.rounds) for case in cases]
+    print(_table(results))
+    if args.json_out:
+        shape = {k: v for k, v in vars(args).items() if k not in ("json_out", "command")}
+        document = {"shape": shape, "results": results, "loadavg": os.getloadavg()}
+        args.json_out.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
