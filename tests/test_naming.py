@@ -78,3 +78,17 @@ def test_group_errors() -> None:
     bad = consumer_group_error("g@h")
     assert bad is not None
     assert bad.startswith("consumer group 'g@h' contains '@' at index 1")
+
+
+def test_the_fast_pattern_and_the_character_set_agree() -> None:
+    """A name is accepted at once by one pattern and explained by a loop over a set: both
+    say the same for every character (ASCII, Latin-1, other scripts, surrogates, newline
+    at the end)."""
+    from tide import naming
+
+    for code in [*range(0x300), 0x0660, 0x0966, 0xFF10, 0xD800, 0x1F600]:
+        char = chr(code)
+        in_set = char in naming._ALLOWED_CHARS
+        assert (naming._ALLOWED_NAME.fullmatch(char) is not None) == in_set, hex(code)
+        assert (topic_error(f"ab{char}") is None) == in_set, hex(code)
+    assert topic_error("abc\n") is not None

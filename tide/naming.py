@@ -8,6 +8,7 @@ can never escape its directory.
 
 from __future__ import annotations
 
+import re
 import string
 
 TOPIC_MAX_BYTES = 127
@@ -15,6 +16,9 @@ CONSUMER_GROUP_MAX_CHARS = 255
 
 _ALLOWED_CHARS = frozenset(string.ascii_letters + string.digits + "%|_-")
 _ALLOWED_TEXT = "ASCII letters, digits, '%', '|', '_' and '-'"
+# The same set as one pattern: a valid name is told in one C call (names are checked on
+# every pull and produce; the loop below only finds what to say about a bad one).
+_ALLOWED_NAME = re.compile(r"[A-Za-z0-9%|_\-]+")
 # How much of a bad name an error message repeats.
 _SHOWN_CHARS = 40
 
@@ -45,6 +49,8 @@ def consumer_group_error(group: str) -> str | None:
 
 
 def _charset_error(kind: str, name: str) -> str | None:
+    if _ALLOWED_NAME.fullmatch(name):
+        return None
     for index, char in enumerate(name):
         if char not in _ALLOWED_CHARS:
             return (
