@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) -m bench.dispatch_apply --records 200000
 	$(PY) -m bench.dispatch_replay --records 500000
 	$(PY) -m bench.gateway_produce_pull
+	$(PY) -m bench.hop_ceiling
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -15,8 +15,9 @@ target can be checked against what the process layout itself allows:
   one message), which pushes each chunk on a ``Watch`` stream to the gateway: Tide's
   hops, each process doing nothing but move the bytes.
 * ``chain-consume``: the same with a consumer long-polling the gateway's ``Pull`` for the
-  chunks (up to ``--pull-batch`` messages rounded up to whole batches a call), as
-  Tide's consumers do while producers run.
+  chunks, which the gateway deals round robin to ``--queues`` queues (the consumer keeps
+  a pull in flight on each; up to ``--pull-batch`` messages rounded up to whole batches
+  a call), as Tide's consumers do while producers run.
 
 Nothing is parsed, checked, encoded, stored or indexed, and the consumer reads one stream
 of chunks instead of one queue at a time: every simplification favours the chain, so its
@@ -58,8 +59,8 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 128 << 20),
     ("grpc.max_send_message_length", 128 << 20),
 ]
-COUNT = struct.Struct(">I")  # batches in a Tail chunk or a Pull answer
-SEQUENCE = struct.Struct(">q")  # a Pull request: the last chunk the caller has
+COUNT = struct.Struct(">I")  # batches in a Tail chunk or a Pull answer; a queue's number
+SEQUENCE = struct.Struct(">q")  # the last chunk of the queue the puller has
 MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
 MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
 READY_TIMEOUT_S = 30.0
@@ -70,7 +71,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "batch": (1, 1024),
     "producers": (1, 16),
     "inflight": (1, 64),
+    "rate": (0, 10_000_000),
     "pull_batch": (1, 1024),
+    "queues": (1, 64),
     "warmup_s": (0, 60),
     "duration_s": (0.1, 600),
     "rounds": (1, 10),
@@ -183,14 +186,14 @@ class _Gateway:
     """``ProduceStream`` relayed to the storage with coalesced appends; ``Pull`` from the
     chunks the dispatch pushed."""
 
-    def __init__(self, storage: str, dispatch: str, max_pull_batches: int) -> None:
+    def __init__(self, storage: str, dispatch: str, max_pull_batches: int, queues: int) -> None:
         self.storage = storage
         self.dispatch = dispatch
         self.max_pull_batches = max_pull_batches
         self.echo = _Echo()
         self.pending: list[tuple[bytes, asyncio.Future[None]]] = []
         self.wake = asyncio.Event()
-        self.chunks = _Chunks()
+        self.queues = [_Chunks() for _ in range(queues)]
 
     async def run_appends(self) -> None:
         """One append in flight; whatever arrived meanwhile goes in the next one."""
@@ -210,8 +213,12 @@ class _Gateway:
 
     async def run_watch(self) -> None:
         async with grpc.aio.insecure_channel(self.dispatch, options=CHANNEL_OPTIONS) as channel:
-            async for chunk in channel.unary_stream(f"/{RELAY}/Watch", None, None)(b""):
-                self.chunks.add(chunk)
+            watch = channel.unary_stream(f"/{RELAY}/Watch", None, None)
+            queues = self.queues
+            index = 0
+            async for chunk in watch(b""):
+                queues[index % len(queues)].add(chunk)
+                index += 1
 
     async def produce_stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
@@ -239,12 +246,14 @@ class _Gateway:
             reader.cancel()
 
     async def pull(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
-        (sequence,) = SEQUENCE.unpack(request)
-        last, batches, taken = self.chunks.after(sequence, self.max_pull_batches)
+        (sequence,) = SEQUENCE.unpack_from(request)
+        (queue,) = COUNT.unpack_from(request, SEQUENCE.size)
+        chunks = self.queues[queue]
+        last, batches, taken = chunks.after(sequence, self.max_pull_batches)
         if not taken:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.chunks.arrived.wait(), PULL_TIMEOUT_S)
-            last, batches, taken = self.chunks.after(sequence, self.max_pull_batches)
+                await asyncio.wait_for(chunks.arrived.wait(), PULL_TIMEOUT_S)
+            last, batches, taken = chunks.after(sequence, self.max_pull_batches)
         return SEQUENCE.pack(last) + COUNT.pack(batches) + b"".join(taken)
 
 
@@ -261,7 +270,7 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
         handlers["Watch"] = grpc.unary_stream_rpc_method_handler(dispatch.watch)
         background.append(asyncio.create_task(dispatch.follow()))
     else:
-        gateway = _Gateway(args.storage, args.dispatch, args.max_pull_batches)
+        gateway = _Gateway(args.storage, args.dispatch, args.max_pull_batches, args.queues)
         handlers["ProduceStream"] = grpc.stream_stream_rpc_method_handler(gateway.produce_stream)
         handlers["Pull"] = grpc.unary_unary_rpc_method_handler(gateway.pull)
         background += [
@@ -313,7 +322,7 @@ def _start(name: str, command: list[str], directory: Path) -> _Process:
 
 
 @contextlib.contextmanager
-def _processes(case: str, max_pull_batches: int) -> Iterator[list[_Process]]:
+def _processes(case: str, max_pull_batches: int, queues: int) -> Iterator[list[_Process]]:
     """The case's servers, the last one the one clients call; stopped on the way out."""
     me = [sys.executable, "-m", "bench.hop_ceiling"]
     started: list[_Process] = []
@@ -333,6 +342,7 @@ def _processes(case: str, max_pull_batches: int) -> Iterator[list[_Process]]:
                 gateway_cmd = [*me, "serve", "gateway", "--storage", storage.address]
                 gateway_cmd += ["--dispatch", dispatch.address]
                 gateway_cmd += ["--max-pull-batches", str(max_pull_batches)]
+                gateway_cmd += ["--queues", str(queues)]
                 started.append(_start("gateway", gateway_cmd, directory))
             yield started
         finally:
@@ -353,16 +363,26 @@ class _Counts:
 
 
 async def _produce(
-    channel: grpc.aio.Channel, method: str, request: bytes, inflight: int, counts: _Counts
+    channel: grpc.aio.Channel,
+    method: str,
+    request: bytes,
+    inflight: int,
+    interval_s: float,
+    counts: _Counts,
 ) -> None:
-    """Requests written on one stream, ``inflight`` unanswered at most, until cancelled."""
+    """Requests written on one stream, ``inflight`` unanswered at most, one every
+    ``interval_s`` on a fixed schedule (0: as fast as answers allow), until cancelled."""
     call = channel.stream_stream(method, None, None)()  # type: ignore[call-arg]
     sent: deque[float] = deque()
     slots = asyncio.Semaphore(inflight)
 
     async def write() -> None:
+        due = time.perf_counter()
         while True:
             await slots.acquire()
+            if interval_s:
+                due += interval_s
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
             sent.append(time.perf_counter())
             await call.write(request)
 
@@ -382,11 +402,12 @@ async def _produce(
         call.cancel()
 
 
-async def _consume(channel: grpc.aio.Channel, counts: _Counts) -> None:
+async def _consume(channel: grpc.aio.Channel, queue: int, counts: _Counts) -> None:
+    """Long-poll one queue of the gateway's chunks."""
     pull = channel.unary_unary(f"/{RELAY}/Pull", None, None)
     sequence = 0
     while True:
-        answer: bytes = await pull(SEQUENCE.pack(sequence))
+        answer: bytes = await pull(SEQUENCE.pack(sequence) + COUNT.pack(queue))
         sequence = SEQUENCE.unpack_from(answer)[0]
         if counts.measuring:
             counts.consumed_batches += COUNT.unpack_from(answer, SEQUENCE.size)[0]
@@ -403,6 +424,8 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
     counts = _Counts()
     request = produce_request(args.message_size, args.batch)
     method = "/tide.v1.Gateway/ProduceStream" if case == "echo" else f"/{RELAY}/ProduceStream"
+    # requests a second per producer for the whole --rate (messages a second), or unpaced
+    interval_s = args.producers * args.batch / args.rate if args.rate else 0.0
     async with contextlib.AsyncExitStack() as stack:
         tasks: list[asyncio.Task[None]] = []
         for _ in range(args.producers):
@@ -410,13 +433,16 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
                 grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             )
             tasks.append(
-                asyncio.create_task(_produce(channel, method, request, args.inflight, counts))
+                asyncio.create_task(
+                    _produce(channel, method, request, args.inflight, interval_s, counts)
+                )
             )
         if case == "chain-consume":
             channel = await stack.enter_async_context(
                 grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             )
-            tasks.append(asyncio.create_task(_consume(channel, counts)))
+            for queue in range(args.queues):
+                tasks.append(asyncio.create_task(_consume(channel, queue, counts)))
         await asyncio.sleep(args.warmup_s)
         counts.measuring = True
         started = time.perf_counter()
@@ -433,7 +459,7 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
 
 def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     max_pull_batches = math.ceil(args.pull_batch / args.batch)
-    with _processes(case, max_pull_batches) as processes:
+    with _processes(case, max_pull_batches, args.queues) as processes:
         front = processes[-1]
         before = {p.name: p.cpu_s() for p in processes}
         client_before = time.process_time()
@@ -488,12 +514,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--storage", default="")
     serve.add_argument("--dispatch", default="")
     serve.add_argument("--max-pull-batches", type=int, default=3)
+    serve.add_argument("--queues", type=int, default=4)
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--message-size", type=int, default=128, help="body bytes")
     parser.add_argument("--batch", type=int, default=100, help="messages per request")
     parser.add_argument("--producers", type=int, default=1, help="each on its own channel")
     parser.add_argument("--inflight", type=int, default=16, help="requests per producer")
+    parser.add_argument("--rate", type=float, default=0, help="msgs/s in all; 0: unpaced")
     parser.add_argument("--pull-batch", type=int, default=256, help="messages per Pull")
+    parser.add_argument("--queues", type=int, default=4, help="pulled concurrently")
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1, help="the cases again, in turn")

@@ -110,3 +110,19 @@ def test_unknown_cases_are_refused() -> None:
 def test_out_of_range_options_are_refused(argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit, match=message):
         hop_ceiling.main(argv)
+
+
+def test_a_paced_run_stays_at_its_rate_and_two_queues_are_consumed(tmp_path: Path) -> None:
+    out = tmp_path / "paced.json"
+    command = [sys.executable, "-m", "bench.hop_ceiling", "--cases", "chain-consume"]
+    command += ["--batch", "1", "--rate", "200", "--queues", "2", "--pull-batch", "8"]
+    command += ["--warmup-s", "0.3", "--duration-s", "1.5", "--json-out", str(out)]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(out.read_text())["results"]
+    # A fixed schedule from the start: even if every request due in the warm-up were
+    # answered in the window, no more than the rate over warm-up + window (+1 at the edge).
+    assert 0 < result["publish_msgs_per_s"] * 1.5 <= 200 * (0.3 + 1.5) + 1
+    assert result["consume_msgs_per_s"] > 0
