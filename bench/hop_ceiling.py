@@ -39,8 +39,6 @@ import math
 import os
 import struct
 import subprocess
-import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -50,7 +48,8 @@ from typing import Any
 
 import grpc
 
-from tide.bench._echo import _Echo
+from tide.bench._echo import _Echo, write_ready
+from tide.bench._run import process_cpu_s, server_process
 from tide.v1 import gateway_pb2 as pb
 
 CASES = ("echo", "chain", "chain-consume")
@@ -63,7 +62,6 @@ COUNT = struct.Struct(">I")  # batches in a Tail chunk or a Pull answer; a queue
 SEQUENCE = struct.Struct(">q")  # the last chunk of the queue the puller has
 MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
 MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
-READY_TIMEOUT_S = 30.0
 PULL_TIMEOUT_S = 2.0
 # (lowest, highest) of each client option: a run stays bounded in size and time.
 LIMITS: dict[str, tuple[float, float]] = {
@@ -280,9 +278,7 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(RELAY, handlers)])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    partial = ready.with_suffix(".tmp")
-    partial.write_text(json.dumps({"listen": f"127.0.0.1:{port}"}))
-    partial.rename(ready)
+    write_ready(ready, port)
     await server.wait_for_termination()
     for task in background:
         task.cancel()
@@ -301,54 +297,28 @@ class _Process:
         return process_cpu_s(self.proc.pid)
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _start(name: str, command: list[str], directory: Path) -> _Process:
-    ready = directory / f"{name}.ready"
-    proc = subprocess.Popen([*command, str(ready)])
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not ready.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode} before it was ready")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"{name} not ready within {READY_TIMEOUT_S:g} s")
-        time.sleep(0.02)
-    return _Process(name, proc, json.loads(ready.read_text())["listen"])
-
-
 @contextlib.contextmanager
 def _processes(case: str, max_pull_batches: int, queues: int) -> Iterator[list[_Process]]:
     """The case's servers, the last one the one clients call; stopped on the way out."""
-    me = [sys.executable, "-m", "bench.hop_ceiling"]
+    me = ["bench.hop_ceiling", "serve"]
     started: list[_Process] = []
-    with tempfile.TemporaryDirectory(prefix="tide-hop-ceiling-") as tmp:
-        directory = Path(tmp)
-        try:
-            if case == "echo":
-                started.append(
-                    _start("echo", [sys.executable, "-m", "tide.bench._echo"], directory)
-                )
-            else:
-                storage = _start("storage", [*me, "serve", "storage"], directory)
-                started.append(storage)
-                dispatch_cmd = [*me, "serve", "dispatch", "--storage", storage.address]
-                dispatch = _start("dispatch", dispatch_cmd, directory)
-                started.append(dispatch)
-                gateway_cmd = [*me, "serve", "gateway", "--storage", storage.address]
-                gateway_cmd += ["--dispatch", dispatch.address]
-                gateway_cmd += ["--max-pull-batches", str(max_pull_batches)]
-                gateway_cmd += ["--queues", str(queues)]
-                started.append(_start("gateway", gateway_cmd, directory))
-            yield started
-        finally:
-            for process in reversed(started):
-                process.proc.kill()
-                process.proc.wait()
+
+    def start(name: str, module: list[str]) -> _Process:
+        address, proc = stack.enter_context(server_process(module, f"the {name} relay"))
+        started.append(_Process(name, proc, address))
+        return started[-1]
+
+    with contextlib.ExitStack() as stack:
+        if case == "echo":
+            start("echo", ["tide.bench._echo"])
+        else:
+            storage = start("storage", [*me, "storage"])
+            dispatch = start("dispatch", [*me, "dispatch", "--storage", storage.address])
+            gateway = [*me, "gateway", "--storage", storage.address]
+            gateway += ["--dispatch", dispatch.address]
+            gateway += ["--max-pull-batches", str(max_pull_batches), "--queues", str(queues)]
+            start("gateway", gateway)
+        yield started
 
 
 # -- the client --------------------------------------------------------------------------

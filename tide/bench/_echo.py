@@ -117,10 +117,16 @@ async def serve(ready: Path) -> None:
     )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
+    write_ready(ready, port)
+    await server.wait_for_termination()
+
+
+def write_ready(ready: Path, port: int) -> None:
+    """Tell the parent where a server on 127.0.0.1 listens: ``{"listen": ADDRESS}`` in
+    ``ready``, written whole (renamed into place)."""
     partial = ready.with_suffix(".tmp")
     partial.write_text(json.dumps({"listen": f"127.0.0.1:{port}"}))
     partial.rename(ready)
-    await server.wait_for_termination()
 
 
 if __name__ == "__main__":

@@ -440,14 +440,16 @@ def machine() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def echo_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``python -m tide.bench._echo`` on a free port of 127.0.0.1: (address, process)."""
-    with tempfile.TemporaryDirectory(prefix="tide-bench-echo-") as directory:
+def server_process(module: list[str], name: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``python -m MODULE... READY_FILE`` (a server that listens on a free port of
+    127.0.0.1 and then writes ``{"listen": ADDRESS}`` to READY_FILE, as
+    :func:`tide.bench._echo.write_ready` does): (address, process); stopped on the way out."""
+    with tempfile.TemporaryDirectory(prefix="tide-bench-server-") as directory:
         ready = Path(directory) / "ready.json"
         log_path = Path(directory) / "stderr.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tide.bench._echo", str(ready)],
+                [sys.executable, "-m", *module, str(ready)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -457,7 +459,7 @@ def echo_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             while not ready.exists() or not ready.read_text():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"the echo server did not start (exit {proc.poll()}): "
+                        f"{name} did not start (exit {proc.poll()}): "
                         + log_path.read_text(errors="replace")[-2000:]
                     )
                 time.sleep(0.02)
@@ -469,6 +471,11 @@ def echo_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def echo_server() -> contextlib.AbstractContextManager[tuple[str, subprocess.Popen[bytes]]]:
+    """``python -m tide.bench._echo`` on a free port of 127.0.0.1: (address, process)."""
+    return server_process(["tide.bench._echo"], "the echo server")
 
 
 def run_baseline(
