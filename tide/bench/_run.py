@@ -38,7 +38,7 @@ from tide.bench._workload import Workload
 from tide.client import Admin
 
 DRAIN_TIMEOUT_S = 60.0
-ECHO_READY_TIMEOUT_S = 30.0
+SERVER_READY_TIMEOUT_S = 30.0
 BASELINE_WARMUP_S = 1.0
 BASELINE_DURATION_S = 5.0
 MAX_SAMPLE_INTERVAL_S = 1.0
@@ -455,7 +455,7 @@ def server_process(module: list[str], name: str) -> Iterator[tuple[str, subproce
                 stderr=log,
             )
         try:
-            deadline = time.monotonic() + ECHO_READY_TIMEOUT_S
+            deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
             while not ready.exists() or not ready.read_text():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
