@@ -62,6 +62,7 @@ COUNT = struct.Struct(">I")  # batches in a Tail chunk or a Pull answer; a queue
 SEQUENCE = struct.Struct(">q")  # the last chunk of the queue the puller has
 MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
 MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
+MAX_QUEUED_BLOBS = 100_000  # a Tail follower or watcher further behind ends the run
 PULL_TIMEOUT_S = 2.0
 # (lowest, highest) of each client option: a run stays bounded in size and time.
 LIMITS: dict[str, tuple[float, float]] = {
@@ -92,19 +93,26 @@ class _Storage:
     ) -> AsyncIterator[bytes]:
         async for blob in requests:
             for follower in self.followers:
-                follower.put_nowait(blob)
+                _push(follower, blob)
             yield b"\x08\x01"
 
     async def tail(
         self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_BLOBS)
         self.followers.append(queue)
         try:
             while True:
                 yield _joined(await queue.get(), queue)
         finally:
             self.followers.remove(queue)
+
+
+def _push(queue: asyncio.Queue[bytes], blob: bytes) -> None:
+    try:
+        queue.put_nowait(blob)
+    except asyncio.QueueFull:
+        raise RuntimeError(f"a follower is {queue.qsize()} messages behind") from None
 
 
 def _joined(first: bytes, queue: asyncio.Queue[bytes]) -> bytes:
@@ -132,12 +140,12 @@ class _Dispatch:
             tail = channel.unary_stream(f"/{RELAY}/Tail", None, None)
             async for chunk in tail(b""):
                 for watcher in self.watchers:
-                    watcher.put_nowait(chunk)
+                    _push(watcher, chunk)
 
     async def watch(
         self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_BLOBS)
         self.watchers.append(queue)
         try:
             while True:
@@ -223,6 +231,7 @@ class _Gateway:
     ) -> AsyncIterator[bytes]:
         """Answered in order, as Tide's gateway answers them (and as the echo builds it)."""
         loop = asyncio.get_running_loop()
+        # at most the requests the client keeps in flight (--inflight, 64 at most)
         waiting: asyncio.Queue[tuple[bytes, asyncio.Future[None]] | None] = asyncio.Queue()
 
         async def read() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import hop_ceiling
-from bench.hop_ceiling import COUNT, _Chunks, _joined
+from bench.hop_ceiling import COUNT, _Chunks, _joined, _push
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,6 +61,17 @@ def test_joined_appends_add_up_their_batches() -> None:
         queue.put_nowait(_chunk(1, b"g"))
         assert _joined(_chunk(2, b"abc"), queue) == _chunk(6, b"abcdefg")
         assert queue.empty()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_too_far_behind_ends_the_run() -> None:
+    async def scenario() -> None:
+        queue: asyncio.Queue[bytes] = asyncio.Queue(2)
+        _push(queue, b"a")
+        _push(queue, b"b")
+        with pytest.raises(RuntimeError, match="a follower is 2 messages behind"):
+            _push(queue, b"c")
 
     asyncio.run(scenario())
 
