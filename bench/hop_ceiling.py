@@ -39,6 +39,7 @@ import math
 import os
 import struct
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -284,6 +285,8 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
             asyncio.create_task(gateway.run_appends()),
             asyncio.create_task(gateway.run_watch()),
         ]
+    for task in background:
+        task.add_done_callback(_exit_on_failure)
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(RELAY, handlers)])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -291,6 +294,14 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
     await server.wait_for_termination()
     for task in background:
         task.cancel()
+
+
+def _exit_on_failure(task: asyncio.Task[None]) -> None:
+    """A relay whose stream to its neighbour failed is of no use: say why and exit (its
+    callers then fail the run)."""
+    if not task.cancelled() and task.exception() is not None:
+        print(f"hop_ceiling relay: {task.exception()!r}", file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 # -- the processes -----------------------------------------------------------------------
