@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,37 +83,50 @@ LIMITS: dict[str, tuple[float, float]] = {
 # -- the relays --------------------------------------------------------------------------
 
 
+class _FanOut:
+    """What one side receives, pushed to each open stream of the other (the ``stream``
+    handler; with ``join`` what waits goes as one chunk): a bounded queue each (one
+    :data:`MAX_QUEUED_BLOBS` behind ends the run)."""
+
+    def __init__(self, *, join: bool) -> None:
+        self.join = join
+        self.queues: list[asyncio.Queue[bytes]] = []
+
+    def push(self, blob: bytes) -> None:
+        for queue in self.queues:
+            try:
+                queue.put_nowait(blob)
+            except asyncio.QueueFull:
+                raise RuntimeError(f"a follower is {queue.qsize()} messages behind") from None
+
+    async def stream(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any] | None
+    ) -> AsyncGenerator[bytes, None]:
+        """The blobs pushed from now on."""
+        join = self.join
+        queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_BLOBS)
+        self.queues.append(queue)
+        try:
+            while True:
+                blob = await queue.get()
+                yield _joined(blob, queue) if join else blob
+        finally:
+            self.queues.remove(queue)
+
+
 class _Storage:
-    """``Append``: ack every message; ``Tail``: push what was appended to each follower."""
+    """``Append``: ack every message; ``Tail`` (``followers.stream``): push what was
+    appended to each follower, what waits joined into one message."""
 
     def __init__(self) -> None:
-        self.followers: list[asyncio.Queue[bytes]] = []
+        self.followers = _FanOut(join=True)
 
     async def append(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
         async for blob in requests:
-            for follower in self.followers:
-                _push(follower, blob)
+            self.followers.push(blob)
             yield b"\x08\x01"
-
-    async def tail(
-        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_BLOBS)
-        self.followers.append(queue)
-        try:
-            while True:
-                yield _joined(await queue.get(), queue)
-        finally:
-            self.followers.remove(queue)
-
-
-def _push(queue: asyncio.Queue[bytes], blob: bytes) -> None:
-    try:
-        queue.put_nowait(blob)
-    except asyncio.QueueFull:
-        raise RuntimeError(f"a follower is {queue.qsize()} messages behind") from None
 
 
 def _joined(first: bytes, queue: asyncio.Queue[bytes]) -> bytes:
@@ -130,29 +143,18 @@ def _joined(first: bytes, queue: asyncio.Queue[bytes]) -> bytes:
 
 
 class _Dispatch:
-    """Follows the storage's ``Tail``; ``Watch`` pushes each chunk to each watcher."""
+    """Follows the storage's ``Tail``; ``Watch`` (``watchers.stream``) pushes each chunk
+    to each watcher."""
 
     def __init__(self, storage: str) -> None:
         self.storage = storage
-        self.watchers: list[asyncio.Queue[bytes]] = []
+        self.watchers = _FanOut(join=False)
 
     async def follow(self) -> None:
         async with grpc.aio.insecure_channel(self.storage, options=CHANNEL_OPTIONS) as channel:
             tail = channel.unary_stream(f"/{RELAY}/Tail", None, None)
             async for chunk in tail(b""):
-                for watcher in self.watchers:
-                    _push(watcher, chunk)
-
-    async def watch(
-        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_BLOBS)
-        self.watchers.append(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self.watchers.remove(queue)
+                self.watchers.push(chunk)
 
 
 @dataclass
@@ -272,10 +274,10 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
     if role == "storage":
         storage = _Storage()
         handlers["Append"] = grpc.stream_stream_rpc_method_handler(storage.append)
-        handlers["Tail"] = grpc.unary_stream_rpc_method_handler(storage.tail)
+        handlers["Tail"] = grpc.unary_stream_rpc_method_handler(storage.followers.stream)
     elif role == "dispatch":
         dispatch = _Dispatch(args.storage)
-        handlers["Watch"] = grpc.unary_stream_rpc_method_handler(dispatch.watch)
+        handlers["Watch"] = grpc.unary_stream_rpc_method_handler(dispatch.watchers.stream)
         background.append(asyncio.create_task(dispatch.follow()))
     else:
         gateway = _Gateway(args.storage, args.dispatch, args.max_pull_batches, args.queues)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import hop_ceiling
-from bench.hop_ceiling import COUNT, _Chunks, _joined, _push
+from bench.hop_ceiling import COUNT, _Chunks, _FanOut, _joined
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,13 +65,22 @@ def test_joined_appends_add_up_their_batches() -> None:
     asyncio.run(scenario())
 
 
-def test_a_follower_too_far_behind_ends_the_run() -> None:
+def test_a_follower_too_far_behind_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hop_ceiling, "MAX_QUEUED_BLOBS", 2)
+
     async def scenario() -> None:
-        queue: asyncio.Queue[bytes] = asyncio.Queue(2)
-        _push(queue, b"a")
-        _push(queue, b"b")
+        fan_out = _FanOut(join=False)
+        stream = fan_out.stream(b"", None)
+        first = asyncio.ensure_future(anext(stream))  # the stream opens its queue
+        await asyncio.sleep(0)
+        fan_out.push(b"a")
+        assert await first == b"a"
+        fan_out.push(b"b")
+        fan_out.push(b"c")
         with pytest.raises(RuntimeError, match="a follower is 2 messages behind"):
-            _push(queue, b"c")
+            fan_out.push(b"d")
+        await stream.aclose()
+        assert fan_out.queues == []  # a closed stream leaves nothing behind
 
     asyncio.run(scenario())
 
