@@ -11,7 +11,15 @@ from typing import Any
 
 from tests.commitlog._builder import SEGMENT_SIZE, STORE_HOST, StoreBuilder, Written
 from tide.cli import main
-from tide.format import HostAddress, make_msg_id, msg_id_prefix, segment_name
+from tide.format import (
+    ABORT_FILE,
+    HostAddress,
+    Snapshot,
+    make_msg_id,
+    msg_id_prefix,
+    segment_name,
+    write_snapshot,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60
@@ -202,6 +210,37 @@ def test_verify_torn_tail_exits_0(tmp_path: Path) -> None:
     assert f"note: torn tail at offset {last.offset}" in result.stdout
     report = json.loads(_tide("store", "verify", "--json", tmp_path).stdout)
     assert report["torn_tail"]["offset"] == last.offset
+
+
+def test_store_root_files_tell_an_interrupted_write_from_corruption(tmp_path: Path) -> None:
+    """Zeros at the head of the last batch with valid records after them: after a crash
+    (abort file) past the recorded durable offset, the write the crash interrupted; after
+    a clean close, corruption. dump and verify decide alike."""
+    builder = _store(tmp_path)
+    builder.write()
+    first_of_batch = builder.records[4]
+    builder.damage(first_of_batch.offset, bytes(32))  # glibc's memcpy stores these last
+    (tmp_path / ABORT_FILE).touch()
+    write_snapshot(tmp_path, Snapshot(first_of_batch.offset, first_of_batch.offset, {}))
+
+    verified = _tide("store", "verify", tmp_path)
+    assert verified.returncode == 0, verified.stdout
+    assert f"durable offset {first_of_batch.offset}" in verified.stdout
+    assert "did not close cleanly" in verified.stdout
+    assert f"note: torn tail at offset {first_of_batch.offset}" in verified.stdout
+    assert "the write the crash interrupted" in verified.stdout
+    report = json.loads(_tide("store", "verify", "--json", tmp_path).stdout)
+    assert report["tail_marks"] == {"durable_offset": first_of_batch.offset, "crashed": True}
+    dumped = _tide("store", "dump", tmp_path)
+    assert dumped.returncode == 0, dumped.stderr
+    assert len(_json_lines(dumped.stdout)) == 4
+    assert f"torn tail at offset {first_of_batch.offset}" in dumped.stderr
+
+    (tmp_path / ABORT_FILE).unlink()
+    verified = _tide("store", "verify", tmp_path)
+    assert verified.returncode == 1
+    assert f"CORRUPTION at offset {first_of_batch.offset}" in verified.stdout
+    assert _tide("store", "dump", tmp_path).returncode == 1
 
 
 def test_verify_crc_mismatch_exits_1(tmp_path: Path) -> None:

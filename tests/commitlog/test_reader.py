@@ -22,18 +22,23 @@ from tide.commitlog import (
     iter_records,
     open_segments,
     scan_layout,
+    tail_marks_for,
     verify,
 )
 from tide.format import (
+    ABORT_FILE,
     BLANK_MAGIC,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     HostAddress,
+    Snapshot,
+    TailMarks,
     encode_record,
     pack_host,
     patch_record,
     record_size,
     segment_name,
+    write_snapshot,
 )
 
 
@@ -287,6 +292,37 @@ def test_corruption_in_the_middle_raises(tmp_path: Path) -> None:
     assert seen == [w.offset for w in builder.records[:2]]
     # Without CRC checks the damaged body reads through.
     assert len(list(iter_records(builder.commitlog, check_crc=False))) == 5
+
+
+def test_interrupted_write_after_a_crash_ends_the_iteration(tmp_path: Path) -> None:
+    """The marks of a store root that crashed: zeros at the head of the last batch, valid
+    records after them, is the write the crash interrupted (verify and recovery agree)."""
+    builder = StoreBuilder(tmp_path)
+    builder.append_many(8)
+    first_of_batch = builder.records[5]
+    builder.write()
+    builder.damage(first_of_batch.offset, bytes(32))
+    with pytest.raises(CommitlogCorruptionError, match="a valid record follows"):
+        list(iter_records(builder.commitlog))
+    marks = TailMarks(durable_offset=first_of_batch.offset, crashed=True)
+    torn: list[TornTail] = []
+    records = iter_records(builder.commitlog, on_torn_tail=torn.append, marks=marks)
+    assert [at.offset for at in records] == [w.offset for w in builder.records[:5]]
+    assert [t.offset for t in torn] == [first_of_batch.offset]
+    assert "the write the crash interrupted" in torn[0].reason
+
+
+def test_tail_marks_for_a_store_root(tmp_path: Path) -> None:
+    builder = StoreBuilder(tmp_path)
+    builder.append_many(3)
+    builder.write()
+    assert tail_marks_for(builder.commitlog) == TailMarks()
+    (tmp_path / ABORT_FILE).touch()
+    write_snapshot(tmp_path, Snapshot(builder.pos, builder.pos, {}))
+    assert tail_marks_for(builder.commitlog) == TailMarks(builder.pos, crashed=True)
+    elsewhere = tmp_path / "copy"
+    builder.commitlog.rename(elsewhere)  # a commitlog directory outside a store root
+    assert tail_marks_for(elsewhere) == TailMarks()
 
 
 def test_stopping_early_closes_the_mappings(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from tests.commitlog._builder import SEGMENT_SIZE, StoreBuilder, Written
 from tide.commitlog import CommitlogLayoutError, verify
 from tide.commitlog import _verify as verify_module
-from tide.format import HostAddress, segment_name
+from tide.format import HostAddress, TailMarks, segment_name
 
 
 def _store(tmp_path: Path, count: int = 20) -> StoreBuilder:
@@ -236,3 +236,78 @@ def test_damage_before_a_blank_marker_is_corruption(tmp_path: Path) -> None:
     assert [f.offset for f in report.corruption] == [last.offset]
     assert "blank marker follows" in report.corruption[0].reason
     assert report.blank_markers == 1 and report.torn_tail is None
+
+
+# ---- after a crash: the store root's marks (tide.format.TailMarks)
+
+
+def _interrupted(builder: StoreBuilder, record: Written) -> None:
+    """What glibc's memcpy leaves when killed mid-copy: the first 32 bytes, stored last,
+    are still zeros; the rest of the batch is there."""
+    builder.damage(record.offset, bytes(32))
+
+
+def _data_end(builder: StoreBuilder) -> int:
+    """Past the last non-zero byte (a record without properties ends with zeros)."""
+    last = builder.records[-1]
+    return last.offset + len(builder.read(last.offset, last.size).rstrip(b"\0"))
+
+
+def test_interrupted_write_past_the_durable_offset_is_a_torn_tail(tmp_path: Path) -> None:
+    builder = _store(tmp_path)
+    builder.write()
+    first_of_batch = builder.records[15]
+    _interrupted(builder, first_of_batch)
+    marks = TailMarks(durable_offset=first_of_batch.offset, crashed=True)
+    report = verify(builder.commitlog, marks=marks)
+    assert report.valid, report.corruption
+    assert report.tail_marks == marks
+    assert report.torn_tail is not None
+    assert report.torn_tail.offset == first_of_batch.offset
+    assert report.torn_tail.bytes == _data_end(builder) - first_of_batch.offset
+    assert "a valid record follows at" in report.torn_tail.reason
+    assert "the write the crash interrupted" in report.torn_tail.reason
+    assert report.last_valid_offset == first_of_batch.offset
+    assert report.records == 15  # those after the hole belong to the tail
+
+
+def test_interrupted_write_without_a_crash_or_below_the_durable_offset_is_corruption(
+    tmp_path: Path,
+) -> None:
+    builder = _store(tmp_path)
+    builder.write()
+    victim = builder.records[15]
+    _interrupted(builder, victim)
+    for marks in (
+        None,  # no store root: nothing says a write was in flight
+        TailMarks(durable_offset=victim.offset, crashed=False),
+        TailMarks(durable_offset=victim.offset + 1, crashed=True),
+    ):
+        report = verify(builder.commitlog, marks=marks)
+        assert [f.offset for f in report.corruption] == [victim.offset], marks
+        assert report.torn_tail is None
+
+
+def test_torn_tail_spanning_segments_counts_to_the_last_data(tmp_path: Path) -> None:
+    """A power loss can keep a later segment's pages and lose an earlier one's: the torn
+    tail runs to the last non-zero byte of the log."""
+    builder = _multi_segment(tmp_path)
+    builder.write()
+    last_of_0 = max((r for r in builder.records if r.end <= SEGMENT_SIZE), key=lambda r: r.offset)
+    _interrupted(builder, last_of_0)
+    marks = TailMarks(durable_offset=last_of_0.offset, crashed=True)
+    report = verify(builder.commitlog, marks=marks)
+    assert report.valid, report.corruption
+    assert report.torn_tail is not None and report.torn_tail.offset == last_of_0.offset
+    assert report.torn_tail.bytes == _data_end(builder) - last_of_0.offset
+
+
+def test_zeros_below_the_durable_offset_are_corruption(tmp_path: Path) -> None:
+    builder = _store(tmp_path)
+    builder.write()
+    lost = builder.records[-3]
+    builder.damage(lost.offset, bytes(builder.records[-1].end - lost.offset))
+    report = verify(builder.commitlog, marks=TailMarks(builder.records[-1].end, crashed=True))
+    assert [f.offset for f in report.corruption] == [lost.offset]
+    assert "below the durable offset" in report.corruption[0].reason
+    assert verify(builder.commitlog).valid  # without the marks: the zero-filled end

@@ -10,7 +10,7 @@ from pyspark.sql import Row, SparkSession
 
 from tests._cluster import Cluster
 from tide.client import Message, Producer, SendResult
-from tide.format import parse_msg_id
+from tide.format import ABORT_FILE, parse_msg_id
 
 TOPIC = "SparkArchive"
 BODY_BYTES = 4096
@@ -107,6 +107,17 @@ def test_torn_tail_stops_cleanly(
         f.truncate(last - start + 100)
     rows = read(spark, cut)
     assert sorted(r.physical_offset for r in rows) == [o for o in offsets if o != last]
+    # 3. a crashed store root (abort file, no durable offset recorded): the head of the
+    # last batch is zeros, its last record is whole: the write the crash interrupted
+    root = tmp_path / "crashed"
+    crashed = copy_of(archive, root)
+    before_last = max(o for o in offsets if start <= o < last)
+    with (crashed / segment.name).open("r+b") as f:
+        f.seek(before_last - start)
+        f.write(bytes(32))
+    (root / ABORT_FILE).touch()
+    rows = read(spark, crashed)
+    assert sorted(r.physical_offset for r in rows) == [o for o in offsets if o < before_last]
 
 
 def test_corruption_fails_loudly(

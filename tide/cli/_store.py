@@ -21,6 +21,7 @@ from tide.commitlog import (
     VerifyReport,
     find_commitlog_dir,
     iter_records,
+    tail_marks_for,
     verify,
 )
 from tide.format import KEYS, TAGS, HostAddress, make_msg_id, msg_id_prefix
@@ -59,7 +60,9 @@ _DUMP_HELP = (
 )
 _VERIFY_HELP = (
     "Check the segment chain and every record (magic, sizes, CRC, physical offset, blank "
-    "markers). A torn tail (the end of a crash) is a note; exit 1 on corruption."
+    "markers). A torn tail (the end of a crash) is a note; exit 1 on corruption. Given a "
+    "store root, its abort file and queue_offsets.json tell what a crash can have left "
+    "unfinished (docs/formats.md, 'Torn tails and corruption')."
 )
 
 
@@ -110,7 +113,8 @@ def _dump(commitlog_dir: Path, start_offset: int | None, limit: int | None, out:
     torn: list[TornTail] = []
     prefixes: dict[HostAddress, str] = {}
     try:
-        records = iter_records(commitlog_dir, start_offset, on_torn_tail=torn.append)
+        marks = tail_marks_for(commitlog_dir)
+        records = iter_records(commitlog_dir, start_offset, on_torn_tail=torn.append, marks=marks)
         with contextlib.closing(records):
             for at in itertools.islice(records, limit):
                 out.write(json.dumps(record_json(at, prefixes)) + "\n")
@@ -173,7 +177,7 @@ def _run_verify(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     bar = _ProgressBar(sys.stderr) if args.progress or sys.stderr.isatty() else None
     try:
-        report = verify(commitlog_dir, bar)
+        report = verify(commitlog_dir, bar, tail_marks_for(commitlog_dir))
     except CommitlogLayoutError as exc:
         if bar is not None:
             bar.finish()
@@ -204,6 +208,9 @@ def _print_summary(report: VerifyReport) -> None:
     )
     if report.first_offset is not None:
         print(f"offsets:    first record {report.first_offset}, last {report.last_offset}")
+    marks = report.tail_marks
+    closed = "did not close cleanly (abort file)" if marks.crashed else "no abort file"
+    print(f"store:      {closed}, durable offset {marks.durable_offset}")
     print(f"valid up to offset {report.last_valid_offset}")
     for warning in report.warnings:
         print(f"warning: {warning}")

@@ -12,8 +12,10 @@ from tide.commitlog._layout import (
     find_commitlog_dir,
     open_segments,
     scan_layout,
+    tail_marks_for,
 )
-from tide.commitlog._reader import CommitlogCorruptionError, RecordAt, TornTail, iter_records
+from tide.commitlog._mapped import TornTail
+from tide.commitlog._reader import CommitlogCorruptionError, RecordAt, iter_records
 from tide.commitlog._verify import Finding, ProgressFn, VerifyReport, verify
 
 __all__ = [
@@ -31,5 +33,6 @@ __all__ = [
     "iter_records",
     "open_segments",
     "scan_layout",
+    "tail_marks_for",
     "verify",
 ]

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from tide.format import parse_segment_name, segment_name
+from tide.format import TailMarks, parse_segment_name, read_tail_marks, segment_name
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,14 @@ def find_commitlog_dir(path: Path) -> Path:
     """``path/commitlog`` when ``path`` is a store root, else ``path`` itself."""
     candidate = path / COMMITLOG_DIR_NAME
     return candidate if candidate.is_dir() else path
+
+
+def tail_marks_for(commitlog_dir: Path) -> TailMarks:
+    """What the store root around ``commitlog_dir`` says about the log's tail (its abort
+    file and queue offset snapshot); nothing for a directory outside a store root."""
+    if commitlog_dir.name != COMMITLOG_DIR_NAME:
+        return TailMarks()
+    return read_tail_marks(commitlog_dir.parent)
 
 
 def scan_layout(commitlog_dir: Path) -> CommitlogLayout:

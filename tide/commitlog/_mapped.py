@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tide.commitlog._layout import CommitlogLayoutError, SegmentFile
-from tide.format import data_end, find_data_after
+from tide.format import TailMarks, data_end, find_data_after
 
 
 @contextmanager
@@ -53,9 +53,8 @@ def find_resume(
 ) -> Resume | None:
     """After a bad spot at ``segments[index]`` + ``pos``: where data follows, or None.
 
-    None means nothing valid follows: the bad spot is a torn tail (a clean end after a
-    crash). A later valid record or blank marker in the same segment, or any non-zero
-    byte in a later segment, means the bad spot is corruption.
+    A later valid record or blank marker in the same segment, or any non-zero byte in a
+    later segment, is valid data (``tide.format._resync``); None means nothing follows.
     """
     segment = segments[index]
     found = find_data_after(mm, pos, segment.size, segment.start_offset)
@@ -66,3 +65,58 @@ def find_resume(
             name = segments[later].path.name
             return Resume(later, 0, f"later segment {name} holds data")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """Invalid bytes at the end of the data: a clean end after a crash.
+
+    ``bytes`` runs from ``offset`` to the last non-zero byte of the log.
+    """
+
+    offset: int
+    bytes: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """What the invalid bytes at a spot are: ``corruption`` (its description; valid data
+    continues at ``resume`` if any), else the end of the data, ``torn`` unless zeros."""
+
+    corruption: str | None = None
+    resume: Resume | None = None
+    torn: TornTail | None = None
+
+
+def classify_stop(
+    segments: Sequence[SegmentFile],
+    index: int,
+    mm: mmap.mmap,
+    pos: int,
+    reason: str,
+    marks: TailMarks,
+) -> Stop:
+    """Decide about the invalid bytes at ``segments[index]`` + ``pos`` by
+    :meth:`TailMarks.is_corruption`, as recovery does."""
+    offset = segments[index].start_offset + pos
+    resume = find_resume(segments, index, mm, pos)
+    if marks.is_corruption(offset, resume is not None):
+        why = resume.why if resume else f"below the durable offset {marks.durable_offset}"
+        return Stop(corruption=f"{reason}; {why}", resume=resume)
+    if resume is not None:
+        why = f"{reason}; {resume.why}: the write the crash interrupted, cut by recovery"
+        return Stop(torn=TornTail(offset, _data_extent(segments, index, mm, pos), why))
+    if is_zero(mm, pos, segments[index].size):
+        return Stop()
+    return Stop(torn=TornTail(offset, data_end(mm, pos, segments[index].size) - pos, reason))
+
+
+def _data_extent(segments: Sequence[SegmentFile], index: int, mm: mmap.mmap, pos: int) -> int:
+    """Bytes from ``segments[index]`` + ``pos`` to the last non-zero byte of the log."""
+    for later in range(len(segments) - 1, index, -1):
+        with map_segment(segments[later]) as later_mm:
+            end = data_end(later_mm, 0, segments[later].size)
+        if end > 0:
+            return segments[later].start_offset + end - (segments[index].start_offset + pos)
+    return data_end(mm, pos, segments[index].size) - pos

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tide.commitlog._layout import SegmentFile, open_segments
-from tide.commitlog._mapped import find_resume, is_zero, map_segment
-from tide.format import DecodedRecord, ScanKind, data_end, decode_record, scan_record
+from tide.commitlog._mapped import TornTail, classify_stop, map_segment
+from tide.format import DecodedRecord, ScanKind, TailMarks, decode_record, scan_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,18 +22,6 @@ class RecordAt:
     @property
     def end_offset(self) -> int:
         return self.offset + self.record.total_size
-
-
-@dataclass(frozen=True, slots=True)
-class TornTail:
-    """Invalid bytes with nothing valid after them: a clean end after a crash.
-
-    ``bytes`` runs from ``offset`` to the last non-zero byte of its segment.
-    """
-
-    offset: int
-    bytes: int
-    reason: str
 
 
 class CommitlogCorruptionError(ValueError):
@@ -54,6 +42,7 @@ def iter_records(
     start_offset: int | None = None,
     check_crc: bool = True,
     on_torn_tail: Callable[[TornTail], None] | None = None,
+    marks: TailMarks | None = None,
 ) -> Generator[RecordAt, None, None]:
     """Yield every record from ``start_offset`` on (default: the oldest one).
 
@@ -61,15 +50,18 @@ def iter_records(
     A ``start_offset`` inside a record starts at the next record; one below the oldest
     segment starts at the oldest record. Stops at a torn tail (reported to
     ``on_torn_tail``) and raises :class:`CommitlogCorruptionError` on corruption or
-    :class:`CommitlogLayoutError` on a broken segment chain.
+    :class:`CommitlogLayoutError` on a broken segment chain. ``marks`` (from the store
+    root, ``tide.format.read_tail_marks``) tell a crash's interrupted write from
+    corruption; without them, invalid bytes followed by valid data are corruption.
     """
+    marks = marks if marks is not None else TailMarks()
     segments = open_segments(commitlog_dir)
     index, skip_below = _start_position(segments, start_offset)
     next_index: _Next = index
     while next_index is not None and next_index < len(segments):
         segment = segments[next_index]
         with map_segment(segment) as mm:
-            walk = _SegmentWalk(segments, next_index, mm, check_crc, on_torn_tail)
+            walk = _SegmentWalk(segments, next_index, mm, check_crc, on_torn_tail, marks)
             next_index = yield from walk.records(skip_below if next_index == index else 0)
 
 
@@ -92,6 +84,7 @@ class _SegmentWalk:
         mm: mmap.mmap,
         check_crc: bool,
         on_torn_tail: Callable[[TornTail], None] | None,
+        marks: TailMarks,
     ) -> None:
         self.segments = segments
         self.index = index
@@ -99,6 +92,7 @@ class _SegmentWalk:
         self.mm = mm
         self.check_crc = check_crc
         self.on_torn_tail = on_torn_tail
+        self.marks = marks
 
     def records(self, skip_below: int) -> Generator[RecordAt, None, _Next]:
         pos = self._first_position(skip_below)
@@ -131,11 +125,9 @@ class _SegmentWalk:
         return decode_record(self.mm, pos, self.segment.size, check_crc=False)
 
     def _problem(self, pos: int, reason: str) -> _Next:
-        offset = self.segment.start_offset + pos
-        resume = find_resume(self.segments, self.index, self.mm, pos)
-        if resume is not None:
-            raise CommitlogCorruptionError(offset, f"{reason}; {resume.why}")
-        if not is_zero(self.mm, pos, self.segment.size) and self.on_torn_tail is not None:
-            torn_bytes = data_end(self.mm, pos, self.segment.size) - pos
-            self.on_torn_tail(TornTail(offset, torn_bytes, reason))
+        stop = classify_stop(self.segments, self.index, self.mm, pos, reason, self.marks)
+        if stop.corruption is not None:
+            raise CommitlogCorruptionError(self.segment.start_offset + pos, stop.corruption)
+        if stop.torn is not None and self.on_torn_tail is not None:
+            self.on_torn_tail(stop.torn)
         return None

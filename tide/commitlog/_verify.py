@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tide.commitlog._layout import CommitlogLayout, scan_layout
-from tide.commitlog._mapped import find_resume, is_zero, map_segment
-from tide.commitlog._reader import TornTail
-from tide.format import ScanKind, data_end, scan_record
+from tide.commitlog._mapped import TornTail, classify_stop, map_segment
+from tide.format import ScanKind, TailMarks, scan_record
 
 MAX_FINDINGS = 1000
 PROGRESS_STEP_BYTES = 1 << 20
@@ -47,6 +46,8 @@ class VerifyReport:
     corruption: list[Finding] = field(default_factory=list)
     corruption_count: int = 0
     warnings: list[str] = field(default_factory=list)
+    # What the store root said about the tail (abort file, durable offset).
+    tail_marks: TailMarks = field(default_factory=TailMarks)
 
     @property
     def valid(self) -> bool:
@@ -60,17 +61,27 @@ class VerifyReport:
         return data
 
 
-def verify(commitlog_dir: Path, progress: ProgressFn | None = None) -> VerifyReport:
-    """Check the segment chain and every record; raise CommitlogLayoutError on a bad chain."""
+def verify(
+    commitlog_dir: Path, progress: ProgressFn | None = None, marks: TailMarks | None = None
+) -> VerifyReport:
+    """Check the segment chain and every record; raise CommitlogLayoutError on a bad chain.
+
+    ``marks`` (from the store root, ``tide.format.read_tail_marks``) tell a crash's
+    interrupted write from corruption; without them, invalid bytes followed by valid
+    data are corruption.
+    """
     layout = scan_layout(commitlog_dir)
-    checker = _Verifier(layout, progress)
+    checker = _Verifier(layout, progress, marks if marks is not None else TailMarks())
     checker.run()
     return checker.report
 
 
 class _Verifier:
-    def __init__(self, layout: CommitlogLayout, progress: ProgressFn | None) -> None:
+    def __init__(
+        self, layout: CommitlogLayout, progress: ProgressFn | None, marks: TailMarks
+    ) -> None:
         self.segments = layout.segments
+        self.marks = marks
         self.total = layout.total_bytes
         self.progress = progress
         self.reported = 0
@@ -82,6 +93,7 @@ class _Verifier:
             segments_checked=len(self.segments),
             last_valid_offset=first,
             warnings=list(layout.warnings),
+            tail_marks=marks,
         )
         self.intact = True  # no problem seen yet: last_valid_offset still moves
 
@@ -118,13 +130,15 @@ class _Verifier:
                 pos = where[1]
 
     def _problem(self, index: int, mm: mmap.mmap, pos: int, reason: str) -> _Position | None:
-        """No record at ``pos``: the end of the data, or corruption if valid data follows."""
-        resume = find_resume(self.segments, index, mm, pos)
-        if resume is None:
-            self._end(mm, index, pos, reason)
-            return None
-        self._corruption(self.segments[index].start_offset + pos, f"{reason}; {resume.why}")
-        return resume.segment_index, resume.pos
+        """No record at ``pos``: the end of the data, a torn tail, or corruption."""
+        stop = classify_stop(self.segments, index, mm, pos, reason, self.marks)
+        if stop.corruption is not None:
+            self._corruption(self.segments[index].start_offset + pos, stop.corruption)
+            return None if stop.resume is None else (stop.resume.segment_index, stop.resume.pos)
+        if stop.torn is not None:
+            self.report.torn_tail = stop.torn
+            self.intact = False
+        return None
 
     def _record(self, offset: int, size: int) -> None:
         report = self.report
@@ -135,15 +149,6 @@ class _Verifier:
         report.last_offset = offset
         if self.intact:
             report.last_valid_offset = offset + size
-
-    def _end(self, mm: mmap.mmap, index: int, pos: int, reason: str) -> None:
-        """The data ends at ``pos``: cleanly (zeros) or with a torn tail."""
-        segment = self.segments[index]
-        if is_zero(mm, pos, segment.size):
-            return
-        torn_bytes = data_end(mm, pos, segment.size) - pos
-        self.report.torn_tail = TornTail(segment.start_offset + pos, torn_bytes, reason)
-        self.intact = False
 
     def _corruption(self, offset: int, reason: str) -> None:
         self.intact = False

@@ -107,12 +107,31 @@ from tide.format._record_run import (
     scan_run,
     topic_part,
 )
-from tide.format._resync import data_end, find_blank_marker, find_data_after, find_next_record
+from tide.format._resync import (
+    TailMarks,
+    data_end,
+    find_blank_marker,
+    find_data_after,
+    find_next_record,
+)
 from tide.format._segments import parse_segment_name, segment_name
+from tide.format._store_root import (
+    ABORT_FILE,
+    CHECKPOINT_FILE,
+    SNAPSHOT_FILE,
+    Snapshot,
+    abort_file_exists,
+    read_snapshot,
+    read_tail_marks,
+    tail_marks,
+    write_snapshot,
+)
 
 __all__ = [
+    "ABORT_FILE",
     "BLANK_MAGIC",
     "BLANK_MARKER_BYTES",
+    "CHECKPOINT_FILE",
     "CHECKPOINT_FILE_BYTES",
     "DEFAULT_ENTRIES_PER_SEGMENT",
     "DEFAULT_INDEX_MAX_ENTRIES",
@@ -135,6 +154,7 @@ __all__ = [
     "PRE_BLANK_SIZE",
     "QUEUE_OFFSET_POS",
     "RECORD_HEADER_V4",
+    "SNAPSHOT_FILE",
     "SYSFLAG_BORN_HOST_V6",
     "SYSFLAG_HOSTS_V6",
     "SYSFLAG_STORE_HOST_V6",
@@ -159,7 +179,10 @@ __all__ = [
     "RunWriter",
     "ScanKind",
     "ScanResult",
+    "Snapshot",
+    "TailMarks",
     "WritableBuffer",
+    "abort_file_exists",
     "body_length_pos",
     "consume_queue_segment_bytes",
     "consume_queue_segment_name",
@@ -203,6 +226,8 @@ __all__ = [
     "put_keys",
     "read_index_header",
     "read_slot",
+    "read_snapshot",
+    "read_tail_marks",
     "record_properties",
     "record_size",
     "scan_record",
@@ -213,6 +238,7 @@ __all__ = [
     "slot_for",
     "store_timestamp_pos",
     "tags_code",
+    "tail_marks",
     "time_diff_seconds",
     "topic_part",
     "unpack_entry",
@@ -220,4 +246,5 @@ __all__ = [
     "unpack_index_entry",
     "unpack_index_header",
     "write_blank",
+    "write_snapshot",
 ]

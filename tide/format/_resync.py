@@ -5,14 +5,26 @@ An invalid spot followed by valid data is *corruption* and must be reported. Val
 is: a record found by its magic number that is complete, passes its CRC and names its own
 position in ``physical_offset`` (so a stray byte pattern inside a body cannot pass); a
 blank marker whose size reaches exactly to the segment end; or, in a later segment, any
-non-zero byte. Recovery (storage) and ``tide store verify`` both decide with
-:func:`find_data_after`, so they cannot disagree.
+non-zero byte.
+
+One exception, and one addition, both from :class:`TailMarks`. After a crash, the bytes
+from the last offset the store recorded as durable on are undefined: the copy a process
+was killed in lands in any order (glibc's ``memcpy`` stores the first bytes of a copy
+last, so a record's header can be zeros while the rest of its batch is there), and a
+power loss keeps any subset of the pages that were not flushed. Invalid bytes there are a
+torn tail even when valid records follow them; those records were never acknowledged as
+durable. And invalid bytes below the durable offset are corruption even when nothing
+follows them: a flushed write was lost.
+
+Recovery (storage), ``tide store verify`` and ``tide store dump`` all decide with
+:func:`find_data_after` and :meth:`TailMarks.is_corruption`, so they cannot disagree.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+from dataclasses import dataclass
 
 from tide.format._record import (
     BLANK_MAGIC,
@@ -93,3 +105,25 @@ def find_data_after(
     if blank >= 0:
         return blank, f"a blank marker follows at {base_offset + blank}"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class TailMarks:
+    """What a store root says about the end of its commitlog: ``durable_offset``, below
+    which every byte was flushed (queue_offsets.json's ``flushedOffset``, rewritten every
+    10 s and at a clean close; 0 when unknown), and ``crashed``: the last process did not
+    close cleanly (its ``abort`` file is there), so a write may have been interrupted.
+    The default knows nothing: no durable offset, no crash."""
+
+    durable_offset: int = 0
+    crashed: bool = False
+
+    def is_corruption(self, bad_offset: int, data_follows: bool) -> bool:
+        """Whether invalid bytes at ``bad_offset`` are corruption (else: a torn tail, or
+        the clean end of the data when they are zeros and nothing follows)."""
+        assert bad_offset >= 0 and self.durable_offset >= 0, (bad_offset, self)
+        if bad_offset < self.durable_offset:
+            return True  # a flushed write went bad
+        if not data_follows:
+            return False  # the end of the data
+        return not self.crashed  # after a clean close, no write was interrupted

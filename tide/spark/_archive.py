@@ -3,10 +3,11 @@
 ``path`` is a commitlog directory, or a store root holding ``commitlog/`` (local or a
 mounted shared file system). One Spark partition per segment file. The records are
 decoded and checked (CRC included) by ``tide.commitlog``'s walker, which tells a torn
-tail (invalid bytes with nothing valid after them: the clean end after a crash, read up
-to and logged) from corruption (valid data follows: the read fails, as ``tide store
-verify`` exits 1). An archived copy of the newest segment may also be shorter than the
-others (copied while written, or cut off): it is read as far as its records are whole.
+tail (the clean end after a crash, read up to and logged) from corruption (the read
+fails, as ``tide store verify`` exits 1) by the same rule, with the abort file and queue
+offset snapshot of the store root when ``path`` is one. An archived copy of the newest
+segment may also be shorter than the others (copied while written, or cut off): it is
+read as far as its records are whole.
 
 The walk over one segment is ``tide.commitlog``'s own (``_SegmentWalk``), given this
 module's segment chain so that a short newest segment is accepted.
@@ -23,10 +24,16 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from tide.commitlog import CommitlogLayoutError, SegmentFile, TornTail, find_commitlog_dir
+from tide.commitlog import (
+    CommitlogLayoutError,
+    SegmentFile,
+    TornTail,
+    find_commitlog_dir,
+    tail_marks_for,
+)
 from tide.commitlog._mapped import map_segment, segment_has_data
 from tide.commitlog._reader import _SegmentWalk
-from tide.format import make_msg_id, msg_id_prefix, parse_segment_name
+from tide.format import TailMarks, make_msg_id, msg_id_prefix, parse_segment_name
 from tide.spark._options import _bool, _lower
 from tide.spark._schema import BatchBuilder
 
@@ -84,6 +91,7 @@ class SegmentPartition(InputPartition):
     index: int
     broker_name: str | None
     check_crc: bool
+    marks: TailMarks
 
 
 def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
@@ -102,7 +110,9 @@ def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
         )
 
     with map_segment(segment) as mm:
-        walk = _SegmentWalk(segments, partition.index, mm, partition.check_crc, torn)
+        walk = _SegmentWalk(
+            segments, partition.index, mm, partition.check_crc, torn, partition.marks
+        )
         for at in walk.records(0):
             record = at.record
             prefix = prefixes.get(record.store_host)
@@ -127,10 +137,11 @@ class CommitlogReader(DataSourceReader):
         self.check_crc = _bool(lowered, "checkCrc", True)
 
     def partitions(self) -> Sequence[InputPartition]:
-        _, segments = archive_segments(self.path)
+        directory, segments = archive_segments(self.path)
         chain = tuple((str(s.path), s.start_offset, s.size) for s in segments)
+        marks = tail_marks_for(directory)
         return [
-            SegmentPartition(chain, index, self.broker_name, self.check_crc)
+            SegmentPartition(chain, index, self.broker_name, self.check_crc, marks)
             for index in range(len(segments))
         ]
 

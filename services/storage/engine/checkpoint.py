@@ -13,10 +13,9 @@ import threading
 from pathlib import Path
 
 from tide.files import fsync_dir
-from tide.format import CHECKPOINT_FILE_BYTES, Checkpoint
+from tide.format import CHECKPOINT_FILE, CHECKPOINT_FILE_BYTES, Checkpoint
 
 log = logging.getLogger("tide.storage.checkpoint")
-CHECKPOINT_FILE = "checkpoint"
 
 
 class StoreCheckpoint:

@@ -14,7 +14,7 @@ from pathlib import Path
 from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.commitlog import CommitLog
 from services.storage.engine.consumer_offsets import ConsumerOffsets
-from services.storage.engine.queue_offsets import Snapshot, write_snapshot
+from tide.format import Snapshot, write_snapshot
 from tide.service_thread import ServiceThread
 
 SNAPSHOT_INTERVAL_S = 10.0

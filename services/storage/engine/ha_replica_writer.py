@@ -18,14 +18,16 @@ import struct
 import zlib
 
 from services.storage.engine.message_store import MessageStore
-from services.storage.engine.queue_offsets import QueueOffsetTable, Snapshot, write_snapshot
+from services.storage.engine.queue_offsets import QueueOffsetTable
 from tide.format import (
     BLANK_MAGIC,
     BLANK_MARKER_BYTES,
     ScanKind,
+    Snapshot,
     is_queue_less,
     scan_record,
     segment_name,
+    write_snapshot,
 )
 from tide.mapped import MappedFile
 

@@ -30,12 +30,7 @@ from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
-from services.storage.engine.queue_offsets import (
-    QueueOffsetTable,
-    Snapshot,
-    read_snapshot,
-    write_snapshot,
-)
+from services.storage.engine.queue_offsets import QueueOffsetTable
 from services.storage.engine.record_run import RecordRun, run_from_records
 from services.storage.engine.recovery import RecoveryReport, recover
 from services.storage.engine.retention import RetentionService
@@ -43,13 +38,21 @@ from services.storage.engine.run_check import RunChecker
 from services.storage.engine.segment_queue import SegmentQueue
 from services.storage.engine.store_files import (
     StoreLock,
-    abort_file_exists,
     create_abort_file,
     remove_abort_file,
 )
 from services.storage.engine.topic_table import TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
-from tide.format import EncodedRecord, msg_id_prefix, pack_host, parse_host
+from tide.format import (
+    EncodedRecord,
+    Snapshot,
+    abort_file_exists,
+    msg_id_prefix,
+    pack_host,
+    parse_host,
+    read_snapshot,
+    write_snapshot,
+)
 from tide.service_thread import ServiceThread
 
 log = logging.getLogger("tide.storage.store")

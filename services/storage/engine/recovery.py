@@ -8,9 +8,12 @@
 
 The scan stops at the first place that is not a valid record. An invalid record after
 which nothing valid follows is a *torn tail*, the normal result of a crash: a clean end.
-Invalid bytes followed by valid data, or below the offset known to be durable, are
-*corruption*: reported in the log and in the store status, and the log is cut there as
-RocketMQ does. The caller truncates at the returned end offset.
+After a crash, invalid bytes at or past the durable offset the store last recorded are a
+torn tail even when valid records follow: the write the crash interrupted, which lands
+in any order (``tide.format.TailMarks``). Invalid bytes followed by valid data after a
+clean close, or below the durable offset, are *corruption*: reported in the log and in
+the store status, and the log is cut there as RocketMQ does. The caller truncates at the
+returned end offset.
 """
 
 from __future__ import annotations
@@ -18,8 +21,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from services.storage.engine.queue_offsets import QueueOffsetTable, Snapshot
-from tide.format import Checkpoint, ScanKind, find_data_after, is_queue_less, scan_record
+from services.storage.engine.queue_offsets import QueueOffsetTable
+from tide.format import (
+    Checkpoint,
+    ScanKind,
+    Snapshot,
+    TailMarks,
+    find_data_after,
+    is_queue_less,
+    scan_record,
+    tail_marks,
+)
 from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.recovery")
@@ -34,6 +46,9 @@ class RecoveryReport:
     end_offset: int = 0
     records_scanned: int = 0
     torn_tail_offset: int | None = None
+    # Where valid data follows the torn tail's first bad byte (a write the crash
+    # interrupted landed out of order); cut with the rest of the tail.
+    torn_tail_data_after: int | None = None
     corruption: list[str] = field(default_factory=list)
     snapshot_used: bool = False
 
@@ -42,6 +57,8 @@ class RecoveryReport:
         text += f"{self.start_offset}, valid end {self.end_offset}"
         if self.torn_tail_offset is not None:
             text += f", torn tail at {self.torn_tail_offset}"
+        if self.torn_tail_data_after is not None:
+            text += f" (an interrupted write; its data at {self.torn_tail_data_after} is cut)"
         if self.corruption:
             text += f", CORRUPTION: {'; '.join(self.corruption)}"
         return text
@@ -63,8 +80,8 @@ def recover(
     start = _abnormal_start(segments, checkpoint) if abnormal else _normal_start(segments)
     report.start_offset = segments[start].start_offset
     scanned = QueueOffsetTable()
-    durable = snapshot.flushed_offset if snapshot else 0
-    report.end_offset = _scan(segments, start, scanned, report, durable)
+    marks = tail_marks(abnormal, snapshot)
+    report.end_offset = _scan(segments, start, scanned, report, marks)
     for segment in segments:
         if segment.end_offset <= report.end_offset:
             segment.set_positions(segment.size_bytes)
@@ -95,7 +112,7 @@ def _scan(
     start: int,
     table: QueueOffsetTable,
     report: RecoveryReport,
-    durable_offset: int,
+    marks: TailMarks,
 ) -> int:
     """Verify records from ``segments[start]``; return the end of the valid prefix."""
     for index in range(start, len(segments)):
@@ -112,37 +129,59 @@ def _scan(
             elif scan.kind is ScanKind.BLANK:
                 break  # the segment ends here; continue with the next one
             else:
-                _classify_stop(segments, index, pos, scan.reason, report, durable_offset)
+                stop = _Stop(base + pos, scan.reason)
+                _classify_stop(segments, index, pos, stop, report, marks)
                 return base + pos
         if index == len(segments) - 1:
             return segment.end_offset
     return segments[-1].end_offset
 
 
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """Where the scan stopped and why (``reason`` empty: zeros, nothing written there)."""
+
+    offset: int
+    reason: str
+
+    @property
+    def what(self) -> str:
+        return self.reason or "no record (zeros)"
+
+
 def _classify_stop(
     segments: list[MappedFile],
     index: int,
     pos: int,
-    reason: str,
+    stop: _Stop,
     report: RecoveryReport,
-    durable_offset: int,
+    marks: TailMarks,
 ) -> None:
-    segment = segments[index]
-    offset = segment.start_offset + pos
+    offset, what, durable = stop.offset, stop.what, marks.durable_offset
     later = _later_data(segments, index, pos)
-    if later is not None:
-        report.corruption.append(
-            f"{reason or 'no record (zeros)'} at offset {offset}, but {later[1]}: "
-            f"{later[0] - offset} bytes and everything after are cut off"
-        )
-    elif offset < durable_offset:
-        report.corruption.append(
-            f"{reason or 'no record (zeros)'} at offset {offset}, below the durable "
-            f"offset {durable_offset}"
-        )
-    elif reason:
+    if marks.is_corruption(offset, later is not None):
+        if offset < durable:
+            where = f", and {later[1]}" if later is not None else ""
+            text = f"{what} at offset {offset}, below the durable offset {durable}{where}"
+        else:
+            assert later is not None
+            text = f"{what} at offset {offset}, but {later[1]}: "
+            text += f"{later[0] - offset} bytes and everything after are cut off"
+        report.corruption.append(text)
+    elif later is not None:
         report.torn_tail_offset = offset
-        log.info("torn tail at offset %d (%s): a clean end after a crash", offset, reason)
+        report.torn_tail_data_after = later[0]
+        log.warning(
+            "torn tail at offset %d (%s), then %s: the write the crash interrupted, at or past "
+            "the durable offset %d; cut",
+            offset,
+            what,
+            later[1],
+            durable,
+        )
+    elif stop.reason:
+        report.torn_tail_offset = offset
+        log.info("torn tail at offset %d (%s): a clean end after a crash", offset, what)
 
 
 def _later_data(segments: list[MappedFile], index: int, pos: int) -> tuple[int, str] | None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from services.storage.engine.errors import StoreLockedError
 from tide.files import FileLock, FileLockedError, fsync_dir
+from tide.format import ABORT_FILE
 
 LOCK_FILE = "lock"
-ABORT_FILE = "abort"
 
 
 class StoreLock:
@@ -33,10 +33,6 @@ class StoreLock:
 
     def release(self) -> None:
         self._lock.release()
-
-
-def abort_file_exists(store_dir: Path) -> bool:
-    return (store_dir / ABORT_FILE).exists()
 
 
 def create_abort_file(store_dir: Path) -> None:

@@ -250,7 +250,7 @@ def append_some(storage: StorageProcess, count: int) -> list[pb.AppendResult]:
     return results
 
 
-@pytest.mark.parametrize("torn_bytes", ["half", "header"])
+@pytest.mark.parametrize("torn_bytes", ["half", "header", "batch-head-stored-last"])
 def test_torn_tail_written_on_purpose(
     launcher: StorageLauncher, tmp_path: Path, torn_bytes: str
 ) -> None:
@@ -262,12 +262,19 @@ def test_torn_tail_written_on_purpose(
 
     # The start of a real record (half of it, or its fixed header only), its physical
     # offset set to where it would have been written: a crash while copying it. Its
-    # total_size says more bytes follow than there are.
+    # total_size says more bytes follow than there are. Or a batch of two records whose
+    # first 32 bytes are zeros: glibc's memcpy stores a copy's first bytes last, so a
+    # SIGKILL can leave the rest of the batch in the file, valid records after a hole.
     segment = store / "commitlog" / "00000000000000000000"
     data = bytearray(segment.read_bytes())
     model = data[results[3].physical_offset : results[3].physical_offset + results[3].size]
     struct.pack_into(">q", model, PHYSICAL_OFFSET_POS, end)
-    torn = model[: len(model) // 2] if torn_bytes == "half" else model[:BODY_POS_V4]
+    if torn_bytes == "batch-head-stored-last":
+        second = data[results[4].physical_offset : results[4].physical_offset + results[4].size]
+        struct.pack_into(">q", second, PHYSICAL_OFFSET_POS, end + len(model))
+        torn = bytes(32) + model[32:] + second
+    else:
+        torn = model[: len(model) // 2] if torn_bytes == "half" else model[:BODY_POS_V4]
     data[end : end + len(torn)] = torn
     segment.write_bytes(data)
     (store / "abort").touch()
@@ -280,6 +287,8 @@ def test_torn_tail_written_on_purpose(
     assert status.recovery.startswith("abnormal"), status.recovery
     assert "CORRUPTION" not in status.recovery, status.recovery
     assert f"torn tail at {end}" in status.recovery, status.recovery
+    if torn_bytes == "batch-head-stored-last":
+        assert "an interrupted write" in status.recovery, status.recovery
     assert status.max_offset == end
     assert status.recovery_truncated_bytes > 0
     check_acknowledged(

@@ -18,13 +18,14 @@ from typing import Any
 from services.storage.engine.config import StoreConfig
 from services.storage.engine.message_codec import MessageInput
 from services.storage.engine.message_store import MessageStore
-from services.storage.engine.queue_offsets import SNAPSHOT_FILE
 from tide.format import (
     CHECKPOINT_FILE_BYTES,
+    SNAPSHOT_FILE,
     Checkpoint,
     DecodedRecord,
     ScanKind,
     decode_record,
+    read_snapshot,
     record_size,
     scan_record,
     segment_name,
@@ -109,11 +110,15 @@ class Harness:
         return self.store_dir / "abort"
 
 
-def crash(store: MessageStore) -> None:
+def crash(store: MessageStore, *, durable: bool = False) -> None:
     """Stop ``store`` the way a SIGKILL would: no final snapshot or checkpoint, the
     ``abort`` file stays. The threads are stopped only so that nothing touches the
-    files afterwards."""
+    files afterwards. ``durable``: first flush and record everything as durable, as the
+    checkpoint service does within 10 s (bad bytes then are corruption, never a torn
+    write)."""
     assert store._opened
+    if durable:
+        record_durable(store)
     store._opened = False
     store.allocator.stop()
     for thread in store._threads:
@@ -121,6 +126,15 @@ def crash(store: MessageStore) -> None:
     store.segments.close()
     store._lock.release()
     assert (store.config.store_dir / "abort").exists()
+
+
+def record_durable(store: MessageStore) -> None:
+    """Flush, and record the end of the log as durable (the snapshot's flushedOffset),
+    as the checkpoint service does within 10 s of a flush."""
+    store.segments.flush(0)
+    store.checkpoint_service.write_final()
+    snapshot = read_snapshot(store.config.store_dir)
+    assert snapshot is not None and snapshot.flushed_offset == store.segments.max_offset
 
 
 def message(topic: str, queue_id: int, body: bytes) -> MessageInput:

@@ -13,12 +13,6 @@ import pytest
 
 from services.storage.engine.config import FlushMode
 from services.storage.engine.message_store import MessageStore
-from services.storage.engine.queue_offsets import (
-    SNAPSHOT_FILE,
-    Snapshot,
-    read_snapshot,
-    write_snapshot,
-)
 from services.storage.engine.recovery import RecoveryReport
 from tests.services.storage.engine._recovery_helpers import (
     BODY_POS,
@@ -38,9 +32,19 @@ from tests.services.storage.engine._recovery_helpers import (
     put_many,
     read_all,
     read_file,
+    record_durable,
     remove_snapshot,
     wait_until,
     write_checkpoint,
+)
+from tide.commitlog import verify
+from tide.format import (
+    SNAPSHOT_FILE,
+    Snapshot,
+    TailMarks,
+    read_snapshot,
+    read_tail_marks,
+    write_snapshot,
 )
 
 
@@ -246,7 +250,10 @@ def test_crc_mismatch_in_the_middle(harness: Harness, how: str) -> None:
     victim = written[20]
     old_max = store.segments.max_offset
     assert old_max < SEGMENT_BYTES
-    stop(store, how)
+    if how == "clean":
+        store.close()
+    else:
+        crash(store, durable=True)
     path = harness.segment_path(0)
     flip_body_byte(path, victim)
 
@@ -276,7 +283,7 @@ def test_zeroed_record_in_the_middle_is_corruption(harness: Harness) -> None:
     store = harness.open()
     written = put_many(store, 30)
     victim = written[12]
-    crash(store)
+    crash(store, durable=True)
     patch_file(harness.segment_path(0), victim.offset, bytes(victim.size))
 
     store = harness.open()
@@ -287,6 +294,70 @@ def test_zeroed_record_in_the_middle_is_corruption(harness: Harness) -> None:
     ), report.corruption
     assert store.segments.max_offset == victim.offset
     assert store.commitlog.offsets.next_offsets == next_offsets_of(written[:12])
+
+
+# Where a copy the crash interrupted left zeros: glibc's memcpy stores the first bytes of
+# a copy last (the batch's first record has no header), or a page is missing (a power
+# loss keeps any subset of the unflushed pages).
+HOLES = {"first-bytes-stored-last": (0, 32), "page-inside-the-second-record": (1, 4096)}
+
+
+@pytest.mark.parametrize("hole", sorted(HOLES))
+def test_write_interrupted_out_of_order_is_a_torn_tail(harness: Harness, hole: str) -> None:
+    store = harness.open()
+    before = put_many(store, 20)
+    record_durable(store)
+    batch = put(store, [message("Batch", i % 2, body_for(i, 3000)) for i in range(4)])
+    old_max = store.segments.max_offset
+    crash(store)
+    record_index, hole_bytes = HOLES[hole]
+    damaged = batch[record_index]
+    start = damaged.offset + (0 if record_index == 0 else 1000)
+    patch_file(harness.segment_path(0), start, bytes(hole_bytes))
+
+    marks = read_tail_marks(harness.store_dir)
+    assert marks == TailMarks(before[-1].offset + before[-1].size, crashed=True)
+    verified = verify(harness.store_dir / "commitlog", marks=marks)
+    assert verified.valid, verified.corruption
+    assert verified.torn_tail is not None and verified.torn_tail.offset == damaged.offset
+    tail = read_file(harness.segment_path(0), damaged.offset, old_max - damaged.offset)
+    assert verified.torn_tail.bytes == len(tail.rstrip(b"\0"))  # to the last non-zero byte
+    assert "the write the crash interrupted" in verified.torn_tail.reason
+    strict = verify(harness.store_dir / "commitlog")  # no store root: nothing to go by
+    assert [f.offset for f in strict.corruption] == [damaged.offset]
+
+    store = harness.open()
+    report = report_of(store)
+    assert report.corruption == [], report
+    assert report.torn_tail_offset == damaged.offset
+    first_whole = next(w for w in batch if w.offset >= start + hole_bytes)
+    assert report.torn_tail_data_after == first_whole.offset
+    assert "an interrupted write" in report.summary()
+    assert store.segments.max_offset == damaged.offset
+    assert is_zero(read_file(harness.segment_path(0), damaged.offset, old_max - damaged.offset))
+    kept = before + batch[:record_index]
+    assert store.commitlog.offsets.next_offsets == next_offsets_of(kept)
+    assert_continues(store, next_offsets_of(kept))
+
+
+def test_damage_past_the_durable_offset_without_a_crash_is_corruption(harness: Harness) -> None:
+    """No abort file: the last close was clean, no write was in flight. (A clean close
+    records everything as durable; here the snapshot is gone too.)"""
+    store = harness.open()
+    written = put_many(store, 30)
+    store.close()
+    remove_snapshot(harness.store_dir)
+    victim = written[25]
+    patch_file(harness.segment_path(0), victim.offset, bytes(32))
+
+    store = harness.open()
+    report = report_of(store)
+    assert report.mode == "normal"
+    assert report.torn_tail_offset is None
+    assert any(
+        str(victim.offset) in text and str(written[26].offset) in text for text in report.corruption
+    ), report.corruption
+    assert store.segments.max_offset == victim.offset
 
 
 def test_torn_tail_before_an_empty_preallocated_segment_is_a_clean_end(harness: Harness) -> None:
@@ -344,7 +415,7 @@ def test_valid_record_in_a_later_segment_after_an_invalid_one_is_corruption(
     in_1 = put_many(store, 5, topics=("Later",), body_bytes=1000)
     assert in_1[0].offset == SEGMENT_BYTES
     victim = written[-1]  # the last record of segment 0, just before its blank marker
-    crash(store)
+    crash(store, durable=True)
     tear(harness.segment_path(0), victim, "zero-second-half")
 
     store = harness.open()
