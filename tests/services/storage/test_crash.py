@@ -269,6 +269,7 @@ def test_torn_tail_written_on_purpose(
     data = bytearray(segment.read_bytes())
     model = data[results[3].physical_offset : results[3].physical_offset + results[3].size]
     struct.pack_into(">q", model, PHYSICAL_OFFSET_POS, end)
+    torn: bytes | bytearray
     if torn_bytes == "batch-head-stored-last":
         second = data[results[4].physical_offset : results[4].physical_offset + results[4].size]
         struct.pack_into(">q", second, PHYSICAL_OFFSET_POS, end + len(model))
