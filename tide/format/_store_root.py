@@ -7,7 +7,7 @@
   it was written: ``{"commitlogOffset", "flushedOffset", "queueOffsets":
   {"<topic>-<queue>": next}}``.
 
-:func:`read_crash_marks` turns them into what tells a crash's torn tail from corruption
+:func:`read_tail_marks` turns them into what tells a crash's torn tail from corruption
 (:class:`tide.format.TailMarks`).
 """
 

@@ -129,35 +129,24 @@ def _scan(
             elif scan.kind is ScanKind.BLANK:
                 break  # the segment ends here; continue with the next one
             else:
-                stop = _Stop(base + pos, scan.reason)
-                _classify_stop(segments, index, pos, stop, report, marks)
+                _classify_stop(segments, index, pos, scan.reason, report, marks)
                 return base + pos
         if index == len(segments) - 1:
             return segment.end_offset
     return segments[-1].end_offset
 
 
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    """Where the scan stopped and why (``reason`` empty: zeros, nothing written there)."""
-
-    offset: int
-    reason: str
-
-    @property
-    def what(self) -> str:
-        return self.reason or "no record (zeros)"
-
-
 def _classify_stop(
     segments: list[MappedFile],
     index: int,
     pos: int,
-    stop: _Stop,
+    reason: str,
     report: RecoveryReport,
     marks: TailMarks,
 ) -> None:
-    offset, what, durable = stop.offset, stop.what, marks.durable_offset
+    """``reason`` empty: zeros, nothing written there."""
+    offset = segments[index].start_offset + pos
+    what, durable = reason or "no record (zeros)", marks.durable_offset
     later = _later_data(segments, index, pos)
     if marks.is_corruption(offset, later is not None):
         if offset < durable:
@@ -179,7 +168,7 @@ def _classify_stop(
             later[1],
             durable,
         )
-    elif stop.reason:
+    elif reason:
         report.torn_tail_offset = offset
         log.info("torn tail at offset %d (%s): a clean end after a crash", offset, what)
 
