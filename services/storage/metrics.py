@@ -80,6 +80,13 @@ class StorageMetrics:
             lambda: self._lock_stat("lock_acquisitions"),
             "commitlog append lock acquisitions (one per appended batch)",
         )
+        observable_total(
+            meter,
+            "tide_storage_unconsumed_messages_deleted_total",
+            self._unconsumed_deleted,
+            "messages past a consumer group's committed offset that forced retention "
+            "(disk above --disk-clean-force-ratio) deleted",
+        )
         self._latency = meter.create_histogram(
             "tide_storage_append_latency_seconds",
             unit="s",
@@ -125,6 +132,10 @@ class StorageMetrics:
     def _lock_stat(self, name: str) -> float:
         store = self._store()
         return 0 if store is None else float(getattr(store.commitlog, name))
+
+    def _unconsumed_deleted(self) -> int:
+        store = self._store()
+        return 0 if store is None else store.retention.unconsumed_deleted
 
     def flushed(self, seconds: float, synced: int) -> None:
         """One flush pass that synced ``synced`` segments (from the flush thread)."""

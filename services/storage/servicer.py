@@ -34,7 +34,7 @@ from services.storage.engine.errors import (
 from services.storage.engine.message_store import MessageStore
 from services.storage.options import MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
-from tide.files import ConfigLimitError
+from tide.files import ConfigLimitError, is_out_of_space
 from tide.format import RecordError, scan_run
 from tide.server import ServiceError, peer_address
 from tide.server._request_streams import RequestStreams
@@ -60,7 +60,15 @@ _ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
 )
 
 
-def _fail(exc: Exception) -> NoReturn:
+def _fail(exc: Exception, store: MessageStore | None = None) -> NoReturn:
+    if store is not None and is_out_of_space(exc):
+        # ENOSPC from any write (a config file, an offset table, ...): the store's
+        # disk-full state, answered as a full disk is, not as an internal error.
+        assert isinstance(exc, OSError)
+        what = f"writing {exc.filename}" if exc.filename else "writing"
+        raise ServiceError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, str(store.guard.out_of_space(exc, what))
+        ) from exc
     for kind, code in _ERROR_CODES:
         if isinstance(exc, kind):
             raise ServiceError(code, str(exc)) from exc
@@ -248,7 +256,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         except ServiceError:
             raise
         except Exception as exc:
-            _fail(exc)
+            _fail(exc, store)
         count = len(result.batch.sizes)
         if traced:
             _name_span(request, count)
@@ -467,7 +475,7 @@ class StorageServicer(pb_grpc.StorageServicer):
             self._check_topic_change()
             cfg = self._store().topics.upsert(convert.topic_from_pb(request.topic))
         except Exception as exc:
-            _fail(exc)
+            _fail(exc, self._store())
         return convert.topic_to_pb(cfg)
 
     async def DeleteTopic(
@@ -477,7 +485,11 @@ class StorageServicer(pb_grpc.StorageServicer):
         store = self._store()
         if store.topics.get(request.topic) is None:
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"topic {request.topic!r} does not exist")
-        return pb.DeleteTopicResponse(existed=store.delete_topic(request.topic))
+        try:
+            existed = store.delete_topic(request.topic)
+        except Exception as exc:
+            _fail(exc, store)
+        return pb.DeleteTopicResponse(existed=existed)
 
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[object, object]
@@ -498,7 +510,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                 request.consumer_group, request.topic, request.queue_id, request.offset
             )
         except Exception as exc:
-            _fail(exc)
+            _fail(exc, self._store())
         return pb.CommitOffsetResponse()
 
     async def GetOffset(

@@ -1,4 +1,5 @@
-"""Small durable files: atomic JSON with a ``.bak`` fallback, and directory fsync.
+"""Small durable files: atomic JSON with a ``.bak`` fallback, directory fsync, and the
+free space of a store's disk.
 
 Used by the storage (topics.json, consumerOffset.json, queue_offsets.json) and the
 dispatch service (its progress file).
@@ -15,15 +16,25 @@ from tide.files._json import (
     write_json_atomically,
 )
 from tide.files._lock import FileLock, FileLockedError
+from tide.files._space import (
+    DiskSpace,
+    describe_space,
+    disk_space,
+    is_out_of_space,
+)
 
 __all__ = [
     "MAX_CONFIG_FILE_BYTES",
     "ConfigFileError",
     "ConfigFormatError",
     "ConfigLimitError",
+    "DiskSpace",
     "FileLock",
     "FileLockedError",
+    "describe_space",
+    "disk_space",
     "fsync_dir",
+    "is_out_of_space",
     "load_json_with_fallback",
     "parse_config_json",
     "write_json_atomically",

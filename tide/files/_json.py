@@ -75,9 +75,15 @@ def write_json_atomically(path: Path, obj: object) -> None:
             f"{path} would be {len(data)} bytes; the limit is {MAX_CONFIG_FILE_BYTES} bytes"
         )
     tmp = _sibling(path, ".tmp")
-    _write_synced(tmp, data)
-    _keep_backup(path)
-    os.replace(tmp, path)
+    try:
+        _write_synced(tmp, data)
+        _keep_backup(path)
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk (ENOSPC) fails the write of the temporary file: leave no partial
+        # copy behind to hold space; ``path`` and its backup are untouched.
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
     _remember_good(path)
 
@@ -177,8 +183,12 @@ def _keep_backup(path: Path) -> None:
         return
     bak_tmp = _sibling(path, ".bak.tmp")
     bak_tmp.unlink(missing_ok=True)
-    _link_or_copy(path, bak_tmp)
-    os.replace(bak_tmp, bak)
+    try:
+        _link_or_copy(path, bak_tmp)
+        os.replace(bak_tmp, bak)
+    except BaseException:
+        bak_tmp.unlink(missing_ok=True)  # a copy cut short by a full disk
+        raise
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -3,6 +3,8 @@
 RocketMQ's AllocateMappedFileService. Asking for segment N returns it (waiting for the
 background creation if it is in flight) and schedules N+1, so in steady state an append
 that rolls to a new segment finds it ready. At most ``MAX_PENDING`` creations are queued.
+A creation that fails (a full disk: SegmentSpaceError) is forgotten: the append that
+needs the segment creates it itself, and the retention pass schedules it again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from services.storage.engine.segment_files import create_segment
+from services.storage.engine.segment_files import SegmentSpaceError, create_segment
 from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.allocator")
@@ -46,6 +48,7 @@ class SegmentAllocator:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tide-allocator", daemon=True)
         self._stopped = False
+        self._space_failures = 0  # creations ahead of need failed for space, in a row
 
     def start(self) -> None:
         self._thread.start()
@@ -75,6 +78,12 @@ class SegmentAllocator:
         self._schedule(start_offset + self._size_bytes)
         return segment
 
+    def is_ready(self, start_offset: int) -> bool:
+        """The segment at ``start_offset`` was created ahead of need (it holds its space)."""
+        with self._lock:
+            future = self._pending.get(start_offset)
+        return future is not None and future.done() and future.exception() is None
+
     def prepare(self, start_offset: int) -> None:
         """Create the segment at ``start_offset`` ahead of need (at open, so the first
         roll after a restart finds it ready)."""
@@ -103,10 +112,26 @@ class SegmentAllocator:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                future.set_result(self._create(start_offset))
+                segment = self._create(start_offset)
             except BaseException as exc:
-                log.exception("creating segment %d failed", start_offset)
-                future.set_exception(exc)
+                self._failed(start_offset, future, exc)
+            else:
+                self._space_failures = 0
+                future.set_result(segment)
+
+    def _failed(self, start_offset: int, future: Future[MappedFile], exc: BaseException) -> None:
+        """A creation ahead of need failed: forget it, so that ``get`` creates the segment
+        itself (and raises the error there) and a later ``prepare`` tries again."""
+        with self._lock:
+            if self._pending.get(start_offset) is future:
+                del self._pending[start_offset]
+        if isinstance(exc, SegmentSpaceError):
+            self._space_failures += 1
+            if self._space_failures == 1:  # once per full-disk episode, not per retry
+                log.warning("segment %d cannot be created ahead of need: %s", start_offset, exc)
+        else:
+            log.error("creating segment %d failed", start_offset, exc_info=exc)
+        future.set_exception(exc)
 
     def stop(self) -> None:
         """Stop the thread; delete segments created ahead but never handed out."""

@@ -60,8 +60,12 @@ class StoreCheckpoint:
             _write_synced(self.path, value.pack(), os.O_RDWR)  # one page, in place
         else:  # first time: whole or not at all
             tmp = self.path.with_name(self.path.name + ".tmp")
-            _write_synced(tmp, value.pack(), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-            os.rename(tmp, self.path)
+            try:
+                _write_synced(tmp, value.pack(), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+                os.rename(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a full disk: no partial file left behind
+                raise
             fsync_dir(self.path.parent)
         self._written = value
         return True

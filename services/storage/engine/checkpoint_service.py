@@ -14,6 +14,8 @@ from pathlib import Path
 from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.commitlog import CommitLog
 from services.storage.engine.consumer_offsets import ConsumerOffsets
+from services.storage.engine.disk_guard import DiskGuard
+from tide.files import is_out_of_space
 from tide.format import Snapshot, write_snapshot
 from tide.service_thread import ServiceThread
 
@@ -31,12 +33,14 @@ class CheckpointService(ServiceThread):
         consumer_offsets: ConsumerOffsets,
         *,
         interval_ms: int,
+        guard: DiskGuard | None = None,
     ) -> None:
         super().__init__(interval_ms / 1000)
         self._store_dir = store_dir
         self._commitlog = commitlog
         self._checkpoint = checkpoint
         self._consumer_offsets = consumer_offsets
+        self._guard = guard
         self._pending: Snapshot | None = None
         self._last_snapshot_s = 0.0
         self.snapshots_written = 0
@@ -48,6 +52,16 @@ class CheckpointService(ServiceThread):
         return Snapshot(offset, 0, table)
 
     def run_once(self) -> None:
+        """One round; a full disk (ENOSPC) is the store's disk-full state, not a failure
+        of this thread: the store refuses appends and the next round retries."""
+        try:
+            self._run_round()
+        except OSError as exc:
+            if self._guard is None or not is_out_of_space(exc):
+                raise
+            self._guard.out_of_space(exc, f"writing {exc.filename or 'the checkpoint'}")
+
+    def _run_round(self) -> None:
         self._checkpoint.flush()
         now = time.monotonic()
         flushed = self._commitlog.segments.flushed_offset

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from services.storage.engine.disk_guard import DiskGuard
 from services.storage.engine.errors import DiskFullError, NotWritableError
-from services.storage.engine.queue_offsets import QueueOffsetTable
+from services.storage.engine.queue_offsets import QueueKey, QueueOffsetTable
 from services.storage.engine.record_run import RecordRun
-from services.storage.engine.segment_files import unlock
+from services.storage.engine.segment_files import SegmentSpaceError, unlock
 from services.storage.engine.segment_queue import SegmentQueue
 from tide.format import (
     BLANK_MARKER_BYTES,
@@ -29,6 +30,7 @@ from tide.format import (
     decode_record,
     find_blank_marker,
     record_size,
+    segment_name,
     write_blank,
 )
 from tide.mapped import MappedFile
@@ -71,6 +73,7 @@ class CommitLog:
         clock_ms: Callable[[], int] | None = None,
         attach_write_buffer: Callable[[MappedFile], None] | None = None,
         max_record_bytes: int = (4 << 20) + (64 << 10),
+        guard: DiskGuard | None = None,
     ) -> None:
         self.segments = segments
         self.offsets = offsets
@@ -86,9 +89,12 @@ class CommitLog:
         self.lock = threading.Lock()
         self._last_store_timestamp_ms = 0
         self._listeners: list[AppendListener] = []
-        # Set by retention when the disk is nearly full; by close() when closing.
+        # Set by close() when closing (a full disk is the guard's to say).
         self.refuse_reason: str | None = None
-        self.disk_full = False
+        self.guard = guard
+        # Segment start offset -> the queue offset table as its first record went in:
+        # which queue offsets retention deletes with the segments before it.
+        self.queue_offsets_at_start: dict[int, dict[QueueKey, int]] = {}
         # Metrics: appends and their total wait for the lock (seconds), kept under it.
         self.lock_acquisitions = 0
         self.lock_wait_s = 0.0
@@ -119,13 +125,14 @@ class CommitLog:
         return batch
 
     def _check_writable(self) -> None:
-        if self.disk_full:
-            raise DiskFullError(
-                "disk usage is above the refuse-writes threshold; writes resume once "
-                "retention or an operator frees space"
-            )
         if self.refuse_reason is not None:
             raise NotWritableError(self.refuse_reason)
+        if self.guard is not None:
+            self.guard.check()
+
+    @property
+    def writable(self) -> bool:
+        return self.refuse_reason is None and (self.guard is None or not self.guard.full)
 
     def writable_segment(self) -> MappedFile:
         """The segment holding the write position (created if it does not exist yet)."""
@@ -134,7 +141,13 @@ class CommitLog:
         return segment if segment is not None else self._roll(offset)
 
     def _roll(self, start_offset: int) -> MappedFile:
-        segment = self.segments.next_segment(start_offset)
+        try:
+            segment = self.segments.next_segment(start_offset)
+        except SegmentSpaceError as exc:
+            if self.guard is None:
+                raise DiskFullError(f"no space for a new commitlog segment: {exc}") from exc
+            what = f"creating commitlog segment {segment_name(start_offset)}"
+            raise self.guard.out_of_space(exc, what) from exc
         if self._attach_write_buffer is not None:
             self._attach_write_buffer(segment)
         return segment
@@ -150,6 +163,8 @@ class CommitLog:
         data = run.data
         source = memoryview(data)
         table = self.offsets.next_offsets
+        if pos == 0:
+            self._mark_queue_offsets(segment)
         get_next = table.get
         patch_offsets = _OFFSETS.pack_into
         patch_time_and_host = self._time_and_host.pack_into
@@ -171,6 +186,7 @@ class CommitLog:
                 next_segment = self.segments.find(segment.end_offset)
                 assert next_segment is not None and next_segment.wrote == 0, next_segment
                 segment = next_segment
+                self._mark_queue_offsets(segment)
                 target, pos, base = segment.write_target, 0, segment.start_offset
                 piece_at, piece_pos = at, 0
             if key is None:
@@ -205,6 +221,11 @@ class CommitLog:
                 next_start += limit
                 pos = 0
             pos += size
+
+    def _mark_queue_offsets(self, segment: MappedFile) -> None:
+        """Before the first record goes into ``segment`` (once per segment: a copy of
+        the table, one entry per queue)."""
+        self.queue_offsets_at_start[segment.start_offset] = dict(self.offsets.next_offsets)
 
     @staticmethod
     def _publish(segment: MappedFile, position: int, now: int) -> None:

@@ -97,6 +97,11 @@ class ConsumerOffsets:
         with self._lock:
             return self._table.get((topic, group), {}).get(queue_id, -1)
 
+    def committed(self) -> dict[tuple[str, str], dict[int, int]]:
+        """A copy of the table: (topic, group) -> {queue id: committed offset}."""
+        with self._lock:
+            return {key: dict(queues) for key, queues in self._table.items()}
+
     def delete_topic(self, topic: str) -> int:
         """Forget every group's offsets in ``topic``; returns how many entries went."""
         with self._lock:

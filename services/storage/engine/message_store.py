@@ -21,7 +21,9 @@ from services.storage.engine.checkpoint_service import CheckpointService
 from services.storage.engine.commitlog import AppendBatch, CommitLog
 from services.storage.engine.config import MIB, FlushMode, StoreConfig
 from services.storage.engine.consumer_offsets import ConsumerOffsets
+from services.storage.engine.disk_guard import DiskGuard
 from services.storage.engine.errors import (
+    DiskFullError,
     InvalidMessageError,
     NotWritableError,
     TopicNotFoundError,
@@ -144,6 +146,12 @@ class MessageStore:
         )
         self.segments = SegmentQueue(cfg.commitlog_dir, cfg.segment_size_bytes, self.allocator)
         self.segments.load()
+        self.guard = DiskGuard(
+            cfg.store_dir,
+            cfg.disk_refuse_writes_ratio,
+            self._next_segment_bytes,
+            usage_ratio=self._usage_ratio,
+        )
         offsets = QueueOffsetTable()
         self.recovery = recover(
             self.segments.segments,
@@ -166,6 +174,7 @@ class MessageStore:
             clock_ms=self._clock_ms,
             attach_write_buffer=self.pool.attach if self.pool else None,
             max_record_bytes=max(cfg.max_message_body_bytes, DEFAULT_MAX_BODY_BYTES) + (64 << 10),
+            guard=self.guard,
         )
         self._start_threads()
         self._prepare_segments()
@@ -198,10 +207,33 @@ class MessageStore:
         creating (and warming) one on the append path would stall it."""
         last = self.segments.last()
         if last is None or last.is_full:
-            with self.commitlog.lock:
-                self.commitlog.writable_segment()  # creates it and schedules the next
+            try:
+                with self.commitlog.lock:
+                    self.commitlog.writable_segment()  # creates it and schedules the next
+            except DiskFullError as exc:  # open anyway: reads are served, appends refused
+                log.error("opening without room for a segment: %s", exc)
         else:
             self.allocator.prepare(last.end_offset)
+
+    def _next_segment_bytes(self) -> int:
+        """What the segment after the one being written still needs on disk: nothing once
+        it exists (created for a batch, or ahead of need), else a whole segment."""
+        segments = self.segments
+        current = segments.find(segments.max_offset)
+        last = segments.last()
+        if current is not None and last is not current:
+            return 0
+        next_start = last.end_offset if last is not None else 0
+        return 0 if self.allocator.is_ready(next_start) else segments.size_bytes
+
+    def _prepare_next(self) -> None:
+        """Ask for the segment after the last one when it is neither there nor being
+        created (its creation ahead of need failed: a full disk), so that the roll finds
+        it ready once there is room (retention calls this after every pass)."""
+        with self.commitlog.lock:  # a roll creates it under the lock too: never twice
+            last = self.segments.last()
+            if last is not None and self.segments.find(last.end_offset) is None:
+                self.allocator.prepare(last.end_offset)
 
     def _last_store_timestamp_ms(self) -> int:
         return self.commitlog.last_store_timestamp_ms
@@ -251,9 +283,15 @@ class MessageStore:
             self.checkpoint,
             self.consumer_offsets,
             interval_ms=cfg.checkpoint_interval_ms,
+            guard=self.guard,
         )
         self.retention = RetentionService(
-            self.commitlog, cfg, usage_ratio=self._usage_ratio, clock_s=self._clock_s
+            self.commitlog,
+            cfg,
+            self.guard,
+            self.consumer_offsets,
+            prepare_next=self._prepare_next,
+            clock_s=self._clock_s,
         )
         self._threads += [self.flusher, self.checkpoint_service, self.retention]
         for thread in self._threads:
@@ -375,6 +413,6 @@ class MessageStore:
             flushed_offset=segments.flushed_offset,
             segment_count=len(segments.segments),
             disk_usage_ratio=self.retention.last_ratio,
-            writable=not self.commitlog.disk_full and self.commitlog.refuse_reason is None,
+            writable=self.commitlog.writable,
             topic_count=len(self.topics.list()),
         )

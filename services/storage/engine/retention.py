@@ -1,12 +1,20 @@
 """Retention: RocketMQ's CleanCommitLogService, and the disk-full guard.
 
-Every ``cleanup_interval_ms`` it measures the disk holding the commitlog:
+Every ``cleanup_interval_ms`` it measures the disk holding the commitlog (DiskGuard):
+usage is **projected**, what is used plus what the next segment still needs, so that
+room for the next roll is made before the roll needs it:
 
 * above ``disk_refuse_writes_ratio`` (90 %) appends are refused with DiskFullError until
   usage drops below it again;
 * at the cleanup hour, or above ``disk_clean_ratio`` (75 %), segments older than
   ``retention_hours`` are deleted, oldest first;
-* above ``disk_clean_force_ratio`` (85 %) the oldest segments go regardless of age.
+* above ``disk_clean_force_ratio`` (85 %) the oldest segments go regardless of age, as
+  RocketMQ does, consumed or not: messages that consumer groups had not consumed yet
+  (past their committed offsets) are logged as a WARNING naming the topics and groups,
+  and counted (``unconsumed_deleted``), see unconsumed.py.
+
+Each pass also asks for the next segment again when creating it ahead of need failed
+(a full disk), so a roll finds it ready once there is room.
 
 The segment being written is never deleted. A segment a reader still holds is deleted
 when released, or forcibly after ``held_segment_force_delete_ms``. At most
@@ -15,25 +23,17 @@ when released, or forcibly after ``held_segment_force_delete_ms``. At most
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 from services.storage.engine.commitlog import CommitLog
 from services.storage.engine.config import StoreConfig
+from services.storage.engine.consumer_offsets import ConsumerOffsets
+from services.storage.engine.disk_guard import DiskGuard
+from services.storage.engine.unconsumed import deleted_queue_ranges, unconsumed_report
 from tide.mapped import MappedFile
 from tide.service_thread import ServiceThread
-
-
-def disk_usage_ratio(path: Path) -> float:
-    """Used fraction of the filesystem holding ``path`` (as ``df`` counts it)."""
-    st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    free_for_users = st.f_bavail * st.f_frsize
-    used = total - st.f_bfree * st.f_frsize
-    return used / (used + free_for_users) if used + free_for_users else 0.0
 
 
 class RetentionService(ServiceThread):
@@ -43,19 +43,24 @@ class RetentionService(ServiceThread):
         self,
         commitlog: CommitLog,
         config: StoreConfig,
+        guard: DiskGuard,
+        consumer_offsets: ConsumerOffsets,
         *,
-        usage_ratio: Callable[[], float] | None = None,
+        prepare_next: Callable[[], None] = lambda: None,
         clock_s: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(config.cleanup_interval_ms / 1000)
         self._commitlog = commitlog
         self._config = config
-        self._usage_ratio = usage_ratio or (lambda: disk_usage_ratio(config.commitlog_dir))
+        self._guard = guard
+        self._consumer_offsets = consumer_offsets
+        self._prepare_next = prepare_next
         self._clock_s = clock_s or time.time
         self._doomed: list[MappedFile] = []
-        self.last_ratio = 0.0
+        self.last_ratio = 0.0  # used (as df says), at the last pass
         self.deleted_segments = 0
         self.manual_requests = 0
+        self.unconsumed_deleted = 0  # messages past a group's committed offset
 
     def request_delete(self) -> None:
         """Run a deletion pass now, as if it were the cleanup hour (admin command)."""
@@ -63,9 +68,8 @@ class RetentionService(ServiceThread):
         self.wakeup()
 
     def run_once(self) -> None:
-        ratio = self._usage_ratio()
-        self.last_ratio = ratio
-        self._guard_writes(ratio)
+        ratio = self._guard.update()  # projected: with the next segment
+        self.last_ratio = self._guard.used_ratio
         self._finish_doomed()
         force = ratio > self._config.disk_clean_force_ratio
         due = (
@@ -76,25 +80,13 @@ class RetentionService(ServiceThread):
         )
         self.manual_requests = 0
         if due:
-            self._delete_expired(force)
-
-    def _guard_writes(self, ratio: float) -> None:
-        full = ratio > self._config.disk_refuse_writes_ratio
-        if full != self._commitlog.disk_full:
-            self._commitlog.disk_full = full
-            if full:
-                self.log.error(
-                    "disk usage %.1f%% is above %.0f%%: refusing appends",
-                    ratio * 100,
-                    self._config.disk_refuse_writes_ratio * 100,
-                )
-            else:
-                self.log.warning("disk usage %.1f%%: accepting appends again", ratio * 100)
+            self._delete_expired(force, ratio)
+        self._prepare_next()
 
     def _is_cleanup_hour(self) -> bool:
         return datetime.fromtimestamp(self._clock_s()).hour == self._config.cleanup_hour
 
-    def _delete_expired(self, force: bool) -> None:
+    def _delete_expired(self, force: bool, ratio: float) -> None:
         retention_s = self._config.retention_hours * 3600
         now_s = self._clock_s()
         segments = self._commitlog.segments
@@ -114,9 +106,35 @@ class RetentionService(ServiceThread):
                 segment.path.name,
                 "disk pressure" if force else "expired",
             )
+        if removed:
+            self._count_unconsumed(removed, force, ratio)
         self._doomed.extend(removed)
         self.deleted_segments += len(removed)
         self._finish_doomed()
+
+    def _count_unconsumed(self, removed: list[MappedFile], force: bool, ratio: float) -> None:
+        """A forced deletion: warn about the messages consumer groups had not consumed."""
+        starts = self._commitlog.queue_offsets_at_start
+        first_kept = removed[-1].end_offset
+        if force:
+            ranges = deleted_queue_ranges(
+                removed, starts.get(removed[0].start_offset), starts.get(first_kept)
+            )
+            report = unconsumed_report(ranges, self._consumer_offsets.committed())
+            if report.messages:
+                self.unconsumed_deleted += report.messages
+                self.log.warning(
+                    "disk usage %.1f%% (with the next segment) is above the force-clean "
+                    "threshold %.0f%%: deleted %d segment(s) holding %d message(s) not "
+                    "yet consumed: %s",
+                    ratio * 100,
+                    self._config.disk_clean_force_ratio * 100,
+                    len(removed),
+                    report.messages,
+                    report.describe(),
+                )
+        for segment in removed:
+            starts.pop(segment.start_offset, None)
 
     @staticmethod
     def _last_write_s(segment: MappedFile) -> float:
