@@ -101,10 +101,17 @@ class DiskGuard:
         RECHECK_MS). Called on the append path: one attribute test when not full."""
         if self.full_reason is None:
             return
-        if (self._clock_s() - self._checked_at) * 1000 >= RECHECK_MS:
-            self.update()
+        self.refresh()
         if self.full_reason is not None:
             raise DiskFullError(self.full_reason)
+
+    def refresh(self) -> None:
+        """While full, re-measure if the last measurement is RECHECK_MS old (status
+        calls this too, so ``writable`` turns true without waiting for an append)."""
+        if self.full_reason is not None and (
+            (self._clock_s() - self._checked_at) * 1000 >= RECHECK_MS
+        ):
+            self.update()
 
     def out_of_space(self, exc: OSError, what: str) -> DiskFullError:
         """ENOSPC while ``what`` (e.g. "creating segment X"): refuse appends until the

@@ -45,6 +45,7 @@ from services.storage.engine.store_files import (
 )
 from services.storage.engine.topic_table import TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
+from tide.files import DiskSpace
 from tide.format import (
     EncodedRecord,
     Snapshot,
@@ -91,10 +92,14 @@ class MessageStore:
         clock_ms: Callable[[], int] | None = None,
         usage_ratio: Callable[[], float] | None = None,
         clock_s: Callable[[], float] | None = None,
+        disk_space: Callable[[], DiskSpace] | None = None,
     ) -> None:
+        """``usage_ratio`` (tests) stands in for the projected disk usage ratio,
+        ``disk_space`` (tests) for the filesystem's numbers (see DiskGuard)."""
         self.config = config
         self._clock_ms = clock_ms
         self._usage_ratio = usage_ratio
+        self._disk_space = disk_space
         self._clock_s = clock_s
         self._lock = StoreLock(config.store_dir)
         store_host = parse_host(config.store_host)
@@ -151,6 +156,7 @@ class MessageStore:
             cfg.disk_refuse_writes_ratio,
             self._next_segment_bytes,
             usage_ratio=self._usage_ratio,
+            space=self._disk_space,
         )
         offsets = QueueOffsetTable()
         self.recovery = recover(
@@ -406,6 +412,7 @@ class MessageStore:
 
     def status(self) -> StoreStatus:
         segments = self.segments
+        self.guard.refresh()
         return StoreStatus(
             min_offset=segments.min_offset,
             max_offset=segments.max_offset,
