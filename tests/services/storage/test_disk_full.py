@@ -9,6 +9,7 @@ import queue
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -61,13 +62,16 @@ class AppendStream:
 
     def __init__(self, storage: StorageProcess) -> None:
         self._requests: queue.Queue[pb.AppendRequest | None] = queue.Queue()
-        self._call = storage.stub.AppendStream(
+        # (an iterator of the answers and a grpc.Call: typed as either by grpc-stubs)
+        self._call: Any = storage.stub.AppendStream(
             iter(self._requests.get, None), timeout=STREAM_TIMEOUT_S
         )
 
     def append(self, request: pb.AppendRequest) -> pb.AppendStreamResponse:
         self._requests.put(request)
-        return next(self._call)
+        answer = next(self._call)
+        assert isinstance(answer, pb.AppendStreamResponse), answer
+        return answer
 
     def close(self) -> None:
         self._requests.put(None)

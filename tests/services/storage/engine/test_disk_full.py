@@ -108,7 +108,7 @@ def test_segment_creation_enospc_removes_the_partial_file(
         os.pwrite(fd, b"x" * 4096, 0)  # some blocks were allocated before it failed
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(segment_files.os, "posix_fallocate", fallocate_then_fail)
+    monkeypatch.setattr(os, "posix_fallocate", fallocate_then_fail)
     with pytest.raises(SegmentSpaceError) as info:
         create_segment(tmp_path, 0, SEGMENT_BYTES, preallocate=True, warm=False)
     assert info.value.errno == errno.ENOSPC
@@ -135,7 +135,7 @@ def test_roll_enospc_refuses_appends_writes_nothing_and_resumes(
     def no_space(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(segment_files.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
     max_before = store.segments.max_offset
     segments_before = sorted(harness.commitlog_dir.iterdir())
     big = message("Full", 0, b"y" * 8000)
@@ -149,7 +149,7 @@ def test_roll_enospc_refuses_appends_writes_nothing_and_resumes(
     assert store.segments.max_offset >= max_before
     acked = store.segments.max_offset
 
-    monkeypatch.setattr(segment_files.os, "posix_fallocate", real_fallocate)
+    monkeypatch.setattr(os, "posix_fallocate", real_fallocate)
     wait_writable(store)
     (after,) = put(store, [big])
     assert after.offset >= acked
