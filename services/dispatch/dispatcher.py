@@ -43,7 +43,11 @@ from typing import TypeVar
 import grpc
 
 from services.dispatch.arrivals import ArrivalHub
-from services.dispatch.engine.dispatch_store import DispatchDivergedError, DispatchStore
+from services.dispatch.engine.dispatch_store import (
+    DispatchDiskFullError,
+    DispatchDivergedError,
+    DispatchStore,
+)
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import tags_code
@@ -69,6 +73,9 @@ TAIL_CHUNK_BYTES = 2 << 20
 INLINE_APPLY_MAX_RECORDS = 4096
 _T = TypeVar("_T")
 
+# While the disk is full, a batch is applied again this often (a statvfs per file it
+# needs first: cheap while still full).
+DISK_FULL_RETRY_S = 1.0
 # A restart that then ran this long without failing resets the failure backoff.
 HEALTHY_RUN_S = 30.0
 RESTART_BACKOFF = Backoff(initial_s=0.2, max_s=10.0)
@@ -140,9 +147,12 @@ class Dispatcher:
     # -- state -------------------------------------------------------------------
     @property
     def follower_state(self) -> str:
-        """connected / reconnecting while following; else the phase."""
+        """connected / reconnecting while following (disk_full while the store's disk is
+        full: it holds its place); else the phase."""
         if self._phase != "following":
             return self._phase
+        if self.store.disk_full is not None:
+            return "disk_full"
         channel = self._tail_channel
         if channel is None:
             return "reconnecting"
@@ -339,13 +349,43 @@ class Dispatcher:
         while start < len(batch) and self._writer.idle:
             stop = min(start + INLINE_APPLY_MAX_RECORDS, len(batch))
             part = batch if stop - start == len(batch) else batch.slice(start, stop)
-            self.hub.publish(self.store.apply(part))
+            try:
+                self.hub.publish(self.store.apply(part))
+            except DispatchDiskFullError as exc:
+                await self._hold_until_applied(part, exc)
             start = stop
             if start < len(batch):
                 await asyncio.sleep(0)  # RPCs, and whatever else waits for the loop
         if start < len(batch):
             rest = batch.slice(start, len(batch)) if start else batch
-            self.hub.publish(await self._writer.run(self.store.apply, rest))
+            try:
+                self.hub.publish(await self._writer.run(self.store.apply, rest))
+            except DispatchDiskFullError as exc:
+                await self._hold_until_applied(rest, exc)
+
+    async def _hold_until_applied(self, part: RecordBatch, exc: DispatchDiskFullError) -> None:
+        """The disk is full: stay at this batch (the follower is not read meanwhile, so
+        the Tail stream is held by flow control) and apply it again every
+        DISK_FULL_RETRY_S until it goes through (applying is idempotent); every other
+        write goes on meanwhile (cleanup frees space). Not a failure: no reconcile, no
+        restart, nothing rebuilt."""
+        self.hub.publish(exc.arrivals)  # the queues it grew before the disk filled
+        log.error("%s; retrying every %.0f s", exc, DISK_FULL_RETRY_S)
+        self.last_error = str(exc)
+        while True:
+            await asyncio.sleep(DISK_FULL_RETRY_S)
+            try:
+                self.hub.publish(await self._writer.run(self.store.apply, part))
+            except DispatchDiskFullError as again:
+                self.hub.publish(again.arrivals)
+                self.last_error = str(again)
+                continue
+            log.warning(
+                "dispatch store %s has room again: dispatching from commitlog offset %d",
+                self.store.config.store_dir,
+                part.offsets[0],
+            )
+            return
 
     # -- cleanup -----------------------------------------------------------------
     async def _cleanup_loop(self) -> None:

@@ -54,6 +54,11 @@ class DispatchMetrics:
             ("tide_dispatch_arrival_watchers", "open WatchArrivals streams (gateways)", "1"),
             ("tide_dispatch_tail_reconnects", "Tail stream reconnects since start", "1"),
             ("tide_dispatch_follower_connected", "1 while the Tail stream is up", "1"),
+            (
+                "tide_dispatch_disk_full",
+                "1 while the store's disk is full (dispatch holds its place until space is freed)",
+                "1",
+            ),
         ):
             self.gauges.gauge(name, description, unit)
         if tail_cache is not None:
@@ -101,6 +106,7 @@ class DispatchMetrics:
             "tide_dispatch_arrival_watchers": self._hub.watcher_count,
             "tide_dispatch_tail_reconnects": dispatcher.tail_reconnects,
             "tide_dispatch_follower_connected": int(dispatcher.follower_state == "connected"),
+            "tide_dispatch_disk_full": int(bool(status.disk_full)),
             **self._tail_cache_sample(),
         }
 

@@ -32,6 +32,7 @@ def dispatch_state(dispatched: int, storage_max: int) -> Any:
         cq_segments=3,
         index_files=1,
         index_entries=7,
+        disk_full="",
     )
     store = SimpleNamespace(status=lambda: status)
     dispatcher = SimpleNamespace(

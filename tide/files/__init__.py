@@ -18,6 +18,8 @@ from tide.files._json import (
 from tide.files._lock import FileLock, FileLockedError
 from tide.files._space import (
     DiskSpace,
+    OutOfSpaceError,
+    check_room,
     describe_space,
     disk_space,
     is_out_of_space,
@@ -31,6 +33,8 @@ __all__ = [
     "DiskSpace",
     "FileLock",
     "FileLockedError",
+    "OutOfSpaceError",
+    "check_room",
     "describe_space",
     "disk_space",
     "fsync_dir",

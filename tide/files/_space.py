@@ -21,6 +21,20 @@ def is_out_of_space(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE_ERRNOS
 
 
+class OutOfSpaceError(OSError):
+    """ENOSPC (or EDQUOT) creating or writing a file; nothing partial of it is left."""
+
+
+def check_room(directory: Path, size_bytes: int, path: Path) -> None:
+    """Raise OutOfSpaceError, before anything is written, when the filesystem holding
+    ``directory`` has fewer than ``size_bytes`` free for ``path``: retrying a creation
+    on a full disk then costs a ``statvfs``, not a partial allocation undone."""
+    if disk_space(directory).free_bytes < size_bytes:
+        raise OutOfSpaceError(
+            errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {size_bytes} bytes needed", str(path)
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class DiskSpace:
     """The filesystem holding a directory, as ``df`` counts it."""

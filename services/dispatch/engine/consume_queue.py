@@ -50,7 +50,7 @@ from operator import add, le
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from tide.files import fsync_dir
+from tide.files import check_room, fsync_dir
 from tide.format import (
     DEFAULT_ENTRIES_PER_SEGMENT,
     ENTRY_BYTES,
@@ -462,6 +462,15 @@ class ConsumeQueue:
         tags_codes: Sequence[int],
     ) -> None:
         data = pack_entries(commitlog_offsets, sizes, tags_codes)
+        # Every segment the run needs first: a full disk fails here, before any entry is
+        # written (a run cut short by it would be found again by a retry's zero check).
+        last = queue_offset + len(commitlog_offsets) - 1
+        for start in range(
+            segment_start_for(queue_offset, self._eps),
+            segment_start_for(last, self._eps) + 1,
+            self.segment_bytes,
+        ):
+            self._segment_for_write(first_queue_offset(start))
         done = 0
         while done < len(data):
             segment = self._segment_for_write(queue_offset)
@@ -545,19 +554,25 @@ class ConsumeQueue:
         path = self.directory / segment_name(start)
         if path.exists():
             raise ConsumeQueueCorruptError(f"{path} exists but is not part of the queue")
+        check_room(self.directory, self.segment_bytes, path)  # cheap while the disk is full
         tmp = path.with_name(path.name + ALLOC_SUFFIX)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, self.segment_bytes)
-            os.posix_fallocate(fd, 0, self.segment_bytes)  # a full disk fails here
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, self.segment_bytes)
+                os.posix_fallocate(fd, 0, self.segment_bytes)  # a full disk fails here
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
         except BaseException:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)  # a partly allocated file must not hold the space
             raise
-        os.close(fd)
-        os.rename(tmp, path)
-        fsync_dir(self.directory)
-        segment = MappedFile(path, start, self.segment_bytes)
+        try:
+            fsync_dir(self.directory)
+            segment = MappedFile(path, start, self.segment_bytes)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
         self._segments = [*self._segments, segment]
         return segment
 

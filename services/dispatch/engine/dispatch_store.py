@@ -43,7 +43,13 @@ from services.dispatch.engine.consume_queue_store import (
 )
 from services.dispatch.engine.index_service import IndexService
 from services.dispatch.engine.key_hashes import key_hashes
-from tide.files import FileLock, load_json_with_fallback, write_json_atomically
+from tide.files import (
+    FileLock,
+    describe_space,
+    is_out_of_space,
+    load_json_with_fallback,
+    write_json_atomically,
+)
 from tide.format import (
     DEFAULT_INDEX_MAX_ENTRIES,
     DEFAULT_INDEX_SLOT_COUNT,
@@ -108,6 +114,17 @@ def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[
     return columns
 
 
+class DispatchDiskFullError(Exception):
+    """The store's disk is full (ENOSPC): the batch was not wholly applied. Nothing
+    half-written is served (a queue's entries are published after they are written, a
+    file is created whole or not at all) and applying the batch again once there is room
+    completes it (puts are idempotent). ``arrivals``: the queues it grew meanwhile."""
+
+    def __init__(self, message: str, arrivals: list[Arrival]) -> None:
+        super().__init__(message)
+        self.arrivals = arrivals
+
+
 class DispatchDivergedError(Exception):
     """Our entries disagreed with the commitlog at ``offset``; they were dropped from
     there. Reconcile with the storage and follow again."""
@@ -143,6 +160,7 @@ class DispatchStatus:
     cq_segments: int
     index_files: int
     index_entries: int
+    disk_full: str = ""  # why dispatch cannot write (empty: it can)
 
 
 class DispatchStore:
@@ -166,6 +184,23 @@ class DispatchStore:
         self._opened = False
         self._tags_codes = TagsCodes()
         self._key_prefixes = _KeyPrefixes()
+        # A full disk met by apply (the writer) or flush (the flush thread); None: not.
+        self.apply_blocked: str | None = None
+        self.flush_blocked: str | None = None
+
+    @property
+    def disk_full(self) -> str | None:
+        """Why the store cannot write now (a full disk), or None."""
+        return self.apply_blocked or self.flush_blocked
+
+    def out_of_space(self, exc: OSError, doing: str) -> str:
+        """The message for ENOSPC while ``doing``, naming the store and its free space."""
+        root = self.config.store_dir
+        return (
+            f"no space left on the disk of dispatch store {root} while {doing} "
+            f"({describe_space(root)}): {exc.strerror or exc}; dispatch holds at commitlog "
+            f"offset {self._dispatched} and resumes once space is freed"
+        )
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
@@ -300,13 +335,22 @@ class DispatchStore:
         if not batch:
             return []
         self._check_resume(batch)
-        with gc_paused():
-            props = properties_between(batch.data, batch.props_starts, _ends(batch))
-            try:
-                arrivals = self._put_entries(batch, props)
-            except ConsumeQueueConflictError:
-                return self._apply_one_by_one(batch, props)
-            self._index(batch, props)
+        arrivals: list[Arrival] = []
+        try:
+            with gc_paused():
+                props = properties_between(batch.data, batch.props_starts, _ends(batch))
+                try:
+                    self._put_entries(batch, props, arrivals)
+                except ConsumeQueueConflictError:
+                    return self._apply_one_by_one(batch, props)
+                self._index(batch, props)
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            doing = f"writing {exc.filename}" if exc.filename else "dispatching"
+            self.apply_blocked = self.out_of_space(exc, doing)
+            raise DispatchDiskFullError(self.apply_blocked, arrivals) from exc
+        self.apply_blocked = None
         self._advance(batch, len(batch) - 1)
         return arrivals
 
@@ -368,17 +412,19 @@ class DispatchStore:
                     del groups[queue]
         return dict(groups)
 
-    def _put_entries(self, batch: RecordBatch, props: DispatchProperties) -> list[Arrival]:
+    def _put_entries(
+        self, batch: RecordBatch, props: DispatchProperties, arrivals: list[Arrival]
+    ) -> None:
         """Each queue's entries: a run of consecutive queue offsets (the usual case) in
         one ``put_run``, anything else one ``put`` at a time. An arrival per queue that
-        grew, with the offset after the last entry written, as one put each would say."""
+        grew, with the offset after the last entry written, as one put each would say,
+        added to ``arrivals`` as each queue is done."""
         tags = props.tags
         one_tag = tags.count(tags[0]) == len(tags)  # (or none) in the whole batch
         if one_tag:
             codes = [self._tags_codes[tags[0]]] * len(tags)
         else:
             codes = list(map(self._tags_codes.__getitem__, tags))
-        arrivals: list[Arrival] = []
         for (topic, queue_id), group in self._queued(batch).items():
             queue = self.consume_queues.get_or_create(topic, queue_id)
             top: int | None = None  # after the last entry written
@@ -413,7 +459,6 @@ class DispatchStore:
                         top = queue_offset + 1
             if top is not None:
                 arrivals.append(Arrival(topic, queue_id, top))
-        return arrivals
 
     def _index(self, batch: RecordBatch, props: DispatchProperties) -> None:
         """Put the keys of the batch's records (UNIQ_KEY first, then KEYS, as
@@ -554,6 +599,7 @@ class DispatchStore:
             cq_segments=counts.segments,
             index_files=index.files,
             index_entries=index.entries,
+            disk_full=self.disk_full or "",
         )
 
 
@@ -568,4 +614,19 @@ class _FlushThread(ServiceThread):
         self._pages = PagePolicy(FLUSH_LEAST_PAGES, FLUSH_THOROUGH_INTERVAL_MS)
 
     def run_once(self) -> None:
-        self._store.flush(thorough=self._pages.thorough_due())
+        """A full disk (the progress file cannot be written) is the store's disk-full
+        state, logged once, not a failure with a traceback every second; the next round
+        retries."""
+        store = self._store
+        try:
+            store.flush(thorough=self._pages.thorough_due())
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            if store.flush_blocked is None:
+                self.log.warning("%s", store.out_of_space(exc, f"writing {exc.filename}"))
+            store.flush_blocked = store.out_of_space(exc, f"writing {exc.filename}")
+            return
+        if store.flush_blocked is not None:
+            self.log.warning("dispatch store %s: flushing again", store.config.store_dir)
+            store.flush_blocked = None

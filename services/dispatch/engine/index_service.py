@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.dispatch.engine.index_put import put_key_batch
-from tide.files import fsync_dir
+from tide.files import check_room, fsync_dir
 from tide.format import (
     INDEX_HEADER_BYTES,
     MAX_PROPERTIES_BYTES,
@@ -163,7 +163,7 @@ class IndexService:
     def _scan_names(self) -> list[str]:
         names: list[str] = []
         for path in self.directory.iterdir():
-            if path.name == TMP_FILE_NAME:  # a creation interrupted by a crash
+            if path.name.startswith(TMP_FILE_NAME):  # a creation interrupted by a crash
                 path.unlink()
                 continue
             if not path.is_file() or parse_index_file_name(path.name) is None:
@@ -247,6 +247,10 @@ class IndexService:
                 raise ValueError(f"record offset {phys_offsets[0]} is negative")
             skip = bisect_right(phys_offsets, self._last_indexed)
             done = skip
+            # The files the batch will roll to, preallocated before any key is put: a
+            # full disk fails the batch here, whole, rather than between two keys of a
+            # record (a retry would skip the record's other keys).
+            spares = self._reserve(total - skip)
             self._writes += 1  # odd: queries retry (see query)
             try:
                 while done < total:
@@ -255,7 +259,8 @@ class IndexService:
                         target, key_hashes, phys_offsets, store_timestamps_ms, done
                     )
                     if not put:
-                        target = self._roll(target)
+                        target = self._roll(target, spares[0] if spares else None)
+                        del spares[:1]  # used (on failure, the finally removes it)
                         put = self._put_keys(
                             target, key_hashes, phys_offsets, store_timestamps_ms, done
                         )
@@ -267,7 +272,41 @@ class IndexService:
                     self._last_indexed = phys_offsets[done - 1]
             finally:
                 self._writes += 1
+                for spare in spares:  # (not needed after all, or the batch failed)
+                    spare.unlink(missing_ok=True)
             return done - skip
+
+    def _reserve(self, keys: int) -> list[Path]:
+        """Preallocated temporary files for what ``keys`` more keys need beyond the
+        newest file's room."""
+        newest = self._files[-1] if self._files else None
+        room = self.geometry.max_entries - newest.header().index_count if newest else 0
+        per_file = self.geometry.max_entries - 1  # a fresh file's first entry number is 1
+        needed = max(0, -(-(keys - room) // per_file))
+        spares: list[Path] = []
+        try:
+            for number in range(needed):
+                spares.append(self._preallocate(self.directory / f"{TMP_FILE_NAME}.{number}"))
+        except BaseException:
+            for spare in spares:
+                spare.unlink(missing_ok=True)
+            raise
+        return spares
+
+    def _preallocate(self, tmp: Path) -> Path:
+        """``tmp`` created with the blocks of a file reserved; removed if that fails."""
+        size = self.geometry.file_bytes
+        check_room(self.directory, size, tmp)  # cheap while the disk is full
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
 
     def _put_keys(
         self,
@@ -288,8 +327,9 @@ class IndexService:
             mf.mm, self.geometry, key_hashes, phys_offsets, store_timestamps_ms, fd=mf.fileno
         )
 
-    def _roll(self, previous: _IndexFile | None) -> _IndexFile:
-        """Create the next file; its header continues from ``previous``'s end values."""
+    def _roll(self, previous: _IndexFile | None, spare: Path | None = None) -> _IndexFile:
+        """Create the next file (from ``spare``, preallocated, if given); its header
+        continues from ``previous``'s end values."""
         if len(self._files) >= self._max_files:
             raise RuntimeError(
                 f"{self.directory} already holds {len(self._files)} index files "
@@ -301,29 +341,37 @@ class IndexService:
             end_offset, end_timestamp = header.end_phy_offset, header.end_timestamp_ms
         else:
             end_offset, end_timestamp = 0, 0
-        created = self._create(end_offset, end_timestamp)
+        created = self._create(end_offset, end_timestamp, spare)
         with self._list_lock:
             self._files.append(created)
         log.info("new index file %s", created.mf.path)
         return created
 
-    def _create(self, end_phy_offset: int, end_timestamp_ms: int) -> _IndexFile:
-        """Preallocate and fill a tmp file, then link it under a name no file has."""
+    def _create(
+        self, end_phy_offset: int, end_timestamp_ms: int, spare: Path | None = None
+    ) -> _IndexFile:
+        """Preallocate (or take ``spare``) and fill a tmp file, then link it under a name
+        no file has. Nothing is left behind if that fails (a full disk)."""
         size = self.geometry.file_bytes
-        tmp = self.directory / TMP_FILE_NAME
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        tmp = spare or self._preallocate(self.directory / TMP_FILE_NAME)
         try:
-            os.posix_fallocate(fd, 0, size)
-            header = bytearray(INDEX_HEADER_BYTES)
-            init_index_header(header, end_phy_offset, end_timestamp_ms)
-            os.pwrite(fd, header, 0)
-            os.fsync(fd)
+            fd = os.open(tmp, os.O_RDWR)
+            try:
+                header = bytearray(INDEX_HEADER_BYTES)
+                init_index_header(header, end_phy_offset, end_timestamp_ms)
+                os.pwrite(fd, header, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            name = self._link_new_name(tmp)
         finally:
-            os.close(fd)
-        name = self._link_new_name(tmp)
-        tmp.unlink()
-        fsync_dir(self.directory)
-        return _IndexFile(name, MappedFile(self.directory / name, 0, size))
+            tmp.unlink(missing_ok=True)
+        try:
+            fsync_dir(self.directory)
+            return _IndexFile(name, MappedFile(self.directory / name, 0, size))
+        except BaseException:
+            (self.directory / name).unlink(missing_ok=True)
+            raise
 
     def _link_new_name(self, tmp: Path) -> str:
         """Link ``tmp`` under the first free name after every known one (never overwrites).

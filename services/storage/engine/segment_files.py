@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import logging
 import mmap
 import os
 from pathlib import Path
 
-from tide.files import disk_space, fsync_dir, is_out_of_space
+from tide.files import OutOfSpaceError, check_room, fsync_dir, is_out_of_space
 from tide.format import segment_name
 from tide.mapped import MappedFile
 
@@ -35,7 +34,7 @@ ALLOC_SUFFIX = ".alloc"
 _WARM_CHUNK_BYTES = 1 << 20
 
 
-class SegmentSpaceError(OSError):
+class SegmentSpaceError(OutOfSpaceError):
     """ENOSPC (or EDQUOT) creating a segment; nothing of it is left on disk."""
 
 
@@ -49,10 +48,11 @@ def create_segment(
     if path.exists():
         raise FileExistsError(f"segment {path} already exists")
     reserve = preallocate or warm
-    if reserve and disk_space(directory).free_bytes < size_bytes:
-        raise SegmentSpaceError(
-            errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {size_bytes} bytes needed", str(path)
-        )
+    if reserve:
+        try:
+            check_room(directory, size_bytes, path)
+        except OutOfSpaceError as exc:
+            raise SegmentSpaceError(exc.errno, exc.strerror, str(path)) from None
     tmp = path.with_name(path.name + ALLOC_SUFFIX)
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -247,6 +247,7 @@ def test_metrics_report_the_tail_cache() -> None:
         cq_segments=1,
         index_files=1,
         index_entries=1,
+        disk_full="",
     )
     dispatcher = SimpleNamespace(
         storage_max_seen=1100, tail_reconnects=0, follower_state="connected"

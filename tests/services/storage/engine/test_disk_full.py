@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from services.storage.engine import segment_files
 from services.storage.engine.disk_guard import RECHECK_MS, DiskGuard
 from services.storage.engine.errors import DiskFullError
 from services.storage.engine.message_store import MessageStore
@@ -118,7 +117,7 @@ def test_segment_creation_enospc_removes_the_partial_file(
 def test_segment_creation_refuses_at_once_when_the_segment_cannot_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(segment_files, "disk_space", lambda _path: space(9.5, 10))
+    monkeypatch.setattr("tide.files._space.disk_space", lambda _path: space(9.5, 10))
     with pytest.raises(SegmentSpaceError, match="bytes needed"):
         create_segment(tmp_path, 0, SEGMENT_BYTES, preallocate=True, warm=True)
     assert list(tmp_path.iterdir()) == []  # not even tried
