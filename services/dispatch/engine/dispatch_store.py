@@ -225,7 +225,14 @@ class DispatchStore:
         self._opened = False
         assert self._flusher is not None
         self._flusher.stop()
-        self.flush(thorough=True)
+        try:
+            self.flush(thorough=True)
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            # The progress file keeps an older offset: the next start dispatches the
+            # records after it again, which skips what the files already hold.
+            log.error("closing without recording progress: %s", self.out_of_space(exc, "closing"))
         self.consume_queues.close()
         self.index.close()
         self._lock.release()

@@ -45,7 +45,7 @@ from services.storage.engine.store_files import (
 )
 from services.storage.engine.topic_table import TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
-from tide.files import DiskSpace
+from tide.files import DiskSpace, is_out_of_space
 from tide.format import (
     EncodedRecord,
     Snapshot,
@@ -316,13 +316,34 @@ class MessageStore:
             thread.stop()
         self.segments.commit(0)
         self.segments.flush(0)
-        self.checkpoint_service.write_final()
-        self.consumer_offsets.close()
+        clean = self._write_final()
         self.allocator.stop()
         self.segments.close()
-        remove_abort_file(self.config.store_dir)
+        if clean:
+            remove_abort_file(self.config.store_dir)
         self._lock.release()
-        log.info("store %s closed cleanly", self.config.store_dir)
+        if clean:
+            log.info("store %s closed cleanly", self.config.store_dir)
+
+    def _write_final(self) -> bool:
+        """The final snapshot, checkpoint and consumer offsets. False when the disk is
+        full: the close goes on, and the abort file stays, so the next open recovers as
+        after a crash (the commitlog is flushed; commits since the last persist are
+        lost, as in a crash)."""
+        try:
+            self.checkpoint_service.write_final()
+            self.consumer_offsets.close()
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            log.error(
+                "store %s: %s; closing without the final snapshot (the next start "
+                "recovers as after a crash)",
+                self.config.store_dir,
+                self.guard.out_of_space(exc, f"writing {exc.filename}"),
+            )
+            return False
+        return True
 
     # -- messages ----------------------------------------------------------------
     def put(self, messages: Sequence[MessageLike], default_born_host: str = "") -> PutResult:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from services.storage.engine.errors import DiskFullError
 from services.storage.engine.ha_replica_writer import ReplicationError, ReplicaWriter
 from services.storage.replication.settings import ReplicationSettings
 from tide.v1 import storage_pb2 as pb
@@ -73,7 +74,9 @@ class SlaveReplicator:
                     exc.code().name,
                     exc.details(),
                 )
-            except (ReplicationError, TimeoutError) as exc:
+            except (ReplicationError, TimeoutError, DiskFullError) as exc:
+                # (a full disk: the next segment cannot be created; retried like the rest,
+                # so the slave catches up by itself once space is freed)
                 log.error(
                     "replication from master %s stopped (attempt %d): %s",
                     master,

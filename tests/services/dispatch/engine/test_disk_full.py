@@ -151,3 +151,25 @@ def test_progress_file_enospc_is_the_disk_full_state_not_a_thread_failure(
         assert store.status().durable_offset == store.dispatched_offset
     finally:
         store.close()
+
+
+def test_close_enospc_on_the_progress_file_closes_anyway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path)
+    records = two_queues()
+    store.apply(records)
+
+    def no_space(path: Path, obj: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("services.dispatch.engine.dispatch_store.write_json_atomically", no_space)
+    store.close()  # no exception: files unmapped, the lock released
+    monkeypatch.undo()
+    again = open_store(tmp_path)  # the progress is older: the records are applied again
+    try:
+        assert again.dispatched_offset == 0
+        assert again.apply(records) == []  # every entry is there already
+        assert again.dispatched_offset == records[-1].offset + records[-1].size
+    finally:
+        again.close()

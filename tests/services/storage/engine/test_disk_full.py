@@ -241,3 +241,23 @@ def test_forced_retention_warns_about_unconsumed_messages(
     (warning,) = [r.getMessage() for r in caplog.records if "not yet consumed" in r.getMessage()]
     assert f"topic {topic!r} group 'slow': {expected}" in warning
     assert "'done'" not in warning
+
+
+def test_close_enospc_closes_anyway_and_the_next_open_recovers(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = harness.open()
+    (written,) = put(store, [message("Close", 0, b"kept")])
+    store.consumer_offsets.commit("g", "Close", 0, 1)
+
+    def no_space(_path: Path, _obj: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "consumerOffset.json")
+
+    monkeypatch.setattr("services.storage.engine.consumer_offsets.write_json_atomically", no_space)
+    store.close()  # no exception: the lock is released, the files unmapped
+    assert harness.abort_path.exists()  # so the next open recovers as after a crash
+    monkeypatch.undo()
+    reopened = harness.open()
+    assert reopened.recovery is not None and reopened.recovery.mode == "abnormal"
+    (after,) = put(reopened, [message("Close", 0, b"after")])
+    assert after.queue_offset == written.queue_offset + 1
