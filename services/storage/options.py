@@ -87,21 +87,22 @@ OPTIONS: tuple[Option, ...] = (
         "disk_clean_ratio",
         float,
         0.75,
-        "delete expired segments at once above this disk usage",
+        "delete expired segments at once above this disk usage (with the next segment)",
         unit="ratio",
     ),
     Option(
         "disk_clean_force_ratio",
         float,
         0.85,
-        "delete the oldest segments regardless of age above this disk usage",
+        "delete the oldest segments regardless of age above this disk usage (with the next "
+        "segment)",
         unit="ratio",
     ),
     Option(
         "disk_refuse_writes_ratio",
         float,
         0.90,
-        "refuse appends (RESOURCE_EXHAUSTED) above this disk usage",
+        "refuse appends (RESOURCE_EXHAUSTED) above this disk usage (with the next segment)",
         unit="ratio",
     ),
     Option(

@@ -521,7 +521,9 @@ class DispatchStatus(_message.Message):
     index_entry_count: _builtins.int
     follower_state: _builtins.str
     """"connected", "reconnecting" (the Tail stream is down and being retried),
-    "reconciling" or "failed" (the dispatcher is retrying after last_error).
+    "disk_full" (the store's disk is full: dispatch holds its place and retries every
+    second; last_error names the store and its free space), "reconciling" or "failed"
+    (the dispatcher is retrying after last_error).
     """
     last_error: _builtins.str
     """The last error the dispatcher met (empty if none)."""

@@ -8,7 +8,10 @@ Errors that concern the whole call use gRPC status codes:
   NOT_FOUND           unknown topic (and auto-create is off), unknown offset
   OUT_OF_RANGE        a Tail offset below the commitlog's min offset (deleted by retention)
                       or past its max offset
-  RESOURCE_EXHAUSTED  disk above the refuse-writes threshold, or a request over a size limit
+  RESOURCE_EXHAUSTED  a full disk: usage with the next segment above the refuse-writes
+                      threshold, or no space left (ENOSPC) creating a segment or writing a
+                      file; the message names the store directory and its free space. Or a
+                      request over a size limit
   FAILED_PRECONDITION the store is not writable (a slave: produce to its master; or shutting
                       down); topic changes on a slave; a refused Replicate hello
   UNAVAILABLE         the service is starting or stopping

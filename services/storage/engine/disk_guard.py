@@ -35,6 +35,7 @@ class DiskGuard:
     def __init__(
         self,
         store_dir: Path,
+        disk_dir: Path,
         refuse_ratio: float,
         next_segment_bytes: Callable[[], int],
         *,
@@ -42,13 +43,16 @@ class DiskGuard:
         space: Callable[[], DiskSpace] | None = None,
         clock_s: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``usage_ratio`` (tests) stands in for the whole measurement: it returns the
-        projected ratio; ``space`` (tests) for the filesystem's numbers."""
+        """``disk_dir``: where the segments are (the disk measured); ``store_dir``
+        names the store in messages. ``usage_ratio`` (tests) stands in for the whole
+        measurement: it returns the projected ratio; ``space`` (tests) for the
+        filesystem's numbers."""
         self.store_dir = store_dir
+        self.disk_dir = disk_dir
         self._refuse_ratio = refuse_ratio
         self._next_segment_bytes = next_segment_bytes
         self._usage_ratio = usage_ratio
-        self._space = space or (lambda: disk_space(store_dir))
+        self._space = space or (lambda: disk_space(disk_dir))
         self._clock_s = clock_s
         self._checked_at = 0.0
         # Why appends are refused (None: they are not).
@@ -80,7 +84,7 @@ class DiskGuard:
             reason = (
                 f"disk usage of store {self.store_dir} is {self.used_ratio:.1%}, "
                 f"{ratio:.1%} with the next segment, above the refuse-writes threshold "
-                f"{self._refuse_ratio:.0%} ({describe_space(self.store_dir)})"
+                f"{self._refuse_ratio:.0%} ({describe_space(self.disk_dir)})"
             )
             if not self.full:
                 log.error("%s: refusing appends until retention or an operator frees space", reason)
@@ -118,7 +122,7 @@ class DiskGuard:
         projection says there is room again; the error to raise instead of ``exc``."""
         reason = (
             f"no space left on the disk of store {self.store_dir} while {what} "
-            f"({describe_space(self.store_dir)}): {exc.strerror or exc}"
+            f"({describe_space(self.disk_dir)}): {exc.strerror or exc}"
         )
         if not self.full:
             log.error("%s; refusing appends until space is freed", reason)

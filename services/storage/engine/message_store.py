@@ -153,6 +153,7 @@ class MessageStore:
         self.segments.load()
         self.guard = DiskGuard(
             cfg.store_dir,
+            cfg.commitlog_dir,
             cfg.disk_refuse_writes_ratio,
             self._next_segment_bytes,
             usage_ratio=self._usage_ratio,

@@ -65,7 +65,7 @@ def wait_writable(store: MessageStore, timeout_s: float = 10.0) -> None:
 def test_guard_counts_the_next_segment_until_it_exists(tmp_path: Path) -> None:
     next_bytes = [SEGMENT_BYTES]
     disk = [space(8.5, 10)]  # 85 % used, 95 % with the next segment
-    guard = DiskGuard(tmp_path, 0.90, lambda: next_bytes[0], space=lambda: disk[0])
+    guard = DiskGuard(tmp_path, tmp_path, 0.90, lambda: next_bytes[0], space=lambda: disk[0])
     assert guard.update() == pytest.approx(0.95)
     assert guard.full and guard.used_ratio == pytest.approx(0.85)
     with pytest.raises(DiskFullError, match=str(tmp_path)):
