@@ -78,11 +78,12 @@ class SegmentAllocator:
         self._schedule(start_offset + self._size_bytes)
         return segment
 
-    def is_ready(self, start_offset: int) -> bool:
-        """The segment at ``start_offset`` was created ahead of need (it holds its space)."""
+    def is_prepared(self, start_offset: int) -> bool:
+        """The segment at ``start_offset`` is being or was created ahead of need (a failed
+        creation is forgotten at once): its space is taken, or being taken."""
         with self._lock:
             future = self._pending.get(start_offset)
-        return future is not None and future.done() and future.exception() is None
+        return future is not None and not (future.done() and future.exception() is not None)
 
     def prepare(self, start_offset: int) -> None:
         """Create the segment at ``start_offset`` ahead of need (at open, so the first

@@ -224,14 +224,16 @@ class MessageStore:
 
     def _next_segment_bytes(self) -> int:
         """What the segment after the one being written still needs on disk: nothing once
-        it exists (created for a batch, or ahead of need), else a whole segment."""
+        it exists (created for a batch, or ahead of need) or is being created (counting
+        it then as well as the blocks it already took would delete or refuse early),
+        else a whole segment."""
         segments = self.segments
         current = segments.find(segments.max_offset)
         last = segments.last()
         if current is not None and last is not current:
             return 0
         next_start = last.end_offset if last is not None else 0
-        return 0 if self.allocator.is_ready(next_start) else segments.size_bytes
+        return 0 if self.allocator.is_prepared(next_start) else segments.size_bytes
 
     def _prepare_next(self) -> None:
         """Ask for the segment after the last one when it is neither there nor being

@@ -106,35 +106,34 @@ class RetentionService(ServiceThread):
                 segment.path.name,
                 "disk pressure" if force else "expired",
             )
-        if removed:
-            self._count_unconsumed(removed, force, ratio)
+        if removed and force:
+            self._warn_unconsumed(removed, ratio)
+        for segment in removed:  # their marks are no longer needed
+            self._commitlog.queue_offsets_at_start.pop(segment.start_offset, None)
         self._doomed.extend(removed)
         self.deleted_segments += len(removed)
         self._finish_doomed()
 
-    def _count_unconsumed(self, removed: list[MappedFile], force: bool, ratio: float) -> None:
-        """A forced deletion: warn about the messages consumer groups had not consumed."""
-        starts = self._commitlog.queue_offsets_at_start
-        first_kept = removed[-1].end_offset
-        if force:
-            ranges = deleted_queue_ranges(
-                removed, starts.get(removed[0].start_offset), starts.get(first_kept)
-            )
-            report = unconsumed_report(ranges, self._consumer_offsets.committed())
-            if report.messages:
-                self.unconsumed_deleted += report.messages
-                self.log.warning(
-                    "disk usage %.1f%% (with the next segment) is above the force-clean "
-                    "threshold %.0f%%: deleted %d segment(s) holding %d message(s) not "
-                    "yet consumed: %s",
-                    ratio * 100,
-                    self._config.disk_clean_force_ratio * 100,
-                    len(removed),
-                    report.messages,
-                    report.describe(),
-                )
-        for segment in removed:
-            starts.pop(segment.start_offset, None)
+    def _warn_unconsumed(self, removed: list[MappedFile], ratio: float) -> None:
+        """A forced deletion: warn about (and count) the messages consumer groups had not
+        consumed yet."""
+        marks = self._commitlog.queue_offsets_at_start
+        ranges = deleted_queue_ranges(
+            removed, marks.get(removed[0].start_offset), marks.get(removed[-1].end_offset)
+        )
+        report = unconsumed_report(ranges, self._consumer_offsets.committed())
+        if not report.messages:
+            return
+        self.unconsumed_deleted += report.messages
+        self.log.warning(
+            "disk usage %.1f%% (with the next segment) is above the force-clean threshold "
+            "%.0f%%: deleted %d segment(s) holding %d message(s) not yet consumed: %s",
+            ratio * 100,
+            self._config.disk_clean_force_ratio * 100,
+            len(removed),
+            report.messages,
+            report.describe(),
+        )
 
     @staticmethod
     def _last_write_s(segment: MappedFile) -> float:

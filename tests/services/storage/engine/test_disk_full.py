@@ -76,6 +76,18 @@ def test_guard_counts_the_next_segment_until_it_exists(tmp_path: Path) -> None:
     guard.check()
 
 
+def test_the_next_segment_counts_until_it_is_created_ahead_of_need(harness: Harness) -> None:
+    store = harness.open()
+    next_start = store.segments.segments[-1].end_offset
+    deadline = time.monotonic() + 10
+    while not store.allocator.is_prepared(next_start):  # scheduled at open
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert store._next_segment_bytes() == 0
+    store.allocator.stop()  # forgets (and deletes) what it created ahead
+    assert store._next_segment_bytes() == SEGMENT_BYTES
+
+
 def test_retention_thresholds_use_the_projected_usage(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,10 +100,10 @@ def test_retention_thresholds_use_the_projected_usage(
     harness.opened.append(store)
     fill_segments(store, 3)
     segments = len(store.segments.segments)
-    monkeypatch.setattr(store.allocator, "is_ready", lambda _start: True)
+    monkeypatch.setattr(store.allocator, "is_prepared", lambda _start: True)
     store.retention.run_once()  # the next segment exists: 70 %
     assert len(store.segments.segments) == segments
-    monkeypatch.setattr(store.allocator, "is_ready", lambda _start: False)
+    monkeypatch.setattr(store.allocator, "is_prepared", lambda _start: False)
     store.retention.run_once()  # it does not: 80 % with it
     assert len(store.segments.segments) == 1  # every expired one but the one written
     assert store.status().disk_usage_ratio == pytest.approx(0.70)  # as df says
