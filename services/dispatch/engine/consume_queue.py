@@ -4,7 +4,10 @@ Layout: docs/formats.md, "Consume queue"; helpers in tide/format/_consume_queue.
 Segments are ``<root>/consumequeue/<topic>/<queue_id>/<20-digit start byte offset>``,
 ``entries_per_segment * 20`` bytes each, mapped with tide.mapped.MappedFile and created
 synchronously when the writer needs one (temporary name, posix_fallocate, rename, fsync of
-the directory): they are small, RocketMQ creates them inline too.
+the directory): they are small, RocketMQ creates them inline too. A full disk fails the
+creation before anything is written (the free space is checked first; a partly
+allocated file is removed), and a run creates every segment it needs before it writes
+its first entry: a put either writes all its entries or none.
 
 Lifecycle: ``load()`` maps the files, ``recover()`` finds the end; then ``put`` etc.
 

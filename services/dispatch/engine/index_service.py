@@ -13,7 +13,9 @@ offset (the newest file's ``end_phy_offset``) is skipped entirely, so when the d
 re-reads a commitlog range (restart, retry) index puts are never duplicated. RocketMQ skips
 only records strictly below it; ``<=`` is used here so the last record is not put twice.
 The price, shared with RocketMQ: a record whose keys were only partly put (a crash between
-two keys of one record) is not completed on re-dispatch.
+two keys of one record) is not completed on re-dispatch. So that a full disk cannot stop
+a batch there, the files a batch will roll to are preallocated (under temporary names)
+before any of its keys is put.
 
 Lookups (:meth:`IndexService.query`) follow ``IndexService.queryOffset``: files newest to
 oldest, only those whose time range overlaps the asked one, stopping at ``max_count`` or at
