@@ -29,6 +29,9 @@ from tide.files import DiskSpace, describe_space, disk_space
 
 log = logging.getLogger("tide.storage.disk")
 RECHECK_MS = 100
+# Each kind of line (refusing, accepting) is logged at most this often: on a disk that
+# fills and frees in turn (a file write failing each checkpoint round) it would repeat.
+LOG_INTERVAL_S = 60.0
 
 
 class DiskGuard:
@@ -55,6 +58,7 @@ class DiskGuard:
         self._space = space or (lambda: disk_space(disk_dir))
         self._clock_s = clock_s
         self._checked_at = 0.0
+        self._logged_at: dict[int, float] = {}  # log level -> when last logged
         # Why appends are refused (None: they are not).
         self.full_reason: str | None = None
         self.used_ratio = 0.0  # as df counts it, at the last measurement
@@ -87,10 +91,15 @@ class DiskGuard:
                 f"{self._refuse_ratio:.0%} ({describe_space(self.disk_dir)})"
             )
             if not self.full:
-                log.error("%s: refusing appends until retention or an operator frees space", reason)
+                self._log(
+                    logging.ERROR,
+                    "%s: refusing appends until retention or an operator frees space",
+                    reason,
+                )
             self.full_reason = f"{reason}; writes resume once retention or an operator frees space"
         elif self.full:
-            log.warning(
+            self._log(
+                logging.WARNING,
                 "disk usage of store %s is %.1f%% (%.1f%% with the next segment): accepting "
                 "appends again",
                 self.store_dir,
@@ -125,7 +134,14 @@ class DiskGuard:
             f"({describe_space(self.disk_dir)}): {exc.strerror or exc}"
         )
         if not self.full:
-            log.error("%s; refusing appends until space is freed", reason)
+            self._log(logging.ERROR, "%s; refusing appends until space is freed", reason)
         self.full_reason = f"{reason}; writes resume once retention or an operator frees space"
         self._checked_at = self._clock_s()
         return DiskFullError(self.full_reason)
+
+    def _log(self, level: int, message: str, *args: object) -> None:
+        now = self._clock_s()
+        last = self._logged_at.get(level)
+        if last is None or now - last >= LOG_INTERVAL_S:
+            self._logged_at[level] = now
+            log.log(level, message, *args)
