@@ -79,9 +79,14 @@ def write_json_atomically(path: Path, obj: object) -> None:
         _write_synced(tmp, data)
         _keep_backup(path)
         os.replace(tmp, path)
-    except BaseException:
+    except OSError as exc:
         # A full disk (ENOSPC) fails the write of the temporary file: leave no partial
         # copy behind to hold space; ``path`` and its backup are untouched.
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None:  # (a buffered write's error names no file)
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+    except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)

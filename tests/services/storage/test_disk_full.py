@@ -21,6 +21,7 @@ from tests.services.storage.conftest import (
     StorageLauncher,
     StorageProcess,
     cancel,
+    expect_error,
     message,
     segment_files,
     wait_until,
@@ -137,6 +138,23 @@ def test_a_full_disk_answers_resource_exhausted_and_writes_resume_when_space_is_
         ]
         assert len(segment_files(storage.store_dir)) == 2
         assert_readable(storage, acked)
+
+        # Not a byte left: a config write (topics.json) fails alike, and leaves no file.
+        config_files = sorted((storage.store_dir / "config").iterdir())
+        fill(small_disk / "filler-rest", 0)
+        new_topic = pb.TopicConfig(
+            topic_name=f"{topic_name}_new", read_queue_nums=1, write_queue_nums=1, perm=6
+        )
+        upsert = pb.UpsertTopicRequest(topic=new_topic)
+        details = expect_error(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            lambda: storage.stub.UpsertTopic(upsert, timeout=RPC_TIMEOUT_S),
+            str(storage.store_dir),
+            "topics.json",
+        )
+        assert "free" in details
+        assert sorted((storage.store_dir / "config").iterdir()) == config_files
+        (small_disk / "filler-rest").unlink()
 
         filler.unlink()
         deadline = time.monotonic() + 20
