@@ -45,8 +45,9 @@ from services.storage.engine.store_files import (
 )
 from services.storage.engine.topic_table import TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
-from tide.files import DiskSpace, is_out_of_space
+from tide.files import DiskSpace, fsync_dir, is_out_of_space
 from tide.format import (
+    SNAPSHOT_FILE,
     EncodedRecord,
     Snapshot,
     abort_file_exists,
@@ -207,7 +208,23 @@ class MessageStore:
                 segment.sync()
         end = self.segments.max_offset
         assert end == report.end_offset or not self.segments.segments, (end, report)
-        write_snapshot(self.config.store_dir, Snapshot(end, end, dict(offsets.next_offsets)))
+        try:
+            write_snapshot(self.config.store_dir, Snapshot(end, end, dict(offsets.next_offsets)))
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            self._drop_snapshot(exc)
+
+    def _drop_snapshot(self, exc: OSError) -> None:
+        """No room for the snapshot at open (a full disk): open anyway, rather than fail
+        every restart, without any snapshot (the next recovery scans; none can be stale),
+        appends refused until space is freed. The checkpoint service writes a new one."""
+        store_dir = self.config.store_dir
+        for path in (store_dir / SNAPSHOT_FILE, store_dir / (SNAPSHOT_FILE + ".bak")):
+            path.unlink(missing_ok=True)
+        fsync_dir(store_dir)
+        error = self.guard.out_of_space(exc, "writing the queue offset snapshot at open")
+        log.error("%s; opening without a snapshot", error)
 
     def _prepare_segments(self) -> None:
         """Have the segment being written and the next one ready before the first append:

@@ -22,6 +22,7 @@ from services.storage.engine.segment_files import SegmentSpaceError, create_segm
 from tests.services.storage.engine._recovery_helpers import (
     SEGMENT_BYTES,
     Harness,
+    crash,
     fill_segments,
     make_config,
     message,
@@ -29,6 +30,7 @@ from tests.services.storage.engine._recovery_helpers import (
     read_all,
 )
 from tide.files import DiskSpace, write_json_atomically
+from tide.format import SNAPSHOT_FILE
 
 
 @pytest.fixture
@@ -273,3 +275,26 @@ def test_close_enospc_closes_anyway_and_the_next_open_recovers(
     assert reopened.recovery is not None and reopened.recovery.mode == "abnormal"
     (after,) = put(reopened, [message("Close", 0, b"after")])
     assert after.queue_offset == written.queue_offset + 1
+
+
+def test_open_snapshot_enospc_opens_without_a_snapshot(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = harness.open()
+    (before,) = put(store, [message("Open", 0, b"before")])
+    store.close()
+    assert (harness.store_dir / SNAPSHOT_FILE).exists()
+
+    def no_space(_store_dir: Path, _snapshot: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), SNAPSHOT_FILE)
+
+    monkeypatch.setattr("services.storage.engine.message_store.write_snapshot", no_space)
+    store = harness.open()  # not a failure at every restart
+    assert not (harness.store_dir / SNAPSHOT_FILE).exists()  # none that could be stale
+    monkeypatch.undo()
+    (after,) = put(store, [message("Open", 0, b"after")])
+    assert after.queue_offset == before.queue_offset + 1
+    crash(store)
+    reopened = harness.open()  # recovers by a scan
+    (again,) = put(reopened, [message("Open", 0, b"again")])
+    assert again.queue_offset == after.queue_offset + 1
