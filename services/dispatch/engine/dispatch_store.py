@@ -46,6 +46,7 @@ from services.dispatch.engine.key_hashes import key_hashes
 from tide.files import (
     FileLock,
     describe_space,
+    fsync_dir,
     is_out_of_space,
     load_json_with_fallback,
     write_json_atomically,
@@ -283,6 +284,24 @@ class DispatchStore:
         self._durable = offset
         self.durable_record = record
 
+    def _lower_progress(self, offset: int) -> None:
+        """Record durably that dispatch must redo from ``offset``. On a full disk the
+        progress file (and its backup) is removed instead: a restart then dispatches from
+        the storage's min offset, which skips what the files hold, rather than trusting
+        an offset past entries that were dropped; and a start does not fail on it."""
+        try:
+            self._write_progress(offset, None)
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            path = self.config.store_dir / PROGRESS_FILE
+            for stale in (path, path.with_name(PROGRESS_FILE + ".bak")):
+                stale.unlink(missing_ok=True)
+            fsync_dir(self.config.store_dir)
+            self._durable, self.durable_record = 0, None
+            why = self.out_of_space(exc, "lowering the progress")
+            log.error("%s; removed the progress file instead", why)
+
     # -- reconciling with the storage --------------------------------------------
     def reconcile(self, storage_min: int, storage_max: int) -> int:
         """Drop what lies past the storage's end; return where the Tail must resume."""
@@ -308,7 +327,7 @@ class DispatchStore:
             resume = storage_min
         self._dispatched = resume
         if resume < self._durable:  # durably, before anything else can run
-            self._write_progress(resume, None)
+            self._lower_progress(resume)
         return resume
 
     def _truncate_past(self, offset: int) -> tuple[int, int]:
@@ -588,7 +607,7 @@ class DispatchStore:
             if self._last_record is not None and self._last_record.offset >= redo_from:
                 self._last_record = None
             if self._durable > redo_from:
-                self._write_progress(redo_from, None)
+                self._lower_progress(redo_from)
 
     def _diverged(self, offset: int, why: str) -> NoReturn:
         """Drop from ``offset`` (see :meth:`drop_from`), then raise so the caller

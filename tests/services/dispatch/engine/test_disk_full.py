@@ -173,3 +173,31 @@ def test_close_enospc_on_the_progress_file_closes_anyway(
         assert again.dispatched_offset == records[-1].offset + records[-1].size
     finally:
         again.close()
+
+
+def test_reconcile_enospc_lowering_the_progress_removes_the_progress_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path)
+    records = two_queues()
+    store.apply(records)
+    store.flush(thorough=True)
+    assert (tmp_path / PROGRESS_FILE).exists()
+
+    def no_space(path: Path, obj: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("services.dispatch.engine.dispatch_store.write_json_atomically", no_space)
+    cut = records[3].offset  # the storage truncated its tail there
+    assert store.reconcile(0, cut) <= cut  # no exception: a start does not fail on it
+    assert not (tmp_path / PROGRESS_FILE).exists()
+    assert not (tmp_path / (PROGRESS_FILE + ".bak")).exists()
+    monkeypatch.undo()
+    store.close()
+    again = open_store(tmp_path)  # no progress: dispatch from the storage's min offset
+    try:
+        assert again.reconcile(0, cut) == 0
+        assert again.apply(records[:3]) == []  # what the files hold is skipped
+        assert again.dispatched_offset == cut
+    finally:
+        again.close()
