@@ -348,22 +348,21 @@ class MessageStore:
     def _write_final(self) -> bool:
         """The final snapshot, checkpoint and consumer offsets. False when the disk is
         full: the close goes on, and the abort file stays, so the next open recovers as
-        after a crash (the commitlog is flushed; commits since the last persist are
-        lost, as in a crash)."""
-        try:
-            self.checkpoint_service.write_final()
-            self.consumer_offsets.close()
-        except OSError as exc:
-            if not is_out_of_space(exc):
-                raise
-            log.error(
-                "store %s: %s; closing without the final snapshot (the next start "
-                "recovers as after a crash)",
-                self.config.store_dir,
-                self.guard.out_of_space(exc, f"writing {exc.filename}"),
-            )
-            return False
-        return True
+        after a crash (the commitlog is flushed)."""
+        clean = True
+        for what, write in (
+            ("the final snapshot", self.checkpoint_service.write_final),
+            ("the consumer offsets", self.consumer_offsets.close),
+        ):
+            try:
+                write()
+            except OSError as exc:
+                if not is_out_of_space(exc):
+                    raise
+                error = self.guard.out_of_space(exc, f"writing {exc.filename or what}")
+                log.error("%s; closing without %s", error, what)
+                clean = False
+        return clean
 
     # -- messages ----------------------------------------------------------------
     def put(self, messages: Sequence[MessageLike], default_born_host: str = "") -> PutResult:
