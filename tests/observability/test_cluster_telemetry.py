@@ -97,6 +97,7 @@ STORAGE_FAMILIES = {
     "tide_storage_segments",
     "tide_storage_disk_usage_ratio",
     "tide_storage_writable",
+    "tide_storage_unconsumed_messages_deleted_total",
 }
 DISPATCH_FAMILIES = {
     "tide_dispatch_dispatched_offset_bytes",
@@ -105,6 +106,7 @@ DISPATCH_FAMILIES = {
     "tide_dispatch_consume_queues",
     "tide_dispatch_index_entries",
     "tide_dispatch_arrival_watchers",
+    "tide_dispatch_disk_full",
 }
 GATEWAY_FAMILIES = {
     "tide_gateway_produced_messages_total",
