@@ -21,6 +21,7 @@ from tide.format import (
     pack_timer_blank,
     pack_timer_unit,
     scan_timer_log_segment,
+    timer_delete_key,
     timer_magic,
     timer_unit_error,
     timer_unit_fits,
@@ -81,6 +82,12 @@ def test_magic_bits() -> None:
     assert (TIMER_MAGIC_DEFAULT, TIMER_MAGIC_ROLL, TIMER_MAGIC_DELETE) == (1, 2, 4)
     assert timer_magic() == 1
     assert timer_magic(roll=True, delete=True) == 7
+
+
+def test_recall_key() -> None:
+    assert timer_delete_key("TopicTest", "7F00000100002A9F0000000000000001") == (
+        "TopicTest+7F00000100002A9F0000000000000001"
+    )
 
 
 def test_blank_marker_bytes() -> None:

@@ -71,6 +71,11 @@ def timer_magic(roll: bool = False, delete: bool = False) -> int:
     )
 
 
+def timer_delete_key(real_topic: str, uniq_key: str) -> str:
+    """A recall's ``TIMER_DEL_UNIQKEY`` value (``TimerMessageStore.buildDeleteKey``)."""
+    return f"{real_topic}+{uniq_key}"
+
+
 def pack_timer_unit(unit: TimerLogUnit) -> bytes:
     return _UNIT.pack(TIMER_LOG_UNIT_BYTES, *unit)
 
