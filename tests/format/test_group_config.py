@@ -83,6 +83,20 @@ def test_exponential_large_multiplier_saturates() -> None:
     assert policy.next_delay_ms(2) == 45_000
 
 
+def test_rocketmq_documented_values() -> None:
+    """The values of RocketMQ's CustomizedRetryPolicyTest, ExponentialRetryPolicyTest and
+    GroupRetryPolicyTest."""
+    custom, exp = CustomizedRetryPolicy(), ExponentialRetryPolicy()
+    assert [custom.next_delay_ms(r) for r in (0, 10, -1, 100)] == [10 * S, 9 * M, 10 * S, 2 * H]
+    assert [exp.next_delay_ms(r) for r in (0, 10, -1, 100)] == [5 * S, 5_120 * S, 5 * S, 2 * H]
+    assert GroupRetryPolicy().effective() == custom
+    assert GroupRetryPolicy(RetryPolicyType.EXPONENTIAL).effective() == custom
+    with_exp = GroupRetryPolicy(RetryPolicyType.EXPONENTIAL, exponential=exp)
+    assert with_exp.effective() == exp
+    null_type = GroupRetryPolicy.from_json({"type": None, "exponentialRetryPolicy": {}})
+    assert null_type.effective() == custom
+
+
 def test_customized_list() -> None:
     policy = CustomizedRetryPolicy((1 * S, 2 * S, 3 * S, 4 * S))
     assert [policy.next_delay_ms(r) for r in range(4)] == [3 * S, 4 * S, 4 * S, 4 * S]

@@ -93,6 +93,14 @@ from tide.format._index_file import (
     unpack_index_header,
 )
 from tide.format._javahash import index_key_hash, java_string_hashcode, tags_code
+from tide.format._message_type import (
+    TOPIC_MESSAGE_TYPE_ATTRIBUTE,
+    TopicMessageType,
+    delay_conflict_error,
+    message_type_error,
+    message_type_of,
+    topic_message_type,
+)
 from tide.format._msgid import MessageIdError, make_msg_id, msg_id_prefix, parse_msg_id
 from tide.format._properties import (
     CONSUME_START_TIME,
@@ -390,6 +398,7 @@ __all__ = [
     "TIMER_UNIT_COMMITLOG_POS",
     "TIMER_WHEEL_FILE",
     "TIMER_WHEEL_SLOTS_TOTAL",
+    "TOPIC_MESSAGE_TYPE_ATTRIBUTE",
     "TRANSACTION_ID",
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "TRANS_HALF_TOPIC",
@@ -432,6 +441,7 @@ __all__ = [
     "TimerLogUnit",
     "TimerSlot",
     "TimerWheelGeometry",
+    "TopicMessageType",
     "WritableBuffer",
     "abort_file_exists",
     "body_length_pos",
@@ -443,6 +453,7 @@ __all__ = [
     "decode_properties",
     "decode_record",
     "decode_subscription_groups",
+    "delay_conflict_error",
     "delay_level_of_queue",
     "dlq_topic",
     "encode_delay_offsets",
@@ -476,6 +487,8 @@ __all__ = [
     "last_unit_position",
     "logical_position",
     "make_msg_id",
+    "message_type_error",
+    "message_type_of",
     "msg_id_prefix",
     "pack_entries",
     "pack_entry",
@@ -531,6 +544,7 @@ __all__ = [
     "timer_slot_time_ms",
     "timer_unit_error",
     "timer_unit_fits",
+    "topic_message_type",
     "topic_part",
     "unpack_entry",
     "unpack_host",

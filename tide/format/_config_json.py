@@ -67,8 +67,11 @@ def as_object(raw: object, where: str) -> dict[str, object]:
 
 
 def typed_field(doc: dict[str, object], where: str, name: str, kind: type[_T], default: _T) -> _T:
-    """``doc[name]`` of type ``kind`` (bool is not an int here), ``default`` when absent."""
-    value = doc.get(name, default)
+    """``doc[name]`` of type ``kind`` (bool is not an int here), ``default`` when absent
+    or null (fastjson leaves a primitive field at its default on null)."""
+    value = doc.get(name)
+    if value is None:
+        return default
     if type(value) is not kind:
         what = _KIND_NAMES.get(kind, kind.__name__)
         raise ConfigFormatError(f"{where}: {name} is {show(value)}; it must be {what}")

@@ -79,9 +79,6 @@ class DelayLevelTable:
         return " ".join(_duration_text(ms) for ms in self.delays_ms)
 
 
-DEFAULT_DELAY_LEVEL_TABLE: DelayLevelTable  # set below, once parse_delay_levels exists
-
-
 def parse_delay_levels(text: str) -> DelayLevelTable:
     """Parse a ``messageDelayLevel`` string; DelayLevelError says what to fix.
 
