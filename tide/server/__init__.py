@@ -21,6 +21,7 @@ from tide.server._bootstrap import (
     serve,
     write_ready_file,
 )
+from tide.server._byte_budget import ByteBudget
 from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
 from tide.server._interceptor import ServiceError
 from tide.server._logging import configure_logging
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "READY_FILE_ENV",
     "REFLECTION_SERVICE_NAME",
+    "ByteBudget",
     "Config",
     "ConfigError",
     "ListenError",
