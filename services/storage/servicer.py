@@ -32,11 +32,11 @@ from services.storage.engine.errors import (
     TopicNotFoundError,
 )
 from services.storage.engine.message_store import MessageStore
-from services.storage.options import MAX_TAIL_CHUNK_BYTES
+from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
 from tide.format import RecordError, scan_run
-from tide.server import ServiceError, peer_address
+from tide.server import ByteBudget, ServiceError, peer_address
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
@@ -167,8 +167,16 @@ class StorageServicer(pb_grpc.StorageServicer):
         store_provider: Callable[[], MessageStore],
         tail_chunk_bytes: int,
         consumers: ConsumerManager,
+        append_in_flight_bytes: int = DEFAULT_APPEND_IN_FLIGHT_BYTES,
     ) -> None:
         self._store = store_provider
+        # The bytes of the Append requests being handled (a sync flush or SYNC_MASTER
+        # keeps them until the disk or a slave answered); past it RESOURCE_EXHAUSTED.
+        self.append_budget = ByteBudget(
+            "max_append_in_flight_bytes",
+            append_in_flight_bytes,
+            "Append requests in flight on this storage",
+        )
         self._tail_chunk_bytes = tail_chunk_bytes
         self._consumers = consumers
         self._draining = asyncio.Event()
@@ -234,6 +242,15 @@ class StorageServicer(pb_grpc.StorageServicer):
     ) -> pb.AppendResponse:
         """One Append: the response, or raises ServiceError (Append and AppendStream).
         ``traced``: name the current span and add the flush and replica wait spans."""
+        with self.append_budget.held(request.ByteSize()):
+            return await self._append_held(request, context, traced)
+
+    async def _append_held(
+        self,
+        request: pb.AppendRequest,
+        context: grpc.aio.ServicerContext[object, object],
+        traced: bool,
+    ) -> pb.AppendResponse:
         started = time.perf_counter()
         store = self._store()
         records = request.records
