@@ -23,13 +23,18 @@ from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KE
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.storage_client import StorageClient
 from tide.naming import topic_error
-from tide.server import ServiceError
+from tide.server import MAX_MESSAGE_BYTES, ServiceError
 from tide.server._request_streams import RequestStreams
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 from tide.v1 import storage_pb2 as storage_pb
 
 MAX_GET_ENTRIES = 1024
+# Record bytes one answer (GetQueueEntries with records, an arrival notice) carries at
+# most, whatever max_bytes asks (0 included): the tail cache may hold far more than a
+# gRPC message (64 MiB) takes, and the answer is built in memory. Half of it, as the
+# storage's Read answers, leaves room for the entries and spans beside the records.
+MAX_RECORDS_ANSWER_BYTES = MAX_MESSAGE_BYTES // 2
 # With a tag filter, at least this many entries are looked at in one call (RocketMQ's
 # getMessage looks at max(16000 bytes, maxMsgNums) of consume queue: 800 entries).
 MIN_FILTER_SCAN_ENTRIES = 800
@@ -81,7 +86,13 @@ def _notice_entries_limits(request: pb.WatchArrivalsRequest) -> tuple[int, int]:
         )
     if max_bytes < 0:
         raise _invalid(f"entries_max_bytes must be >= 0, 0 for no limit (got {max_bytes})")
-    return count, max_bytes
+    return count, _records_bytes(max_bytes)
+
+
+def _records_bytes(max_bytes: int) -> int:
+    """The byte limit of an answer carrying records: ``max_bytes`` (0: no limit asked),
+    at most MAX_RECORDS_ANSWER_BYTES."""
+    return min(max_bytes or MAX_RECORDS_ANSWER_BYTES, MAX_RECORDS_ANSWER_BYTES)
 
 
 def _storage_unavailable(storage: StorageClient, exc: grpc.aio.AioRpcError) -> ServiceError:
@@ -187,6 +198,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             raise _invalid(f"max_count must be in 1..{MAX_GET_ENTRIES} (got {max_count})")
         if max_bytes < 0:
             raise _invalid(f"max_bytes must be >= 0, 0 for no limit (got {max_bytes})")
+        if request.records:
+            max_bytes = _records_bytes(max_bytes)
         queue = self._queue(request.topic, request.queue_id)
         max_offset = queue.max_offset  # max first: min never passes a max read before it
         min_offset = queue.min_offset
