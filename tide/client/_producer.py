@@ -14,7 +14,13 @@ from tide.client._convert import from_produce_result, from_produce_runs, to_prod
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._in_flight import InFlight, message_bytes
 from tide.client._produce_stream import ProduceStream
-from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._rpc import (
+    DEFAULT_GATEWAY,
+    DEFAULT_RPC_TIMEOUT_MS,
+    MAX_SEND_BYTES,
+    Connection,
+    RetryPolicy,
+)
 from tide.client._types import Message, MessageQueue, SendResult, SendStatus
 from tide.v1 import gateway_pb2
 
@@ -268,6 +274,12 @@ def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, s
         messages=[to_produce_message(m) for m in messages], compact_results=True
     )
     topics = sorted({m.topic for m in messages})
+    size = request.ByteSize()
+    if size > MAX_SEND_BYTES:
+        raise InvalidArgument(
+            f"a batch of {len(messages)} messages is {size} bytes; the gateway takes "
+            f"requests up to {MAX_SEND_BYTES} bytes: split it"
+        )
     return request, f"Produce to {', '.join(map(repr, topics))}"
 
 
