@@ -7,6 +7,7 @@ are mmap reads, safe beside the writer thread); the writer is the dispatcher's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KE
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.storage_client import StorageClient
 from tide.naming import topic_error
-from tide.server import MAX_MESSAGE_BYTES, ServiceError
+from tide.server import MAX_MESSAGE_BYTES, ServiceError, StreamSlots
 from tide.server._request_streams import RequestStreams
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
@@ -39,6 +40,9 @@ MAX_RECORDS_ANSWER_BYTES = MAX_MESSAGE_BYTES // 2
 # getMessage looks at max(16000 bytes, maxMsgNums) of consume queue: 800 entries).
 MIN_FILTER_SCAN_ENTRIES = 800
 MAX_WATCH_TOPICS = 1024
+# Open WatchArrivals streams (a gateway opens one per dispatch): each holds one pending
+# max offset per queue and one notice (at most MAX_RECORDS_ANSWER_BYTES) at a time.
+MAX_WATCH_STREAMS = 1024
 MAX_QUEUE_ID = 2**31 - 1
 # QueryIndex asks the index for this many times max_count candidates, so that a few hash
 # collisions do not crowd out real hits.
@@ -140,6 +144,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
     def __init__(self, running: Callable[[], Running], hub: ArrivalHub) -> None:
         self._running = running
         self._hub = hub
+        self._watch_slots = StreamSlots("WatchArrivals", MAX_WATCH_STREAMS, "MAX_WATCH_STREAMS")
         # Index lookups that can take long run here, off the event loop; stop() waits for
         # them before the store is closed (a call cancelled at the end of the grace period
         # leaves its thread running).
@@ -361,17 +366,21 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                 if not wanted or queue.topic in wanted
             ]
         announced: dict[tuple[str, int], int] = {}  # queue -> the max offset sent last
-        async for batch in self._hub.watch(topics, current):
-            for key, max_offset in batch.items():
-                notice = pb.ArrivalNotice(topic=key[0], queue_id=key[1], max_offset=max_offset)
-                if entries_max_count:
-                    since = announced.get(key)
-                    announced[key] = max_offset
-                    if since is not None and self._caught_up.get(key) == since < max_offset:
-                        self._add_notice_entries(
-                            notice, since, entries_max_count, entries_max_bytes
+        with self._watch_slots.slot():
+            async with contextlib.aclosing(self._hub.watch(topics, current)) as batches:
+                async for batch in batches:
+                    for key, max_offset in batch.items():
+                        notice = pb.ArrivalNotice(
+                            topic=key[0], queue_id=key[1], max_offset=max_offset
                         )
-                yield notice
+                        if entries_max_count:
+                            since = announced.get(key)
+                            announced[key] = max_offset
+                            if since is not None and self._caught_up.get(key) == since < max_offset:
+                                self._add_notice_entries(
+                                    notice, since, entries_max_count, entries_max_bytes
+                                )
+                        yield notice
 
     def _add_notice_entries(
         self, notice: pb.ArrivalNotice, since: int, max_count: int, max_bytes: int

@@ -27,6 +27,7 @@ from tide.server._interceptor import ServiceError
 from tide.server._logging import configure_logging
 from tide.server._metrics import SampledGauges, service_meter
 from tide.server._peer import peer_address
+from tide.server._stream_slots import StreamSlots
 from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry, tracing_enabled
 from tide.server._tracing import traced_channel
 
@@ -44,6 +45,7 @@ __all__ = [
     "SampledGauges",
     "Service",
     "ServiceError",
+    "StreamSlots",
     "Telemetry",
     "TelemetryError",
     "configure_logging",
