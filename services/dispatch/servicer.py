@@ -317,8 +317,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         located = await self._in_reader(lookup.locate, store.consume_queues, topic, candidates)
         found = [item for item in located if item is not None]
         response = pb.QueryIndexResponse()
-        for start in range(0, len(found), lookup.VERIFY_BATCH):
-            part = found[start : start + lookup.VERIFY_BATCH]
+        for part in lookup.verify_batches(found):
             try:
                 results = await running.storage.read(
                     [(item.entry.commitlog_offset, item.entry.size) for item in part]
