@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import grpc
 
+from services.gateway.query import MAX_QUERY_ANSWER_BYTES
 from tests._cluster import MAX_BODY_BYTES, Cluster, cluster_fixture
 from tests.observability._support import scrape, total
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
@@ -195,3 +196,42 @@ def test_concurrent_streams_past_the_gateway_budget_lose_nothing_acknowledged(
     assert metric(cluster, "tide_gateway_produce_in_flight_peak_bytes") <= GLOBAL_LIMIT_BYTES
     refused = sum(1 for a in answers if a.error_code)
     assert metric(cluster, "tide_gateway_produce_refused_total") >= refused
+
+
+def test_a_key_query_answers_the_newest_messages_that_fit_its_byte_bound(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """~42 MB of messages under one key: the answer carries the newest of them, at most
+    MAX_QUERY_ANSWER_BYTES (the storage Read and the answer stay bounded)."""
+    cluster.create_topic(topic_name, queues=1)
+    count, per_request = 700, 50
+    stub = cluster.gateway.stub
+    for _ in range(count // per_request):
+        request = pb.ProduceRequest(
+            messages=[
+                pb.ProduceMessage(topic=topic_name, body=b"k" * BODY_BYTES, keys=["same-key"])
+                for _ in range(per_request)
+            ]
+        )
+        answer = stub.Produce(request, timeout=RPC_TIMEOUT_S)
+        assert all(r.status == pb.ProduceResult.SEND_OK for r in answer.results)
+    all_stored(cluster, topic_name, 1, count)
+
+    def query() -> pb.QueryMessageResponse:
+        return stub.QueryMessage(
+            pb.QueryMessageRequest(
+                key=pb.KeyQuery(topic=topic_name, key="same-key", max_count=1000)
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+
+    # The index follows the consume queues: wait until it has the newest message.
+    wait_until(
+        lambda: any(m.message.queue_offset == count - 1 for m in query().messages),
+        "the key index to reach the newest message",
+    )
+    reply = query()
+    assert 0 < reply.ByteSize() <= MAX_QUERY_ANSWER_BYTES
+    offsets = [m.message.queue_offset for m in reply.messages]
+    assert len(offsets) < count  # cut by bytes, not by max_count
+    assert offsets == list(range(count - 1, count - 1 - len(offsets), -1))  # the newest
