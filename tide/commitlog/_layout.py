@@ -80,8 +80,11 @@ def find_commitlog_dir(path: Path) -> Path:
 
 def _holds_a_segment(directory: Path) -> bool:
     # Bounded like scan_layout: a huge directory is not a commitlog.
-    entries = itertools.islice(directory.iterdir(), MAX_DIR_ENTRIES)
-    return any(parse_segment_name(entry.name) is not None for entry in entries)
+    try:
+        entries = itertools.islice(directory.iterdir(), MAX_DIR_ENTRIES)
+        return any(parse_segment_name(entry.name) is not None for entry in entries)
+    except OSError as exc:  # unreadable: say so rather than fail with a traceback
+        raise NotAStoreError(f"{directory}: cannot list it: {exc.strerror}") from exc
 
 
 def tail_marks_for(commitlog_dir: Path) -> TailMarks:
