@@ -7,7 +7,7 @@ lookup can touch many entries (locating index candidates runs in a thread).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from services.dispatch.engine.consume_queue import (
@@ -28,8 +28,11 @@ SEARCH_PROBES = 16
 SEARCH_MAX_ROUNDS = 24
 # Attempts of a lookup that a consume queue truncation or deletion overlapped.
 CHANGED_RETRIES = 3
-# QueryIndex reads candidates in batches of this many, stopping once it has enough hits.
+# QueryIndex reads candidates in batches of this many, and of at most this many record
+# bytes (the whole messages are read back to check their keys: 256 of 4 MiB would be
+# 1 GiB held at once), stopping once it has enough hits.
 VERIFY_BATCH = 256
+VERIFY_BATCH_BYTES = 32 << 20
 
 
 class LookupFailedError(Exception):
@@ -154,6 +157,20 @@ def _locate_one(topic_queues: Sequence[ConsumeQueue], offset: int) -> Located | 
                     return Located(entry, queue.queue_id)
             break
     return None
+
+
+def verify_batches(found: Sequence[Located]) -> Iterator[Sequence[Located]]:
+    """``found`` in runs of at most VERIFY_BATCH entries and VERIFY_BATCH_BYTES record
+    bytes (at least one entry each)."""
+    start = total = 0
+    for index, item in enumerate(found):
+        size = item.entry.size
+        if index > start and (index - start >= VERIFY_BATCH or total + size > VERIFY_BATCH_BYTES):
+            yield found[start:index]
+            start, total = index, 0
+        total += size
+    if start < len(found):
+        yield found[start:]
 
 
 def key_matches(message: pb.StoredMessage, topic: str, key: str) -> bool:

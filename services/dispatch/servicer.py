@@ -7,6 +7,7 @@ are mmap reads, safe beside the writer thread); the writer is the dispatcher's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,17 +24,25 @@ from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KE
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.storage_client import StorageClient
 from tide.naming import topic_error
-from tide.server import ServiceError
+from tide.server import MAX_MESSAGE_BYTES, ServiceError, StreamSlots
 from tide.server._request_streams import RequestStreams
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 from tide.v1 import storage_pb2 as storage_pb
 
 MAX_GET_ENTRIES = 1024
+# Record bytes one answer (GetQueueEntries with records, an arrival notice) carries at
+# most, whatever max_bytes asks (0 included): the tail cache may hold far more than a
+# gRPC message (64 MiB) takes, and the answer is built in memory. Half of it, as the
+# storage's Read answers, leaves room for the entries and spans beside the records.
+MAX_RECORDS_ANSWER_BYTES = MAX_MESSAGE_BYTES // 2
 # With a tag filter, at least this many entries are looked at in one call (RocketMQ's
 # getMessage looks at max(16000 bytes, maxMsgNums) of consume queue: 800 entries).
 MIN_FILTER_SCAN_ENTRIES = 800
 MAX_WATCH_TOPICS = 1024
+# Open WatchArrivals streams (a gateway opens one per dispatch): each holds one pending
+# max offset per queue and one notice (at most MAX_RECORDS_ANSWER_BYTES) at a time.
+MAX_WATCH_STREAMS = 1024
 MAX_QUEUE_ID = 2**31 - 1
 # QueryIndex asks the index for this many times max_count candidates, so that a few hash
 # collisions do not crowd out real hits.
@@ -81,7 +90,13 @@ def _notice_entries_limits(request: pb.WatchArrivalsRequest) -> tuple[int, int]:
         )
     if max_bytes < 0:
         raise _invalid(f"entries_max_bytes must be >= 0, 0 for no limit (got {max_bytes})")
-    return count, max_bytes
+    return count, _records_bytes(max_bytes)
+
+
+def _records_bytes(max_bytes: int) -> int:
+    """The byte limit of an answer carrying records: ``max_bytes`` (0: no limit asked),
+    at most MAX_RECORDS_ANSWER_BYTES."""
+    return min(max_bytes or MAX_RECORDS_ANSWER_BYTES, MAX_RECORDS_ANSWER_BYTES)
 
 
 def _storage_unavailable(storage: StorageClient, exc: grpc.aio.AioRpcError) -> ServiceError:
@@ -129,6 +144,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
     def __init__(self, running: Callable[[], Running], hub: ArrivalHub) -> None:
         self._running = running
         self._hub = hub
+        self._watch_slots = StreamSlots("WatchArrivals", MAX_WATCH_STREAMS, "MAX_WATCH_STREAMS")
         # Index lookups that can take long run here, off the event loop; stop() waits for
         # them before the store is closed (a call cancelled at the end of the grace period
         # leaves its thread running).
@@ -187,6 +203,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             raise _invalid(f"max_count must be in 1..{MAX_GET_ENTRIES} (got {max_count})")
         if max_bytes < 0:
             raise _invalid(f"max_bytes must be >= 0, 0 for no limit (got {max_bytes})")
+        if request.records:
+            max_bytes = _records_bytes(max_bytes)
         queue = self._queue(request.topic, request.queue_id)
         max_offset = queue.max_offset  # max first: min never passes a max read before it
         min_offset = queue.min_offset
@@ -299,8 +317,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         located = await self._in_reader(lookup.locate, store.consume_queues, topic, candidates)
         found = [item for item in located if item is not None]
         response = pb.QueryIndexResponse()
-        for start in range(0, len(found), lookup.VERIFY_BATCH):
-            part = found[start : start + lookup.VERIFY_BATCH]
+        for part in lookup.verify_batches(found):
             try:
                 results = await running.storage.read(
                     [(item.entry.commitlog_offset, item.entry.size) for item in part]
@@ -348,17 +365,21 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                 if not wanted or queue.topic in wanted
             ]
         announced: dict[tuple[str, int], int] = {}  # queue -> the max offset sent last
-        async for batch in self._hub.watch(topics, current):
-            for key, max_offset in batch.items():
-                notice = pb.ArrivalNotice(topic=key[0], queue_id=key[1], max_offset=max_offset)
-                if entries_max_count:
-                    since = announced.get(key)
-                    announced[key] = max_offset
-                    if since is not None and self._caught_up.get(key) == since < max_offset:
-                        self._add_notice_entries(
-                            notice, since, entries_max_count, entries_max_bytes
+        with self._watch_slots.slot():
+            async with contextlib.aclosing(self._hub.watch(topics, current)) as batches:
+                async for batch in batches:
+                    for key, max_offset in batch.items():
+                        notice = pb.ArrivalNotice(
+                            topic=key[0], queue_id=key[1], max_offset=max_offset
                         )
-                yield notice
+                        if entries_max_count:
+                            since = announced.get(key)
+                            announced[key] = max_offset
+                            if since is not None and self._caught_up.get(key) == since < max_offset:
+                                self._add_notice_entries(
+                                    notice, since, entries_max_count, entries_max_bytes
+                                )
+                        yield notice
 
     def _add_notice_entries(
         self, notice: pb.ArrivalNotice, since: int, max_count: int, max_bytes: int

@@ -8,6 +8,10 @@ latency is one histogram record), and its trace attributes.
 * ``tide_gateway_produce_stream_errors_total{code}``: ProduceStream requests answered with
   an in-band error (a failed Produce call is counted by the interceptor, below);
   ``tide_gateway_produce_streams`` (open now);
+* ``tide_gateway_produce_in_flight_bytes`` (bytes of the produce requests being processed
+  now, bounded by ``max_produce_in_flight_bytes``), ``..._peak_bytes`` (the most at once
+  since start), ``tide_gateway_produce_refused_total`` (requests refused
+  RESOURCE_EXHAUSTED by that limit);
 * ``tide_gateway_pull_results_total{status}``, ``tide_gateway_pulled_messages_total``;
 * ``tide_gateway_held_pulls`` (long polls waiting now),
   ``tide_gateway_pulls_answered_from_arrivals_total`` (held pulls answered with the
@@ -115,6 +119,12 @@ class GatewayMetrics:
         )
         observable_total(
             meter,
+            "tide_gateway_produce_refused_total",
+            lambda: self._streams.budget.refused if self._streams else 0,
+            "produce requests refused RESOURCE_EXHAUSTED by max_produce_in_flight_bytes",
+        )
+        observable_total(
+            meter,
             "tide_gateway_pull_results_total",
             lambda: self.pull_results,
             "Pull answers by status",
@@ -144,6 +154,17 @@ class GatewayMetrics:
         held.gauge("tide_gateway_held_pulls", "long polls held now")
         streams = SampledGauges(meter, self._sample_streams)
         streams.gauge("tide_gateway_produce_streams", "ProduceStream calls open now")
+        streams.gauge(
+            "tide_gateway_produce_in_flight_bytes",
+            "bytes of the produce requests being processed now (max_produce_in_flight_bytes)",
+            unit="By",
+        )
+        streams.gauge(
+            "tide_gateway_produce_in_flight_peak_bytes",
+            "the most bytes of produce requests processed at once since start",
+            unit="By",
+        )
+
         lag = SampledGauges(meter, self._sample_lag, LAG_SCAN_INTERVAL_S)
         lag.gauge(
             "tide_gateway_consumer_lag_messages",
@@ -235,7 +256,14 @@ class GatewayMetrics:
 
     def _sample_streams(self) -> Sample:
         streams = self._streams
-        return {"tide_gateway_produce_streams": streams.open_streams if streams else 0}
+        if streams is None:
+            return {"tide_gateway_produce_streams": 0}
+        budget = streams.budget
+        return {
+            "tide_gateway_produce_streams": streams.open_streams,
+            "tide_gateway_produce_in_flight_bytes": budget.in_use_bytes,
+            "tide_gateway_produce_in_flight_peak_bytes": budget.peak_bytes,
+        }
 
     async def _sample_lag(self) -> Sample:
         now = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.gateway.append_queue import MAX_APPENDS_IN_FLIGHT
+from services.gateway.produce_stream import DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
@@ -13,6 +14,7 @@ MIB = 1024 * 1024
 # The largest request the gateway's gRPC server accepts is 64 MiB (tide.server).
 MAX_BODY_LIMIT_BYTES = 32 * MIB
 MAX_QUEUE_NUMS = 1024
+MAX_IN_FLIGHT_LIMIT_BYTES = 64 * 1024 * MIB
 
 OPTIONS: tuple[Option, ...] = (
     Option("listen", str, DEFAULT_LISTEN, "address to serve gRPC on (HOST:PORT; port 0 picks one)"),
@@ -69,6 +71,25 @@ OPTIONS: tuple[Option, ...] = (
         int,
         4 * MIB,
         "largest message body accepted",
+        unit="bytes",
+    ),
+    Option(
+        "max_produce_in_flight_bytes",
+        int,
+        # A request is held as received and as the records it becomes (about twice its
+        # size): 128 MiB keeps a gateway under the 512 MiB of deploy/k8s.
+        128 * MIB,
+        "bytes of the produce requests (Produce calls and ProduceStream requests) processed "
+        "at once by this gateway; a request past it gets RESOURCE_EXHAUSTED (in-band on a "
+        "ProduceStream) and is not processed",
+        unit="bytes",
+    ),
+    Option(
+        "max_produce_stream_in_flight_bytes",
+        int,
+        DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES,
+        "bytes of one ProduceStream's requests processed at once; at it the gateway stops "
+        "reading the stream until answers free room (backpressure)",
         unit="bytes",
     ),
     Option(
@@ -158,6 +179,8 @@ class GatewayConfig:
     produce_retries: int
     max_produce_messages: int
     max_message_body_bytes: int
+    max_produce_in_flight_bytes: int
+    max_produce_stream_in_flight_bytes: int
     send_latency_fault: bool
     fault_isolation_ms: int
     max_held_pulls: int
@@ -200,6 +223,8 @@ def check_config(config: Config) -> str | None:
         "produce_retries": (0, 16),
         "max_produce_messages": (1, 100_000),
         "max_message_body_bytes": (1, MAX_BODY_LIMIT_BYTES),
+        "max_produce_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
+        "max_produce_stream_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "fault_isolation_ms": (0, 3_600_000),
         "max_held_pulls": (0, 10_000_000),
         "max_long_poll_ms": (0, 3_600_000),
@@ -223,6 +248,8 @@ def gateway_config(config: Config) -> GatewayConfig:
         produce_retries=config.get_int("produce_retries"),
         max_produce_messages=config.get_int("max_produce_messages"),
         max_message_body_bytes=config.get_int("max_message_body_bytes"),
+        max_produce_in_flight_bytes=config.get_int("max_produce_in_flight_bytes"),
+        max_produce_stream_in_flight_bytes=config.get_int("max_produce_stream_in_flight_bytes"),
         send_latency_fault=config.get_bool("send_latency_fault"),
         fault_isolation_ms=config.get_int("fault_isolation_ms"),
         max_held_pulls=config.get_int("max_held_pulls"),

@@ -2,9 +2,14 @@
 
 Per stream, a reader task takes requests off the stream and starts one task per request
 (the same :meth:`Producer.produce` a unary Produce runs), while the handler's generator
-answers the tasks in request order. At most :data:`MAX_PRODUCE_STREAM_IN_FLIGHT` requests
-are started and not yet answered: the reader reads the next request only when one of
-them has been answered, so a faster producer is held back by HTTP/2 flow control.
+answers the tasks in request order. The reader reads the next request only while fewer
+than :data:`MAX_PRODUCE_STREAM_IN_FLIGHT` requests are started and not yet answered and
+their bytes are below ``max_produce_stream_in_flight_bytes`` (backpressure: a faster
+producer is held back by HTTP/2 flow control; the request read then may pass the byte
+limit by its own size). Every request also takes its bytes from the gateway-wide
+produce budget (``max_produce_in_flight_bytes``, shared with the unary Produce) while it
+runs; a request that does not fit is answered RESOURCE_EXHAUSTED in-band, naming the
+limit, without being processed, and the stream goes on.
 
 A request's failure is answered in-band: a :class:`ServiceError` as its status code
 (``grpc.StatusCode`` value number) and message, anything else as INTERNAL (logged with its
@@ -25,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from tide.server import ServiceError
+from tide.server import ByteBudget, ServiceError
 from tide.v1 import gateway_pb2 as pb
 
 log = logging.getLogger("tide.gateway.produce_stream")
@@ -34,6 +39,9 @@ log = logging.getLogger("tide.gateway.produce_stream")
 MAX_PRODUCE_STREAM_IN_FLIGHT = 32
 # Streams open at once; more are refused RESOURCE_EXHAUSTED.
 MAX_PRODUCE_STREAMS = 4096
+# Bytes of the requests of one stream started and not yet done: the default of
+# max_produce_stream_in_flight_bytes (the reader stops reading at it).
+DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES = 32 << 20
 
 ProduceOne = Callable[[pb.ProduceRequest, str], Coroutine[Any, Any, pb.ProduceResponse]]
 _DRAINED = object()  # queued by drain(): no more requests will be read
@@ -51,10 +59,13 @@ class _ReadFailed:
 class _Stream:
     """One open stream: its reader task and the queue of its requests' tasks."""
 
-    __slots__ = ("queue", "reader", "slots")
+    __slots__ = ("budget", "queue", "reader", "slots")
 
-    def __init__(self) -> None:
+    def __init__(self, max_in_flight_bytes: int) -> None:
         self.slots = asyncio.Semaphore(MAX_PRODUCE_STREAM_IN_FLIGHT)
+        self.budget = ByteBudget(
+            "max_produce_stream_in_flight_bytes", max_in_flight_bytes, "one stream's requests"
+        )
         # Request tasks in order, then None (the client half-closed), _DRAINED or a
         # _ReadFailed; at most MAX_PRODUCE_STREAM_IN_FLIGHT + 1 items.
         self.queue: asyncio.Queue[object] = asyncio.Queue()
@@ -65,8 +76,17 @@ class ProduceStreams:
     """Serves the ProduceStream calls; ``produce`` runs one request (the metrics wrap
     it: one latency record per request)."""
 
-    def __init__(self, produce: ProduceOne) -> None:
+    def __init__(
+        self,
+        produce: ProduceOne,
+        budget: ByteBudget,
+        stream_in_flight_bytes: int = DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES,
+    ) -> None:
+        """``budget``: the gateway's produce bytes in flight (the unary Produce takes from
+        it too); ``stream_in_flight_bytes``: one stream's (backpressure)."""
         self.produce = produce
+        self.budget = budget
+        self.stream_in_flight_bytes = stream_in_flight_bytes
         self._streams: set[_Stream] = set()
         self._draining = False
 
@@ -91,7 +111,7 @@ class ProduceStreams:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{MAX_PRODUCE_STREAMS} ProduceStream calls are open on this gateway",
             )
-        stream = _Stream()
+        stream = _Stream(self.stream_in_flight_bytes)
         stream.reader = asyncio.create_task(self._read(stream, requests, peer))
         self._streams.add(stream)
         try:
@@ -104,23 +124,48 @@ class ProduceStreams:
     async def _read(
         self, stream: _Stream, requests: AsyncIterator[pb.ProduceRequest], peer: str
     ) -> None:
-        """Start a task per request, at most MAX_PRODUCE_STREAM_IN_FLIGHT unanswered; then
-        queue the end (None) or the request stream's failure."""
+        """Start a task per request, at most MAX_PRODUCE_STREAM_IN_FLIGHT unanswered and
+        reading only below the stream's byte limit; then queue the end (None) or the
+        request stream's failure."""
         slots, queue = stream.slots, stream.queue
         iterator = aiter(requests)
-        produce = self.produce
         try:
             while True:
                 await slots.acquire()
+                await stream.budget.wait_below()
                 try:
-                    request = await anext(iterator)
+                    # No await between the read and the put: drain() never sees a task
+                    # half queued. No local keeps the request once its task has it.
+                    queue.put_nowait(self._start(stream, await anext(iterator), peer))
                 except StopAsyncIteration:
                     queue.put_nowait(None)
                     return
-                # No await between here and the put: drain() never sees a task half queued.
-                queue.put_nowait(asyncio.create_task(produce(request, peer)))
         except Exception as exc:  # answered after the requests before it, then raised
             queue.put_nowait(_ReadFailed(exc))
+
+    def _start(
+        self, stream: _Stream, request: pb.ProduceRequest, peer: str
+    ) -> asyncio.Task[pb.ProduceResponse]:
+        """The request's task; its bytes are held (the stream's and the gateway's) until
+        it is done, or it is refused RESOURCE_EXHAUSTED by the gateway's budget."""
+        size = request.ByteSize()
+        try:
+            self.budget.take(size)
+        except ServiceError as exc:
+            return asyncio.create_task(_refuse(exc))
+        stream.budget.force(size)
+        task = asyncio.create_task(self.produce(request, peer))
+        task.add_done_callback(lambda _: _give(size, stream.budget, self.budget))
+        return task
+
+
+async def _refuse(exc: ServiceError) -> pb.ProduceResponse:
+    raise exc
+
+
+def _give(size: int, *budgets: ByteBudget) -> None:
+    for budget in budgets:
+        budget.give(size)
 
 
 def _stop_reading(stream: _Stream) -> None:

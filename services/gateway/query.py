@@ -16,6 +16,7 @@ asked for.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import grpc
 
@@ -39,6 +40,11 @@ MAX_KEY_CHARS = 1024
 UNIQUE_KEY_RESULTS = 32
 # Masterless brokers whose slaves are asked for a message id whose master is gone.
 MAX_ORPHAN_BROKERS = 16
+# Record bytes a key query reads from one broker and answers in all: the newest messages
+# that fit (at least one). 1,000 hits of 4 MiB messages would be 4 GiB held, past the
+# storage's 64 MiB per Read and gRPC's 64 MiB per answer; half of that leaves room for
+# the fields around the bodies. Older messages: narrow begin_ms / end_ms.
+MAX_QUERY_ANSWER_BYTES = 32 << 20
 
 
 class Querier:
@@ -226,7 +232,7 @@ class Querier:
                         storage_pb.ReadRequest.Position(
                             physical_offset=hit.physical_offset, size=hit.size
                         )
-                        for hit in hits.hits
+                        for hit in _newest_hits_that_fit(hits.hits)
                     ]
                 ),
                 timeout=timeout_s,
@@ -247,11 +253,29 @@ def _check_key(key: str, field: str) -> None:
 
 
 def _newest_first(found: list[pb.QueriedMessage], limit: int) -> pb.QueryMessageResponse:
+    """The newest ``limit`` messages, as many as fit in MAX_QUERY_ANSWER_BYTES."""
     found.sort(
         key=lambda item: (item.message.store_timestamp_ms, item.message.physical_offset),
         reverse=True,
     )
-    return pb.QueryMessageResponse(messages=found[:limit])
+    sizes = [item.ByteSize() for item in found[:limit]]
+    return pb.QueryMessageResponse(messages=found[: _fitting(sizes)])
+
+
+def _newest_hits_that_fit(hits: Sequence[dispatch_pb.IndexHit]) -> Sequence[dispatch_pb.IndexHit]:
+    """The hits (newest first, as the dispatch answers) whose records fit in
+    MAX_QUERY_ANSWER_BYTES (at least one)."""
+    return hits[: _fitting([hit.size for hit in hits])]
+
+
+def _fitting(sizes: Sequence[int]) -> int:
+    """How many of ``sizes``, from the first, fit in MAX_QUERY_ANSWER_BYTES (at least one)."""
+    total = 0
+    for count, size in enumerate(sizes):
+        total += size
+        if total > MAX_QUERY_ANSWER_BYTES and count:
+            return count
+    return len(sizes)
 
 
 def _member(live: ns_pb.BrokerLiveInfo) -> Member:

@@ -68,6 +68,8 @@ class GatewayService:
             Querier(config, self._routes, self._channels, members),
             Consumers(config, self._routes, self._channels, members),
             admin,
+            config.max_produce_in_flight_bytes,
+            config.max_produce_stream_in_flight_bytes,
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(

@@ -12,6 +12,7 @@ from services.gateway.produce import Producer
 from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from tide.server import ByteBudget
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 from tide.v1 import nameserver_pb2 as ns_pb
@@ -28,21 +29,33 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         querier: Querier,
         consumers: Consumers,
         admin: Admin,
+        produce_in_flight_bytes: int,
+        produce_stream_in_flight_bytes: int,
     ) -> None:
         self._producer = producer
         self._puller = puller
         self._querier = querier
         self._consumers = consumers
         self._admin = admin
+        # The bytes of the produce requests being processed (Produce and ProduceStream):
+        # past it, RESOURCE_EXHAUSTED naming max_produce_in_flight_bytes.
+        self.produce_budget = ByteBudget(
+            "max_produce_in_flight_bytes",
+            produce_in_flight_bytes,
+            "produce requests in flight on this gateway",
+        )
         # ProduceStream; its ``produce`` (one request) is wrapped by the metrics.
-        self.produce_streams = ProduceStreams(producer.produce)
+        self.produce_streams = ProduceStreams(
+            producer.produce, self.produce_budget, produce_stream_in_flight_bytes
+        )
 
     def drain(self) -> None:
         """Shutdown: end the open ProduceStream calls (after answering what they read)."""
         self.produce_streams.drain()
 
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        return await self._producer.produce(request, context.peer())
+        with self.produce_budget.held(request.ByteSize()):
+            return await self._producer.produce(request, context.peer())
 
     async def ProduceStream(
         self, request_iterator: AsyncIterator[pb.ProduceRequest], context: Context

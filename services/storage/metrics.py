@@ -7,7 +7,9 @@ append lock (a total kept under the lock the append holds anyway: its rate divid
 the rate of acquisitions is the mean wait), flush latency and the number of segment
 flushes (fsync/msync) from the flush thread. Every gauge (offsets, segments, disk,
 writable, replication lag) is sampled on the event loop from the state ``GetStatus``
-reports.
+reports, and the Append bytes in flight (``tide_storage_append_in_flight_bytes``,
+``..._peak_bytes``, bounded by ``max_append_in_flight_bytes``; refusals in
+``tide_storage_append_refused_total``) from the servicer's budget.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from opentelemetry.metrics import Histogram
 from services.storage.engine.commitlog import AppendBatch
 from services.storage.engine.message_store import MessageStore
 from services.storage.replication.node import Replication
+from tide.server import ByteBudget
 from tide.server._metrics import (
     LATENCY_BUCKETS_S,
     Sample,
@@ -51,9 +54,11 @@ class StorageMetrics:
         self,
         store: Callable[[], MessageStore | None],
         replication: Callable[[], Replication | None],
+        append_budget: ByteBudget | None = None,
     ) -> None:
         meter = service_meter("storage")
         self._store = store
+        self._append_budget = append_budget
         self._replication = replication
         self.messages = 0  # updated on the event loop only
         self.bytes = 0
@@ -86,6 +91,12 @@ class StorageMetrics:
             self._unconsumed_deleted,
             "messages past a consumer group's committed offset that forced retention "
             "(disk above --disk-clean-force-ratio) deleted",
+        )
+        observable_total(
+            meter,
+            "tide_storage_append_refused_total",
+            lambda: append_budget.refused if append_budget else 0,
+            "Appends refused RESOURCE_EXHAUSTED by max_append_in_flight_bytes",
         )
         self._latency = meter.create_histogram(
             "tide_storage_append_latency_seconds",
@@ -120,6 +131,12 @@ class StorageMetrics:
             ),
             ("tide_storage_replication_lag_seconds", "replication lag in time", "s"),
             ("tide_storage_replication_slaves", "a master's connected slaves", "1"),
+            ("tide_storage_append_in_flight_bytes", "bytes of the Appends handled now", "By"),
+            (
+                "tide_storage_append_in_flight_peak_bytes",
+                "the most bytes of Appends handled at once since start",
+                "By",
+            ),
         ):
             self.gauges.gauge(name, description, unit)
 
@@ -158,6 +175,10 @@ class StorageMetrics:
             "tide_storage_writable": int(status.writable),
             "tide_storage_topics": status.topic_count,
         }
+        budget = self._append_budget
+        if budget is not None:
+            values["tide_storage_append_in_flight_bytes"] = budget.in_use_bytes
+            values["tide_storage_append_in_flight_peak_bytes"] = budget.peak_bytes
         replication = self._replication()
         if replication is not None:
             rep = replication.status()

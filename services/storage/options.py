@@ -14,6 +14,8 @@ from tide.server import Config, Option
 DEFAULT_LISTEN = "127.0.0.1:10911"
 DEFAULT_TAIL_CHUNK_BYTES = 256 * 1024
 MAX_TAIL_CHUNK_BYTES = 4 * MIB
+DEFAULT_APPEND_IN_FLIGHT_BYTES = 256 * MIB
+MAX_IN_FLIGHT_LIMIT_BYTES = 64 * 1024 * MIB
 
 OPTIONS: tuple[Option, ...] = (
     Option("listen", str, DEFAULT_LISTEN, "address to serve gRPC on (HOST:PORT; port 0 picks one)"),
@@ -76,6 +78,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("max_message_body_bytes", int, 4 * MIB, "largest message body accepted", unit="bytes"),
     Option("max_batch_messages", int, 10_000, "most messages in one Append", unit="messages"),
+    Option(
+        "max_append_in_flight_bytes",
+        int,
+        DEFAULT_APPEND_IN_FLIGHT_BYTES,
+        "bytes of the Append requests (Append calls and AppendStream requests) held at once, "
+        "e.g. waiting for a sync flush or a slave; an Append past it gets RESOURCE_EXHAUSTED "
+        "and writes nothing",
+        unit="bytes",
+    ),
     Option("auto_create_topics", bool, True, "create unknown topics on first append"),
     Option("default_queue_nums", int, 4, "queues of an auto-created topic", unit="queues"),
     Option("retention_hours", float, 72.0, "delete segments older than this", unit="hours"),
@@ -249,6 +260,7 @@ def check_config(config: Config) -> str | None:
     if problem is not None:
         return problem
     ranges = {
+        "max_append_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "ha_batch_bytes": (1024, MAX_HA_BATCH_BYTES),
         "ha_heartbeat_interval_ms": (100, 60_000),
         "ha_max_gap_bytes": (1, 1 << 50),

@@ -42,7 +42,10 @@ class StorageService:
         self._consumers = ConsumerManager(expiry_ms=config.get_int("consumer_expiry_ms"))
         self._consumer_expiry = ConsumerExpiryScan(self._consumers)
         self._servicer = StorageServicer(
-            self._store_or_fail, config.get_int("tail_max_chunk_bytes"), self._consumers
+            self._store_or_fail,
+            config.get_int("tail_max_chunk_bytes"),
+            self._consumers,
+            config.get_int("max_append_in_flight_bytes"),
         )
         self._metrics: StorageMetrics | None = None
 
@@ -91,7 +94,9 @@ class StorageService:
 
     def _start_metrics(self, store: MessageStore) -> None:
         """Created once telemetry is configured (the meters come from its provider)."""
-        metrics = StorageMetrics(lambda: self._store, lambda: self._replication)
+        metrics = StorageMetrics(
+            lambda: self._store, lambda: self._replication, self._servicer.append_budget
+        )
         self._servicer.append_observer = metrics.appended
         store.segments.flush_observer = metrics.flushed
         metrics.gauges.start()

@@ -7,9 +7,10 @@ thread; the SYNC_FLUSH wait is an awaited future, so waiting callers hold no thr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import NoReturn
 
@@ -32,11 +33,11 @@ from services.storage.engine.errors import (
     TopicNotFoundError,
 )
 from services.storage.engine.message_store import MessageStore
-from services.storage.options import MAX_TAIL_CHUNK_BYTES
+from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError, is_out_of_space
 from tide.format import RecordError, scan_run
-from tide.server import ServiceError, peer_address
+from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
@@ -44,6 +45,11 @@ from tide.v1 import storage_pb2_grpc as pb_grpc
 
 MAX_READ_POSITIONS = 1024
 MAX_READ_BYTES = 64 << 20
+# Open Tail streams (dispatches following this storage, tools): each holds one chunk of
+# at most MAX_TAIL_CHUNK_BYTES at a time.
+MAX_TAIL_STREAMS = 256
+# Open Replicate streams (slaves): each holds one chunk of at most --ha-batch-bytes.
+MAX_REPLICATE_STREAMS = 64
 TAIL_IDLE_RECHECK_S = 1.0
 
 _ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
@@ -175,12 +181,24 @@ class StorageServicer(pb_grpc.StorageServicer):
         store_provider: Callable[[], MessageStore],
         tail_chunk_bytes: int,
         consumers: ConsumerManager,
+        append_in_flight_bytes: int = DEFAULT_APPEND_IN_FLIGHT_BYTES,
     ) -> None:
         self._store = store_provider
+        # The bytes of the Append requests being handled (a sync flush or SYNC_MASTER
+        # keeps them until the disk or a slave answered); past it RESOURCE_EXHAUSTED.
+        self.append_budget = ByteBudget(
+            "max_append_in_flight_bytes",
+            append_in_flight_bytes,
+            "Append requests in flight on this storage",
+        )
         self._tail_chunk_bytes = tail_chunk_bytes
         self._consumers = consumers
         self._draining = asyncio.Event()
         self._tail_wakers: set[asyncio.Event] = set()  # of the Tail streams: drain sets them
+        self._tail_slots = StreamSlots("Tail", MAX_TAIL_STREAMS, "MAX_TAIL_STREAMS")
+        self._replicate_slots = StreamSlots(
+            "Replicate", MAX_REPLICATE_STREAMS, "MAX_REPLICATE_STREAMS"
+        )
         self._append_streams = RequestStreams("append", "appends")  # drain ends them too
         self._read_streams = RequestStreams("read", "reads")  # and these
         self._hosts: dict[bytes, str] = {}  # packed host -> "ip:port" (Read)
@@ -242,6 +260,15 @@ class StorageServicer(pb_grpc.StorageServicer):
     ) -> pb.AppendResponse:
         """One Append: the response, or raises ServiceError (Append and AppendStream).
         ``traced``: name the current span and add the flush and replica wait spans."""
+        with self.append_budget.held(request.ByteSize()):
+            return await self._append_held(request, context, traced)
+
+    async def _append_held(
+        self,
+        request: pb.AppendRequest,
+        context: grpc.aio.ServicerContext[object, object],
+        traced: bool,
+    ) -> pb.AppendResponse:
         started = time.perf_counter()
         store = self._store()
         records = request.records
@@ -394,6 +421,16 @@ class StorageServicer(pb_grpc.StorageServicer):
                 grpc.StatusCode.OUT_OF_RANGE,
                 f"offset {offset} is past the commitlog max offset {max_offset}",
             )
+        with self._tail_slots.slot():
+            # aclosing: a cancelled stream removes its append listener at once, not at GC.
+            async with contextlib.aclosing(self._tail(store, offset, chunk_bytes)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+
+    async def _tail(
+        self, store: MessageStore, offset: int, chunk_bytes: int
+    ) -> AsyncGenerator[pb.TailChunk, None]:
+        """Tail's chunks from ``offset`` on, until the service drains."""
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
         arrived = asyncio.Event()
@@ -436,8 +473,9 @@ class StorageServicer(pb_grpc.StorageServicer):
         replication = self.replication
         if replication is None:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "replication is not started")
-        async for chunk in replication.serve(request_iterator, context):
-            yield chunk
+        with self._replicate_slots.slot():
+            async for chunk in replication.serve(request_iterator, context):
+                yield chunk
 
     def _check_topic_change(self) -> None:
         if self.replication is not None:

@@ -272,11 +272,49 @@ def test_verify_gap_exits_1(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["layout_error"].startswith("gap")
 
 
-def test_verify_empty_store(tmp_path: Path) -> None:
+def test_verify_empty_store_says_no_segments(tmp_path: Path) -> None:
     (tmp_path / "commitlog").mkdir()
     result = _tide("store", "verify", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "result: OK" in result.stdout
+    assert "segments:   none (no segments in" in result.stdout
+    assert "result: OK (empty: no segments)" in result.stdout
+    as_json = _tide("store", "verify", "--json", tmp_path)
+    assert as_json.returncode == 0
+    report = json.loads(as_json.stdout)
+    assert report["empty"] is True and report["valid"] is True
+
+
+def test_dump_empty_store_says_no_segments(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    result = _tide("store", "dump", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert "note: no segments in" in result.stderr and "an empty store" in result.stderr
+
+
+def test_a_store_with_records_is_not_empty(tmp_path: Path) -> None:
+    _store(tmp_path).write()
+    result = _tide("store", "verify", "--json", tmp_path)
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["empty"] is False
+
+
+def test_verify_and_dump_refuse_a_directory_that_is_not_a_store(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    etc_like = tmp_path / "etc"
+    etc_like.mkdir()
+    (etc_like / "hosts").write_text("127.0.0.1 localhost\n")
+    (etc_like / "ssl").mkdir()
+    for directory in (empty, etc_like, Path("/etc")):
+        for command in (["verify"], ["verify", "--json"], ["dump"]):
+            result = _tide("store", *command, directory)
+            assert result.returncode == 2, (command, directory, result.stdout)
+            assert result.stdout == ""
+            assert f"{directory} is not a Tide/RocketMQ store: no commitlog/ directory" in (
+                result.stderr
+            )
+            assert "result: OK" not in result.stdout + result.stderr
 
 
 def test_verify_progress_bar(tmp_path: Path) -> None:

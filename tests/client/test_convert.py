@@ -6,6 +6,7 @@ import grpc
 import pytest
 
 from tide.client import (
+    MAX_BATCH_MESSAGES,
     InvalidArgument,
     Message,
     MessageQueue,
@@ -238,3 +239,10 @@ def test_unreachable_gateway_is_unavailable_after_the_retries() -> None:
         pytest.raises(Unavailable, match="Produce to 'T' failed"),
     ):
         producer.send("T", b"x")
+
+
+def test_a_batch_larger_than_the_gateway_takes_fails_before_it_is_sent() -> None:
+    body = b"x" * (65 * 1024)  # 1024 of them: 65 MiB, past the gateway's 64 MiB
+    too_large = pytest.raises(InvalidArgument, match=r"takes requests up to 67108864 bytes")
+    with Producer("127.0.0.1:1") as producer, too_large:  # nothing listens: nothing sent
+        producer.send_batch([Message("T", body)] * MAX_BATCH_MESSAGES)

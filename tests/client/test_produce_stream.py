@@ -110,3 +110,31 @@ def test_sends_are_retried_until_the_gateway_is_back(
             results = [future.result(RESULT_TIMEOUT_S) for future in retried]
         assert all(result.written for result in results)
         assert len({result.msg_id for result in results}) == 5
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "unary"])
+def test_async_sends_are_bounded_by_bytes_as_well_as_count(cluster: Cluster, stream: bool) -> None:
+    """Large async batches sent as fast as the producer takes them: the caller is held
+    back once max_in_flight_bytes are unfinished (the count bound, 256, would let ~100 MiB
+    in), and every send is written."""
+    topic = f"T_stream_bytes_{stream}"
+    create(cluster, topic)
+    limit_bytes = 1 << 20
+    body = b"x" * 60_000  # the test cluster takes bodies up to 64 KiB
+    with Producer(
+        cluster.gateway.listen, stream=stream, max_in_flight_bytes=limit_bytes
+    ) as producer:
+        futures = [
+            producer.send_batch_async([Message(topic, body) for _ in range(6)])  # ~360 KB
+            for _ in range(40)
+        ]
+        results = [r for f in futures for r in f.result(RESULT_TIMEOUT_S)]
+        in_flight = producer._in_flight
+        assert 0 < in_flight.peak_bytes <= limit_bytes
+        assert in_flight.bytes == 0 and in_flight.sends == 0
+    assert len(results) == 240 and all(r.status is SendStatus.SEND_OK for r in results)
+
+
+def test_max_in_flight_bytes_is_checked() -> None:
+    with pytest.raises(InvalidArgument, match="max_in_flight_bytes is 10; give 1048576"):
+        Producer(max_in_flight_bytes=10)

@@ -17,6 +17,7 @@ from tests.commitlog._builder import (
 from tide.commitlog import (
     CommitlogCorruptionError,
     CommitlogLayoutError,
+    NotAStoreError,
     TornTail,
     find_commitlog_dir,
     iter_records,
@@ -128,9 +129,26 @@ def test_missing_directory(tmp_path: Path) -> None:
 
 
 def test_find_commitlog_dir(tmp_path: Path) -> None:
-    assert find_commitlog_dir(tmp_path) == tmp_path
     (tmp_path / "commitlog").mkdir()
-    assert find_commitlog_dir(tmp_path) == tmp_path / "commitlog"
+    assert find_commitlog_dir(tmp_path) == tmp_path / "commitlog"  # a store root
+    assert find_commitlog_dir(tmp_path / "commitlog") == tmp_path / "commitlog"  # empty log
+    copy = tmp_path / "archive"
+    copy.mkdir()
+    (copy / segment_name(0)).write_bytes(bytes(SEGMENT_SIZE))
+    assert find_commitlog_dir(copy) == copy  # a commitlog copied under another name
+
+
+def test_find_commitlog_dir_refuses_a_directory_that_is_not_a_store(tmp_path: Path) -> None:
+    with pytest.raises(NotAStoreError, match="is not a Tide/RocketMQ store: no commitlog/"):
+        find_commitlog_dir(tmp_path)  # empty
+    (tmp_path / "passwd").write_text("root:x:0:0\n")
+    (tmp_path / "config").mkdir()
+    with pytest.raises(NotAStoreError, match="is not a Tide/RocketMQ store: no commitlog/"):
+        find_commitlog_dir(tmp_path)  # files, none of them a segment (like /etc)
+    with pytest.raises(NotAStoreError, match="not a directory"):
+        find_commitlog_dir(tmp_path / "passwd")
+    with pytest.raises(NotAStoreError, match="not a directory"):
+        find_commitlog_dir(tmp_path / "missing")
 
 
 # ---- records

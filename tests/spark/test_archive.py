@@ -10,7 +10,9 @@ from pyspark.sql import Row, SparkSession
 
 from tests._cluster import Cluster
 from tide.client import Message, Producer, SendResult
+from tide.commitlog import CommitlogLayoutError, NotAStoreError
 from tide.format import ABORT_FILE, parse_msg_id
+from tide.spark._archive import archive_segments
 
 TOPIC = "SparkArchive"
 BODY_BYTES = 4096
@@ -132,3 +134,12 @@ def test_corruption_fails_loudly(
         f.write(b"\xff\xfe")
     with pytest.raises(Exception, match="corruption at offset"):
         read(spark, broken)
+
+
+def test_a_directory_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
+    with pytest.raises(NotAStoreError, match="is not a Tide/RocketMQ store: no commitlog/"):
+        archive_segments(str(tmp_path))
+    (tmp_path / "commitlog").mkdir()
+    with pytest.raises(CommitlogLayoutError, match="no commitlog segment files: an empty store"):
+        archive_segments(f"file://{tmp_path}")

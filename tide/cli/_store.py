@@ -16,11 +16,13 @@ from typing import Any, TextIO
 from tide.commitlog import (
     CommitlogCorruptionError,
     CommitlogLayoutError,
+    NotAStoreError,
     RecordAt,
     TornTail,
     VerifyReport,
     find_commitlog_dir,
     iter_records,
+    scan_layout,
     tail_marks_for,
     verify,
 )
@@ -56,13 +58,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 _DUMP_HELP = (
     "Print every record of the commitlog as one JSON line, oldest first. A start offset "
-    "inside a record starts at the next record. Exit 1 on corruption."
+    "inside a record starts at the next record. Exit 1 on corruption; exit 2 when DIR is "
+    "not a store (no commitlog/ directory and no segment files). A store with no segments "
+    "prints nothing and says so on stderr (exit 0)."
 )
 _VERIFY_HELP = (
     "Check the segment chain and every record (magic, sizes, CRC, physical offset, blank "
     "markers). A torn tail (the end of a crash) is a note; exit 1 on corruption. Given a "
     "store root, its abort file and queue_offsets.json tell what a crash can have left "
-    "unfinished (docs/formats.md, 'Torn tails and corruption')."
+    "unfinished (docs/formats.md, 'Torn tails and corruption'). Exit 2 when DIR is not a "
+    "store (no commitlog/ directory and no segment files); a store with no segments is "
+    "'result: OK (empty: no segments)', exit 0."
 )
 
 
@@ -84,11 +90,13 @@ def _non_negative(text: str) -> int:
 
 
 def _commitlog_dir(args: argparse.Namespace) -> Path | None:
-    path: Path = args.dir
-    if not path.is_dir():
-        print(f"tide store {args.store_command}: {path}: not a directory", file=sys.stderr)
+    """The commitlog directory of DIR, or None (after saying why) when DIR is no store:
+    a usage error (exit 2), not an empty valid log."""
+    try:
+        return find_commitlog_dir(args.dir)
+    except NotAStoreError as exc:
+        print(f"tide store {args.store_command}: {exc}", file=sys.stderr)
         return None
-    return find_commitlog_dir(path)
 
 
 # ---- dump
@@ -113,6 +121,9 @@ def _dump(commitlog_dir: Path, start_offset: int | None, limit: int | None, out:
     torn: list[TornTail] = []
     prefixes: dict[HostAddress, str] = {}
     try:
+        if not scan_layout(commitlog_dir).segments:
+            print(f"note: {_no_segments_text(commitlog_dir)}", file=sys.stderr)
+            return EXIT_OK
         marks = tail_marks_for(commitlog_dir)
         records = iter_records(commitlog_dir, start_offset, on_torn_tail=torn.append, marks=marks)
         with contextlib.closing(records):
@@ -199,9 +210,16 @@ def _print_layout_error(commitlog_dir: Path, exc: CommitlogLayoutError, *, as_js
     print(f"tide store verify: layout error: {exc}", file=sys.stderr)
 
 
+def _no_segments_text(commitlog_dir: Path | str) -> str:
+    return f"no segments in {commitlog_dir}: an empty store (nothing was ever written)"
+
+
 def _print_summary(report: VerifyReport) -> None:
     print(f"commitlog:  {report.commitlog_dir}")
-    print(f"segments:   {report.segments_checked} of {report.segment_size} bytes")
+    if report.empty:
+        print(f"segments:   none ({_no_segments_text(report.commitlog_dir)})")
+    else:
+        print(f"segments:   {report.segments_checked} of {report.segment_size} bytes")
     print(
         f"records:    {report.records} ({report.record_bytes} bytes), "
         f"{report.blank_markers} blank markers"
@@ -222,7 +240,7 @@ def _print_summary(report: VerifyReport) -> None:
     if hidden > 0:
         print(f"... and {hidden} more corruption findings (see --json)")
     if report.valid:
-        print("result: OK")
+        print("result: OK (empty: no segments)" if report.empty else "result: OK")
     else:
         print(f"result: CORRUPT ({report.corruption_count} findings)")
 

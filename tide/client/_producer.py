@@ -11,9 +11,16 @@ from types import TracebackType
 from typing import TypeVar
 
 from tide.client._convert import from_produce_result, from_produce_runs, to_produce_message
-from tide.client._errors import InvalidArgument, ResourceExhausted, TideError
+from tide.client._errors import InvalidArgument, TideError
+from tide.client._in_flight import InFlight, message_bytes
 from tide.client._produce_stream import ProduceStream
-from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._rpc import (
+    DEFAULT_GATEWAY,
+    DEFAULT_RPC_TIMEOUT_MS,
+    MAX_SEND_BYTES,
+    Connection,
+    RetryPolicy,
+)
 from tide.client._types import Message, MessageQueue, SendResult, SendStatus
 from tide.v1 import gateway_pb2
 
@@ -24,6 +31,9 @@ _log = logging.getLogger("tide.client.producer")
 MAX_BATCH_MESSAGES = 1024
 DEFAULT_MAX_IN_FLIGHT = 256
 MAX_IN_FLIGHT_LIMIT = 65_536
+DEFAULT_MAX_IN_FLIGHT_BYTES = 64 << 20
+MIN_IN_FLIGHT_BYTES = 1 << 20
+MAX_IN_FLIGHT_BYTES_LIMIT = 64 << 30
 DEFAULT_ASYNC_THREADS = 4
 MAX_ASYNC_THREADS = 64
 
@@ -33,8 +43,9 @@ class Producer:
 
     ``send`` and ``send_batch`` block until the gateway answers; ``send_async`` and
     ``send_batch_async`` return a future and block only while ``max_in_flight`` async sends
-    are unfinished (for up to ``rpc_timeout_ms``, then ResourceExhausted). Calls are
-    retried on UNAVAILABLE as ``retry`` says.
+    are unfinished, or their messages hold ``max_in_flight_bytes`` (a larger send goes
+    alone), for up to ``rpc_timeout_ms``, then ResourceExhausted. Calls are retried on
+    UNAVAILABLE as ``retry`` says.
 
     With ``stream=True`` the async sends are pipelined on one ``ProduceStream`` (much less
     gRPC work per send than a call each; the gateway processes up to 32 of them at once,
@@ -50,6 +61,7 @@ class Producer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
         async_threads: int = DEFAULT_ASYNC_THREADS,
         stream: bool = False,
     ) -> None:
@@ -57,10 +69,15 @@ class Producer:
             raise InvalidArgument(
                 f"max_in_flight is {max_in_flight}; give 1..{MAX_IN_FLIGHT_LIMIT}"
             )
+        if not MIN_IN_FLIGHT_BYTES <= max_in_flight_bytes <= MAX_IN_FLIGHT_BYTES_LIMIT:
+            raise InvalidArgument(
+                f"max_in_flight_bytes is {max_in_flight_bytes}; give "
+                f"{MIN_IN_FLIGHT_BYTES}..{MAX_IN_FLIGHT_BYTES_LIMIT}"
+            )
         if not 1 <= async_threads <= MAX_ASYNC_THREADS:
             raise InvalidArgument(f"async_threads is {async_threads}; give 1..{MAX_ASYNC_THREADS}")
         self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
-        self._in_flight = threading.BoundedSemaphore(max_in_flight)
+        self._in_flight = InFlight(max_in_flight, max_in_flight_bytes)
         self._async_threads = async_threads
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -135,7 +152,10 @@ class Producer:
             )
             return self._pipelined([message], _single)
         executor = self._executor_or_start()
-        self._acquire_in_flight("send_async")
+        size = message_bytes(
+            [Message(topic, body, tags=tags, keys=keys, properties=properties or {})]
+        )
+        self._acquire_in_flight(size, "send_async")
         try:
             future = executor.submit(
                 self.send,
@@ -148,9 +168,9 @@ class Producer:
                 queue=queue,
             )
         except BaseException:
-            self._in_flight.release()
+            self._in_flight.release(size)
             raise
-        future.add_done_callback(lambda _: self._in_flight.release())
+        future.add_done_callback(lambda _: self._in_flight.release(size))
         return future
 
     def send_batch_async(self, messages: Sequence[Message]) -> Future[list[SendResult]]:
@@ -162,13 +182,14 @@ class Producer:
             done.set_result([])
             return done
         executor = self._executor_or_start()
-        self._acquire_in_flight("send_batch_async")
+        size = message_bytes(messages)
+        self._acquire_in_flight(size, "send_batch_async")
         try:
             future = executor.submit(self.send_batch, messages)
         except BaseException:
-            self._in_flight.release()
+            self._in_flight.release(size)
             raise
-        future.add_done_callback(lambda _: self._in_flight.release())
+        future.add_done_callback(lambda _: self._in_flight.release(size))
         return future
 
     def _pipelined(
@@ -183,15 +204,16 @@ class Producer:
         request, what = _request(messages)  # checked before anything is sent
         if self._connection.closed:
             raise TideError("the producer is closed")
-        self._acquire_in_flight("send_async")
+        size = request.ByteSize()
+        self._acquire_in_flight(size, "send_async")
         try:
             inner = self._stream.submit(request, what)
         except BaseException:
-            self._in_flight.release()
+            self._in_flight.release(size)
             raise
 
         def done(answered: Future[gateway_pb2.ProduceResponse]) -> None:
-            self._in_flight.release()
+            self._in_flight.release(size)
             error = answered.exception()
             if error is not None:
                 outer.set_exception(error)
@@ -204,12 +226,8 @@ class Producer:
         inner.add_done_callback(done)
         return outer
 
-    def _acquire_in_flight(self, what: str) -> None:
-        if not self._in_flight.acquire(timeout=self._connection.rpc_timeout_ms / 1000):
-            raise ResourceExhausted(
-                f"{what}: max_in_flight sends are unfinished and none finished within "
-                f"{self._connection.rpc_timeout_ms} ms"
-            )
+    def _acquire_in_flight(self, size_bytes: int, what: str) -> None:
+        self._in_flight.acquire(size_bytes, self._connection.rpc_timeout_ms / 1000, what)
 
     def _executor_or_start(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -256,6 +274,12 @@ def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, s
         messages=[to_produce_message(m) for m in messages], compact_results=True
     )
     topics = sorted({m.topic for m in messages})
+    size = request.ByteSize()
+    if size > MAX_SEND_BYTES:
+        raise InvalidArgument(
+            f"a batch of {len(messages)} messages is {size} bytes; the gateway takes "
+            f"requests up to {MAX_SEND_BYTES} bytes: split it"
+        )
     return request, f"Produce to {', '.join(map(repr, topics))}"
 
 

@@ -19,10 +19,14 @@ _log = logging.getLogger("tide.client")
 DEFAULT_GATEWAY = "127.0.0.1:8081"
 DEFAULT_RPC_TIMEOUT_MS = 10_000
 MAX_RETRY_ATTEMPTS = 10
-# A pull of up to 1024 messages of up to 4 MiB each is cut by the gateway; this is the
-# client's ceiling on one response.
-MAX_RECEIVE_BYTES = 128 << 20
-MAX_SEND_BYTES = 128 << 20
+# The gateway (every Tide server) sends and receives messages of at most 64 MiB
+# (tide.server.MAX_MESSAGE_BYTES; not imported: the client stays free of the server's
+# dependencies). A pull is cut below that by the gateway; the client receives a little
+# more for framing, and sends no more than the gateway takes (a larger request fails
+# here, before it crosses the network).
+GATEWAY_MAX_MESSAGE_BYTES = 64 << 20
+MAX_RECEIVE_BYTES = GATEWAY_MAX_MESSAGE_BYTES + (1 << 20)
+MAX_SEND_BYTES = GATEWAY_MAX_MESSAGE_BYTES
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")

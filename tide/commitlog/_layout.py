@@ -27,6 +27,11 @@ class CommitlogLayoutError(ValueError):
     """The commitlog directory's segment files do not form a valid chain."""
 
 
+class NotAStoreError(CommitlogLayoutError):
+    """The directory is neither a store root (holding ``commitlog/``) nor a commitlog
+    directory: offline tools refuse it rather than report an empty, valid log."""
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentFile:
     path: Path
@@ -54,9 +59,32 @@ class CommitlogLayout:
 
 
 def find_commitlog_dir(path: Path) -> Path:
-    """``path/commitlog`` when ``path`` is a store root, else ``path`` itself."""
+    """The commitlog directory ``path`` names: ``path/commitlog`` for a store root, else
+    ``path`` itself when it is a commitlog directory (named ``commitlog``, or holding a
+    segment file, as a copy elsewhere does). Anything else raises :class:`NotAStoreError`:
+    an empty directory or ``/etc`` is not a store, and a tool that said "valid, no
+    records" for it would hide a wrong path."""
+    if not path.is_dir():
+        raise NotAStoreError(f"{path}: not a directory")
     candidate = path / COMMITLOG_DIR_NAME
-    return candidate if candidate.is_dir() else path
+    if candidate.is_dir():
+        return candidate
+    if path.name == COMMITLOG_DIR_NAME or _holds_a_segment(path):
+        return path
+    raise NotAStoreError(
+        f"{path} is not a Tide/RocketMQ store: no {COMMITLOG_DIR_NAME}/ directory (expected "
+        f"a store root holding {COMMITLOG_DIR_NAME}/, or a commitlog directory of segment "
+        "files named by their 20-digit start offset)"
+    )
+
+
+def _holds_a_segment(directory: Path) -> bool:
+    # Bounded like scan_layout: a huge directory is not a commitlog.
+    try:
+        entries = itertools.islice(directory.iterdir(), MAX_DIR_ENTRIES)
+        return any(parse_segment_name(entry.name) is not None for entry in entries)
+    except OSError as exc:  # unreadable: say so rather than fail with a traceback
+        raise NotAStoreError(f"{directory}: cannot list it: {exc.strerror}") from exc
 
 
 def tail_marks_for(commitlog_dir: Path) -> TailMarks:

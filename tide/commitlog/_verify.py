@@ -54,9 +54,15 @@ class VerifyReport:
         """No corruption (a torn tail is a clean end after a crash)."""
         return self.corruption_count == 0
 
+    @property
+    def empty(self) -> bool:
+        """No segment at all: a store nothing was ever written to (valid, and said so)."""
+        return self.segments_checked == 0
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["valid"] = self.valid
+        data["empty"] = self.empty
         data["corruption_truncated"] = self.corruption_count > len(self.corruption)
         return data
 

@@ -21,11 +21,13 @@ from tide.server._bootstrap import (
     serve,
     write_ready_file,
 )
+from tide.server._byte_budget import ByteBudget
 from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
 from tide.server._interceptor import ServiceError
 from tide.server._logging import configure_logging
 from tide.server._metrics import SampledGauges, service_meter
 from tide.server._peer import peer_address
+from tide.server._stream_slots import StreamSlots
 from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry, tracing_enabled
 from tide.server._tracing import traced_channel
 
@@ -35,6 +37,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "READY_FILE_ENV",
     "REFLECTION_SERVICE_NAME",
+    "ByteBudget",
     "Config",
     "ConfigError",
     "ListenError",
@@ -42,6 +45,7 @@ __all__ = [
     "SampledGauges",
     "Service",
     "ServiceError",
+    "StreamSlots",
     "Telemetry",
     "TelemetryError",
     "configure_logging",

@@ -21,6 +21,7 @@ from typing import TypeVar
 import grpc
 
 from tide.server._interceptor import ServiceError
+from tide.server._stream_slots import StreamSlots
 
 log = logging.getLogger("tide.server.request_streams")
 
@@ -28,6 +29,9 @@ Request = TypeVar("Request")
 Response = TypeVar("Response")
 Answer = TypeVar("Answer")
 Context = grpc.aio.ServicerContext[object, object]
+# Open streams of one method (each holds one request at a time: at most a gRPC message,
+# 64 MiB); a gateway opens a few per storage or dispatch (appends in flight, 4 reads).
+MAX_REQUEST_STREAMS = 1024
 
 
 class RequestStreams:
@@ -35,9 +39,12 @@ class RequestStreams:
     :meth:`drain`. ``name`` (e.g. ``"append"``) names the streams in the logs, ``unit``
     (e.g. ``"appends"``) their requests."""
 
-    def __init__(self, name: str, unit: str = "requests") -> None:
+    def __init__(
+        self, name: str, unit: str = "requests", max_streams: int = MAX_REQUEST_STREAMS
+    ) -> None:
         self.name = name
         self.unit = unit
+        self.slots = StreamSlots(name, max_streams, "MAX_REQUEST_STREAMS")
         self.draining = False
         self._idle: set[asyncio.Task[object]] = set()
 
@@ -60,17 +67,20 @@ class RequestStreams:
         task = asyncio.current_task()
         assert task is not None
         peer = context.peer()
-        log.info("%s stream from %s opened", self.name, peer)
-        answered = 0
-        try:
-            while not self.draining:
-                request = await self._next(requests, task)
-                if request is None:
-                    break
-                yield await _answer(handle, request, context, answer, self.name)
-                answered += 1
-        finally:
-            log.info("%s stream from %s ended after %d %s", self.name, peer, answered, self.unit)
+        with self.slots.slot():
+            log.info("%s stream from %s opened", self.name, peer)
+            answered = 0
+            try:
+                while not self.draining:
+                    request = await self._next(requests, task)
+                    if request is None:
+                        break
+                    yield await _answer(handle, request, context, answer, self.name)
+                    answered += 1
+            finally:
+                log.info(
+                    "%s stream from %s ended after %d %s", self.name, peer, answered, self.unit
+                )
 
     async def _next(
         self, requests: AsyncIterator[Request], task: asyncio.Task[object]

@@ -47,9 +47,8 @@ def archive_segments(path: str) -> tuple[Path, list[SegmentFile]]:
 
     Like ``tide.commitlog.scan_layout``, except that the newest segment with data may be
     shorter than the others (a truncated copy; empty preallocated segments may follow)."""
+    # Raises NotAStoreError (a CommitlogLayoutError) for a directory that is no store.
     directory = find_commitlog_dir(Path(path.removeprefix("file://").removeprefix("file:")))
-    if not directory.is_dir():
-        raise CommitlogLayoutError(f"{directory} is not a directory")
     segments = []
     for entry in sorted(directory.iterdir()):
         start = parse_segment_name(entry.name)
@@ -61,7 +60,9 @@ def archive_segments(path: str) -> tuple[Path, list[SegmentFile]]:
         segments.append(SegmentFile(entry, start, entry.stat().st_size))
     segments.sort(key=lambda s: s.start_offset)
     if not segments:
-        raise CommitlogLayoutError(f"{directory} holds no commitlog segment files")
+        raise CommitlogLayoutError(
+            f"{directory} holds no commitlog segment files: an empty store, nothing to read"
+        )
     if segments:
         size = max(s.size for s in segments)
         if segments[0].start_offset % size:

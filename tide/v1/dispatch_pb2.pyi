@@ -86,7 +86,8 @@ class GetQueueEntriesRequest(_message.Message):
     max_bytes: _builtins.int
     """When > 0, entries stop before the one that would take the records' total size past
     this many bytes (the first entry is always returned); next_offset is then that entry.
-    0: no byte limit.
+    0: no byte limit. With `records`, at most 32 MiB (half of gRPC's 64 MiB message
+    limit) whatever this asks, 0 included.
     """
     spans: _builtins.bool
     """Answer with `spans` (the entries' records grouped into runs adjacent in the commitlog,
@@ -405,7 +406,9 @@ class WatchArrivalsRequest(_message.Message):
     offsets only.
     """
     entries_max_bytes: _builtins.int
-    """The max_bytes of those entries (>= 0; 0: no byte limit)."""
+    """The max_bytes of those entries (>= 0; 0: no byte limit asked); at most 32 MiB, as
+    GetQueueEntries with records.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only these topics; empty means every topic."""

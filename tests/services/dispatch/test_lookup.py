@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.dispatch import lookup
-from services.dispatch.engine.consume_queue import ConsumeQueue
+from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from tide.v1 import storage_pb2 as pb
 
 
@@ -93,3 +93,21 @@ def test_empty_queue_answers_its_max_offset(tmp_path: Path) -> None:
         assert storage.calls == 0
     finally:
         queue.close()
+
+
+def test_query_verification_batches_are_bounded_by_count_and_bytes() -> None:
+    """QueryIndex reads its candidates' whole messages back: a batch holds at most
+    VERIFY_BATCH of them and VERIFY_BATCH_BYTES of records (at least one)."""
+
+    def located(sizes: list[int]) -> list[lookup.Located]:
+        return [lookup.Located(Entry(i, i * 1000, size, 0), 0) for i, size in enumerate(sizes)]
+
+    small = located([100] * 600)
+    assert [len(b) for b in lookup.verify_batches(small)] == [256, 256, 88]
+    big = lookup.VERIFY_BATCH_BYTES // 3 + 1  # three would pass the byte bound
+    batches = list(lookup.verify_batches(located([big] * 7)))
+    assert [len(b) for b in batches] == [2, 2, 2, 1]
+    assert all(sum(item.entry.size for item in b) <= lookup.VERIFY_BATCH_BYTES for b in batches)
+    huge = located([lookup.VERIFY_BATCH_BYTES * 2, 10])  # alone past the bound: still read
+    assert [len(b) for b in lookup.verify_batches(huge)] == [1, 1]
+    assert list(lookup.verify_batches([])) == []

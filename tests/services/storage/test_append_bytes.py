@@ -1,0 +1,151 @@
+"""Append memory bounded by bytes (``--max-append-in-flight-bytes``) on a real storage
+process: an Append past the limit gets RESOURCE_EXHAUSTED naming it and writes nothing
+(in-band on an AppendStream, which goes on); concurrent appends held by sync flushes
+stay under the limit, and everything acknowledged is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests._cluster import Cluster
+from tests.observability._support import scrape, total
+from tests.services.storage.conftest import (
+    MAX_BODY_BYTES,
+    RPC_TIMEOUT_S,
+    StorageLauncher,
+    StorageProcess,
+    expect_error,
+    message,
+)
+from tide.commitlog import iter_records
+from tide.v1 import storage_pb2 as pb
+from tide.v1 import storage_pb2_grpc as pb_grpc
+
+MIB = 1024 * 1024
+LIMIT_BYTES = 2 * MIB
+BODY_BYTES = MAX_BODY_BYTES - 1024
+EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+LIMIT_TEXT = f"max_append_in_flight_bytes ({LIMIT_BYTES} bytes)"
+WAIT_S = 60.0
+
+
+@pytest.fixture
+def storage(launcher: StorageLauncher, tmp_path: Path) -> Iterator[StorageProcess]:
+    # Sync flush: each Append is held until the disk answered, so concurrent ones pile up.
+    process = launcher.start(
+        tmp_path / "store",
+        "--max-append-in-flight-bytes",
+        str(LIMIT_BYTES),
+        "--flush",
+        "sync",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
+    yield process
+    process.stop()
+
+
+def batch(topic: str, count: int, fill: int = 0) -> pb.AppendRequest:
+    return pb.AppendRequest(
+        messages=[message(topic, 0, bytes([fill % 251]) * BODY_BYTES) for _ in range(count)]
+    )
+
+
+def metric(storage: StorageProcess, name: str) -> float:
+    return total(scrape(str(storage.ready["metrics"])), name)
+
+
+def stored_offsets(storage: StorageProcess) -> list[int]:
+    """The physical offset of every record in the store (read offline: the commitlog
+    files themselves, not what the service says)."""
+    return [at.offset for at in iter_records(storage.store_dir / "commitlog")]
+
+
+async def stream_exchange(
+    storage: StorageProcess, requests: list[pb.AppendRequest]
+) -> list[pb.AppendStreamResponse]:
+    async with grpc.aio.insecure_channel(storage.listen) as channel:
+        call = pb_grpc.StorageStub(channel).AppendStream(None, timeout=RPC_TIMEOUT_S)
+        answers = []
+        for request in requests:
+            await call.write(request)
+            answer = await call.read()
+            assert isinstance(answer, pb.AppendStreamResponse), answer
+            answers.append(answer)
+        await call.done_writing()
+        return answers
+
+
+def test_an_append_larger_than_the_limit_is_refused_and_writes_nothing(
+    storage: StorageProcess, topic_name: str
+) -> None:
+    too_big = batch(topic_name, LIMIT_BYTES // BODY_BYTES + 2)
+    assert too_big.ByteSize() > LIMIT_BYTES
+    expect_error(
+        EXHAUSTED,
+        lambda: storage.stub.Append(too_big, timeout=RPC_TIMEOUT_S),
+        LIMIT_TEXT,
+        "send smaller requests",
+    )
+    answers = asyncio.run(stream_exchange(storage, [too_big, batch(topic_name, 2)]))
+    assert answers[0].error_code == EXHAUSTED.value[0]
+    assert LIMIT_TEXT in answers[0].error_message
+    assert answers[1].error_code == 0
+    results = answers[1].response.results
+    assert [r.status for r in results] == [pb.PUT_OK, pb.PUT_OK]
+    # Only the two messages of the second request were written.
+    assert stored_offsets(storage) == [r.physical_offset for r in results]
+
+
+def test_concurrent_appends_stay_under_the_limit_and_lose_nothing_acknowledged(
+    storage: StorageProcess, topic_name: str
+) -> None:
+    per_call = 12  # ~0.75 MiB: two fit, the third does not
+    acked: list[pb.AppendResult] = []
+    refusals: list[str] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client(index: int) -> None:
+        try:
+            for round_ in range(4):
+                request = batch(topic_name, per_call, fill=index * 10 + round_)
+                try:
+                    response = storage.stub.Append(request, timeout=RPC_TIMEOUT_S)
+                except grpc.RpcError as exc:
+                    assert isinstance(exc, grpc.Call)
+                    assert exc.code() is EXHAUSTED, exc.details()
+                    with lock:
+                        refusals.append(exc.details() or "")
+                    continue
+                with lock:
+                    acked.extend(response.results)
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert not any(t.is_alive() for t in threads) and not failures, failures
+    assert len(acked) + len(refusals) * per_call == 6 * 4 * per_call
+    assert all(LIMIT_TEXT in text and "retry later" in text for text in refusals)
+    assert all(r.status == pb.PUT_OK for r in acked)
+    # Everything acknowledged is stored, and nothing refused was written.
+    assert stored_offsets(storage) == sorted(r.physical_offset for r in acked)
+    stored = storage.read((r.physical_offset, r.size) for r in acked)
+    assert all(len(s.message.body) == BODY_BYTES for s in stored)
+    Cluster.wait_for(
+        lambda: metric(storage, "tide_storage_append_in_flight_peak_bytes") > 0,
+        "the append gauges sampled",
+        timeout_s=WAIT_S,
+    )
+    assert metric(storage, "tide_storage_append_in_flight_peak_bytes") <= LIMIT_BYTES
+    assert metric(storage, "tide_storage_append_refused_total") >= len(refusals)
