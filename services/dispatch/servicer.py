@@ -286,7 +286,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         if error:
             raise _invalid(error)
         if not key or len(key) > MAX_QUERY_KEY_CHARS:
-            raise _invalid(f"key must have 1..{MAX_QUERY_KEY_CHARS} characters")
+            raise _invalid(
+                f"key must have 1..{MAX_QUERY_KEY_CHARS} characters (KEY_MAX_CHARS); got {len(key)}"
+            )
         if not 1 <= max_count <= MAX_QUERY_COUNT:
             raise _invalid(f"max_count must be in 1..{MAX_QUERY_COUNT} (got {max_count})")
         begin_ms, end_ms = request.begin_ms, request.end_ms or _I64_MAX

@@ -36,6 +36,7 @@ from services.storage.options import MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
 from tide.format import RecordError, scan_run
+from tide.quoting import quote
 from tide.server import ServiceError, peer_address
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
@@ -476,7 +477,9 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._check_topic_change()
         store = self._store()
         if store.topics.get(request.topic) is None:
-            raise ServiceError(grpc.StatusCode.NOT_FOUND, f"topic {request.topic!r} does not exist")
+            raise ServiceError(
+                grpc.StatusCode.NOT_FOUND, f"topic {quote(request.topic)} does not exist"
+            )
         return pb.DeleteTopicResponse(existed=store.delete_topic(request.topic))
 
     async def ListTopics(

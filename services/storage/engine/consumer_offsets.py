@@ -22,6 +22,7 @@ from tide.files import (
     write_json_atomically,
 )
 from tide.naming import consumer_group_error, topic_error
+from tide.quoting import quote
 
 __all__ = [
     "CONSUMER_OFFSETS_FILE",
@@ -148,7 +149,7 @@ class ConsumerOffsets:
     def _check_room(self, group: str, topic: str, queue_id: int) -> None:
         if self._entry_count >= self._max_entries:
             raise ConfigLimitError(
-                f"cannot commit an offset for group {group!r}, topic {topic!r}, queue "
+                f"cannot commit an offset for group {quote(group)}, topic {quote(topic)}, queue "
                 f"{queue_id}: the table already holds the limit of {self._max_entries} "
                 "(group, topic, queue) entries; delete unused topics or raise the limit"
             )

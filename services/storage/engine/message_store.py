@@ -53,6 +53,7 @@ from tide.format import (
     read_snapshot,
     write_snapshot,
 )
+from tide.quoting import quote
 from tide.service_thread import ServiceThread
 
 log = logging.getLogger("tide.storage.store")
@@ -340,7 +341,7 @@ class MessageStore:
         try:
             topic = name.decode("utf-8")
         except UnicodeDecodeError:
-            raise InvalidMessageError(f"topic {name[:40]!r} is not UTF-8") from None
+            raise InvalidMessageError(f"topic {quote(name)} is not UTF-8") from None
         self.codec.topic_bytes(topic)  # checks the name (cached)
         return topic
 
@@ -351,12 +352,12 @@ class MessageStore:
         if cfg is None:
             if not self.config.auto_create_topics:
                 raise TopicNotFoundError(
-                    f"topic {topic!r} does not exist and auto-create is off; "
+                    f"topic {quote(topic)} does not exist and auto-create is off; "
                     "create it with UpsertTopic"
                 )
             return None
         if not cfg.perm & PERM_WRITE:
-            raise NotWritableError(f"topic {topic!r} is not writable (perm {cfg.perm})")
+            raise NotWritableError(f"topic {quote(topic)} is not writable (perm {cfg.perm})")
         return cfg.write_queue_nums
 
     def delete_topic(self, topic: str) -> bool:
