@@ -178,8 +178,10 @@ _ELEMENT_LIMITS: dict[str, str] = {
 
 
 def limit_text(name: str) -> str:
-    """``"64 (KEYS_MAX_COUNT)"``: a limit as an error message names it."""
-    return f"{LIMITS[name]} ({name})"
+    """A limit as an error message names it: ``"127 bytes (TOPIC_MAX_BYTES)"``,
+    ``"64 (KEYS_MAX_COUNT)"``."""
+    unit = {"BYTES": " bytes", "CHARS": " characters"}.get(name.rpartition("_")[2], "")
+    return f"{LIMITS[name]}{unit} ({name})"
 
 
 def request_error(request: object) -> str | None:

@@ -134,8 +134,29 @@ class Consumers:
                 timeout=self._config.broker_timeout_s,
             )
         except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:  # past the queue's max
+                raise await self._refused_commit(request, exc) from exc
             raise _offsets_error(exc, "CommitOffset", member) from exc
         return pb.CommitConsumerOffsetResponse()
+
+    async def _refused_commit(
+        self, request: pb.CommitConsumerOffsetRequest, exc: grpc.aio.AioRpcError
+    ) -> ServiceError:
+        """The storage's refusal (an offset past the queue's max: the storage assigns
+        queue offsets, so it knows the true max) with the queue's min and max offsets as
+        the dispatch serves them, to say what a valid commit is."""
+        try:
+            offsets = await self.queue_offsets(
+                pb.QueueOffsetsRequest(
+                    topic=request.topic, broker_name=request.broker_name, queue_id=request.queue_id
+                )
+            )
+        except ServiceError:
+            return invalid(f"CommitOffset: {exc.details()}")
+        return invalid(
+            f"CommitOffset: {exc.details()} (the queue's min offset is {offsets.min_offset}, "
+            f"its max offset {offsets.max_offset})"
+        )
 
     async def get_offset(
         self, request: pb.GetConsumerOffsetRequest

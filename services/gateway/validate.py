@@ -11,7 +11,6 @@ import grpc
 from services.gateway.bodies_only import only_topic_and_bodies
 from tide.format import KEYS, TAGS, UNIQ_KEY, property_error
 from tide.limits import (
-    KEYS_MAX_COUNT,
     NAME_MAX_CHARS,
     PROPERTIES_MAX_BYTES,
     UNIQUE_KEY_MAX_CHARS,
@@ -161,13 +160,8 @@ def _check_tags(where: str, tags: str) -> int:
 
 
 def _check_keys(where: str, keys: Sequence[str]) -> int:
-    """Every key is indexed, so the count is bounded here (the dispatch indexes
-    KEYS_MAX_COUNT keys per message); returns the keys' encoded size."""
-    if len(keys) > KEYS_MAX_COUNT:
-        raise invalid(
-            f"{where}.keys has {len(keys)} keys; the limit is {limit_text('KEYS_MAX_COUNT')} "
-            "(each one is indexed)"
-        )
+    """Each key on its own (their count and lengths were checked first, tide.limits:
+    the dispatch indexes every key); returns the keys' encoded size."""
     total = len(KEYS) + 2 if keys else 0
     for key_index, key in enumerate(keys):
         if not key or " " in key:

@@ -497,7 +497,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.CommitOffsetResponse:
         try:
-            self._store().consumer_offsets.commit(
+            self._store().commit_consumer_offset(
                 request.consumer_group, request.topic, request.queue_id, request.offset
             )
         except Exception as exc:

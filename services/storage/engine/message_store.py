@@ -360,6 +360,20 @@ class MessageStore:
             raise NotWritableError(f"topic {quote(topic)} is not writable (perm {cfg.perm})")
         return cfg.write_queue_nums
 
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's next queue offset (what its next message gets): the store assigns
+        queue offsets, so this is the queue's true max (a dispatch's may lag)."""
+        return self.commitlog.offsets.next_offsets.get((topic, queue_id), 0)
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record a group's offset; refuse one past the queue's max (it would make the
+        group's next pull skip every message produced until the queue reaches it). One
+        below the queue's min is taken: retention may have just moved the min, and the
+        next pull answers OFFSET_ILLEGAL with the min, skipping nothing that exists."""
+        self.consumer_offsets.commit(
+            group, topic, queue_id, offset, self.queue_max_offset(topic, queue_id)
+        )
+
     def delete_topic(self, topic: str) -> bool:
         existed = self.topics.delete(topic)
         with self.commitlog.lock:
