@@ -50,6 +50,7 @@ EXPRESSION_MAX_CHARS = 4_096
 EXPRESSION_MAX_TAGS = 256  # distinct tags in one expression (and tag codes per lookup)
 SUBSCRIPTIONS_MAX_COUNT = 1_024  # per heartbeat
 # -- counts of other repeated fields ------------------------------------------------------
+PULL_MAX_MESSAGES = 1_024  # one Pull; and the consume queue entries one lookup returns
 READ_MAX_POSITIONS = 1_024  # positions or spans in one storage Read
 WATCH_MAX_TOPICS = 1_024  # topics one dispatch WatchArrivals names
 BROKER_NAMES_MAX_COUNT = 1_024  # brokers one CreateTopic names
@@ -73,6 +74,7 @@ LIMITS: dict[str, int] = {
     "EXPRESSION_MAX_CHARS": EXPRESSION_MAX_CHARS,
     "EXPRESSION_MAX_TAGS": EXPRESSION_MAX_TAGS,
     "SUBSCRIPTIONS_MAX_COUNT": SUBSCRIPTIONS_MAX_COUNT,
+    "PULL_MAX_MESSAGES": PULL_MAX_MESSAGES,
     "READ_MAX_POSITIONS": READ_MAX_POSITIONS,
     "WATCH_MAX_TOPICS": WATCH_MAX_TOPICS,
     "BROKER_NAMES_MAX_COUNT": BROKER_NAMES_MAX_COUNT,

@@ -22,6 +22,7 @@ from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.storage_client import StorageClient
+from tide.limits import PULL_MAX_MESSAGES, WATCH_MAX_TOPICS
 from tide.naming import topic_error
 from tide.server import ServiceError
 from tide.server._request_streams import RequestStreams
@@ -29,11 +30,11 @@ from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 from tide.v1 import storage_pb2 as storage_pb
 
-MAX_GET_ENTRIES = 1024
+MAX_GET_ENTRIES = PULL_MAX_MESSAGES  # what one Pull asks for at most
 # With a tag filter, at least this many entries are looked at in one call (RocketMQ's
 # getMessage looks at max(16000 bytes, maxMsgNums) of consume queue: 800 entries).
 MIN_FILTER_SCAN_ENTRIES = 800
-MAX_WATCH_TOPICS = 1024
+MAX_WATCH_TOPICS = WATCH_MAX_TOPICS
 MAX_QUEUE_ID = 2**31 - 1
 # QueryIndex asks the index for this many times max_count candidates, so that a few hash
 # collisions do not crowd out real hits.

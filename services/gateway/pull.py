@@ -51,6 +51,7 @@ from services.gateway.pull_records import (
 from services.gateway.readers import ReadMembers, is_slave
 from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
 from services.gateway.validate import check_group, check_queue, invalid
+from tide.limits import PULL_MAX_MESSAGES
 from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as dispatch_pb
@@ -58,7 +59,7 @@ from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 
 DEFAULT_MAX_MESSAGES = 32
-MAX_MESSAGES = 1024
+MAX_MESSAGES = PULL_MAX_MESSAGES
 Status = pb.PullResponse.Status
 _ReadKey = tuple[Member, str, int, int, int, TagFilter, bool]
 RECORDS = pb.PullRequest.ENCODING_RECORDS

@@ -13,6 +13,7 @@ import grpc
 from services.nameserver import route_info as routes
 from services.nameserver.options import MAX_HEARTBEAT_TIMEOUT_MS
 from services.nameserver.validation import address_error, broker_id_error, name_error
+from tide.limits import QUEUE_NUMS_MAX
 from tide.naming import topic_error
 from tide.quoting import quote
 from tide.server import ServiceError
@@ -21,7 +22,7 @@ from tide.v1 import nameserver_pb2_grpc as pb_grpc
 from tide.v1 import storage_pb2 as storage_pb
 
 # The storage's topic table limits (a registration outside them is malformed).
-MAX_QUEUE_NUMS = 1024
+MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # one limit for every service (tide.limits)
 MAX_PERM = 7
 MAX_TOPIC_SYS_FLAG = 2**31 - 1
 

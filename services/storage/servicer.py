@@ -36,6 +36,7 @@ from services.storage.options import MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError
 from tide.format import RecordError, scan_run
+from tide.limits import READ_MAX_POSITIONS
 from tide.quoting import quote
 from tide.server import ServiceError, peer_address
 from tide.server._request_streams import RequestStreams
@@ -43,7 +44,7 @@ from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
-MAX_READ_POSITIONS = 1024
+MAX_READ_POSITIONS = READ_MAX_POSITIONS
 MAX_READ_BYTES = 64 << 20
 TAIL_IDLE_RECHECK_S = 1.0
 

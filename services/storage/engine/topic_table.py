@@ -25,6 +25,7 @@ from tide.files import (
     load_json_with_fallback,
     write_json_atomically,
 )
+from tide.limits import QUEUE_NUMS_MAX
 from tide.naming import topic_error
 from tide.quoting import quote
 
@@ -36,7 +37,7 @@ PERM_WRITE = 2
 PERM_READ = 4
 DEFAULT_PERM = PERM_READ | PERM_WRITE
 MAX_PERM = PERM_READ | PERM_WRITE | PERM_INHERIT
-MAX_QUEUE_NUMS = 1024
+MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # one limit for every service (tide.limits)
 MAX_TOPICS = 100_000
 MAX_TOPIC_SYS_FLAG = 2**31 - 1
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
