@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from tests._cluster import Cluster, cluster_fixture
-from tide.limits import BY_OPTION, FIELD_LIMITS, LIMITS, quote
+from tide.limits import BY_OPTION, FIELD_LIMITS, IN_BAND_STREAMS, LIMITS, quote
 from tide.v1 import dispatch_pb2, gateway_pb2, nameserver_pb2, storage_pb2
 
 cluster = cluster_fixture(brokers=1)
@@ -152,10 +152,14 @@ def _request(case: Case) -> Message:
     return request
 
 
+def _path(method: MethodDescriptor) -> str:
+    return f"/{method.containing_service.full_name}/{method.name}"
+
+
 def _call(channel: grpc.Channel, method: MethodDescriptor, request: Message) -> Any:
     """Call ``method`` with ``request`` (a stream of one request for a streamed method);
     returns the response (the first one of a response stream)."""
-    path = f"/{method.containing_service.full_name}/{method.name}"
+    path = _path(method)
     output = GetMessageClass(method.output_type)
     kwargs: dict[str, Any] = {
         "request_serializer": type(request).SerializeToString,
@@ -206,6 +210,7 @@ def test_oversize_field_gets_a_clear_bounded_status(cluster: Cluster, case: Case
     except grpc.RpcError as error:
         assert isinstance(error, grpc.Call), error
         _check_details(case, error.code(), error.details() or "")
+        assert _path(case.method) not in IN_BAND_STREAMS, f"{case.id}: not answered in-band"
         return
     # The streams that answer in-band (AppendStream, ReadStream, GetQueueEntriesStream,
     # ProduceStream) say the error in the response.
@@ -239,6 +244,7 @@ def test_huge_string_is_not_repeated_in_the_status(cluster: Cluster, case: Case)
     except grpc.RpcError as error:
         assert isinstance(error, grpc.Call), error
         _check_details(case, error.code(), error.details() or "")
+        assert _path(case.method) not in IN_BAND_STREAMS, f"{case.id}: not answered in-band"
         return
     assert response.error_code, f"{case.id}: accepted: {str(response)[:300]}"
     _check_details(case, grpc.StatusCode(_code_of(response.error_code)), response.error_message)

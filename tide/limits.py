@@ -164,6 +164,19 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.CreateTopicRequest.cluster_name": "NAME_MAX_CHARS",
 }
 
+# Streams that answer each request in-band (error_code, error_message) and go on: their
+# handlers check each request (tide.server's RequestStreams; ProduceStream's requests
+# are only messages, which produce checks), so a request past a bound is answered like
+# any other bad request instead of ending the stream.
+IN_BAND_STREAMS = frozenset(
+    {
+        "/tide.v1.Storage/AppendStream",
+        "/tide.v1.Storage/ReadStream",
+        "/tide.v1.Dispatch/GetQueueEntriesStream",
+        "/tide.v1.Gateway/ProduceStream",
+    }
+)
+
 # Elements of repeated fields of these types are checked by their handler (the produce
 # and append paths check each message's fields first, cheaply, on every call).
 CHECKED_BY_HANDLER = frozenset({"tide.v1.ProduceMessage"})

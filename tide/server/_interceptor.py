@@ -25,7 +25,7 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from tide.limits import request_error
+from tide.limits import IN_BAND_STREAMS, request_error
 from tide.server._metrics import RpcMetrics
 from tide.server._telemetry import TRACING
 from tide.server._tracing import extract_context
@@ -192,7 +192,9 @@ def _wrap_handler(
         behaviour: Behaviour | None = getattr(handler, kind)
         if behaviour is None:
             continue
-        wrapped = _wrap_behaviour(behaviour, call, kind.startswith("stream_"))
+        streamed = kind.startswith("stream_")
+        checked = not (streamed and call.method in IN_BAND_STREAMS)  # those check in-band
+        wrapped = _wrap_behaviour(behaviour, call, streamed, checked)
         if wrapped is behaviour:
             return handler
         return factory(
@@ -203,24 +205,27 @@ def _wrap_handler(
     return handler
 
 
-def _wrap_behaviour(behaviour: Behaviour, call: _Call, streamed: bool) -> Behaviour:
-    """``streamed``: the method takes a stream of requests (each is checked as it comes)."""
+def _wrap_behaviour(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
+    """``streamed``: the method takes a stream of requests (each is checked as it comes);
+    ``checked``: False for a stream whose handler checks each request (in-band)."""
     if inspect.isasyncgenfunction(behaviour):
-        return _wrap_async_gen(behaviour, call, streamed)
+        return _wrap_async_gen(behaviour, call, streamed, checked)
     if inspect.iscoroutinefunction(behaviour):
-        return _wrap_coroutine(behaviour, call, streamed)
+        return _wrap_coroutine(behaviour, call, streamed, checked)
     return behaviour
 
 
-def _checked(call: _Call, request: Any, streamed: bool) -> Any:
+def _checked(call: _Call, request: Any, streamed: bool, checked: bool) -> Any:
     """The request checked (tide.limits), or a stream of requests checked one by one."""
+    if not checked:
+        return request
     if streamed:
         return call.checked_requests(request)
     call.check_request(request)
     return request
 
 
-def _wrap_coroutine(behaviour: Behaviour, call: _Call, streamed: bool) -> Behaviour:
+def _wrap_coroutine(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
     async def wrapped(request: Any, context: Context) -> Any:
         span = call.span(context, None if streamed else request)
         with trace.use_span(
@@ -228,7 +233,7 @@ def _wrap_coroutine(behaviour: Behaviour, call: _Call, streamed: bool) -> Behavi
         ):
             try:
                 await call.check_ready(context)
-                result = await behaviour(_checked(call, request, streamed), context)
+                result = await behaviour(_checked(call, request, streamed, checked), context)
             except Exception as exc:
                 call.record_error(_error_code(exc, context))
                 await call.fail(span, context, exc)
@@ -238,14 +243,14 @@ def _wrap_coroutine(behaviour: Behaviour, call: _Call, streamed: bool) -> Behavi
     return wrapped
 
 
-def _wrap_async_gen(behaviour: Behaviour, call: _Call, streamed: bool) -> Behaviour:
+def _wrap_async_gen(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
     async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
         # No current-span context here: it would be attached and detached across yields.
         span = call.span(context, None if streamed else request)
         try:
             await call.check_ready(context)
-            checked = _checked(call, request, streamed)
-            async with contextlib.aclosing(behaviour(checked, context)) as responses:
+            requests = _checked(call, request, streamed, checked)
+            async with contextlib.aclosing(behaviour(requests, context)) as responses:
                 async for response in responses:
                     yield response
         except Exception as exc:
