@@ -8,7 +8,8 @@ docs/operations.md "Limits" (tests/test_docs.py keeps that table in sync with
 :func:`request_error` checks every string field's length and every repeated or map
 field's count of a ``tide.v1`` request against :data:`FIELD_LIMITS` before a handler
 sees it (tide.server's interceptor calls it for every RPC, streamed requests
-included). Fields whose bound is a service option (a batch's message count) are
+included; the streams in :data:`IN_BAND_STREAMS` check each request in their handler
+and answer in-band). Fields whose bound is a service option (a batch's message count) are
 checked by their handler against that option, and message types a hot path checks
 itself field by field (:data:`CHECKED_BY_HANDLER`) are not walked twice.
 

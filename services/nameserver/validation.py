@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import string
 
+from tide.limits import ADDRESS_MAX_CHARS, NAME_MAX_CHARS
 from tide.quoting import quote
 
-NAME_MAX_CHARS = 64
-ADDRESS_MAX_CHARS = 255
 MAX_BROKER_ID = 2**31 - 1
 
 _NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
