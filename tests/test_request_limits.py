@@ -23,6 +23,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from tests._cluster import Cluster, cluster_fixture
 from tide.limits import BY_OPTION, FIELD_LIMITS, IN_BAND_STREAMS, LIMITS, quote
+from tide.quoting import quote_all
 from tide.v1 import dispatch_pb2, gateway_pb2, nameserver_pb2, storage_pb2
 
 cluster = cluster_fixture(brokers=1)
@@ -277,3 +278,6 @@ def test_quote_cuts_long_values_and_says_their_length() -> None:
     assert "100000 characters" in text
     assert len(text) < 100
     assert "bytes" in quote(b"y" * 1000)
+    assert quote_all(["a", "b"]) == "'a', 'b'"
+    many = quote_all(["z" * 1000] * 1000)
+    assert many.endswith("and 995 more") and len(many) < 600

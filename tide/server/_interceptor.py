@@ -1,6 +1,10 @@
 """Turn handler exceptions into gRPC statuses, refuse calls until the service is started, and
 record one OpenTelemetry server span per call.
 
+* a request with a string or repeated field past its bound (tide.limits) ->
+  ``INVALID_ARGUMENT`` naming the field and the limit, before the handler runs (each
+  request of a request stream as it comes, except the streams that answer in-band:
+  ``tide.limits.IN_BAND_STREAMS``, checked by RequestStreams).
 * :class:`ServiceError` raised by a handler -> ``context.abort(code, message)``.
 * any other exception -> logged with its traceback, then ``INTERNAL``.
 * ``context.abort`` inside a handler, cancellation: passed through untouched.
