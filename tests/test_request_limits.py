@@ -24,7 +24,7 @@ from google.protobuf.message_factory import GetMessageClass
 from tests._cluster import Cluster, cluster_fixture
 from tide.limits import BY_OPTION, FIELD_LIMITS, IN_BAND_STREAMS, LIMITS, quote
 from tide.quoting import quote_all
-from tide.v1 import dispatch_pb2, gateway_pb2, nameserver_pb2, storage_pb2
+from tide.v1 import dispatch_pb2, gateway_pb2, nameserver_pb2, storage_pb2, storage_pb2_grpc
 
 cluster = cluster_fixture(brokers=1)
 
@@ -281,3 +281,17 @@ def test_quote_cuts_long_values_and_says_their_length() -> None:
     assert quote_all(["a", "b"]) == "'a', 'b'"
     many = quote_all(["z" * 1000] * 1000)
     assert many.endswith("and 995 more") and len(many) < 600
+
+
+def test_an_in_band_stream_goes_on_after_a_request_past_a_bound(cluster: Cluster) -> None:
+    """A request past a bound on a stream that answers in-band is answered like any bad
+    request, and the stream serves the next one."""
+    too_many = storage_pb2.ReadRequest(
+        positions=[storage_pb2.ReadRequest.Position()] * (LIMITS["READ_MAX_POSITIONS"] + 1)
+    )
+    fine = storage_pb2.ReadRequest(positions=[storage_pb2.ReadRequest.Position(size=0)])
+    stub = storage_pb2_grpc.StorageStub(cluster.brokers[0].storage.channel)
+    first, second = list(stub.ReadStream(iter([too_many, fine]), timeout=RPC_TIMEOUT_S))
+    assert first.error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "READ_MAX_POSITIONS" in first.error_message
+    assert second.error_code == 0 and len(second.response.results) == 1, second

@@ -166,9 +166,9 @@ FIELD_LIMITS: dict[str, str] = {
 }
 
 # Streams that answer each request in-band (error_code, error_message) and go on: their
-# handlers check each request (tide.server's RequestStreams; ProduceStream's requests
-# are only messages, which produce checks), so a request past a bound is answered like
-# any other bad request instead of ending the stream.
+# handlers check each request with request_error (tide.server's RequestStreams, the
+# gateway's produce), so a request past a bound is answered like any other bad request
+# instead of ending the stream.
 IN_BAND_STREAMS = frozenset(
     {
         "/tide.v1.Storage/AppendStream",
