@@ -4,8 +4,10 @@ import pytest
 
 from tide.naming import (
     CONSUMER_GROUP_MAX_CHARS,
+    TAG_MAX_CHARS,
     TOPIC_MAX_BYTES,
     consumer_group_error,
+    tag_error,
     topic_error,
 )
 
@@ -92,3 +94,40 @@ def test_the_fast_pattern_and_the_character_set_agree() -> None:
         assert (naming._ALLOWED_NAME.fullmatch(char) is not None) == in_set, hex(code)
         assert (topic_error(f"ab{char}") is None) == in_set, hex(code)
     assert topic_error("abc\n") is not None
+
+
+# -- tags ------------------------------------------------------------------------------
+@pytest.mark.parametrize("tag", ["TagA", "Tag With Space", "a&b", "ünï", "x" * TAG_MAX_CHARS])
+def test_valid_tags_are_selectable(tag: str) -> None:
+    """A tag produce accepts is one an expression can select: the same rule."""
+    from services.gateway.expression import parse_expression
+
+    assert tag_error(tag) is None
+    assert parse_expression(tag).matches(tag)
+
+
+@pytest.mark.parametrize(
+    ("tag", "fragment"),
+    [
+        ("A||B", "contains '|'"),
+        ("A|B", "contains '|'"),
+        ("*", "contains '*'"),
+        ("   ", "is blank"),
+        (" A", "whitespace"),
+        ("A\t", "whitespace"),
+        ("A\x00B", "control character"),
+        ("A\x85B", "control character"),  # Java's isISOControl: U+007F..U+009F too
+        ("x" * (TAG_MAX_CHARS + 1), f"the limit is {TAG_MAX_CHARS}"),
+    ],
+)
+def test_tags_no_expression_can_select_are_refused(tag: str, fragment: str) -> None:
+    from services.gateway.expression import ExpressionError, parse_expression
+
+    error = tag_error(tag)
+    assert error is not None and fragment in error, error
+    assert len(error) < 300
+    try:  # and no expression names it: the parser refuses it or reads something else
+        parsed = parse_expression(tag)
+    except ExpressionError:
+        return
+    assert tag not in parsed.tags

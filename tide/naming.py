@@ -1,4 +1,4 @@
-"""Name rules shared by every service: topics and consumer groups.
+"""Name rules shared by every service: topics, consumer groups and tags.
 
 RocketMQ's charset ``[%|a-zA-Z0-9_-]``. A v1 record stores the topic length in one
 byte, so a topic is at most 127 bytes of UTF-8. Topics become directory names
@@ -11,16 +11,18 @@ from __future__ import annotations
 import re
 import string
 
+from tide.quoting import quote
+
 TOPIC_MAX_BYTES = 127
 CONSUMER_GROUP_MAX_CHARS = 255
+TAG_MAX_CHARS = 1_024
 
 _ALLOWED_CHARS = frozenset(string.ascii_letters + string.digits + "%|_-")
 _ALLOWED_TEXT = "ASCII letters, digits, '%', '|', '_' and '-'"
 # The same set as one pattern: a valid name is told in one C call (names are checked on
 # every pull and produce; the loop below only finds what to say about a bad one).
 _ALLOWED_NAME = re.compile(r"[A-Za-z0-9%|_\-]+")
-# How much of a bad name an error message repeats.
-_SHOWN_CHARS = 40
+_TAG_RESERVED = ("|", "*")
 
 
 def topic_error(topic: str) -> str | None:
@@ -48,6 +50,40 @@ def consumer_group_error(group: str) -> str | None:
     return _charset_error("consumer group", group)
 
 
+def tag_error(tag: str) -> str | None:
+    """What is wrong with a message's tag, or None when a subscription can select it.
+
+    RocketMQ 5's rule (its proxy refuses a blank tag, a '|' and control characters), and
+    what else no expression can select: '*' (an expression's "every message") and
+    leading or trailing whitespace (an expression's tags are trimmed). The gateway's
+    expression parser applies the same rule to each tag it is given."""
+    if len(tag) > TAG_MAX_CHARS:
+        return f"tag {_show(tag)} is {len(tag)} characters; the limit is {TAG_MAX_CHARS}"
+    if not tag.strip():
+        return f"tag {_show(tag)} is blank; give a tag with a visible character or none"
+    if tag != tag.strip():
+        return (
+            f"tag {_show(tag)} starts or ends with whitespace, which no expression can "
+            "select (expressions are trimmed)"
+        )
+    for char in _TAG_RESERVED:
+        if char in tag:
+            return (
+                f"tag {_show(tag)} contains {char!r}, which no expression can select "
+                "('||' separates tags, '*' alone means every message)"
+            )
+    for index, char in enumerate(tag):
+        if _is_control(char):
+            return f"tag {_show(tag)} contains {char!r} (a control character) at index {index}"
+    return None
+
+
+def _is_control(char: str) -> bool:
+    """Java's Character.isISOControl (RocketMQ's check): U+0000..U+001F, U+007F..U+009F."""
+    code = ord(char)
+    return code < 0x20 or 0x7F <= code <= 0x9F
+
+
 def _charset_error(kind: str, name: str) -> str | None:
     if _ALLOWED_NAME.fullmatch(name):
         return None
@@ -61,6 +97,4 @@ def _charset_error(kind: str, name: str) -> str | None:
 
 
 def _show(name: str) -> str:
-    if len(name) <= _SHOWN_CHARS:
-        return repr(name)
-    return f"{name[:_SHOWN_CHARS]!r}..."
+    return quote(name)

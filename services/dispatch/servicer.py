@@ -23,6 +23,7 @@ from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.storage_client import StorageClient
+from tide.limits import PULL_MAX_MESSAGES, WATCH_MAX_TOPICS
 from tide.naming import topic_error
 from tide.server import MAX_MESSAGE_BYTES, ServiceError, StreamSlots
 from tide.server._request_streams import RequestStreams
@@ -30,7 +31,7 @@ from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 from tide.v1 import storage_pb2 as storage_pb
 
-MAX_GET_ENTRIES = 1024
+MAX_GET_ENTRIES = PULL_MAX_MESSAGES  # what one Pull asks for at most
 # Record bytes one answer (GetQueueEntries with records, an arrival notice) carries at
 # most, whatever max_bytes asks (0 included): the tail cache may hold far more than a
 # gRPC message (64 MiB) takes, and the answer is built in memory. Half of it, as the
@@ -39,7 +40,7 @@ MAX_RECORDS_ANSWER_BYTES = MAX_MESSAGE_BYTES // 2
 # With a tag filter, at least this many entries are looked at in one call (RocketMQ's
 # getMessage looks at max(16000 bytes, maxMsgNums) of consume queue: 800 entries).
 MIN_FILTER_SCAN_ENTRIES = 800
-MAX_WATCH_TOPICS = 1024
+MAX_WATCH_TOPICS = WATCH_MAX_TOPICS
 # Open WatchArrivals streams (a gateway opens one per dispatch): each holds one pending
 # max offset per queue and one notice (at most MAX_RECORDS_ANSWER_BYTES) at a time.
 MAX_WATCH_STREAMS = 1024
@@ -304,7 +305,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         if error:
             raise _invalid(error)
         if not key or len(key) > MAX_QUERY_KEY_CHARS:
-            raise _invalid(f"key must have 1..{MAX_QUERY_KEY_CHARS} characters")
+            raise _invalid(
+                f"key must have 1..{MAX_QUERY_KEY_CHARS} characters (KEY_MAX_CHARS); got {len(key)}"
+            )
         if not 1 <= max_count <= MAX_QUERY_COUNT:
             raise _invalid(f"max_count must be in 1..{MAX_QUERY_COUNT} (got {max_count})")
         begin_ms, end_ms = request.begin_ms, request.end_ms or _I64_MAX

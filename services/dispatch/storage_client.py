@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from tide.limits import READ_MAX_POSITIONS
 from tide.server import MAX_MESSAGE_BYTES, traced_channel
 from tide.tail import Backoff
 from tide.v1 import storage_pb2 as pb
@@ -21,7 +22,6 @@ from tide.v1 import storage_pb2_grpc as pb_grpc
 log = logging.getLogger("tide.dispatch.storage")
 
 # The storage service's Read limits: 1024 positions and 64 MiB a call.
-READ_MAX_POSITIONS = 1024
 READ_MAX_BYTES = 32 * 1024 * 1024  # half the server's limit: the reply adds fields
 RPC_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 5.0

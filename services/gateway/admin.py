@@ -15,6 +15,7 @@ from services.gateway.brokers import BrokerChannels, broker_error
 from services.gateway.options import MAX_QUEUE_NUMS, GatewayConfig
 from services.gateway.routes import Member, RouteCache, TopicView, masters_of
 from services.gateway.validate import check_topic, invalid
+from tide.quoting import quote, quote_all
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import nameserver_pb2 as ns_pb
@@ -68,7 +69,7 @@ class Admin:
             if cluster_name not in info.clusters:
                 raise ServiceError(
                     grpc.StatusCode.NOT_FOUND,
-                    f"cluster_name {cluster_name!r} is unknown (clusters: "
+                    f"cluster_name {quote(cluster_name)} is unknown (clusters: "
                     f"{', '.join(sorted(info.clusters)) or 'none'})",
                 )
             live = masters_of(info, [cluster_name])
@@ -76,11 +77,11 @@ class Admin:
             by_name = {member.broker_name: member for member in live}
             unknown = [name for name in broker_names if name not in by_name]
             if unknown:
-                where = f" of cluster {cluster_name!r}" if cluster_name else ""
+                where = f" of cluster {quote(cluster_name)}" if cluster_name else ""
                 raise ServiceError(
                     grpc.StatusCode.NOT_FOUND,
-                    f"broker_names: {', '.join(map(repr, unknown))} is not a live master "
-                    f"broker{where} (live: {', '.join(sorted(by_name)) or 'none'})",
+                    f"broker_names: {quote_all(unknown)} is not a live master "
+                    f"broker{where} (live: {quote_all(sorted(by_name)) or 'none'})",
                 )
             live = [by_name[name] for name in sorted(set(broker_names))]
         if not live:
@@ -173,10 +174,10 @@ class Admin:
             if time.monotonic() >= deadline:
                 raise ServiceError(
                     grpc.StatusCode.UNAVAILABLE,
-                    f"topic {topic!r}: the brokers made the change but the name servers do not "
-                    f"show it after {self._config.topic_create_wait_s:g} s ({last}); brokers "
-                    "register on every topic change and every --register-interval-ms: check "
-                    "they reach the name servers",
+                    f"topic {quote(topic)}: the brokers made the change but the name servers "
+                    f"do not show it after {self._config.topic_create_wait_s:g} s ({last}); "
+                    "brokers register on every topic change and every --register-interval-ms: "
+                    "check they reach the name servers",
                 )
             await asyncio.sleep(ROUTE_POLL_INTERVAL_S)
 

@@ -27,12 +27,12 @@ from services.gateway.pull import QueueTarget, read_queue, readable_queue
 from services.gateway.readers import ReadMembers
 from services.gateway.routes import MASTER_ID, Member, RouteCache, masters_of
 from services.gateway.validate import (
-    MAX_CLIENT_ID_CHARS,
     check_group,
     check_queue,
     check_topic,
     invalid,
 )
+from tide.limits import CLIENT_ID_MAX_CHARS, SUBSCRIPTIONS_MAX_COUNT, limit_text
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
@@ -40,7 +40,6 @@ from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.gateway.consumers")
 
-MAX_SUBSCRIPTIONS = 1024
 _T = TypeVar("_T")
 
 
@@ -135,8 +134,29 @@ class Consumers:
                 timeout=self._config.broker_timeout_s,
             )
         except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:  # past the queue's max
+                raise await self._refused_commit(request, exc) from exc
             raise _offsets_error(exc, "CommitOffset", member) from exc
         return pb.CommitConsumerOffsetResponse()
+
+    async def _refused_commit(
+        self, request: pb.CommitConsumerOffsetRequest, exc: grpc.aio.AioRpcError
+    ) -> ServiceError:
+        """The storage's refusal (an offset past the queue's max: the storage assigns
+        queue offsets, so it knows the true max) with the queue's min and max offsets as
+        the dispatch serves them, to say what a valid commit is."""
+        try:
+            offsets = await self.queue_offsets(
+                pb.QueueOffsetsRequest(
+                    topic=request.topic, broker_name=request.broker_name, queue_id=request.queue_id
+                )
+            )
+        except ServiceError:
+            return invalid(f"CommitOffset: {exc.details()}")
+        return invalid(
+            f"CommitOffset: {exc.details()} (the queue's min offset is {offsets.min_offset}, "
+            f"its max offset {offsets.max_offset})"
+        )
 
     async def get_offset(
         self, request: pb.GetConsumerOffsetRequest
@@ -164,9 +184,10 @@ class Consumers:
     ) -> storage_pb.ConsumerHeartbeatResponse:
         check_group(request.consumer_group)
         _check_client_id(request.client_id)
-        if len(request.subscriptions) > MAX_SUBSCRIPTIONS:
+        if len(request.subscriptions) > SUBSCRIPTIONS_MAX_COUNT:
             raise invalid(
-                f"{len(request.subscriptions)} subscriptions; the limit is {MAX_SUBSCRIPTIONS}"
+                f"{len(request.subscriptions)} subscriptions; the limit is "
+                f"{limit_text('SUBSCRIPTIONS_MAX_COUNT')}"
             )
         clusters: set[str] = set()
         for index, subscription in enumerate(request.subscriptions):
@@ -267,9 +288,10 @@ class Consumers:
 def _check_client_id(client_id: str) -> None:
     if not client_id:
         raise invalid("client_id is empty; give each consumer instance a unique id")
-    if len(client_id) > MAX_CLIENT_ID_CHARS:
+    if len(client_id) > CLIENT_ID_MAX_CHARS:
         raise invalid(
-            f"client_id is {len(client_id)} characters; the limit is {MAX_CLIENT_ID_CHARS}"
+            f"client_id is {len(client_id)} characters; the limit is "
+            f"{limit_text('CLIENT_ID_MAX_CHARS')}"
         )
 
 

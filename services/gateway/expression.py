@@ -1,9 +1,11 @@
 """Tag subscription expressions (RocketMQ's FilterAPI.buildSubscriptionData, TAG type).
 
 ``""`` or ``"*"`` matches every message. Otherwise tags separated by ``||``, each
-trimmed: ``"TagA || TagB"`` matches messages whose TAGS is exactly one of them. The
-dispatch service prefilters consume queue entries by the tags' Java hash codes; the
-gateway then checks the real tags (two tags can share a hash code).
+trimmed: ``"TagA || TagB"`` matches messages whose TAGS is exactly one of them. Each tag
+follows the rule produce applies (tide.naming.tag_error), so any tag a message may
+carry can be selected, and nothing else can be written. The dispatch service
+prefilters consume queue entries by the tags' Java hash codes; the gateway then checks
+the real tags (two tags can share a hash code).
 """
 
 from __future__ import annotations
@@ -11,12 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tide.format import tags_code
+from tide.limits import EXPRESSION_MAX_CHARS, EXPRESSION_MAX_TAGS, limit_text, quote
+from tide.naming import tag_error
 
-MAX_EXPRESSION_CHARS = 4096
-MAX_EXPRESSION_TAGS = 256
 SUB_ALL = "*"
 _SEPARATOR = "||"
-_FORBIDDEN = ("|", "*", "\x01", "\x02")
 
 
 class ExpressionError(ValueError):
@@ -46,29 +47,29 @@ def parse_expression(expression: str) -> TagFilter:
     text = expression.strip()
     if not text or text == SUB_ALL:
         return MATCH_ALL
-    if len(expression) > MAX_EXPRESSION_CHARS:
+    if len(expression) > EXPRESSION_MAX_CHARS:
         raise ExpressionError(
-            f"expression is {len(expression)} characters; the limit is {MAX_EXPRESSION_CHARS}"
+            f"expression is {len(expression)} characters; the limit is "
+            f"{limit_text('EXPRESSION_MAX_CHARS')}"
         )
     tags: list[str] = []
     for index, part in enumerate(text.split(_SEPARATOR)):
         tag = part.strip()
         if not tag:
             raise ExpressionError(
-                f"expression {expression[:80]!r}: tag {index + 1} is empty; write '*' for all "
+                f"expression {quote(expression)}: tag {index + 1} is empty; write '*' for all "
                 "messages or tags separated by '||', e.g. 'TagA || TagB'"
             )
-        for char in _FORBIDDEN:
-            if char in tag:
-                raise ExpressionError(
-                    f"expression {expression[:80]!r}: tag {tag[:40]!r} contains {char!r}; "
-                    "write '*' alone for all messages or tags separated by '||', "
-                    "e.g. 'TagA || TagB'"
-                )
+        error = tag_error(tag)
+        if error is not None:
+            raise ExpressionError(
+                f"expression {quote(expression)}: {error}; write '*' alone for all messages "
+                "or tags separated by '||', e.g. 'TagA || TagB'"
+            )
         tags.append(tag)
     unique = frozenset(tags)
-    if len(unique) > MAX_EXPRESSION_TAGS:
+    if len(unique) > EXPRESSION_MAX_TAGS:
         raise ExpressionError(
-            f"expression has {len(unique)} tags; the limit is {MAX_EXPRESSION_TAGS}"
+            f"expression has {len(unique)} tags; the limit is {limit_text('EXPRESSION_MAX_TAGS')}"
         )
     return TagFilter(unique, tuple(sorted({tags_code(tag) for tag in unique})))

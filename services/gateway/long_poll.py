@@ -32,6 +32,7 @@ import logging
 import grpc
 
 from services.gateway.brokers import BrokerChannels, rpc_problem
+from tide.limits import PULL_MAX_MESSAGES
 from tide.server import ServiceError
 from tide.tail import Backoff
 from tide.v1 import dispatch_pb2 as dispatch_pb
@@ -49,7 +50,7 @@ CLOSING = -1
 # Value the waiters of a dispatch whose arrivals stream broke are woken with.
 WOKEN_BY_BREAK = -2
 # Entries a notice carries at most: a pull's max_messages at most (pull.MAX_MESSAGES).
-NOTICE_MAX_ENTRIES = 1024
+NOTICE_MAX_ENTRIES = PULL_MAX_MESSAGES
 # What a waiter is woken with: a notice (with entries, maybe), or one of the values above
 # (or a max offset a recheck found).
 Wake = int | dispatch_pb.ArrivalNotice

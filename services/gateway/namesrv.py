@@ -15,6 +15,7 @@ from typing import TypeVar
 import grpc
 
 from services.gateway.brokers import CHANNEL_OPTIONS, rpc_problem
+from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import nameserver_pb2 as ns_pb
 from tide.v1 import nameserver_pb2_grpc as ns_grpc
@@ -39,7 +40,7 @@ _TRY_NEXT = frozenset(
 def topic_not_found(topic: str) -> ServiceError:
     return ServiceError(
         grpc.StatusCode.NOT_FOUND,
-        f"topic {topic!r} does not exist (no live broker serves it); create it with "
+        f"topic {quote(topic)} does not exist (no live broker serves it); create it with "
         f"`tide topic create {topic}` (or the CreateTopic call) first",
     )
 
@@ -120,7 +121,7 @@ class NameServerClient:
             return route
 
         return await self._call(
-            f"the route of topic {topic!r}", call, not_found=topic_not_found(topic)
+            f"the route of topic {quote(topic)}", call, not_found=topic_not_found(topic)
         )
 
     async def cluster_info(self) -> ns_pb.ClusterInfo:

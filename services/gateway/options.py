@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from services.gateway.append_queue import MAX_APPENDS_IN_FLIGHT
 from services.gateway.produce_stream import DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES
+from tide.limits import QUEUE_NUMS_MAX
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
@@ -13,7 +14,7 @@ DEFAULT_NAMESRV = "127.0.0.1:9876"
 MIB = 1024 * 1024
 # The largest request the gateway's gRPC server accepts is 64 MiB (tide.server).
 MAX_BODY_LIMIT_BYTES = 32 * MIB
-MAX_QUEUE_NUMS = 1024
+MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # one limit for every service (tide.limits)
 MAX_IN_FLIGHT_LIMIT_BYTES = 64 * 1024 * MIB
 
 OPTIONS: tuple[Option, ...] = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from services.gateway.routes import PERM_WRITE, QueueRef, RouteCache, TopicView
+from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 
@@ -23,26 +24,26 @@ async def explicit_queue(
     if data is None:
         raise ServiceError(
             grpc.StatusCode.NOT_FOUND,
-            f"{where}: broker {ref.broker_name!r} does not serve topic {view.topic!r} "
+            f"{where}: broker {quote(ref.broker_name)} does not serve topic {quote(view.topic)} "
             f"(it is on: {', '.join(sorted(view.queue_data)) or 'no broker'})",
         )
     if ref.queue_id >= data.write_queue_nums:
         raise ServiceError(
             grpc.StatusCode.NOT_FOUND,
-            f"{where}: queue_id {ref.queue_id} is out of range: topic {view.topic!r} has "
-            f"{data.write_queue_nums} write queues on broker {ref.broker_name!r} "
+            f"{where}: queue_id {ref.queue_id} is out of range: topic {quote(view.topic)} has "
+            f"{data.write_queue_nums} write queues on broker {quote(ref.broker_name)} "
             f"(0..{data.write_queue_nums - 1})",
         )
     if not data.perm & PERM_WRITE:
         raise ServiceError(
             grpc.StatusCode.FAILED_PRECONDITION,
-            f"{where}: topic {view.topic!r} is not writable on broker {ref.broker_name!r} "
-            f"(perm {data.perm}); update its perm to include write (2)",
+            f"{where}: topic {quote(view.topic)} is not writable on broker "
+            f"{quote(ref.broker_name)} (perm {data.perm}); update its perm to include write (2)",
         )
     if view.master(ref.broker_name) is None:
         raise ServiceError(
             grpc.StatusCode.UNAVAILABLE,
-            f"{where}: broker {ref.broker_name!r} has no live master",
+            f"{where}: broker {quote(ref.broker_name)} has no live master",
         )
     return view, ref
 
@@ -50,17 +51,17 @@ async def explicit_queue(
 def no_writable_queue(view: TopicView) -> ServiceError:
     if not view.queue_data:
         return ServiceError(
-            grpc.StatusCode.NOT_FOUND, f"topic {view.topic!r} has no queues on any live broker"
+            grpc.StatusCode.NOT_FOUND, f"topic {quote(view.topic)} has no queues on any live broker"
         )
     without_master = [name for name in sorted(view.queue_data) if view.master(name) is None]
     if len(without_master) == len(view.queue_data):
         return ServiceError(
             grpc.StatusCode.UNAVAILABLE,
-            f"no broker of topic {view.topic!r} has a live master "
+            f"no broker of topic {quote(view.topic)} has a live master "
             f"({', '.join(without_master)}); retry when a broker is back",
         )
     return ServiceError(
         grpc.StatusCode.FAILED_PRECONDITION,
-        f"topic {view.topic!r} has no writable queue on a reachable broker (perm without "
+        f"topic {quote(view.topic)} has no writable queue on a reachable broker (perm without "
         "write (2), or the brokers failed); update its perm or retry",
     )

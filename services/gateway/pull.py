@@ -51,13 +51,15 @@ from services.gateway.pull_records import (
 from services.gateway.readers import ReadMembers, is_slave
 from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
 from services.gateway.validate import check_group, check_queue, invalid
+from tide.limits import PULL_MAX_MESSAGES
+from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 
 DEFAULT_MAX_MESSAGES = 32
-MAX_MESSAGES = 1024
+MAX_MESSAGES = PULL_MAX_MESSAGES
 Status = pb.PullResponse.Status
 _ReadKey = tuple[Member, str, int, int, int, TagFilter, bool]
 RECORDS = pb.PullRequest.ENCODING_RECORDS
@@ -110,20 +112,21 @@ async def readable_queue(
     if queue_id >= data.read_queue_nums:
         raise ServiceError(
             grpc.StatusCode.NOT_FOUND,
-            f"queue_id {queue_id} is out of range: topic {topic!r} has {data.read_queue_nums} "
-            f"read queues on broker {broker_name!r} (0..{data.read_queue_nums - 1})",
+            f"queue_id {queue_id} is out of range: topic {quote(topic)} has {data.read_queue_nums} "
+            f"read queues on broker {quote(broker_name)} (0..{data.read_queue_nums - 1})",
         )
     if not data.perm & PERM_READ:
         raise ServiceError(
             grpc.StatusCode.FAILED_PRECONDITION,
-            f"topic {topic!r} is not readable on broker {broker_name!r} (perm {data.perm}); "
-            "update its perm to include read (4)",
+            f"topic {quote(topic)} is not readable on broker {quote(broker_name)} "
+            f"(perm {data.perm}); update its perm to include read (4)",
         )
     member = view.reader(broker_name)
     if member is None:
         raise ServiceError(
             grpc.StatusCode.UNAVAILABLE,
-            f"broker {broker_name!r} has no live member (master or slave); retry when it is back",
+            f"broker {quote(broker_name)} has no live member (master or slave); "
+            "retry when it is back",
         )
     if not member.dispatch:
         raise no_dispatch(member)
@@ -136,7 +139,7 @@ async def readable_queue(
 def no_dispatch(member: Member) -> ServiceError:
     return ServiceError(
         grpc.StatusCode.FAILED_PRECONDITION,
-        f"broker {member.broker_name!r} ({member.storage}) registered no dispatch address: "
+        f"broker {quote(member.broker_name)} ({member.storage}) registered no dispatch address: "
         "start its storage with --dispatch-address HOST:PORT of its dispatch service",
     )
 
@@ -144,7 +147,7 @@ def no_dispatch(member: Member) -> ServiceError:
 def _unknown_broker(view: TopicView, broker_name: str) -> ServiceError:
     return ServiceError(
         grpc.StatusCode.NOT_FOUND,
-        f"broker {broker_name!r} does not serve topic {view.topic!r} "
+        f"broker {quote(broker_name)} does not serve topic {quote(view.topic)} "
         f"(it is on: {', '.join(sorted(view.queue_data)) or 'no broker'})",
     )
 

@@ -27,6 +27,8 @@ from services.gateway.readers import ReadMembers
 from services.gateway.routes import MASTER_ID, Member, RouteCache
 from services.gateway.validate import check_topic, invalid
 from tide.format import UNIQ_KEY, MessageIdError, parse_msg_id
+from tide.limits import KEY_MAX_CHARS, limit_text
+from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
@@ -35,7 +37,6 @@ from tide.v1 import storage_pb2 as storage_pb
 
 DEFAULT_KEY_RESULTS = 64
 MAX_KEY_RESULTS = 1000
-MAX_KEY_CHARS = 1024
 # A unique key normally names one message; a few when a producer retried.
 UNIQUE_KEY_RESULTS = 32
 # Masterless brokers whose slaves are asked for a message id whose master is gone.
@@ -175,7 +176,7 @@ class Querier:
                     raise no_dispatch(member)
         if not brokers:
             raise ServiceError(
-                grpc.StatusCode.UNAVAILABLE, f"no broker of topic {topic!r} has a live member"
+                grpc.StatusCode.UNAVAILABLE, f"no broker of topic {quote(topic)} has a live member"
             )
         request = dispatch_pb.QueryIndexRequest(
             topic=topic, key=key, max_count=max_count, begin_ms=begin_ms, end_ms=end_ms
@@ -248,8 +249,10 @@ class Querier:
 def _check_key(key: str, field: str) -> None:
     if not key:
         raise invalid(f"{field} is empty")
-    if len(key) > MAX_KEY_CHARS:
-        raise invalid(f"{field} is {len(key)} characters; the limit is {MAX_KEY_CHARS}")
+    if len(key) > KEY_MAX_CHARS:
+        raise invalid(
+            f"{field} is {len(key)} characters; the limit is {limit_text('KEY_MAX_CHARS')}"
+        )
 
 
 def _newest_first(found: list[pb.QueriedMessage], limit: int) -> pb.QueryMessageResponse:

@@ -26,6 +26,7 @@ import grpc
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.routes import MASTER_ID, Member
+from tide.quoting import quote
 from tide.server import ServiceError
 
 log = logging.getLogger("tide.gateway.readers")
@@ -118,7 +119,7 @@ class ReadMembers:
         if not order:
             raise ServiceError(
                 grpc.StatusCode.UNAVAILABLE,
-                f"broker {broker_name!r} has no live member (master or slave) in the route; "
+                f"broker {quote(broker_name)} has no live member (master or slave) in the route; "
                 "retry when it is back",
             )
         errors: list[tuple[Member, BrokerUnreachable]] = []

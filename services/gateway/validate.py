@@ -10,17 +10,19 @@ import grpc
 
 from services.gateway.bodies_only import only_topic_and_bodies
 from tide.format import KEYS, TAGS, UNIQ_KEY, property_error
-from tide.naming import consumer_group_error, topic_error
+from tide.limits import (
+    NAME_MAX_CHARS,
+    PROPERTIES_MAX_BYTES,
+    UNIQUE_KEY_MAX_CHARS,
+    limit_text,
+    message_error,
+    quote,
+)
+from tide.naming import consumer_group_error, tag_error, topic_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 
 MAX_QUEUE_ID = 2**31 - 1
-# A record stores its properties' length in 2 bytes (RocketMQ: Short.MAX_VALUE).
-MAX_PROPERTIES_BYTES = 32_767
-MAX_UNIQUE_KEY_CHARS = 128
-MAX_SHARDING_KEY_CHARS = 1024
-MAX_BROKER_NAME_CHARS = 255
-MAX_CLIENT_ID_CHARS = 255
 _RESERVED = {TAGS: "tags", KEYS: "keys", UNIQ_KEY: "unique_key"}
 
 
@@ -43,8 +45,10 @@ def check_group(group: str, field: str = "consumer_group") -> None:
 def check_broker_name(name: str, field: str = "broker_name") -> None:
     if not name:
         raise invalid(f"{field} is empty; name the broker (see GetTopicRoute)")
-    if len(name) > MAX_BROKER_NAME_CHARS:
-        raise invalid(f"{field} is {len(name)} characters; the limit is {MAX_BROKER_NAME_CHARS}")
+    if len(name) > NAME_MAX_CHARS:
+        raise invalid(
+            f"{field} is {len(name)} characters; the limit is {limit_text('NAME_MAX_CHARS')}"
+        )
 
 
 def check_queue_id(queue_id: int, field: str = "queue_id") -> None:
@@ -107,6 +111,9 @@ def check_produce_messages(
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:
     where = f"messages[{index}]"
+    error = message_error(message, f"{where}.")  # every field's bound first (tide.limits)
+    if error:
+        raise invalid(error)
     check_topic(message.topic, f"{where}.topic")
     size = len(message.body)
     if size == 0:
@@ -116,25 +123,11 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
             f"{where}.body is {size} bytes; the limit is {max_body_bytes} "
             "(--max-message-body-bytes): send smaller messages"
         )
-    total = 0
-    error = property_error(TAGS, message.tags) if message.tags else None
-    if error:
-        raise invalid(f"{where}.tags: {error}")
-    total += len(message.tags.encode()) + len(TAGS) + 2
-    for key_index, key in enumerate(message.keys):
-        if not key or " " in key:
-            raise invalid(
-                f"{where}.keys[{key_index}] {key[:40]!r} is empty or contains a space "
-                "(keys are stored space separated): give each key on its own"
-            )
-        error = property_error(KEYS, key)
-        if error:
-            raise invalid(f"{where}.keys[{key_index}]: {error}")
-        total += len(key.encode()) + 1
+    total = _check_tags(where, message.tags) + _check_keys(where, message.keys)
     for name, value in message.properties.items():
         if name in _RESERVED:
             raise invalid(
-                f"{where}.properties: {name} is set by the gateway; use the "
+                f"{where}.properties: {quote(name)} is set by the gateway; use the "
                 f"{_RESERVED[name]} field instead"
             )
         error = property_error(name, value)
@@ -143,10 +136,10 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
         total += len(name.encode()) + len(value.encode()) + 2
     _check_unique_key(where, message.unique_key)
     total += len(UNIQ_KEY) + max(len(message.unique_key), 32) + 2
-    if total > MAX_PROPERTIES_BYTES:
+    if total > PROPERTIES_MAX_BYTES:
         raise invalid(
             f"{where}: tags, keys, unique key and properties take about {total} bytes; "
-            f"the limit is {MAX_PROPERTIES_BYTES}"
+            f"the limit is {limit_text('PROPERTIES_MAX_BYTES')}"
         )
     if message.born_timestamp_ms < 0:
         raise invalid(f"{where}.born_timestamp_ms must be >= 0 (got {message.born_timestamp_ms})")
@@ -154,23 +147,45 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
     if route == "queue":
         check_broker_name(message.queue.broker_name, f"{where}.queue.broker_name")
         check_queue_id(message.queue.queue_id, f"{where}.queue.queue_id")
-    elif route == "sharding_key" and len(message.sharding_key) > MAX_SHARDING_KEY_CHARS:
-        raise invalid(
-            f"{where}.sharding_key is {len(message.sharding_key)} characters; "
-            f"the limit is {MAX_SHARDING_KEY_CHARS}"
-        )
+
+
+def _check_tags(where: str, tags: str) -> int:
+    """Refuse a tag no subscription can select (tide.naming.tag_error); its encoded size."""
+    if not tags:
+        return 0
+    error = tag_error(tags) or property_error(TAGS, tags)
+    if error:
+        raise invalid(f"{where}.tags: {error}")
+    return len(tags.encode()) + len(TAGS) + 2
+
+
+def _check_keys(where: str, keys: Sequence[str]) -> int:
+    """Each key on its own (their count and lengths were checked first, tide.limits:
+    the dispatch indexes every key); returns the keys' encoded size."""
+    total = len(KEYS) + 2 if keys else 0
+    for key_index, key in enumerate(keys):
+        if not key or " " in key:
+            raise invalid(
+                f"{where}.keys[{key_index}] {quote(key)} is empty or contains a space "
+                "(keys are stored space separated): give each key on its own"
+            )
+        error = property_error(KEYS, key)
+        if error:
+            raise invalid(f"{where}.keys[{key_index}]: {error}")
+        total += len(key.encode()) + 1
+    return total
 
 
 def _check_unique_key(where: str, unique_key: str) -> None:
     if not unique_key:
         return
-    if len(unique_key) > MAX_UNIQUE_KEY_CHARS:
+    if len(unique_key) > UNIQUE_KEY_MAX_CHARS:
         raise invalid(
             f"{where}.unique_key is {len(unique_key)} characters; the limit is "
-            f"{MAX_UNIQUE_KEY_CHARS} (leave it empty to have one generated)"
+            f"{limit_text('UNIQUE_KEY_MAX_CHARS')} (leave it empty to have one generated)"
         )
     if any(char.isspace() for char in unique_key) or property_error(UNIQ_KEY, unique_key):
         raise invalid(
-            f"{where}.unique_key {unique_key[:40]!r} contains a space or a reserved "
+            f"{where}.unique_key {quote(unique_key)} contains a space or a reserved "
             "character (leave it empty to have one generated)"
         )

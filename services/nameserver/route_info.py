@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from tide.quoting import quote
 from tide.rwlock import RWLock
 
 _log = logging.getLogger("tide.nameserver.routes")
@@ -233,9 +234,9 @@ class RouteInfo:
         broker = self._brokers.get(reg.broker_name)
         if broker is not None and broker.cluster_name != reg.cluster_name:
             raise RouteConflictError(
-                f"broker name {reg.broker_name!r} is registered in cluster "
-                f"{broker.cluster_name!r}, not {reg.cluster_name!r}: broker names are unique "
-                "across clusters; rename the broker or stop the other one"
+                f"broker name {quote(reg.broker_name)} is registered in cluster "
+                f"{quote(broker.cluster_name)}, not {quote(reg.cluster_name)}: broker names "
+                "are unique across clusters; rename the broker or stop the other one"
             )
 
     def _join(self, reg: Registration) -> _Broker:

@@ -13,14 +13,16 @@ import grpc
 from services.nameserver import route_info as routes
 from services.nameserver.options import MAX_HEARTBEAT_TIMEOUT_MS
 from services.nameserver.validation import address_error, broker_id_error, name_error
+from tide.limits import QUEUE_NUMS_MAX
 from tide.naming import topic_error
+from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import nameserver_pb2 as pb
 from tide.v1 import nameserver_pb2_grpc as pb_grpc
 from tide.v1 import storage_pb2 as storage_pb
 
 # The storage's topic table limits (a registration outside them is malformed).
-MAX_QUEUE_NUMS = 1024
+MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # one limit for every service (tide.limits)
 MAX_PERM = 7
 MAX_TOPIC_SYS_FLAG = 2**31 - 1
 
@@ -70,7 +72,14 @@ def _queue_data(broker_name: str, index: int, topic: storage_pb.TopicConfig) -> 
 
 
 def registration(request: pb.RegisterBrokerRequest, max_topics: int) -> routes.Registration:
-    """Check a RegisterBrokerRequest field by field and convert it."""
+    """Check a RegisterBrokerRequest field by field and convert it (the topics' count
+    first: like every bound, before the fields' contents)."""
+    if len(request.topics) > max_topics:
+        raise ServiceError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the registration lists {len(request.topics)} topics; this name server takes "
+            f"at most {max_topics} (--max-topics-per-registration)",
+        )
     address = request.address
     _check_member(request.cluster_name, request.broker_name, request.broker_id, address.storage)
     if address.dispatch:
@@ -83,16 +92,10 @@ def registration(request: pb.RegisterBrokerRequest, max_topics: int) -> routes.R
     version = request.data_version
     if version.timestamp_ms < 0 or version.counter < 0:
         raise _invalid("data_version.timestamp_ms and data_version.counter must be >= 0")
-    if len(request.topics) > max_topics:
-        raise ServiceError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"the registration lists {len(request.topics)} topics; this name server takes "
-            f"at most {max_topics} (--max-topics-per-registration)",
-        )
     topics: dict[str, routes.QueueData] = {}
     for index, topic in enumerate(request.topics):
         if topic.topic_name in topics:
-            raise _invalid(f"topics[{index}]: topic {topic.topic_name!r} is listed twice")
+            raise _invalid(f"topics[{index}]: topic {quote(topic.topic_name)} is listed twice")
         topics[topic.topic_name] = _queue_data(request.broker_name, index, topic)
     return routes.Registration(
         cluster_name=request.cluster_name,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import string
 
-NAME_MAX_CHARS = 64
-ADDRESS_MAX_CHARS = 255
+from tide.limits import ADDRESS_MAX_CHARS, NAME_MAX_CHARS
+from tide.quoting import quote
+
 MAX_BROKER_ID = 2**31 - 1
 
 _NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
@@ -27,7 +28,7 @@ def name_error(field: str, name: str) -> str | None:
     for index, char in enumerate(name):
         if char not in _NAME_CHARS:
             return (
-                f"{field} {name!r} contains {char!r} at index {index}; "
+                f"{field} {quote(name)} contains {char!r} at index {index}; "
                 f"allowed characters are {_NAME_CHARS_TEXT}"
             )
     return None
@@ -41,12 +42,12 @@ def address_error(field: str, address: str) -> str | None:
         return f"{field} is {len(address)} characters long; the limit is {ADDRESS_MAX_CHARS}"
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        return f"{field} must be HOST:PORT with a port in 1..65535, got {address!r}"
+        return f"{field} must be HOST:PORT with a port in 1..65535, got {quote(address)}"
     bad = next((char for char in host if char not in _HOST_CHARS), None)
     if bad is not None:
-        return f"{field}: host {host!r} contains {bad!r}; give a host name or an IP address"
+        return f"{field}: host {quote(host)} contains {bad!r}; give a host name or an IP address"
     if ":" in host and not (host.startswith("[") and host.endswith("]")):
-        return f"{field}: write an IPv6 host in brackets, e.g. [::1]:10911, got {address!r}"
+        return f"{field}: write an IPv6 host in brackets, e.g. [::1]:10911, got {quote(address)}"
     return None
 
 

@@ -37,13 +37,15 @@ from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CH
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError, is_out_of_space
 from tide.format import RecordError, scan_run
+from tide.limits import READ_MAX_POSITIONS
+from tide.quoting import quote
 from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
-MAX_READ_POSITIONS = 1024
+MAX_READ_POSITIONS = READ_MAX_POSITIONS
 MAX_READ_BYTES = 64 << 20
 # Open Tail streams (dispatches following this storage, tools): each holds one chunk of
 # at most MAX_TAIL_CHUNK_BYTES at a time.
@@ -522,7 +524,9 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._check_topic_change()
         store = self._store()
         if store.topics.get(request.topic) is None:
-            raise ServiceError(grpc.StatusCode.NOT_FOUND, f"topic {request.topic!r} does not exist")
+            raise ServiceError(
+                grpc.StatusCode.NOT_FOUND, f"topic {quote(request.topic)} does not exist"
+            )
         try:
             existed = store.delete_topic(request.topic)
         except Exception as exc:
@@ -544,7 +548,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.CommitOffsetResponse:
         try:
-            self._store().consumer_offsets.commit(
+            self._store().commit_consumer_offset(
                 request.consumer_group, request.topic, request.queue_id, request.offset
             )
         except Exception as exc:

@@ -52,6 +52,8 @@ def test_produce_message_fields() -> None:
         (Message("", b"x"), "topic is empty"),
         (Message("T", b"x", keys=["a b"]), "contains a space"),
         (Message("T", b"x", keys="k1"), "a sequence of keys"),
+        (Message("T", b"x", keys=[f"k{i}" for i in range(65)]), "at most 64"),
+        (Message("T", b"x", tags="A||B"), "contains '|'"),
         (Message("T", b"x", properties={"a\x01": "v"}), "\\x01"),
         (Message("T", b"x", sharding_key="s", queue=MessageQueue("T", "b", 0)), "not both"),
         (Message("T", b"x", queue=MessageQueue("U", "b", 0)), "of topic 'U'"),

@@ -9,9 +9,10 @@ from tide.client._convert import check_group, check_topic, from_stored_message
 from tide.client._errors import InvalidArgument, NotFound
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
 from tide.client._types import ReceivedMessage
+from tide.limits import QUEUE_NUMS_MAX
 from tide.v1 import gateway_pb2, nameserver_pb2, storage_pb2
 
-MAX_QUEUE_NUMS = 1024
+MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # the servers' limit (tide.limits)
 PERM_WRITE = 2
 PERM_READ = 4
 DEFAULT_QUERY_MAX = 64

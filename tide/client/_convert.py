@@ -15,7 +15,8 @@ from tide.client._types import (
     SendResult,
     SendStatus,
 )
-from tide.naming import consumer_group_error, topic_error
+from tide.limits import KEYS_MAX_COUNT
+from tide.naming import consumer_group_error, tag_error, topic_error
 from tide.v1 import gateway_pb2, storage_pb2
 
 UNIQ_KEY = "UNIQ_KEY"
@@ -56,6 +57,11 @@ def to_produce_message(message: Message) -> gateway_pb2.ProduceMessage:
         raise InvalidArgument(f"body is a {type(body).__name__}; give bytes or str")
     if isinstance(message.keys, str):
         raise InvalidArgument("keys is a str; give a sequence of keys, e.g. ['order-1']")
+    if len(message.keys) > KEYS_MAX_COUNT:  # the gateway's rule: every key is indexed
+        raise InvalidArgument(f"{len(message.keys)} keys; at most {KEYS_MAX_COUNT} a message")
+    error = tag_error(message.tags) if message.tags else None  # the gateway's rule
+    if error is not None:
+        raise InvalidArgument(error)
     for key in message.keys:
         if not key or " " in key:
             raise InvalidArgument(f"key {key!r} is empty or contains a space")

@@ -10,9 +10,10 @@ from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._errors import InvalidArgument
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
 from tide.client._types import MessageQueue, PullResult, QueueOffsets
+from tide.limits import PULL_MAX_MESSAGES
 from tide.v1 import gateway_pb2, nameserver_pb2
 
-MAX_PULL_MESSAGES = 1024
+MAX_PULL_MESSAGES = PULL_MAX_MESSAGES  # the gateway's limit (tide.limits)
 MAX_LONG_POLL_TIMEOUT_MS = 30_000
 PERM_READ = 4
 

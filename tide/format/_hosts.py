@@ -6,6 +6,8 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
+from tide.quoting import quote
+
 _PORT = struct.Struct(">i")
 
 
@@ -29,14 +31,14 @@ def parse_host(text: str) -> HostAddress:
     else:
         ip, sep, port = text.rpartition(":")
     if not sep or not ip:
-        raise ValueError(f"host {text!r} is not 'ip:port' or '[ipv6]:port'")
+        raise ValueError(f"host {quote(text)} is not 'ip:port' or '[ipv6]:port'")
     try:
         addr = ipaddress.ip_address(ip)
         port_num = int(port)
     except ValueError as exc:
-        raise ValueError(f"host {text!r}: {exc}") from None
+        raise ValueError(f"host {quote(text)}: {exc}") from None
     if not 0 <= port_num <= 65535:
-        raise ValueError(f"host {text!r}: port {port_num} is not in 0..65535")
+        raise ValueError(f"host {quote(text)}: port {port_num} is not in 0..65535")
     return HostAddress(str(addr), port_num)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from tide.format._hosts import HostAddress, pack_host, unpack_host
+from tide.quoting import quote
 
 _OFFSET = struct.Struct(">q")
 
@@ -27,10 +28,10 @@ def make_msg_id(prefix: str, physical_offset: int) -> str:
 def parse_msg_id(msg_id: str) -> tuple[HostAddress, int]:
     """Return (store host, physical offset); 32 hex chars for IPv4, 56 for IPv6."""
     if len(msg_id) not in (32, 56):
-        raise MessageIdError(f"message id {msg_id!r} must be 32 (IPv4) or 56 (IPv6) hex chars")
+        raise MessageIdError(f"message id {quote(msg_id)} must be 32 (IPv4) or 56 (IPv6) hex chars")
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
-        raise MessageIdError(f"message id {msg_id!r} is not hexadecimal") from None
+        raise MessageIdError(f"message id {quote(msg_id)} is not hexadecimal") from None
     (offset,) = _OFFSET.unpack(raw[-8:])
     return unpack_host(raw[:-8]), offset

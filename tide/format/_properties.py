@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tide.quoting import quote
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -46,7 +48,7 @@ def property_error(name: str, value: str) -> str | None:
     for label, text in (("name", name), ("value", value)):
         if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
             return (
-                f"the {label} of property {name[:40]!r} contains a reserved \\x01 or \\x02 "
+                f"the {label} of property {quote(name)} contains a reserved \\x01 or \\x02 "
                 "character"
             )
     if not name:

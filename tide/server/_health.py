@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2
 
+from tide.quoting import quote
+
 SERVING: int = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING
 SERVICE_UNKNOWN: int = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
@@ -45,7 +47,9 @@ class HealthServicer:
     async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         status = self._statuses.get(request.service)
         if status is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"unknown service {quote(request.service)}"
+            )
         return health_pb2.HealthCheckResponse(status=status)
 
     async def List(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:

@@ -1,6 +1,10 @@
 """Turn handler exceptions into gRPC statuses, refuse calls until the service is started, and
 record one OpenTelemetry server span per call.
 
+* a request with a string or repeated field past its bound (tide.limits) ->
+  ``INVALID_ARGUMENT`` naming the field and the limit, before the handler runs (each
+  request of a request stream as it comes, except the streams that answer in-band:
+  ``tide.limits.IN_BAND_STREAMS``, checked by RequestStreams).
 * :class:`ServiceError` raised by a handler -> ``context.abort(code, message)``.
 * any other exception -> logged with its traceback, then ``INTERNAL``.
 * ``context.abort`` inside a handler, cancellation: passed through untouched.
@@ -25,6 +29,7 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from tide.limits import IN_BAND_STREAMS, request_error
 from tide.server._metrics import RpcMetrics
 from tide.server._telemetry import TRACING
 from tide.server._tracing import extract_context
@@ -136,6 +141,21 @@ class _Call:
                     span.set_attribute(attribute, value)
         return span
 
+    @staticmethod
+    def check_request(request: Any) -> None:
+        """Refuse a request with a string or repeated field past its bound (tide.limits)
+        before the handler sees it."""
+        error = request_error(request)
+        if error is not None:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, error)
+
+    async def checked_requests(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """A stream's requests, each checked as a unary request is; one past a bound ends
+        the stream with INVALID_ARGUMENT."""
+        async for request in requests:
+            self.check_request(request)
+            yield request
+
     def record_error(self, code: grpc.StatusCode) -> None:
         metrics = self.metrics
         if metrics is not None:
@@ -176,7 +196,9 @@ def _wrap_handler(
         behaviour: Behaviour | None = getattr(handler, kind)
         if behaviour is None:
             continue
-        wrapped = _wrap_behaviour(behaviour, call)
+        streamed = kind.startswith("stream_")
+        checked = not (streamed and call.method in IN_BAND_STREAMS)  # those check in-band
+        wrapped = _wrap_behaviour(behaviour, call, streamed, checked)
         if wrapped is behaviour:
             return handler
         return factory(
@@ -187,23 +209,35 @@ def _wrap_handler(
     return handler
 
 
-def _wrap_behaviour(behaviour: Behaviour, call: _Call) -> Behaviour:
+def _wrap_behaviour(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
+    """``streamed``: the method takes a stream of requests (each is checked as it comes);
+    ``checked``: False for a stream whose handler checks each request (in-band)."""
     if inspect.isasyncgenfunction(behaviour):
-        return _wrap_async_gen(behaviour, call)
+        return _wrap_async_gen(behaviour, call, streamed, checked)
     if inspect.iscoroutinefunction(behaviour):
-        return _wrap_coroutine(behaviour, call)
+        return _wrap_coroutine(behaviour, call, streamed, checked)
     return behaviour
 
 
-def _wrap_coroutine(behaviour: Behaviour, call: _Call) -> Behaviour:
+def _checked(call: _Call, request: Any, streamed: bool, checked: bool) -> Any:
+    """The request checked (tide.limits), or a stream of requests checked one by one."""
+    if not checked:
+        return request
+    if streamed:
+        return call.checked_requests(request)
+    call.check_request(request)
+    return request
+
+
+def _wrap_coroutine(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
     async def wrapped(request: Any, context: Context) -> Any:
-        span = call.span(context, request)
+        span = call.span(context, None if streamed else request)
         with trace.use_span(
             span, end_on_exit=True, record_exception=False, set_status_on_exception=False
         ):
             try:
                 await call.check_ready(context)
-                result = await behaviour(request, context)
+                result = await behaviour(_checked(call, request, streamed, checked), context)
             except Exception as exc:
                 call.record_error(_error_code(exc, context))
                 await call.fail(span, context, exc)
@@ -213,13 +247,14 @@ def _wrap_coroutine(behaviour: Behaviour, call: _Call) -> Behaviour:
     return wrapped
 
 
-def _wrap_async_gen(behaviour: Behaviour, call: _Call) -> Behaviour:
+def _wrap_async_gen(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
     async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
         # No current-span context here: it would be attached and detached across yields.
-        span = call.span(context, request)
+        span = call.span(context, None if streamed else request)
         try:
             await call.check_ready(context)
-            async with contextlib.aclosing(behaviour(request, context)) as responses:
+            requests = _checked(call, request, streamed, checked)
+            async with contextlib.aclosing(behaviour(requests, context)) as responses:
                 async for response in responses:
                     yield response
         except Exception as exc:

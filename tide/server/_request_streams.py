@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import grpc
 
+from tide.limits import request_error
 from tide.server._interceptor import ServiceError
 from tide.server._stream_slots import StreamSlots
 
@@ -107,6 +108,9 @@ async def _answer(
     name: str,
 ) -> Answer:
     try:
+        error = request_error(request)  # in-band: the interceptor leaves these streams
+        if error is not None:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, error)
         response = await handle(request, context)
     except ServiceError as exc:
         log.debug("%s stream request failed: %s", name, exc)

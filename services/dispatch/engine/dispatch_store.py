@@ -59,13 +59,16 @@ from tide.format import (
     IndexGeometry,
     is_queue_less,
 )
+from tide.limits import KEYS_MAX_COUNT
 from tide.service_thread import PagePolicy, ServiceThread
 from tide.tail import RecordAt, RecordBatch, gc_paused
 
 log = logging.getLogger("tide.dispatch.store")
 PROGRESS_FILE = "dispatch_progress.json"
 LOCK_FILE = "dispatch.lock"
-MAX_KEYS_PER_RECORD = 64
+# At most this many keys of a record are indexed: produce and append refuse more
+# (tide.limits), so only a record appended as raw bytes by another writer can have more.
+MAX_KEYS_PER_RECORD = KEYS_MAX_COUNT
 
 
 class RecordIdentity(NamedTuple):

@@ -67,13 +67,14 @@ from tide.format import (
     read_index_header,
     select_phy_offsets,
 )
+from tide.limits import KEY_MAX_CHARS
 from tide.mapped import MappedFile
 
 INDEX_DIR_NAME = "index"
 MAX_INDEX_FILES = 10_000
 MAX_QUERY_COUNT = 64 * 1024
-# Longest key accepted by query: a stored key comes from the properties, which are shorter.
-MAX_QUERY_KEY_CHARS = MAX_PROPERTIES_BYTES
+# Longest key accepted by query: produce refuses longer keys (one limit: tide.limits).
+MAX_QUERY_KEY_CHARS = KEY_MAX_CHARS
 # RocketMQ destroys index files with ``destroy(3000)``: readers get 3 s to let go.
 DESTROY_FORCE_AFTER_MS = 3000
 TMP_FILE_NAME = ".index-file.tmp"

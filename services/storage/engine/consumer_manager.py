@@ -15,14 +15,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tide.files import ConfigLimitError
+from tide.limits import (
+    CLIENT_ID_MAX_CHARS,
+    EXPRESSION_MAX_CHARS,
+    SUBSCRIPTIONS_MAX_COUNT,
+    limit_text,
+    quote,
+)
 from tide.naming import consumer_group_error, topic_error
 
 DEFAULT_EXPIRY_MS = 120_000
 DEFAULT_MAX_GROUPS = 10_000
 DEFAULT_MAX_MEMBERS_PER_GROUP = 1_000
-DEFAULT_MAX_SUBSCRIPTIONS = 1_000
-CLIENT_ID_MAX_CHARS = 255
-EXPRESSION_MAX_CHARS = 4_096
+DEFAULT_MAX_SUBSCRIPTIONS = SUBSCRIPTIONS_MAX_COUNT  # what the gateway lets through
 SUBSCRIBE_ALL = "*"
 
 
@@ -48,9 +53,12 @@ def client_id_error(client_id: str) -> str | None:
     if not client_id:
         return "client_id is empty; give a per-instance id such as HOST@PID"
     if len(client_id) > CLIENT_ID_MAX_CHARS:
-        return f"client_id is {len(client_id)} characters long; the limit is {CLIENT_ID_MAX_CHARS}"
+        return (
+            f"client_id is {len(client_id)} characters long; the limit is "
+            f"{limit_text('CLIENT_ID_MAX_CHARS')}"
+        )
     if not client_id.isprintable() or any(c.isspace() for c in client_id):
-        return f"client_id {client_id[:40]!r} contains a space or control character"
+        return f"client_id {quote(client_id)} contains a space or control character"
     return None
 
 
@@ -69,13 +77,13 @@ def check_subscriptions(
             raise InvalidConsumerError(f"subscriptions[{index}]: {error}")
         if sub.topic in seen:
             raise InvalidConsumerError(
-                f"subscriptions[{index}]: topic {sub.topic!r} is listed twice; "
+                f"subscriptions[{index}]: topic {quote(sub.topic)} is listed twice; "
                 'join the tags into one expression ("A || B")'
             )
         if len(sub.expression) > EXPRESSION_MAX_CHARS:
             raise InvalidConsumerError(
                 f"subscriptions[{index}]: expression is {len(sub.expression)} characters "
-                f"long; the limit is {EXPRESSION_MAX_CHARS}"
+                f"long; the limit is {limit_text('EXPRESSION_MAX_CHARS')}"
             )
         seen[sub.topic] = Subscription(sub.topic, sub.expression.strip() or SUBSCRIBE_ALL)
     return tuple(seen[topic] for topic in sorted(seen))
@@ -128,8 +136,8 @@ class ConsumerManager:
             if members is None:
                 if len(self._groups) >= self.max_groups:
                     raise ConfigLimitError(
-                        f"cannot add consumer group {group!r}: this storage already tracks the "
-                        f"limit of {self.max_groups} groups"
+                        f"cannot add consumer group {quote(group)}: this storage already "
+                        f"tracks the limit of {self.max_groups} groups"
                     )
                 members = self._groups[group] = {}
             previous = members.get(client_id)
@@ -137,8 +145,8 @@ class ConsumerManager:
                 self._drop_expired(group, members, now)
                 if len(members) >= self.max_members_per_group:
                     raise ConfigLimitError(
-                        f"consumer group {group!r} already has the limit of "
-                        f"{self.max_members_per_group} members; {client_id!r} was not added"
+                        f"consumer group {quote(group)} already has the limit of "
+                        f"{self.max_members_per_group} members; {quote(client_id)} was not added"
                     )
             members[client_id] = member
             self._groups[group] = members  # the expiry pass above may have removed it

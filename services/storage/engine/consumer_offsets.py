@@ -22,6 +22,7 @@ from tide.files import (
     write_json_atomically,
 )
 from tide.naming import consumer_group_error, topic_error
+from tide.quoting import quote
 
 __all__ = [
     "CONSUMER_OFFSETS_FILE",
@@ -75,11 +76,20 @@ class ConsumerOffsets:
         with self._lock:
             return self._entry_count
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``offset`` as the group's next offset to consume in the queue."""
+    def commit(
+        self, group: str, topic: str, queue_id: int, offset: int, max_offset: int = MAX_OFFSET
+    ) -> None:
+        """Record ``offset`` as the group's next offset to consume in the queue;
+        ``max_offset``: the queue's (MessageStore.commit_consumer_offset)."""
         _check_key(group, topic, queue_id)
         if type(offset) is not int or not 0 <= offset <= MAX_OFFSET:
             raise ValueError(f"offset is {offset!r}; it must be 0..{MAX_OFFSET}")
+        if offset > max_offset:
+            raise ValueError(
+                f"offset {offset} is past the max offset {max_offset} of queue {queue_id} of "
+                f"topic {quote(topic)} (the offset its next message gets): commit at most "
+                f"{max_offset}"
+            )
         with self._lock:
             self._check_open()
             queues = self._table.get((topic, group))
@@ -153,7 +163,7 @@ class ConsumerOffsets:
     def _check_room(self, group: str, topic: str, queue_id: int) -> None:
         if self._entry_count >= self._max_entries:
             raise ConfigLimitError(
-                f"cannot commit an offset for group {group!r}, topic {topic!r}, queue "
+                f"cannot commit an offset for group {quote(group)}, topic {quote(topic)}, queue "
                 f"{queue_id}: the table already holds the limit of {self._max_entries} "
                 "(group, topic, queue) entries; delete unused topics or raise the limit"
             )

@@ -36,7 +36,9 @@ from tide.format import (
     parse_host,
     property_error,
 )
-from tide.naming import topic_error
+from tide.limits import KEYS_MAX_COUNT, limit_text
+from tide.naming import tag_error, topic_error
+from tide.quoting import quote
 
 # sys_flag bits a producer may set: compression, multi tags, transaction type and
 # compression type. The host bits belong to the store.
@@ -259,7 +261,7 @@ class MessageCodec:
             count = queue_counts[topic]
             raise InvalidMessageError(
                 f"queue_id {queue_id} is outside the {count} write queues of topic "
-                f"{topic!r} (0..{count - 1})"
+                f"{quote(topic)} (0..{count - 1})"
             )
         body = msg.body
         if len(body) > self._max_body_bytes:
@@ -306,9 +308,16 @@ def encode_message_properties(
         text = "".join([f"{name}\x01{properties[name]}\x02" for name in properties])
         count = len(properties)
     if tags:
+        error = tag_error(tags)  # produce's rule: a tag a subscription can select
+        if error is not None:
+            raise InvalidMessageError(error)
         text += f"{TAGS}\x01{tags}\x02"
         count += 1
     if keys:
+        if len(keys) > KEYS_MAX_COUNT:  # the dispatch indexes every key: bounded here
+            raise InvalidMessageError(
+                f"keys has {len(keys)} keys; the limit is {limit_text('KEYS_MAX_COUNT')}"
+            )
         joined = " ".join(keys)
         if (
             joined.count(" ") != len(keys) - 1

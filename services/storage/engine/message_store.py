@@ -57,6 +57,7 @@ from tide.format import (
     read_snapshot,
     write_snapshot,
 )
+from tide.quoting import quote
 from tide.service_thread import ServiceThread
 
 log = logging.getLogger("tide.storage.store")
@@ -424,7 +425,7 @@ class MessageStore:
         try:
             topic = name.decode("utf-8")
         except UnicodeDecodeError:
-            raise InvalidMessageError(f"topic {name[:40]!r} is not UTF-8") from None
+            raise InvalidMessageError(f"topic {quote(name)} is not UTF-8") from None
         self.codec.topic_bytes(topic)  # checks the name (cached)
         return topic
 
@@ -435,13 +436,27 @@ class MessageStore:
         if cfg is None:
             if not self.config.auto_create_topics:
                 raise TopicNotFoundError(
-                    f"topic {topic!r} does not exist and auto-create is off; "
+                    f"topic {quote(topic)} does not exist and auto-create is off; "
                     "create it with UpsertTopic"
                 )
             return None
         if not cfg.perm & PERM_WRITE:
-            raise NotWritableError(f"topic {topic!r} is not writable (perm {cfg.perm})")
+            raise NotWritableError(f"topic {quote(topic)} is not writable (perm {cfg.perm})")
         return cfg.write_queue_nums
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's next queue offset (what its next message gets): the store assigns
+        queue offsets, so this is the queue's true max (a dispatch's may lag)."""
+        return self.commitlog.offsets.next_offsets.get((topic, queue_id), 0)
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record a group's offset; refuse one past the queue's max (it would make the
+        group's next pull skip every message produced until the queue reaches it). One
+        below the queue's min is taken: retention may have just moved the min, and the
+        next pull answers OFFSET_ILLEGAL with the min, skipping nothing that exists."""
+        self.consumer_offsets.commit(
+            group, topic, queue_id, offset, self.queue_max_offset(topic, queue_id)
+        )
 
     def delete_topic(self, topic: str) -> bool:
         existed = self.topics.delete(topic)

@@ -35,6 +35,7 @@ from tide.format import (
     is_queue_less,
     scan_run,
 )
+from tide.quoting import quote
 
 _MAGIC_V1 = struct.pack(">i", MESSAGE_MAGIC_V1)
 _BORN_HOST_POS = 48  # docs/formats.md: after born_timestamp
@@ -177,6 +178,6 @@ def _first_bad(layout: RunLayout, topics: Topics) -> str:
         if not 0 <= queue_id < count:
             return (
                 f"records: record {index}: queue_id {queue_id} is outside the {count} "
-                f"write queues of topic {topic!r} (0..{count - 1})"
+                f"write queues of topic {quote(topic)} (0..{count - 1})"
             )
     raise AssertionError("no record breaks a rule")

@@ -25,7 +25,9 @@ from tide.files import (
     load_json_with_fallback,
     write_json_atomically,
 )
+from tide.limits import QUEUE_NUMS_MAX
 from tide.naming import topic_error
+from tide.quoting import quote
 
 _log = logging.getLogger("tide.storage.config")
 
@@ -35,7 +37,7 @@ PERM_WRITE = 2
 PERM_READ = 4
 DEFAULT_PERM = PERM_READ | PERM_WRITE
 MAX_PERM = PERM_READ | PERM_WRITE | PERM_INHERIT
-MAX_QUEUE_NUMS = 1024
+MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # one limit for every service (tide.limits)
 MAX_TOPICS = 100_000
 MAX_TOPIC_SYS_FLAG = 2**31 - 1
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
@@ -73,11 +75,13 @@ class TopicConfig:
     def from_json(cls, key: str, entry: object) -> TopicConfig:
         """Parse one ``topicConfigTable`` entry; missing fields take RocketMQ's defaults."""
         if not isinstance(entry, dict):
-            raise ConfigFormatError(f"topic {key!r}: entry must be an object, got {entry!r}")
-        where = f"topic {key!r}"
+            raise ConfigFormatError(f"topic {quote(key)}: entry must be an object, got {entry!r}")
+        where = f"topic {quote(key)}"
         name = _typed(entry, where, "topicName", str, key)
         if name != key:
-            raise ConfigFormatError(f"topic {key!r}: topicName is {name!r}, not the table key")
+            raise ConfigFormatError(
+                f"topic {quote(key)}: topicName is {quote(name)}, not the table key"
+            )
         default_nums = _ROCKETMQ_DEFAULT_QUEUE_NUMS
         return cls(
             topic_name=name,
@@ -98,10 +102,10 @@ def topic_config_error(cfg: TopicConfig) -> str | None:
     for label, nums in (("read", cfg.read_queue_nums), ("write", cfg.write_queue_nums)):
         error = queue_nums_error(nums)
         if error is not None:
-            return f"topic {cfg.topic_name!r}: {label} {error}"
+            return f"topic {quote(cfg.topic_name)}: {label} {error}"
     if type(cfg.perm) is not int or not 0 <= cfg.perm <= MAX_PERM:
         return (
-            f"topic {cfg.topic_name!r}: perm is {cfg.perm!r}; it must be 0..{MAX_PERM} "
+            f"topic {quote(cfg.topic_name)}: perm is {cfg.perm!r}; it must be 0..{MAX_PERM} "
             f"(bits: {PERM_READ} read, {PERM_WRITE} write, {PERM_INHERIT} inherit)"
         )
     return _other_fields_error(cfg)
@@ -117,16 +121,16 @@ def queue_nums_error(nums: int) -> str | None:
 def _other_fields_error(cfg: TopicConfig) -> str | None:
     if cfg.topic_filter_type not in TOPIC_FILTER_TYPES:
         return (
-            f"topic {cfg.topic_name!r}: topic filter type is {cfg.topic_filter_type!r}; "
+            f"topic {quote(cfg.topic_name)}: topic filter type is {cfg.topic_filter_type!r}; "
             f"it must be one of {', '.join(TOPIC_FILTER_TYPES)}"
         )
     if type(cfg.topic_sys_flag) is not int or not 0 <= cfg.topic_sys_flag <= MAX_TOPIC_SYS_FLAG:
         return (
-            f"topic {cfg.topic_name!r}: topic sys flag is {cfg.topic_sys_flag!r}; "
+            f"topic {quote(cfg.topic_name)}: topic sys flag is {cfg.topic_sys_flag!r}; "
             f"it must be 0..{MAX_TOPIC_SYS_FLAG}"
         )
     if type(cfg.order) is not bool:
-        return f"topic {cfg.topic_name!r}: order is {cfg.order!r}; it must be true or false"
+        return f"topic {quote(cfg.topic_name)}: order is {cfg.order!r}; it must be true or false"
     return None
 
 
@@ -228,7 +232,7 @@ class TopicTable:
     def _check_room(self, topic: str) -> None:
         if topic not in self._topics and len(self._topics) >= self._max_topics:
             raise ConfigLimitError(
-                f"cannot create topic {topic!r}: the table already holds the limit of "
+                f"cannot create topic {quote(topic)}: the table already holds the limit of "
                 f"{self._max_topics} topics"
             )
 

@@ -26,6 +26,7 @@ from services.storage.engine.ha_ack_waiter import SlaveAckWaiter
 from services.storage.engine.ha_replica_writer import tail_range
 from services.storage.engine.message_store import MessageStore
 from services.storage.replication.settings import MAX_SLAVES, ReplicationSettings
+from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import storage_pb2 as pb
 
@@ -184,8 +185,8 @@ class ReplicationMaster:
             ) from exc
         if hello.broker_name != settings.broker_name:
             raise _refuse(
-                f"the slave says broker name {hello.broker_name!r}; this master is "
-                f"{settings.broker_name!r}: start the slave with --broker-name "
+                f"the slave says broker name {quote(hello.broker_name)}; this master is "
+                f"{quote(settings.broker_name)}: start the slave with --broker-name "
                 f"{settings.broker_name}"
             )
         if hello.broker_id <= 0:

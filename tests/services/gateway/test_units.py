@@ -10,11 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from services.gateway.expression import (
-    MAX_EXPRESSION_TAGS,
-    ExpressionError,
-    parse_expression,
-)
+from services.gateway.expression import ExpressionError, parse_expression
 from services.gateway.fault import LatencyFaultTolerance, not_available_duration_ms
 from services.gateway.options import OPTIONS, check_config, split_addresses
 from services.gateway.pull import Status, _by_range
@@ -22,6 +18,7 @@ from services.gateway.routes import QueueRef, TopicView
 from services.gateway.selection import QueueSelector, by_sharding_key, hash_index
 from services.gateway.uniq import UniqueKeyGenerator, month_bounds_ms
 from tide.format import java_string_hashcode, tags_code
+from tide.limits import EXPRESSION_MAX_TAGS
 from tide.server import load_config
 from tide.v1 import nameserver_pb2 as ns_pb
 
@@ -241,7 +238,7 @@ def test_expression_limits() -> None:
     with pytest.raises(ExpressionError, match="characters"):
         parse_expression("A" * 5000)
     with pytest.raises(ExpressionError, match="tags"):
-        parse_expression(" || ".join(f"T{i}" for i in range(MAX_EXPRESSION_TAGS + 1)))
+        parse_expression(" || ".join(f"T{i}" for i in range(EXPRESSION_MAX_TAGS + 1)))
 
 
 # -- unique keys ---------------------------------------------------------------------

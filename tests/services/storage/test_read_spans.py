@@ -259,7 +259,7 @@ def test_span_limits(shared_storage: StorageProcess) -> None:
     expect_error(
         grpc.StatusCode.INVALID_ARGUMENT,
         partial(read, too_many_spans, timeout=RPC_TIMEOUT_S),
-        "1025 spans",
+        "spans has 1025 entries",
     )
     too_many_records = spans_request((0, 100_000, 1000), (100_000, 100_000, 25))
     expect_error(

@@ -3,6 +3,7 @@ reflection, the command line, the store lock and a clean restart."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import signal
 import subprocess
@@ -808,14 +809,36 @@ def commit_offset(
 
 def test_commit_and_get_offset(shared_storage: StorageProcess, topic_name: str) -> None:
     assert get_offset(shared_storage, "GroupA", topic_name, 0) == -1
-    commit_offset(shared_storage, "GroupA", topic_name, 0, 42)
+    shared_storage.append([message(topic_name, 0, b"m") for _ in range(9)])
+    commit_offset(shared_storage, "GroupA", topic_name, 0, 9)
     commit_offset(shared_storage, "GroupA", topic_name, 3, 0)
-    assert get_offset(shared_storage, "GroupA", topic_name, 0) == 42
+    assert get_offset(shared_storage, "GroupA", topic_name, 0) == 9
     assert get_offset(shared_storage, "GroupA", topic_name, 3) == 0
     assert get_offset(shared_storage, "GroupA", topic_name, 1) == -1
     assert get_offset(shared_storage, "GroupB", topic_name, 0) == -1
     commit_offset(shared_storage, "GroupA", topic_name, 0, 7)  # moving back is allowed
     assert get_offset(shared_storage, "GroupA", topic_name, 0) == 7
+
+
+def test_commit_past_the_queue_max_is_refused(
+    shared_storage: StorageProcess, topic_name: str
+) -> None:
+    """Issue 17 point 4: a commit past the queue's max (the offset its next message gets)
+    is refused; stored, it made the group's next pull skip what was produced meanwhile."""
+    shared_storage.append([message(topic_name, 0, b"m") for _ in range(3)])
+    for offset in (4, 1_000_000_000):
+        expect_error(
+            INVALID,
+            functools.partial(commit_offset, shared_storage, "G", topic_name, 0, offset),
+            f"offset {offset} is past the max offset 3 of queue 0",
+            "commit at most 3",
+        )
+    assert get_offset(shared_storage, "G", topic_name, 0) == -1  # nothing was stored
+    expect_error(
+        INVALID, lambda: commit_offset(shared_storage, "G", topic_name, 1, 1), "max offset 0"
+    )
+    commit_offset(shared_storage, "G", topic_name, 0, 3)  # everything consumed
+    assert get_offset(shared_storage, "G", topic_name, 0) == 3
 
 
 @pytest.mark.parametrize(
@@ -931,7 +954,7 @@ def test_sigterm_exits_0_and_restart_is_normal(launcher: StorageLauncher, tmp_pa
     upsert(storage, pb.TopicConfig(topic_name="Kept", read_queue_nums=3, write_queue_nums=3))
     results = storage.append([message("Kept", q % 3, f"k{q}".encode()) for q in range(7)])
     results += storage.append([message("Auto", 1, b"auto")])
-    commit_offset(storage, "Consumers", "Kept", 2, 123)
+    commit_offset(storage, "Consumers", "Kept", 2, 2)  # queue 2 holds k2 and k5
     commit_offset(storage, "Consumers", "Auto", 1, 1)
     topics_before = {t.topic_name: t for t in list_topics(storage).topics}
     end = storage.status().max_offset
@@ -945,7 +968,7 @@ def test_sigterm_exits_0_and_restart_is_normal(launcher: StorageLauncher, tmp_pa
     assert status.max_offset == status.flushed_offset == end
     assert {t.topic_name: t for t in list_topics(again).topics} == topics_before
     assert topics_before["Kept"].write_queue_nums == 3
-    assert get_offset(again, "Consumers", "Kept", 2) == 123
+    assert get_offset(again, "Consumers", "Kept", 2) == 2
     assert get_offset(again, "Consumers", "Auto", 1) == 1
     assert get_offset(again, "Consumers", "Kept", 0) == -1
     found = again.read([(r.physical_offset, r.size) for r in results])

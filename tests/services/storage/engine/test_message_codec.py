@@ -25,6 +25,7 @@ from tests.services.storage.engine.conftest import (
     msg,
     read_records,
 )
+from tide.limits import KEYS_MAX_COUNT
 
 MAX_PROPERTIES_BYTES = 32_767
 
@@ -129,8 +130,6 @@ def test_properties_over_the_limit_are_rejected(store: MessageStore) -> None:
         {"properties": {"name": "val\x02ue"}},
         {"properties": {"na\x02me": "v"}},
         {"properties": {"name": "v\x01"}},
-        {"tags": "tag\x01"},
-        {"tags": "\x02"},
         {"keys": ["ok", "k\x02"]},
         {"keys": ["k\x01"]},
     ],
@@ -139,6 +138,19 @@ def test_reserved_separator_characters_are_rejected(
     store: MessageStore, fields: dict[str, Any]
 ) -> None:
     assert_rejected(store, msg(**fields), InvalidMessageError, r"reserved \\x01 or \\x02")
+
+
+@pytest.mark.parametrize("tags", ["A||B", "A|B", "*", "tag\x01", "\x02", " A", "   "])
+def test_tags_no_subscription_can_select_are_rejected(store: MessageStore, tags: str) -> None:
+    """The gateway's produce rule (tide.naming.tag_error) holds for direct appends too."""
+    assert_rejected(store, msg(tags=tags), InvalidMessageError, r"tag ")
+
+
+def test_more_keys_than_the_index_takes_are_rejected(store: MessageStore) -> None:
+    """Every key is indexed (the dispatch takes KEYS_MAX_COUNT): more are refused."""
+    keys = [f"k{index}" for index in range(KEYS_MAX_COUNT + 1)]
+    assert_rejected(store, msg(keys=keys), InvalidMessageError, r"the limit is 64 \(KEYS_MAX")
+    store.put([msg(keys=keys[:KEYS_MAX_COUNT])])
 
 
 @pytest.mark.parametrize("keys", [["a b"], ["ok", ""], [""], ["k", " "], ["a", "b c", "d"]])

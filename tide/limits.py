@@ -1,0 +1,295 @@
+"""Every bound on what a request may carry, in one place, and how errors quote input.
+
+Each limit is one constant here, checked at the edge (the service that receives the
+request) with a status naming it, honoured by every service behind it, and listed in
+docs/operations.md "Limits" (tests/test_docs.py keeps that table in sync with
+:data:`LIMITS`).
+
+:func:`request_error` checks every string field's length and every repeated or map
+field's count of a ``tide.v1`` request against :data:`FIELD_LIMITS` before a handler
+sees it (tide.server's interceptor calls it for every RPC, streamed requests
+included; the streams in :data:`IN_BAND_STREAMS` check each request in their handler
+and answer in-band). Fields whose bound is a service option (a batch's message count) are
+checked by their handler against that option, and message types a hot path checks
+itself field by field (:data:`CHECKED_BY_HANDLER`) are not walked twice.
+
+:func:`quote` (tide.quoting) is how an error message repeats input: cut to
+:data:`QUOTE_MAX_CHARS` with the full length said, so no status message grows with the
+request.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+from tide.format import MAX_PROPERTIES_BYTES as PROPERTIES_MAX_BYTES
+from tide.naming import CONSUMER_GROUP_MAX_CHARS, TAG_MAX_CHARS, TOPIC_MAX_BYTES
+from tide.quoting import QUOTE_MAX_CHARS, quote
+
+# Re-exported: one import for the limits, the properties' bound and quoting.
+__all__ = ["PROPERTIES_MAX_BYTES", "QUOTE_MAX_CHARS", "quote"]
+
+# -- names and addresses ----------------------------------------------------------------
+NAME_MAX_CHARS = 64  # a cluster or broker name (RocketMQ's broker names are short)
+ADDRESS_MAX_CHARS = 255  # HOST:PORT
+CLIENT_ID_MAX_CHARS = 255  # a consumer group member's id
+# -- messages -----------------------------------------------------------------------------
+# PROPERTIES_MAX_BYTES (tide.format): a record stores its properties' length in 2 bytes
+# (RocketMQ: Short.MAX_VALUE); tags, keys, the unique key and user properties count.
+PROPERTIES_MAX_COUNT = 1_024  # user properties per message
+KEYS_MAX_COUNT = 64  # keys per message; the dispatch indexes every one
+KEY_MAX_CHARS = 1_024  # one key, on produce and in a key query alike
+UNIQUE_KEY_MAX_CHARS = 128
+SHARDING_KEY_MAX_CHARS = 1_024
+MSG_ID_MAX_CHARS = 64  # an offset message id is 32 (IPv4) or 56 (IPv6) hex digits
+# -- subscriptions ------------------------------------------------------------------------
+EXPRESSION_MAX_CHARS = 4_096
+EXPRESSION_MAX_TAGS = 256  # distinct tags in one expression (and tag codes per lookup)
+SUBSCRIPTIONS_MAX_COUNT = 1_024  # per heartbeat
+# -- counts of other repeated fields ------------------------------------------------------
+PULL_MAX_MESSAGES = 1_024  # one Pull; and the consume queue entries one lookup returns
+READ_MAX_POSITIONS = 1_024  # positions or spans in one storage Read
+WATCH_MAX_TOPICS = 1_024  # topics one dispatch WatchArrivals names
+BROKER_NAMES_MAX_COUNT = 1_024  # brokers one CreateTopic names
+QUEUE_NUMS_MAX = 1_024  # read/write queues of a topic
+
+# Every named limit above (and the name rules') by name: the docs table lists each.
+LIMITS: dict[str, int] = {
+    "TOPIC_MAX_BYTES": TOPIC_MAX_BYTES,
+    "CONSUMER_GROUP_MAX_CHARS": CONSUMER_GROUP_MAX_CHARS,
+    "NAME_MAX_CHARS": NAME_MAX_CHARS,
+    "ADDRESS_MAX_CHARS": ADDRESS_MAX_CHARS,
+    "CLIENT_ID_MAX_CHARS": CLIENT_ID_MAX_CHARS,
+    "PROPERTIES_MAX_BYTES": PROPERTIES_MAX_BYTES,
+    "PROPERTIES_MAX_COUNT": PROPERTIES_MAX_COUNT,
+    "TAG_MAX_CHARS": TAG_MAX_CHARS,
+    "KEYS_MAX_COUNT": KEYS_MAX_COUNT,
+    "KEY_MAX_CHARS": KEY_MAX_CHARS,
+    "UNIQUE_KEY_MAX_CHARS": UNIQUE_KEY_MAX_CHARS,
+    "SHARDING_KEY_MAX_CHARS": SHARDING_KEY_MAX_CHARS,
+    "MSG_ID_MAX_CHARS": MSG_ID_MAX_CHARS,
+    "EXPRESSION_MAX_CHARS": EXPRESSION_MAX_CHARS,
+    "EXPRESSION_MAX_TAGS": EXPRESSION_MAX_TAGS,
+    "SUBSCRIPTIONS_MAX_COUNT": SUBSCRIPTIONS_MAX_COUNT,
+    "PULL_MAX_MESSAGES": PULL_MAX_MESSAGES,
+    "READ_MAX_POSITIONS": READ_MAX_POSITIONS,
+    "WATCH_MAX_TOPICS": WATCH_MAX_TOPICS,
+    "BROKER_NAMES_MAX_COUNT": BROKER_NAMES_MAX_COUNT,
+    "QUEUE_NUMS_MAX": QUEUE_NUMS_MAX,
+}
+
+# A field bounded by a service option, checked by its handler (the option names it).
+BY_OPTION = "option"
+
+# Field (full proto name) -> the limit's name in LIMITS (string: characters, repeated
+# or map: entries), or BY_OPTION. tests/test_limits.py fails for a request field of a
+# string, repeated or map type missing here: a new field needs a bound.
+FIELD_LIMITS: dict[str, str] = {
+    # storage
+    "tide.v1.Message.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.Message.tags": "TAG_MAX_CHARS",
+    "tide.v1.Message.keys": "KEYS_MAX_COUNT",
+    "tide.v1.Message.properties": "PROPERTIES_MAX_COUNT",
+    "tide.v1.Message.born_host": "ADDRESS_MAX_CHARS",
+    "tide.v1.AppendRequest.messages": BY_OPTION,  # --max-batch-messages
+    "tide.v1.AppendRequest.records": BY_OPTION,  # --max-batch-messages (records)
+    "tide.v1.ReadRequest.positions": "READ_MAX_POSITIONS",
+    "tide.v1.ReadRequest.spans": "READ_MAX_POSITIONS",
+    "tide.v1.ReplicateRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.TopicConfig.topic_name": "TOPIC_MAX_BYTES",
+    "tide.v1.DeleteTopicRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.CommitOffsetRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.CommitOffsetRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.GetOffsetRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.GetOffsetRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.Subscription.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.Subscription.expression": "EXPRESSION_MAX_CHARS",
+    "tide.v1.ConsumerHeartbeatRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.ConsumerHeartbeatRequest.client_id": "CLIENT_ID_MAX_CHARS",
+    "tide.v1.ConsumerHeartbeatRequest.subscriptions": "SUBSCRIPTIONS_MAX_COUNT",
+    "tide.v1.UnregisterConsumerRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.UnregisterConsumerRequest.client_id": "CLIENT_ID_MAX_CHARS",
+    "tide.v1.GetConsumersRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    # dispatch
+    "tide.v1.GetQueueEntriesRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.GetQueueEntriesRequest.tag_codes": "EXPRESSION_MAX_TAGS",
+    "tide.v1.GetQueueOffsetsRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.SearchOffsetRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.QueryIndexRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.QueryIndexRequest.key": "KEY_MAX_CHARS",
+    "tide.v1.WatchArrivalsRequest.topics": "WATCH_MAX_TOPICS",
+    # name server
+    "tide.v1.RegisterBrokerRequest.cluster_name": "NAME_MAX_CHARS",
+    "tide.v1.RegisterBrokerRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.RegisterBrokerRequest.topics": BY_OPTION,  # --max-topics-per-registration
+    "tide.v1.BrokerAddress.storage": "ADDRESS_MAX_CHARS",
+    "tide.v1.BrokerAddress.dispatch": "ADDRESS_MAX_CHARS",
+    "tide.v1.UnregisterBrokerRequest.cluster_name": "NAME_MAX_CHARS",
+    "tide.v1.UnregisterBrokerRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.UnregisterBrokerRequest.storage_address": "ADDRESS_MAX_CHARS",
+    "tide.v1.GetTopicRouteRequest.topic": "TOPIC_MAX_BYTES",
+    # gateway
+    "tide.v1.ProduceRequest.messages": BY_OPTION,  # --max-batch-messages
+    "tide.v1.ProduceMessage.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.ProduceMessage.tags": "TAG_MAX_CHARS",
+    "tide.v1.ProduceMessage.keys": "KEYS_MAX_COUNT",
+    "tide.v1.ProduceMessage.properties": "PROPERTIES_MAX_COUNT",
+    "tide.v1.ProduceMessage.sharding_key": "SHARDING_KEY_MAX_CHARS",
+    "tide.v1.ProduceMessage.unique_key": "UNIQUE_KEY_MAX_CHARS",
+    "tide.v1.QueueRef.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.PullRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.PullRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.PullRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.PullRequest.expression": "EXPRESSION_MAX_CHARS",
+    "tide.v1.KeyQuery.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.KeyQuery.key": "KEY_MAX_CHARS",
+    "tide.v1.UniqueKeyQuery.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.UniqueKeyQuery.unique_key": "UNIQUE_KEY_MAX_CHARS",
+    "tide.v1.QueryMessageRequest.msg_id": "MSG_ID_MAX_CHARS",
+    "tide.v1.QueueOffsetsRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.QueueOffsetsRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.SearchQueueOffsetRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.SearchQueueOffsetRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.CommitConsumerOffsetRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.CommitConsumerOffsetRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.CommitConsumerOffsetRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.GetConsumerOffsetRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.GetConsumerOffsetRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.GetConsumerOffsetRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.CreateTopicRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.CreateTopicRequest.broker_names": "BROKER_NAMES_MAX_COUNT",
+    "tide.v1.CreateTopicRequest.cluster_name": "NAME_MAX_CHARS",
+}
+
+# Streams that answer each request in-band (error_code, error_message) and go on: their
+# handlers check each request with request_error (tide.server's RequestStreams, the
+# gateway's produce), so a request past a bound is answered like any other bad request
+# instead of ending the stream.
+IN_BAND_STREAMS = frozenset(
+    {
+        "/tide.v1.Storage/AppendStream",
+        "/tide.v1.Storage/ReadStream",
+        "/tide.v1.Dispatch/GetQueueEntriesStream",
+        "/tide.v1.Gateway/ProduceStream",
+    }
+)
+
+# Elements of repeated fields of these types are checked by their handler (the produce
+# and append paths check each message's fields first, cheaply, on every call).
+CHECKED_BY_HANDLER = frozenset({"tide.v1.ProduceMessage"})
+
+# The elements of a repeated string field and a map's keys and values: their own bound.
+_ELEMENT_LIMITS: dict[str, str] = {
+    "tide.v1.Message.keys": "KEY_MAX_CHARS",
+    "tide.v1.ProduceMessage.keys": "KEY_MAX_CHARS",
+    "tide.v1.Message.properties": "PROPERTIES_MAX_BYTES",
+    "tide.v1.ProduceMessage.properties": "PROPERTIES_MAX_BYTES",
+    "tide.v1.WatchArrivalsRequest.topics": "TOPIC_MAX_BYTES",
+    "tide.v1.CreateTopicRequest.broker_names": "NAME_MAX_CHARS",
+}
+
+
+def limit_text(name: str) -> str:
+    """A limit as an error message names it: ``"127 bytes (TOPIC_MAX_BYTES)"``,
+    ``"64 (KEYS_MAX_COUNT)"``."""
+    unit = {"BYTES": " bytes", "CHARS": " characters"}.get(name.rpartition("_")[2], "")
+    return f"{LIMITS[name]}{unit} ({name})"
+
+
+def request_error(request: object) -> str | None:
+    """The first string too long or repeated field too long in a ``tide.v1`` request,
+    said with the field's path and the limit's name; None when every one is in bounds
+    (and for anything else: a method may take raw bytes)."""
+    if not isinstance(request, Message) or not _walked(request.DESCRIPTOR):
+        return None
+    return _message_error(request, "")
+
+
+def message_error(message: Message, path: str) -> str | None:
+    """:func:`request_error` for one message of a type in :data:`CHECKED_BY_HANDLER`
+    (its handler calls this before any other check); ``path`` prefixes field names."""
+    return _message_error(message, path)
+
+
+def _message_error(message: Message, path: str) -> str | None:
+    for field, value in message.ListFields():  # only the fields set: cheap
+        where = f"{path}{field.name}"
+        if field.is_repeated:
+            error = _repeated_error(field, value, where)
+        elif field.type == FieldDescriptor.TYPE_STRING:
+            error = _length_error(where, value, FIELD_LIMITS[field.full_name])
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and _walked(field.message_type):
+            error = _message_error(value, f"{where}.")
+        else:
+            error = None
+        if error is not None:
+            return error
+    return None
+
+
+def _repeated_error(field: FieldDescriptor, items: Any, where: str) -> str | None:
+    """``items``: the repeated container or the map of ``field``."""
+    name = FIELD_LIMITS[field.full_name]
+    if name != BY_OPTION and len(items) > LIMITS[name]:
+        return f"{where} has {len(items)} entries; the limit is {limit_text(name)}"
+    element = _ELEMENT_LIMITS.get(field.full_name)
+    if _is_map(field):
+        for key, item in items.items():
+            error = _length_error(f"{where} key", key, element or name)
+            if error is None and isinstance(item, str):
+                error = _length_error(f"{where}[{quote(key)}]", item, element or name)
+            if error is not None:
+                return error
+        return None
+    if field.type == FieldDescriptor.TYPE_STRING and element is not None:
+        for index, item in enumerate(items):
+            error = _length_error(f"{where}[{index}]", item, element)
+            if error is not None:
+                return error
+        return None
+    if field.type == FieldDescriptor.TYPE_MESSAGE and _walked(field.message_type):
+        for index, item in enumerate(items):
+            error = _message_error(item, f"{where}[{index}].")
+            if error is not None:
+                return error
+    return None
+
+
+def _length_error(where: str, value: str, name: str) -> str | None:
+    limit = LIMITS[name]
+    if len(value) <= limit:
+        return None
+    return f"{where} is {len(value)} characters ({quote(value)}); the limit is {limit_text(name)}"
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    entry = field.message_type
+    return entry is not None and bool(entry.GetOptions().map_entry)
+
+
+@cache
+def _walked(descriptor: Descriptor | None) -> bool:
+    """Whether a message of this type can hold a string or a repeated field to check
+    (positions and spans, say, hold only numbers: not walked element by element)."""
+    if descriptor is None or not descriptor.full_name.startswith("tide.v1."):
+        return False
+    if descriptor.full_name in CHECKED_BY_HANDLER:
+        return False
+    return _has_bounded_fields(descriptor, frozenset())
+
+
+def _has_bounded_fields(descriptor: Descriptor | None, seen: frozenset[str]) -> bool:
+    if descriptor is None or descriptor.full_name in seen:
+        return False
+    for field in descriptor.fields:
+        if field.is_repeated or field.type == (FieldDescriptor.TYPE_STRING):
+            return True
+        if field.type == FieldDescriptor.TYPE_MESSAGE and _has_bounded_fields(
+            field.message_type, seen | {descriptor.full_name}
+        ):
+            return True
+    return False
