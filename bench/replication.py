@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import grpc
 
+from tide.spawn import running
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -73,17 +73,8 @@ def storage(root: Path, *args: str) -> Iterator[str]:
         "warning",
         *args,
     ]
-    proc = subprocess.Popen(cmd, env={**os.environ, "TIDE_READY_FILE": str(ready)})
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"storage {root} did not start (exit {proc.poll()})")
-            time.sleep(0.05)
-        yield str(json.loads(ready.read_text())["listen"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    with running(cmd, ready, f"storage {root}", READY_TIMEOUT_S, stop_timeout_s=60.0) as process:
+        yield process.listen
 
 
 def status(address: str) -> pb.StorageStatus:

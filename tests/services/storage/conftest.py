@@ -169,7 +169,7 @@ def run_cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[
     return subprocess.run(
         [sys.executable, "-m", "tide.cli", *args],
         cwd=REPO,
-        env=child_env(None),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=timeout_s,
