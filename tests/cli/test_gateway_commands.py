@@ -16,6 +16,7 @@ import pytest
 from tests._cluster import Cluster, cluster_fixture
 from tide.cli import _consume, main
 from tide.client import Admin, PullConsumer
+from tide.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
@@ -176,7 +177,7 @@ def test_query(cluster: Cluster) -> None:
     assert json.loads(ok(tide(cluster, "query", "id", msg_id, "--json")))["keys"] == ["q3"]
 
     with Admin(cluster.gateway.listen) as admin:
-        cluster.wait_for(lambda: len(admin.query_key(topic, "q3")) == 1, "q3 indexed")
+        wait_until(lambda: len(admin.query_key(topic, "q3")) == 1, "q3 indexed")
     by_key = json.loads(ok(tide(cluster, "query", "key", topic, "q3", "--json")))["messages"]
     assert [m["msg_id"] for m in by_key] == [msg_id]
     rows = ok(tide(cluster, "query", "key", topic, "q3")).splitlines()

@@ -22,6 +22,7 @@ from tide.client import (
     SendResult,
     TopicNotFound,
 )
+from tide.waiting import wait_until
 
 LONG_POLL_MS = 20_000
 BROKERS = ["broker-a", "broker-b"]
@@ -32,9 +33,7 @@ def wait_dispatched(
 ) -> None:
     """Dispatch builds consume queues after the store write: wait until ``count`` messages
     are in ``queues``."""
-    cluster.wait_for(
-        lambda: sum(consumer.max_offset(q) for q in queues) >= count, f"{count} dispatched"
-    )
+    wait_until(lambda: sum(consumer.max_offset(q) for q in queues) >= count, f"{count} dispatched")
 
 
 def drain(consumer: PullConsumer, queue: MessageQueue, offset: int = 0) -> list[PullResult]:

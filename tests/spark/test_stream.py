@@ -16,6 +16,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from tests._cluster import Cluster
 from tests.services.storage.conftest import REPO
 from tests.spark.test_batch import produce
+from tide.waiting import wait_until
 
 
 def run_available_now(
@@ -76,7 +77,7 @@ def test_restart_after_crash_before_commit_is_exactly_once(
 
     # The topic grows: the new queues are read from their first message.
     cluster.create_topic(topic, queues=4)
-    cluster.wait_for(lambda: _queue_count(cluster, topic) == 8, "8 queues in the route")
+    wait_until(lambda: _queue_count(cluster, topic) == 8, "8 queues in the route")
     time.sleep(1.5)  # the gateway's route refresh
     sent |= {r.msg_id for r in produce(cluster, topic, 400, batch=25)}  # over every queue
     query = run_available_now(spark, gateway, topic, sink, checkpoint, 1000)

@@ -32,13 +32,13 @@ from tests.services.dispatch.conftest import (
 from tests.services.storage.conftest import (
     StorageLauncher,
     StorageProcess,
-    wait_until,
 )
 from tide.files import write_json_atomically
 from tide.format import SYSFLAG_TRANSACTION_PREPARED, tags_code
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 from tide.v1 import storage_pb2_grpc as storage_grpc
+from tide.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

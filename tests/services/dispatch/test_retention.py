@@ -14,8 +14,9 @@ import grpc
 
 from tests.services.dispatch.conftest import DispatchLauncher
 from tests.services.dispatch.test_service import query
-from tests.services.storage.conftest import StorageLauncher, message, wait_until
+from tests.services.storage.conftest import StorageLauncher, message
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 SEGMENT_BYTES = 128 * 1024
 RETENTION_ARGS = (

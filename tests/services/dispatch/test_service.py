@@ -25,11 +25,11 @@ from tests.services.storage.conftest import (
     cancel,
     expect_error,
     message,
-    wait_until,
 )
 from tide.format import UNIQ_KEY, java_string_hashcode, tags_code
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND

@@ -25,12 +25,13 @@ from services.dispatch.tail_cache import _COMPACT_MIN, RUN_OVERHEAD_BYTES, TailC
 from tests.services.dispatch.conftest import RPC_TIMEOUT_S, DispatchLauncher, Pair
 from tests.services.dispatch.test_entries_stream import exchange
 from tests.services.dispatch.test_entry_spans import append_dispatched, get
-from tests.services.storage.conftest import StorageLauncher, message, wait_until
+from tests.services.storage.conftest import StorageLauncher, message
 from tests.tail.test_assembler import SEGMENT, record, records_from, segment_with_blank
 from tide.format import tags_code
 from tide.tail import RecordAssembler, RecordBatch
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 LOG = random.Random(7).randbytes(1 << 16)
 HEAD = b"HDR"  # bytes before the records in a batch's buffer (a Tail chunk's header)

@@ -27,11 +27,11 @@ from tests.services.storage.conftest import (
     message,
     run_cli,
     verify_store,
-    wait_until,
 )
 from tide.format import QUEUE_OFFSET_POS
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 CLIENTS = 3
 CYCLES = 5

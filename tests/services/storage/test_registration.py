@@ -20,9 +20,9 @@ from tests.services.storage.conftest import (
     StorageLauncher,
     expect_error,
     message,
-    wait_until,
 )
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 
 @pytest.fixture

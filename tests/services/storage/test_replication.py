@@ -29,9 +29,9 @@ from tests.services.storage.conftest import (
     StorageProcess,
     expect_error,
     message,
-    wait_until,
 )
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 FAST_HA = ("--ha-heartbeat-interval-ms", "500")
 

@@ -15,10 +15,10 @@ from tests.services.storage.engine.conftest import (
     StoreFactory,
     msg,
     read_records,
-    wait_until,
 )
 from tide.format import CHECKPOINT_FILE_BYTES, Checkpoint
 from tide.mapped import MappedFile
+from tide.waiting import wait_until
 
 NEVER_MS = 3_600_000
 

@@ -20,9 +20,9 @@ from tests.services.storage.engine.conftest import (
     msg_of_size,
     read_records,
     segment_path,
-    wait_until,
 )
 from tide.format import decode_record
+from tide.waiting import wait_until
 
 NEVER_MS = 3_600_000
 # Never commits on its own: only close() (or a SYNC flush) moves bytes into the file.
