@@ -127,10 +127,10 @@ class ProducerThread:
                 )
             except TideError as exc:
                 self.errors.append(exc)
-                time.sleep(0.05)
+                time.sleep(0.05)  # pacing (a load generator), not a wait
                 continue
             self.sent.extend(zip(keys, results, strict=True))
-            time.sleep(0.01)
+            time.sleep(0.01)  # pacing (a load generator), not a wait
 
     def acked(self, broker_name: str | None = None) -> list[tuple[str, SendResult]]:
         """(key, result) of the SEND_OK messages (on ``broker_name`` when given)."""
@@ -246,8 +246,13 @@ def test_master_killed_reads_and_consumers_go_on_from_the_slave_and_back(
             "200 acked on broker-a",
             timeout_s=WAIT_S,
         )
+        on_b = len(producer.acked("broker-b"))
         broker_a.master.kill()
-        time.sleep(1.0)  # the producer goes on (to broker-b) across the kill
+        wait_until(
+            lambda: len(producer.acked("broker-b")) >= on_b + 40,
+            "the producer going on (to broker-b) across the kill",
+            timeout_s=WAIT_S,
+        )
         producer.stop()
         acked = producer.acked()
         assert producer.acked("broker-b")
@@ -449,7 +454,7 @@ def test_held_pull_on_the_slave_is_woken_by_the_slaves_arrivals(tmp_path: Path) 
         started = time.monotonic()
         puller = threading.Thread(target=lambda: answers.append(stub.Pull(request, timeout=60)))
         puller.start()
-        time.sleep(1.0)  # the pull is held by now
+        cluster.gateway.wait_held(1)
         assert not answers
         reply = stub.Produce(
             pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic, body=b"hi", queue=queue)]),

@@ -145,7 +145,7 @@ def test_long_poll_is_answered_soon_after_a_send(cluster: Cluster) -> None:
         started = time.monotonic()
         puller = threading.Thread(target=poll)
         puller.start()
-        time.sleep(0.5)  # let the pull reach the gateway and wait there
+        cluster.gateway.wait_held(1)  # the pull reached the gateway and waits there
         with Producer(gateway) as producer:
             producer.send("T_poll", b"wake up")
         puller.join(LONG_POLL_MS / 1000 + 10)
@@ -163,7 +163,9 @@ def test_offsets_commit_and_search(cluster: Cluster) -> None:
     queue = MessageQueue("T_offsets", "broker-b", 0)
     with Producer(gateway) as producer:
         first = [producer.send("T_offsets", b"early %d" % i) for i in range(3)]
-        time.sleep(0.05)  # a store-time boundary between the two halves
+        # A store-time boundary between the two halves (the storage's clock is this one).
+        last_early_ms = max(result.store_timestamp_ms for result in first)
+        wait_until(lambda: time.time() * 1000 >= last_early_ms + 1, "the clock past the first half")
         later = [producer.send("T_offsets", b"late %d" % i) for i in range(2)]
     with PullConsumer("G_offsets", gateway) as consumer:
         wait_dispatched(cluster, consumer, [queue], 5)

@@ -359,7 +359,8 @@ def test_zero_tail_cache_bytes_never_answers_records(
     dispatch = dispatches.start(tmp_path / "dispatch", storage.listen, "--tail-cache-bytes", "0")
     pair = Pair(storage, dispatch)
     append_dispatched(pair, [[message("Off", 0, b"x" * i) for i in range(10)]])
-    time.sleep(0.2)  # (nothing to wait for: records never come)
+    # Deliberately lets time pass: records never come, so there is no state to wait on.
+    time.sleep(0.2)
     response = get(pair, spans_request("Off"))
     assert [s.count for s in response.spans] == [10] and not response.records
     dispatch.stop()

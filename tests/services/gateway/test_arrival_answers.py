@@ -17,7 +17,7 @@ from tests.services.gateway.conftest import RPC_TIMEOUT_S
 from tests.services.gateway.test_pull_records import decoded, produce, pull
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
-from tide.waiting import wait_until
+from tide.waiting import wait_until, wait_until_async
 
 Status = pb.PullResponse.Status
 RECORDS = pb.PullRequest.ENCODING_RECORDS
@@ -139,7 +139,7 @@ def test_a_notice_for_another_offset_is_not_used() -> None:
             (5, None),
         ):
             waiting = asyncio.create_task(held.wait(key, pull_offset, 5.0, held.sequence))
-            await asyncio.sleep(0.01)
+            await wait_until_async(lambda: held.held == 1, "the pull to be held", 5.0)
             held.notify(key, 7, notice)
             results.append(await waiting)
         results.append(await held.wait(key, 7, 0.05, held.sequence))  # times out

@@ -159,6 +159,7 @@ def run_cycle(
         lambda: all(len(p.acked) >= 2 * BATCH for p in producers),
         f"{context}: acknowledged appends from every client",
     )
+    # Deliberately lets time pass: the kill lands at a random point of the appends.
     time.sleep(rng.uniform(0.0, 0.5))
     storage.kill()
     acked: list[Acked] = []

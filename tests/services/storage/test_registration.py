@@ -109,7 +109,9 @@ def test_a_late_name_server_is_registered_with_and_the_heartbeat_keeps_the_broke
     ns = nameservers.start("--listen", f"127.0.0.1:{port}", "--scan-interval-ms", "50")
     wait_until(lambda: len(ns.members()) == 1, "registration with the late name server")
     assert ns.cluster_info().brokers[0].heartbeat_timeout_ms == 1000
-    time.sleep(1.3)  # longer than the timeout: only the periodic registration keeps it
+    # Deliberately lets time pass, longer than the heartbeat timeout: only the periodic
+    # registration keeps the broker listed.
+    time.sleep(1.3)
     assert len(ns.members()) == 1, ns.stderr()
     storage.kill()  # no unregistration: the name server expires it
     wait_until(lambda: ns.members() == [], "the crashed broker to expire", timeout_s=10)
