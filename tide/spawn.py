@@ -109,7 +109,7 @@ def wait_ready(
         wait_until(ready, f"{name} to be ready", timeout_s, interval_s=POLL_INTERVAL_S)
     except WaitTimeout:
         raise NotReadyError(
-            f"{name} not ready after {timeout_s:g} s{stderr_tail(stderr_path)}"
+            f"{name} not ready after {timeout_s:.3g} s{stderr_tail(stderr_path)}"
         ) from None
     info: dict[str, Any] = json.loads(ready_file.read_text(encoding="utf-8"))
     return info

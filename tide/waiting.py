@@ -24,7 +24,7 @@ class WaitTimeout(TimeoutError):
 
 def _timed_out(what: str, timeout_s: float, state: Callable[[], object] | None) -> WaitTimeout:
     seen = "" if state is None else f"; last seen: {state()}"
-    return WaitTimeout(f"timed out after {timeout_s:g} s waiting for {what}{seen}")
+    return WaitTimeout(f"timed out after {timeout_s:.3g} s waiting for {what}{seen}")
 
 
 def wait_until(
