@@ -205,7 +205,8 @@ def test_long_poll_answers_soon_after_a_send(cluster: Cluster, topic_name: str) 
     answer: pb.PullResponse = held.result()
     waited_s = time.monotonic() - sent
     assert answer.status == Status.FOUND and answer.messages[0].body == b"wake up"
-    assert waited_s < 2.0, f"the held pull answered {waited_s:.2f} s after the send"
+    # Woken by the arrival, not by its 10 s timeout (a margin for a loaded box).
+    assert waited_s < 5.0, f"the held pull answered {waited_s:.2f} s after the send"
 
 
 def test_long_poll_times_out_with_no_new_message(cluster: Cluster, topic_name: str) -> None:
