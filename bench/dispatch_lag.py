@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +33,7 @@ from pathlib import Path
 
 import grpc
 
+from tide.spawn import running
 from tide.v1 import dispatch_pb2 as dpb
 from tide.v1 import dispatch_pb2_grpc as dpb_grpc
 from tide.v1 import storage_pb2 as spb
@@ -44,6 +42,7 @@ from tide.v1 import storage_pb2_grpc as spb_grpc
 BATCH = 100
 SAMPLE_INTERVAL_S = 0.05
 READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
 CATCH_UP_TIMEOUT_S = 120.0
 
 
@@ -51,17 +50,8 @@ CATCH_UP_TIMEOUT_S = 120.0
 def service(name: str, args: list[str], run_dir: Path) -> Iterator[str]:
     ready = run_dir / f"{name}.ready"
     cmd = [sys.executable, "-m", f"services.{name}", "--listen", "127.0.0.1:0", *args]
-    proc = subprocess.Popen(cmd, env={**os.environ, "TIDE_READY_FILE": str(ready)})
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not start (exit {proc.poll()})")
-            time.sleep(0.05)
-        yield str(json.loads(ready.read_text())["listen"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    with running(cmd, ready, name, READY_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S) as process:
+        yield process.listen
 
 
 def percentile(values: list[int], fraction: float) -> int:

@@ -69,12 +69,14 @@ from typing import Any, TypeAlias
 import grpc
 
 from tide.bench._load import body_stamps
+from tide.spawn import running
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gateway_produce_pull.json"
 OVERHEAD_RESULTS = RESULTS.with_name("gateway_metrics_overhead.json")
 READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
 TOPIC = "BenchGateway"
 BROKER = "broker-a"
 BATCH = 100
@@ -112,29 +114,27 @@ def free_port() -> int:
 @contextmanager
 def service(name: str, args: list[str], run_dir: Path, metrics: bool = False) -> Iterator[str]:
     ready = run_dir / f"{name}.ready"
-    log = (run_dir / f"{name}.log").open("wb")
     cmd = [sys.executable, "-m", f"services.{name}", *args, "--log-level", "warning"]
     if metrics:
         cmd += ["--metrics-listen", "127.0.0.1:0"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
-    proc = subprocess.Popen(cmd, env={**env, "TIDE_READY_FILE": str(ready)}, stderr=log)
-    PROCESSES[name] = proc
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not start (exit {proc.poll()}); see {log.name}")
-            time.sleep(0.05)
-        info = json.loads(ready.read_text())
+    with running(
+        cmd,
+        ready,
+        name,
+        READY_TIMEOUT_S,
+        stderr_path=run_dir / f"{name}.log",
+        env=env,
+        stop_timeout_s=STOP_TIMEOUT_S,
+    ) as process:
+        PROCESSES[name] = process.proc
         if metrics:
-            METRICS_ENDPOINTS[name] = str(info["metrics"])
-        yield str(info["listen"])
-    finally:
-        PROCESSES.pop(name, None)
-        METRICS_ENDPOINTS.pop(name, None)
-        proc.terminate()
-        proc.wait(timeout=60)
-        log.close()
+            METRICS_ENDPOINTS[name] = str(process.info["metrics"])
+        try:
+            yield process.listen
+        finally:
+            PROCESSES.pop(name, None)
+            METRICS_ENDPOINTS.pop(name, None)
 
 
 def process_cpu_s(pid: int) -> float:

@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,8 +34,10 @@ from pathlib import Path
 
 import grpc
 
+from tide.spawn import running
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replication.json"
 READY_TIMEOUT_S = 60.0
@@ -73,17 +74,8 @@ def storage(root: Path, *args: str) -> Iterator[str]:
         "warning",
         *args,
     ]
-    proc = subprocess.Popen(cmd, env={**os.environ, "TIDE_READY_FILE": str(ready)})
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"storage {root} did not start (exit {proc.poll()})")
-            time.sleep(0.05)
-        yield str(json.loads(ready.read_text())["listen"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    with running(cmd, ready, f"storage {root}", READY_TIMEOUT_S, stop_timeout_s=60.0) as process:
+        yield process.listen
 
 
 def status(address: str) -> pb.StorageStatus:
@@ -140,11 +132,12 @@ def catch_up(root: Path, fill_mb: int, batch_bytes: int) -> Result:
         began = time.perf_counter()
         slave_args = ("--role", "SLAVE", "--broker-id", "1", "--master", master)
         with storage(root / "s", *slave_args, "--ha-batch-bytes", str(batch_bytes)) as slave:
-            deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-            while status(slave).max_offset < total:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the slave did not catch up")
-                time.sleep(0.05)
+            wait_until(
+                lambda: status(slave).max_offset >= total,
+                "the slave to catch up",
+                CATCH_UP_TIMEOUT_S,
+                interval_s=0.05,
+            )
             elapsed = time.perf_counter() - began
     return Result("catch-up", "SLAVE", 0.0, total / 1e6 / elapsed, 0.0, 0.0)  # bytes only
 
@@ -156,11 +149,12 @@ def produce_case(
     with storage(root / "m", "--role", role) as master:
         slave_args = ("--role", "SLAVE", "--broker-id", "1", "--master", master)
         with storage(root / "s", *slave_args):
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while not status(master).replication.slaves:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the slave did not connect")
-                time.sleep(0.05)
+            wait_until(
+                lambda: status(master).replication.slaves,
+                "the slave to connect",
+                READY_TIMEOUT_S,
+                interval_s=0.05,
+            )
             latencies, bad, elapsed = asyncio.run(
                 produce(master, request(size, batch), duration_s, inflight)
             )

@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,6 +46,7 @@ from services.storage.engine.message_codec import MessageInput, encode_message_p
 from services.storage.engine.message_store import MessageStore
 from services.storage.engine.record_run import run_from_records
 from tide.format import RunWriter, pack_host, parse_host
+from tide.spawn import running
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -203,17 +203,10 @@ def storage_process(root: Path, flush: str | None) -> Iterator[str]:
             "--log-level",
             "warning",
         ]
-    proc = subprocess.Popen(cmd, env={**os.environ, "TIDE_READY_FILE": str(ready)})
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"storage did not start (exit {proc.poll()})")
-            time.sleep(0.05)
-        yield str(json.loads(ready.read_text())["listen"])
+        with running(cmd, ready, "storage", READY_TIMEOUT_S, stop_timeout_s=60.0) as process:
+            yield process.listen
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
         ready.unlink(missing_ok=True)
 

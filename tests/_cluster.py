@@ -33,6 +33,9 @@ or directly: ``with Cluster(tmp_path, brokers=2) as cluster: ...``.
   members expire after ``CONSUMER_EXPIRY_MS``; the gateway refreshes routes every
   ``ROUTE_REFRESH_MS``.
 * ``cluster.restart_gateway(*flags)`` replaces the gateway (e.g. other limits).
+* The gateway serves /metrics (its ready file names the port):
+  ``cluster.gateway.wait_held(n)`` waits until it holds ``n`` long polls.
+* Waits poll observable state through ``tide.waiting.wait_until`` (no fixed sleeps).
 * Every process started is killed and reaped by ``close()`` (the fixture does it), and
   each test should use topics of its own (the fixture is shared by a module by default).
 """
@@ -41,8 +44,7 @@ from __future__ import annotations
 
 import string
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +53,7 @@ from typing import Any, ClassVar
 import grpc
 import pytest
 
+from tests._metrics import SCRAPE_INTERVAL_S, scrape, total
 from tests._service_process import ServiceProcess, free_port, spawn
 from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
 from tests.services.nameserver.process import NameServerLauncher, NameServerProcess
@@ -58,6 +61,7 @@ from tests.services.storage.conftest import StorageLauncher, StorageProcess
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 from tide.v1 import nameserver_pb2 as ns_pb
+from tide.waiting import wait_until
 
 CLUSTER_NAME = "TestCluster"
 REGISTER_INTERVAL_MS = 500
@@ -68,7 +72,6 @@ ROUTE_REFRESH_MS = 1_000
 # The storage test wrapper limits bodies to this; the gateway is told the same.
 MAX_BODY_BYTES = 65_536
 RPC_TIMEOUT_S = 20.0
-WAIT_TIMEOUT_S = 30.0
 MAX_BROKERS = 26
 MAX_REPLICAS = 4
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
@@ -84,6 +87,21 @@ class GatewayProcess(ServiceProcess[pb_grpc.GatewayStub]):
 
     def make_stub(self, channel: grpc.Channel) -> pb_grpc.GatewayStub:
         return pb_grpc.GatewayStub(channel)
+
+    def held_pulls(self) -> float:
+        """Its ``tide_gateway_held_pulls`` gauge: the long polls it holds (sampled every
+        second)."""
+        return total(scrape(str(self.ready["metrics"])), "tide_gateway_held_pulls")
+
+    def wait_held(self, count: int) -> None:
+        """Until it holds ``count`` pulls (or more): wait on this, not a sleep, before
+        relying on a pull being held."""
+        wait_until(
+            lambda: self.held_pulls() >= count,
+            f"{count} held pulls",
+            interval_s=SCRAPE_INTERVAL_S,
+            state=lambda: f"{self.held_pulls():g} held",
+        )
 
 
 @dataclass
@@ -218,7 +236,7 @@ class Cluster:
         wanted = {
             (broker.name, member.broker_id) for broker in started for member in broker.members
         }
-        self.wait_for(
+        wait_until(
             lambda: wanted <= self.registered_members(),
             f"broker members {sorted(wanted)} registered",
         )
@@ -229,7 +247,7 @@ class Cluster:
         broker_id = max(member.broker_id for member in broker.members) + 1
         (slave,) = self._start_members([(broker.name, broker_id, broker.master.storage.listen)])
         broker.slaves.append(slave)
-        self.wait_for(
+        wait_until(
             lambda: (broker.name, broker_id) in self.registered_members(),
             f"slave {broker_id} of {broker.name} registered",
         )
@@ -337,6 +355,9 @@ class Cluster:
             str(ROUTE_REFRESH_MS),
             "--max-message-body-bytes",
             str(MAX_BODY_BYTES),
+            # Its gauges (held pulls: GatewayProcess.wait_held) on a free port.
+            "--metrics-listen",
+            "127.0.0.1:0",
             *args,
         )
         proc = spawn(command, workdir)
@@ -424,14 +445,6 @@ class Cluster:
             timeout=RPC_TIMEOUT_S,
         )
         return list(reply.broker_names)
-
-    @staticmethod
-    def wait_for(check: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not check():
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-            time.sleep(0.05)
 
 
 def cluster_fixture(

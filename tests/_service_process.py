@@ -7,18 +7,19 @@ shortcuts.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 import grpc
 import pytest
+
+from tide.spawn import NotReadyError, wait_ready
+from tide.spawn import spawn as tide_spawn
 
 READY_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 30.0
@@ -31,12 +32,9 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 StubT = TypeVar("StubT")
 
 
-def child_env(ready_file: Path | None) -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """The test runner's environment without TIDE_* settings that could change the service."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
-    if ready_file is not None:
-        env["TIDE_READY_FILE"] = str(ready_file)
-    return env
+    return {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -52,11 +50,11 @@ def spawn(
         (workdir / "stdout.log").open("wb") as out,
         (workdir / "stderr.log").open("wb") as err,
     ):
-        return subprocess.Popen(
+        return tide_spawn(
             args,
+            workdir / "ready.json" if ready_file else None,
+            env=child_env(),
             cwd=REPO_ROOT,
-            env=child_env(workdir / "ready.json" if ready_file else None),
-            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
         )
@@ -128,17 +126,13 @@ class ServiceProcess(Generic[StubT]):
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait for the ready file; fail with the stderr if the process dies first."""
-        deadline = time.monotonic() + timeout_s
-        while not self.ready_file.exists():
-            code = self.proc.poll()
-            if code is not None:
-                pytest.fail(
-                    f"{self.service} exited with {code} before it was ready; {self.describe()}"
-                )
-            if time.monotonic() > deadline:
-                pytest.fail(f"{self.service} not ready after {timeout_s}s; {self.describe()}")
-            time.sleep(0.02)
-        self.ready = json.loads(self.ready_file.read_text(encoding="utf-8"))
+        name = f"{self.service} process {self.proc.pid} on {self.store_dir}"
+        try:
+            self.ready = wait_ready(
+                self.proc, self.ready_file, name, timeout_s, stderr_path=self.stderr_path
+            )
+        except NotReadyError as exc:
+            pytest.fail(str(exc))
         assert self.ready["pid"] == self.proc.pid, self.ready
         self.listen = str(self.ready["listen"])
         self._channel = grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS)

@@ -47,6 +47,7 @@ from tide.client import (
 )
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until
 
 WAIT_S = 90.0
 QUEUES = 4
@@ -60,15 +61,6 @@ FAST_CONSUMER = {
     "commit_interval_ms": 200,
     "rpc_timeout_ms": 5_000,
 }
-
-
-def wait_until(check: object, what: str, timeout_s: float = WAIT_S) -> None:
-    assert callable(check)
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -135,10 +127,10 @@ class ProducerThread:
                 )
             except TideError as exc:
                 self.errors.append(exc)
-                time.sleep(0.05)
+                time.sleep(0.05)  # pacing (a load generator), not a wait
                 continue
             self.sent.extend(zip(keys, results, strict=True))
-            time.sleep(0.01)
+            time.sleep(0.01)  # pacing (a load generator), not a wait
 
     def acked(self, broker_name: str | None = None) -> list[tuple[str, SendResult]]:
         """(key, result) of the SEND_OK messages (on ``broker_name`` when given)."""
@@ -235,6 +227,7 @@ def test_master_killed_reads_and_consumers_go_on_from_the_slave_and_back(
     wait_until(
         lambda: all(b.master.storage.status().replication.slaves for b in cluster.brokers),
         "every slave connected to its master",
+        timeout_s=WAIT_S,
     )
     deliveries = Deliveries()
     consumers = start_group(gateway, topic, group, deliveries)
@@ -242,14 +235,24 @@ def test_master_killed_reads_and_consumers_go_on_from_the_slave_and_back(
         wait_until(
             lambda: all(len(c.assignment()) == QUEUES and not c.pending() for c in consumers),
             "the group to split the 8 queues, 4 each",
+            timeout_s=WAIT_S,
         )
         # Phase 1: produce with the consumers held, so broker-a has a backlog when its
         # master dies; the master is killed while the producer runs.
         deliveries.open.clear()
         producer = ProducerThread(gateway, topic, "k").start()
-        wait_until(lambda: len(producer.acked("broker-a")) >= 200, "200 acked on broker-a")
+        wait_until(
+            lambda: len(producer.acked("broker-a")) >= 200,
+            "200 acked on broker-a",
+            timeout_s=WAIT_S,
+        )
+        on_b = len(producer.acked("broker-b"))
         broker_a.master.kill()
-        time.sleep(1.0)  # the producer goes on (to broker-b) across the kill
+        wait_until(
+            lambda: len(producer.acked("broker-b")) >= on_b + 40,
+            "the producer going on (to broker-b) across the kill",
+            timeout_s=WAIT_S,
+        )
         producer.stop()
         acked = producer.acked()
         assert producer.acked("broker-b")
@@ -265,6 +268,7 @@ def test_master_killed_reads_and_consumers_go_on_from_the_slave_and_back(
         wait_until(
             lambda: {key for key, _ in acked} <= deliveries.keys(),
             "every acknowledged message consumed while broker-a's master is down",
+            timeout_s=WAIT_S,
         )
         assert not broker_a.master.running
         assert committed(gateway, group, queue_a0) is None  # still down: nothing stored
@@ -274,19 +278,26 @@ def test_master_killed_reads_and_consumers_go_on_from_the_slave_and_back(
         wait_until(
             lambda: broker_a.master.storage.status().replication.slaves,
             "the slave reconnected to the restarted master",
+            timeout_s=WAIT_S,
         )
         producer = ProducerThread(gateway, topic, "after").start()
-        wait_until(lambda: len(producer.acked("broker-a")) >= 40, "acked on the restarted master")
+        wait_until(
+            lambda: len(producer.acked("broker-a")) >= 40,
+            "acked on the restarted master",
+            timeout_s=WAIT_S,
+        )
         producer.stop()
         acked += producer.acked()
         ends = queue_ends(gateway, topic)
         wait_until(
             lambda: len(deliveries.positions()) >= sum(ends.values()),
             "every stored message consumed",
+            timeout_s=WAIT_S,
         )
         wait_until(
             lambda: all(committed(gateway, group, q) == end for q, end in ends.items()),
             "the committed offsets at the queues' ends",
+            timeout_s=WAIT_S,
         )
     finally:
         for consumer in consumers:
@@ -310,13 +321,20 @@ def test_empty_slave_copies_everything_and_serves_reads_once_the_master_is_gone(
         broker = cluster.brokers[0]
         slave = cluster.add_slave(broker)
         end = broker.master.storage.status().max_offset
-        wait_until(lambda: slave.storage.status().max_offset == end, "the slave to copy all")
-        wait_until(lambda: dispatch_caught_up(slave), "the slave's dispatch to catch up")
+        wait_until(
+            lambda: slave.storage.status().max_offset == end,
+            "the slave to copy all",
+            timeout_s=WAIT_S,
+        )
+        wait_until(
+            lambda: dispatch_caught_up(slave), "the slave's dispatch to catch up", timeout_s=WAIT_S
+        )
 
         broker.master.stop()  # unregisters: the route keeps the slave only
         wait_until(
             lambda: ("broker-a", 0) not in cluster.registered_members(),
             "the master gone from the name server",
+            timeout_s=WAIT_S,
         )
         with Admin(gateway) as admin:
             for index in range(0, len(sent), 20):
@@ -360,7 +378,11 @@ def test_sync_master_statuses_reach_the_producer(tmp_path: Path) -> None:
         # No slave connected: written, answered at once.
         assert produce().status == pb.ProduceResult.SLAVE_NOT_AVAILABLE
         slave = cluster.add_slave(cluster.brokers[0])
-        wait_until(lambda: produce().status == pb.ProduceResult.SEND_OK, "a slave in sync")
+        wait_until(
+            lambda: produce().status == pb.ProduceResult.SEND_OK,
+            "a slave in sync",
+            timeout_s=WAIT_S,
+        )
         # A slave that stops acknowledging: the master waits its timeout, then says so.
         os.kill(slave.storage.proc.pid, signal.SIGSTOP)
         try:
@@ -384,8 +406,14 @@ def test_tide_consume_reads_from_the_slave_and_keeps_going_when_commits_fail(
         broker = cluster.brokers[0]
         slave = broker.slaves[0]
         end = broker.master.storage.status().max_offset
-        wait_until(lambda: slave.storage.status().max_offset == end, "the slave to copy all")
-        wait_until(lambda: dispatch_caught_up(slave), "the slave's dispatch to catch up")
+        wait_until(
+            lambda: slave.storage.status().max_offset == end,
+            "the slave to copy all",
+            timeout_s=WAIT_S,
+        )
+        wait_until(
+            lambda: dispatch_caught_up(slave), "the slave's dispatch to catch up", timeout_s=WAIT_S
+        )
         broker.master.kill()
         command = [sys.executable, "-m", "tide.cli", "consume", "G_cli", topic]
         options = ["--from", "first", "--count", "100", "--json", "--long-poll-ms", "1000"]
@@ -426,7 +454,7 @@ def test_held_pull_on_the_slave_is_woken_by_the_slaves_arrivals(tmp_path: Path) 
         started = time.monotonic()
         puller = threading.Thread(target=lambda: answers.append(stub.Pull(request, timeout=60)))
         puller.start()
-        time.sleep(1.0)  # the pull is held by now
+        cluster.gateway.wait_held(1)
         assert not answers
         reply = stub.Produce(
             pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic, body=b"hi", queue=queue)]),

@@ -6,6 +6,7 @@ import threading
 import time
 
 from tide.rwlock import RWLock
+from tide.waiting import wait_until
 
 WAIT_S = 5.0
 
@@ -31,7 +32,7 @@ def test_readers_share_and_a_writer_waits_for_them() -> None:
     inside.wait()
     write_thread = threading.Thread(target=writer)
     write_thread.start()
-    time.sleep(0.05)
+    wait_until(lambda: lock.writers_waiting == 1, "the writer to wait", WAIT_S)
     assert not wrote.is_set(), "the writer got in while readers held the lock"
     release.set()
     write_thread.join(WAIT_S)
@@ -64,9 +65,11 @@ def test_a_waiting_writer_holds_back_new_readers() -> None:
     first_in.wait(WAIT_S)
     threads.append(threading.Thread(target=writer))
     threads[1].start()
-    time.sleep(0.05)  # the writer is waiting now
+    wait_until(lambda: lock.writers_waiting == 1, "the writer to wait", WAIT_S)
     threads.append(threading.Thread(target=late_reader))
     threads[2].start()
+    # Deliberately lets time pass: the late reader must not get in meanwhile (the order
+    # asserted at the end shows it waited behind the writer either way).
     time.sleep(0.05)
     assert order == [], "a reader overtook the waiting writer"
     release_first.set()

@@ -20,6 +20,11 @@ class RWLock:
         self._writer = False
         self._writers_waiting = 0
 
+    @property
+    def writers_waiting(self) -> int:
+        """Writers blocked waiting for the lock now (a snapshot: for tests and gauges)."""
+        return self._writers_waiting
+
     @contextmanager
     def read(self) -> Iterator[None]:
         """Hold the lock shared for the ``with`` block."""

@@ -107,6 +107,16 @@ def _storage_unavailable(storage: StorageClient, exc: grpc.aio.AioRpcError) -> S
     )
 
 
+def _out_of_range(
+    queue: ConsumeQueue, offset: int, min_offset: int, max_offset: int
+) -> ServiceError:
+    return ServiceError(
+        grpc.StatusCode.OUT_OF_RANGE,
+        f"offset {offset} is outside consume queue {queue.name}'s range: "
+        f"min_offset {min_offset}, max_offset {max_offset}",
+    )
+
+
 def _add_entries(
     response: pb.GetQueueEntriesResponse,
     looked_at: list[Entry],
@@ -211,11 +221,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         min_offset = queue.min_offset
         offset = request.offset
         if not min_offset <= offset <= max_offset:
-            raise ServiceError(
-                grpc.StatusCode.OUT_OF_RANGE,
-                f"offset {offset} is outside consume queue {queue.name}'s range: "
-                f"min_offset {min_offset}, max_offset {max_offset}",
-            )
+            raise _out_of_range(queue, offset, min_offset, max_offset)
         response = pb.GetQueueEntriesResponse(
             next_offset=offset, min_offset=min_offset, max_offset=max_offset
         )
@@ -229,6 +235,11 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             # Not past the max offset reported (the queue may grow meanwhile).
             looked_at = queue.get(offset, min(scan, max_offset - offset))
             response.next_offset = _add_entries(response, looked_at, max_count, codes, max_bytes)
+        if response.next_offset == offset < max_offset and queue.min_offset > offset:
+            # Nothing looked at below the max: retention moved the min past the offset
+            # after the check above. Answer as a moment later (not "no entries" with a min
+            # the queue no longer serves).
+            raise _out_of_range(queue, offset, queue.min_offset, max_offset)
         return response
 
     def _note_caught_up(self, topic: str, queue_id: int, offset: int, max_offset: int) -> None:

@@ -5,10 +5,10 @@ assertions."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from tests._cluster import Cluster, cluster_fixture
 from tide.bench._stats import SUMMARY_KEYS
 from tide.bench._workload import field_names
 from tide.client import Admin, PullConsumer
+from tide.waiting import WaitTimeout, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 180
@@ -170,15 +171,19 @@ def test_run_table_keep_topics_and_set(cluster: Cluster, tmp_path: Path) -> None
 
 
 def stored_messages(cluster: Cluster, topic: str, expected: int) -> int:
-    """The messages in the topic's queues, once the dispatch has them all (or 10 s)."""
-    deadline = time.monotonic() + 10
+    """The messages in the topic's queues, once the dispatch has them all (or 30 s: the
+    caller compares)."""
+    seen = [0]
     with PullConsumer("test-bench-offsets", cluster.gateway.listen) as consumer:
-        while True:
+
+        def all_stored() -> bool:
             offsets = [consumer.offsets(queue) for queue in consumer.queues(topic)]
-            stored = sum(item.max_offset - item.min_offset for item in offsets)
-            if stored >= expected or time.monotonic() > deadline:
-                return stored
-            time.sleep(0.05)
+            seen[0] = sum(item.max_offset - item.min_offset for item in offsets)
+            return seen[0] >= expected
+
+        with contextlib.suppress(WaitTimeout):
+            wait_until(all_stored, f"{expected} messages stored in {topic}")
+    return seen[0]
 
 
 def test_producer_only_run(cluster: Cluster, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The gateway commands (topic, cluster, produce, consume, query, offsets) through the real
-entry point, in subprocesses, against a real cluster of two brokers."""
+entry point, in subprocesses (one in-process: a signal at an exact point), against a real
+cluster of two brokers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests._cluster import Cluster, cluster_fixture
+from tide.cli import _consume, main
 from tide.client import Admin, PullConsumer
+from tide.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
@@ -172,7 +177,7 @@ def test_query(cluster: Cluster) -> None:
     assert json.loads(ok(tide(cluster, "query", "id", msg_id, "--json")))["keys"] == ["q3"]
 
     with Admin(cluster.gateway.listen) as admin:
-        cluster.wait_for(lambda: len(admin.query_key(topic, "q3")) == 1, "q3 indexed")
+        wait_until(lambda: len(admin.query_key(topic, "q3")) == 1, "q3 indexed")
     by_key = json.loads(ok(tide(cluster, "query", "key", topic, "q3", "--json")))["messages"]
     assert [m["msg_id"] for m in by_key] == [msg_id]
     rows = ok(tide(cluster, "query", "key", topic, "q3")).splitlines()
@@ -230,6 +235,34 @@ def test_consume_follows_until_ctrl_c(cluster: Cluster) -> None:
         follower.send_signal(signal.SIGINT)
         _, err = follower.communicate(timeout=TIMEOUT_S)
     assert follower.returncode == 130
+    assert "interrupted" in err
+    with PullConsumer(group, cluster.gateway.listen) as consumer:
+        [queue] = consumer.queues(topic)
+        assert consumer.committed(queue) == 3
+
+
+def test_ctrl_c_right_after_printing_commits_what_was_printed(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGINT in the narrowest window: the lines are out, the queue's position not yet
+    recorded (where test_consume_follows_until_ctrl_c's SIGINT landed when it found
+    offset 0 committed). In-process, so that the signal lands exactly there."""
+    topic, group = "T_cli_ctrl_c", "G_cli_ctrl_c"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    ok(tide(cluster, "produce", topic, "--count", "3"))
+    print_lines = _consume._Printer.message_lines
+
+    def print_then_interrupt(printer: Any, result: Any, limit: int | None) -> int:
+        printed: int = print_lines(printer, result, limit)
+        signal.raise_signal(signal.SIGINT)  # its handler runs before this returns
+        return printed
+
+    monkeypatch.setattr(_consume._Printer, "message_lines", print_then_interrupt)
+    argv = ["consume", group, topic, "--json", "--from", "first"]
+    code = main([*argv, "--gateway", cluster.gateway.listen])
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["queue_offset"] for line in out.splitlines()] == [0, 1, 2]
+    assert code == 130, err
     assert "interrupted" in err
     with PullConsumer(group, cluster.gateway.listen) as consumer:
         [queue] = consumer.queues(topic)

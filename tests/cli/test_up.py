@@ -26,6 +26,7 @@ from tide.v1 import nameserver_pb2 as ns_pb
 from tide.v1 import nameserver_pb2_grpc as ns_grpc
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 START_TIMEOUT_S = 60.0
 RPC_TIMEOUT_S = 20.0
@@ -82,14 +83,6 @@ def read_endpoints(proc: subprocess.Popen[str], stderr_path: Path) -> dict[str, 
         if len(words) == 2 and not line.startswith("Try"):
             endpoints[words[0]] = words[1]
     raise AssertionError("no endpoints within the deadline")
-
-
-def wait_for(check: object, what: str) -> None:
-    assert callable(check)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def serving(endpoint: str, service: str) -> bool:
@@ -160,13 +153,22 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             if name in endpoints:
                 assert serving(endpoints[name], service), name
         # The storage registered with the name server, advertising its dispatch.
-        wait_for(
+        wait_until(
             lambda: cluster_members(namesrv) == [("broker-a", storage, dispatch)],
             "broker-a's registration",
+            timeout_s=START_TIMEOUT_S,
         )
         append(storage, "UpTopic")
-        wait_for(lambda: dispatched(dispatch, "UpTopic"), "the dispatch to see the message")
-        wait_for(lambda: routed_brokers(namesrv, "UpTopic") == ["broker-a"], "UpTopic's route")
+        wait_until(
+            lambda: dispatched(dispatch, "UpTopic"),
+            "the dispatch to see the message",
+            timeout_s=START_TIMEOUT_S,
+        )
+        wait_until(
+            lambda: routed_brokers(namesrv, "UpTopic") == ["broker-a"],
+            "UpTopic's route",
+            timeout_s=START_TIMEOUT_S,
+        )
         assert (root / "store" / "abort").exists()  # open while running
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 0, stderr_path.read_text()
@@ -187,9 +189,15 @@ def test_up_with_two_brokers(tmp_path: Path) -> None:
         endpoints = read_endpoints(proc, stderr_path)
         pairs = [(endpoints[f"storage-{x}"], endpoints[f"dispatch-{x}"]) for x in "ab"]
         want = [("broker-a", *pairs[0]), ("broker-b", *pairs[1])]
-        wait_for(lambda: cluster_members(endpoints["nameserver"]) == want, "both brokers")
+        wait_until(
+            lambda: cluster_members(endpoints["nameserver"]) == want,
+            "both brokers",
+            timeout_s=START_TIMEOUT_S,
+        )
         append(pairs[1][0], "OnB")
-        wait_for(lambda: dispatched(pairs[1][1], "OnB"), "broker-b's dispatch")
+        wait_until(
+            lambda: dispatched(pairs[1][1], "OnB"), "broker-b's dispatch", timeout_s=START_TIMEOUT_S
+        )
         assert routed_brokers(endpoints["nameserver"], "OnB") == ["broker-b"]
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, stderr_path.read_text()
@@ -254,15 +262,24 @@ def test_up_with_a_slave_per_broker(tmp_path: Path) -> None:
             ("broker-a", 0, master, endpoints["dispatch"]),
             ("broker-a", 1, slave, endpoints["dispatch-1"]),
         ]
-        wait_for(lambda: members(endpoints["nameserver"]) == want, "the master and its slave")
-        wait_for(lambda: storage_status(master).replication.slaves, "the slave connected")
+        wait_until(
+            lambda: members(endpoints["nameserver"]) == want,
+            "the master and its slave",
+            timeout_s=START_TIMEOUT_S,
+        )
+        wait_until(
+            lambda: storage_status(master).replication.slaves,
+            "the slave connected",
+            timeout_s=START_TIMEOUT_S,
+        )
         assert storage_status(master).replication.role == "SYNC_MASTER"
         repl = storage_status(slave).replication
         assert (repl.role, repl.broker_id, repl.master_address) == ("SLAVE", 1, master)
         append(master, "Replicated")  # PUT_OK: a slave acknowledged it (SYNC_MASTER)
-        wait_for(
+        wait_until(
             lambda: dispatched(endpoints["dispatch-1"], "Replicated"),
             "the slave's own dispatch to see the message",
+            timeout_s=START_TIMEOUT_S,
         )
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, stderr_path.read_text()

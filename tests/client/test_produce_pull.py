@@ -22,6 +22,7 @@ from tide.client import (
     SendResult,
     TopicNotFound,
 )
+from tide.waiting import wait_until
 
 LONG_POLL_MS = 20_000
 BROKERS = ["broker-a", "broker-b"]
@@ -32,9 +33,7 @@ def wait_dispatched(
 ) -> None:
     """Dispatch builds consume queues after the store write: wait until ``count`` messages
     are in ``queues``."""
-    cluster.wait_for(
-        lambda: sum(consumer.max_offset(q) for q in queues) >= count, f"{count} dispatched"
-    )
+    wait_until(lambda: sum(consumer.max_offset(q) for q in queues) >= count, f"{count} dispatched")
 
 
 def drain(consumer: PullConsumer, queue: MessageQueue, offset: int = 0) -> list[PullResult]:
@@ -146,7 +145,7 @@ def test_long_poll_is_answered_soon_after_a_send(cluster: Cluster) -> None:
         started = time.monotonic()
         puller = threading.Thread(target=poll)
         puller.start()
-        time.sleep(0.5)  # let the pull reach the gateway and wait there
+        cluster.gateway.wait_held(1)  # the pull reached the gateway and waits there
         with Producer(gateway) as producer:
             producer.send("T_poll", b"wake up")
         puller.join(LONG_POLL_MS / 1000 + 10)
@@ -164,7 +163,9 @@ def test_offsets_commit_and_search(cluster: Cluster) -> None:
     queue = MessageQueue("T_offsets", "broker-b", 0)
     with Producer(gateway) as producer:
         first = [producer.send("T_offsets", b"early %d" % i) for i in range(3)]
-        time.sleep(0.05)  # a store-time boundary between the two halves
+        # A store-time boundary between the two halves (the storage's clock is this one).
+        last_early_ms = max(result.store_timestamp_ms for result in first)
+        wait_until(lambda: time.time() * 1000 >= last_early_ms + 1, "the clock past the first half")
         later = [producer.send("T_offsets", b"late %d" % i) for i in range(2)]
     with PullConsumer("G_offsets", gateway) as consumer:
         wait_dispatched(cluster, consumer, [queue], 5)

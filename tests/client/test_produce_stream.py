@@ -21,6 +21,7 @@ from tide.client import (
     TopicNotFound,
     Unavailable,
 )
+from tide.waiting import wait_until
 
 RESULT_TIMEOUT_S = 30.0
 
@@ -51,9 +52,7 @@ def test_pipelined_sends_are_all_written_once(cluster: Cluster) -> None:
         assert sorted(offsets[queue]) == list(range(count))
     with PullConsumer("G_stream_many", cluster.gateway.listen) as consumer:
         queues = consumer.queues("T_stream_many")
-        cluster.wait_for(
-            lambda: sum(consumer.max_offset(q) for q in queues) >= 2050, "2050 dispatched"
-        )
+        wait_until(lambda: sum(consumer.max_offset(q) for q in queues) >= 2050, "2050 dispatched")
 
 
 def test_in_band_errors_fail_only_their_future(cluster: Cluster) -> None:

@@ -17,6 +17,7 @@ from tide.client import (
     ReceivedMessage,
     TopicNotFound,
 )
+from tide.waiting import wait_until
 
 WAIT_S = 60.0
 QUEUES_PER_BROKER = 4
@@ -80,9 +81,9 @@ def test_two_members_each_message_once_with_a_member_leaving_halfway(cluster: Cl
     first = consumer(cluster, group, topic, recorder, "a").start()
     second = consumer(cluster, group, topic, recorder, "b")
     try:
-        cluster.wait_for(lambda: len(first.assignment()) == total, "a owns every queue", WAIT_S)
+        wait_until(lambda: len(first.assignment()) == total, "a owns every queue", WAIT_S)
         second.start()
-        cluster.wait_for(
+        wait_until(
             lambda: len(first.assignment()) == len(second.assignment()) == total // 2,
             "the queues split 4 / 4",
             WAIT_S,
@@ -106,12 +107,12 @@ def test_two_members_each_message_once_with_a_member_leaving_halfway(cluster: Cl
         producing = threading.Thread(target=produce)
         producing.start()
         assert stop_at.wait(WAIT_S)
-        cluster.wait_for(lambda: recorder.members()["a"] > 0, "a consumed something", WAIT_S)
+        wait_until(lambda: recorder.members()["a"] > 0, "a consumed something", WAIT_S)
         first.shutdown()  # commits its queues, then leaves: b takes them at once
         producing.join(WAIT_S)
         assert len(sent) == count
-        cluster.wait_for(lambda: len(second.assignment()) == total, "b owns every queue", WAIT_S)
-        cluster.wait_for(lambda: recorder.count() >= count, "every message consumed", WAIT_S)
+        wait_until(lambda: len(second.assignment()) == total, "b owns every queue", WAIT_S)
+        wait_until(lambda: recorder.count() >= count, "every message consumed", WAIT_S)
     finally:
         first.shutdown()
         second.shutdown()
@@ -144,12 +145,12 @@ def test_a_restarted_group_continues_from_its_committed_offsets(cluster: Cluster
         for i in range(20):
             producer.send(topic, b"m", keys=[f"old-{i}"])
     with consumer(cluster, group, topic, recorder, "a"):
-        cluster.wait_for(lambda: recorder.count() >= 20, "the first 20", WAIT_S)
+        wait_until(lambda: recorder.count() >= 20, "the first 20", WAIT_S)
     with Producer(cluster.gateway.listen) as producer:
         for i in range(10):
             producer.send(topic, b"m", keys=[f"new-{i}"])
     with consumer(cluster, group, topic, recorder, "a2"):
-        cluster.wait_for(lambda: recorder.count() >= 30, "the next 10", WAIT_S)
+        wait_until(lambda: recorder.count() >= 30, "the next 10", WAIT_S)
     keys = recorder.keys()
     assert len(keys) == 30
     assert max(keys.values()) == 1
@@ -165,13 +166,13 @@ def test_consume_from_last_skips_what_was_there(cluster: Cluster) -> None:
     ):
         producer.send(topic, b"m", keys=["before"])
         [queue] = pull.queues(topic)
-        cluster.wait_for(lambda: pull.max_offset(queue) == 1, "dispatched", WAIT_S)
+        wait_until(lambda: pull.max_offset(queue) == 1, "dispatched", WAIT_S)
         with consumer(cluster, group, topic, recorder, "a", consume_from="last") as member:
-            cluster.wait_for(lambda: len(member.assignment()) == 1, "the queue taken", WAIT_S)
+            wait_until(lambda: len(member.assignment()) == 1, "the queue taken", WAIT_S)
             # the start position (the end) is committed before the first long poll
-            cluster.wait_for(lambda: pull.committed(queue) == 1, "start committed", WAIT_S)
+            wait_until(lambda: pull.committed(queue) == 1, "start committed", WAIT_S)
             producer.send(topic, b"m", keys=["after"])
-            cluster.wait_for(lambda: recorder.count() >= 1, "the new message", WAIT_S)
+            wait_until(lambda: recorder.count() >= 1, "the new message", WAIT_S)
     assert recorder.keys() == Counter({"after": 1})
 
 
@@ -201,7 +202,7 @@ def test_a_failing_callback_is_retried_then_skipped(cluster: Cluster) -> None:
         cluster.gateway.listen,
         **options,  # type: ignore[arg-type]
     ):
-        cluster.wait_for(lambda: attempts["ok-2"] == 1, "the message after the poison", WAIT_S)
+        wait_until(lambda: attempts["ok-2"] == 1, "the message after the poison", WAIT_S)
     assert attempts == Counter({"ok-1": 1, "flaky": 2, "poison": 3, "ok-2": 1})
 
 

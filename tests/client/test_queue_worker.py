@@ -18,6 +18,7 @@ from tide.client._pull_consumer import GatewayReader
 from tide.client._queue_worker import QueueWorker, WorkerSettings, retry_wait_ms
 from tide.client._rpc import Connection
 from tide.v1 import gateway_pb2, storage_pb2
+from tide.waiting import wait_until
 
 QUEUE = MessageQueue("T", "broker-a", 0)
 WAIT_S = 10.0
@@ -92,17 +93,10 @@ def settings(**overrides: Any) -> WorkerSettings:
     return WorkerSettings(**values)
 
 
-def wait_for(condition: Any) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
-
-
-def run_until(worker: QueueWorker, condition: Any) -> None:
+def run_until(worker: QueueWorker, condition: Any, what: str) -> None:
     worker.start()
     try:
-        wait_for(condition)
+        wait_until(condition, what, WAIT_S)
     finally:
         worker.stop()
         assert worker.join(WAIT_S)
@@ -112,7 +106,7 @@ def test_delivers_in_order_and_commits_when_drained_and_on_stop() -> None:
     reader = MemoryReader(5)
     seen: list[int] = []
     worker = QueueWorker(QUEUE, reader, settings(), lambda m: seen.append(m.queue_offset))
-    run_until(worker, lambda: reader.commits == [5])
+    run_until(worker, lambda: reader.commits == [5], "offset 5 committed")
     assert seen == [0, 1, 2, 3, 4]
     assert reader.commits == [5]  # nothing new after the drain commit: no second commit
 
@@ -121,7 +115,7 @@ def test_resumes_from_the_committed_offset() -> None:
     reader = MemoryReader(5, committed=3)
     seen: list[int] = []
     worker = QueueWorker(QUEUE, reader, settings(), lambda m: seen.append(m.queue_offset))
-    run_until(worker, lambda: reader.commits == [5])
+    run_until(worker, lambda: reader.commits == [5], "offset 5 committed")
     assert seen == [3, 4]
 
 
@@ -131,7 +125,7 @@ def test_last_starts_at_the_end_and_commits_it() -> None:
     worker = QueueWorker(
         QUEUE, reader, settings(consume_from=ConsumeFrom("last")), lambda m: seen.append(1)
     )
-    run_until(worker, lambda: reader.commits == [5])
+    run_until(worker, lambda: reader.commits == [5], "offset 5 committed")
     assert seen == []
 
 
@@ -145,7 +139,7 @@ def test_a_failing_callback_is_retried_then_succeeds() -> None:
             raise RuntimeError("not yet")
 
     worker = QueueWorker(QUEUE, reader, settings(max_retries=2), callback)
-    run_until(worker, lambda: reader.commits == [4])
+    run_until(worker, lambda: reader.commits == [4], "offset 4 committed")
     assert attempts == [0, 1, 2, 2, 2, 3]
     assert worker.skipped == 0
     assert worker.delivered == 4
@@ -161,7 +155,7 @@ def test_a_message_failing_every_retry_is_skipped() -> None:
             raise RuntimeError("always")
 
     worker = QueueWorker(QUEUE, reader, settings(max_retries=2), callback)
-    run_until(worker, lambda: reader.commits == [3])
+    run_until(worker, lambda: reader.commits == [3], "offset 3 committed")
     assert attempts == [0, 1, 1, 1, 2]
     assert worker.skipped == 1
 
@@ -176,7 +170,7 @@ def test_stop_during_retries_commits_the_failing_message_for_the_next_owner() ->
             raise RuntimeError("down")
 
     worker = QueueWorker(QUEUE, reader, settings(max_retries=5, retry_backoff_ms=60_000), callback)
-    run_until(worker, failing.is_set)
+    run_until(worker, failing.is_set, "the handler to fail")
     assert reader.commits == [1]
     assert worker.position == 1
 
@@ -185,7 +179,8 @@ def test_stop_cancels_a_long_poll_at_once() -> None:
     reader = MemoryReader(0)
     worker = QueueWorker(QUEUE, reader, settings(long_poll_timeout_ms=30_000), lambda m: None)
     worker.start()
-    wait_for(lambda: reader.commits == [0])  # start position committed before the long poll
+    # The start position is committed before the long poll.
+    wait_until(lambda: reader.commits == [0], "offset 0 committed", WAIT_S)
     started = time.monotonic()
     worker.stop()
     assert worker.join(WAIT_S)

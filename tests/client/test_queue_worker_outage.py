@@ -19,16 +19,17 @@ import pytest
 
 from tests.client.test_queue_worker import (
     QUEUE,
+    WAIT_S,
     MemoryReader,
     _Future,
     run_until,
     settings,
-    wait_for,
 )
 from tide.client import MessageQueue, Unavailable
 from tide.client._queue_worker import MIN_COMMIT_RETRY_MS, QueueWorker
 from tide.client._rpc import Connection
 from tide.v1 import gateway_pb2
+from tide.waiting import wait_until
 
 # How long an empty pull "long-polls" here before answering NO_NEW_MESSAGE.
 EMPTY_PULL_S = 0.01
@@ -42,6 +43,7 @@ class FlakyCommits(MemoryReader):
         self.down = threading.Event()
         self.attempts: list[int] = []
         self.single: list[bool] = []
+        self.empty_pulls = 0
 
     def commit(self, group: str, queue: MessageQueue, offset: int) -> None:
         self.attempts.append(offset)
@@ -58,7 +60,9 @@ class FlakyCommits(MemoryReader):
     def pull_future(self, request: gateway_pb2.PullRequest) -> Any:
         if request.offset < self.count:
             return super().pull_future(request)
-        time.sleep(EMPTY_PULL_S)  # a short long poll that finds nothing new
+        self.empty_pulls += 1
+        # Deliberately lets time pass: a short long poll that finds nothing new.
+        time.sleep(EMPTY_PULL_S)
         return _Future(
             gateway_pb2.PullResponse(
                 status=gateway_pb2.PullResponse.NO_NEW_MESSAGE,
@@ -84,7 +88,11 @@ def test_consuming_goes_on_while_commits_fail_and_the_position_is_committed_afte
     caplog.set_level(logging.DEBUG, logger="tide.client.consumer")
     worker.start()
     try:
-        wait_for(lambda: seen == [0, 1, 2, 3, 4, 5] and len(reader.attempts) >= 3)
+        wait_until(
+            lambda: seen == [0, 1, 2, 3, 4, 5] and len(reader.attempts) >= 3,
+            "all six consumed and three commit attempts",
+            WAIT_S,
+        )
         assert reader.commits == []  # nothing stored while down
         assert worker.commit_failures >= 3
         assert worker.position == 6
@@ -94,7 +102,7 @@ def test_consuming_goes_on_while_commits_fail_and_the_position_is_committed_afte
         assert len(warnings) == 1, [r.message for r in warnings]
         assert "consumer offsets live on the master of broker-a" in warnings[0].message
         reader.down.clear()
-        wait_for(lambda: reader.commits == [6])
+        wait_until(lambda: reader.commits == [6], "offset 6 committed", WAIT_S)
         assert worker.commit_failures == 0
         assert any("succeeded after" in r.message for r in caplog.records)
     finally:
@@ -111,9 +119,10 @@ def test_failed_commits_are_retried_once_per_interval_not_before_every_pull() ->
     worker = QueueWorker(QUEUE, reader, settings(commit_interval_ms=60_000), lambda m: None)
     worker.start()
     try:
-        wait_for(lambda: len(reader.attempts) >= 1)
-        time.sleep(0.5)  # ~50 empty pulls: none of them tries the commit again
-        assert reader.attempts == [3]
+        wait_until(lambda: len(reader.attempts) >= 1, "a commit attempt", WAIT_S)
+        pulls = reader.empty_pulls
+        wait_until(lambda: reader.empty_pulls >= pulls + 50, "50 more empty pulls", WAIT_S)
+        assert reader.attempts == [3]  # none of them tried the commit again
     finally:
         worker.stop()
         assert worker.join(10)
@@ -127,7 +136,7 @@ def test_the_final_commit_on_release_is_retried_and_reported(
     reader.down.set()
     caplog.set_level(logging.INFO, logger="tide.client.consumer")
     worker = QueueWorker(QUEUE, reader, settings(), lambda m: None)
-    run_until(worker, lambda: worker.position == 2)
+    run_until(worker, lambda: worker.position == 2, "position 2")
     assert reader.attempts[-1] == 2
     assert any(r.levelno == logging.ERROR and "final commit" in r.message for r in caplog.records)
 

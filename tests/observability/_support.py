@@ -1,14 +1,12 @@
 """A real cluster whose every process serves /metrics on a free port (named in its ready
-file) and writes its spans as JSON lines, plus scraping and span-reading helpers."""
+file) and writes its spans as JSON lines, plus a span-reading helper (scraping:
+tests/_metrics.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +16,6 @@ from tests._cluster import Cluster
 from tests.services.dispatch.conftest import DispatchLauncher
 from tests.services.nameserver.process import NameServerLauncher
 from tests.services.storage.conftest import StorageLauncher
-
-SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 
 
 def telemetry_args(spans_dir: Path) -> tuple[str, ...]:
@@ -58,44 +54,6 @@ def telemetry_cluster(root: Path, spans_dir: Path, **cluster_args: Any) -> Itera
         patch.setattr(NameServerLauncher, "start", start_nameserver)
         with Cluster(root, gateway_args=gateway_args, **cluster_args) as cluster:
             yield cluster
-
-
-def scrape(address: str) -> dict[str, float]:
-    """``name{labels}`` -> value of every sample (labels kept as printed)."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        match = SAMPLE_RE.match(line)
-        if match and not line.startswith("#"):
-            samples[match.group(1) + (match.group(2) or "")] = float(match.group(3))
-    return samples
-
-
-def total(samples: dict[str, float], name: str, **labels: str) -> float:
-    """Sum of ``name``'s samples whose labels include ``labels``."""
-    found = 0.0
-    for key, value in samples.items():
-        metric, _, rest = key.partition("{")
-        if metric != name:
-            continue
-        if all(f'{k}="{v}"' in rest for k, v in labels.items()):
-            found += value
-    return found
-
-
-def families(samples: dict[str, float]) -> set[str]:
-    return {key.partition("{")[0] for key in samples}
-
-
-def wait_until(
-    check: Callable[[], bool], what: str, timeout_s: float = 30.0, show: Callable[[], object] = str
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}: {show()}")
-        time.sleep(0.2)
 
 
 def read_spans(spans_dir: Path) -> list[dict[str, Any]]:

@@ -13,16 +13,11 @@ import grpc
 import pytest
 
 from tests._cluster import Cluster
-from tests.observability._support import (
-    families,
-    read_spans,
-    scrape,
-    telemetry_cluster,
-    total,
-    wait_until,
-)
+from tests._metrics import SCRAPE_INTERVAL_S, families, scrape, total
+from tests.observability._support import read_spans, telemetry_cluster
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import nameserver_pb2 as ns_pb
+from tide.waiting import wait_until
 
 TOPIC = "T_observability"
 
@@ -164,7 +159,11 @@ def test_metrics_exist_and_move_with_traffic(cluster: Cluster) -> None:
             storage, "tide_storage_appended_bytes_total"
         )
 
-    wait_until(max_offset_caught_up, "the sampled max offset to cover the appends")
+    wait_until(
+        max_offset_caught_up,
+        "the sampled max offset to cover the appends",
+        interval_s=SCRAPE_INTERVAL_S,
+    )
 
     def dispatched() -> bool:
         now = scrape(address["dispatch"])
@@ -177,7 +176,8 @@ def test_metrics_exist_and_move_with_traffic(cluster: Cluster) -> None:
     wait_until(
         dispatched,
         "dispatch gauges to show the produced messages",
-        show=lambda: {k: v for k, v in scrape(address["dispatch"]).items() if "tide_" in k},
+        state=lambda: {k: v for k, v in scrape(address["dispatch"]).items() if "tide_" in k},
+        interval_s=SCRAPE_INTERVAL_S,
     )
 
     gateway = scrape(address["gateway"])
@@ -192,7 +192,12 @@ def test_metrics_exist_and_move_with_traffic(cluster: Cluster) -> None:
         return total(now, "tide_gateway_consumer_lag_messages", group="g_obs", queue="1") >= 15
 
     # The lag scan runs at start and then every 10 s.
-    wait_until(lag_reported, "the consumer lag of g_obs on queue 1", timeout_s=30)
+    wait_until(
+        lag_reported,
+        "the consumer lag of g_obs on queue 1",
+        timeout_s=30,
+        interval_s=SCRAPE_INTERVAL_S,
+    )
 
     nameserver = scrape(address["nameserver"])
     assert total(nameserver, "tide_nameserver_live_brokers", role="master") == 1
@@ -214,7 +219,11 @@ def test_one_produce_is_one_trace_across_gateway_and_storage(
                     return trace
         return None
 
-    wait_until(lambda: produce_trace() is not None, "a produce trace with a storage span")
+    wait_until(
+        lambda: produce_trace() is not None,
+        "a produce trace with a storage span",
+        interval_s=SCRAPE_INTERVAL_S,
+    )
     trace = produce_trace()
     assert trace is not None
     by_name = {span["name"]: span for span in trace}
@@ -254,6 +263,7 @@ def test_one_pull_is_one_trace_across_gateway_dispatch_and_storage(
     wait_until(
         lambda: {"tide-gateway", "tide-dispatch", "tide-storage"} <= pull_trace(),
         "a pull trace across the gateway, the dispatch and the storage",
+        interval_s=SCRAPE_INTERVAL_S,
     )
     spans = read_spans(spans_dir)
     (pull,) = [
@@ -288,7 +298,11 @@ def test_json_log_lines_inside_a_call_carry_its_trace_id(cluster: Cluster, spans
                 entries.append(entry)
         return entries
 
-    wait_until(lambda: bool(logged()), "the gateway's debug line for the failed call")
+    wait_until(
+        lambda: bool(logged()),
+        "the gateway's debug line for the failed call",
+        interval_s=SCRAPE_INTERVAL_S,
+    )
     (entry,) = logged()
     assert len(entry["trace_id"]) == 32 and len(entry["span_id"]) == 16
     wait_until(
@@ -297,4 +311,5 @@ def test_json_log_lines_inside_a_call_carry_its_trace_id(cluster: Cluster, spans
             for s in read_spans(spans_dir)
         ),
         "the logged span in the gateway's span file",
+        interval_s=SCRAPE_INTERVAL_S,
     )

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests._cluster import Cluster
-from tests.observability._support import read_spans, scrape, telemetry_cluster, total, wait_until
+from tests._metrics import SCRAPE_INTERVAL_S, scrape, total
+from tests.observability._support import read_spans, telemetry_cluster
 from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until
 
 TOPIC = "T_obs_replicated"
 
@@ -37,7 +39,12 @@ def test_replication_lag_is_reported_by_master_and_slave(cluster: Cluster, spans
     def slave_connected() -> bool:
         return total(scrape(master), "tide_storage_replication_slaves") == 1
 
-    wait_until(slave_connected, "the master to count its slave", show=lambda: scrape(master))
+    wait_until(
+        slave_connected,
+        "the master to count its slave",
+        state=lambda: scrape(master),
+        interval_s=SCRAPE_INTERVAL_S,
+    )
     reply: pb.ProduceResponse = cluster.gateway.stub.Produce(
         pb.ProduceRequest(messages=[pb.ProduceMessage(topic=TOPIC, body=b"r" * 64)] * 5),
         timeout=20,
@@ -60,7 +67,11 @@ def test_replication_lag_is_reported_by_master_and_slave(cluster: Cluster, spans
             > 0
         )
 
-    wait_until(lag_families, "replication gauges on master and slave (caught up)")
+    wait_until(
+        lag_families,
+        "replication gauges on master and slave (caught up)",
+        interval_s=SCRAPE_INTERVAL_S,
+    )
 
     def replica_wait_span() -> bool:
         spans = read_spans(spans_dir)
@@ -69,4 +80,8 @@ def test_replication_lag_is_reported_by_master_and_slave(cluster: Cluster, spans
             s["name"] == "storage.replica_wait" and s["parent_span_id"] in appends for s in spans
         )
 
-    wait_until(replica_wait_span, "a storage.replica_wait span under an Append span")
+    wait_until(
+        replica_wait_span,
+        "a storage.replica_wait span under an Append span",
+        interval_s=SCRAPE_INTERVAL_S,
+    )

@@ -19,6 +19,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from tide.spawn import spawn, wait_ready
+from tide.waiting import wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 ECHO = "tide.v1.TestEcho"
 TIMEOUT_S = 30.0
@@ -46,9 +49,13 @@ class EchoProcess:
         return (self.workdir / "stdout.log").read_text(encoding="utf-8", errors="replace")
 
     def wait_ready(self) -> dict[str, Any]:
-        wait_for(self.ready_file.exists, self, "the ready file")
-        info: dict[str, Any] = json.loads(self.ready_file.read_text(encoding="utf-8"))
-        return info
+        return wait_ready(
+            self.proc,
+            self.ready_file,
+            "echo service",
+            TIMEOUT_S,
+            stderr_path=self.workdir / "stderr.log",
+        )
 
     def wait_exit(self) -> int:
         try:
@@ -59,25 +66,25 @@ class EchoProcess:
 
 def wait_for(check: Callable[[], bool], echo: EchoProcess, what: str) -> None:
     """Poll ``check`` until it holds; fail early if the process exits."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while not check():
+
+    def done() -> bool:
         if echo.proc.poll() is not None:
             pytest.fail(
                 f"echo service exited ({echo.proc.returncode}) before {what}:\n{echo.stderr()}"
             )
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; stderr:\n{echo.stderr()}")
-        time.sleep(0.02)
+        return check()
+
+    wait_until(done, what, TIMEOUT_S, state=lambda: f"stderr:\n{echo.stderr()}")
 
 
 def launch(workdir: Path, *args: str) -> EchoProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
-    env["TIDE_READY_FILE"] = str(workdir / "ready.json")
     env["TIDE_ECHO_STOP_MARKER_PATH"] = str(workdir / "stopped")
     with (workdir / "stdout.log").open("wb") as out, (workdir / "stderr.log").open("wb") as err:
-        proc = subprocess.Popen(
+        proc = spawn(
             [sys.executable, "-m", "tests.server._echo_service", *args],
+            workdir / "ready.json",
             cwd=REPO,
             env=env,
             stdout=out,

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from tests._cluster import Cluster
 from tests.services.storage.conftest import REPO
 from tests.spark.test_batch import produce
+from tide.waiting import wait_until
 
 
 def run_available_now(
@@ -76,8 +76,9 @@ def test_restart_after_crash_before_commit_is_exactly_once(
 
     # The topic grows: the new queues are read from their first message.
     cluster.create_topic(topic, queues=4)
-    cluster.wait_for(lambda: _queue_count(cluster, topic) == 8, "8 queues in the route")
-    time.sleep(1.5)  # the gateway's route refresh
+    # GetTopicRoute through the gateway refreshes its route cache: once it lists 8
+    # queues, the gateway routes produces to them too.
+    wait_until(lambda: _queue_count(cluster, topic) == 8, "8 queues in the route")
     sent |= {r.msg_id for r in produce(cluster, topic, 400, batch=25)}  # over every queue
     query = run_available_now(spark, gateway, topic, sink, checkpoint, 1000)
     rows = spark.read.parquet(str(sink)).select("msg_id", "queue_id").collect()
@@ -121,11 +122,12 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
         )
     try:
         commits = checkpoint / "commits"
-        deadline = time.monotonic() + 120
-        while not (commits.is_dir() and sum(p.name.isdigit() for p in commits.iterdir()) >= 3):
+
+        def three_committed() -> bool:
             assert child.poll() is None, (tmp_path / "child.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the child committed no 3 batches in time"
-            time.sleep(0.1)
+            return commits.is_dir() and sum(p.name.isdigit() for p in commits.iterdir()) >= 3
+
+        wait_until(three_committed, "the child to commit 3 batches", 120, interval_s=0.1)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()

@@ -35,6 +35,7 @@ from tide.tail import (
     TailUnavailableError,
 )
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until_async
 
 __all__ = ["launcher", "shared_storage"]  # fixtures, re-used from the storage tests
 
@@ -109,9 +110,12 @@ async def follow_until(
 async def reach_then_close(follower: TailFollower, end: int, task: asyncio.Task[None]) -> None:
     """Wait until the follower has delivered everything before ``end``, close it, and
     check that its consumer ``task`` ends cleanly."""
-    async with asyncio.timeout(DEADLINE_S):
-        while follower.next_offset < end and not task.done():
-            await asyncio.sleep(0.01)
+    await wait_until_async(
+        lambda: follower.next_offset >= end or task.done(),
+        f"the follower to deliver up to {end}",
+        DEADLINE_S,
+        state=lambda: f"next offset {follower.next_offset}",
+    )
     await follower.close()
     await asyncio.wait_for(task, DEADLINE_S)  # re-raises the consumer's error, if any
 
@@ -298,7 +302,10 @@ def test_reconnects_across_a_restart_exactly_once(
             await asyncio.wait_for(pause.reached.wait(), DEADLINE_S)
             await asyncio.to_thread(storage.stop if how == "sigterm" else storage.kill)
             pause.release.set()
-            await asyncio.sleep(0.5)  # the follower finds the server gone and retries
+            # The stream's end, then at least one refused connection (asserted below).
+            await wait_until_async(
+                lambda: follower.reconnects >= 2, "the follower to find the server gone", 10
+            )
             again = await asyncio.to_thread(launcher.start, store, *args)
             assert again.listen == storage.listen
             more = await asyncio.to_thread(append_bytes, again, "Restart", SEGMENT_BYTES, 3)
@@ -351,6 +358,7 @@ def test_retries_back_off_and_close_ends_the_iteration() -> None:
     async def run() -> TailFollower:
         follower = TailFollower(target, 0)
         task = asyncio.create_task(follow_until(follower, lambda: False, []))
+        # Deliberately lets time pass: the retries in one second are what is checked.
         await asyncio.sleep(1.0)
         assert not task.done()
         await follower.close()
@@ -366,8 +374,11 @@ def test_retries_back_off_and_close_ends_the_iteration() -> None:
 def test_close_while_streaming_ends_the_iteration(shared_storage: StorageProcess) -> None:
     async def run() -> None:
         follower = TailFollower(shared_storage.listen, shared_storage.status().max_offset)
-        task = asyncio.create_task(follow_until(follower, lambda: False, []))
-        await asyncio.sleep(0.5)  # the stream is open and idle
+        got: list[RecordAt] = []
+        task = asyncio.create_task(follow_until(follower, lambda: False, got))
+        # The stream is open once a record appended now comes over it; then it idles.
+        await asyncio.to_thread(shared_storage.append, [message("Idle", 0, b"x")])
+        await wait_until_async(lambda: bool(got), "a record over the open stream", DEADLINE_S)
         assert not task.done()
         await follower.close()
         await asyncio.wait_for(task, 5)

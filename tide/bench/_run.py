@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import resource
@@ -36,9 +35,11 @@ from tide.bench._load import (
 from tide.bench._procs import START_DELAY_S, WorkerPool, consumer_plans, producer_plans
 from tide.bench._workload import Workload
 from tide.client import Admin
+from tide.spawn import running
 
 DRAIN_TIMEOUT_S = 60.0
 SERVER_READY_TIMEOUT_S = 30.0
+SERVER_STOP_TIMEOUT_S = 10.0
 BASELINE_WARMUP_S = 1.0
 BASELINE_DURATION_S = 5.0
 MAX_SAMPLE_INTERVAL_S = 1.0
@@ -446,31 +447,18 @@ def server_process(module: list[str], name: str) -> Iterator[tuple[str, subproce
     :func:`tide.bench._echo.write_ready` does): (address, process); stopped on the way out."""
     with tempfile.TemporaryDirectory(prefix="tide-bench-server-") as directory:
         ready = Path(directory) / "ready.json"
+        command = [sys.executable, "-m", *module, str(ready)]
         log_path = Path(directory) / "stderr.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", *module, str(ready)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        try:
-            deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
-            while not ready.exists() or not ready.read_text():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"{name} did not start (exit {proc.poll()}): "
-                        + log_path.read_text(errors="replace")[-2000:]
-                    )
-                time.sleep(0.02)
-            yield str(json.loads(ready.read_text())["listen"]), proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        with running(
+            command,
+            ready,
+            name,
+            SERVER_READY_TIMEOUT_S,
+            stderr_path=log_path,
+            stdout=subprocess.DEVNULL,
+            stop_timeout_s=SERVER_STOP_TIMEOUT_S,
+        ) as server:
+            yield server.listen, server.proc
 
 
 def echo_server() -> contextlib.AbstractContextManager[tuple[str, subprocess.Popen[bytes]]]:

@@ -9,6 +9,12 @@ A commit that fails UNAVAILABLE (the broker's master is down: consumer offsets l
 the master, while pulls go on from its slave) does not stop it: the position is kept,
 one warning per queue and outage is logged, and the commit is tried again with the
 queue's next answer (at most every COMMIT_RETRY_INTERVAL_S) and on the way out.
+
+Ctrl-C (SIGINT) sets a flag the loop looks at between answers (within WAKE_INTERVAL_S)
+instead of raising KeyboardInterrupt wherever the program happens to be: raised between
+printing an answer and recording the queue's new position, it made the way out commit
+less than was printed. So every message printed is committed, then it exits 130; a
+second Ctrl-C interrupts at once (e.g. a commit that hangs).
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ import argparse
 import functools
 import logging
 import queue as queue_module
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType, TracebackType
 from typing import TextIO
 
 import grpc
@@ -258,8 +267,56 @@ class _Commits:
         self.committed[mq] = position
 
 
+class _Interrupt:
+    """While entered (in the main thread): the first SIGINT sets ``requested`` and puts
+    back Python's default handler, so that a second one raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Callable[[int, FrameType | None], object] | int | None = None
+        self._installed = False
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._installed:
+            previous = self._previous
+            # None: the handler was not set from Python; Python's own is the nearest.
+            signal.signal(
+                signal.SIGINT, signal.default_int_handler if previous is None else previous
+            )
+
+
 def _follow(args: argparse.Namespace, reader: GatewayReader, start: Start) -> int:
+    """Follow, print, commit; raises KeyboardInterrupt after committing what was printed
+    when Ctrl-C stopped it."""
     positions = _start_positions(args, reader, start)
+    with _Interrupt() as interrupt:
+        consumed = _follow_from(args, reader, positions, interrupt)
+    if interrupt.requested:
+        raise KeyboardInterrupt
+    return consumed
+
+
+def _follow_from(
+    args: argparse.Namespace,
+    reader: GatewayReader,
+    positions: dict[MessageQueue, int],
+    interrupt: _Interrupt,
+) -> int:
     printer = _Printer(args)
     done: queue_module.Queue[tuple[MessageQueue, grpc.Future[gateway_pb2.PullResponse]]]
     done = queue_module.Queue()
@@ -280,7 +337,7 @@ def _follow(args: argparse.Namespace, reader: GatewayReader, start: Start) -> in
     try:
         for mq in positions:
             issue(mq)
-        while args.count is None or consumed < args.count:
+        while (args.count is None or consumed < args.count) and not interrupt.requested:
             now = time.monotonic()
             for mq in [q for q, at in retry_at.items() if at <= now]:
                 del retry_at[mq]

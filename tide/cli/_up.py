@@ -33,8 +33,6 @@ service exit without its clean close).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import socket
 import string
@@ -46,6 +44,7 @@ from pathlib import Path
 from types import FrameType
 
 import services
+from tide.spawn import NotReadyError, WaitCancelled, spawn, wait_ready
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
@@ -317,37 +316,30 @@ def _substitute(arg: str, endpoints: dict[str, str]) -> str:
 
 
 def _start_all(children: list[Child], stop: _Stop) -> bool:
-    """Start each child once the ones before it are ready."""
+    """Start each child once the ones before it are ready (all within READY_TIMEOUT_S)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     endpoints: dict[str, str] = {}
     for child in children:
         child.ready_file.parent.mkdir(parents=True, exist_ok=True)
-        child.ready_file.unlink(missing_ok=True)
-        env = {**os.environ, "TIDE_READY_FILE": str(child.ready_file)}
         command = [_substitute(arg, endpoints) for arg in child.command]
         # Prometheus metrics on a free port of the same host (the ready file names it).
         listen_host = command[command.index("--listen") + 1].rpartition(":")[0]
         command += ["--metrics-listen", f"{listen_host}:0"]
-        child.process = subprocess.Popen(command, env=env, start_new_session=True)
-        while not child.ready_file.exists():
-            code = child.process.poll()
-            if code is not None:
-                print(
-                    f"tide up: {child.name} exited with status {code} while starting "
-                    "(its log is above)",
-                    file=sys.stderr,
-                )
-                return False
-            if stop.signal is not None:
-                return False
-            if time.monotonic() > deadline:
-                print(
-                    f"tide up: {child.name} not ready after {READY_TIMEOUT_S:.0f} s",
-                    file=sys.stderr,
-                )
-                return False
-            time.sleep(POLL_INTERVAL_S)
-        ready = json.loads(child.ready_file.read_text())
+        child.process = spawn(command, child.ready_file, start_new_session=True)
+        try:
+            ready = wait_ready(
+                child.process,
+                child.ready_file,
+                child.name,
+                max(0.0, deadline - time.monotonic()),
+                cancelled=lambda: stop.signal is not None,
+            )
+        except WaitCancelled:
+            return False
+        except NotReadyError as exc:
+            # Its stderr is this terminal's: the log is above.
+            print(f"tide up: {exc} (its log is above)", file=sys.stderr)
+            return False
         listen = str(ready["listen"])
         host, _, port = listen.rpartition(":")
         child.endpoint = f"{_reachable(host)}:{port}"

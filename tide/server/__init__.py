@@ -12,7 +12,6 @@ A service's ``__main__``::
 from tide.server._bootstrap import (
     HEALTH_SERVICE_NAME,
     MAX_MESSAGE_BYTES,
-    READY_FILE_ENV,
     REFLECTION_SERVICE_NAME,
     ListenError,
     Service,
@@ -30,6 +29,7 @@ from tide.server._peer import peer_address
 from tide.server._stream_slots import StreamSlots
 from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry, tracing_enabled
 from tide.server._tracing import traced_channel
+from tide.spawn import READY_FILE_ENV
 
 __all__ = [
     "COMMON_OPTIONS",

@@ -36,6 +36,7 @@ from tide.server._logging import configure_logging
 from tide.server._malloc import tune_malloc
 from tide.server._metrics import RpcMetrics, short_service_name
 from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry
+from tide.spawn import READY_FILE_ENV
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_PENDING_REQUESTS = 20_000
@@ -49,7 +50,6 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.server.max_pending_requests", MAX_PENDING_REQUESTS),
     ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_REQUESTS),
 )
-READY_FILE_ENV = "TIDE_READY_FILE"
 HEALTH_SERVICE_NAME: str = health.SERVICE_NAME
 REFLECTION_SERVICE_NAME: str = reflection.SERVICE_NAME
 

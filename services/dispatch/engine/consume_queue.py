@@ -635,14 +635,18 @@ class ConsumeQueue:
                 if unpack_entry(last).commitlog_offset >= commitlog_min_offset:
                     break
                 count += 1
+            # The min moves first, then the segments go: a reader that sees the shorter
+            # list also sees the new min, so the min reported (GetQueueOffsets) is always
+            # an entry a read (GetQueueEntries) finds.
+            self._correct_min_offset(segments[count:], commitlog_min_offset)
             if count:
                 self._segments = segments[count:]
                 self._drop_segments(segments[:count])
-            self._correct_min_offset(commitlog_min_offset)
             return count
 
-    def _correct_min_offset(self, commitlog_min_offset: int) -> None:
-        segments = self._segments
+    def _correct_min_offset(self, segments: list[MappedFile], commitlog_min_offset: int) -> None:
+        """Move ``min_offset`` to the first entry of ``segments`` (the ones kept) pointing
+        at or past ``commitlog_min_offset``; never backwards."""
         if not segments:
             return
         start = max(self._min_offset, first_queue_offset(segments[0].start_offset))

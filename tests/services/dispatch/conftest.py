@@ -9,7 +9,6 @@ calls (each uses topics of its own).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.services.storage.conftest import (
 )
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 RPC_TIMEOUT_S = 20.0
 BASE_ARGS: tuple[str, ...] = (
@@ -84,14 +84,13 @@ class DispatchProcess(ServiceProcess[pb_grpc.DispatchStub]):
 
     def wait_dispatched(self, offset: int, timeout_s: float = 20.0) -> pb.DispatchStatus:
         """Until the dispatched offset reaches ``offset`` (a storage max offset)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = self.status()
-            if status.dispatched_offset >= offset:
-                return status
-            if time.monotonic() > deadline:
-                pytest.fail(f"dispatched offset {status} never reached {offset}")
-            time.sleep(0.02)
+        wait_until(
+            lambda: self.status().dispatched_offset >= offset,
+            f"the dispatched offset to reach {offset}",
+            timeout_s,
+            state=self.status,
+        )
+        return self.status()
 
 
 class DispatchLauncher:

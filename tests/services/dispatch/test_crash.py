@@ -32,13 +32,13 @@ from tests.services.dispatch.conftest import (
 from tests.services.storage.conftest import (
     StorageLauncher,
     StorageProcess,
-    wait_until,
 )
 from tide.files import write_json_atomically
 from tide.format import SYSFLAG_TRANSACTION_PREPARED, tags_code
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 from tide.v1 import storage_pb2_grpc as storage_grpc
+from tide.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -220,19 +220,22 @@ def catch_up(
     """Until the dispatched offset equals the storage's max offset (nothing appending).
     Fails at once when the dispatcher keeps failing (it would retry forever)."""
     target = storage.status().max_offset
-    deadline = time.monotonic() + timeout_s
-    while True:
+    seen: list[pb.DispatchStatus] = []
+
+    def caught_up() -> bool:
         status = dispatch.status()
-        if status.dispatched_offset >= target:
-            break
+        seen.append(status)
         if status.follower_state == "failed" and status.tail_restarts >= FAILING_RESTARTS:
             pytest.fail(
                 f"dispatch keeps failing at {status.dispatched_offset}, storage max {target}:"
                 f" {status}"
             )
-        if time.monotonic() > deadline:
-            pytest.fail(f"dispatched offset never reached {target} in {timeout_s}s: {status}")
-        time.sleep(0.02)
+        return status.dispatched_offset >= target
+
+    wait_until(
+        caught_up, f"the dispatched offset to reach {target}", timeout_s, state=lambda: seen[-1]
+    )
+    status = seen[-1]
     assert status.dispatched_offset == target, status
     return status
 
@@ -242,14 +245,21 @@ def kill_while_behind(
 ) -> pb.DispatchStatus:
     """Wait until dispatch moved past ``floor`` and is still behind the storage; after a
     short random delay, SIGKILL it. Returns the last status seen before the kill."""
-    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-    while True:
-        status = dispatch.status()
-        if status.dispatched_offset > floor and status.lag_bytes > 0:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"dispatch never was behind past {floor}: {status}")
-        time.sleep(0.005)
+    seen: list[pb.DispatchStatus] = []
+
+    def behind_past_floor() -> bool:
+        seen.append(dispatch.status())
+        return seen[-1].dispatched_offset > floor and seen[-1].lag_bytes > 0
+
+    wait_until(
+        behind_past_floor,
+        f"dispatch behind the storage past {floor}",
+        CATCH_UP_TIMEOUT_S,
+        interval_s=0.005,  # the window can be short
+        state=lambda: seen[-1],
+    )
+    status = seen[-1]
+    # Deliberately lets time pass: the kill lands at a random point of the catch-up.
     time.sleep(rng.uniform(0.0, max_delay_s))
     sigkill(dispatch)
     return status

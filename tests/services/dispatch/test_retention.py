@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
+
 from tests.services.dispatch.conftest import DispatchLauncher
 from tests.services.dispatch.test_service import query
-from tests.services.storage.conftest import StorageLauncher, message, wait_until
+from tests.services.storage.conftest import StorageLauncher, message
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 SEGMENT_BYTES = 128 * 1024
 RETENTION_ARGS = (
@@ -73,14 +76,26 @@ def test_retention_deletes_segments_and_dispatch_cleans_up_below_the_min(
 
     # ... and dispatch drops what only points below storage's new min offset (once a
     # cleanup pass has seen that min: a pass between two deletions saw an older one).
-    def first_physical(queue_id: int) -> int:
+    def first_physical(queue_id: int) -> int | None:
+        """The commitlog offset of the queue's first entry; None when a cleanup pass moved
+        the min between the two calls (OUT_OF_RANGE: ask again)."""
         low = dispatch.offsets(topic, queue_id).min_offset
-        return dispatch.entries(topic, queue_id, offset=low).entries[0].physical_offset
+        try:
+            reply = dispatch.entries(topic, queue_id, offset=low)
+        except grpc.RpcError as exc:
+            if isinstance(exc, grpc.Call) and exc.code() is grpc.StatusCode.OUT_OF_RANGE:
+                return None
+            raise
+        return reply.entries[0].physical_offset
+
+    def cleaned_up(queue_id: int) -> bool:
+        first = first_physical(queue_id)
+        return first is not None and first >= storage_min
 
     def cleaned() -> bool:
         return (
             all(dispatch.offsets(topic, q).min_offset > 0 for q in range(QUEUES))
-            and all(first_physical(q) >= storage_min for q in range(QUEUES))
+            and all(cleaned_up(q) for q in range(QUEUES))
             and len(list(index_dir.iterdir())) == 1
         )
 

@@ -25,11 +25,11 @@ from tests.services.storage.conftest import (
     cancel,
     expect_error,
     message,
-    wait_until,
 )
 from tide.format import UNIQ_KEY, java_string_hashcode, tags_code
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
@@ -173,9 +173,10 @@ def test_queue_errors(shared_pair: Pair, topic_name: str) -> None:
 # -- SearchOffset -------------------------------------------------------------------
 def test_search_offset_by_store_time(shared_pair: Pair, topic_name: str) -> None:
     first = append_dispatched(shared_pair, [message(topic_name, 0) for _ in range(130)])
-    time.sleep(0.01)  # the second batch is stored at least 10 ms later
-    second = append_dispatched(shared_pair, [message(topic_name, 0) for _ in range(170)])
     first_end = max(r.store_timestamp_ms for r in first)
+    # The second batch is stored in a later millisecond (the storage's clock is this one).
+    wait_until(lambda: time.time() * 1000 >= first_end + 1, "the clock past the first batch")
+    second = append_dispatched(shared_pair, [message(topic_name, 0) for _ in range(170)])
     second_start = min(r.store_timestamp_ms for r in second)
     assert first_end < second_start
     dispatch = shared_pair.dispatch
@@ -349,7 +350,10 @@ def test_waits_for_storage_and_follows_it_across_restarts(
     port = free_port()
     listen = ("--listen", f"127.0.0.1:{port}")
     dispatch = dispatches.spawn(tmp_path / "dispatch", f"127.0.0.1:{port}")
-    time.sleep(0.5)
+    wait_until(
+        lambda: "does not answer GetStatus" in dispatch.stderr(),
+        "the dispatch to find no storage",
+    )
     assert not dispatch.is_ready()  # health stays NOT_SERVING until the storage answers
     assert dispatch.proc.poll() is None
 

@@ -25,12 +25,13 @@ from services.dispatch.tail_cache import _COMPACT_MIN, RUN_OVERHEAD_BYTES, TailC
 from tests.services.dispatch.conftest import RPC_TIMEOUT_S, DispatchLauncher, Pair
 from tests.services.dispatch.test_entries_stream import exchange
 from tests.services.dispatch.test_entry_spans import append_dispatched, get
-from tests.services.storage.conftest import StorageLauncher, message, wait_until
+from tests.services.storage.conftest import StorageLauncher, message
 from tests.tail.test_assembler import SEGMENT, record, records_from, segment_with_blank
 from tide.format import tags_code
 from tide.tail import RecordAssembler, RecordBatch
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 LOG = random.Random(7).randbytes(1 << 16)
 HEAD = b"HDR"  # bytes before the records in a batch's buffer (a Tail chunk's header)
@@ -359,7 +360,8 @@ def test_zero_tail_cache_bytes_never_answers_records(
     dispatch = dispatches.start(tmp_path / "dispatch", storage.listen, "--tail-cache-bytes", "0")
     pair = Pair(storage, dispatch)
     append_dispatched(pair, [[message("Off", 0, b"x" * i) for i in range(10)]])
-    time.sleep(0.2)  # (nothing to wait for: records never come)
+    # Deliberately lets time pass: records never come, so there is no state to wait on.
+    time.sleep(0.2)
     response = get(pair, spans_request("Off"))
     assert [s.count for s in response.spans] == [10] and not response.records
     dispatch.stop()

@@ -4,16 +4,15 @@ the storage checks them in recovery and ``tide store verify`` offline."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-
-import pytest
 
 from services.dispatch.options import OPTIONS
 from tests.services.dispatch.conftest import DispatchLauncher
 from tests.services.storage.conftest import SEGMENT_BYTES, StorageLauncher, message
 from tide.format import segment_name
+from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 TOPIC = "CrcFlip"
 BODY_POS_V4 = 88  # docs/formats.md: the body follows 88 header bytes (IPv4 hosts)
@@ -61,16 +60,21 @@ def test_a_body_bit_flip_is_dispatched_without_verify_body_crc_and_reported_with
     checked = dispatches.start(tmp_path / "checked", storage.listen, "--verify-body-crc")
     # It dispatches the records before the damaged one and never passes it; the error is
     # reported (and retried from there) as the records before it are applied.
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
+    seen: list[dispatch_pb.DispatchStatus] = []
+
+    def crc_error_reported() -> bool:
         status = checked.status()
+        seen.append(status)
         assert status.dispatched_offset <= bad.physical_offset, status
-        if "CRC" in status.last_error and status.dispatched_offset == bad.physical_offset:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"no CRC error reported at {bad.physical_offset}: {status}")
-        time.sleep(0.05)
-    assert str(bad.physical_offset) in status.last_error, status.last_error
+        return "CRC" in status.last_error and status.dispatched_offset == bad.physical_offset
+
+    wait_until(
+        crc_error_reported,
+        f"a CRC error reported at {bad.physical_offset}",
+        DEADLINE_S,
+        state=lambda: seen[-1],
+    )
+    assert str(bad.physical_offset) in seen[-1].last_error, seen[-1].last_error
     unchecked.stop()
     checked.stop()
     storage.stop()

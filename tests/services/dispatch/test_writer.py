@@ -16,6 +16,7 @@ from services.dispatch.dispatcher import INLINE_APPLY_MAX_RECORDS, Dispatcher, W
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.storage_client import StorageClient
 from tide.tail import RecordBatch, TailFollower
+from tide.waiting import wait_until_async
 
 
 def run(coro: object) -> None:
@@ -29,7 +30,7 @@ def test_writer_is_idle_only_with_nothing_queued_or_running() -> None:
         assert writer.idle
         first = asyncio.ensure_future(writer.run(gate.wait, 5))
         second = asyncio.ensure_future(writer.run(threading.get_ident))
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: not writer.idle, "the calls submitted", 5.0)
         assert not writer.idle  # the first runs, the second is queued
         gate.set()
         assert await first is True
@@ -142,7 +143,9 @@ def test_batches_are_applied_on_the_loop_while_the_writer_is_idle() -> None:
         async def between(index: int) -> None:
             if index == 2:  # the writer is busy with something else: queue behind it
                 pending.append(asyncio.ensure_future(writer.run(busy.wait, 5)))
-                await asyncio.sleep(0.01)
+                await wait_until_async(lambda: not writer.idle, "the writer busy", 5.0)
+                # Deliberately lets time pass: the writer stays busy while the batch
+                # queues behind it (the dispatcher decides without awaiting meanwhile).
                 asyncio.get_running_loop().call_later(0.05, busy.set)
 
         dispatcher = _dispatcher(store, hub, writer, batches, between)

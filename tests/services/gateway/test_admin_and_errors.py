@@ -385,7 +385,7 @@ def test_third_party_reflection_client_produces(cluster: Cluster, topic_name: st
     done = subprocess.run(
         [sys.executable, "-c", THIRD_PARTY_CLIENT, cluster.gateway.listen, topic_name],
         cwd=REPO,
-        env=child_env(None),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=120,

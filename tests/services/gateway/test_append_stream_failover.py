@@ -13,6 +13,7 @@ from tests._cluster import Cluster, cluster_fixture
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tests.services.storage.conftest import StorageProcess
 from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until
 
 BROKER_TIMEOUT_MS = 2_000
 stream_cluster = cluster_fixture(
@@ -69,5 +70,5 @@ def test_produce_rides_few_streams_and_survives_a_storage_restart(
             return False
         return result.status == pb.ProduceResult.SEND_OK and result.broker_name == "broker-a"
 
-    cluster.wait_for(produced_to_a, "produce to the restarted broker-a")
+    wait_until(produced_to_a, "produce to the restarted broker-a")
     assert 1 <= streams_logged(broker_a.storage) <= 2

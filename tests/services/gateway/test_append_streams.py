@@ -20,6 +20,7 @@ from services.gateway.brokers import BrokerChannels
 from tests._service_process import free_port
 from tests.services.storage.conftest import StorageLauncher, StorageProcess
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until_async
 
 TIMEOUT_S = 1.0
 
@@ -162,16 +163,19 @@ async def _killed_storage(
             assert info.value.code() is grpc.StatusCode.UNAVAILABLE, info.value
             assert time.monotonic() - started < TIMEOUT_S + 1
         await asyncio.to_thread(start_storage, launcher, store, port)
-        deadline = time.monotonic() + 10
-        while True:
+        offsets: list[int] = []
+
+        async def appended() -> bool:
             try:
                 response = await append(channels, address, request("T_killed"))
-                break
             except grpc.aio.AioRpcError as exc:
                 assert exc.code() is grpc.StatusCode.UNAVAILABLE, exc
-                assert time.monotonic() < deadline, "appends did not recover"
-                await asyncio.sleep(0.1)
-        assert response.queue_offset == 1
+                return False
+            offsets.append(response.queue_offset)
+            return True
+
+        await wait_until_async(appended, "appends to recover", 10, interval_s=0.1)
+        assert offsets == [1]
     finally:
         await channels.close()
 
@@ -213,10 +217,9 @@ async def _graceful_restart(
         await asyncio.to_thread(storage.stop)  # SIGTERM: the idle stream ends (status OK)
         assert "ended after 1 appends" in storage.stderr()
         await asyncio.to_thread(start_storage, launcher, store, port)
-        deadline = time.monotonic() + 10
-        while not channels.connected(address):
-            assert time.monotonic() < deadline, "the channel did not reconnect"
-            await asyncio.sleep(0.05)
+        await wait_until_async(
+            lambda: channels.connected(address), "the channel to reconnect", 10, interval_s=0.05
+        )
         response = await append(channels, address, request("T_restarted"))  # no error
         assert response.queue_offset == 1
         assert opened(channels, address) == 2

@@ -5,7 +5,6 @@ pull.py), and the pulls that still ask the dispatch: a real cluster, the gateway
 from __future__ import annotations
 
 import asyncio
-import time
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -13,11 +12,12 @@ import grpc
 
 from services.gateway.long_poll import HeldPulls
 from tests._cluster import Cluster, cluster_fixture
-from tests.observability._support import scrape, total
+from tests._metrics import SCRAPE_INTERVAL_S, scrape, total
 from tests.services.gateway.conftest import RPC_TIMEOUT_S
 from tests.services.gateway.test_pull_records import decoded, produce, pull
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until, wait_until_async
 
 Status = pb.PullResponse.Status
 RECORDS = pb.PullRequest.ENCODING_RECORDS
@@ -36,10 +36,12 @@ def metric(cluster: Cluster, name: str) -> float:
 
 def wait_for_metric(cluster: Cluster, name: str, done: Any, what: str) -> None:
     """Until ``done(value)`` (the gauges are sampled every second)."""
-    deadline = time.monotonic() + 10
-    while not done(metric(cluster, name)):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
+    wait_until(
+        lambda: done(metric(cluster, name)),
+        what,
+        interval_s=SCRAPE_INTERVAL_S,
+        state=lambda: f"{name} = {metric(cluster, name)}",
+    )
 
 
 def held_pull(cluster: Cluster, request: pb.PullRequest) -> grpc.Future[pb.PullResponse]:
@@ -137,7 +139,7 @@ def test_a_notice_for_another_offset_is_not_used() -> None:
             (5, None),
         ):
             waiting = asyncio.create_task(held.wait(key, pull_offset, 5.0, held.sequence))
-            await asyncio.sleep(0.01)
+            await wait_until_async(lambda: held.held == 1, "the pull to be held", 5.0)
             held.notify(key, 7, notice)
             results.append(await waiting)
         results.append(await held.wait(key, 7, 0.05, held.sequence))  # times out

@@ -15,6 +15,7 @@ from tests.services.nameserver.process import NameServerProcess
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 from tide.v1 import nameserver_pb2 as ns_pb
+from tide.waiting import wait_until
 
 failover_cluster = cluster_fixture(
     name="failover_cluster", brokers=2, nameservers=2, scope="function"
@@ -70,7 +71,7 @@ def test_dead_broker_is_retried_around_then_drops_out_of_the_route(
     )
 
     for nameserver in cluster.nameservers:  # each expires the broker on its own clock
-        cluster.wait_for(
+        wait_until(
             partial(served_by_only, nameserver, topic, "broker-a"),
             f"broker-b to expire from name server {nameserver.listen}",
         )

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import grpc
 
-from tests._cluster import Cluster, cluster_fixture
+from tests._cluster import Cluster, GatewayProcess, cluster_fixture
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
+from tide.waiting import wait_until_async
 
 held_cluster = cluster_fixture(name="held_cluster", brokers=1)
 
@@ -43,11 +44,12 @@ def threads(pid: int) -> int:
 
 
 async def hold_many(
-    target: str, topic: str, pid: int, wake: pb_grpc.GatewayStub
+    gateway: GatewayProcess, topic: str
 ) -> tuple[list[tuple[int, pb.PullResponse | grpc.StatusCode, float]], float, int, int]:
-    """HELD_PULLS pulls on queues 0 and 1; queue 0 gets a message once they are sent.
+    """HELD_PULLS pulls on queues 0 and 1; queue 0 gets a message once they are held.
     Returns (queue, answer, seconds since the start) for each, when the message was
     sent, and the highest thread count and RSS seen."""
+    target, pid, wake = gateway.listen, gateway.proc.pid, gateway.stub
     channels = [
         grpc.aio.insecure_channel(target, options=[("grpc.channel_id", index)])
         for index in range(CLIENT_CHANNELS)
@@ -79,10 +81,21 @@ async def hold_many(
         # In waves of 1,000 (the server takes up to 20,000 pending calls; tide.server).
         for start in range(0, HELD_PULLS, WAVE):
             calls.extend(asyncio.ensure_future(one(i)) for i in range(start, start + WAVE))
+            # Deliberately lets time pass: paces the waves (the calls go out meanwhile).
             await asyncio.sleep(WAVE_PAUSE_S)
             most_threads = max(most_threads, threads(pid))
             most_rss = max(most_rss, rss_bytes(pid))
-        await asyncio.sleep(1.0)  # the last wave is held too
+
+        async def all_held() -> bool:
+            return await asyncio.to_thread(gateway.held_pulls) >= HELD_PULLS
+
+        await wait_until_async(
+            all_held,
+            f"{HELD_PULLS} held pulls",
+            POLL_TIMEOUT_MS / 1000,
+            interval_s=0.2,
+            state=lambda: f"{sum(call.done() for call in calls)} answered already",
+        )
         early = Counter(str(call.result()[1])[:200] for call in calls if call.done())
         assert not early, f"pulls answered before anything was sent: {early}"
         woke_s = time.monotonic() - started
@@ -97,10 +110,14 @@ async def hold_many(
             ),
             timeout=RPC_TIMEOUT_S,
         )
-        while not all(call.done() for call in calls):
-            await asyncio.sleep(0.2)
+
+        def all_answered() -> bool:
+            nonlocal most_threads, most_rss
             most_threads = max(most_threads, threads(pid))
             most_rss = max(most_rss, rss_bytes(pid))
+            return all(call.done() for call in calls)
+
+        await wait_until_async(all_answered, "every pull answered", 120, interval_s=0.2)
         assert not failures, f"pulls failed: {failures}"
         return [call.result() for call in calls], woke_s, most_threads, most_rss
     finally:
@@ -118,9 +135,7 @@ def test_ten_thousand_held_pulls_are_all_answered_in_bounded_memory(
     threads_before = threads(pid)
     rss_before = rss_bytes(pid)
     started = time.monotonic()
-    results, woke_s, most_threads, most_rss = asyncio.run(
-        hold_many(gateway.listen, topic, pid, gateway.stub)
-    )
+    results, woke_s, most_threads, most_rss = asyncio.run(hold_many(gateway, topic))
     elapsed_s = time.monotonic() - started
     errors = Counter(answer for _, answer, _ in results if isinstance(answer, grpc.StatusCode))
     assert not errors, f"pulls failed: {errors}; gateway stderr:\n{gateway.stderr()[-3000:]}"
@@ -165,7 +180,7 @@ def test_pulls_past_the_limit_get_resource_exhausted(held_cluster: Cluster) -> N
         topic=topic, broker_name="broker-a", queue_id=0, long_poll_timeout_ms=20_000
     )
     held = [stub.Pull.future(request, timeout=RPC_TIMEOUT_S + 20) for _ in range(3)]
-    time.sleep(1.0)  # the three are held
+    gateway.wait_held(3)
     assert not any(call.done() for call in held)
     expect_error(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -189,7 +204,7 @@ def test_stopping_gateway_answers_held_pulls_at_once(held_cluster: Cluster) -> N
         topic=topic, broker_name="broker-a", queue_id=0, long_poll_timeout_ms=30_000
     )
     held = [gateway.stub.Pull.future(request, timeout=60) for _ in range(5)]
-    time.sleep(1.0)
+    gateway.wait_held(5)
     assert not any(call.done() for call in held)
     stopping = time.monotonic()
     gateway.proc.terminate()

@@ -23,6 +23,7 @@ from tests._cluster import Cluster, cluster_fixture
 from tests.services.gateway.conftest import RPC_TIMEOUT_S
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 # A cluster of its own: one test stops its gateway.
 cluster = cluster_fixture(brokers=2)
@@ -187,7 +188,7 @@ def test_client_cancel_leaves_the_gateway_healthy(cluster: Cluster, topic_name: 
         next(call)
         call.cancel()
         assert call.code() is grpc.StatusCode.CANCELLED
-    cluster.wait_for(
+    wait_until(
         lambda: scrape(metrics_url).get("tide_gateway_produce_streams") == 0.0,
         "no ProduceStream open on the gateway",
     )

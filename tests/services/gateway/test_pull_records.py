@@ -167,7 +167,7 @@ def test_records_long_poll_wakes_on_arrival(records_cluster: Cluster) -> None:
     stub = cluster.gateway.stub
     request = pull("T_records_poll", 1, encoding=RECORDS, long_poll_timeout_ms=20_000)
     held = stub.Pull.future(request, timeout=30)
-    time.sleep(0.5)
+    cluster.gateway.wait_held(1)
     assert not held.done()
     started = time.monotonic()
     produce(cluster, "T_records_poll", [(b"late", "")])

@@ -60,7 +60,7 @@ def test_pulls_ride_few_streams_and_long_polls_wake(pull_cluster: Cluster) -> No
     assert (illegal.status, illegal.next_offset) == (Status.OFFSET_ILLEGAL, PER_QUEUE)
 
     held = stub.Pull.future(pull(1, PER_QUEUE, long_poll_timeout_ms=20_000), timeout=30)
-    time.sleep(0.5)
+    cluster.gateway.wait_held(1)
     assert not held.done()
     started = time.monotonic()
     last = pb.ProduceMessage(

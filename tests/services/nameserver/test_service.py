@@ -18,9 +18,10 @@ from tests.services.nameserver.process import (
     NameServerLauncher,
     NameServerProcess,
 )
-from tests.services.storage.conftest import expect_error, wait_until
+from tests.services.storage.conftest import expect_error
 from tide.v1 import nameserver_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +168,7 @@ def run_cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[
     return subprocess.run(
         [sys.executable, "-m", "tide.cli", *args],
         cwd=REPO,
-        env=child_env(None),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -184,14 +183,6 @@ def cancel(call: grpc.RpcContext) -> None:
 
 def verify_store(store_dir: Path) -> subprocess.CompletedProcess[str]:
     return run_cli("store", "verify", str(store_dir))
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def segment_files(store_dir: Path) -> list[Path]:

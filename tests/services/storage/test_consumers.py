@@ -13,9 +13,9 @@ from tests.services.storage.conftest import (
     StorageLauncher,
     StorageProcess,
     expect_error,
-    wait_until,
 )
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 
 def heartbeat(

@@ -27,11 +27,11 @@ from tests.services.storage.conftest import (
     message,
     run_cli,
     verify_store,
-    wait_until,
 )
 from tide.format import QUEUE_OFFSET_POS
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 CLIENTS = 3
 CYCLES = 5
@@ -159,6 +159,7 @@ def run_cycle(
         lambda: all(len(p.acked) >= 2 * BATCH for p in producers),
         f"{context}: acknowledged appends from every client",
     )
+    # Deliberately lets time pass: the kill lands at a random point of the appends.
     time.sleep(rng.uniform(0.0, 0.5))
     storage.kill()
     acked: list[Acked] = []

@@ -29,9 +29,9 @@ from tests.services.storage.conftest import (
     StorageProcess,
     expect_error,
     message,
-    wait_until,
 )
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 FAST_HA = ("--ha-heartbeat-interval-ms", "500")
 
@@ -291,7 +291,7 @@ def run_storage(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "services.storage", "--listen", "127.0.0.1:0", *args],
         cwd=REPO,
-        env=child_env(None),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=60,

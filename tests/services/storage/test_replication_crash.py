@@ -15,7 +15,6 @@ from tests.services.storage.conftest import (
     RPC_TIMEOUT_S,
     StorageLauncher,
     message,
-    wait_until,
 )
 from tests.services.storage.test_replication import (
     assert_same_commitlog,
@@ -26,6 +25,7 @@ from tests.services.storage.test_replication import (
 )
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 PRODUCERS = 3
 

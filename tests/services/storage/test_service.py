@@ -30,7 +30,6 @@ from tests.services.storage.conftest import (
     message,
     rpc_error,
     segment_files,
-    wait_until,
 )
 from tide.format import (
     BLANK_MAGIC,
@@ -43,6 +42,7 @@ from tide.format import (
     scan_record,
 )
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 MAX_TAIL_CHUNK = 4 * 1024 * 1024

@@ -434,6 +434,26 @@ def test_delete_below_deletes_segments_and_corrects_min_offset(tmp_path: Path) -
     queue.close()
 
 
+def test_delete_below_moves_the_min_before_the_segments_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader between the two steps never sees a min whose entry is gone (a dispatch
+    reported such a min to GetQueueOffsets; GetQueueEntries there found nothing)."""
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 25)
+    seen: list[tuple[int, Entry | None]] = []
+    drop = queue._drop_segments
+
+    def observed_drop(segments: list[MappedFile]) -> None:
+        seen.append((queue.min_offset, queue.entry_at(queue.min_offset)))
+        drop(segments)
+
+    monkeypatch.setattr(queue, "_drop_segments", observed_drop)
+    assert queue.delete_below(1050) == 1
+    assert seen == [(11, Entry(11, 1100, SIZE, 11))]
+    queue.close()
+
+
 def test_delete_below_never_deletes_the_last_segment(tmp_path: Path) -> None:
     queue = open_queue(tmp_path)
     fill(queue, 0, 25)

@@ -9,7 +9,6 @@ is in the page cache, so it is in the files the next store opens.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,11 +286,3 @@ def create_empty_segment(path: Path, size_bytes: int = SEGMENT_BYTES) -> None:
     """A segment file as the allocator leaves it: the right size, all zeros."""
     with path.open("wb") as f:
         f.truncate(size_bytes)
-
-
-def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or predicate}")
-        time.sleep(0.005)

@@ -7,7 +7,6 @@ test refuse writes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -76,17 +75,6 @@ def make_store(store_dir: Path) -> Iterator[StoreFactory]:
     yield factory
     for store in reversed(stores):
         store.close()
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = TIMEOUT_S) -> None:
-    """Poll ``predicate`` until it is truthy; fail with ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.001
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
 
 
 def msg(

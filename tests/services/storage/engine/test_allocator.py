@@ -18,8 +18,8 @@ from tests.services.storage.engine.conftest import (
     msg,
     read_records,
     segment_path,
-    wait_until,
 )
+from tide.waiting import wait_until
 
 
 def commitlog_names(store_dir: Path) -> list[str]:

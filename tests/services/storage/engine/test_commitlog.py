@@ -25,9 +25,9 @@ from tests.services.storage.engine.conftest import (
     msg_of_size,
     read_records,
     segment_path,
-    wait_until,
 )
 from tide.format import HostAddress, decode_record, make_msg_id, parse_msg_id
+from tide.waiting import wait_until
 
 MAGIC_V1 = 0xDAA320A7
 SYSFLAG_PREPARED = 1 << 2

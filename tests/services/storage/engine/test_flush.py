@@ -15,10 +15,10 @@ from tests.services.storage.engine.conftest import (
     StoreFactory,
     msg,
     read_records,
-    wait_until,
 )
 from tide.format import CHECKPOINT_FILE_BYTES, Checkpoint
 from tide.mapped import MappedFile
+from tide.waiting import wait_until
 
 NEVER_MS = 3_600_000
 
@@ -140,7 +140,9 @@ def test_async_flush_waits_for_least_pages(make_store: StoreFactory) -> None:
         flush_interval_ms=5, flush_least_pages=4, flush_thorough_interval_ms=NEVER_MS
     )
     small = store.put([msg(body=b"s" * 100)]).batch
-    time.sleep(0.15)  # ~30 flush intervals: a single dirty page is not enough
+    # Deliberately lets time pass (~30 flush intervals) to show that a single dirty page
+    # is not enough: there is no state to wait on for something that must not happen.
+    time.sleep(0.15)
     assert store.segments.flushed_offset < small.end_offset
     big = store.put([msg(body=b"b" * 5000) for _ in range(4)]).batch  # > 4 pages dirty
     wait_until(

@@ -34,7 +34,6 @@ from tests.services.storage.engine._recovery_helpers import (
     read_file,
     record_durable,
     remove_snapshot,
-    wait_until,
     write_checkpoint,
 )
 from tide.commitlog import verify
@@ -46,6 +45,7 @@ from tide.format import (
     read_tail_marks,
     write_snapshot,
 )
+from tide.waiting import wait_until
 
 
 @pytest.fixture

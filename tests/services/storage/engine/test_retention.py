@@ -28,8 +28,8 @@ from tests.services.storage.engine._recovery_helpers import (
     next_offsets_of,
     put,
     read_all,
-    wait_until,
 )
+from tide.waiting import wait_until
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from tests.services.storage.engine.conftest import (
     msg_of_size,
     read_records,
     segment_path,
-    wait_until,
 )
 from tide.format import decode_record
+from tide.waiting import wait_until
 
 NEVER_MS = 3_600_000
 # Never commits on its own: only close() (or a SYNC flush) moves bytes into the file.
@@ -109,7 +109,9 @@ def test_commit_waits_for_least_pages(make_store: StoreFactory) -> None:
         **{**FAST_COMMIT, "commit_least_pages": 4, "commit_thorough_interval_ms": NEVER_MS}
     )
     small = store.put([msg(body=b"s")]).batch
-    time.sleep(0.15)  # ~15 commit intervals: one page is not enough
+    # Deliberately lets time pass (~15 commit intervals) to show that one page is not
+    # enough: there is no state to wait on for something that must not happen.
+    time.sleep(0.15)
     assert not readable(store, 0, small.end_offset)
     big = store.put([msg(body=b"b" * 5000) for _ in range(4)]).batch  # > 4 pages
     wait_until(lambda: readable(store, 0, big.end_offset), "a commit once 4 pages are new")
