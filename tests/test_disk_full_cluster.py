@@ -13,8 +13,9 @@ import pytest
 
 from tests._cluster import Cluster
 from tests._tmpfs import fill, mounted_tmpfs
-from tests.services.storage.conftest import SEGMENT_BYTES, segment_files, wait_until
+from tests.services.storage.conftest import SEGMENT_BYTES, segment_files
 from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until
 
 RPC_TIMEOUT_S = 20.0
 DISK_BYTES = 8 * SEGMENT_BYTES

@@ -18,10 +18,10 @@ from tests.services.storage.conftest import (
     StorageLauncher,
     StorageProcess,
     message,
-    wait_until,
 )
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 DISK_BYTES = 2 << 20
 # Less than a consume queue segment (1000 entries of 20 bytes, conftest) or an index

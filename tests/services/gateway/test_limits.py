@@ -13,6 +13,7 @@ from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tide.limits import KEY_MAX_CHARS, KEYS_MAX_COUNT
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -49,12 +50,12 @@ def test_more_keys_than_are_indexed_are_refused_and_every_key_taken_is_found(
     )
     _produce(stub, pb.ProduceMessage(topic=topic_name, body=b"b", keys=keys[:KEYS_MAX_COUNT]))
     last = keys[KEYS_MAX_COUNT - 1]
-    Cluster.wait_for(lambda: len(_by_key(stub, topic_name, last)) == 1, f"{last} indexed")
+    wait_until(lambda: len(_by_key(stub, topic_name, last)) == 1, f"{last} indexed")
     assert len(_by_key(stub, topic_name, "k0")) == 1
     # A key as long as produce takes can be queried (the dispatch took 32767 on query).
     long_key = "y" * KEY_MAX_CHARS
     _produce(stub, pb.ProduceMessage(topic=topic_name, body=b"long", keys=[long_key]))
-    Cluster.wait_for(lambda: len(_by_key(stub, topic_name, long_key)) == 1, "long key indexed")
+    wait_until(lambda: len(_by_key(stub, topic_name, long_key)) == 1, "long key indexed")
 
 
 def test_tags_no_subscription_can_select_are_refused(cluster: Cluster, topic_name: str) -> None:

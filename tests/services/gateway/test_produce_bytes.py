@@ -14,8 +14,9 @@ import grpc
 
 from services.gateway.query import MAX_QUERY_ANSWER_BYTES
 from tests._cluster import MAX_BODY_BYTES, Cluster, cluster_fixture
-from tests.observability._support import scrape, total
+from tests._metrics import scrape, total
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
+from tide import waiting
 from tide.v1 import gateway_pb2 as pb
 
 MIB = 1024 * 1024
@@ -69,7 +70,7 @@ def metric(cluster: Cluster, name: str) -> float:
 
 def wait_until(check: object, what: str) -> None:
     assert callable(check)
-    Cluster.wait_for(check, what, timeout_s=WAIT_S)
+    waiting.wait_until(check, what, timeout_s=WAIT_S)
 
 
 def stored_messages(cluster: Cluster, topic: str, queues: int) -> int:

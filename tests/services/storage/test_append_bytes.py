@@ -13,8 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests._cluster import Cluster
-from tests.observability._support import scrape, total
+from tests._metrics import scrape, total
 from tests.services.storage.conftest import (
     MAX_BODY_BYTES,
     RPC_TIMEOUT_S,
@@ -26,6 +25,7 @@ from tests.services.storage.conftest import (
 from tide.commitlog import iter_records
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
+from tide.waiting import wait_until
 
 MIB = 1024 * 1024
 LIMIT_BYTES = 2 * MIB
@@ -142,7 +142,7 @@ def test_concurrent_appends_stay_under_the_limit_and_lose_nothing_acknowledged(
     assert stored_offsets(storage) == sorted(r.physical_offset for r in acked)
     stored = storage.read((r.physical_offset, r.size) for r in acked)
     assert all(len(s.message.body) == BODY_BYTES for s in stored)
-    Cluster.wait_for(
+    wait_until(
         lambda: metric(storage, "tide_storage_append_in_flight_peak_bytes") > 0,
         "the append gauges sampled",
         timeout_s=WAIT_S,

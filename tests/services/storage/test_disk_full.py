@@ -24,9 +24,9 @@ from tests.services.storage.conftest import (
     expect_error,
     message,
     segment_files,
-    wait_until,
 )
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 DISK_BYTES = 8 * SEGMENT_BYTES
 BODY_BYTES = 60 * 1024
