@@ -39,7 +39,7 @@ from opentelemetry.metrics import Histogram
 
 from services.gateway.long_poll import HeldPulls
 from services.gateway.produce_stream import ProduceOne, ProduceStreams
-from tide.server import ServiceError
+from tide.server import ByteBudget, ServiceError
 from tide.server._metrics import (
     LATENCY_BUCKETS_S,
     Attributes,
@@ -70,6 +70,7 @@ class GatewayMetrics:
         written_bytes: Callable[[], int],
         arrival_answers: Callable[[], int],
         streams: ProduceStreams | None = None,
+        pull_budget: ByteBudget | None = None,
     ) -> None:
         """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)
         and the request handler of ``streams`` (its ProduceStream calls); ``written_bytes``
@@ -77,6 +78,7 @@ class GatewayMetrics:
         pulls answered with the entries of their wake-up notice."""
         self._held = held
         self._streams = streams
+        self._pull_budget = pull_budget
         self._written_bytes = written_bytes
         self._arrival_answers = arrival_answers
         self._get_offset: Handler = servicer.GetOffset
@@ -164,6 +166,17 @@ class GatewayMetrics:
             "the most bytes of produce requests processed at once since start",
             unit="By",
         )
+        pulls = SampledGauges(meter, self._sample_pulls)
+        pulls.gauge(
+            "tide_gateway_pull_in_flight_bytes",
+            "bytes counted for the Pull answers being read now (max_pull_in_flight_bytes)",
+            unit="By",
+        )
+        pulls.gauge(
+            "tide_gateway_pull_in_flight_peak_bytes",
+            "the most bytes counted for Pull answers being read at once since start",
+            unit="By",
+        )
 
         lag = SampledGauges(meter, self._sample_lag, LAG_SCAN_INTERVAL_S)
         lag.gauge(
@@ -171,7 +184,7 @@ class GatewayMetrics:
             "max offset - committed offset per group and queue (groups that committed here)",
         )
         lag.gauge("tide_gateway_consumer_lag_queues", "queues the consumer lag scan covers")
-        self._gauges = [held, streams, lag]
+        self._gauges = [held, streams, pulls, lag]
         for gauges in self._gauges:
             gauges.start()
 
@@ -253,6 +266,15 @@ class GatewayMetrics:
     # -- gauges ------------------------------------------------------------------
     def _sample_held(self) -> Sample:
         return {"tide_gateway_held_pulls": self._held.held}
+
+    def _sample_pulls(self) -> Sample:
+        budget = self._pull_budget
+        if budget is None:
+            return {}
+        return {
+            "tide_gateway_pull_in_flight_bytes": budget.in_use_bytes,
+            "tide_gateway_pull_in_flight_peak_bytes": budget.peak_bytes,
+        }
 
     def _sample_streams(self) -> Sample:
         streams = self._streams

@@ -137,6 +137,16 @@ OPTIONS: tuple[Option, ...] = (
         unit="bytes",
     ),
     Option(
+        "max_pull_in_flight_bytes",
+        int,
+        # 64 pulls reading --max-pull-bytes (4 MiB) at once; a consumer pulls a few queues
+        # at a time, so this is many consumers' worth before anyone waits.
+        256 * MIB,
+        "bytes of the Pull answers being read at once by this gateway (each pull counts "
+        "--max-pull-bytes while it reads); at it a pull waits for room (backpressure)",
+        unit="bytes",
+    ),
+    Option(
         "appends_in_flight",
         int,
         1,
@@ -188,6 +198,7 @@ class GatewayConfig:
     max_long_poll_ms: int
     long_poll_recheck_interval_s: float
     max_pull_bytes: int
+    max_pull_in_flight_bytes: int
     appends_in_flight: int
     broker_timeout_s: float
     namesrv_timeout_s: float
@@ -231,6 +242,7 @@ def check_config(config: Config) -> str | None:
         "max_long_poll_ms": (0, 3_600_000),
         "long_poll_recheck_interval_ms": (10, 600_000),
         "max_pull_bytes": (1, MAX_BODY_LIMIT_BYTES),
+        "max_pull_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "appends_in_flight": (1, MAX_APPENDS_IN_FLIGHT),
         "broker_timeout_ms": (10, 600_000),
         "namesrv_timeout_ms": (10, 600_000),
@@ -257,6 +269,7 @@ def gateway_config(config: Config) -> GatewayConfig:
         max_long_poll_ms=config.get_int("max_long_poll_ms"),
         long_poll_recheck_interval_s=config.get_int("long_poll_recheck_interval_ms") / 1000,
         max_pull_bytes=config.get_int("max_pull_bytes"),
+        max_pull_in_flight_bytes=config.get_int("max_pull_in_flight_bytes"),
         appends_in_flight=config.get_int("appends_in_flight"),
         broker_timeout_s=config.get_int("broker_timeout_ms") / 1000,
         namesrv_timeout_s=config.get_int("namesrv_timeout_ms") / 1000,

@@ -53,7 +53,7 @@ from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
 from services.gateway.validate import check_group, check_queue, invalid
 from tide.limits import PULL_MAX_MESSAGES
 from tide.quoting import quote
-from tide.server import ServiceError
+from tide.server import ByteBudget, ServiceError
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -167,6 +167,13 @@ class Puller:
         self._held = held
         self._members = members
         self._inflight: dict[_ReadKey, asyncio.Task[pb.PullResponse]] = {}
+        # Each read counts --max-pull-bytes (what its answer may carry) while it runs: the
+        # answers being built at once stay under max_pull_in_flight_bytes plus one pull's.
+        self.budget = ByteBudget(
+            "max_pull_in_flight_bytes",
+            config.max_pull_in_flight_bytes,
+            "Pull answers being read on this gateway",
+        )
         # Held records pulls answered with the entries their wake-up notice carried.
         self.arrival_answers = 0
 
@@ -241,10 +248,25 @@ class Puller:
         task = self._inflight.get(key)
         if task is None:
             pull = self._pull_records if records else self._pull_once
-            task = asyncio.create_task(pull(member, target, offset, max_messages, tag_filter))
+            task = asyncio.create_task(
+                self._budgeted(lambda: pull(member, target, offset, max_messages, tag_filter))
+            )
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._read_done(key, done))
         return await asyncio.shield(task)
+
+    async def _budgeted(self, read: Callable[[], Awaitable[pb.PullResponse]]) -> pb.PullResponse:
+        """``read()`` once the pull budget has room (backpressure: a pull waits, it is not
+        refused), counting --max-pull-bytes against it until the answer is built."""
+        reserve = self._config.max_pull_bytes
+        budget = self.budget
+        if budget.in_use_bytes >= budget.limit_bytes:
+            await budget.wait_below()
+        budget.force(reserve)
+        try:
+            return await read()
+        finally:
+            budget.give(reserve)
 
     def _read_done(self, key: _ReadKey, task: asyncio.Task[pb.PullResponse]) -> None:
         self._inflight.pop(key, None)

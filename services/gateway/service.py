@@ -78,6 +78,7 @@ class GatewayService:
             lambda: producer.written_bytes,
             lambda: puller.arrival_answers,
             self._servicer.produce_streams,
+            puller.budget,
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
