@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.nameserver.options import MAX_HEARTBEAT_TIMEOUT_MS
-from services.nameserver.validation import address_error, broker_id_error, name_error
 from services.storage.engine.config import GIB, MIB, FlushMode, StoreConfig
 from services.storage.registration import MAX_NAME_SERVERS, parse_name_servers
 from services.storage.replication.settings import BrokerRole, ReplicationSettings
+from tide.registration import (
+    MAX_HEARTBEAT_TIMEOUT_MS,
+    address_error,
+    broker_id_error,
+    name_error,
+)
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:10911"
