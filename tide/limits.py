@@ -26,6 +26,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from tide.format import FIXED_BYTES_V4
 from tide.format import MAX_PROPERTIES_BYTES as PROPERTIES_MAX_BYTES
 from tide.naming import CONSUMER_GROUP_MAX_CHARS, TAG_MAX_CHARS, TOPIC_MAX_BYTES
 from tide.quoting import QUOTE_MAX_CHARS, quote
@@ -46,6 +47,18 @@ KEY_MAX_CHARS = 1_024  # one key, on produce and in a key query alike
 UNIQUE_KEY_MAX_CHARS = 128
 SHARDING_KEY_MAX_CHARS = 1_024
 MSG_ID_MAX_CHARS = 64  # an offset message id is 32 (IPv4) or 56 (IPv6) hex digits
+# The highest --max-message-body-bytes of any service (gateway and storage): a record of
+# that body, with the longest topic and properties, still fits one gRPC message (64 MiB)
+# with room for a Pull answer's framing.
+MESSAGE_BODY_MAX_BYTES = 32 * 1024 * 1024
+# The largest record a store can hold: the fixed fields with two IPv6 hosts (+12 bytes
+# each), the longest body, topic and properties. Whatever reads records whole honours it
+# (the Tail follower's and a commitlog's bound on one record), whatever a storage's own
+# --max-message-body-bytes (a slave holds what its master took; a store keeps records
+# taken under an earlier setting).
+RECORD_MAX_BYTES = (
+    FIXED_BYTES_V4 + 2 * 12 + MESSAGE_BODY_MAX_BYTES + TOPIC_MAX_BYTES + PROPERTIES_MAX_BYTES
+)
 # -- subscriptions ------------------------------------------------------------------------
 EXPRESSION_MAX_CHARS = 4_096
 EXPRESSION_MAX_TAGS = 256  # distinct tags in one expression (and tag codes per lookup)
@@ -72,6 +85,8 @@ LIMITS: dict[str, int] = {
     "UNIQUE_KEY_MAX_CHARS": UNIQUE_KEY_MAX_CHARS,
     "SHARDING_KEY_MAX_CHARS": SHARDING_KEY_MAX_CHARS,
     "MSG_ID_MAX_CHARS": MSG_ID_MAX_CHARS,
+    "MESSAGE_BODY_MAX_BYTES": MESSAGE_BODY_MAX_BYTES,
+    "RECORD_MAX_BYTES": RECORD_MAX_BYTES,
     "EXPRESSION_MAX_CHARS": EXPRESSION_MAX_CHARS,
     "EXPRESSION_MAX_TAGS": EXPRESSION_MAX_TAGS,
     "SUBSCRIPTIONS_MAX_COUNT": SUBSCRIPTIONS_MAX_COUNT,
