@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from services.gateway.append_queue import MAX_APPENDS_IN_FLIGHT
 from services.gateway.produce_stream import DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES
-from tide.limits import MESSAGE_BODY_MAX_BYTES, QUEUE_NUMS_MAX
+from tide.limits import MESSAGE_BODY_MAX_BYTES, PRODUCE_MESSAGES_MAX, QUEUE_NUMS_MAX
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
@@ -220,7 +220,7 @@ def check_config(config: Config) -> str | None:
         "max_cached_topics": (1, 10_000_000),
         "default_queue_nums": (1, MAX_QUEUE_NUMS),
         "produce_retries": (0, 16),
-        "max_produce_messages": (1, 100_000),
+        "max_produce_messages": (1, PRODUCE_MESSAGES_MAX),
         "max_message_body_bytes": (1, MESSAGE_BODY_MAX_BYTES),
         "max_produce_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "max_produce_stream_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
