@@ -30,10 +30,13 @@ from tide.limits import (
     APPEND_MAX_BYTES,
     MESSAGE_BODY_MAX_BYTES,
     PRODUCE_MAX_BYTES,
+    PRODUCE_MESSAGES_MAX,
     PROPERTIES_MAX_BYTES,
+    QUEUE_NUMS_MAX,
     RECORD_MAX_BYTES,
 )
 from tide.server import MAX_MESSAGE_BYTES
+from tide.tail import MAX_CHUNK_BYTES
 from tide.v1 import gateway_pb2 as pb
 from tide.v1.gateway_pb2_grpc import GatewayStub
 
@@ -273,3 +276,27 @@ def test_one_byte_more_is_refused_naming_the_limit(
         "the dispatch at the storage's end",
     )
     assert queue_max(dispatch, 0, topic) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "high"),
+    [
+        ("--max-batch-messages", PRODUCE_MESSAGES_MAX + 1, PRODUCE_MESSAGES_MAX),
+        ("--default-queue-nums", QUEUE_NUMS_MAX + 1, QUEUE_NUMS_MAX),
+        ("--tail-max-chunk-bytes", MAX_CHUNK_BYTES + 1, MAX_CHUNK_BYTES),
+    ],
+)
+def test_a_storage_limit_past_its_ceiling_is_refused_at_start(
+    flag: str, value: int, high: int, tmp_path: Path
+) -> None:
+    """The storage's options bounded by tide.limits: one ceiling each, checked at start."""
+    done = subprocess.run(
+        [sys.executable, "-m", "services.storage", flag, str(value), "--store-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{flag}: {value} is outside 1..{high}" in done.stderr

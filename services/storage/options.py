@@ -7,7 +7,7 @@ from pathlib import Path
 from services.storage.engine.config import GIB, MIB, FlushMode, StoreConfig
 from services.storage.registration import MAX_NAME_SERVERS, parse_name_servers
 from services.storage.replication.settings import BrokerRole, ReplicationSettings
-from tide.limits import MESSAGE_BODY_MAX_BYTES
+from tide.limits import MESSAGE_BODY_MAX_BYTES, PRODUCE_MESSAGES_MAX, QUEUE_NUMS_MAX
 from tide.registration import (
     MAX_HEARTBEAT_TIMEOUT_MS,
     address_error,
@@ -274,6 +274,11 @@ def check_config(config: Config) -> str | None:
     ranges = {
         "max_message_body_bytes": (1, MESSAGE_BODY_MAX_BYTES),
         "tail_max_chunk_bytes": (1, MAX_TAIL_CHUNK_BYTES),
+        # The gateway's --max-produce-messages has the same ceiling: kept at or below
+        # the storages' (docs), it always can be.
+        "max_batch_messages": (1, PRODUCE_MESSAGES_MAX),
+        # An auto-created topic the name servers would refuse to register otherwise.
+        "default_queue_nums": (1, QUEUE_NUMS_MAX),
         "max_append_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "ha_batch_bytes": (1024, MAX_HA_BATCH_BYTES),
         "ha_heartbeat_interval_ms": (100, 60_000),
