@@ -42,10 +42,10 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # around them; every receiver (the services' channels, tide.client) takes this much more.
 ANSWER_FRAMING_BYTES = 1024 * 1024
 MAX_PENDING_REQUESTS = 20_000
+# (The receive limit is serve's max_receive_bytes: MAX_MESSAGE_BYTES unless a service
+# takes larger requests.)
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES + ANSWER_FRAMING_BYTES),
-    # (the receive limit is serve's max_receive_bytes: MAX_MESSAGE_BYTES unless a service
-    # takes larger requests)
     # Without this, a second server on the same port binds "successfully" (SO_REUSEPORT).
     ("grpc.so_reuseport", 0),
     # Calls not yet taken in by the server (held long polls do not count). gRPC's default
