@@ -26,6 +26,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from tide.format import FIXED_BYTES_V4
 from tide.format import MAX_PROPERTIES_BYTES as PROPERTIES_MAX_BYTES
 from tide.naming import CONSUMER_GROUP_MAX_CHARS, TAG_MAX_CHARS, TOPIC_MAX_BYTES
 from tide.quoting import QUOTE_MAX_CHARS, quote
@@ -46,6 +47,33 @@ KEY_MAX_CHARS = 1_024  # one key, on produce and in a key query alike
 UNIQUE_KEY_MAX_CHARS = 128
 SHARDING_KEY_MAX_CHARS = 1_024
 MSG_ID_MAX_CHARS = 64  # an offset message id is 32 (IPv4) or 56 (IPv6) hex digits
+# The highest --max-message-body-bytes of any service (gateway and storage): a record of
+# that body, with the longest topic and properties, still fits one gRPC message (64 MiB)
+# with room for a Pull answer's framing.
+MESSAGE_BODY_MAX_BYTES = 32 * 1024 * 1024
+# A Produce call or ProduceStream request, serialized: the gateway checks it first (its
+# server takes up to APPEND_MAX_BYTES, so one a little larger is told this limit rather
+# than gRPC's own error); 64 MiB, what tide.client sends at most.
+PRODUCE_MAX_BYTES = 64 * 1024 * 1024
+# Messages of one Produce: the highest the gateway's --max-produce-messages may be.
+PRODUCE_MESSAGES_MAX = 100_000
+# How many bytes more a produced message takes as a record in the gateway's Append than
+# in the Produce request: the record's fixed fields with an IPv6 born host (103), the
+# UNIQ_KEY property the gateway adds (42), the names around tags and keys (12), less the
+# framing a message has in the request (152 at most; tests/services/gateway checks it).
+RECORD_OVERHEAD_MAX_BYTES = 192
+# The largest Append a storage takes (its gRPC receive limit, and the gateway's send
+# limit to it): the records of any Produce the gateway accepts fit, so a request within
+# PRODUCE_MAX_BYTES is never refused on the way by gRPC.
+APPEND_MAX_BYTES = PRODUCE_MAX_BYTES + PRODUCE_MESSAGES_MAX * RECORD_OVERHEAD_MAX_BYTES
+# The largest record a store can hold: the fixed fields with two IPv6 hosts (+12 bytes
+# each), the longest body, topic and properties. Whatever reads records whole honours it
+# (the Tail follower's and a commitlog's bound on one record), whatever a storage's own
+# --max-message-body-bytes (a slave holds what its master took; a store keeps records
+# taken under an earlier setting).
+RECORD_MAX_BYTES = (
+    FIXED_BYTES_V4 + 2 * 12 + MESSAGE_BODY_MAX_BYTES + TOPIC_MAX_BYTES + PROPERTIES_MAX_BYTES
+)
 # -- subscriptions ------------------------------------------------------------------------
 EXPRESSION_MAX_CHARS = 4_096
 EXPRESSION_MAX_TAGS = 256  # distinct tags in one expression (and tag codes per lookup)
@@ -72,6 +100,12 @@ LIMITS: dict[str, int] = {
     "UNIQUE_KEY_MAX_CHARS": UNIQUE_KEY_MAX_CHARS,
     "SHARDING_KEY_MAX_CHARS": SHARDING_KEY_MAX_CHARS,
     "MSG_ID_MAX_CHARS": MSG_ID_MAX_CHARS,
+    "MESSAGE_BODY_MAX_BYTES": MESSAGE_BODY_MAX_BYTES,
+    "RECORD_MAX_BYTES": RECORD_MAX_BYTES,
+    "PRODUCE_MAX_BYTES": PRODUCE_MAX_BYTES,
+    "PRODUCE_MESSAGES_MAX": PRODUCE_MESSAGES_MAX,
+    "RECORD_OVERHEAD_MAX_BYTES": RECORD_OVERHEAD_MAX_BYTES,
+    "APPEND_MAX_BYTES": APPEND_MAX_BYTES,
     "EXPRESSION_MAX_CHARS": EXPRESSION_MAX_CHARS,
     "EXPRESSION_MAX_TAGS": EXPRESSION_MAX_TAGS,
     "SUBSCRIPTIONS_MAX_COUNT": SUBSCRIPTIONS_MAX_COUNT,

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from tide.limits import READ_MAX_POSITIONS
-from tide.server import MAX_MESSAGE_BYTES, traced_channel
+from tide.server import ANSWER_FRAMING_BYTES, MAX_MESSAGE_BYTES, traced_channel
 from tide.tail import Backoff
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -28,7 +28,7 @@ STATUS_TIMEOUT_S = 5.0
 # While the storage does not answer: one warning, then a reminder this often.
 WAIT_LOG_INTERVAL_S = 30.0
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES + 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES + ANSWER_FRAMING_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     # Reconnect soon after the storage comes back, not after gRPC's default backoff
     # (which grows to two minutes).

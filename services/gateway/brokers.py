@@ -23,7 +23,8 @@ from services.gateway.read_streams import (
     read_stream_pool,
 )
 from services.gateway.request_streams import RequestStreamPool
-from tide.server import MAX_MESSAGE_BYTES, ServiceError, traced_channel
+from tide.limits import APPEND_MAX_BYTES
+from tide.server import ANSWER_FRAMING_BYTES, MAX_MESSAGE_BYTES, ServiceError, traced_channel
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
 from tide.v1 import storage_pb2 as storage_pb
@@ -38,8 +39,9 @@ MAX_CHANNELS = 1024
 # pulls must not overflow the broker's gRPC pending-request queue (it cancels past it).
 MAX_CALLS_PER_ADDRESS = 128
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES + 1024 * 1024),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES + ANSWER_FRAMING_BYTES),
+    # An Append carries the records of a whole Produce: more than the Produce (tide.limits)
+    ("grpc.max_send_message_length", APPEND_MAX_BYTES),
     # Reconnect soon after a broker comes back, not after gRPC's default backoff (up to 2 min).
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),

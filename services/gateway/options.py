@@ -6,14 +6,12 @@ from dataclasses import dataclass
 
 from services.gateway.append_queue import MAX_APPENDS_IN_FLIGHT
 from services.gateway.produce_stream import DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES
-from tide.limits import QUEUE_NUMS_MAX
+from tide.limits import MESSAGE_BODY_MAX_BYTES, PRODUCE_MESSAGES_MAX, QUEUE_NUMS_MAX
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 MIB = 1024 * 1024
-# The largest request the gateway's gRPC server accepts is 64 MiB (tide.server).
-MAX_BODY_LIMIT_BYTES = 32 * MIB
 MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # one limit for every service (tide.limits)
 MAX_IN_FLIGHT_LIMIT_BYTES = 64 * 1024 * MIB
 
@@ -71,7 +69,7 @@ OPTIONS: tuple[Option, ...] = (
         "max_message_body_bytes",
         int,
         4 * MIB,
-        "largest message body accepted",
+        "largest message body accepted (at most 33554432: MESSAGE_BODY_MAX_BYTES)",
         unit="bytes",
     ),
     Option(
@@ -233,15 +231,15 @@ def check_config(config: Config) -> str | None:
         "max_cached_topics": (1, 10_000_000),
         "default_queue_nums": (1, MAX_QUEUE_NUMS),
         "produce_retries": (0, 16),
-        "max_produce_messages": (1, 100_000),
-        "max_message_body_bytes": (1, MAX_BODY_LIMIT_BYTES),
+        "max_produce_messages": (1, PRODUCE_MESSAGES_MAX),
+        "max_message_body_bytes": (1, MESSAGE_BODY_MAX_BYTES),
         "max_produce_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "max_produce_stream_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "fault_isolation_ms": (0, 3_600_000),
         "max_held_pulls": (0, 10_000_000),
         "max_long_poll_ms": (0, 3_600_000),
         "long_poll_recheck_interval_ms": (10, 600_000),
-        "max_pull_bytes": (1, MAX_BODY_LIMIT_BYTES),
+        "max_pull_bytes": (1, MESSAGE_BODY_MAX_BYTES),
         "max_pull_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "appends_in_flight": (1, MAX_APPENDS_IN_FLIGHT),
         "broker_timeout_ms": (10, 600_000),

@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 
+from services.gateway.validate import check_produce_size
 from tide.server import ByteBudget, ServiceError
 from tide.v1 import gateway_pb2 as pb
 
@@ -150,6 +151,7 @@ class ProduceStreams:
         it is done, or it is refused RESOURCE_EXHAUSTED by the gateway's budget."""
         size = request.ByteSize()
         try:
+            check_produce_size(size)  # first: a permanent refusal, not a retryable one
             self.budget.take(size)
         except ServiceError as exc:
             return asyncio.create_task(_refuse(exc))

@@ -25,6 +25,7 @@ from services.gateway.query import Querier
 from services.gateway.readers import ReadMembers
 from services.gateway.routes import RouteCache
 from services.gateway.servicer import GatewayServicer
+from tide.limits import APPEND_MAX_BYTES
 from tide.server import Config, load_config, run_service
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     if problem:
         print(f"tide-gateway: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    run_service(GatewayService(gateway_config(config)), config)
+    # Past PRODUCE_MAX_BYTES (checked first), a Produce is refused naming it, up to this.
+    run_service(GatewayService(gateway_config(config)), config, max_receive_bytes=APPEND_MAX_BYTES)
 
 
 __all__ = ["Config", "GatewayService", "main"]

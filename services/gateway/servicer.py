@@ -12,6 +12,7 @@ from services.gateway.produce import Producer
 from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from services.gateway.validate import check_produce_size
 from tide.server import ByteBudget
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
@@ -54,7 +55,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self.produce_streams.drain()
 
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        with self.produce_budget.held(request.ByteSize()):
+        size_bytes = request.ByteSize()
+        check_produce_size(size_bytes)  # first: a permanent refusal, not a retryable one
+        with self.produce_budget.held(size_bytes):
             return await self._producer.produce(request, context.peer())
 
     async def ProduceStream(

@@ -12,6 +12,7 @@ from services.gateway.bodies_only import only_topic_and_bodies
 from tide.format import KEYS, TAGS, UNIQ_KEY, property_error
 from tide.limits import (
     NAME_MAX_CHARS,
+    PRODUCE_MAX_BYTES,
     PROPERTIES_MAX_BYTES,
     UNIQUE_KEY_MAX_CHARS,
     limit_text,
@@ -28,6 +29,16 @@ _RESERVED = {TAGS: "tags", KEYS: "keys", UNIQ_KEY: "unique_key"}
 
 def invalid(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def check_produce_size(size_bytes: int) -> None:
+    """A Produce (or ProduceStream request) of ``size_bytes`` serialized: refused past
+    PRODUCE_MAX_BYTES before anything else (the records it becomes are sized for it)."""
+    if size_bytes > PRODUCE_MAX_BYTES:
+        raise invalid(
+            f"the request is {size_bytes} bytes; the limit is {limit_text('PRODUCE_MAX_BYTES')}: "
+            "send fewer or smaller messages per request"
+        )
 
 
 def check_topic(topic: str, field: str = "topic") -> None:

@@ -7,11 +7,10 @@ from services.nameserver.route_info import (
     DEFAULT_MAX_BROKERS,
     DEFAULT_MAX_TOPICS_PER_REGISTRATION,
 )
+from tide.registration import MAX_HEARTBEAT_TIMEOUT_MS
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:9876"
-# A broker may ask for a heartbeat timeout up to this long.
-MAX_HEARTBEAT_TIMEOUT_MS = 86_400_000
 
 OPTIONS: tuple[Option, ...] = (
     Option("listen", str, DEFAULT_LISTEN, "address to serve gRPC on (HOST:PORT; port 0 picks one)"),

@@ -11,11 +11,15 @@ from collections.abc import Callable
 import grpc
 
 from services.nameserver import route_info as routes
-from services.nameserver.options import MAX_HEARTBEAT_TIMEOUT_MS
-from services.nameserver.validation import address_error, broker_id_error, name_error
 from tide.limits import QUEUE_NUMS_MAX
 from tide.naming import topic_error
 from tide.quoting import quote
+from tide.registration import (
+    MAX_HEARTBEAT_TIMEOUT_MS,
+    address_error,
+    broker_id_error,
+    name_error,
+)
 from tide.server import ServiceError
 from tide.v1 import nameserver_pb2 as pb
 from tide.v1 import nameserver_pb2_grpc as pb_grpc

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.nameserver.options import MAX_HEARTBEAT_TIMEOUT_MS
-from services.nameserver.validation import address_error, broker_id_error, name_error
 from services.storage.engine.config import GIB, MIB, FlushMode, StoreConfig
 from services.storage.registration import MAX_NAME_SERVERS, parse_name_servers
 from services.storage.replication.settings import BrokerRole, ReplicationSettings
+from tide.limits import MESSAGE_BODY_MAX_BYTES, PRODUCE_MESSAGES_MAX, QUEUE_NUMS_MAX
+from tide.registration import (
+    MAX_HEARTBEAT_TIMEOUT_MS,
+    address_error,
+    broker_id_error,
+    name_error,
+)
 from tide.server import Config, Option
+from tide.tail import MAX_CHUNK_BYTES
 
 DEFAULT_LISTEN = "127.0.0.1:10911"
 DEFAULT_TAIL_CHUNK_BYTES = 256 * 1024
-MAX_TAIL_CHUNK_BYTES = 4 * MIB
+MAX_TAIL_CHUNK_BYTES = MAX_CHUNK_BYTES  # one limit: what a Tail follower may ask for
 DEFAULT_APPEND_IN_FLIGHT_BYTES = 256 * MIB
 MAX_IN_FLIGHT_LIMIT_BYTES = 64 * 1024 * MIB
 
@@ -76,7 +82,13 @@ OPTIONS: tuple[Option, ...] = (
         "fault in every page of a new segment in the background (MADV_POPULATE_WRITE), "
         "then try mlock + madvise(WILLNEED); keeps page faults off the append path",
     ),
-    Option("max_message_body_bytes", int, 4 * MIB, "largest message body accepted", unit="bytes"),
+    Option(
+        "max_message_body_bytes",
+        int,
+        4 * MIB,
+        "largest message body accepted (at most 33554432: MESSAGE_BODY_MAX_BYTES)",
+        unit="bytes",
+    ),
     Option("max_batch_messages", int, 10_000, "most messages in one Append", unit="messages"),
     Option(
         "max_append_in_flight_bytes",
@@ -120,7 +132,7 @@ OPTIONS: tuple[Option, ...] = (
         "tail_max_chunk_bytes",
         int,
         DEFAULT_TAIL_CHUNK_BYTES,
-        "default Tail chunk size",
+        "default Tail chunk size (at most 4194304: MAX_CHUNK_BYTES)",
         unit="bytes",
     ),
     Option(
@@ -260,6 +272,13 @@ def check_config(config: Config) -> str | None:
     if problem is not None:
         return problem
     ranges = {
+        "max_message_body_bytes": (1, MESSAGE_BODY_MAX_BYTES),
+        "tail_max_chunk_bytes": (1, MAX_TAIL_CHUNK_BYTES),
+        # The gateway's --max-produce-messages has the same ceiling: kept at or below
+        # the storages' (docs), it always can be.
+        "max_batch_messages": (1, PRODUCE_MESSAGES_MAX),
+        # An auto-created topic the name servers would refuse to register otherwise.
+        "default_queue_nums": (1, QUEUE_NUMS_MAX),
         "max_append_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "ha_batch_bytes": (1024, MAX_HA_BATCH_BYTES),
         "ha_heartbeat_interval_ms": (100, 60_000),

@@ -25,6 +25,7 @@ from services.storage.replication.fresh_slave import prepare_fresh_slave
 from services.storage.replication.node import Replication
 from services.storage.replication.settings import BrokerRole
 from services.storage.servicer import StorageServicer
+from tide.limits import APPEND_MAX_BYTES
 from tide.server import Config, load_config, run_service
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -131,4 +132,5 @@ def main(argv: list[str] | None = None) -> None:
     if problem:
         print(f"tide-storage: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    run_service(StorageService(config), config)
+    # An Append carries the records of any Produce the gateway accepts (tide.limits).
+    run_service(StorageService(config), config, max_receive_bytes=APPEND_MAX_BYTES)

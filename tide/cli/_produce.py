@@ -12,8 +12,10 @@ from typing import Any
 from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, positive_int
 from tide.cli._output import Cell, ProgressBar, dumps, table
 from tide.client import MAX_BATCH_MESSAGES, Message, Producer, SendResult
+from tide.limits import MESSAGE_BODY_MAX_BYTES
 
-MAX_BODY_BYTES = 4 << 20
+# Any body a gateway may be configured to take (it checks its own limit).
+MAX_BODY_BYTES = MESSAGE_BODY_MAX_BYTES
 DEFAULT_BODY = "message {i}"
 
 _DESCRIPTION = """\

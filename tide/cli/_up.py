@@ -33,6 +33,7 @@ service exit without its clean close).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import signal
 import socket
 import string
@@ -43,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-import services
 from tide.spawn import NotReadyError, WaitCancelled, spawn, wait_ready
 
 READY_TIMEOUT_S = 120.0
@@ -58,7 +58,19 @@ MAX_BROKERS = 26  # broker-a .. broker-z
 MAX_REPLICAS = 4
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 CLUSTER_NAME = "DefaultCluster"
-GATEWAY_MAIN = Path(services.__file__).resolve().parent / "gateway" / "__main__.py"
+
+
+def _services_dir() -> Path:
+    """Where the ``services`` package is, found without importing it (tide never imports
+    services: they are started as processes, ``python -m services.X``)."""
+    spec = importlib.util.find_spec("services")
+    locations = spec.submodule_search_locations if spec is not None else None
+    if not locations:
+        raise RuntimeError("the services package is not installed beside tide")
+    return Path(next(iter(locations))).resolve()
+
+
+GATEWAY_MAIN = _services_dir() / "gateway" / "__main__.py"
 
 # Stop order: lower stages stop (and finish stopping) first.
 STAGE_GATEWAY, STAGE_DISPATCH, STAGE_SLAVE_STORAGE, STAGE_STORAGE, STAGE_NAMESERVER = range(5)

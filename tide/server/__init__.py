@@ -10,6 +10,7 @@ A service's ``__main__``::
 """
 
 from tide.server._bootstrap import (
+    ANSWER_FRAMING_BYTES,
     HEALTH_SERVICE_NAME,
     MAX_MESSAGE_BYTES,
     REFLECTION_SERVICE_NAME,
@@ -32,6 +33,7 @@ from tide.server._tracing import traced_channel
 from tide.spawn import READY_FILE_ENV
 
 __all__ = [
+    "ANSWER_FRAMING_BYTES",
     "COMMON_OPTIONS",
     "HEALTH_SERVICE_NAME",
     "MAX_MESSAGE_BYTES",

@@ -39,10 +39,14 @@ from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetr
 from tide.spawn import READY_FILE_ENV
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# An answer may carry MAX_MESSAGE_BYTES of records (a storage Read) plus the fields
+# around them; every receiver (the services' channels, tide.client) takes this much more.
+ANSWER_FRAMING_BYTES = 1024 * 1024
 MAX_PENDING_REQUESTS = 20_000
+# (The receive limit is serve's max_receive_bytes: MAX_MESSAGE_BYTES unless a service
+# takes larger requests.)
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES + ANSWER_FRAMING_BYTES),
     # Without this, a second server on the same port binds "successfully" (SO_REUSEPORT).
     ("grpc.so_reuseport", 0),
     # Calls not yet taken in by the server (held long polls do not count). gRPC's default
@@ -105,16 +109,19 @@ async def serve(
     ready_callback: ReadyCallback | None = None,
     stop_event: asyncio.Event | None = None,
     handle_signals: bool = True,
+    max_receive_bytes: int = MAX_MESSAGE_BYTES,
 ) -> None:
     """Run ``service`` until SIGTERM/SIGINT (``handle_signals``) or ``stop_event`` is set.
+    A request over ``max_receive_bytes`` is refused by gRPC (RESOURCE_EXHAUSTED).
 
     Raises :class:`ListenError` if ``listen`` is malformed or cannot be bound.
     """
     host, port = parse_listen(listen)
     readiness = Readiness(service.name)
     rpc_metrics = RpcMetrics(short_service_name(service.name))
+    options = [*SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
     server = grpc.aio.server(
-        interceptors=[ErrorInterceptor(readiness, rpc_metrics)], options=list(SERVER_OPTIONS)
+        interceptors=[ErrorInterceptor(readiness, rpc_metrics)], options=options
     )
     health_servicer = await _add_services(server, service)
     endpoint = _bind(server, host, port)
@@ -157,7 +164,9 @@ async def _start_unless_stopped(service: Service, endpoint: str, stop: asyncio.E
     return False
 
 
-def run_service(service: Service, config: Config) -> None:
+def run_service(
+    service: Service, config: Config, *, max_receive_bytes: int = MAX_MESSAGE_BYTES
+) -> None:
     """Configure logging and telemetry from ``config``, then :func:`serve` until a signal.
 
     Returns after a clean shutdown (exit status 0); exits with status 1 (2 for a malformed
@@ -180,6 +189,7 @@ def run_service(service: Service, config: Config) -> None:
                 service,
                 listen,
                 shutdown_grace_s=config.get_float("shutdown_grace_s"),
+                max_receive_bytes=max_receive_bytes,
                 ready_callback=lambda endpoint: _write_ready_file(
                     config, service, endpoint, telemetry.metrics_endpoint
                 ),

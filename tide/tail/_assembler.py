@@ -34,13 +34,15 @@ from tide.format import (
     ScanKind,
     scan_record,
 )
+from tide.limits import RECORD_MAX_BYTES
 from tide.tail._batch import BatchBuilder, ChunkScanner, RecordAt, RecordBatch, gc_paused
 from tide.tail._errors import TailCorruptionError, TailError, TailProtocolError
 
 __all__ = ["DEFAULT_MAX_RECORD_BYTES", "RecordAssembler", "RecordAt", "RecordBatch"]
 
-# The largest record the storage service accepts: a 4 MiB body plus topic and properties.
-DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024 + 64 * 1024
+# The largest record any storage writes (tide.limits): whatever the storage's own
+# --max-message-body-bytes, a record it took can be followed.
+DEFAULT_MAX_RECORD_BYTES = RECORD_MAX_BYTES
 _HEAD = struct.Struct(">ii")  # total_size, magic
 _MESSAGE_MAGICS = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
 

@@ -33,6 +33,7 @@ from tide.format import (
     segment_name,
     write_blank,
 )
+from tide.limits import RECORD_MAX_BYTES
 from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.commitlog")
@@ -72,7 +73,7 @@ class CommitLog:
         *,
         clock_ms: Callable[[], int] | None = None,
         attach_write_buffer: Callable[[MappedFile], None] | None = None,
-        max_record_bytes: int = (4 << 20) + (64 << 10),
+        max_record_bytes: int = RECORD_MAX_BYTES,
         guard: DiskGuard | None = None,
     ) -> None:
         self.segments = segments

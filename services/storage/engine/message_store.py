@@ -19,7 +19,7 @@ from services.storage.engine.allocator import SegmentAllocator
 from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.checkpoint_service import CheckpointService
 from services.storage.engine.commitlog import AppendBatch, CommitLog
-from services.storage.engine.config import MIB, FlushMode, StoreConfig
+from services.storage.engine.config import FlushMode, StoreConfig
 from services.storage.engine.consumer_offsets import ConsumerOffsets
 from services.storage.engine.disk_guard import DiskGuard
 from services.storage.engine.errors import (
@@ -57,11 +57,11 @@ from tide.format import (
     read_snapshot,
     write_snapshot,
 )
+from tide.limits import RECORD_MAX_BYTES
 from tide.quoting import quote
 from tide.service_thread import ServiceThread
 
 log = logging.getLogger("tide.storage.store")
-DEFAULT_MAX_BODY_BYTES = 4 * MIB  # a store may hold records written under this default
 PERM_WRITE = 2
 
 
@@ -182,7 +182,9 @@ class MessageStore:
             self._store_host,
             clock_ms=self._clock_ms,
             attach_write_buffer=self.pool.attach if self.pool else None,
-            max_record_bytes=max(cfg.max_message_body_bytes, DEFAULT_MAX_BODY_BYTES) + (64 << 10),
+            # Not this store's own body limit: it may hold records taken under another
+            # setting, and a slave what its master took.
+            max_record_bytes=RECORD_MAX_BYTES,
             guard=self.guard,
         )
         self._start_threads()

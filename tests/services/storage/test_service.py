@@ -922,7 +922,10 @@ def test_help_documents_options_and_units() -> None:
     text = " ".join(done.stdout.split())
     assert "--segment-size-bytes INT commitlog segment size [unit: bytes]" in text
     assert "--flush-interval-ms INT async flush interval [unit: ms]" in text
-    assert "--max-message-body-bytes INT largest message body accepted [unit: bytes]" in text
+    assert (
+        "--max-message-body-bytes INT largest message body accepted (at most 33554432: "
+        "MESSAGE_BODY_MAX_BYTES) [unit: bytes]"
+    ) in text
     for flag in ("--store-dir", "--listen", "--flush {sync,async}", "--no-auto-create-topics"):
         assert flag in text, flag
 

@@ -1,8 +1,9 @@
-"""Rules for the names and addresses a broker registers with: each check returns what is
-wrong (a message naming the field) or None.
+"""Rules for what a broker registers with a name server: names, addresses, broker id and
+heartbeat timeout. Each check returns what is wrong (a message naming the field) or None.
 
-The storage service uses the same checks on its own options, so a misconfigured broker
-fails at start instead of being refused by every name server.
+The name server checks registrations with them and the storage service its own options,
+so a misconfigured broker fails at start instead of being refused by every name server
+(shared here: services never import each other).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from tide.limits import ADDRESS_MAX_CHARS, NAME_MAX_CHARS
 from tide.quoting import quote
 
 MAX_BROKER_ID = 2**31 - 1
+# A broker may ask for a heartbeat timeout up to this long.
+MAX_HEARTBEAT_TIMEOUT_MS = 86_400_000
 
 _NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
 _NAME_CHARS_TEXT = "ASCII letters, digits, '_', '-' and '.'"
