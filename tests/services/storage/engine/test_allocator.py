@@ -99,12 +99,13 @@ def test_leftover_alloc_files_are_removed_at_open(
         (commitlog / name).write_bytes(b"half-created segment")
     store = make_store()
     # The leftovers are removed at open; the allocator then prepares segment 1 in the
-    # background under a fresh .alloc name until it is renamed into place.
+    # background under a fresh .alloc name until it is renamed into place. (Not "no
+    # .alloc left": that also holds before the background thread has begun.)
     wait_until(
-        lambda: not [n for n in commitlog_names(store_dir) if n.endswith(".alloc")],
-        "the background allocation to finish",
+        lambda: commitlog_names(store_dir) == names(0, SEGMENT_BYTES),
+        "segment 1 prepared at open, and no .alloc left",
+        state=lambda: commitlog_names(store_dir),
     )
-    assert commitlog_names(store_dir) == names(0, SEGMENT_BYTES)  # prepared at open
     store.put([msg()])
     roll(store)
     store.close()
@@ -118,9 +119,14 @@ def test_leftover_alloc_next_to_segments(make_store: StoreFactory, store_dir: Pa
     leftover = store_dir / "commitlog" / (names(SEGMENT_BYTES)[0] + ".alloc")
     leftover.write_bytes(b"\xff" * 100)
     store = make_store()
-    # Removed at open; the allocator then prepares segment 1 under that same name.
-    wait_until(lambda: not leftover.exists(), "segment 1's allocation to finish")
-    assert (store_dir / "commitlog" / names(SEGMENT_BYTES)[0]).stat().st_size == SEGMENT_BYTES
+    # Removed at open; the allocator then prepares segment 1 under that same name. (Not
+    # just "the leftover is gone": that also holds before the background thread began.)
+    segment_1 = store_dir / "commitlog" / names(SEGMENT_BYTES)[0]
+    wait_until(
+        lambda: segment_1.exists() and not leftover.exists(),
+        "segment 1's allocation to finish",
+    )
+    assert segment_1.stat().st_size == SEGMENT_BYTES
     roll(store)  # creating segment 1 is not disturbed by the leftover
     assert read_records(store)[0].body == b"kept"
     assert read_records(store)[-1].body == b"rolled"
