@@ -240,62 +240,80 @@ def request_error(request: object) -> str | None:
     (and for anything else: a method may take raw bytes)."""
     if not isinstance(request, Message) or not _walked(request.DESCRIPTOR):
         return None
-    return _message_error(request, "")
+    return _message_error(request)
 
 
 def message_error(message: Message, path: str) -> str | None:
     """:func:`request_error` for one message of a type in :data:`CHECKED_BY_HANDLER`
     (its handler calls this before any other check); ``path`` prefixes field names."""
-    return _message_error(message, path)
+    error = _message_error(message)
+    return None if error is None else f"{path}{error}"
 
 
-def _message_error(message: Message, path: str) -> str | None:
-    # The path of a field is written only when it is out of bounds: this runs per
-    # produced message (ProduceMessage, from the handler) and per request, and building
-    # the strings of fields in bounds was most of its cost.
+# What a set field needs (_plan): nothing, a length check, a walk of its message, a
+# check of its entries.
+_SKIP, _STRING, _MESSAGE, _REPEATED = range(4)
+
+
+@cache
+def _plan(field: FieldDescriptor) -> tuple[int, int]:
+    """(what to do, the length limit of a string field) for ``field``: worked out once
+    per field, as this runs per request and per produced message."""
+    if field.is_repeated:
+        return _REPEATED, 0
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return _STRING, LIMITS[FIELD_LIMITS[field.full_name]]
+    if field.type == FieldDescriptor.TYPE_MESSAGE and _walked(field.message_type):
+        return _MESSAGE, 0
+    return _SKIP, 0
+
+
+def _message_error(message: Message) -> str | None:
+    """The first field out of bounds, its path relative to ``message``. Paths are
+    written only for a field out of bounds (prefixed on the way out of nested messages):
+    writing them for every field in bounds was most of this check's cost."""
     for field, value in message.ListFields():  # only the fields set: cheap
-        if field.is_repeated:
-            error = _repeated_error(field, value, path)
-        elif field.type == FieldDescriptor.TYPE_STRING:
-            name = FIELD_LIMITS[field.full_name]
-            if len(value) <= LIMITS[name]:
-                continue
-            error = _too_long(f"{path}{field.name}", value, name)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and _walked(field.message_type):
-            error = _message_error(value, f"{path}{field.name}.")
-        else:
-            error = None
-        if error is not None:
-            return error
+        kind, limit = _plan(field)
+        if kind == _STRING:
+            if len(value) > limit:
+                return _too_long(field.name, value, FIELD_LIMITS[field.full_name])
+        elif kind == _MESSAGE:
+            error = _message_error(value)
+            if error is not None:
+                return f"{field.name}.{error}"
+        elif kind == _REPEATED:
+            error = _repeated_error(field, value)
+            if error is not None:
+                return error
     return None
 
 
-def _repeated_error(field: FieldDescriptor, items: Any, path: str) -> str | None:
-    """``items``: the repeated container or the map of ``field``, at ``path``."""
+def _repeated_error(field: FieldDescriptor, items: Any) -> str | None:
+    """``items``: the repeated container or the map of ``field``."""
     name = FIELD_LIMITS[field.full_name]
     if name != BY_OPTION and len(items) > LIMITS[name]:
-        return f"{path}{field.name} has {len(items)} entries; the limit is {limit_text(name)}"
+        return f"{field.name} has {len(items)} entries; the limit is {limit_text(name)}"
     element = _ELEMENT_LIMITS.get(field.full_name)
     if _is_map(field):
         bound = element or name
         limit = LIMITS[bound]
         for key, item in items.items():
             if len(key) > limit:
-                return _too_long(f"{path}{field.name} key", key, bound)
+                return _too_long(f"{field.name} key", key, bound)
             if isinstance(item, str) and len(item) > limit:
-                return _too_long(f"{path}{field.name}[{quote(key)}]", item, bound)
+                return _too_long(f"{field.name}[{quote(key)}]", item, bound)
         return None
     if field.type == FieldDescriptor.TYPE_STRING and element is not None:
         limit = LIMITS[element]
         for index, item in enumerate(items):
             if len(item) > limit:
-                return _too_long(f"{path}{field.name}[{index}]", item, element)
+                return _too_long(f"{field.name}[{index}]", item, element)
         return None
     if field.type == FieldDescriptor.TYPE_MESSAGE and _walked(field.message_type):
         for index, item in enumerate(items):
-            error = _message_error(item, f"{path}{field.name}[{index}].")
+            error = _message_error(item)
             if error is not None:
-                return error
+                return f"{field.name}[{index}].{error}"
     return None
 
 
