@@ -131,3 +131,28 @@ def test_tags_no_expression_can_select_are_refused(tag: str, fragment: str) -> N
     except ExpressionError:
         return
     assert tag not in parsed.tags
+
+
+def test_the_fast_tag_pattern_and_the_tag_rules_agree() -> None:
+    """A tag is accepted at once by one pattern and explained by the rules one by one:
+    both say the same for every character at the start, inside and at the end (control
+    characters, C1, Unicode spaces, '|', '*', other scripts, surrogates) and for random
+    tags made of them."""
+    import random
+
+    from tide import naming
+
+    codes = [*range(0x300), 0x0660, 0x1680, 0x2000, 0x2028, 0x3000, 0xFEFF, 0xD800, 0x1F600]
+    for code in codes:
+        char = chr(code)
+        for tag in (char, f"a{char}b", f"{char}b", f"a{char}", char * 3):
+            fast = naming._VALID_TAG.fullmatch(tag) is not None
+            assert fast == (naming._tag_rule_error(tag) is None), (hex(code), tag)
+            assert (tag_error(tag) is None) == fast, (hex(code), tag)
+    pool = [chr(code) for code in codes]
+    rng = random.Random(17)
+    for _ in range(2000):
+        tag = "".join(rng.choice(pool) for _ in range(rng.randint(1, 6)))
+        assert (naming._VALID_TAG.fullmatch(tag) is not None) == (
+            naming._tag_rule_error(tag) is None
+        ), tag
