@@ -19,6 +19,7 @@ from tide.files._lock import FileLock, FileLockedError
 from tide.files._space import (
     DiskSpace,
     OutOfSpaceError,
+    allocate_file,
     check_room,
     describe_space,
     disk_space,
@@ -34,6 +35,7 @@ __all__ = [
     "FileLock",
     "FileLockedError",
     "OutOfSpaceError",
+    "allocate_file",
     "check_room",
     "describe_space",
     "disk_space",

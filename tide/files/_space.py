@@ -35,6 +35,27 @@ def check_room(directory: Path, size_bytes: int, path: Path) -> None:
         )
 
 
+def allocate_file(path: Path, size_bytes: int, *, reserve: bool = True) -> None:
+    """Create ``path`` (a temporary name: the caller renames or links it into place)
+    ``size_bytes`` long with its blocks reserved (``reserve``: posix_fallocate, so a full
+    disk fails here, not as SIGBUS when a mapping is written). The free space is checked
+    first (:func:`check_room`); a partly allocated file is removed, not left to hold the
+    space. ``reserve=False``: a sparse file, nothing checked."""
+    if reserve:
+        check_room(path.parent, size_bytes, path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size_bytes)
+            if reserve:
+                os.posix_fallocate(fd, 0, size_bytes)
+        finally:
+            os.close(fd)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
 @dataclass(frozen=True, slots=True)
 class DiskSpace:
     """The filesystem holding a directory, as ``df`` counts it."""

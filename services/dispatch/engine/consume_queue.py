@@ -53,7 +53,7 @@ from operator import add, le
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from tide.files import check_room, fsync_dir
+from tide.files import allocate_file, fsync_dir
 from tide.format import (
     DEFAULT_ENTRIES_PER_SEGMENT,
     ENTRY_BYTES,
@@ -557,18 +557,12 @@ class ConsumeQueue:
         path = self.directory / segment_name(start)
         if path.exists():
             raise ConsumeQueueCorruptError(f"{path} exists but is not part of the queue")
-        check_room(self.directory, self.segment_bytes, path)  # cheap while the disk is full
         tmp = path.with_name(path.name + ALLOC_SUFFIX)
+        allocate_file(tmp, self.segment_bytes)  # a full disk fails here, cheaply
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.ftruncate(fd, self.segment_bytes)
-                os.posix_fallocate(fd, 0, self.segment_bytes)  # a full disk fails here
-            finally:
-                os.close(fd)
             os.rename(tmp, path)
         except BaseException:
-            tmp.unlink(missing_ok=True)  # a partly allocated file must not hold the space
+            tmp.unlink(missing_ok=True)
             raise
         try:
             fsync_dir(self.directory)

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.dispatch.engine.index_put import put_key_batch
-from tide.files import check_room, fsync_dir
+from tide.files import allocate_file, fsync_dir
 from tide.format import (
     INDEX_HEADER_BYTES,
     MAX_PROPERTIES_BYTES,
@@ -289,27 +289,14 @@ class IndexService:
         spares: list[Path] = []
         try:
             for number in range(needed):
-                spares.append(self._preallocate(self.directory / f"{TMP_FILE_NAME}.{number}"))
+                spare = self.directory / f"{TMP_FILE_NAME}.{number}"
+                allocate_file(spare, self.geometry.file_bytes)
+                spares.append(spare)
         except BaseException:
             for spare in spares:
                 spare.unlink(missing_ok=True)
             raise
         return spares
-
-    def _preallocate(self, tmp: Path) -> Path:
-        """``tmp`` created with the blocks of a file reserved; removed if that fails."""
-        size = self.geometry.file_bytes
-        check_room(self.directory, size, tmp)  # cheap while the disk is full
-        try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.posix_fallocate(fd, 0, size)
-            finally:
-                os.close(fd)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return tmp
 
     def _put_keys(
         self,
@@ -356,7 +343,10 @@ class IndexService:
         """Preallocate (or take ``spare``) and fill a tmp file, then link it under a name
         no file has. Nothing is left behind if that fails (a full disk)."""
         size = self.geometry.file_bytes
-        tmp = spare or self._preallocate(self.directory / TMP_FILE_NAME)
+        tmp = spare
+        if tmp is None:
+            tmp = self.directory / TMP_FILE_NAME
+            allocate_file(tmp, size)
         try:
             fd = os.open(tmp, os.O_RDWR)
             try:

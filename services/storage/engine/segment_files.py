@@ -25,7 +25,7 @@ import mmap
 import os
 from pathlib import Path
 
-from tide.files import OutOfSpaceError, check_room, fsync_dir, is_out_of_space
+from tide.files import OutOfSpaceError, allocate_file, fsync_dir, is_out_of_space
 from tide.format import segment_name
 from tide.mapped import MappedFile
 
@@ -47,24 +47,12 @@ def create_segment(
     path = directory / segment_name(start_offset)
     if path.exists():
         raise FileExistsError(f"segment {path} already exists")
-    reserve = preallocate or warm
-    if reserve:
-        try:
-            check_room(directory, size_bytes, path)
-        except OutOfSpaceError as exc:
-            raise SegmentSpaceError(exc.errno, exc.strerror, str(path)) from None
     tmp = path.with_name(path.name + ALLOC_SUFFIX)
     try:
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.ftruncate(fd, size_bytes)
-            if reserve:
-                os.posix_fallocate(fd, 0, size_bytes)
-        finally:
-            os.close(fd)
+        allocate_file(tmp, size_bytes, reserve=preallocate or warm)
         os.rename(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)  # a partly allocated file must not hold the space
+        tmp.unlink(missing_ok=True)
         if is_out_of_space(exc):
             raise SegmentSpaceError(exc.errno, exc.strerror, str(path)) from exc
         raise
