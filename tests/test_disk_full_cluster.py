@@ -5,7 +5,6 @@ produce works again without a restart and every acknowledged message is consumed
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import grpc
@@ -88,18 +87,24 @@ def test_produce_on_a_full_disk_answers_resource_exhausted_then_resumes(tmp_path
         assert not storage.status().writable
 
         filler.unlink()
-        deadline = time.monotonic() + 30
-        while True:  # the storage re-measures within 100 ms; the gateway retries it
+        refusals: list[grpc.RpcError] = []
+
+        def produced() -> bool:
             try:
                 produce(cluster, topic_name, len(acked))
-                break
             except grpc.RpcError as exc:
                 assert isinstance(exc, grpc.Call) and exc.code() in (
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     grpc.StatusCode.UNAVAILABLE,  # the broker isolated for a moment
                 ), exc
-                assert time.monotonic() < deadline, f"produce still refused: {exc}"
-                time.sleep(0.1)
+                refusals.append(exc)
+                return False
+            return True
+
+        # The storage re-measures within 100 ms; the gateway retries it.
+        wait_until(
+            produced, "produce accepted again", 30, interval_s=0.1, state=lambda: refusals[-1:]
+        )
         acked.append(len(acked))
         assert storage.status().writable
         last = cluster.brokers[0].storage.status().max_offset

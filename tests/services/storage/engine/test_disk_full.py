@@ -31,6 +31,7 @@ from tests.services.storage.engine._recovery_helpers import (
 )
 from tide.files import DiskSpace, write_json_atomically
 from tide.format import SNAPSHOT_FILE
+from tide.waiting import wait_until
 
 
 @pytest.fixture
@@ -55,10 +56,12 @@ def space(used_segments: float, total_segments: float) -> DiskSpace:
 
 
 def wait_writable(store: MessageStore, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not store.status().writable:
-        assert time.monotonic() < deadline, "the store never became writable again"
-        time.sleep(RECHECK_MS / 1000 / 4)
+    wait_until(
+        lambda: store.status().writable,
+        "the store to be writable again",
+        timeout_s,
+        interval_s=RECHECK_MS / 1000 / 4,
+    )
 
 
 # -- the projected usage -----------------------------------------------------------------
@@ -81,10 +84,9 @@ def test_guard_counts_the_next_segment_until_it_exists(tmp_path: Path) -> None:
 def test_the_next_segment_counts_until_it_is_created_ahead_of_need(harness: Harness) -> None:
     store = harness.open()
     next_start = store.segments.segments[-1].end_offset
-    deadline = time.monotonic() + 10
-    while not store.allocator.is_prepared(next_start):  # scheduled at open
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(  # scheduled at open
+        lambda: store.allocator.is_prepared(next_start), "the next segment ahead of need", 10
+    )
     assert store._next_segment_bytes() == 0
     store.allocator.stop()  # forgets (and deletes) what it created ahead
     assert store._next_segment_bytes() == SEGMENT_BYTES
