@@ -218,10 +218,12 @@ class GatewayMetrics:
         """One ProduceStream request: as a Produce call (no span of its own: the stream
         has one), and its in-band error counted."""
 
-        async def produce_one(request: pb.ProduceRequest, peer: str) -> pb.ProduceResponse:
+        async def produce_one(
+            request: pb.ProduceRequest, peer: str, request_bytes: int
+        ) -> pb.ProduceResponse:
             started = time.perf_counter()
             try:
-                response = await produce(request, peer)
+                response = await produce(request, peer, request_bytes)
             except ServiceError as exc:
                 name = exc.code.name
                 self.stream_errors[name] = self.stream_errors.get(name, 0) + 1

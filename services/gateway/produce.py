@@ -98,7 +98,11 @@ class Producer:
         # Record bytes sent to storages and written (metrics).
         self.written_bytes = 0
 
-    async def produce(self, request: pb.ProduceRequest, peer: str) -> pb.ProduceResponse:
+    async def produce(
+        self, request: pb.ProduceRequest, peer: str, request_bytes: int
+    ) -> pb.ProduceResponse:
+        """One Produce (or ProduceStream request) of ``request_bytes`` encoded (what the
+        caller sized it at for its limits)."""
         messages = request.messages
         count = len(messages)
         if count == 0:
@@ -113,7 +117,7 @@ class Producer:
                 "(--max-produce-messages): split the batch",
             )
         check = check_produce_messages(
-            messages, self._config.max_message_body_bytes, messages_bytes(request)
+            messages, self._config.max_message_body_bytes, messages_bytes(request, request_bytes)
         )
         respond = runs_response if request.compact_results else produce_response
         views = await self._views(check.topics)

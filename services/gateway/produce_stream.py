@@ -45,7 +45,8 @@ MAX_PRODUCE_STREAMS = 4096
 # max_produce_stream_in_flight_bytes (the reader stops reading at it).
 DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES = 32 << 20
 
-ProduceOne = Callable[[pb.ProduceRequest, str], Coroutine[Any, Any, pb.ProduceResponse]]
+# (request, peer, the request's encoded size in bytes)
+ProduceOne = Callable[[pb.ProduceRequest, str, int], Coroutine[Any, Any, pb.ProduceResponse]]
 _DRAINED = object()  # queued by drain(): no more requests will be read
 
 
@@ -158,7 +159,7 @@ class ProduceStreams:
         except ServiceError as exc:
             return asyncio.create_task(_refuse(exc))
         stream.budget.force(size)
-        task = asyncio.create_task(self.produce(request, peer))
+        task = asyncio.create_task(self.produce(request, peer, size))
         task.add_done_callback(lambda _: _give(size, stream.budget, self.budget))
         return task
 

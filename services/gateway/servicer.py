@@ -58,7 +58,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         size_bytes = request.ByteSize()
         check_produce_size(size_bytes)  # first: a permanent refusal, not a retryable one
         with self.produce_budget.held(size_bytes):
-            return await self._producer.produce(request, context.peer())
+            return await self._producer.produce(request, context.peer(), size_bytes)
 
     async def ProduceStream(
         self, request_iterator: AsyncIterator[pb.ProduceRequest], context: Context
