@@ -124,7 +124,7 @@ class Producer:
         """
         if not messages:
             return []
-        request, what = _request(messages)
+        request, _, what = _request(messages)
         response = self._connection.call(self._connection.stub.Produce, request, what)
         return _results(messages, response, what)
 
@@ -201,10 +201,9 @@ class Producer:
         if not messages:
             outer.set_result(finish([]))
             return outer
-        request, what = _request(messages)  # checked before anything is sent
+        request, size, what = _request(messages)  # checked before anything is sent
         if self._connection.closed:
             raise TideError("the producer is closed")
-        size = request.ByteSize()
         self._acquire_in_flight(size, "send_async")
         try:
             inner = self._stream.submit(request, what)
@@ -264,8 +263,9 @@ class Producer:
 _T = TypeVar("_T")
 
 
-def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, str]:
-    """The request for a batch (messages checked) and what to call it in errors."""
+def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, int, str]:
+    """The request for a batch (messages checked), its encoded size in bytes (ByteSize
+    encodes the whole request: taken once) and what to call it in errors."""
     if len(messages) > MAX_BATCH_MESSAGES:
         raise InvalidArgument(
             f"a batch of {len(messages)} messages; the limit is {MAX_BATCH_MESSAGES}"
@@ -280,7 +280,7 @@ def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, s
             f"a batch of {len(messages)} messages is {size} bytes; the gateway takes "
             f"requests up to {MAX_SEND_BYTES} bytes: split it"
         )
-    return request, f"Produce to {', '.join(map(repr, topics))}"
+    return request, size, f"Produce to {', '.join(map(repr, topics))}"
 
 
 def _results(
