@@ -15,6 +15,7 @@ from tests.services.storage.conftest import RPC_TIMEOUT_S, StorageProcess, messa
 from tide.server._request_streams import MAX_REQUEST_STREAMS
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
+from tide.waiting import wait_until_async
 
 STREAMS_PER_CHANNEL = 64  # below HTTP/2's usual cap on concurrent streams per connection
 
@@ -69,17 +70,20 @@ def test_tail_streams_past_the_limit_are_refused(
             assert "MAX_TAIL_STREAMS" in (error.details() or "")
             calls.pop().cancel()  # one closes: a new one is taken (once the server saw it)
             async with grpc.aio.insecure_channel(shared_storage.listen) as channel:
-                deadline = asyncio.get_running_loop().time() + RPC_TIMEOUT_S
-                while True:
+
+                async def taken() -> bool:
                     call = open_one(pb_grpc.StorageStub(channel))
                     try:
                         await confirm(call)
-                        call.cancel()
-                        break
                     except grpc.aio.AioRpcError as exc:
                         assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-                        assert asyncio.get_running_loop().time() < deadline
-                        await asyncio.sleep(0.05)  # polling the server's count, not waiting blind
+                        return False
+                    call.cancel()
+                    return True
+
+                await wait_until_async(
+                    taken, "a Tail stream taken once one closed", RPC_TIMEOUT_S, interval_s=0.05
+                )
         finally:
             await close_all(calls, channels)
 
