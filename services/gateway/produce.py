@@ -47,6 +47,7 @@ from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_messages
 from tide.format import RunWriter, topic_part
+from tide.limits import request_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -103,6 +104,9 @@ class Producer:
     ) -> pb.ProduceResponse:
         """One Produce (or ProduceStream request) of ``request_bytes`` encoded (what the
         caller sized it at for its limits)."""
+        error = request_error(request)  # ProduceStream's requests: the interceptor leaves them
+        if error is not None:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, error)
         messages = request.messages
         count = len(messages)
         if count == 0:

@@ -31,7 +31,6 @@ from typing import Any
 import grpc
 
 from services.gateway.validate import check_produce_size
-from tide.limits import request_error
 from tide.server import ByteBudget, ServiceError
 from tide.v1 import gateway_pb2 as pb
 
@@ -153,8 +152,7 @@ class ProduceStreams:
         it is done, or it is refused RESOURCE_EXHAUSTED by the gateway's budget."""
         size = request.ByteSize()
         try:
-            check_produce_size(size)  # first: permanent refusals, not a retryable one
-            _check_fields(request)  # what the interceptor checks of a unary Produce
+            check_produce_size(size)  # first: a permanent refusal, not a retryable one
             self.budget.take(size)
         except ServiceError as exc:
             return asyncio.create_task(_refuse(exc))
@@ -162,14 +160,6 @@ class ProduceStreams:
         task = asyncio.create_task(self.produce(request, peer, size))
         task.add_done_callback(lambda _: _give(size, stream.budget, self.budget))
         return task
-
-
-def _check_fields(request: pb.ProduceRequest) -> None:
-    """Each field within its bound (tide.limits): the interceptor leaves the requests of
-    this stream to its handler, which answers them in-band."""
-    error = request_error(request)
-    if error is not None:
-        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, error)
 
 
 async def _refuse(exc: ServiceError) -> pb.ProduceResponse:
