@@ -446,6 +446,25 @@ class Cluster:
         )
         return list(reply.broker_names)
 
+    def queue_max(self, topic: str, broker_name: str = "broker-a", queue_id: int = 0) -> int:
+        """The queue's max offset as the gateway reports it (its dispatch's)."""
+        reply = self.gateway.stub.GetQueueOffsets(
+            pb.QueueOffsetsRequest(topic=topic, broker_name=broker_name, queue_id=queue_id),
+            timeout=RPC_TIMEOUT_S,
+        )
+        return int(reply.max_offset)
+
+    def wait_dispatched(
+        self, topic: str, count: int, broker_name: str = "broker-a", queue_id: int = 0
+    ) -> None:
+        """The dispatch builds the consume queue after the store write (a pull right after
+        a produce may see none of it): wait until the queue holds ``count`` messages."""
+        wait_until(
+            lambda: self.queue_max(topic, broker_name, queue_id) >= count,
+            f"{count} message(s) of {topic} dispatched to {broker_name} queue {queue_id}",
+            state=lambda: self.queue_max(topic, broker_name, queue_id),
+        )
+
 
 def cluster_fixture(
     *,

@@ -42,6 +42,8 @@ def pull(topic: str, offset: int = 0, **fields: object) -> pb.PullRequest:
 
 
 def produce(cluster: Cluster, topic: str, bodies_tags: list[tuple[bytes, str]]) -> None:
+    """Produce to queue 0 of broker-a and wait until the dispatch has it all."""
+    before = cluster.queue_max(topic)
     messages = [
         pb.ProduceMessage(
             topic=topic,
@@ -54,6 +56,7 @@ def produce(cluster: Cluster, topic: str, bodies_tags: list[tuple[bytes, str]]) 
         for index, (body, tags) in enumerate(bodies_tags)
     ]
     cluster.gateway.stub.Produce(pb.ProduceRequest(messages=messages), timeout=RPC_TIMEOUT_S)
+    cluster.wait_dispatched(topic, before + len(messages))
 
 
 def decoded(answer: pb.PullResponse) -> list[tuple[bytes, str, int, int, str]]:
