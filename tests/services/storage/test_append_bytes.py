@@ -22,9 +22,9 @@ from tests.services.storage.conftest import (
     expect_error,
     message,
 )
+from tests.services.storage.test_append_stream import exchange
 from tide.commitlog import iter_records
 from tide.v1 import storage_pb2 as pb
-from tide.v1 import storage_pb2_grpc as pb_grpc
 from tide.waiting import wait_until
 
 MIB = 1024 * 1024
@@ -67,21 +67,6 @@ def stored_offsets(storage: StorageProcess) -> list[int]:
     return [at.offset for at in iter_records(storage.store_dir / "commitlog")]
 
 
-async def stream_exchange(
-    storage: StorageProcess, requests: list[pb.AppendRequest]
-) -> list[pb.AppendStreamResponse]:
-    async with grpc.aio.insecure_channel(storage.listen) as channel:
-        call = pb_grpc.StorageStub(channel).AppendStream(None, timeout=RPC_TIMEOUT_S)
-        answers = []
-        for request in requests:
-            await call.write(request)
-            answer = await call.read()
-            assert isinstance(answer, pb.AppendStreamResponse), answer
-            answers.append(answer)
-        await call.done_writing()
-        return answers
-
-
 def test_an_append_larger_than_the_limit_is_refused_and_writes_nothing(
     storage: StorageProcess, topic_name: str
 ) -> None:
@@ -93,7 +78,7 @@ def test_an_append_larger_than_the_limit_is_refused_and_writes_nothing(
         LIMIT_TEXT,
         "send smaller requests",
     )
-    answers = asyncio.run(stream_exchange(storage, [too_big, batch(topic_name, 2)]))
+    answers = asyncio.run(exchange(storage, [too_big, batch(topic_name, 2)]))
     assert answers[0].error_code == EXHAUSTED.value[0]
     assert LIMIT_TEXT in answers[0].error_message
     assert answers[1].error_code == 0
