@@ -26,7 +26,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from tide.format import FIXED_BYTES_V4
+from tide.format import FIXED_BYTES_V4, MAX_DELAY_LEVELS
 from tide.format import MAX_PROPERTIES_BYTES as PROPERTIES_MAX_BYTES
 from tide.naming import CONSUMER_GROUP_MAX_CHARS, TAG_MAX_CHARS, TOPIC_MAX_BYTES
 from tide.quoting import QUOTE_MAX_CHARS, quote
@@ -84,6 +84,7 @@ READ_MAX_POSITIONS = 1_024  # positions or spans in one storage Read
 WATCH_MAX_TOPICS = 1_024  # topics one dispatch WatchArrivals names
 BROKER_NAMES_MAX_COUNT = 1_024  # brokers one CreateTopic names
 QUEUE_NUMS_MAX = 1_024  # read/write queues of a topic
+RETRY_DELAYS_MAX_COUNT = MAX_DELAY_LEVELS  # a CUSTOMIZED retry policy's delays (a level table)
 
 # Every named limit above (and the name rules') by name: the docs table lists each.
 LIMITS: dict[str, int] = {
@@ -114,6 +115,7 @@ LIMITS: dict[str, int] = {
     "WATCH_MAX_TOPICS": WATCH_MAX_TOPICS,
     "BROKER_NAMES_MAX_COUNT": BROKER_NAMES_MAX_COUNT,
     "QUEUE_NUMS_MAX": QUEUE_NUMS_MAX,
+    "RETRY_DELAYS_MAX_COUNT": RETRY_DELAYS_MAX_COUNT,
 }
 
 # A field bounded by a service option, checked by its handler (the option names it).
@@ -197,6 +199,20 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.CreateTopicRequest.topic": "TOPIC_MAX_BYTES",
     "tide.v1.CreateTopicRequest.broker_names": "BROKER_NAMES_MAX_COUNT",
     "tide.v1.CreateTopicRequest.cluster_name": "NAME_MAX_CHARS",
+    "tide.v1.CreateTopicRequest.message_type": "NAME_MAX_CHARS",
+    # delivery (issue 18): topic attributes, group configs, send-back, recall
+    "tide.v1.TopicConfig.attributes": "PROPERTIES_MAX_COUNT",
+    "tide.v1.GroupConfig.group_name": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.GroupConfig.attributes": "PROPERTIES_MAX_COUNT",
+    "tide.v1.RetryPolicy.delays_ms": "RETRY_DELAYS_MAX_COUNT",
+    "tide.v1.GetGroupRequest.group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.DeleteGroupRequest.group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.SendBackRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.SendBackRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.SendBackRequest.msg_id": "MSG_ID_MAX_CHARS",
+    "tide.v1.RecallMessageRequest.msg_id": "MSG_ID_MAX_CHARS",
+    "tide.v1.CreateGroupRequest.broker_names": "BROKER_NAMES_MAX_COUNT",
+    "tide.v1.CreateGroupRequest.cluster_name": "NAME_MAX_CHARS",
 }
 
 # Streams that answer each request in-band (error_code, error_message) and go on: their
@@ -224,6 +240,9 @@ _ELEMENT_LIMITS: dict[str, str] = {
     "tide.v1.ProduceMessage.properties": "PROPERTIES_MAX_BYTES",
     "tide.v1.WatchArrivalsRequest.topics": "TOPIC_MAX_BYTES",
     "tide.v1.CreateTopicRequest.broker_names": "NAME_MAX_CHARS",
+    "tide.v1.CreateGroupRequest.broker_names": "NAME_MAX_CHARS",
+    "tide.v1.TopicConfig.attributes": "PROPERTIES_MAX_BYTES",
+    "tide.v1.GroupConfig.attributes": "PROPERTIES_MAX_BYTES",
 }
 
 

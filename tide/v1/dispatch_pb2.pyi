@@ -509,6 +509,7 @@ class DispatchStatus(_message.Message):
     STORAGE_FIELD_NUMBER: _builtins.int
     TAIL_RECONNECTS_FIELD_NUMBER: _builtins.int
     TAIL_RESTARTS_FIELD_NUMBER: _builtins.int
+    DELIVERY_FIELD_NUMBER: _builtins.int
     dispatched_offset: _builtins.int
     """Every commitlog record below this offset is in the consume queues and the index."""
     durable_offset: _builtins.int
@@ -535,6 +536,10 @@ class DispatchStatus(_message.Message):
     tail_reconnects: _builtins.int
     """How many times the Tail stream reconnected, and was restarted after a reconcile."""
     tail_restarts: _builtins.int
+    @_builtins.property
+    def delivery(self) -> Global___DeliveryStatus:
+        """The delivery services beside the queues (delay levels and the timer)."""
+
     def __init__(
         self,
         *,
@@ -552,11 +557,67 @@ class DispatchStatus(_message.Message):
         storage: _builtins.str = ...,
         tail_reconnects: _builtins.int = ...,
         tail_restarts: _builtins.int = ...,
+        delivery: Global___DeliveryStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delivery", b"delivery"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cq_segment_count", b"cq_segment_count", "dispatched_offset", b"dispatched_offset", "durable_offset", b"durable_offset", "follower_state", b"follower_state", "index_entry_count", b"index_entry_count", "index_file_count", b"index_file_count", "lag_bytes", b"lag_bytes", "last_error", b"last_error", "queue_count", b"queue_count", "storage", b"storage", "storage_max_offset", b"storage_max_offset", "storage_min_offset", b"storage_min_offset", "tail_reconnects", b"tail_reconnects", "tail_restarts", b"tail_restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cq_segment_count", b"cq_segment_count", "delivery", b"delivery", "dispatched_offset", b"dispatched_offset", "durable_offset", b"durable_offset", "follower_state", b"follower_state", "index_entry_count", b"index_entry_count", "index_file_count", b"index_file_count", "lag_bytes", b"lag_bytes", "last_error", b"last_error", "queue_count", b"queue_count", "storage", b"storage", "storage_max_offset", b"storage_max_offset", "storage_min_offset", b"storage_min_offset", "tail_reconnects", b"tail_reconnects", "tail_restarts", b"tail_restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DispatchStatus: _TypeAlias = DispatchStatus  # noqa: Y015
+
+@_typing.final
+class DeliveryStatus(_message.Message):
+    """The delay-level and timer services of a dispatch (docs/delivery.md). They deliver while the
+    followed storage is a master and hold (active = false) while it is a slave.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELAY_LEVELS_MS_FIELD_NUMBER: _builtins.int
+    TIMER_MAX_DELAY_MS_FIELD_NUMBER: _builtins.int
+    TIMER_PRECISION_MS_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    DELAY_LEVEL_PENDING_FIELD_NUMBER: _builtins.int
+    TIMER_PENDING_FIELD_NUMBER: _builtins.int
+    TIMER_DELIVERED_TO_MS_FIELD_NUMBER: _builtins.int
+    timer_max_delay_ms: _builtins.int
+    """--timer-max-delay-ms: the furthest a timed message may be due (ms from now)."""
+    timer_precision_ms: _builtins.int
+    """--timer-precision-ms: a timed message is delivered at or after its time and less than
+    this after it.
+    """
+    active: _builtins.bool
+    timer_pending: _builtins.int
+    """Timed messages filed but not delivered yet."""
+    timer_delivered_to_ms: _builtins.int
+    """Every timed message due before this time (ms since epoch) has been delivered."""
+    @_builtins.property
+    def delay_levels_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The delay level table (--message-delay-level), level 1 first, in ms: a produce's
+        delay_level must be 1..len.
+        """
+
+    @_builtins.property
+    def delay_level_pending(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Per delay level (level 1 first): messages stored but not delivered yet."""
+
+    def __init__(
+        self,
+        *,
+        delay_levels_ms: _abc.Iterable[_builtins.int] | None = ...,
+        timer_max_delay_ms: _builtins.int = ...,
+        timer_precision_ms: _builtins.int = ...,
+        active: _builtins.bool = ...,
+        delay_level_pending: _abc.Iterable[_builtins.int] | None = ...,
+        timer_pending: _builtins.int = ...,
+        timer_delivered_to_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "delay_level_pending", b"delay_level_pending", "delay_levels_ms", b"delay_levels_ms", "timer_delivered_to_ms", b"timer_delivered_to_ms", "timer_max_delay_ms", b"timer_max_delay_ms", "timer_pending", b"timer_pending", "timer_precision_ms", b"timer_precision_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeliveryStatus: _TypeAlias = DeliveryStatus  # noqa: Y015

@@ -116,6 +116,41 @@ class GatewayStub:
                 request_serializer=tide_dot_v1_dot_nameserver__pb2.GetClusterInfoRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_nameserver__pb2.ClusterInfo.FromString,
                 _registered_method=True)
+        self.SendBack = channel.unary_unary(
+                '/tide.v1.Gateway/SendBack',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.SendBackRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.SendBackResponse.FromString,
+                _registered_method=True)
+        self.RecallMessage = channel.unary_unary(
+                '/tide.v1.Gateway/RecallMessage',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.RecallMessageResponse.FromString,
+                _registered_method=True)
+        self.BrowseQueue = channel.unary_unary(
+                '/tide.v1.Gateway/BrowseQueue',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.PullRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.PullResponse.FromString,
+                _registered_method=True)
+        self.CreateGroup = channel.unary_unary(
+                '/tide.v1.Gateway/CreateGroup',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.CreateGroupRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.CreateGroupResponse.FromString,
+                _registered_method=True)
+        self.GetGroup = channel.unary_unary(
+                '/tide.v1.Gateway/GetGroup',
+                request_serializer=tide_dot_v1_dot_storage__pb2.GetGroupRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GetGroupResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/tide.v1.Gateway/ListGroups',
+                request_serializer=tide_dot_v1_dot_storage__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/tide.v1.Gateway/DeleteGroup',
+                request_serializer=tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -240,6 +275,57 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendBack(self, request, context):
+        """Delivery (docs/delivery.md).
+        A consumer failed to consume a message (RocketMQ's CONSUMER_SEND_MSG_BACK): it is stored
+        in %RETRY%<group> with its reconsume count + 1 and delivered again after the group's
+        retry policy's delay, or, past the group's retry maximum, stored in %DLQ%<group>.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecallMessage(self, request, context):
+        """Cancel a timed message before it is due (RocketMQ 5's recall), by the msg_id Produce
+        returned for it. FAILED_PRECONDITION when it is not a timed message or already delivered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BrowseQueue(self, request, context):
+        """A queue's messages for operators (dead letters): a Pull that ignores the queue's read
+        permission (dead-letter queues are write-only), commits nothing and never waits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateGroup(self, request, context):
+        """Consumer group configs, on every master broker of the chosen set (as CreateTopic).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -322,6 +408,41 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=tide_dot_v1_dot_nameserver__pb2.GetClusterInfoRequest.FromString,
                     response_serializer=tide_dot_v1_dot_nameserver__pb2.ClusterInfo.SerializeToString,
+            ),
+            'SendBack': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendBack,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.SendBackRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.SendBackResponse.SerializeToString,
+            ),
+            'RecallMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallMessage,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.RecallMessageRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.RecallMessageResponse.SerializeToString,
+            ),
+            'BrowseQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.BrowseQueue,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.PullRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.PullResponse.SerializeToString,
+            ),
+            'CreateGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateGroup,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.CreateGroupRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.CreateGroupResponse.SerializeToString,
+            ),
+            'GetGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroup,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.GetGroupRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GetGroupResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.ListGroupsRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -756,6 +877,195 @@ class Gateway:
             '/tide.v1.Gateway/GetClusterInfo',
             tide_dot_v1_dot_nameserver__pb2.GetClusterInfoRequest.SerializeToString,
             tide_dot_v1_dot_nameserver__pb2.ClusterInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/SendBack',
+            tide_dot_v1_dot_gateway__pb2.SendBackRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.SendBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecallMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/RecallMessage',
+            tide_dot_v1_dot_gateway__pb2.RecallMessageRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.RecallMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrowseQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/BrowseQueue',
+            tide_dot_v1_dot_gateway__pb2.PullRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.PullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/CreateGroup',
+            tide_dot_v1_dot_gateway__pb2.CreateGroupRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.CreateGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/GetGroup',
+            tide_dot_v1_dot_storage__pb2.GetGroupRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GetGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/ListGroups',
+            tide_dot_v1_dot_storage__pb2.ListGroupsRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/DeleteGroup',
+            tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,25 @@ class GatewayStub:
     ListTopics: _grpc.UnaryUnaryMultiCallable[_nameserver_pb2.ListRouteTopicsRequest, _nameserver_pb2.ListRouteTopicsResponse]
     GetTopicRoute: _grpc.UnaryUnaryMultiCallable[_nameserver_pb2.GetTopicRouteRequest, _nameserver_pb2.TopicRoute]
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_nameserver_pb2.GetClusterInfoRequest, _nameserver_pb2.ClusterInfo]
+    SendBack: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.SendBackRequest, _gateway_pb2.SendBackResponse]
+    """Delivery (docs/delivery.md).
+    A consumer failed to consume a message (RocketMQ's CONSUMER_SEND_MSG_BACK): it is stored
+    in %RETRY%<group> with its reconsume count + 1 and delivered again after the group's
+    retry policy's delay, or, past the group's retry maximum, stored in %DLQ%<group>.
+    """
+    RecallMessage: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.RecallMessageRequest, _gateway_pb2.RecallMessageResponse]
+    """Cancel a timed message before it is due (RocketMQ 5's recall), by the msg_id Produce
+    returned for it. FAILED_PRECONDITION when it is not a timed message or already delivered.
+    """
+    BrowseQueue: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]
+    """A queue's messages for operators (dead letters): a Pull that ignores the queue's read
+    permission (dead-letter queues are write-only), commits nothing and never waits.
+    """
+    CreateGroup: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CreateGroupRequest, _gateway_pb2.CreateGroupResponse]
+    """Consumer group configs, on every master broker of the chosen set (as CreateTopic)."""
+    GetGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]
+    DeleteGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -136,6 +155,25 @@ class GatewayAsyncStub(GatewayStub):
     ListTopics: _aio.UnaryUnaryMultiCallable[_nameserver_pb2.ListRouteTopicsRequest, _nameserver_pb2.ListRouteTopicsResponse]  # type: ignore[assignment]
     GetTopicRoute: _aio.UnaryUnaryMultiCallable[_nameserver_pb2.GetTopicRouteRequest, _nameserver_pb2.TopicRoute]  # type: ignore[assignment]
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_nameserver_pb2.GetClusterInfoRequest, _nameserver_pb2.ClusterInfo]  # type: ignore[assignment]
+    SendBack: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SendBackRequest, _gateway_pb2.SendBackResponse]  # type: ignore[assignment]
+    """Delivery (docs/delivery.md).
+    A consumer failed to consume a message (RocketMQ's CONSUMER_SEND_MSG_BACK): it is stored
+    in %RETRY%<group> with its reconsume count + 1 and delivered again after the group's
+    retry policy's delay, or, past the group's retry maximum, stored in %DLQ%<group>.
+    """
+    RecallMessage: _aio.UnaryUnaryMultiCallable[_gateway_pb2.RecallMessageRequest, _gateway_pb2.RecallMessageResponse]  # type: ignore[assignment]
+    """Cancel a timed message before it is due (RocketMQ 5's recall), by the msg_id Produce
+    returned for it. FAILED_PRECONDITION when it is not a timed message or already delivered.
+    """
+    BrowseQueue: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]  # type: ignore[assignment]
+    """A queue's messages for operators (dead letters): a Pull that ignores the queue's read
+    permission (dead-letter queues are write-only), commits nothing and never waits.
+    """
+    CreateGroup: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CreateGroupRequest, _gateway_pb2.CreateGroupResponse]  # type: ignore[assignment]
+    """Consumer group configs, on every master broker of the chosen set (as CreateTopic)."""
+    GetGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]  # type: ignore[assignment]
+    ListGroups: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    DeleteGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]  # type: ignore[assignment]
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -276,5 +314,66 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         request: _nameserver_pb2.GetClusterInfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_nameserver_pb2.ClusterInfo, _abc.Awaitable[_nameserver_pb2.ClusterInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def SendBack(
+        self,
+        request: _gateway_pb2.SendBackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.SendBackResponse, _abc.Awaitable[_gateway_pb2.SendBackResponse]]:
+        """Delivery (docs/delivery.md).
+        A consumer failed to consume a message (RocketMQ's CONSUMER_SEND_MSG_BACK): it is stored
+        in %RETRY%<group> with its reconsume count + 1 and delivered again after the group's
+        retry policy's delay, or, past the group's retry maximum, stored in %DLQ%<group>.
+        """
+
+    @_abc_1.abstractmethod
+    def RecallMessage(
+        self,
+        request: _gateway_pb2.RecallMessageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RecallMessageResponse, _abc.Awaitable[_gateway_pb2.RecallMessageResponse]]:
+        """Cancel a timed message before it is due (RocketMQ 5's recall), by the msg_id Produce
+        returned for it. FAILED_PRECONDITION when it is not a timed message or already delivered.
+        """
+
+    @_abc_1.abstractmethod
+    def BrowseQueue(
+        self,
+        request: _gateway_pb2.PullRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.PullResponse, _abc.Awaitable[_gateway_pb2.PullResponse]]:
+        """A queue's messages for operators (dead letters): a Pull that ignores the queue's read
+        permission (dead-letter queues are write-only), commits nothing and never waits.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateGroup(
+        self,
+        request: _gateway_pb2.CreateGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.CreateGroupResponse, _abc.Awaitable[_gateway_pb2.CreateGroupResponse]]:
+        """Consumer group configs, on every master broker of the chosen set (as CreateTopic)."""
+
+    @_abc_1.abstractmethod
+    def GetGroup(
+        self,
+        request: _storage_pb2.GetGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetGroupResponse, _abc.Awaitable[_storage_pb2.GetGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _storage_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ListGroupsResponse, _abc.Awaitable[_storage_pb2.ListGroupsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteGroup(
+        self,
+        request: _storage_pb2.DeleteGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.DeleteGroupResponse, _abc.Awaitable[_storage_pb2.DeleteGroupResponse]]: ...
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tide.v1 import storage_pb2 as tide_dot_v1_dot_storage__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tide/v1/nameserver.proto\x12\x07tide.v1\x1a\x15tide/v1/storage.proto\"2\n\rBrokerAddress\x12\x0f\n\x07storage\x18\x01 \x01(\t\x12\x10\n\x08\x64ispatch\x18\x02 \x01(\t\"4\n\x0b\x44\x61taVersion\x12\x14\n\x0ctimestamp_ms\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"\xee\x01\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\'\n\x07\x61\x64\x64ress\x18\x04 \x01(\x0b\x32\x16.tide.v1.BrokerAddress\x12$\n\x06topics\x18\x05 \x03(\x0b\x32\x14.tide.v1.TopicConfig\x12*\n\x0c\x64\x61ta_version\x18\x06 \x01(\x0b\x32\x14.tide.v1.DataVersion\x12\x1c\n\x14heartbeat_timeout_ms\x18\x07 \x01(\x03\"0\n\x16RegisterBrokerResponse\x12\x16\n\x0emaster_address\x18\x01 \x01(\t\"p\n\x17UnregisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x17\n\x0fstorage_address\x18\x04 \x01(\t\"+\n\x18UnregisterBrokerResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"%\n\x14GetTopicRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"y\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\"\xb8\x01\n\nBrokerData\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x35\n\taddresses\x18\x03 \x03(\x0b\x32\".tide.v1.BrokerData.AddressesEntry\x1aH\n\x0e\x41\x64\x64ressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.tide.v1.BrokerAddress:\x02\x38\x01\"~\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\'\n\x0bqueue_datas\x18\x02 \x03(\x0b\x32\x12.tide.v1.QueueData\x12)\n\x0c\x62roker_datas\x18\x03 \x03(\x0b\x32\x13.tide.v1.BrokerData\x12\r\n\x05order\x18\x04 \x01(\x08\"\x17\n\x15GetClusterInfoRequest\"\xee\x01\n\x0e\x42rokerLiveInfo\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\'\n\x07\x61\x64\x64ress\x18\x04 \x01(\x0b\x32\x16.tide.v1.BrokerAddress\x12\x16\n\x0elast_update_ms\x18\x05 \x01(\x03\x12\x1c\n\x14heartbeat_timeout_ms\x18\x06 \x01(\x03\x12*\n\x0c\x64\x61ta_version\x18\x07 \x01(\x0b\x32\x14.tide.v1.DataVersion\x12\x13\n\x0btopic_count\x18\x08 \x01(\x05\"\xb7\x01\n\x0b\x43lusterInfo\x12\x34\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\".tide.v1.ClusterInfo.ClustersEntry\x12(\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x17.tide.v1.BrokerLiveInfo\x1aH\n\rClustersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.tide.v1.ClusterBrokers:\x02\x38\x01\"&\n\x0e\x43lusterBrokers\x12\x14\n\x0c\x62roker_names\x18\x01 \x03(\t\"\x18\n\x16ListRouteTopicsRequest\")\n\x17ListRouteTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t2\x9b\x03\n\nNameServer\x12Q\n\x0eRegisterBroker\x12\x1e.tide.v1.RegisterBrokerRequest\x1a\x1f.tide.v1.RegisterBrokerResponse\x12W\n\x10UnregisterBroker\x12 .tide.v1.UnregisterBrokerRequest\x1a!.tide.v1.UnregisterBrokerResponse\x12\x43\n\rGetTopicRoute\x12\x1d.tide.v1.GetTopicRouteRequest\x1a\x13.tide.v1.TopicRoute\x12\x46\n\x0eGetClusterInfo\x12\x1e.tide.v1.GetClusterInfoRequest\x1a\x14.tide.v1.ClusterInfo\x12T\n\x0fListRouteTopics\x12\x1f.tide.v1.ListRouteTopicsRequest\x1a .tide.v1.ListRouteTopicsResponseB\x0e\n\nio.tide.v1P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tide/v1/nameserver.proto\x12\x07tide.v1\x1a\x15tide/v1/storage.proto\"2\n\rBrokerAddress\x12\x0f\n\x07storage\x18\x01 \x01(\t\x12\x10\n\x08\x64ispatch\x18\x02 \x01(\t\"4\n\x0b\x44\x61taVersion\x12\x14\n\x0ctimestamp_ms\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"\xee\x01\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\'\n\x07\x61\x64\x64ress\x18\x04 \x01(\x0b\x32\x16.tide.v1.BrokerAddress\x12$\n\x06topics\x18\x05 \x03(\x0b\x32\x14.tide.v1.TopicConfig\x12*\n\x0c\x64\x61ta_version\x18\x06 \x01(\x0b\x32\x14.tide.v1.DataVersion\x12\x1c\n\x14heartbeat_timeout_ms\x18\x07 \x01(\x03\"0\n\x16RegisterBrokerResponse\x12\x16\n\x0emaster_address\x18\x01 \x01(\t\"p\n\x17UnregisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x17\n\x0fstorage_address\x18\x04 \x01(\t\"+\n\x18UnregisterBrokerResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"%\n\x14GetTopicRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x8f\x01\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\x12\x14\n\x0cmessage_type\x18\x06 \x01(\t\"\xb8\x01\n\nBrokerData\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x35\n\taddresses\x18\x03 \x03(\x0b\x32\".tide.v1.BrokerData.AddressesEntry\x1aH\n\x0e\x41\x64\x64ressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.tide.v1.BrokerAddress:\x02\x38\x01\"\x94\x01\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\'\n\x0bqueue_datas\x18\x02 \x03(\x0b\x32\x12.tide.v1.QueueData\x12)\n\x0c\x62roker_datas\x18\x03 \x03(\x0b\x32\x13.tide.v1.BrokerData\x12\r\n\x05order\x18\x04 \x01(\x08\x12\x14\n\x0cmessage_type\x18\x05 \x01(\t\"\x17\n\x15GetClusterInfoRequest\"\xee\x01\n\x0e\x42rokerLiveInfo\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\'\n\x07\x61\x64\x64ress\x18\x04 \x01(\x0b\x32\x16.tide.v1.BrokerAddress\x12\x16\n\x0elast_update_ms\x18\x05 \x01(\x03\x12\x1c\n\x14heartbeat_timeout_ms\x18\x06 \x01(\x03\x12*\n\x0c\x64\x61ta_version\x18\x07 \x01(\x0b\x32\x14.tide.v1.DataVersion\x12\x13\n\x0btopic_count\x18\x08 \x01(\x05\"\xb7\x01\n\x0b\x43lusterInfo\x12\x34\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\".tide.v1.ClusterInfo.ClustersEntry\x12(\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x17.tide.v1.BrokerLiveInfo\x1aH\n\rClustersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.tide.v1.ClusterBrokers:\x02\x38\x01\"&\n\x0e\x43lusterBrokers\x12\x14\n\x0c\x62roker_names\x18\x01 \x03(\t\"0\n\x16ListRouteTopicsRequest\x12\x16\n\x0einclude_hidden\x18\x01 \x01(\x08\")\n\x17ListRouteTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t2\x9b\x03\n\nNameServer\x12Q\n\x0eRegisterBroker\x12\x1e.tide.v1.RegisterBrokerRequest\x1a\x1f.tide.v1.RegisterBrokerResponse\x12W\n\x10UnregisterBroker\x12 .tide.v1.UnregisterBrokerRequest\x1a!.tide.v1.UnregisterBrokerResponse\x12\x43\n\rGetTopicRoute\x12\x1d.tide.v1.GetTopicRouteRequest\x1a\x13.tide.v1.TopicRoute\x12\x46\n\x0eGetClusterInfo\x12\x1e.tide.v1.GetClusterInfoRequest\x1a\x14.tide.v1.ClusterInfo\x12T\n\x0fListRouteTopics\x12\x1f.tide.v1.ListRouteTopicsRequest\x1a .tide.v1.ListRouteTopicsResponseB\x0e\n\nio.tide.v1P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,28 +51,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=614
   _globals['_GETTOPICROUTEREQUEST']._serialized_start=616
   _globals['_GETTOPICROUTEREQUEST']._serialized_end=653
-  _globals['_QUEUEDATA']._serialized_start=655
-  _globals['_QUEUEDATA']._serialized_end=776
-  _globals['_BROKERDATA']._serialized_start=779
-  _globals['_BROKERDATA']._serialized_end=963
-  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_start=891
-  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_end=963
-  _globals['_TOPICROUTE']._serialized_start=965
-  _globals['_TOPICROUTE']._serialized_end=1091
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=1093
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=1116
-  _globals['_BROKERLIVEINFO']._serialized_start=1119
-  _globals['_BROKERLIVEINFO']._serialized_end=1357
-  _globals['_CLUSTERINFO']._serialized_start=1360
-  _globals['_CLUSTERINFO']._serialized_end=1543
-  _globals['_CLUSTERINFO_CLUSTERSENTRY']._serialized_start=1471
-  _globals['_CLUSTERINFO_CLUSTERSENTRY']._serialized_end=1543
-  _globals['_CLUSTERBROKERS']._serialized_start=1545
-  _globals['_CLUSTERBROKERS']._serialized_end=1583
-  _globals['_LISTROUTETOPICSREQUEST']._serialized_start=1585
-  _globals['_LISTROUTETOPICSREQUEST']._serialized_end=1609
-  _globals['_LISTROUTETOPICSRESPONSE']._serialized_start=1611
-  _globals['_LISTROUTETOPICSRESPONSE']._serialized_end=1652
-  _globals['_NAMESERVER']._serialized_start=1655
-  _globals['_NAMESERVER']._serialized_end=2066
+  _globals['_QUEUEDATA']._serialized_start=656
+  _globals['_QUEUEDATA']._serialized_end=799
+  _globals['_BROKERDATA']._serialized_start=802
+  _globals['_BROKERDATA']._serialized_end=986
+  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_start=914
+  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_end=986
+  _globals['_TOPICROUTE']._serialized_start=989
+  _globals['_TOPICROUTE']._serialized_end=1137
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=1139
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=1162
+  _globals['_BROKERLIVEINFO']._serialized_start=1165
+  _globals['_BROKERLIVEINFO']._serialized_end=1403
+  _globals['_CLUSTERINFO']._serialized_start=1406
+  _globals['_CLUSTERINFO']._serialized_end=1589
+  _globals['_CLUSTERINFO_CLUSTERSENTRY']._serialized_start=1517
+  _globals['_CLUSTERINFO_CLUSTERSENTRY']._serialized_end=1589
+  _globals['_CLUSTERBROKERS']._serialized_start=1591
+  _globals['_CLUSTERBROKERS']._serialized_end=1629
+  _globals['_LISTROUTETOPICSREQUEST']._serialized_start=1631
+  _globals['_LISTROUTETOPICSREQUEST']._serialized_end=1679
+  _globals['_LISTROUTETOPICSRESPONSE']._serialized_start=1681
+  _globals['_LISTROUTETOPICSRESPONSE']._serialized_end=1722
+  _globals['_NAMESERVER']._serialized_start=1725
+  _globals['_NAMESERVER']._serialized_end=2136
 # @@protoc_insertion_point(module_scope)

@@ -228,12 +228,17 @@ class QueueData(_message.Message):
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _builtins.int
     PERM_FIELD_NUMBER: _builtins.int
     TOPIC_SYS_FLAG_FIELD_NUMBER: _builtins.int
+    MESSAGE_TYPE_FIELD_NUMBER: _builtins.int
     broker_name: _builtins.str
     read_queue_nums: _builtins.int
     write_queue_nums: _builtins.int
     perm: _builtins.int
     """bits: 2 write, 4 read, 1 inherit."""
     topic_sys_flag: _builtins.int
+    message_type: _builtins.str
+    """The topic's message type on this broker (its "message.type" attribute; NORMAL when
+    unset).
+    """
     def __init__(
         self,
         *,
@@ -242,10 +247,11 @@ class QueueData(_message.Message):
         write_queue_nums: _builtins.int = ...,
         perm: _builtins.int = ...,
         topic_sys_flag: _builtins.int = ...,
+        message_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "perm", b"perm", "read_queue_nums", b"read_queue_nums", "topic_sys_flag", b"topic_sys_flag", "write_queue_nums", b"write_queue_nums"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "message_type", b"message_type", "perm", b"perm", "read_queue_nums", b"read_queue_nums", "topic_sys_flag", b"topic_sys_flag", "write_queue_nums", b"write_queue_nums"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -310,8 +316,11 @@ class TopicRoute(_message.Message):
     QUEUE_DATAS_FIELD_NUMBER: _builtins.int
     BROKER_DATAS_FIELD_NUMBER: _builtins.int
     ORDER_FIELD_NUMBER: _builtins.int
+    MESSAGE_TYPE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     order: _builtins.bool
+    message_type: _builtins.str
+    """The topic's message type: its queue datas' (MIXED when brokers disagree)."""
     @_builtins.property
     def queue_datas(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueData]: ...
     @_builtins.property
@@ -323,10 +332,11 @@ class TopicRoute(_message.Message):
         queue_datas: _abc.Iterable[Global___QueueData] | None = ...,
         broker_datas: _abc.Iterable[Global___BrokerData] | None = ...,
         order: _builtins.bool = ...,
+        message_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_datas", b"broker_datas", "order", b"order", "queue_datas", b"queue_datas", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_datas", b"broker_datas", "message_type", b"message_type", "order", b"order", "queue_datas", b"queue_datas", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -463,12 +473,17 @@ Global___ClusterBrokers: _TypeAlias = ClusterBrokers  # noqa: Y015
 class ListRouteTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCLUDE_HIDDEN_FIELD_NUMBER: _builtins.int
+    include_hidden: _builtins.bool
+    """Also the hidden topics (retry, dead-letter, schedule, timer and other system topics)."""
     def __init__(
         self,
+        *,
+        include_hidden: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_hidden", b"include_hidden"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

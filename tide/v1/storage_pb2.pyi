@@ -909,12 +909,33 @@ Global___ReplicateChunk: _TypeAlias = ReplicateChunk  # noqa: Y015
 class TopicConfig(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AttributesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOPIC_NAME_FIELD_NUMBER: _builtins.int
     READ_QUEUE_NUMS_FIELD_NUMBER: _builtins.int
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _builtins.int
     PERM_FIELD_NUMBER: _builtins.int
     TOPIC_SYS_FLAG_FIELD_NUMBER: _builtins.int
     ORDER_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
     topic_name: _builtins.str
     read_queue_nums: _builtins.int
     write_queue_nums: _builtins.int
@@ -922,6 +943,12 @@ class TopicConfig(_message.Message):
     """bits: 2 write, 4 read, 1 inherit. 6 = read + write."""
     topic_sys_flag: _builtins.int
     order: _builtins.bool
+    @_builtins.property
+    def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """RocketMQ 5's topic attributes as topics.json keeps them, e.g. "message.type" ->
+        "NORMAL" | "FIFO" | "DELAY" | "TRANSACTION" | "MIXED" (docs/formats.md, "Message types").
+        """
+
     def __init__(
         self,
         *,
@@ -931,10 +958,11 @@ class TopicConfig(_message.Message):
         perm: _builtins.int = ...,
         topic_sys_flag: _builtins.int = ...,
         order: _builtins.bool = ...,
+        attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["order", b"order", "perm", b"perm", "read_queue_nums", b"read_queue_nums", "topic_name", b"topic_name", "topic_sys_flag", b"topic_sys_flag", "write_queue_nums", b"write_queue_nums"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "order", b"order", "perm", b"perm", "read_queue_nums", b"read_queue_nums", "topic_name", b"topic_name", "topic_sys_flag", b"topic_sys_flag", "write_queue_nums", b"write_queue_nums"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1002,12 +1030,17 @@ Global___DeleteTopicResponse: _TypeAlias = DeleteTopicResponse  # noqa: Y015
 class ListTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCLUDE_HIDDEN_FIELD_NUMBER: _builtins.int
+    include_hidden: _builtins.bool
+    """Also the hidden topics (retry, dead-letter, schedule, timer and other system topics)."""
     def __init__(
         self,
+        *,
+        include_hidden: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_hidden", b"include_hidden"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1306,3 +1339,377 @@ class GetConsumersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetConsumersResponse: _TypeAlias = GetConsumersResponse  # noqa: Y015
+
+@_typing.final
+class GroupConfig(_message.Message):
+    """A consumer group's config (RocketMQ 5's SubscriptionGroupConfig; the fields Tide acts on)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class AttributesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    GROUP_NAME_FIELD_NUMBER: _builtins.int
+    CONSUME_ENABLE_FIELD_NUMBER: _builtins.int
+    RETRY_QUEUE_NUMS_FIELD_NUMBER: _builtins.int
+    RETRY_MAX_TIMES_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _builtins.int
+    CONSUME_BROADCAST_ENABLE_FIELD_NUMBER: _builtins.int
+    CONSUME_TIMEOUT_MINUTE_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    group_name: _builtins.str
+    consume_enable: _builtins.bool
+    """False: the group may not consume (pulls are refused)."""
+    retry_queue_nums: _builtins.int
+    """Queues of the group's %RETRY% topic (1..1024); 0 in a request means 1."""
+    retry_max_times: _builtins.int
+    """Deliveries a message gets before it goes to %DLQ%<group> (0..1000); in a request,
+    -1 means the default 16 (0 is a real value: dead-letter at the first failure).
+    """
+    consume_message_orderly: _builtins.bool
+    consume_broadcast_enable: _builtins.bool
+    consume_timeout_minute: _builtins.int
+    @_builtins.property
+    def retry_policy(self) -> Global___RetryPolicy: ...
+    @_builtins.property
+    def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group_name: _builtins.str = ...,
+        consume_enable: _builtins.bool = ...,
+        retry_queue_nums: _builtins.int = ...,
+        retry_max_times: _builtins.int = ...,
+        retry_policy: Global___RetryPolicy | None = ...,
+        consume_message_orderly: _builtins.bool = ...,
+        consume_broadcast_enable: _builtins.bool = ...,
+        consume_timeout_minute: _builtins.int = ...,
+        attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retry_policy", b"retry_policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "consume_broadcast_enable", b"consume_broadcast_enable", "consume_enable", b"consume_enable", "consume_message_orderly", b"consume_message_orderly", "consume_timeout_minute", b"consume_timeout_minute", "group_name", b"group_name", "retry_max_times", b"retry_max_times", "retry_policy", b"retry_policy", "retry_queue_nums", b"retry_queue_nums"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupConfig: _TypeAlias = GroupConfig  # noqa: Y015
+
+@_typing.final
+class RetryPolicy(_message.Message):
+    """RocketMQ 5's GroupRetryPolicy (docs/formats.md, "Retry policies")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Type:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[RetryPolicy._Type.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        CUSTOMIZED: RetryPolicy._Type.ValueType  # 0
+        """RocketMQ 4's delay levels: attempt r waits level 3 + r (10 s, 30 s, 1 m, ... 2 h)."""
+        EXPONENTIAL: RetryPolicy._Type.ValueType  # 1
+        """initial_ms * multiplier ** r, at most max_ms (RocketMQ 5's default for POP: 5 s
+        doubling to 2 h).
+        """
+
+    class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
+    CUSTOMIZED: RetryPolicy.Type.ValueType  # 0
+    """RocketMQ 4's delay levels: attempt r waits level 3 + r (10 s, 30 s, 1 m, ... 2 h)."""
+    EXPONENTIAL: RetryPolicy.Type.ValueType  # 1
+    """initial_ms * multiplier ** r, at most max_ms (RocketMQ 5's default for POP: 5 s
+    doubling to 2 h).
+    """
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    DELAYS_MS_FIELD_NUMBER: _builtins.int
+    INITIAL_MS_FIELD_NUMBER: _builtins.int
+    MAX_MS_FIELD_NUMBER: _builtins.int
+    MULTIPLIER_FIELD_NUMBER: _builtins.int
+    type: Global___RetryPolicy.Type.ValueType
+    initial_ms: _builtins.int
+    """EXPONENTIAL; zeros take the defaults (5000, 7200000, 2)."""
+    max_ms: _builtins.int
+    multiplier: _builtins.int
+    @_builtins.property
+    def delays_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """CUSTOMIZED: the delays in ms, attempt r waits delays_ms[min(r + 2, len - 1)]; empty
+        means the delay level table (level 3 + r).
+        """
+
+    def __init__(
+        self,
+        *,
+        type: Global___RetryPolicy.Type.ValueType = ...,
+        delays_ms: _abc.Iterable[_builtins.int] | None = ...,
+        initial_ms: _builtins.int = ...,
+        max_ms: _builtins.int = ...,
+        multiplier: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delays_ms", b"delays_ms", "initial_ms", b"initial_ms", "max_ms", b"max_ms", "multiplier", b"multiplier", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryPolicy: _TypeAlias = RetryPolicy  # noqa: Y015
+
+@_typing.final
+class UpsertGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def group(self) -> Global___GroupConfig: ...
+    def __init__(
+        self,
+        *,
+        group: Global___GroupConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpsertGroupRequest: _TypeAlias = UpsertGroupRequest  # noqa: Y015
+
+@_typing.final
+class GetGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetGroupRequest: _TypeAlias = GetGroupRequest  # noqa: Y015
+
+@_typing.final
+class GetGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOUND_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    found: _builtins.bool
+    @_builtins.property
+    def group(self) -> Global___GroupConfig:
+        """The stored config, or the defaults when not found."""
+
+    def __init__(
+        self,
+        *,
+        found: _builtins.bool = ...,
+        group: Global___GroupConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["found", b"found", "group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetGroupResponse: _TypeAlias = GetGroupResponse  # noqa: Y015
+
+@_typing.final
+class ListGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsRequest: _TypeAlias = ListGroupsRequest  # noqa: Y015
+
+@_typing.final
+class ListGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupConfig]:
+        """Sorted by name."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___GroupConfig] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsResponse: _TypeAlias = ListGroupsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupRequest: _TypeAlias = DeleteGroupRequest  # noqa: Y015
+
+@_typing.final
+class DeleteGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXISTED_FIELD_NUMBER: _builtins.int
+    existed: _builtins.bool
+    def __init__(
+        self,
+        *,
+        existed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["existed", b"existed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
+
+@_typing.final
+class SaveDeliveryProgressRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELAY_OFFSETS_JSON_FIELD_NUMBER: _builtins.int
+    TIMER_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    delay_offsets_json: _builtins.bytes
+    """config/delayOffset.json's content (docs/formats.md); empty: unchanged."""
+    timer_checkpoint: _builtins.bytes
+    """config/timercheck's first 56 bytes (docs/formats.md, "Timer checkpoint"); empty:
+    unchanged.
+    """
+    def __init__(
+        self,
+        *,
+        delay_offsets_json: _builtins.bytes = ...,
+        timer_checkpoint: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_offsets_json", b"delay_offsets_json", "timer_checkpoint", b"timer_checkpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SaveDeliveryProgressRequest: _TypeAlias = SaveDeliveryProgressRequest  # noqa: Y015
+
+@_typing.final
+class SaveDeliveryProgressResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SaveDeliveryProgressResponse: _TypeAlias = SaveDeliveryProgressResponse  # noqa: Y015
+
+@_typing.final
+class GetMetadataRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMetadataRequest: _TypeAlias = GetMetadataRequest  # noqa: Y015
+
+@_typing.final
+class MetadataFile(_message.Message):
+    """One file under the store's config/ directory, as it is on disk."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """topics.json, consumerOffset.json, subscriptionGroup.json, delayOffset.json, timercheck."""
+    content: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        content: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MetadataFile: _TypeAlias = MetadataFile  # noqa: Y015
+
+@_typing.final
+class GetMetadataResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___MetadataFile]:
+        """Every metadata file the master has (a file it never wrote is left out)."""
+
+    def __init__(
+        self,
+        *,
+        files: _abc.Iterable[Global___MetadataFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMetadataResponse: _TypeAlias = GetMetadataResponse  # noqa: Y015

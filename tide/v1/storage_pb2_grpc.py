@@ -109,6 +109,36 @@ class StorageStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.GetConsumersRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.GetConsumersResponse.FromString,
                 _registered_method=True)
+        self.UpsertGroup = channel.unary_unary(
+                '/tide.v1.Storage/UpsertGroup',
+                request_serializer=tide_dot_v1_dot_storage__pb2.UpsertGroupRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GroupConfig.FromString,
+                _registered_method=True)
+        self.GetGroup = channel.unary_unary(
+                '/tide.v1.Storage/GetGroup',
+                request_serializer=tide_dot_v1_dot_storage__pb2.GetGroupRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GetGroupResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/tide.v1.Storage/ListGroups',
+                request_serializer=tide_dot_v1_dot_storage__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/tide.v1.Storage/DeleteGroup',
+                request_serializer=tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
+        self.SaveDeliveryProgress = channel.unary_unary(
+                '/tide.v1.Storage/SaveDeliveryProgress',
+                request_serializer=tide_dot_v1_dot_storage__pb2.SaveDeliveryProgressRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.SaveDeliveryProgressResponse.FromString,
+                _registered_method=True)
+        self.GetMetadata = channel.unary_unary(
+                '/tide.v1.Storage/GetMetadata',
+                request_serializer=tide_dot_v1_dot_storage__pb2.GetMetadataRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GetMetadataResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -240,6 +270,8 @@ class StorageServicer:
         gateway, which forwards to every master broker; a member silent for the consumer
         expiry (120 s default) is dropped. Members of a group split the queues among
         themselves from GetConsumers.
+        A heartbeat also creates the group's retry topic (%RETRY%<group>, the group config's
+        retry_queue_nums queues) when it does not exist yet, as RocketMQ's broker does.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -253,6 +285,52 @@ class StorageServicer:
 
     def GetConsumers(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpsertGroup(self, request, context):
+        """Consumer group configs (RocketMQ's SubscriptionGroupManager, config/subscriptionGroup.json):
+        retry policy and maximum, retry queues, consume enable. A group without a config has the
+        defaults (GetGroup answers found = false and the defaults). FAILED_PRECONDITION on a slave.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SaveDeliveryProgress(self, request, context):
+        """The dispatch's delivery progress (delay levels and timer), kept with the broker's
+        config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
+        receive it with the rest of the metadata. Called by the master's dispatch after it
+        recorded its progress locally.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMetadata(self, request, context):
+        """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
+        asks its master every sync interval and installs what changed, so that after the
+        master's loss the slave serves the same topics, offsets, group configs and progress.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -334,6 +412,36 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.GetConsumers,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.GetConsumersRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.GetConsumersResponse.SerializeToString,
+            ),
+            'UpsertGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertGroup,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.UpsertGroupRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GroupConfig.SerializeToString,
+            ),
+            'GetGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroup,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.GetGroupRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GetGroupResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.ListGroupsRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'SaveDeliveryProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaveDeliveryProgress,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.SaveDeliveryProgressRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.SaveDeliveryProgressResponse.SerializeToString,
+            ),
+            'GetMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetadata,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.GetMetadataRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GetMetadataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -741,6 +849,168 @@ class Storage:
             '/tide.v1.Storage/GetConsumers',
             tide_dot_v1_dot_storage__pb2.GetConsumersRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.GetConsumersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpsertGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/UpsertGroup',
+            tide_dot_v1_dot_storage__pb2.UpsertGroupRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GroupConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/GetGroup',
+            tide_dot_v1_dot_storage__pb2.GetGroupRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GetGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/ListGroups',
+            tide_dot_v1_dot_storage__pb2.ListGroupsRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/DeleteGroup',
+            tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveDeliveryProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/SaveDeliveryProgress',
+            tide_dot_v1_dot_storage__pb2.SaveDeliveryProgressRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.SaveDeliveryProgressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/GetMetadata',
+            tide_dot_v1_dot_storage__pb2.GetMetadataRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GetMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

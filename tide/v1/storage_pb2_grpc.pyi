@@ -118,9 +118,30 @@ class StorageStub:
     gateway, which forwards to every master broker; a member silent for the consumer
     expiry (120 s default) is dropped. Members of a group split the queues among
     themselves from GetConsumers.
+    A heartbeat also creates the group's retry topic (%RETRY%<group>, the group config's
+    retry_queue_nums queues) when it does not exist yet, as RocketMQ's broker does.
     """
     UnregisterConsumer: _grpc.UnaryUnaryMultiCallable[_storage_pb2.UnregisterConsumerRequest, _storage_pb2.UnregisterConsumerResponse]
     GetConsumers: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetConsumersRequest, _storage_pb2.GetConsumersResponse]
+    UpsertGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.UpsertGroupRequest, _storage_pb2.GroupConfig]
+    """Consumer group configs (RocketMQ's SubscriptionGroupManager, config/subscriptionGroup.json):
+    retry policy and maximum, retry queues, consume enable. A group without a config has the
+    defaults (GetGroup answers found = false and the defaults). FAILED_PRECONDITION on a slave.
+    """
+    GetGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]
+    DeleteGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]
+    SaveDeliveryProgress: _grpc.UnaryUnaryMultiCallable[_storage_pb2.SaveDeliveryProgressRequest, _storage_pb2.SaveDeliveryProgressResponse]
+    """The dispatch's delivery progress (delay levels and timer), kept with the broker's
+    config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
+    receive it with the rest of the metadata. Called by the master's dispatch after it
+    recorded its progress locally.
+    """
+    GetMetadata: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetMetadataRequest, _storage_pb2.GetMetadataResponse]
+    """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
+    asks its master every sync interval and installs what changed, so that after the
+    master's loss the slave serves the same topics, offsets, group configs and progress.
+    """
 
 @_typing.type_check_only
 class StorageAsyncStub(StorageStub):
@@ -196,9 +217,30 @@ class StorageAsyncStub(StorageStub):
     gateway, which forwards to every master broker; a member silent for the consumer
     expiry (120 s default) is dropped. Members of a group split the queues among
     themselves from GetConsumers.
+    A heartbeat also creates the group's retry topic (%RETRY%<group>, the group config's
+    retry_queue_nums queues) when it does not exist yet, as RocketMQ's broker does.
     """
     UnregisterConsumer: _aio.UnaryUnaryMultiCallable[_storage_pb2.UnregisterConsumerRequest, _storage_pb2.UnregisterConsumerResponse]  # type: ignore[assignment]
     GetConsumers: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetConsumersRequest, _storage_pb2.GetConsumersResponse]  # type: ignore[assignment]
+    UpsertGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.UpsertGroupRequest, _storage_pb2.GroupConfig]  # type: ignore[assignment]
+    """Consumer group configs (RocketMQ's SubscriptionGroupManager, config/subscriptionGroup.json):
+    retry policy and maximum, retry queues, consume enable. A group without a config has the
+    defaults (GetGroup answers found = false and the defaults). FAILED_PRECONDITION on a slave.
+    """
+    GetGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]  # type: ignore[assignment]
+    ListGroups: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    DeleteGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]  # type: ignore[assignment]
+    SaveDeliveryProgress: _aio.UnaryUnaryMultiCallable[_storage_pb2.SaveDeliveryProgressRequest, _storage_pb2.SaveDeliveryProgressResponse]  # type: ignore[assignment]
+    """The dispatch's delivery progress (delay levels and timer), kept with the broker's
+    config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
+    receive it with the rest of the metadata. Called by the master's dispatch after it
+    recorded its progress locally.
+    """
+    GetMetadata: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetMetadataRequest, _storage_pb2.GetMetadataResponse]  # type: ignore[assignment]
+    """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
+    asks its master every sync interval and installs what changed, so that after the
+    master's loss the slave serves the same topics, offsets, group configs and progress.
+    """
 
 class StorageServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -349,6 +391,8 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         gateway, which forwards to every master broker; a member silent for the consumer
         expiry (120 s default) is dropped. Members of a group split the queues among
         themselves from GetConsumers.
+        A heartbeat also creates the group's retry topic (%RETRY%<group>, the group config's
+        retry_queue_nums queues) when it does not exist yet, as RocketMQ's broker does.
         """
 
     @_abc_1.abstractmethod
@@ -364,5 +408,60 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         request: _storage_pb2.GetConsumersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.GetConsumersResponse, _abc.Awaitable[_storage_pb2.GetConsumersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpsertGroup(
+        self,
+        request: _storage_pb2.UpsertGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GroupConfig, _abc.Awaitable[_storage_pb2.GroupConfig]]:
+        """Consumer group configs (RocketMQ's SubscriptionGroupManager, config/subscriptionGroup.json):
+        retry policy and maximum, retry queues, consume enable. A group without a config has the
+        defaults (GetGroup answers found = false and the defaults). FAILED_PRECONDITION on a slave.
+        """
+
+    @_abc_1.abstractmethod
+    def GetGroup(
+        self,
+        request: _storage_pb2.GetGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetGroupResponse, _abc.Awaitable[_storage_pb2.GetGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _storage_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ListGroupsResponse, _abc.Awaitable[_storage_pb2.ListGroupsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteGroup(
+        self,
+        request: _storage_pb2.DeleteGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.DeleteGroupResponse, _abc.Awaitable[_storage_pb2.DeleteGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SaveDeliveryProgress(
+        self,
+        request: _storage_pb2.SaveDeliveryProgressRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.SaveDeliveryProgressResponse, _abc.Awaitable[_storage_pb2.SaveDeliveryProgressResponse]]:
+        """The dispatch's delivery progress (delay levels and timer), kept with the broker's
+        config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
+        receive it with the rest of the metadata. Called by the master's dispatch after it
+        recorded its progress locally.
+        """
+
+    @_abc_1.abstractmethod
+    def GetMetadata(
+        self,
+        request: _storage_pb2.GetMetadataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetMetadataResponse, _abc.Awaitable[_storage_pb2.GetMetadataResponse]]:
+        """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
+        asks its master every sync interval and installs what changed, so that after the
+        master's loss the slave serves the same topics, offsets, group configs and progress.
+        """
 
 def add_StorageServicer_to_server(servicer: StorageServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
