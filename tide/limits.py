@@ -85,6 +85,12 @@ WATCH_MAX_TOPICS = 1_024  # topics one dispatch WatchArrivals names
 BROKER_NAMES_MAX_COUNT = 1_024  # brokers one CreateTopic names
 QUEUE_NUMS_MAX = 1_024  # read/write queues of a topic
 RETRY_DELAYS_MAX_COUNT = MAX_DELAY_LEVELS  # a CUSTOMIZED retry policy's delays (a level table)
+# -- broker metadata (slave sync, delivery progress) ---------------------------------------
+# The metadata files one GetMetadata returns, together (a master answers RESOURCE_EXHAUSTED
+# past it, naming each file's size): the topic and offset tables at their own limits fit.
+METADATA_MAX_BYTES = 64 * 1024 * 1024
+# A SaveDeliveryProgress's delayOffset.json (64 levels of int64 offsets need under 3 KiB).
+DELAY_OFFSETS_MAX_BYTES = 64 * 1024
 
 # Every named limit above (and the name rules') by name: the docs table lists each.
 LIMITS: dict[str, int] = {
@@ -116,6 +122,8 @@ LIMITS: dict[str, int] = {
     "BROKER_NAMES_MAX_COUNT": BROKER_NAMES_MAX_COUNT,
     "QUEUE_NUMS_MAX": QUEUE_NUMS_MAX,
     "RETRY_DELAYS_MAX_COUNT": RETRY_DELAYS_MAX_COUNT,
+    "METADATA_MAX_BYTES": METADATA_MAX_BYTES,
+    "DELAY_OFFSETS_MAX_BYTES": DELAY_OFFSETS_MAX_BYTES,
 }
 
 # A field bounded by a service option, checked by its handler (the option names it).

@@ -98,6 +98,19 @@ class StorageMetrics:
             lambda: append_budget.refused if append_budget else 0,
             "Appends refused RESOURCE_EXHAUSTED by max_append_in_flight_bytes",
         )
+        observable_total(
+            meter,
+            "tide_storage_metadata_syncs_total",
+            lambda: self._sync_stat("syncs"),
+            "a slave's metadata syncs from its master that got and installed every file",
+        )
+        observable_total(
+            meter,
+            "tide_storage_metadata_sync_failures_total",
+            lambda: self._sync_stat("failures"),
+            "a slave's metadata syncs that failed (the reason: GetStatus "
+            "replication.metadata_sync_error and the log)",
+        )
         self._latency = meter.create_histogram(
             "tide_storage_append_latency_seconds",
             unit="s",
@@ -149,6 +162,11 @@ class StorageMetrics:
     def _lock_stat(self, name: str) -> float:
         store = self._store()
         return 0 if store is None else float(getattr(store.commitlog, name))
+
+    def _sync_stat(self, name: str) -> int:
+        replication = self._replication()
+        sync = replication.metadata_sync if replication is not None else None
+        return 0 if sync is None else int(getattr(sync, name))
 
     def _unconsumed_deleted(self) -> int:
         store = self._store()

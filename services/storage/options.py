@@ -6,7 +6,13 @@ from pathlib import Path
 
 from services.storage.engine.config import GIB, MIB, FlushMode, StoreConfig
 from services.storage.registration import MAX_NAME_SERVERS, parse_name_servers
-from services.storage.replication.settings import BrokerRole, ReplicationSettings
+from services.storage.replication.settings import (
+    DEFAULT_SYNC_INTERVAL_MS,
+    MAX_SYNC_INTERVAL_MS,
+    MIN_SYNC_INTERVAL_MS,
+    BrokerRole,
+    ReplicationSettings,
+)
 from tide.limits import MESSAGE_BODY_MAX_BYTES, PRODUCE_MESSAGES_MAX, QUEUE_NUMS_MAX
 from tide.registration import (
     MAX_HEARTBEAT_TIMEOUT_MS,
@@ -238,6 +244,15 @@ OPTIONS: tuple[Option, ...] = (
         "SYNC_MASTER wait for a slave's ack before FLUSH_SLAVE_TIMEOUT",
         unit="ms",
     ),
+    Option(
+        "metadata_sync_interval_ms",
+        int,
+        DEFAULT_SYNC_INTERVAL_MS,
+        "a slave copies its master's metadata files (topics, consumer offsets, group configs, "
+        f"delivery progress) this often (RocketMQ's SlaveSynchronize); "
+        f"{MIN_SYNC_INTERVAL_MS}..{MAX_SYNC_INTERVAL_MS}",
+        unit="ms",
+    ),
 )
 
 MAX_HA_BATCH_BYTES = 4 * MIB
@@ -284,6 +299,7 @@ def check_config(config: Config) -> str | None:
         "ha_heartbeat_interval_ms": (100, 60_000),
         "ha_max_gap_bytes": (1, 1 << 50),
         "sync_slave_timeout_ms": (1, 600_000),
+        "metadata_sync_interval_ms": (MIN_SYNC_INTERVAL_MS, MAX_SYNC_INTERVAL_MS),
         "register_interval_ms": (1, 3_600_000),
         "register_timeout_ms": (1, 600_000),
         "broker_heartbeat_timeout_ms": (1, MAX_HEARTBEAT_TIMEOUT_MS),
@@ -329,6 +345,7 @@ def replication_settings(config: Config) -> ReplicationSettings:
         heartbeat_interval_ms=config.get_int("ha_heartbeat_interval_ms"),
         max_gap_bytes=config.get_int("ha_max_gap_bytes"),
         sync_slave_timeout_ms=config.get_int("sync_slave_timeout_ms"),
+        metadata_sync_interval_ms=config.get_int("metadata_sync_interval_ms"),
     )
 
 

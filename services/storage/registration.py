@@ -142,6 +142,7 @@ class BrokerRegistrar:
         timeout_s = call_timeout_ms / 1000
         self._links = [_Link(address, self, timeout_s) for address in name_servers]
         self._stopping = False
+        self._wake_pending = False  # a _wake_all is scheduled and has not run yet
         self._request: tuple[DataVersion, pb.RegisterBrokerRequest] | None = None
         self._unregistering: asyncio.Task[None] | None = None
 
@@ -191,11 +192,14 @@ class BrokerRegistrar:
 
     def _on_topic_change(self, change: TopicChange) -> None:
         """A topic table listener (any thread): register again with every name server."""
-        if self._stopping:
-            return
+        if self._stopping or self._wake_pending:
+            return  # one wake-up covers every change before it runs (a slave's sync
+            # installing a whole table reports each topic)
+        self._wake_pending = True
         self._loop.call_soon_threadsafe(self._wake_all)
 
     def _wake_all(self) -> None:
+        self._wake_pending = False
         for link in self._links:
             link.wake.set()
 

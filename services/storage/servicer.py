@@ -547,6 +547,8 @@ class StorageServicer(pb_grpc.StorageServicer):
     async def CommitOffset(
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.CommitOffsetResponse:
+        if self.replication is not None:  # a slave's offsets are its master's copy
+            self.replication.check_metadata_change("commit offsets")
         try:
             self._store().commit_consumer_offset(
                 request.consumer_group, request.topic, request.queue_id, request.offset
@@ -565,6 +567,43 @@ class StorageServicer(pb_grpc.StorageServicer):
         except Exception as exc:
             _fail(exc)
         return pb.GetOffsetResponse(offset=offset)
+
+    # -- metadata: delivery progress, a slave's sync ---------------------------------
+    async def SaveDeliveryProgress(
+        self,
+        request: pb.SaveDeliveryProgressRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.SaveDeliveryProgressResponse:
+        """The master's dispatch's delayOffset.json and timer checkpoint, written into
+        config/ (engine/metadata_files.py) for the slaves to copy."""
+        if self.replication is not None:
+            self.replication.check_metadata_change("the master's dispatch saves delivery progress")
+        store = self._store()
+        try:
+            await asyncio.to_thread(
+                store.metadata.save_delivery_progress,
+                request.delay_offsets_json,
+                request.timer_checkpoint,
+            )
+        except Exception as exc:
+            _fail(exc, store)
+        return pb.SaveDeliveryProgressResponse()
+
+    async def GetMetadata(
+        self, request: pb.GetMetadataRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetMetadataResponse:
+        """The metadata files as they are on disk, at most METADATA_MAX_BYTES together
+        (a slave's sync: replication/metadata_sync.py)."""
+        if self.replication is not None:
+            self.replication.check_master("a slave copies its metadata from its master")
+        store = self._store()
+        try:
+            files = await asyncio.to_thread(store.metadata.read)
+        except Exception as exc:
+            _fail(exc, store)
+        return pb.GetMetadataResponse(
+            files=[pb.MetadataFile(name=name, content=content) for name, content in files]
+        )
 
     # -- consumer group membership -------------------------------------------------
     async def ConsumerHeartbeat(

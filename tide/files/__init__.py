@@ -13,7 +13,9 @@ from tide.files._json import (
     ConfigLimitError,
     load_json_with_fallback,
     parse_config_json,
+    write_file_atomically,
     write_json_atomically,
+    write_json_bytes_atomically,
 )
 from tide.files._lock import FileLock, FileLockedError
 from tide.files._space import (
@@ -43,5 +45,7 @@ __all__ = [
     "is_out_of_space",
     "load_json_with_fallback",
     "parse_config_json",
+    "write_file_atomically",
     "write_json_atomically",
+    "write_json_bytes_atomically",
 ]

@@ -69,7 +69,24 @@ class ConfigLimitError(Exception):
 
 def write_json_atomically(path: Path, obj: object) -> None:
     """Replace ``path`` with ``obj`` as JSON, keeping the previous version as ``.bak``."""
-    data = json.dumps(obj, indent=2, allow_nan=False).encode("utf-8")
+    write_json_bytes_atomically(path, json.dumps(obj, indent=2, allow_nan=False).encode("utf-8"))
+
+
+def write_json_bytes_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``, a JSON document already encoded (a copy of another
+    store's file, byte for byte), keeping the previous version as ``.bak``. The caller
+    has checked that ``data`` is the document it expects."""
+    _replace(path, data, backup=True)
+
+
+def write_file_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (any bytes: a binary checkpoint) by the same
+    write-temporary, rename, fsync-directory steps, without a ``.bak``: at every instant
+    ``path`` holds the old or the new content, never a part of one."""
+    _replace(path, data, backup=False)
+
+
+def _replace(path: Path, data: bytes, *, backup: bool) -> None:
     if len(data) > MAX_CONFIG_FILE_BYTES:
         raise ConfigLimitError(
             f"{path} would be {len(data)} bytes; the limit is {MAX_CONFIG_FILE_BYTES} bytes"
@@ -77,7 +94,8 @@ def write_json_atomically(path: Path, obj: object) -> None:
     tmp = _sibling(path, ".tmp")
     try:
         _write_synced(tmp, data)
-        _keep_backup(path)
+        if backup:
+            _keep_backup(path)
         os.replace(tmp, path)
     except OSError as exc:
         # A full disk (ENOSPC) fails the write of the temporary file: leave no partial
@@ -90,7 +108,8 @@ def write_json_atomically(path: Path, obj: object) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
-    _remember_good(path)
+    if backup:
+        _remember_good(path)
 
 
 def load_json_with_fallback(

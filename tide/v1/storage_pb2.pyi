@@ -758,6 +758,8 @@ class ReplicationStatus(_message.Message):
     LAG_SECONDS_FIELD_NUMBER: _builtins.int
     SLAVES_FIELD_NUMBER: _builtins.int
     SLAVE_ACK_OFFSET_FIELD_NUMBER: _builtins.int
+    METADATA_SYNCED_AT_MS_FIELD_NUMBER: _builtins.int
+    METADATA_SYNC_ERROR_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """ASYNC_MASTER, SYNC_MASTER or SLAVE."""
     broker_id: _builtins.int
@@ -771,6 +773,13 @@ class ReplicationStatus(_message.Message):
     lag_seconds: _builtins.float
     slave_ack_offset: _builtins.int
     """A master: the highest offset any slave acknowledged (SYNC_MASTER appends wait for it)."""
+    metadata_synced_at_ms: _builtins.int
+    """A slave: its metadata sync from the master (RocketMQ's SlaveSynchronize, every
+    --metadata-sync-interval-ms): when the latest sync that got every file of the master
+    ended (ms since epoch; 0 before the first), and why the latest attempt failed ("" when
+    it succeeded).
+    """
+    metadata_sync_error: _builtins.str
     @_builtins.property
     def slaves(self) -> _containers.RepeatedCompositeFieldContainer[Global___SlaveStatus]:
         """A master: the connected slaves."""
@@ -787,10 +796,12 @@ class ReplicationStatus(_message.Message):
         lag_seconds: _builtins.float = ...,
         slaves: _abc.Iterable[Global___SlaveStatus] | None = ...,
         slave_ack_offset: _builtins.int = ...,
+        metadata_synced_at_ms: _builtins.int = ...,
+        metadata_sync_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "lag_bytes", b"lag_bytes", "lag_seconds", b"lag_seconds", "master_address", b"master_address", "master_connected", b"master_connected", "master_max_offset", b"master_max_offset", "role", b"role", "slave_ack_offset", b"slave_ack_offset", "slaves", b"slaves"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "lag_bytes", b"lag_bytes", "lag_seconds", b"lag_seconds", "master_address", b"master_address", "master_connected", b"master_connected", "master_max_offset", b"master_max_offset", "metadata_sync_error", b"metadata_sync_error", "metadata_synced_at_ms", b"metadata_synced_at_ms", "role", b"role", "slave_ack_offset", b"slave_ack_offset", "slaves", b"slaves"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,7 +19,9 @@ from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,
+    parse_config_json,
     write_json_atomically,
+    write_json_bytes_atomically,
 )
 from tide.naming import consumer_group_error, topic_error
 from tide.quoting import quote
@@ -147,6 +149,29 @@ class ConsumerOffsets:
                 with self._lock:
                     self._dirty = True
                 raise
+
+    def persist_if_dirty(self) -> bool:
+        """Write the table now if it holds unwritten commits (a master answering a
+        slave's GetMetadata: the file then says what the table says)."""
+        with self._lock:
+            dirty = self._dirty
+        if dirty:
+            self.persist()
+        return dirty
+
+    def install(self, content: bytes) -> None:
+        """Adopt another store's ``consumerOffset.json`` byte for byte (a slave's copy of
+        its master's): checked whole first (nothing written when it is not a valid table
+        within this table's limit), written atomically, then held as the table."""
+        try:
+            doc = parse_config_json(content.decode("utf-8"))
+        except ValueError as exc:  # JSON and UTF-8 errors alike
+            raise ConfigFormatError(f"{CONSUMER_OFFSETS_FILE} is not valid JSON: {exc}") from None
+        table, count = decode_offsets(doc, self._max_entries)
+        with self._persist_lock:  # no persist() of the older table after this write
+            write_json_bytes_atomically(self._path, content)
+            with self._lock:
+                self._table, self._entry_count, self._dirty = table, count, False
 
     def close(self) -> None:
         """Persist pending commits; later commits raise. Idempotent; retries a failed write."""

@@ -20,7 +20,7 @@ from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.checkpoint_service import CheckpointService
 from services.storage.engine.commitlog import AppendBatch, CommitLog
 from services.storage.engine.config import FlushMode, StoreConfig
-from services.storage.engine.consumer_offsets import ConsumerOffsets
+from services.storage.engine.consumer_offsets import CONSUMER_OFFSETS_FILE, ConsumerOffsets
 from services.storage.engine.disk_guard import DiskGuard
 from services.storage.engine.errors import (
     DiskFullError,
@@ -32,6 +32,7 @@ from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
+from services.storage.engine.metadata_files import MetadataFiles
 from services.storage.engine.queue_offsets import QueueOffsetTable
 from services.storage.engine.record_run import RecordRun, run_from_records
 from services.storage.engine.recovery import RecoveryReport, recover
@@ -43,7 +44,7 @@ from services.storage.engine.store_files import (
     create_abort_file,
     remove_abort_file,
 )
-from services.storage.engine.topic_table import TopicTable
+from services.storage.engine.topic_table import TOPICS_FILE, TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
 from tide.files import DiskSpace, fsync_dir, is_out_of_space
 from tide.format import (
@@ -144,6 +145,12 @@ class MessageStore:
         self.consumer_offsets = ConsumerOffsets(
             cfg.config_dir, persist_interval_ms=cfg.consumer_offsets_persist_interval_ms
         )
+        # What a slave gets from its master (GetMetadata) and how it installs it.
+        self.metadata = MetadataFiles(
+            cfg.config_dir, before_read=self.consumer_offsets.persist_if_dirty
+        )
+        self.metadata.register(TOPICS_FILE, self.topics)
+        self.metadata.register(CONSUMER_OFFSETS_FILE, self.consumer_offsets)
         self.allocator = SegmentAllocator(
             cfg.commitlog_dir,
             cfg.segment_size_bytes,

@@ -23,7 +23,9 @@ from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,
+    parse_config_json,
     write_json_atomically,
+    write_json_bytes_atomically,
 )
 from tide.limits import QUEUE_NUMS_MAX
 from tide.naming import topic_error
@@ -228,6 +230,28 @@ class TopicTable:
             change, listeners = self._apply(topic, None)
         self._notify(change, listeners)
         return True
+
+    def install(self, content: bytes) -> None:
+        """Adopt another store's ``topics.json`` byte for byte (a slave's copy of its
+        master's, RocketMQ's SlaveSynchronize): checked whole first (ConfigFormatError or
+        ConfigLimitError, nothing written), written atomically, then the table and its data
+        version are the file's. Listeners hear of every topic added, changed or removed."""
+        try:
+            doc = parse_config_json(content.decode("utf-8"))
+        except ValueError as exc:  # JSON and UTF-8 errors alike
+            raise ConfigFormatError(f"{TOPICS_FILE} is not valid JSON: {exc}") from None
+        topics, version = decode_topics(doc)
+        if len(topics) > self._max_topics:
+            raise ConfigLimitError(
+                f"{TOPICS_FILE} holds {len(topics)} topics; the limit is {self._max_topics}"
+            )
+        with self._lock:
+            write_json_bytes_atomically(self._path, content)
+            old, self._topics, self._data_version = self._topics, topics, version
+            listeners = builtins.list(self._listeners)
+        for name in sorted(old.keys() | topics.keys()):
+            if old.get(name) != topics.get(name):
+                self._notify(TopicChange(name, topics.get(name), version), listeners)
 
     def _check_room(self, topic: str) -> None:
         if topic not in self._topics and len(self._topics) >= self._max_topics:

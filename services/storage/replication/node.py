@@ -13,6 +13,7 @@ from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.ha_replica_writer import ReplicaWriter
 from services.storage.engine.message_store import MessageStore
 from services.storage.replication.master import ReplicationMaster
+from services.storage.replication.metadata_sync import MetadataSync
 from services.storage.replication.settings import BrokerRole, ReplicationSettings
 from services.storage.replication.slave import SlaveReplicator
 from tide.server import ServiceError
@@ -29,6 +30,7 @@ class Replication:
         self.settings = settings
         self.master: ReplicationMaster | None = None
         self.slave: SlaveReplicator | None = None
+        self.metadata_sync: MetadataSync | None = None
         self.slave_refusal = ""
         if settings.role is BrokerRole.SLAVE:
             self.slave_refusal = (
@@ -37,6 +39,9 @@ class Replication:
             store.refuse_puts(self.slave_refusal)
             self.slave = SlaveReplicator(
                 ReplicaWriter(store), settings, store.config.segment_size_bytes
+            )
+            self.metadata_sync = MetadataSync(
+                store.metadata, settings.master_address, settings.metadata_sync_interval_ms
             )
         else:
             waiter = SlaveAckWaiter(
@@ -52,6 +57,8 @@ class Replication:
         service serves (and a dispatch tails it)."""
         if self.slave is not None:
             self.slave.start()
+            if self.metadata_sync is not None:
+                self.metadata_sync.start()
             with contextlib.suppress(TimeoutError):  # the master is not up: serve anyway
                 await asyncio.wait_for(self.slave.first_attempt_done.wait(), FIRST_HANDSHAKE_WAIT_S)
 
@@ -60,17 +67,32 @@ class Replication:
             self.master.drain()
 
     async def stop(self) -> None:
+        if self.metadata_sync is not None:
+            await self.metadata_sync.stop()
         if self.slave is not None:
             await self.slave.stop()
         if self.master is not None:
             self.master.waiter.close()
 
     def check_topic_change(self) -> None:
+        self.check_metadata_change("change topics")
+
+    def check_metadata_change(self, what: str) -> None:
+        """FAILED_PRECONDITION on a slave: its topics, consumer offsets, group configs and
+        delivery progress are its master's copies (metadata_sync.py), changed there only.
+        ``what``: the fix, e.g. "commit offsets"."""
         if self.slave is not None:
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"this storage is a slave of {self.settings.master_address}; change topics "
-                "on the master",
+                f"this storage is a slave of {self.settings.master_address}; {what} on the master",
+            )
+
+    def check_master(self, what: str) -> None:
+        """FAILED_PRECONDITION on a slave for what only a master serves."""
+        if self.slave is not None:
+            raise ServiceError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"this storage is a slave of {self.settings.master_address}, not a master: {what}",
             )
 
     def serve(
@@ -88,7 +110,12 @@ class Replication:
 
     def status(self) -> pb.ReplicationStatus:
         if self.slave is not None:
-            return self.slave.status()
+            status = self.slave.status()
+            sync = self.metadata_sync
+            if sync is not None:
+                status.metadata_synced_at_ms = sync.synced_at_ms
+                status.metadata_sync_error = sync.last_error
+            return status
         assert self.master is not None
         return self.master.status()
 

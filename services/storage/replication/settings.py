@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 MAX_SLAVES = 8  # Replicate streams a master serves at once
 IDLE_HEARTBEATS = 4  # a stream silent this many heartbeat intervals is dead
+# A slave's metadata sync (--metadata-sync-interval-ms): RocketMQ's SlaveSynchronize runs
+# every 10 s; at least 100 ms (each sync reads every file), at most an hour.
+DEFAULT_SYNC_INTERVAL_MS = 10_000
+MIN_SYNC_INTERVAL_MS = 100
+MAX_SYNC_INTERVAL_MS = 3_600_000
 
 
 class BrokerRole(enum.Enum):
@@ -29,6 +34,8 @@ class ReplicationSettings:
     heartbeat_interval_ms: int
     max_gap_bytes: int
     sync_slave_timeout_ms: int
+    # A slave's metadata sync from its master (replication/metadata_sync.py).
+    metadata_sync_interval_ms: int = DEFAULT_SYNC_INTERVAL_MS
 
     @property
     def heartbeat_s(self) -> float:
