@@ -182,7 +182,11 @@ class MetadataFiles:
                 f"checkpoint's {TIMER_CHECKPOINT_BYTES} (TimerCheckpoint.pack)"
             )
         if delay_offsets_json:
-            decode_delay_offsets(_json_doc("delay_offsets_json", delay_offsets_json))
+            doc = _json_doc("delay_offsets_json", delay_offsets_json)
+            try:
+                decode_delay_offsets(doc)
+            except ConfigFormatError as exc:
+                raise ConfigFormatError(f"delay_offsets_json: {exc}") from None
         updates: Sequence[tuple[str, bytes]] = [
             (DELAY_OFFSET_FILE, delay_offsets_json),
             # The whole 4 KiB page, as RocketMQ's config/timercheck is.
