@@ -19,8 +19,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests._metrics import SCRAPE_INTERVAL_S, scrape, total
+from tests._tmpfs import fill, mounted_tmpfs
 from tests.services.nameserver.process import NameServerLauncher, NameServerProcess
 from tests.services.storage.conftest import (
+    SEGMENT_BYTES,
     StorageLauncher,
     StorageProcess,
     expect_error,
@@ -49,6 +52,12 @@ GROUPS = {
         }
     },
 }
+# Thresholds at 100 %: the disk's own ENOSPC is what refuses (test_disk_full.py).
+FULL_DISK_ARGS = tuple(
+    arg
+    for name in ("clean", "clean-force", "refuse-writes")
+    for arg in (f"--disk-{name}-ratio", "1.0")
+)
 REGISTER = ("--broker-name", "broker-s", "--register-interval-ms", "600000")
 
 
@@ -82,8 +91,14 @@ def start_pair(
         master.listen,
         "--metadata-sync-interval-ms",
         str(SYNC_INTERVAL_MS),
+        "--metrics-listen",
+        "127.0.0.1:0",
     )
     return master, slave
+
+
+def metric(proc: StorageProcess, name: str) -> float:
+    return total(scrape(str(proc.ready["metrics"])), name)
 
 
 def upsert(proc: StorageProcess, topic: str, queues: int = 4) -> None:
@@ -207,6 +222,13 @@ def test_slave_gets_the_masters_metadata_and_serves_it_after_a_master_sigkill(
         "the failed sync in the slave's status",
     )
     assert slave.stderr().count("metadata sync from master") == 1  # once per outage
+    wait_until(
+        lambda: metric(slave, "tide_storage_metadata_sync_failures_total") >= 2,
+        "failed syncs counted",
+        interval_s=SCRAPE_INTERVAL_S,
+    )
+    assert metric(slave, "tide_storage_metadata_syncs_total") >= 2  # before and after changes
+    assert slave.stderr().count("metadata sync from master") == 1  # still once
 
 
 def test_a_file_the_slave_cannot_load_is_refused_and_the_others_still_arrive(
@@ -270,3 +292,30 @@ def test_save_delivery_progress_refuses_bad_input_and_writes_nothing(
         )
     names = [f.name for f in master.stub.GetMetadata(pb.GetMetadataRequest()).files]
     assert "delayOffset.json" not in names and "timercheck" not in names
+
+
+def test_save_delivery_progress_on_a_full_disk_is_resource_exhausted_and_keeps_the_file(
+    tmp_path: Path,
+) -> None:
+    launcher = StorageLauncher(tmp_path / "procs")  # its logs off the small disk
+    with mounted_tmpfs(tmp_path / "disk", 8 * SEGMENT_BYTES) as disk:
+        try:
+            master = launcher.start(disk / "store", *FULL_DISK_ARGS)
+            save_progress(master, {1: 1}, 1_700_000_000_000)
+            before = config_files(master, ("delayOffset.json", "timercheck"))
+            fill(disk / "filler", 0)
+            expect_error(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                lambda: save_progress(master, {1: 2, 2: 9}, 1_700_000_001_000),
+                str(disk / "store"),
+            )
+            assert config_files(master, ("delayOffset.json", "timercheck")) == before
+            assert not list((disk / "store" / "config").glob("*.tmp"))
+            (disk / "filler").unlink()
+            save_progress(master, {1: 2}, 1_700_000_002_000)  # room again: saved
+            files = {
+                f.name: f.content for f in master.stub.GetMetadata(pb.GetMetadataRequest()).files
+            }
+            assert json.loads(files["delayOffset.json"])["offsetTable"] == {"1": 2}
+        finally:
+            launcher.close()  # before the tmpfs is unmounted
