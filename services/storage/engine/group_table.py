@@ -19,7 +19,9 @@ from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,
+    parse_config_json,
     write_json_atomically,
+    write_json_bytes_atomically,
 )
 from tide.format import (
     MAX_SUBSCRIPTION_GROUPS,
@@ -113,6 +115,25 @@ class GroupTable:
                 return False
             self._apply(groups)
         return True
+
+    def install(self, content: bytes) -> None:
+        """Adopt another store's ``subscriptionGroup.json`` byte for byte (a slave's copy
+        of its master's; engine/metadata_files.py's MetadataTable): checked whole first
+        (ConfigFormatError or ConfigLimitError, nothing written), written atomically, then
+        the table and its data version are the file's."""
+        try:
+            doc = parse_config_json(content.decode("utf-8"))
+        except ValueError as exc:  # JSON and UTF-8 errors alike
+            raise ConfigFormatError(f"{SUBSCRIPTION_GROUP_FILE} is not valid JSON: {exc}") from None
+        table = decode_subscription_groups(doc)
+        if len(table.groups) > self._max_groups:
+            raise ConfigLimitError(
+                f"{SUBSCRIPTION_GROUP_FILE} holds {len(table.groups)} groups; the limit is "
+                f"{self._max_groups}"
+            )
+        with self._lock:
+            write_json_bytes_atomically(self._path, content)
+            self._table = table
 
     def _apply(self, groups: dict[str, SubscriptionGroupConfig]) -> None:
         """Persist the table with ``groups``, then adopt it. Holds the lock."""

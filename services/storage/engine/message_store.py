@@ -30,7 +30,7 @@ from services.storage.engine.errors import (
 )
 from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
-from services.storage.engine.group_table import GroupTable
+from services.storage.engine.group_table import SUBSCRIPTION_GROUP_FILE, GroupTable
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
 from services.storage.engine.metadata_files import MetadataFiles
@@ -153,6 +153,7 @@ class MessageStore:
         )
         self.metadata.register(TOPICS_FILE, self.topics)
         self.metadata.register(CONSUMER_OFFSETS_FILE, self.consumer_offsets)
+        self.metadata.register(SUBSCRIPTION_GROUP_FILE, self.groups)
         self.allocator = SegmentAllocator(
             cfg.commitlog_dir,
             cfg.segment_size_bytes,

@@ -1,13 +1,14 @@
 """A slave's metadata sync from its master (RocketMQ's SlaveSynchronize) between real
 storage processes and a real name server over real gRPC and real files.
 
-Checked: topics, consumer offsets, a group config and the delivery progress saved on the
-master reach the slave byte for byte within a short sync interval and its tables answer;
-a later change reaches it at the next interval, re-registering the slave when its topics
-changed; a file gone from the master stays on the slave; a file the slave could not load
-is refused (status and log say why) while the others still arrive; the slave refuses
-changes; after a SIGKILL of the master the slave still lists the topics, answers the
-offsets and the name server still routes the topics to it.
+Checked: topics, consumer offsets, group configs (one written on the master's disk before
+it started, one upserted) and the delivery progress saved on the master reach the slave
+byte for byte within a short sync interval and its tables answer; a later change reaches
+it at the next interval, re-registering the slave when its topics changed; a file gone
+from the master stays on the slave; a file the slave could not load is refused (status,
+metrics and log say why) while the others still arrive; the slave refuses changes; after
+a SIGKILL of the master the slave still lists the topics, answers the offsets and group
+configs, and the name server still routes the topics to it.
 """
 
 from __future__ import annotations
@@ -117,6 +118,11 @@ def commit(proc: StorageProcess, topic: str, queue_id: int, offset: int) -> None
     )
 
 
+def upsert_group(proc: StorageProcess, group: str) -> None:
+    config = pb.GroupConfig(group_name=group, consume_enable=True, retry_max_times=7)
+    proc.stub.UpsertGroup(pb.UpsertGroupRequest(group=config))
+
+
 def get_offset(proc: StorageProcess, topic: str, queue_id: int) -> int:
     request = pb.GetOffsetRequest(consumer_group="g1", topic=topic, queue_id=queue_id)
     return int(proc.stub.GetOffset(request).offset)
@@ -165,6 +171,9 @@ def test_slave_gets_the_masters_metadata_and_serves_it_after_a_master_sigkill(
     wait_same_files(master, slave, "first sync")
     assert get_offset(slave, "Orders", 1) == 3
     assert topics(slave) == ["Orders"]
+    group = slave.stub.GetGroup(pb.GetGroupRequest(group="g1"))
+    assert group.found and group.group.retry_max_times == 3
+    assert group.group.retry_policy.type == pb.RetryPolicy.EXPONENTIAL
     timer_file = config_files(slave, ("timercheck",))["timercheck"]
     assert timer_file is not None and len(timer_file) == 4096
     assert TimerCheckpoint.unpack(timer_file).last_read_time_ms == 1_700_000_090_000
@@ -178,6 +187,7 @@ def test_slave_gets_the_masters_metadata_and_serves_it_after_a_master_sigkill(
         (lambda: commit(slave, "Orders", 1, 4), "commit offsets on the master"),
         (lambda: save_progress(slave, {1: 13}, 1), "delivery progress on the master"),
         (lambda: upsert(slave, "Nope"), "change topics on the master"),
+        (lambda: upsert_group(slave, "g9"), "change group configs on the master"),
         (
             lambda: slave.stub.GetMetadata(pb.GetMetadataRequest()),
             "not a master: a slave copies its metadata from its master",
@@ -191,11 +201,13 @@ def test_slave_gets_the_masters_metadata_and_serves_it_after_a_master_sigkill(
     (master.store_dir / "config" / "delayOffset.json").unlink()
     kept = config_files(slave, ("delayOffset.json",))
     upsert(master, "Payments", 2)
+    upsert_group(master, "g2")
     commit(master, "Orders", 1, 5)
     commit(master, "Payments", 0, 0)
     wait_until(lambda: get_offset(slave, "Payments", 0) == 0, "the new offset on the slave")
     assert get_offset(slave, "Orders", 1) == 5
     assert topics(slave) == ["Orders", "Payments"]
+    assert slave.stub.GetGroup(pb.GetGroupRequest(group="g2")).group.retry_max_times == 7
     wait_until(lambda: slave_topic_count(nameserver) == 2, "the slave re-registered 2 topics")
     assert config_files(slave, ("delayOffset.json",)) == kept
     for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
@@ -215,6 +227,10 @@ def test_slave_gets_the_masters_metadata_and_serves_it_after_a_master_sigkill(
         assert {i: a.storage for i, a in addresses.items()} == {1: slave.listen}
     assert topics(slave) == ["Orders", "Payments"]
     assert get_offset(slave, "Orders", 1) == 5
+    assert [g.group_name for g in slave.stub.ListGroups(pb.ListGroupsRequest()).groups] == [
+        "g1",
+        "g2",
+    ]
     found = slave.read([(results[4].physical_offset, results[4].size)])
     assert found[0].message.msg_id == results[4].msg_id
     wait_until(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.storage.engine.consumer_offsets import ConsumerOffsets
+from services.storage.engine.group_table import GroupTable
 from services.storage.engine.metadata_files import METADATA_FILES, MetadataFiles
 from services.storage.engine.topic_table import TopicChange, TopicConfig, TopicTable
 from tide.files import ConfigFormatError, ConfigLimitError
@@ -17,6 +18,7 @@ from tide.format import (
     TIMER_CHECKPOINT_FILE_BYTES,
     DataVersion,
     DelayOffsets,
+    SubscriptionGroupConfig,
     TimerCheckpoint,
     encode_delay_offsets,
 )
@@ -42,6 +44,8 @@ class Store:
         self.files = MetadataFiles(self.dir, before_read=self.offsets.persist_if_dirty)
         self.files.register("topics.json", self.topics)
         self.files.register("consumerOffset.json", self.offsets)
+        self.groups = GroupTable(self.dir)
+        self.files.register("subscriptionGroup.json", self.groups)
 
 
 def test_read_serves_the_files_on_disk_with_unwritten_offsets_persisted(tmp_path: Path) -> None:
@@ -51,7 +55,9 @@ def test_read_serves_the_files_on_disk_with_unwritten_offsets_persisted(tmp_path
     store.offsets.commit("g", "T", 1, 9)  # in memory only (60 s persist interval)
     store.files.save_delivery_progress(delay_json({1: 12}), checkpoint(5).pack())
     files = dict(store.files.read())
-    assert sorted(files) == sorted(set(METADATA_FILES) - {"subscriptionGroup.json"})
+    assert sorted(files) == sorted(
+        set(METADATA_FILES) - {"subscriptionGroup.json"}
+    )  # never written
     for name, content in files.items():
         assert content == (store.dir / name).read_bytes(), name
     assert json.loads(files["consumerOffset.json"])["offsetTable"] == {"T@g": {"1": 9}}
@@ -78,6 +84,7 @@ def test_install_reloads_the_tables_and_tells_the_topic_listeners(tmp_path: Path
     master.topics.upsert(TopicConfig("A", 4, 4))
     master.topics.upsert(TopicConfig("B", 1, 1, perm=4))
     master.offsets.commit("g", "A", 3, 17)
+    master.groups.upsert(SubscriptionGroupConfig("g", retry_max_times=5))
     for name, content in master.files.read():
         assert slave.files.install(name, content)
         assert (slave.dir / name).read_bytes() == content
@@ -90,9 +97,11 @@ def test_install_reloads_the_tables_and_tells_the_topic_listeners(tmp_path: Path
         ("Gone", True),
     ]
     assert slave.offsets.get("g", "A", 3) == 17
+    assert slave.groups.table == master.groups.table
     # A reopened slave loads what was installed.
     assert ConsumerOffsets(slave.dir).get("g", "A", 3) == 17
     assert TopicTable(slave.dir).get("B") == TopicConfig("B", 1, 1, perm=4)
+    assert GroupTable(slave.dir).get("g") == SubscriptionGroupConfig("g", retry_max_times=5)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +123,7 @@ def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
     store.offsets.commit("g", "Kept", 0, 1)
     store.offsets.persist()
     store.files.save_delivery_progress(delay_json({2: 4}), checkpoint(9).pack())
-    (store.dir / "subscriptionGroup.json").write_text('{"subscriptionGroupTable": {}}')
+    store.groups.upsert(SubscriptionGroupConfig("g", retry_max_times=5))
     before = {n: (store.dir / n).read_bytes() for n in METADATA_FILES}
     with pytest.raises((ConfigFormatError, ConfigLimitError)) as info:
         store.files.install(name, content)
@@ -122,6 +131,7 @@ def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
     assert {n: (store.dir / n).read_bytes() for n in METADATA_FILES} == before
     assert not list(store.dir.glob("*.tmp"))
     assert store.topics.get("Kept") is not None and store.offsets.get("g", "Kept", 0) == 1
+    assert store.groups.get("g") == SubscriptionGroupConfig("g", retry_max_times=5)
 
 
 def test_install_refuses_a_name_that_is_not_a_metadata_file(tmp_path: Path) -> None:
