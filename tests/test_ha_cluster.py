@@ -14,6 +14,8 @@
   not stop it.
 * A pull held on the slave (its master's dispatch down) is woken by the slave dispatch's
   arrivals.
+* The slave's metadata sync: topics and offsets committed through the gateway are on
+  the slave, and stay there after the master's SIGKILL.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from tide.client import (
 )
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import wait_until
 
 WAIT_S = 90.0
@@ -467,3 +470,56 @@ def test_held_pull_on_the_slave_is_woken_by_the_slaves_arrivals(tmp_path: Path) 
         assert [m.body for m in answer.messages] == [b"hi"]
         assert answer.messages[0].msg_id == reply.results[0].msg_id
         assert time.monotonic() - started < 20  # woken, not the 30 s timeout
+
+
+def test_slave_keeps_the_masters_topics_and_offsets_through_a_master_kill(
+    tmp_path: Path,
+) -> None:
+    """The slave's metadata sync (RocketMQ's SlaveSynchronize) with the gateway in front:
+    a topic created and offsets committed through the gateway reach the slave's tables;
+    after a SIGKILL of the master the gateway pulls from the slave, and the committed
+    offsets are on the slave. The gateway reads consumer offsets from masters only (it
+    answers UNAVAILABLE: services/gateway/consumers.py), so they are read from the
+    slave's storage directly."""
+    with Cluster(
+        tmp_path,
+        brokers=1,
+        replicas=2,
+        storage_args=("--metadata-sync-interval-ms", "200"),
+        gateway_args=("--fault-isolation-ms", str(FAULT_ISOLATION_MS)),
+    ) as cluster:
+        gateway = cluster.gateway.listen
+        topic, group = "T_ha_metadata", "G_ha_metadata"
+        cluster.create_topic(topic, queues=2)
+        with Producer(gateway) as producer:
+            sent = producer.send_batch([Message(topic, b"m", keys=[f"k{i}"]) for i in range(20)])
+        broker = cluster.broker("broker-a")
+        slave = broker.slaves[0]
+        queues = sorted({result.queue for result in sent}, key=lambda q: q.queue_id)
+        with PullConsumer(group, gateway) as consumer:
+            for queue in queues:
+                consumer.commit(queue, 1 + queue.queue_id)
+
+        def slave_offset(queue: MessageQueue) -> int:
+            request = storage_pb.GetOffsetRequest(
+                consumer_group=group, topic=topic, queue_id=queue.queue_id
+            )
+            return int(slave.storage.stub.GetOffset(request, timeout=20).offset)
+
+        wait_until(
+            lambda: [slave_offset(q) for q in queues] == [1 + q.queue_id for q in queues],
+            "the committed offsets on the slave",
+            timeout_s=WAIT_S,
+        )
+        listed = slave.storage.stub.ListTopics(storage_pb.ListTopicsRequest(), timeout=20)
+        assert topic in [t.topic_name for t in listed.topics]
+
+        broker.master.kill()
+        with PullConsumer(group, gateway) as consumer:
+            pulled = [m for q in queues for m in consumer.pull(q, 0, 32).messages]
+            assert sorted(m.msg_id for m in pulled) == sorted(r.msg_id for r in sent)
+            with pytest.raises(Unavailable):
+                consumer.committed(queues[0])
+        assert [slave_offset(q) for q in queues] == [1 + q.queue_id for q in queues]
+        route = cluster.nameservers[0].route(topic)
+        assert [q.broker_name for q in route.queue_datas] == ["broker-a"]
