@@ -13,7 +13,8 @@ Errors that concern the whole call use gRPC status codes:
                       file; the message names the store directory and its free space. Or a
                       request over a size limit
   FAILED_PRECONDITION the store is not writable (a slave: produce to its master; or shutting
-                      down); topic changes on a slave; a refused Replicate hello
+                      down); topic, offset, group config or delivery progress changes on
+                      a slave (its copies come from its master); a refused Replicate hello
   UNAVAILABLE         the service is starting or stopping
 Per-message outcomes that are not errors of the request (a message written but not yet
 confirmed durable) are reported in AppendResult.status.

@@ -320,7 +320,10 @@ class StorageServicer:
         """The dispatch's delivery progress (delay levels and timer), kept with the broker's
         config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
         receive it with the rest of the metadata. Called by the master's dispatch after it
-        recorded its progress locally.
+        recorded its progress locally. Both fields are checked before either file is written
+        (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
+        DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
+        full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -330,6 +333,9 @@ class StorageServicer:
         """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
         asks its master every sync interval and installs what changed, so that after the
         master's loss the slave serves the same topics, offsets, group configs and progress.
+        Unwritten consumer offset commits are written first. At most METADATA_MAX_BYTES
+        together (RESOURCE_EXHAUSTED past it, naming each file's size); FAILED_PRECONDITION on
+        a slave.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

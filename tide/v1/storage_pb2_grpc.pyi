@@ -13,7 +13,8 @@ Errors that concern the whole call use gRPC status codes:
                       file; the message names the store directory and its free space. Or a
                       request over a size limit
   FAILED_PRECONDITION the store is not writable (a slave: produce to its master; or shutting
-                      down); topic changes on a slave; a refused Replicate hello
+                      down); topic, offset, group config or delivery progress changes on
+                      a slave (its copies come from its master); a refused Replicate hello
   UNAVAILABLE         the service is starting or stopping
 Per-message outcomes that are not errors of the request (a message written but not yet
 confirmed durable) are reported in AppendResult.status.
@@ -135,12 +136,18 @@ class StorageStub:
     """The dispatch's delivery progress (delay levels and timer), kept with the broker's
     config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
     receive it with the rest of the metadata. Called by the master's dispatch after it
-    recorded its progress locally.
+    recorded its progress locally. Both fields are checked before either file is written
+    (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
+    DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
+    full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.
     """
     GetMetadata: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetMetadataRequest, _storage_pb2.GetMetadataResponse]
     """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
     asks its master every sync interval and installs what changed, so that after the
     master's loss the slave serves the same topics, offsets, group configs and progress.
+    Unwritten consumer offset commits are written first. At most METADATA_MAX_BYTES
+    together (RESOURCE_EXHAUSTED past it, naming each file's size); FAILED_PRECONDITION on
+    a slave.
     """
 
 @_typing.type_check_only
@@ -234,12 +241,18 @@ class StorageAsyncStub(StorageStub):
     """The dispatch's delivery progress (delay levels and timer), kept with the broker's
     config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
     receive it with the rest of the metadata. Called by the master's dispatch after it
-    recorded its progress locally.
+    recorded its progress locally. Both fields are checked before either file is written
+    (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
+    DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
+    full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.
     """
     GetMetadata: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetMetadataRequest, _storage_pb2.GetMetadataResponse]  # type: ignore[assignment]
     """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
     asks its master every sync interval and installs what changed, so that after the
     master's loss the slave serves the same topics, offsets, group configs and progress.
+    Unwritten consumer offset commits are written first. At most METADATA_MAX_BYTES
+    together (RESOURCE_EXHAUSTED past it, naming each file's size); FAILED_PRECONDITION on
+    a slave.
     """
 
 class StorageServicer(metaclass=_abc_1.ABCMeta):
@@ -450,7 +463,10 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         """The dispatch's delivery progress (delay levels and timer), kept with the broker's
         config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
         receive it with the rest of the metadata. Called by the master's dispatch after it
-        recorded its progress locally.
+        recorded its progress locally. Both fields are checked before either file is written
+        (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
+        DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
+        full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.
         """
 
     @_abc_1.abstractmethod
@@ -462,6 +478,9 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         """The broker's metadata files as they are on disk (RocketMQ's SlaveSynchronize): a slave
         asks its master every sync interval and installs what changed, so that after the
         master's loss the slave serves the same topics, offsets, group configs and progress.
+        Unwritten consumer offset commits are written first. At most METADATA_MAX_BYTES
+        together (RESOURCE_EXHAUSTED past it, naming each file's size); FAILED_PRECONDITION on
+        a slave.
         """
 
 def add_StorageServicer_to_server(servicer: StorageServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
