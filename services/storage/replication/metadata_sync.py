@@ -56,6 +56,7 @@ class MetadataSync:
         self._interval_s = interval_ms / 1000
         self._clock_ms = clock_ms
         self._task: asyncio.Task[None] | None = None
+        self._installing: asyncio.Future[list[str]] | None = None
         self.synced_at_ms = 0  # when the latest full sync ended (0: none yet)
         self.last_error = ""  # why the latest attempt failed ("" when it succeeded)
         self.syncs = 0  # attempts that got and installed every file (metrics)
@@ -73,6 +74,10 @@ class MetadataSync:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        installing = self._installing
+        if installing is not None and not installing.done():
+            with contextlib.suppress(Exception):  # (its errors were the sync's to report)
+                await installing
 
     async def _run(self) -> None:
         async with grpc.aio.insecure_channel(self._master, options=CHANNEL_OPTIONS) as channel:
@@ -90,7 +95,13 @@ class MetadataSync:
                 f"GetMetadata from master {self._master}: {exc.code().name}: {exc.details()}"
             )
             return
-        errors = await asyncio.to_thread(self._install, list(response.files))
+        # Shielded: a stop waits for an install under way (stop()) rather than closing
+        # the store under it.
+        installing = asyncio.get_running_loop().run_in_executor(
+            None, self._install, list(response.files)
+        )
+        self._installing = installing
+        errors = await asyncio.shield(installing)
         if errors:
             self._failed("; ".join(errors))
         else:
