@@ -61,7 +61,7 @@ class MetadataSync:
         self.last_error = ""  # why the latest attempt failed ("" when it succeeded)
         self.syncs = 0  # attempts that got and installed every file (metrics)
         self.failures = 0  # attempts that failed
-        self._failing_since = 0  # failed attempts in a row
+        self._failed_in_a_row = 0  # failed attempts in a row
         self._unknown_logged: set[str] = set()
 
     def start(self) -> None:
@@ -83,7 +83,11 @@ class MetadataSync:
         async with grpc.aio.insecure_channel(self._master, options=CHANNEL_OPTIONS) as channel:
             stub: pb_grpc.StorageAsyncStub = pb_grpc.StorageStub(channel)
             while True:
-                await self.sync_once(stub)
+                try:
+                    await self.sync_once(stub)
+                except Exception as exc:  # a bug: said, counted, and the loop goes on
+                    log.exception("metadata sync from master %s broke", self._master)
+                    self._failed(f"{type(exc).__name__}: {exc}")
                 await asyncio.sleep(self._interval_s)
 
     async def sync_once(self, stub: pb_grpc.StorageAsyncStub) -> None:
@@ -140,11 +144,11 @@ class MetadataSync:
 
     def _failed(self, reason: str) -> None:
         self.failures += 1
-        self._failing_since += 1
+        self._failed_in_a_row += 1
         if len(reason) > MAX_ERROR_CHARS:
             reason = f"{reason[:MAX_ERROR_CHARS]}... ({len(reason)} characters)"
         self.last_error = reason
-        if self._failing_since == 1:  # once per outage; the status keeps the latest reason
+        if self._failed_in_a_row == 1:  # once per outage; the status keeps the latest reason
             log.warning(
                 "metadata sync from master %s failed (retried every %g s; the slave keeps its "
                 "copies): %s",
@@ -154,15 +158,15 @@ class MetadataSync:
             )
 
     def _succeeded(self) -> None:
-        if self._failing_since:
+        if self._failed_in_a_row:
             log.info(
                 "metadata sync from master %s works again after %d failed attempt(s)",
                 self._master,
-                self._failing_since,
+                self._failed_in_a_row,
             )
         elif not self.syncs:
             log.info("metadata synced from master %s", self._master)
-        self._failing_since = 0
+        self._failed_in_a_row = 0
         self.syncs += 1
         self.last_error = ""
         self.synced_at_ms = self._clock_ms()
