@@ -11,7 +11,9 @@ from tide.files import (
     ConfigFileError,
     load_json_with_fallback,
     parse_config_json,
+    write_file_atomically,
     write_json_atomically,
+    write_json_bytes_atomically,
 )
 from tide.files import _json as config_files
 
@@ -163,3 +165,22 @@ def test_bare_key_repair_leaves_strings_alone() -> None:
 def test_unrepairable_text_reports_the_original_error() -> None:
     with pytest.raises(json.JSONDecodeError, match="Expecting property name"):
         parse_config_json("{1:2, oops}")
+
+
+def test_json_bytes_are_written_as_given_and_the_previous_kept_as_bak(tmp_path: Path) -> None:
+    path = tmp_path / "topics.json"
+    write_json_atomically(path, {"v": 1})
+    copy = b'{"v":2,  "from": "the master"}'  # another store's bytes, not re-encoded
+    write_json_bytes_atomically(path, copy)
+    assert path.read_bytes() == copy
+    assert _read(tmp_path / "topics.json.bak") == {"v": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["topics.json", "topics.json.bak"]
+
+
+def test_binary_file_is_replaced_whole_without_a_bak(tmp_path: Path) -> None:
+    path = tmp_path / "timercheck"
+    write_file_atomically(path, b"\x01" * 4096)
+    (tmp_path / "timercheck.tmp").write_bytes(b"torn")  # a crash's leftover
+    write_file_atomically(path, b"\x02" * 4096)
+    assert path.read_bytes() == b"\x02" * 4096
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["timercheck"]
