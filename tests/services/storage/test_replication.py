@@ -311,6 +311,10 @@ def test_bad_role_options_exit_2_with_the_fix(tmp_path: Path) -> None:
         (("--role", "SYNC_MASTER", "--broker-id", "2"), "needs --broker-id 0"),
         (("--role", "MASTER"), "expected one of ASYNC_MASTER, SYNC_MASTER, SLAVE"),
         (("--ha-batch-bytes", "10"), "--ha-batch-bytes: 10 is outside"),
+        (
+            ("--metadata-sync-interval-ms", "99"),
+            "--metadata-sync-interval-ms: 99 is outside 100..3600000",
+        ),
     ]
     for args, fragment in cases:
         done = run_storage("--store-dir", str(tmp_path / "s"), *args)
