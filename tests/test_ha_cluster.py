@@ -150,13 +150,10 @@ class ProducerThread:
         self._producer.close()
 
 
-def committed(gateway: str, group: str, queue: MessageQueue) -> int | None:
-    """The group's committed offset, None while the master is down (UNAVAILABLE)."""
+def committed(gateway: str, group: str, queue: MessageQueue) -> int:
+    """The group's committed offset (read from the slave while the master is down)."""
     with PullConsumer(group, gateway) as consumer:
-        try:
-            return consumer.committed(queue)
-        except Unavailable:
-            return None
+        return consumer.committed(queue)
 
 
 def queue_ends(gateway: str, topic: str) -> dict[MessageQueue, int]:
@@ -260,11 +257,14 @@ def test_master_killed_reads_and_consumers_go_on_from_the_slave_and_back(
         acked = producer.acked()
         assert producer.acked("broker-b")
         check_readable_from_the_slave(gateway, topic, producer.acked("broker-a"))
-        # Offsets live on the master: a clear UNAVAILABLE while it is down.
+        # Commits live on the master: a clear UNAVAILABLE while it is down; reads answer
+        # from the slave's copy (its metadata sync), which commits cannot move meanwhile.
         queue_a0 = MessageQueue(topic, "broker-a", 0)
-        with PullConsumer(group, gateway) as probe, pytest.raises(Unavailable) as info:
-            probe.committed(queue_a0)
-        assert "consumer offsets live on the master of broker-a" in str(info.value)
+        with PullConsumer(group, gateway) as probe:
+            with pytest.raises(Unavailable) as info:
+                probe.commit(queue_a0, 0)
+            assert "consumer offsets live on the master of broker-a" in str(info.value)
+            on_slave = probe.committed(queue_a0)
 
         # Phase 2: the consumers go on, from the slave for broker-a's queues.
         deliveries.open.set()
@@ -274,7 +274,7 @@ def test_master_killed_reads_and_consumers_go_on_from_the_slave_and_back(
             timeout_s=WAIT_S,
         )
         assert not broker_a.master.running
-        assert committed(gateway, group, queue_a0) is None  # still down: nothing stored
+        assert committed(gateway, group, queue_a0) == on_slave  # still down: nothing stored
 
         # Phase 3: the master restarts; commits land, reads and produce go back to it.
         cluster.restart(broker_a.master)
@@ -478,9 +478,8 @@ def test_slave_keeps_the_masters_topics_and_offsets_through_a_master_kill(
     """The slave's metadata sync (RocketMQ's SlaveSynchronize) with the gateway in front:
     a topic created and offsets committed through the gateway reach the slave's tables;
     after a SIGKILL of the master the gateway pulls from the slave, and the committed
-    offsets are on the slave. The gateway reads consumer offsets from masters only (it
-    answers UNAVAILABLE: services/gateway/consumers.py), so they are read from the
-    slave's storage directly."""
+    offsets are on the slave: read from its storage directly and through the gateway
+    (which reads them from the slave while the master is unreachable)."""
     with Cluster(
         tmp_path,
         brokers=1,
@@ -518,8 +517,7 @@ def test_slave_keeps_the_masters_topics_and_offsets_through_a_master_kill(
         with PullConsumer(group, gateway) as consumer:
             pulled = [m for q in queues for m in consumer.pull(q, 0, 32).messages]
             assert sorted(m.msg_id for m in pulled) == sorted(r.msg_id for r in sent)
-            with pytest.raises(Unavailable):
-                consumer.committed(queues[0])
+            assert [consumer.committed(q) for q in queues] == [1 + q.queue_id for q in queues]
         assert [slave_offset(q) for q in queues] == [1 + q.queue_id for q in queues]
         route = cluster.nameservers[0].route(topic)
         assert [q.broker_name for q in route.queue_datas] == ["broker-a"]

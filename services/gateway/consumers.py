@@ -1,9 +1,10 @@
 """Queue offsets (dispatch), consumer offsets (storage) and group membership (storage).
 
-Queue offsets and search by time are reads: the broker's master, or its slave while the
-master is unreachable (readers.py). Consumer offsets live on the master only: with the
-master down, CommitOffset and GetOffset answer UNAVAILABLE ("consumer offsets live on the
-master of broker-a; retry when it is back") and consumers keep their position in memory.
+Queue offsets, search by time and GetOffset are reads: the broker's master, or its slave
+while the master is unreachable (readers.py; a slave's consumer offsets are the master's
+as of its last metadata sync). Commits go to the master only: with the master down,
+CommitOffset answers UNAVAILABLE ("consumer offsets live on the master of broker-a; retry
+when it is back") and consumers keep their position in memory.
 
 Membership: a heartbeat goes to every master broker of the clusters serving the
 subscribed topics (every master the name servers know when none of the topics is known);
@@ -161,22 +162,31 @@ class Consumers:
     async def get_offset(
         self, request: pb.GetConsumerOffsetRequest
     ) -> pb.GetConsumerOffsetResponse:
+        """A read like the queue offsets: the master, or its slave while the master is
+        unreachable (the slave holds a copy of the master's offsets from its metadata
+        sync, at most one sync interval old), so a consumer restarted during the master's
+        outage resumes where the group was instead of at its consume-from point."""
         check_group(request.consumer_group)
-        member = await self._master(request.topic, request.broker_name, request.queue_id)
-        try:
-            answer: storage_pb.GetOffsetResponse = await self._channels.storage(
-                member.storage
-            ).GetOffset(
-                storage_pb.GetOffsetRequest(
-                    consumer_group=request.consumer_group,
-                    topic=request.topic,
-                    queue_id=request.queue_id,
-                ),
-                timeout=self._config.broker_timeout_s,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise _offsets_error(exc, "GetOffset", member) from exc
-        return pb.GetConsumerOffsetResponse(offset=answer.offset)
+        target = await self._queue(request.topic, request.broker_name, request.queue_id)
+        get = storage_pb.GetOffsetRequest(
+            consumer_group=request.consumer_group,
+            topic=request.topic,
+            queue_id=request.queue_id,
+        )
+
+        async def call(member: Member) -> pb.GetConsumerOffsetResponse:
+            try:
+                answer: storage_pb.GetOffsetResponse = await self._channels.storage(
+                    member.storage
+                ).GetOffset(get, timeout=self._config.broker_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                raise broker_error(
+                    exc, f"GetOffset on broker {member.broker_name} ({member.storage})"
+                ) from exc
+            return pb.GetConsumerOffsetResponse(offset=answer.offset)
+
+        answer, _ = await read_queue(self._routes, self._members, target, call)
+        return answer
 
     # -- membership ----------------------------------------------------------------
     async def heartbeat(
