@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from tests._service_process import free_port
 from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
 from tests.services.storage.conftest import StorageLauncher, StorageProcess, message
 from tide.format import SCHEDULE_TOPIC, delay_level_properties, unpack_entry
@@ -183,3 +184,22 @@ def test_a_bad_delay_level_table_refuses_the_start(launchers: Launchers, tmp_pat
     assert "--message-delay-level: delay level 2 is '5x'; write a count and a unit" in (
         dispatch.stderr()
     )
+
+
+def test_a_storage_sigkill_loses_no_pending_message(launchers: Launchers, tmp_path: Path) -> None:
+    """SYNC flush: every acknowledged scheduled message survives the storage's SIGKILL and
+    is delivered once the storage is back (the dispatch follows it again on the same
+    address); duplicates are reported."""
+    storages, dispatches = launchers
+    listen = ("--listen", f"127.0.0.1:{free_port()}", "--flush", "sync")
+    storage = storages.start(tmp_path / "storage", *listen)
+    dispatch = dispatches.start(tmp_path / "dispatch", storage.listen, *TABLE, *FAST)
+    sent = [scheduled(1 + i % 3, i) for i in range(300)]
+    for start in range(0, len(sent), 50):
+        storage.append(sent[start : start + 50])
+    storage.kill()
+    storage = storages.start(tmp_path / "storage", *listen)
+    copies = wait_delivered(storage, dispatch, len(sent), timeout_s=120)
+    counts = Counter(copy.properties["UNIQ_KEY"] for copy in copies)
+    assert set(counts) == {message.properties["UNIQ_KEY"] for message in sent}
+    print(f"duplicates after the storage's SIGKILL: {sum(counts.values()) - len(counts)}")
