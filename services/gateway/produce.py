@@ -43,6 +43,13 @@ from services.gateway.produce_results import (
 from services.gateway.produce_routes import explicit_queue, no_writable_queue
 from services.gateway.records import BornHosts, add_message
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
+from services.gateway.scheduled import (
+    DeliveryBounds,
+    DeliveryBoundsCache,
+    broker_delay_error,
+    is_delayed,
+    scheduled_record,
+)
 from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_messages
@@ -69,6 +76,8 @@ class _Pending:
     excluded: set[str] | None = None
     error: ServiceError | None = None
     written: Written | None = None
+    # A delayed message: the delivery bounds of each broker it may go to, by dispatch.
+    bounds: dict[str, DeliveryBounds] | None = None
 
 
 @dataclass(slots=True)
@@ -96,6 +105,7 @@ class Producer:
         self._auto_create = auto_create
         self._born_hosts = BornHosts()
         self._topic_parts: dict[str, tuple[int, bytes]] = {}
+        self._delivery_bounds = DeliveryBoundsCache(channels)
         # Record bytes sent to storages and written (metrics).
         self.written_bytes = 0
 
@@ -132,7 +142,7 @@ class Producer:
             if check.bodies_only
             else self._fill_unique_keys(messages)
         )
-        if not check.routed and len(views) == 1:
+        if not check.routed and not check.delayed and len(views) == 1:
             (view,) = views.values()
             plain = PlainBatch(
                 messages,
@@ -164,6 +174,8 @@ class Producer:
                     plain.errors[item.index] = item.error
             return respond(unique_keys, plain.rows, plain.errors)
         pending = await self._pending(messages, unique_keys, views)
+        if check.delayed:
+            await self._check_delays(pending, now_ms)
         await self._send(pending, born_host, now_ms, self._config.produce_retries + 1)
         return respond(
             unique_keys,
@@ -202,6 +214,37 @@ class Producer:
                 _Pending(index, message, view, explicit, sharding_key, unique_keys[index])
             )
         return pending
+
+    async def _check_delays(self, pending: list[_Pending], now_ms: int) -> None:
+        """Check each delayed message against every broker it may be sent to (their
+        dispatches' bounds, scheduled.py) before anything is sent; keep the bounds for
+        the rewrite."""
+        delayed = [item for item in pending if is_delayed(item.message)]
+        members = {
+            item.index: [
+                member
+                for name in sorted(self._brokers_of(item))
+                if (member := item.view.master(name)) is not None
+            ]
+            for item in delayed
+        }
+        bounds = await self._delivery_bounds.bounds_of(
+            member for found in members.values() for member in found
+        )
+        for item in delayed:
+            for member in members[item.index]:
+                error = broker_delay_error(
+                    f"messages[{item.index}]", item.message, bounds[member.dispatch], now_ms
+                )
+                if error is not None:
+                    raise error
+            item.bounds = bounds
+
+    @staticmethod
+    def _brokers_of(item: _Pending) -> set[str]:
+        if item.explicit is not None:
+            return {item.explicit.broker_name}
+        return {queue.broker_name for queue in item.view.writable}
 
     async def _views(self, topics: set[str]) -> dict[str, TopicView]:
         views: dict[str, TopicView] = {}
@@ -351,7 +394,24 @@ class Producer:
         """The group's messages as one record run."""
         writer = RunWriter(born_host)
         for item, queue_id in zip(group.items, group.queues, strict=True):
-            add_message(writer, item.message, queue_id, item.unique_key, now_ms)
+            if item.bounds is None:
+                add_message(writer, item.message, queue_id, item.unique_key, now_ms)
+                continue
+            # Stored in the schedule or timer topic of the real queue's broker (its
+            # bounds were checked: _check_delays covered every broker of the topic).
+            bounds = item.bounds[group.member.dispatch]
+            message = item.message
+            record = scheduled_record(message, queue_id, item.unique_key, bounds, now_ms)
+            writer.add(
+                record.topic,
+                record.topic.encode("utf-8"),
+                record.queue_id,
+                message.body,
+                record.properties,
+                message.flag,
+                0,
+                message.born_timestamp_ms or now_ms,
+            )
         return writer.getvalue()
 
     # -- both --------------------------------------------------------------------

@@ -9,7 +9,8 @@ from typing import NamedTuple
 import grpc
 
 from services.gateway.bodies_only import only_topic_and_bodies
-from tide.format import KEYS, TAGS, UNIQ_KEY, property_error
+from services.gateway.scheduled import is_delayed, static_delay_error
+from tide.format import KEYS, SCHEDULE_BOOKKEEPING, TAGS, UNIQ_KEY, property_error
 from tide.limits import (
     NAME_MAX_CHARS,
     PRODUCE_MAX_BYTES,
@@ -80,6 +81,8 @@ class ProduceCheck(NamedTuple):
     # Every message is only a topic and a body (no tags, keys, properties, unique key,
     # flag, born time or route): records of a fixed shape.
     bodies_only: bool
+    # Some message has delay_level, deliver_at_ms or delay_ms (scheduled.py).
+    delayed: bool = False
 
 
 def check_produce_messages(
@@ -99,7 +102,7 @@ def check_produce_messages(
         (topic,) = topics
         if only_topic_and_bodies(messages, topic, request_bytes, max_body_bytes):
             return ProduceCheck(topics, routed=False, bodies_only=True)
-    routed = False
+    routed = delayed = False
     bodies_only = True
     for index, message in enumerate(messages):
         route = message.WhichOneof("route")
@@ -111,13 +114,18 @@ def check_produce_messages(
             or message.properties
             or message.unique_key
             or message.born_timestamp_ms < 0
+            # Read last, so a message with any of the above pays nothing more here.
+            or message.delay_level
+            or message.deliver_at_ms
+            or message.delay_ms
         ):
             check_produce_message(index, message, max_body_bytes)
             routed = routed or route is not None
+            delayed = delayed or is_delayed(message)
             bodies_only = False
         elif bodies_only and (message.flag or message.born_timestamp_ms):
             bodies_only = False
-    return ProduceCheck(topics, routed, bodies_only)
+    return ProduceCheck(topics, routed, bodies_only, delayed)
 
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:
@@ -141,6 +149,11 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
                 f"{where}.properties: {quote(name)} is set by the gateway; use the "
                 f"{_RESERVED[name]} field instead"
             )
+        if name in SCHEDULE_BOOKKEEPING:
+            raise invalid(
+                f"{where}.properties: {quote(name)} is set by the broker for delayed and "
+                "timed messages; use the delay_level, deliver_at_ms or delay_ms field instead"
+            )
         error = property_error(name, value)
         if error:
             raise invalid(f"{where}.properties: {error}")
@@ -154,6 +167,9 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
         )
     if message.born_timestamp_ms < 0:
         raise invalid(f"{where}.born_timestamp_ms must be >= 0 (got {message.born_timestamp_ms})")
+    delay_error = static_delay_error(where, message)
+    if delay_error:
+        raise invalid(delay_error)
     route = message.WhichOneof("route")
     if route == "queue":
         check_broker_name(message.queue.broker_name, f"{where}.queue.broker_name")

@@ -64,6 +64,10 @@ def test_every_gateway_command_parses() -> None:
         ["produce", "T", "--batch", "2000"],
         ["produce", "T", "--rate", "-1"],
         ["produce", "T", "--property", "novalue"],
+        ["produce", "T", "--delay-level", "0"],
+        ["produce", "T", "--delay-level", "2", "--delay", "30s"],
+        ["produce", "T", "--delay", "30"],
+        ["produce", "T", "--deliver-at", "tomorrow"],
         ["topic", "create", "T", "--perm", "x"],
         ["consume", "G"],
         ["offsets"],
@@ -189,6 +193,36 @@ def test_produce_bodies_and_messages() -> None:
     assert (message.keys, message.tags, message.sharding_key) == (["k4", "x"], "A", "s4")
     assert message.properties == {"a": "b=c"}
     assert message.body == b"message 4"
+
+
+def test_produce_delay_options() -> None:
+    assert build_message(parse("produce", "T", "--delay-level", "3"), 0).delay_level == 3
+    assert build_message(parse("produce", "T", "--delay", "30s"), 0).delay_ms == 30_000
+    assert parse("produce", "T", "--delay", "500ms").delay == 500
+    assert parse("produce", "T", "--delay", "2h").delay == 7_200_000
+    assert parse("produce", "T", "--deliver-at", "1767225600000").deliver_at == 1767225600000
+    utc = parse("produce", "T", "--deliver-at", "2026-01-01T00:00:00Z").deliver_at
+    assert utc == 1767225600000
+    offset = parse("produce", "T", "--deliver-at", "2026-01-01 02:00:00+02:00").deliver_at
+    assert offset == 1767225600000
+    plain = build_message(parse("produce", "T"), 0)
+    assert (plain.delay_level, plain.deliver_at_ms, plain.delay_ms) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--deliver-at", "tomorrow"], "give milliseconds since the epoch (1767225600000), or"),
+        (["--delay", "30"], "give a count and a unit: ms, s, m, h or d"),
+        (["--delay-level", "x"], "is not a delay level"),
+        (["--delay", "1s", "--deliver-at", "5"], "not allowed with argument"),
+    ],
+)
+def test_produce_delay_errors_name_the_accepted_forms(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["produce", "T", *argv]) == 2
+    assert says in capsys.readouterr().err
 
 
 def test_produce_summary() -> None:

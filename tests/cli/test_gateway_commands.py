@@ -122,6 +122,24 @@ def test_produce(cluster: Cluster) -> None:
     assert (stored.keys, stored.tags, stored.properties["p"]) == (("j3",), "TagJ", "v")
 
 
+def test_produce_later(cluster: Cluster) -> None:
+    """--delay-level stores the messages in SCHEDULE_TOPIC_XXXX; delivered 1 s later (level
+    1 of the default table) to the real topic; bad input exits 2 naming the accepted forms."""
+    topic = "T_cli_later"
+    cluster.create_topic(topic, queues=1)
+    (produced,) = produce_json(cluster, topic, "--delay-level", "1", "--keys", "later")
+    with Admin(cluster.gateway.listen) as admin:
+        assert admin.query_id(produced["msg_id"]).topic == "SCHEDULE_TOPIC_XXXX"
+        wait_until(
+            lambda: admin.query_unique_key(topic, produced["unique_key"]),
+            "the delivered copy",
+        )
+        (copy,) = admin.query_key(topic, "later")
+    assert copy.body == b"message 0"
+    bad = tide(cluster, "produce", topic, "--deliver-at", "noon")
+    assert bad.returncode == 2 and "ISO-8601" in bad.stderr
+
+
 def test_consume_and_offsets(cluster: Cluster, tmp_path: Path) -> None:
     topic, group = "T_cli_consume", "G_cli_consume"
     cluster.create_topic(topic, queues=2)

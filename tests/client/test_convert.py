@@ -45,6 +45,15 @@ def test_produce_message_fields() -> None:
     assert to_produce_message(Message("T", b"x")).WhichOneof("route") is None
 
 
+def test_produce_message_delay_fields() -> None:
+    plain = to_produce_message(Message("T", b"x"))
+    assert (plain.delay_level, plain.deliver_at_ms, plain.delay_ms) == (0, 0, 0)
+    assert plain.ByteSize() == to_produce_message(Message("T", b"x")).ByteSize()
+    assert to_produce_message(Message("T", b"x", delay_level=3)).delay_level == 3
+    assert to_produce_message(Message("T", b"x", deliver_at_ms=1234)).deliver_at_ms == 1234
+    assert to_produce_message(Message("T", b"x", delay_ms=500)).delay_ms == 500
+
+
 @pytest.mark.parametrize(
     ("message", "error"),
     [
@@ -58,6 +67,9 @@ def test_produce_message_fields() -> None:
         (Message("T", b"x", sharding_key="s", queue=MessageQueue("T", "b", 0)), "not both"),
         (Message("T", b"x", queue=MessageQueue("U", "b", 0)), "of topic 'U'"),
         (Message("T", 5), "give bytes or str"),  # type: ignore[arg-type]
+        (Message("T", b"x", delay_level=1, delay_ms=5), "give one of delay_level"),
+        (Message("T", b"x", deliver_at_ms=-5), "deliver_at_ms is -5; give an int > 0"),
+        (Message("T", b"x", delay_ms=1, properties={"TRAN_MSG": "true"}), "cannot be delayed"),
     ],
 )
 def test_bad_messages_are_refused_before_any_call(message: Message, error: str) -> None:

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.delivery.schedule import ScheduleState
 from services.dispatch.metrics import DispatchMetrics
 from services.gateway.metrics import MAX_LAG_QUEUES, GatewayMetrics
 from services.nameserver.metrics import NameServerMetrics
@@ -38,7 +39,7 @@ def dispatch_state(dispatched: int, storage_max: int) -> Any:
     dispatcher = SimpleNamespace(
         storage_max_seen=storage_max, tail_reconnects=2, follower_state="connected"
     )
-    return SimpleNamespace(store=store, dispatcher=dispatcher)
+    return SimpleNamespace(store=store, dispatcher=dispatcher, schedule=None)
 
 
 def test_dispatch_lag_in_bytes_and_time_behind() -> None:
@@ -58,6 +59,19 @@ def test_dispatch_lag_in_bytes_and_time_behind() -> None:
     state["running"] = dispatch_state(600, 600)
     clock.now += 1
     assert cast(dict[str, Any], metrics.sample())["tide_dispatch_lag_milliseconds"] == 0
+
+
+def test_dispatch_delay_pending_per_level() -> None:
+    running = dispatch_state(100, 100)
+    running.schedule = SimpleNamespace(
+        state=lambda: ScheduleState((1000, 2000, 3000), True, (3, 0, 7))
+    )
+    sample = cast(dict[str, Any], DispatchMetrics(lambda: running, ArrivalHub()).sample())
+    assert sample["tide_dispatch_delay_pending"] == [
+        (3, {"level": 1}),
+        (0, {"level": 2}),
+        (7, {"level": 3}),
+    ]
 
 
 def test_dispatch_reports_nothing_before_it_runs() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, positive_int
+from tide.cli._delay import add_delay_options
 from tide.cli._output import Cell, ProgressBar, dumps, table
 from tide.client import MAX_BATCH_MESSAGES, Message, Producer, SendResult
 from tide.limits import MESSAGE_BODY_MAX_BYTES
@@ -22,7 +23,9 @@ _DESCRIPTION = """\
 Send --count messages to TOPIC. The body, keys and sharding key are templates: {i} becomes
 the message's index (0-based). --size pads (or cuts) each body to exactly N bytes.
 Prints a summary per queue, or with --json one JSON line per message. A progress bar goes
-to stderr when it is a terminal. Exit 1 when a message was not written."""
+to stderr when it is a terminal. Exit 1 when a message was not written.
+--delay-level, --deliver-at or --delay (one of them) deliver the messages later; the
+offsets printed are then those of the stored (scheduled) copies."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,6 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a user property (repeatable)",
     )
     parser.add_argument("--sharding-key", metavar="TEMPLATE", help="route by this key")
+    add_delay_options(parser)
     parser.add_argument("--rate", type=_rate, metavar="MSGS_PER_S", help="limit the send rate")
     parser.add_argument(
         "--batch",
@@ -119,6 +123,9 @@ def build_message(args: argparse.Namespace, index: int) -> Message:
         keys=[render(k, index) for k in args.keys],
         properties=dict(args.property),
         sharding_key=render(args.sharding_key, index) if args.sharding_key else None,
+        delay_level=args.delay_level,
+        deliver_at_ms=args.deliver_at,
+        delay_ms=args.delay,
     )
 
 

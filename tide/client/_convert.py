@@ -49,6 +49,29 @@ def check_group(group: str) -> None:
         raise InvalidArgument(error)
 
 
+def _check_delay(message: Message) -> None:
+    """The gateway's static rules for the delay fields (the broker's table and timer
+    maximum are the gateway's to check)."""
+    given = {
+        name: value
+        for name, value in (
+            ("delay_level", message.delay_level),
+            ("deliver_at_ms", message.deliver_at_ms),
+            ("delay_ms", message.delay_ms),
+        )
+        if value
+    }
+    if len(given) > 1:
+        raise InvalidArgument(
+            f"give one of delay_level, deliver_at_ms, delay_ms (got {', '.join(given)})"
+        )
+    for name, value in given.items():
+        if type(value) is not int or value < 0:
+            raise InvalidArgument(f"{name} is {value!r}; give an int > 0 (0: no delay)")
+    if message.properties.get("TRAN_MSG") == "true":
+        raise InvalidArgument("a transactional message (TRAN_MSG) cannot be delayed")
+
+
 def to_produce_message(message: Message) -> gateway_pb2.ProduceMessage:
     """Check ``message`` and build its ProduceMessage (raises InvalidArgument)."""
     check_topic(message.topic)
@@ -70,6 +93,9 @@ def to_produce_message(message: Message) -> gateway_pb2.ProduceMessage:
             raise InvalidArgument(f"property {name!r} is empty or contains \\x01 or \\x02")
     if message.sharding_key is not None and message.queue is not None:
         raise InvalidArgument("give sharding_key or queue, not both")
+    delays = (message.delay_level, message.deliver_at_ms, message.delay_ms)
+    if any(delays):
+        _check_delay(message)
     proto = gateway_pb2.ProduceMessage(
         topic=message.topic,
         body=bytes(body),
@@ -86,6 +112,10 @@ def to_produce_message(message: Message) -> gateway_pb2.ProduceMessage:
             )
         proto.queue.broker_name = message.queue.broker_name
         proto.queue.queue_id = message.queue.queue_id
+    if any(delays):
+        proto.delay_level = message.delay_level
+        proto.deliver_at_ms = message.deliver_at_ms
+        proto.delay_ms = message.delay_ms
     return proto
 
 

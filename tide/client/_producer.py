@@ -97,8 +97,14 @@ class Producer:
         properties: Mapping[str, str] | None = None,
         sharding_key: str | None = None,
         queue: MessageQueue | None = None,
+        delay_level: int = 0,
+        deliver_at_ms: int = 0,
+        delay_ms: int = 0,
     ) -> SendResult:
-        """Send one message; the result names its queue, queue offset and message id."""
+        """Send one message; the result names its queue, queue offset and message id.
+
+        ``delay_level``, ``deliver_at_ms`` or ``delay_ms`` (at most one) deliver it later
+        (see :class:`Message`)."""
         message = Message(
             topic,
             body,
@@ -107,6 +113,9 @@ class Producer:
             properties=properties or {},
             sharding_key=sharding_key,
             queue=queue,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
         )
         result = self.send_batch([message])[0]
         if not result.written:
@@ -138,6 +147,9 @@ class Producer:
         properties: Mapping[str, str] | None = None,
         sharding_key: str | None = None,
         queue: MessageQueue | None = None,
+        delay_level: int = 0,
+        deliver_at_ms: int = 0,
+        delay_ms: int = 0,
     ) -> Future[SendResult]:
         """Like ``send``, in the background: the future holds the result or the error."""
         if self._stream is not None:
@@ -149,6 +161,9 @@ class Producer:
                 properties=properties or {},
                 sharding_key=sharding_key,
                 queue=queue,
+                delay_level=delay_level,
+                deliver_at_ms=deliver_at_ms,
+                delay_ms=delay_ms,
             )
             return self._pipelined([message], _single)
         executor = self._executor_or_start()
@@ -166,6 +181,9 @@ class Producer:
                 properties=properties,
                 sharding_key=sharding_key,
                 queue=queue,
+                delay_level=delay_level,
+                deliver_at_ms=deliver_at_ms,
+                delay_ms=delay_ms,
             )
         except BaseException:
             self._in_flight.release(size)

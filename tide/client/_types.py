@@ -23,7 +23,13 @@ class MessageQueue:
 class Message:
     """A message to send. ``sharding_key`` and ``queue`` are exclusive: messages with the same
     sharding key go to the same queue (while the route does not change); ``queue`` names
-    one queue exactly (never retried on another broker)."""
+    one queue exactly (never retried on another broker).
+
+    Deliver later (docs/delivery.md), at most one of: ``delay_level`` (1..the broker's
+    table, 18 by default: 1s 5s 10s 30s 1m ... 2h), ``deliver_at_ms`` (ms since epoch; a
+    time in the past delivers now) or ``delay_ms``; 0 is no delay. The send result of such
+    a message names the stored (scheduled) copy: consumers see the delivered one, with the
+    same ``unique_key``."""
 
     topic: str
     body: bytes | str
@@ -32,6 +38,9 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     sharding_key: str | None = None
     queue: MessageQueue | None = None
+    delay_level: int = 0
+    deliver_at_ms: int = 0
+    delay_ms: int = 0
 
 
 class SendStatus(enum.Enum):

@@ -117,6 +117,10 @@ class ProduceMessage(_message.Message):
     deliver_at_ms: _builtins.int
     """A time (ms since epoch; one in the past delivers now) or a delay (ms), filed with the
     timer; at most the broker's timer maximum ahead (3 days by default).
+    The ProduceResult of a delayed message describes the stored (scheduled) copy: its
+    msg_id, queue_offset and store time are those of the record in the schedule or timer
+    topic; queue_id and broker_name are the real queue's, where it will be delivered (with
+    the same unique_key, by which it is found once delivered).
     """
     delay_ms: _builtins.int
     @_builtins.property

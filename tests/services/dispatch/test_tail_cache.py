@@ -253,7 +253,9 @@ def test_metrics_report_the_tail_cache() -> None:
     dispatcher = SimpleNamespace(
         storage_max_seen=1100, tail_reconnects=0, follower_state="connected"
     )
-    running = SimpleNamespace(store=SimpleNamespace(status=lambda: status), dispatcher=dispatcher)
+    running = SimpleNamespace(
+        store=SimpleNamespace(status=lambda: status), dispatcher=dispatcher, schedule=None
+    )
     metrics = DispatchMetrics(lambda: cast(Running, running), ArrivalHub(), tail_cache=cache)
     sample = cast(dict[str, Any], metrics.sample())
     assert sample["tide_dispatch_tail_cache_bytes"] == cache.held_bytes > 100
