@@ -190,6 +190,7 @@ class Cluster:
         storage_args: Sequence[str] = (),
         replicas: int = 1,
         master_role: str = "ASYNC_MASTER",
+        dispatch_args: Sequence[str] = (),
     ) -> None:
         if not 1 <= brokers <= MAX_BROKERS or not 1 <= nameservers <= 8:
             raise ValueError(f"brokers in 1..{MAX_BROKERS}, nameservers in 1..8")
@@ -202,6 +203,7 @@ class Cluster:
         self._nameserver_count = nameservers
         self._gateway_args = tuple(gateway_args)
         self._storage_args = tuple(storage_args)
+        self._dispatch_args = tuple(dispatch_args)
         self._nameserver_launcher = NameServerLauncher(root / "nameservers")
         self._storage_launcher = StorageLauncher(root / "storage")
         self._dispatch_launcher = DispatchLauncher(root / "dispatch")
@@ -290,7 +292,7 @@ class Cluster:
                 str(HA_HEARTBEAT_INTERVAL_MS),
                 *self._storage_args,
             )
-            dispatch_args = ("--listen", f"127.0.0.1:{dispatch_port}")
+            dispatch_args = ("--listen", f"127.0.0.1:{dispatch_port}", *self._dispatch_args)
             plans.append(
                 (
                     name,
@@ -476,6 +478,7 @@ def cluster_fixture(
     storage_args: Sequence[str] = (),
     replicas: int = 1,
     master_role: str = "ASYNC_MASTER",
+    dispatch_args: Sequence[str] = (),
 ) -> Any:
     """A pytest fixture named ``name`` yielding a started :class:`Cluster` (see the module
     docstring); assign it to a module-level variable of a conftest or test module."""
@@ -490,6 +493,7 @@ def cluster_fixture(
             storage_args=storage_args,
             replicas=replicas,
             master_role=master_role,
+            dispatch_args=dispatch_args,
         ) as cluster:
             yield cluster
 
