@@ -68,7 +68,7 @@ def browse_find(
                     timeout=RPC_TIMEOUT_S,
                 )
             except grpc.RpcError as exc:  # a topic just created: its route comes soon
-                if exc.code() is grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                if exc.code() is grpc.StatusCode.NOT_FOUND:
                     return False
                 raise
             for message in answer.messages:
@@ -253,7 +253,7 @@ def test_a_heartbeat_creates_the_retry_topic(cluster: Cluster) -> None:
                 timeout=RPC_TIMEOUT_S,
             )
         except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
                 return None
             raise
         return answer
