@@ -17,6 +17,7 @@ from tide.cli import (
     _bench,
     _cluster,
     _consume,
+    _dlq,
     _offsets,
     _produce,
     _query,
@@ -45,6 +46,7 @@ _COMMAND_MODULES: tuple[CommandModule, ...] = (
     _consume,
     _query,
     _offsets,
+    _dlq,
     _bench,
 )
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import TracebackType
 
-from tide.client._convert import check_group, check_topic, from_stored_message
+from tide.client._convert import (
+    check_group,
+    check_topic,
+    from_pull_response,
+    from_stored_message,
+)
 from tide.client._errors import InvalidArgument, NotFound
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
-from tide.client._types import ReceivedMessage
-from tide.limits import QUEUE_NUMS_MAX
+from tide.client._types import MessageQueue, PullResult, ReceivedMessage
+from tide.limits import PULL_MAX_MESSAGES, QUEUE_NUMS_MAX
 from tide.v1 import gateway_pb2, nameserver_pb2, storage_pb2
 
 MAX_QUEUE_NUMS = QUEUE_NUMS_MAX  # the servers' limit (tide.limits)
@@ -160,6 +165,27 @@ class Admin:
             self._connection.stub.QueryMessage, request, f"QueryMessage for {what}"
         )
         return [from_stored_message(m.broker_name, m.message) for m in response.messages]
+
+    def browse_queue(self, queue: MessageQueue, offset: int, max_messages: int = 32) -> PullResult:
+        """Up to ``max_messages`` messages of ``queue`` from ``offset`` for an operator
+        (BrowseQueue): also a queue consumers may not read (a dead-letter queue is
+        write-only); commits nothing and never waits. ``next_offset`` goes on."""
+        if offset < 0:
+            raise InvalidArgument(f"offset is {offset}; give 0 or more")
+        if not 1 <= max_messages <= PULL_MAX_MESSAGES:
+            raise InvalidArgument(f"max_messages is {max_messages}; give 1..{PULL_MAX_MESSAGES}")
+        request = gateway_pb2.PullRequest(
+            topic=queue.topic,
+            broker_name=queue.broker_name,
+            queue_id=queue.queue_id,
+            offset=offset,
+            max_messages=max_messages,
+            encoding=gateway_pb2.PullRequest.ENCODING_RECORDS,
+        )
+        response = self._connection.call(
+            self._connection.stub.BrowseQueue, request, f"BrowseQueue of {queue} at {offset}"
+        )
+        return from_pull_response(queue, response)
 
     def close(self) -> None:
         self._connection.close()

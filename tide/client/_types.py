@@ -36,6 +36,9 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     sharding_key: str | None = None
     queue: MessageQueue | None = None
+    # The UNIQ_KEY to store (RocketMQ's client message id); empty: the gateway makes one.
+    # A resent dead letter keeps its own, so consumers see the same message again.
+    unique_key: str = ""
 
 
 class SendStatus(enum.Enum):
