@@ -110,7 +110,7 @@ class SendBacks:
         topic = retry_topic(request.consumer_group)
         queues = await self._ensure_topic(master, topic, group.retry_queue_nums, PERM_READ_WRITE)
         queue_id = next(self._round_robin) % queues
-        copy = retry_copy(stored, topic, queue_id, max_times, delay, precision_ms)
+        copy = retry_copy(stored, topic, queue_id, max_times, delay, now_ms, precision_ms)
         result = await self._append(master, copy)
         self._count(request.consumer_group, "retry")
         return pb.SendBackResponse(

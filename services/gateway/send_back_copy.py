@@ -18,30 +18,27 @@ consumer asked with delay level -1), into ``%DLQ%<group>`` queue 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tide.format import (
-    DELAY,
     DLQ_ORIGIN_MESSAGE_ID,
     DLQ_ORIGIN_TOPIC,
     KEYS,
     MAX_RECONSUME_TIMES,
     ORIGIN_MESSAGE_ID,
-    REAL_QID,
-    REAL_TOPIC,
     RECONSUME_TIME,
     RETRY_TOPIC,
+    SCHEDULE_BOOKKEEPING,
     SCHEDULE_TOPIC,
     TAGS,
-    TIMER_DELIVER_MS,
-    TIMER_OUT_MS,
     TIMER_TOPIC,
     DelayLevelTable,
     GroupRetryPolicy,
     RetryPolicyType,
+    delay_level_properties,
     retry_delay_level,
     schedule_queue_id,
+    timer_properties,
 )
 from tide.v1 import storage_pb2 as storage_pb
 
@@ -85,8 +82,11 @@ def retry_delay(
 def user_properties(stored: storage_pb.StoredMessage) -> dict[str, str]:
     """The stored properties without TAGS and KEYS (the copy carries them as fields, the
     store writes them back) nor a previous delay's bookkeeping."""
-    dropped = {TAGS, KEYS, DELAY, REAL_TOPIC, REAL_QID, TIMER_DELIVER_MS, TIMER_OUT_MS}
-    return {name: value for name, value in stored.properties.items() if name not in dropped}
+    return {
+        name: value
+        for name, value in stored.properties.items()
+        if name not in SCHEDULE_BOOKKEEPING and name not in (TAGS, KEYS)
+    }
 
 
 def original_topic(stored: storage_pb.StoredMessage) -> str:
@@ -100,6 +100,7 @@ def retry_copy(
     queue_id: int,
     max_reconsume_times: int,
     delay: Delay,
+    now_ms: int,
     timer_precision_ms: int,
 ) -> storage_pb.Message:
     """The copy stored for the next attempt, in the schedule or timer topic whose
@@ -113,7 +114,7 @@ def retry_copy(
         topic, queue = SCHEDULE_TOPIC, schedule_queue_id(delay.level)
     else:
         properties = timer_properties(
-            properties, retry_topic, queue_id, delay.deliver_at_ms, timer_precision_ms
+            properties, retry_topic, queue_id, delay.deliver_at_ms, now_ms, timer_precision_ms
         )
         topic, queue = TIMER_TOPIC, TIMER_QUEUE_ID
     return _copy(stored, topic, queue, properties, reconsume_times)
@@ -129,40 +130,6 @@ def dead_letter_copy(
     properties[RECONSUME_TIME] = str(stored.reconsume_times + 1)
     properties[MAX_RECONSUME_TIMES] = str(max_reconsume_times)
     return _copy(stored, dlq_topic, 0, properties, stored.reconsume_times + 1)
-
-
-def delay_level_properties(
-    properties: Mapping[str, str], real_topic: str, real_queue_id: int, level: int
-) -> dict[str, str]:
-    """A message delayed by ``level`` as RocketMQ's putMessage stores it (the shared
-    transform of tide.format, ``delay_level_properties``, has this signature)."""
-    return {
-        **properties,
-        DELAY: str(level),
-        REAL_TOPIC: real_topic,
-        REAL_QID: str(real_queue_id),
-    }
-
-
-def timer_properties(
-    properties: Mapping[str, str],
-    real_topic: str,
-    real_queue_id: int,
-    deliver_at_ms: int,
-    precision_ms: int,
-) -> dict[str, str]:
-    """A message filed with the timer as RocketMQ 5's HookUtils.transformTimerMessage
-    writes it: the delivery time rounded down to the precision (never earlier than the
-    timer can tell apart)."""
-    precision = max(precision_ms, 1)
-    rounded_ms = deliver_at_ms // precision * precision
-    return {
-        **properties,
-        TIMER_DELIVER_MS: str(rounded_ms),
-        TIMER_OUT_MS: str(rounded_ms),
-        REAL_TOPIC: real_topic,
-        REAL_QID: str(real_queue_id),
-    }
 
 
 def _first_attempt(stored: storage_pb.StoredMessage) -> dict[str, str]:

@@ -14,23 +14,25 @@ import logging
 
 from services.storage.engine.message_store import MessageStore
 from tide.files import ConfigLimitError
-from tide.format import DEFAULT_RETRY_QUEUE_NUMS, group_topic_error, retry_topic
+from tide.format import group_topic_error, retry_topic
 from tide.naming import topic_error
 
 log = logging.getLogger("tide.storage.retry_topics")
 
 
-def ensure_retry_topic(store: MessageStore, group: str, queue_nums: int) -> bool:
-    """Create ``%RETRY%<group>`` with ``queue_nums`` queues when the store lacks it; True
-    when it was created. A group whose retry topic would not be a valid topic name (too
-    long) gets none: its send-backs are refused with the reason."""
+def ensure_retry_topic(store: MessageStore, group: str) -> bool:
+    """Create ``%RETRY%<group>`` with the group config's ``retry_queue_nums`` queues
+    when the store lacks it; True when it was created. A group whose retry topic would
+    not be a valid topic name (too long) gets none: its send-backs are refused."""
     if group_topic_error(group) is not None:
         return False
     topic = retry_topic(group)
     if topic_error(topic) is not None or store.topics.get(topic) is not None:
         return False
+    config, _ = store.groups.get_or_default(group)
+    queue_nums = config.retry_queue_nums
     try:
-        store.topics.ensure(topic, queue_nums or DEFAULT_RETRY_QUEUE_NUMS)
+        store.topics.ensure(topic, queue_nums)
     except ConfigLimitError as exc:  # the heartbeat itself must not fail for it
         log.error("%s not created: %s", topic, exc)
         return False

@@ -37,7 +37,7 @@ from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CH
 from services.storage.replication.node import Replication, wait_replicated
 from services.storage.retry_topics import ensure_retry_topic
 from tide.files import ConfigLimitError, is_out_of_space
-from tide.format import DEFAULT_RETRY_QUEUE_NUMS, RecordError, scan_run
+from tide.format import RecordError, scan_run
 from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
@@ -630,7 +630,7 @@ class StorageServicer(pb_grpc.StorageServicer):
             self._consumers.heartbeat(request.consumer_group, request.client_id, subscriptions)
             if self.replication is None or self.replication.slave is None:
                 store = self._store()
-                ensure_retry_topic(store, request.consumer_group, DEFAULT_RETRY_QUEUE_NUMS)
+                ensure_retry_topic(store, request.consumer_group)
         except Exception as exc:
             _fail(exc)
         return pb.ConsumerHeartbeatResponse(expiry_ms=self._consumers.expiry_ms)

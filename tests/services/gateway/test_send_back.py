@@ -7,6 +7,8 @@ send-back stored them (SCHEDULE_TOPIC_XXXX, %DLQ%<group>) with BrowseQueue."""
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -24,6 +26,8 @@ from tide.format import (
     RECONSUME_TIME,
     RETRY_TOPIC,
     SCHEDULE_TOPIC,
+    TIMER_DELIVER_MS,
+    TIMER_TOPIC,
     UNIQ_KEY,
 )
 from tide.v1 import gateway_pb2 as pb
@@ -296,3 +300,118 @@ def test_send_backs_are_counted_by_group_and_outcome(
         "the send-back counter",
         interval_s=SCRAPE_INTERVAL_S,
     )
+
+
+def upsert_group(cluster: Cluster, config: storage_pb.GroupConfig) -> None:
+    """The group's config on the broker's storage (what `tide group create` sets)."""
+    cluster.brokers[0].storage.stub.UpsertGroup(
+        storage_pb.UpsertGroupRequest(group=config), timeout=RPC_TIMEOUT_S
+    )
+
+
+def timed_send_back(
+    cluster: Cluster, topic: str, group: str
+) -> tuple[pb.SendBackResponse, storage_pb.StoredMessage, int, int]:
+    """Produce one message and send it back; the answer, the copy filed with the timer,
+    and the clock (ms) just before and after the call."""
+    stub = cluster.gateway.stub
+    sent = produce_one(stub, topic)
+    before_ms = int(time.time() * 1000)
+    answer = send_back(stub, group, sent.msg_id)
+    after_ms = int(time.time() * 1000)
+    copy = browse_find(stub, TIMER_TOPIC, 0, sent.msg_id)
+    assert copy.msg_id == answer.msg_id
+    assert copy.properties[REAL_TOPIC] == f"%RETRY%{group}"
+    assert copy.properties[RETRY_TOPIC] == topic
+    assert DELAY not in copy.properties
+    assert int(copy.properties[TIMER_DELIVER_MS]) == answer.deliver_at_ms
+    return answer, copy, before_ms, after_ms
+
+
+def test_an_exponential_policy_retries_through_the_timer(cluster: Cluster, topic_name: str) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    group = "G_exponential"
+    policy = storage_pb.RetryPolicy(
+        type=storage_pb.RetryPolicy.EXPONENTIAL, initial_ms=2_000, max_ms=60_000, multiplier=3
+    )
+    upsert_group(
+        cluster,
+        storage_pb.GroupConfig(
+            group_name=group, consume_enable=True, retry_max_times=5, retry_policy=policy
+        ),
+    )
+
+    answer, copy, before_ms, after_ms = timed_send_back(cluster, topic_name, group)
+
+    # Attempt 1 waits the initial delay from the gateway's clock, read during the call.
+    assert before_ms + 2_000 <= answer.deliver_at_ms <= after_ms + 2_000
+    assert copy.properties[MAX_RECONSUME_TIMES] == "5"
+    # The retry copy sent back again waits initial * multiplier.
+    before_ms = int(time.time() * 1000)
+    again = send_back(cluster.gateway.stub, group, copy.msg_id)
+    after_ms = int(time.time() * 1000)
+    assert again.reconsume_times == 2
+    assert before_ms + 6_000 <= again.deliver_at_ms <= after_ms + 6_000
+
+
+def test_a_custom_list_retries_through_the_timer(cluster: Cluster, topic_name: str) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    group = "G_custom_list"
+    policy = storage_pb.RetryPolicy(delays_ms=[1_000, 2_000, 4_000, 8_000])
+    upsert_group(
+        cluster,
+        storage_pb.GroupConfig(
+            group_name=group, consume_enable=True, retry_max_times=-1, retry_policy=policy
+        ),
+    )
+
+    answer, _, before_ms, after_ms = timed_send_back(cluster, topic_name, group)
+
+    # Attempt r waits delays_ms[r + 2] (RocketMQ 4's level 3 + r): 4 s for the first.
+    assert before_ms + 4_000 <= answer.deliver_at_ms <= after_ms + 4_000
+
+
+def test_group_maximum_and_consume_enable(cluster: Cluster, topic_name: str) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    stub = cluster.gateway.stub
+    upsert_group(
+        cluster,
+        storage_pb.GroupConfig(group_name="G_max_zero", consume_enable=True, retry_max_times=0),
+    )
+    sent = produce_one(stub, topic_name)
+    # 0 retries: the first failure dead-letters.
+    assert send_back(stub, "G_max_zero", sent.msg_id).dead_lettered
+    # A request's max_reconsume_times overrides the group's.
+    assert not send_back(stub, "G_max_zero", sent.msg_id, max_reconsume_times=3).dead_lettered
+
+    upsert_group(cluster, storage_pb.GroupConfig(group_name="G_disabled", consume_enable=False))
+    expect_error(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        lambda: send_back(stub, "G_disabled", sent.msg_id),
+        "consume_enable",
+    )
+
+
+def test_retry_queues_of_the_group_config_are_used_round_robin(
+    cluster: Cluster, topic_name: str
+) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    stub = cluster.gateway.stub
+    group = "G_three_retry_queues"
+    upsert_group(
+        cluster,
+        storage_pb.GroupConfig(
+            group_name=group, consume_enable=True, retry_queue_nums=3, retry_max_times=-1
+        ),
+    )
+    stub.Heartbeat(
+        storage_pb.ConsumerHeartbeatRequest(consumer_group=group, client_id="c1"),
+        timeout=RPC_TIMEOUT_S,
+    )
+    real_queues = set()
+    for _ in range(3):
+        sent = produce_one(stub, topic_name)
+        send_back(stub, group, sent.msg_id)
+        copy = browse_find(stub, SCHEDULE_TOPIC, 2, sent.msg_id)
+        real_queues.add(copy.properties[REAL_QID])
+    assert real_queues == {"0", "1", "2"}
