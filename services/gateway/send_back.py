@@ -68,6 +68,7 @@ log = logging.getLogger("tide.gateway.send_back")
 TABLE_CACHE_S = 30.0
 MAX_CACHED_TABLES = 1024
 DEFAULT_TIMER_PRECISION_MS = 1000
+VALID_TIMER_PRECISIONS_MS = (100, 200, 500, 1000)  # the timer wheel's (tide.format)
 PERM_READ_WRITE = 6
 PERM_WRITE_ONLY = 2  # a dead-letter topic: consumers may not pull it (BrowseQueue may)
 # Groups counted by name in tide_gateway_send_back_total; later ones count as "other".
@@ -242,7 +243,8 @@ class SendBacks:
                 )
                 if status.delivery.delay_levels_ms:
                     table = DelayLevelTable(tuple(status.delivery.delay_levels_ms))
-                precision_ms = status.delivery.timer_precision_ms or precision_ms
+                if status.delivery.timer_precision_ms in VALID_TIMER_PRECISIONS_MS:
+                    precision_ms = status.delivery.timer_precision_ms
             except (grpc.aio.AioRpcError, DelayLevelError) as exc:
                 log.warning("delay levels of %s unknown (%s): the default table", master, exc)
         if len(self._tables) >= MAX_CACHED_TABLES:

@@ -149,8 +149,13 @@ class PushConsumer:
             orderly=orderly,
             max_reconsume_times=max_reconsume_times,
         )
-        # A retry topic's messages are those the group failed: every one is wanted.
-        self._retry_settings = dataclasses.replace(self._settings, expression="*")
+        # A retry topic's messages are those the group failed: every one is wanted, from
+        # the first (RocketMQ's computePullFromWhere starts a retry topic at 0 even for
+        # CONSUME_FROM_LAST_OFFSET: a redelivery sent back before this member started
+        # must not be skipped).
+        self._retry_settings = dataclasses.replace(
+            self._settings, expression="*", consume_from=ConsumeFrom.parse("first")
+        )
         self._reader = GatewayReader(
             Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
         )
