@@ -108,7 +108,16 @@ class DispatchMetrics:
             "tide_dispatch_follower_connected": int(dispatcher.follower_state == "connected"),
             "tide_dispatch_disk_full": int(bool(status.disk_full)),
             **self._tail_cache_sample(),
+            **self._delay_sample(running),
         }
+
+    @staticmethod
+    def _delay_sample(running: Running) -> Sample:
+        if running.schedule is None:
+            return {}
+        pending = running.schedule.state().pending
+        points = [(count, {"level": level}) for level, count in enumerate(pending, start=1)]
+        return {"tide_dispatch_delay_pending": points}
 
     def _tail_cache_sample(self) -> Sample:
         cache = self._tail_cache

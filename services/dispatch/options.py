@@ -6,7 +6,14 @@ from pathlib import Path
 
 from services.dispatch.engine.consume_queue import MAX_ENTRIES_PER_SEGMENT
 from services.dispatch.engine.dispatch_store import DispatchConfig
-from tide.format import DEFAULT_INDEX_MAX_ENTRIES, DEFAULT_INDEX_SLOT_COUNT, IndexGeometry
+from tide.format import (
+    DEFAULT_DELAY_LEVELS,
+    DEFAULT_INDEX_MAX_ENTRIES,
+    DEFAULT_INDEX_SLOT_COUNT,
+    DelayLevelError,
+    IndexGeometry,
+    parse_delay_levels,
+)
 from tide.server import Config, Option
 
 DEFAULT_LISTEN = "127.0.0.1:10921"
@@ -69,6 +76,29 @@ OPTIONS: tuple[Option, ...] = (
         "that a pull need not read them from the storage; 0 turns it off",
         unit="bytes",
     ),
+    Option(
+        "message_delay_level",
+        str,
+        DEFAULT_DELAY_LEVELS,
+        "the delay level table (RocketMQ's messageDelayLevel): durations with a unit s, m, h "
+        "or d, level 1 first; SCHEDULE_TOPIC_XXXX queue n-1 delivers level n",
+    ),
+    Option(
+        "delivery_progress_interval_ms",
+        int,
+        1_000,
+        "how often the delivery services record their progress (delayOffset.json) and "
+        "copy it to the storage; also at stop",
+        unit="ms",
+    ),
+    Option(
+        "delivery_role_check_interval_ms",
+        int,
+        2_000,
+        "how often the delivery services ask the storage whether it is a master (they "
+        "deliver only then)",
+        unit="ms",
+    ),
 )
 
 
@@ -79,6 +109,7 @@ def dispatch_config(config: Config) -> DispatchConfig:
         index_slot_count=config.get_int("index_slot_count"),
         index_max_entries=config.get_int("index_max_entries"),
         flush_interval_ms=config.get_int("flush_interval_ms"),
+        delay_levels=parse_delay_levels(config.get_str("message_delay_level")),
     )
 
 
@@ -95,10 +126,16 @@ def check_config(config: Config) -> str | None:
         "flush_interval_ms": (1, 3_600_000),
         "cleanup_interval_ms": (1, 86_400_000),
         "tail_cache_bytes": (0, MAX_TAIL_CACHE_BYTES),
+        "delivery_progress_interval_ms": (1, 3_600_000),
+        "delivery_role_check_interval_ms": (1, 3_600_000),
     }
     problem = config.int_out_of_range(ranges)
     if problem:
         return problem
+    try:
+        parse_delay_levels(config.get_str("message_delay_level"))
+    except DelayLevelError as exc:
+        return f"--message-delay-level: {exc}"
     try:
         IndexGeometry(config.get_int("index_slot_count"), config.get_int("index_max_entries"))
     except ValueError as exc:

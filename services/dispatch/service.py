@@ -9,6 +9,7 @@ import sys
 import grpc
 
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.dispatcher import Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import DispatchStore
 from services.dispatch.metrics import DispatchMetrics
@@ -74,7 +75,18 @@ class DispatchService:
             raise
         dispatcher.start(offset)
         self._writer = writer
-        self._running = Running(store, storage, dispatcher)
+        schedule = ScheduleService(
+            queues=store.consume_queues,
+            storage=storage,
+            hub=self._hub,
+            tail_cache=dispatcher.tail_cache,
+            table=store.config.delay_levels,
+            store_dir=store.config.store_dir,
+            progress_interval_s=self._config.get_int("delivery_progress_interval_ms") / 1000,
+            role_check_interval_s=self._config.get_int("delivery_role_check_interval_ms") / 1000,
+        )
+        await schedule.start()
+        self._running = Running(store, storage, dispatcher, schedule)
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
             lambda: self._running, self._hub, tail_cache=dispatcher.tail_cache
@@ -87,6 +99,8 @@ class DispatchService:
             return
         if self._metrics is not None:
             await self._metrics.gauges.stop()
+        if running.schedule is not None:
+            await running.schedule.stop()  # saves its progress
         await running.dispatcher.stop()
         await self._servicer.stop_readers()
         await writer.run(running.store.close)  # after any batch still being applied

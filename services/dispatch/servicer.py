@@ -17,6 +17,7 @@ import grpc
 
 from services.dispatch import lookup
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.dispatcher import Dispatcher
 from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
@@ -66,6 +67,17 @@ class Running:
     store: DispatchStore
     storage: StorageClient
     dispatcher: Dispatcher
+    schedule: ScheduleService | None = None  # the delay levels' delivery
+
+
+def _delivery_status(running: Running) -> pb.DeliveryStatus:
+    status = pb.DeliveryStatus()
+    if running.schedule is not None:
+        state = running.schedule.state()
+        status.delay_levels_ms.extend(state.delay_levels_ms)
+        status.delay_level_pending.extend(state.pending)
+        status.active = state.active
+    return status
 
 
 def _invalid(message: str) -> ServiceError:
@@ -449,4 +461,5 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             storage=running.storage.target,
             tail_reconnects=dispatcher.tail_reconnects,
             tail_restarts=dispatcher.restarts,
+            delivery=_delivery_status(running),
         )

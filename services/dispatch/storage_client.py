@@ -129,6 +129,30 @@ class StorageClient:
             results.extend(response.results)
         return results
 
+    async def read_records(self, positions: Sequence[Position]) -> list[bytes | None]:
+        """The bytes of each record at (physical offset, size), None where the storage
+        has no such record (deleted by retention, or not a record of that size), in as
+        many Read calls (with spans) as the limits need. Raises grpc.aio.AioRpcError."""
+        found: list[bytes | None] = []
+        for part in _split(positions):
+            spans = [pb.RecordSpan(physical_offset=o, size=s, count=1) for o, s in part]
+            response: pb.ReadResponse = await self._stub.Read(
+                pb.ReadRequest(spans=spans), timeout=RPC_TIMEOUT_S
+            )
+            if len(response.span_statuses) != len(part):
+                raise RuntimeError(
+                    f"storage {self.target} answered {len(response.span_statuses)} span "
+                    f"statuses for {len(part)} spans"
+                )
+            data, pos = response.records, 0
+            for (_, size), status in zip(part, response.span_statuses, strict=True):
+                if status == pb.FOUND:
+                    found.append(data[pos : pos + size])
+                    pos += size
+                else:
+                    found.append(None)
+        return found
+
     async def append_run(self, run: bytes, count: int) -> AppendedRun:
         """Append one record run (docs/formats.md, "Record runs") of ``count`` records as
         one batch. Raises grpc.aio.AioRpcError; the store writes all of it or none."""

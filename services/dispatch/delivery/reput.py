@@ -141,7 +141,7 @@ class Reput:
                 record.topic, record.queue_id, record.properties
             )
         except ValueError as exc:
-            self._undeliverable(source, str(exc))
+            self.undeliverable(source, str(exc))
             return None
         born_host = pack_host(record.born_host)
         sys_flag = record.sys_flag & _PRODUCER_SYSFLAG_MASK
@@ -226,7 +226,7 @@ class Reput:
 
     async def _refused(self, batch: Sequence[_Copy], reason: str) -> None:
         if len(batch) == 1:
-            self._undeliverable(batch[0].source, f"the storage refused its copy ({reason})")
+            self.undeliverable(batch[0].source, f"the storage refused its copy ({reason})")
             return
         # The store refuses a whole run for one bad record and writes none of it: find it.
         for copy in batch:
@@ -239,7 +239,8 @@ class Reput:
             lateness_ms = max(0, appended.store_timestamp_ms - copy.due_ms)
             histogram.record(lateness_ms, self._attributes)
 
-    def _undeliverable(self, source: str, why: str) -> None:
+    def undeliverable(self, source: str, why: str) -> None:
+        """Count and log a due message that will never be delivered (progress moves on)."""
         self.undeliverable_total += 1
         undeliverable_counter().add(1, self._attributes)
         log.error("%s re-put: message of %s is undeliverable, skipped: %s", self._kind, source, why)

@@ -52,12 +52,19 @@ from tide.files import (
     write_json_atomically,
 )
 from tide.format import (
+    DEFAULT_DELAY_LEVEL_TABLE,
     DEFAULT_INDEX_MAX_ENTRIES,
     DEFAULT_INDEX_SLOT_COUNT,
+    DELAY,
+    SCHEDULE_TOPIC,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK,
+    DelayLevelTable,
     IndexGeometry,
+    decode_properties,
     is_queue_less,
+    parse_delay_property,
+    schedule_tags_code,
 )
 from tide.limits import KEYS_MAX_COUNT
 from tide.service_thread import PagePolicy, ServiceThread
@@ -145,6 +152,8 @@ class DispatchConfig:
     index_slot_count: int = DEFAULT_INDEX_SLOT_COUNT
     index_max_entries: int = DEFAULT_INDEX_MAX_ENTRIES
     flush_interval_ms: int = 1_000
+    # --message-delay-level: a SCHEDULE_TOPIC_XXXX entry's tags code is its delivery time.
+    delay_levels: DelayLevelTable = DEFAULT_DELAY_LEVEL_TABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +463,12 @@ class DispatchStore:
             codes = [self._tags_codes[tags[0]]] * len(tags)
         else:
             codes = list(map(self._tags_codes.__getitem__, tags))
+        if SCHEDULE_TOPIC in batch.topics:  # rare: delay-level messages
+            one_tag = False
+            codes = [
+                self._schedule_code(batch, index, code) if topic == SCHEDULE_TOPIC else code
+                for index, (topic, code) in enumerate(zip(batch.topics, codes, strict=True))
+            ]
         for (topic, queue_id), group in self._queued(batch).items():
             queue = self.consume_queues.get_or_create(topic, queue_id)
             top: int | None = None  # after the last entry written
@@ -488,6 +503,16 @@ class DispatchStore:
                         top = queue_offset + 1
             if top is not None:
                 arrivals.append(Arrival(topic, queue_id, top))
+
+    def _schedule_code(self, batch: RecordBatch, index: int, code: int) -> int:
+        """The tags code of a SCHEDULE_TOPIC_XXXX record: its delivery time, store time +
+        its level's delay (``CommitLog.checkMessageAndReturnSize``: a level above the
+        table is the last; without a positive ``DELAY`` the ordinary ``code``)."""
+        delay = decode_properties(batch.properties_bytes(index)).get(DELAY)
+        level = None if delay is None else parse_delay_property(delay)
+        if level is None or level <= 0:
+            return code
+        return schedule_tags_code(self.config.delay_levels, level, batch.store_timestamps[index])
 
     def _index(self, batch: RecordBatch, props: DispatchProperties) -> None:
         """Put the keys of the batch's records (UNIQ_KEY first, then KEYS, as
@@ -563,6 +588,8 @@ class DispatchStore:
             if not is_queue_less(sys_flag):
                 queue = self.consume_queues.get_or_create(topic, queue_id)
                 code = self._tags_codes[props.tags[index]]
+                if topic == SCHEDULE_TOPIC:
+                    code = self._schedule_code(batch, index, code)
                 try:
                     written = queue.put(queue_offset, offset, batch.sizes[index], code)
                 except ConsumeQueueConflictError as exc:
