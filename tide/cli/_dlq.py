@@ -129,7 +129,10 @@ def dead_letters(admin: Admin, group: str, limit: int) -> Iterator[ReceivedMessa
 
 
 def _list(args: argparse.Namespace) -> int:
-    limit = min(args.max, MAX_LIST_MAX)
+    if args.max > MAX_LIST_MAX:
+        print(f"tide dlq list: --max {args.max} is past {MAX_LIST_MAX}", file=sys.stderr)
+        return EXIT_FAILURE
+    limit = args.max
     with Admin(args.gateway) as admin:
         messages = list(dead_letters(admin, args.group, limit))
     if args.json:
@@ -173,6 +176,13 @@ def _resend(args: argparse.Namespace) -> int:
     with Admin(args.gateway) as admin:
         if args.all:
             messages = list(dead_letters(admin, args.group, MAX_LIST_MAX))
+            if len(messages) == MAX_LIST_MAX:
+                print(
+                    f"tide dlq resend: --all takes the first {MAX_LIST_MAX} dead letters; "
+                    "run it again for the others (resent ones stay in the queue: give their "
+                    "MSG_IDs instead to resend exactly those)",
+                    file=sys.stderr,
+                )
         else:
             messages = [_find(admin, args.group, msg_id) for msg_id in args.msg_ids]
     resent, failed = _produce_all(args, messages)
