@@ -13,6 +13,9 @@ latency is one histogram record), and its trace attributes.
   since start), ``tide_gateway_produce_refused_total`` (requests refused
   RESOURCE_EXHAUSTED by that limit);
 * ``tide_gateway_pull_results_total{status}``, ``tide_gateway_pulled_messages_total``;
+* ``tide_gateway_send_back_total{group,outcome}``: SendBack calls that stored a retry
+  (``outcome="retry"``) or a dead letter (``"dlq"``), per consumer group (at most
+  send_back.MAX_COUNTED_GROUPS groups by name, the rest as ``"other"``);
 * ``tide_gateway_held_pulls`` (long polls waiting now),
   ``tide_gateway_pulls_answered_from_arrivals_total`` (held pulls answered with the
   entries and records their arrival notice carried, without a GetQueueEntries call);
@@ -31,11 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.metrics import Histogram
+from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
 
 from services.gateway.long_poll import HeldPulls
 from services.gateway.produce_stream import ProduceOne, ProduceStreams
@@ -71,6 +74,7 @@ class GatewayMetrics:
         arrival_answers: Callable[[], int],
         streams: ProduceStreams | None = None,
         pull_budget: ByteBudget | None = None,
+        send_backs: Callable[[], dict[tuple[str, str], int]] | None = None,
     ) -> None:
         """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)
         and the request handler of ``streams`` (its ProduceStream calls); ``written_bytes``
@@ -81,6 +85,7 @@ class GatewayMetrics:
         self._pull_budget = pull_budget
         self._written_bytes = written_bytes
         self._arrival_answers = arrival_answers
+        self._send_backs = send_backs
         self._get_offset: Handler = servicer.GetOffset
         self._queue_offsets: Handler = servicer.GetQueueOffsets
         self._produce_latency: Histogram | None = None
@@ -145,6 +150,8 @@ class GatewayMetrics:
             "held pulls answered with the entries their arrival notice carried (no "
             "GetQueueEntries call)",
         )
+        if self._send_backs is not None:
+            send_back_total(meter, self._send_backs)
         self._produce_latency = meter.create_histogram(
             "tide_gateway_produce_latency_seconds",
             unit="s",
@@ -329,3 +336,20 @@ def _name_span(attributes: dict[str, str | int]) -> None:
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attributes(attributes)
+
+
+def send_back_total(meter: Meter, totals: Callable[[], dict[tuple[str, str], int]]) -> None:
+    """``tide_gateway_send_back_total{group,outcome}`` from the send-backs' totals."""
+
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(count, {"group": group, "outcome": outcome})
+            for (group, outcome), count in list(totals().items())
+        ]
+
+    meter.create_observable_counter(
+        "tide_gateway_send_back_total",
+        callbacks=[observe],
+        unit="1",
+        description="messages sent back by consumers: stored for a retry or dead-lettered",
+    )

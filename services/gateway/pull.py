@@ -83,6 +83,8 @@ async def read_queue(
     members: ReadMembers,
     target: QueueTarget,
     call: Callable[[Member], Awaitable[_T]],
+    *,
+    require_read: bool = True,
 ) -> tuple[_T, Member]:
     """``call`` on the first reachable member of the target's broker (readers.py). When
     none could be reached, the route is fetched again once: it may predate a slave."""
@@ -90,7 +92,12 @@ async def read_queue(
         return await members.read(target.broker_name, target.members, call)
     except BrokerUnreachable:
         fresh = await readable_queue(
-            routes, target.topic, target.broker_name, target.queue_id, refresh=True
+            routes,
+            target.topic,
+            target.broker_name,
+            target.queue_id,
+            refresh=True,
+            require_read=require_read,
         )
         if fresh.members == target.members:
             raise
@@ -98,10 +105,17 @@ async def read_queue(
 
 
 async def readable_queue(
-    routes: RouteCache, topic: str, broker_name: str, queue_id: int, *, refresh: bool = False
+    routes: RouteCache,
+    topic: str,
+    broker_name: str,
+    queue_id: int,
+    *,
+    refresh: bool = False,
+    require_read: bool = True,
 ) -> QueueTarget:
     """The members to read (topic, broker, queue) from: NOT_FOUND for an unknown topic,
-    broker or queue id, FAILED_PRECONDITION when the topic is not readable there."""
+    broker or queue id, FAILED_PRECONDITION when the topic is not readable there (unless
+    not ``require_read``: an operator's BrowseQueue of a write-only dead-letter queue)."""
     view = await routes.get(topic, refresh=refresh)
     data = view.queue_data.get(broker_name)
     if data is None or queue_id >= data.read_queue_nums or view.reader(broker_name) is None:
@@ -115,7 +129,7 @@ async def readable_queue(
             f"queue_id {queue_id} is out of range: topic {quote(topic)} has {data.read_queue_nums} "
             f"read queues on broker {quote(broker_name)} (0..{data.read_queue_nums - 1})",
         )
-    if not data.perm & PERM_READ:
+    if require_read and not data.perm & PERM_READ:
         raise ServiceError(
             grpc.StatusCode.FAILED_PRECONDITION,
             f"topic {quote(topic)} is not readable on broker {quote(broker_name)} "
@@ -177,7 +191,12 @@ class Puller:
         # Held records pulls answered with the entries their wake-up notice carried.
         self.arrival_answers = 0
 
-    async def pull(self, request: pb.PullRequest) -> pb.PullResponse:
+    async def pull(self, request: pb.PullRequest, *, browse: bool = False) -> pb.PullResponse:
+        """A Pull; with ``browse`` an operator's BrowseQueue: the queue's read permission
+        is not required (dead-letter queues are write-only) and the call never waits
+        (a long poll timeout is ignored). Neither commits anything."""
+        if browse:
+            request.long_poll_timeout_ms = 0
         if request.consumer_group:
             check_group(request.consumer_group)
         check_queue(request.topic, request.broker_name, request.queue_id)
@@ -203,7 +222,11 @@ class Puller:
             )
         records = request.encoding == RECORDS
         target = await readable_queue(
-            self._routes, request.topic, request.broker_name, request.queue_id
+            self._routes,
+            request.topic,
+            request.broker_name,
+            request.queue_id,
+            require_read=not browse,
         )
         deadline = time.monotonic() + timeout_ms / 1000
         offset = request.offset
@@ -216,6 +239,7 @@ class Puller:
                 lambda member: self._pull_shared(
                     member, target, offset, max_messages, tag_filter, records
                 ),
+                require_read=not browse,
             )
             if response.status != Status.NO_NEW_MESSAGE:
                 return response

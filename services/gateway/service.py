@@ -24,6 +24,7 @@ from services.gateway.pull import Puller
 from services.gateway.query import Querier
 from services.gateway.readers import ReadMembers
 from services.gateway.routes import RouteCache
+from services.gateway.send_back import SendBacks
 from services.gateway.servicer import GatewayServicer
 from tide.limits import APPEND_MAX_BYTES
 from tide.server import Config, load_config, run_service
@@ -63,12 +64,14 @@ class GatewayService:
             admin.auto_create if config.auto_create_topics else None,
         )
         puller = Puller(config, self._routes, self._channels, self._held, members)
+        send_backs = SendBacks(config, self._routes, self._channels)
         self._servicer = GatewayServicer(
             producer,
             puller,
             Querier(config, self._routes, self._channels, members),
             Consumers(config, self._routes, self._channels, members),
             admin,
+            send_backs,
             config.max_produce_in_flight_bytes,
             config.max_produce_stream_in_flight_bytes,
         )
@@ -80,6 +83,7 @@ class GatewayService:
             lambda: puller.arrival_answers,
             self._servicer.produce_streams,
             puller.budget,
+            lambda: send_backs.totals,
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:

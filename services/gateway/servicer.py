@@ -12,6 +12,7 @@ from services.gateway.produce import Producer
 from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from services.gateway.send_back import SendBacks
 from services.gateway.validate import check_produce_size
 from tide.server import ByteBudget
 from tide.v1 import gateway_pb2 as pb
@@ -30,6 +31,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         querier: Querier,
         consumers: Consumers,
         admin: Admin,
+        send_backs: SendBacks,
         produce_in_flight_bytes: int,
         produce_stream_in_flight_bytes: int,
     ) -> None:
@@ -38,6 +40,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._querier = querier
         self._consumers = consumers
         self._admin = admin
+        self._send_backs = send_backs
         # The bytes of the produce requests being processed (Produce and ProduceStream):
         # past it, RESOURCE_EXHAUSTED naming max_produce_in_flight_bytes.
         self.produce_budget = ByteBudget(
@@ -68,6 +71,12 @@ class GatewayServicer(pb_grpc.GatewayServicer):
 
     async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
         return await self._puller.pull(request)
+
+    async def BrowseQueue(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
+        return await self._puller.pull(request, browse=True)
+
+    async def SendBack(self, request: pb.SendBackRequest, context: Context) -> pb.SendBackResponse:
+        return await self._send_backs.send_back(request)
 
     async def QueryMessage(
         self, request: pb.QueryMessageRequest, context: Context
@@ -122,12 +131,32 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def ListTopics(
         self, request: ns_pb.ListRouteTopicsRequest, context: Context
     ) -> ns_pb.ListRouteTopicsResponse:
-        return await self._admin.list_topics()
+        return await self._admin.list_topics(request.include_hidden)
 
     async def GetTopicRoute(
         self, request: ns_pb.GetTopicRouteRequest, context: Context
     ) -> ns_pb.TopicRoute:
         return await self._admin.topic_route(request)
+
+    async def CreateGroup(
+        self, request: pb.CreateGroupRequest, context: Context
+    ) -> pb.CreateGroupResponse:
+        return await self._admin.groups.create(request)
+
+    async def GetGroup(
+        self, request: storage_pb.GetGroupRequest, context: Context
+    ) -> storage_pb.GetGroupResponse:
+        return await self._admin.groups.get(request)
+
+    async def ListGroups(
+        self, request: storage_pb.ListGroupsRequest, context: Context
+    ) -> storage_pb.ListGroupsResponse:
+        return await self._admin.groups.list_groups(request)
+
+    async def DeleteGroup(
+        self, request: storage_pb.DeleteGroupRequest, context: Context
+    ) -> storage_pb.DeleteGroupResponse:
+        return await self._admin.groups.delete(request)
 
     async def GetClusterInfo(
         self, request: ns_pb.GetClusterInfoRequest, context: Context

@@ -123,7 +123,13 @@ def check_produce_messages(
             routed = routed or route is not None
             delayed = delayed or is_delayed(message)
             bodies_only = False
-        elif bodies_only and (message.flag or message.born_timestamp_ms):
+        elif bodies_only and (
+            message.flag
+            or message.born_timestamp_ms
+            or message.delay_level
+            or message.deliver_at_ms
+            or message.delay_ms
+        ):
             bodies_only = False
     return ProduceCheck(topics, routed, bodies_only, delayed)
 

@@ -35,8 +35,9 @@ from services.storage.engine.errors import (
 from services.storage.engine.message_store import MessageStore
 from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
+from services.storage.retry_topics import ensure_retry_topic
 from tide.files import ConfigLimitError, is_out_of_space
-from tide.format import RecordError, scan_run
+from tide.format import RecordError, is_hidden_topic, scan_run
 from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
@@ -539,8 +540,11 @@ class StorageServicer(pb_grpc.StorageServicer):
     ) -> pb.ListTopicsResponse:
         topics = self._store().topics
         timestamp_ms, counter = topics.data_version
+        shown = topics.list()
+        if not request.include_hidden:  # system, retry and dead-letter topics
+            shown = [cfg for cfg in shown if not is_hidden_topic(cfg.topic_name)]
         return pb.ListTopicsResponse(
-            topics=[convert.topic_to_pb(cfg) for cfg in topics.list()],
+            topics=[convert.topic_to_pb(cfg) for cfg in shown],
             data_version_timestamp_ms=timestamp_ms,
             data_version_counter=counter,
         )
@@ -666,6 +670,9 @@ class StorageServicer(pb_grpc.StorageServicer):
         subscriptions = [Subscription(s.topic, s.expression) for s in request.subscriptions]
         try:
             self._consumers.heartbeat(request.consumer_group, request.client_id, subscriptions)
+            if self.replication is None or self.replication.slave is None:
+                store = self._store()
+                ensure_retry_topic(store, request.consumer_group)
         except Exception as exc:
             _fail(exc)
         return pb.ConsumerHeartbeatResponse(expiry_ms=self._consumers.expiry_ms)

@@ -17,6 +17,7 @@ from tide.client import (
     ReceivedMessage,
     TopicNotFound,
 )
+from tide.v1 import gateway_pb2
 from tide.waiting import wait_until
 
 WAIT_S = 60.0
@@ -176,7 +177,7 @@ def test_consume_from_last_skips_what_was_there(cluster: Cluster) -> None:
     assert recorder.keys() == Counter({"after": 1})
 
 
-def test_a_failing_callback_is_retried_then_skipped(cluster: Cluster) -> None:
+def test_orderly_a_failing_callback_is_retried_then_dead_lettered(cluster: Cluster) -> None:
     topic, group = "T_push_retry", "G_push_retry"
     cluster.create_topic(topic, queues=1, brokers=["broker-b"])
     attempts: Counter[str] = Counter()
@@ -193,7 +194,13 @@ def test_a_failing_callback_is_retried_then_skipped(cluster: Cluster) -> None:
     with Producer(cluster.gateway.listen) as producer:
         for key in ("ok-1", "flaky", "poison", "ok-2"):
             producer.send(topic, b"m", keys=[key])
-    options = {**FAST, "consume_from": "first", "max_retries": 2, "retry_backoff_ms": 10}
+    options = {
+        **FAST,
+        "consume_from": "first",
+        "max_retries": 2,
+        "retry_backoff_ms": 10,
+        "orderly": True,
+    }
     with PushConsumer(
         group,
         topic,
@@ -204,6 +211,13 @@ def test_a_failing_callback_is_retried_then_skipped(cluster: Cluster) -> None:
     ):
         wait_until(lambda: attempts["ok-2"] == 1, "the message after the poison", WAIT_S)
     assert attempts == Counter({"ok-1": 1, "flaky": 2, "poison": 3, "ok-2": 1})
+    # The poison went to the group's dead-letter queue (write-only: browsed).
+    dead = cluster.gateway.stub.BrowseQueue(
+        gateway_pb2.PullRequest(topic=f"%DLQ%{group}", broker_name="broker-b", queue_id=0),
+        timeout=WAIT_S,
+    )
+    assert [list(m.keys) for m in dead.messages] == [["poison"]]
+    assert dead.messages[0].properties["DLQ_ORIGIN_TOPIC"] == topic
 
 
 def test_unknown_topic_fails_at_start(cluster: Cluster) -> None:

@@ -1,4 +1,5 @@
-"""QueueWorker's delivery, retry, skip and commit rules, over an in-memory queue.
+"""QueueWorker's delivery, send-back, local retry and commit rules, over an in-memory
+queue.
 
 The reader here stands in for the gateway (this is a unit test of the worker's logic; the
 integration tests run it against real services).
@@ -13,7 +14,15 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from tide.client import ConsumeFrom, MessageQueue, QueueOffsets, ReceivedMessage
+from tide.client import (
+    ConsumeFrom,
+    ConsumeResult,
+    MessageQueue,
+    QueueOffsets,
+    ReceivedMessage,
+    SendBackResult,
+    Unavailable,
+)
 from tide.client._pull_consumer import GatewayReader
 from tide.client._queue_worker import QueueWorker, WorkerSettings, retry_wait_ms
 from tide.client._rpc import Connection
@@ -49,6 +58,11 @@ class MemoryReader(GatewayReader):
         self.count = count
         self.committed_offset = committed
         self.commits: list[int] = []
+        # (queue offset, delay level) of every send-back that succeeded; the next
+        # ``failing_send_backs`` fail as a gateway that is down does.
+        self.sent_back: list[tuple[int, int]] = []
+        self.failing_send_backs = 0
+        self.send_back_calls = 0
 
     def committed(self, group: str, queue: MessageQueue) -> int:
         return self.committed_offset
@@ -59,6 +73,23 @@ class MemoryReader(GatewayReader):
     def commit(self, group: str, queue: MessageQueue, offset: int) -> None:
         self.commits.append(offset)
         self.committed_offset = offset
+
+    def send_back(
+        self,
+        group: str,
+        message: ReceivedMessage,
+        delay_level: int = 0,
+        max_reconsume_times: int = 0,
+        *,
+        single_attempt: bool = False,
+    ) -> SendBackResult:
+        self.send_back_calls += 1
+        if self.failing_send_backs:
+            self.failing_send_backs -= 1
+            raise Unavailable("the gateway is down")
+        self.sent_back.append((message.queue_offset, delay_level))
+        dead = delay_level == -1
+        return SendBackResult("%DLQ%g" if dead else "%RETRY%g", dead, 1, 0, "id")
 
     def pull_future(self, request: gateway_pb2.PullRequest) -> Any:
         end = min(self.count, request.offset + request.max_messages)
@@ -129,7 +160,68 @@ def test_last_starts_at_the_end_and_commits_it() -> None:
     assert seen == []
 
 
-def test_a_failing_callback_is_retried_then_succeeds() -> None:
+def test_a_failing_message_is_sent_back_and_the_queue_moves_on() -> None:
+    reader = MemoryReader(3)
+    attempts: list[int] = []
+
+    def callback(message: ReceivedMessage) -> None:
+        attempts.append(message.queue_offset)
+        if message.queue_offset == 1:
+            raise RuntimeError("cannot")
+
+    worker = QueueWorker(QUEUE, reader, settings(), callback)
+    run_until(worker, lambda: reader.commits == [3], "offset 3 committed")
+    assert attempts == [0, 1, 2]  # no local retry: the broker redelivers it later
+    assert reader.sent_back == [(1, 0)]  # delay level 0: the group's retry policy
+    assert (worker.delivered, worker.sent_back, worker.dead_lettered) == (2, 1, 0)
+
+
+def test_reconsume_later_sends_back_and_none_or_success_do_not() -> None:
+    reader = MemoryReader(3)
+    results = {0: None, 1: ConsumeResult.RECONSUME_LATER, 2: ConsumeResult.SUCCESS}
+    worker = QueueWorker(QUEUE, reader, settings(), lambda m: results[m.queue_offset])
+    run_until(worker, lambda: reader.commits == [3], "offset 3 committed")
+    assert reader.sent_back == [(1, 0)]
+
+
+def test_a_failed_send_back_holds_the_queue_until_the_message_is_sent_back() -> None:
+    reader = MemoryReader(3)
+    reader.failing_send_backs = 2
+    attempts: list[int] = []
+
+    def callback(message: ReceivedMessage) -> None:
+        attempts.append(message.queue_offset)
+        if message.queue_offset == 1:
+            # The position stays at the failing message while it is not sent back.
+            assert worker.position == 1
+            raise RuntimeError("cannot")
+
+    worker = QueueWorker(QUEUE, reader, settings(), callback)
+    run_until(worker, lambda: reader.commits == [3], "offset 3 committed")
+    # Consumed again after each failed send-back, then sent back; never dropped.
+    assert attempts == [0, 1, 1, 1, 2]
+    assert reader.send_back_calls == 3
+    assert reader.sent_back == [(1, 0)]
+
+
+def test_a_message_consumed_after_a_failed_send_back_is_not_sent_back() -> None:
+    reader = MemoryReader(2)
+    reader.failing_send_backs = 1
+    attempts: list[int] = []
+
+    def callback(message: ReceivedMessage) -> None:
+        attempts.append(message.queue_offset)
+        if attempts.count(1) == 1 and message.queue_offset == 1:
+            raise RuntimeError("not yet")
+
+    worker = QueueWorker(QUEUE, reader, settings(), callback)
+    run_until(worker, lambda: reader.commits == [2], "offset 2 committed")
+    assert attempts == [0, 1, 1]
+    assert reader.sent_back == []
+    assert worker.delivered == 2
+
+
+def test_orderly_a_failing_callback_is_retried_then_succeeds() -> None:
     reader = MemoryReader(4)
     attempts: list[int] = []
 
@@ -138,14 +230,14 @@ def test_a_failing_callback_is_retried_then_succeeds() -> None:
         if message.queue_offset == 2 and attempts.count(2) < 3:
             raise RuntimeError("not yet")
 
-    worker = QueueWorker(QUEUE, reader, settings(max_retries=2), callback)
+    worker = QueueWorker(QUEUE, reader, settings(max_retries=2, orderly=True), callback)
     run_until(worker, lambda: reader.commits == [4], "offset 4 committed")
     assert attempts == [0, 1, 2, 2, 2, 3]
-    assert worker.skipped == 0
+    assert reader.sent_back == []
     assert worker.delivered == 4
 
 
-def test_a_message_failing_every_retry_is_skipped() -> None:
+def test_orderly_a_message_failing_every_retry_is_dead_lettered() -> None:
     reader = MemoryReader(3)
     attempts: list[int] = []
 
@@ -154,10 +246,12 @@ def test_a_message_failing_every_retry_is_skipped() -> None:
         if message.queue_offset == 1:
             raise RuntimeError("always")
 
-    worker = QueueWorker(QUEUE, reader, settings(max_retries=2), callback)
+    reader.failing_send_backs = 1  # the dead-lettering too is tried until it is done
+    worker = QueueWorker(QUEUE, reader, settings(max_retries=2, orderly=True), callback)
     run_until(worker, lambda: reader.commits == [3], "offset 3 committed")
     assert attempts == [0, 1, 1, 1, 2]
-    assert worker.skipped == 1
+    assert reader.sent_back == [(1, -1)]  # delay level -1: the dead-letter queue
+    assert worker.dead_lettered == 1
 
 
 def test_stop_during_retries_commits_the_failing_message_for_the_next_owner() -> None:
@@ -169,7 +263,9 @@ def test_stop_during_retries_commits_the_failing_message_for_the_next_owner() ->
             failing.set()
             raise RuntimeError("down")
 
-    worker = QueueWorker(QUEUE, reader, settings(max_retries=5, retry_backoff_ms=60_000), callback)
+    worker = QueueWorker(
+        QUEUE, reader, settings(max_retries=5, retry_backoff_ms=60_000, orderly=True), callback
+    )
     run_until(worker, failing.is_set, "the handler to fail")
     assert reader.commits == [1]
     assert worker.position == 1

@@ -17,6 +17,8 @@ from tide.cli import (
     _bench,
     _cluster,
     _consume,
+    _dlq,
+    _group,
     _offsets,
     _produce,
     _query,
@@ -40,11 +42,13 @@ _COMMAND_MODULES: tuple[CommandModule, ...] = (
     _store,
     _up,
     _topic,
+    _group,
     _cluster,
     _produce,
     _consume,
     _query,
     _offsets,
+    _dlq,
     _bench,
 )
 

@@ -34,12 +34,14 @@ from tide.client._push_consumer import PushConsumer
 from tide.client._rpc import DEFAULT_GATEWAY, RetryPolicy
 from tide.client._start_offset import ConsumeFrom
 from tide.client._types import (
+    ConsumeResult,
     Message,
     MessageQueue,
     PullResult,
     PullStatus,
     QueueOffsets,
     ReceivedMessage,
+    SendBackResult,
     SendResult,
     SendStatus,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "MAX_BATCH_MESSAGES",
     "Admin",
     "ConsumeFrom",
+    "ConsumeResult",
     "DeadlineExceeded",
     "FailedPrecondition",
     "InvalidArgument",
@@ -64,6 +67,7 @@ __all__ = [
     "ReceivedMessage",
     "ResourceExhausted",
     "RetryPolicy",
+    "SendBackResult",
     "SendResult",
     "SendStatus",
     "TideError",

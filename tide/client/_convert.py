@@ -103,6 +103,8 @@ def to_produce_message(message: Message) -> gateway_pb2.ProduceMessage:
         keys=list(message.keys),
         properties=dict(message.properties),
     )
+    if message.unique_key:
+        proto.unique_key = message.unique_key
     if message.sharding_key is not None:
         proto.sharding_key = message.sharding_key
     if message.queue is not None:

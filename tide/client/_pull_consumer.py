@@ -9,7 +9,13 @@ import grpc
 from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._errors import InvalidArgument
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
-from tide.client._types import MessageQueue, PullResult, QueueOffsets
+from tide.client._types import (
+    MessageQueue,
+    PullResult,
+    QueueOffsets,
+    ReceivedMessage,
+    SendBackResult,
+)
 from tide.limits import PULL_MAX_MESSAGES
 from tide.v1 import gateway_pb2, nameserver_pb2
 
@@ -153,6 +159,47 @@ class GatewayReader:
             f"CommitOffset of group {group!r} for {queue}",
         )
 
+    def send_back(
+        self,
+        group: str,
+        message: ReceivedMessage,
+        delay_level: int = 0,
+        max_reconsume_times: int = 0,
+        *,
+        single_attempt: bool = False,
+    ) -> SendBackResult:
+        """SendBack of ``message`` (as pulled) for ``group``; with ``single_attempt`` no
+        retry on UNAVAILABLE (for callers that try again later anyway)."""
+        if delay_level < -1:
+            raise InvalidArgument(
+                f"delay_level is {delay_level}; give 0 (the group's retry policy), -1 (the "
+                "dead-letter queue) or a delay level"
+            )
+        if max_reconsume_times < 0:
+            raise InvalidArgument(
+                f"max_reconsume_times is {max_reconsume_times}; give 0 (the group's) or more"
+            )
+        request = gateway_pb2.SendBackRequest(
+            consumer_group=group,
+            broker_name=message.queue.broker_name,
+            msg_id=message.msg_id,
+            delay_level=delay_level,
+            max_reconsume_times=max_reconsume_times,
+        )
+        what = f"SendBack of {message.msg_id} ({message.queue}) for group {group!r}"
+        if single_attempt:
+            with self.connection.single_attempt():
+                answer = self.connection.call(self.connection.stub.SendBack, request, what)
+        else:
+            answer = self.connection.call(self.connection.stub.SendBack, request, what)
+        return SendBackResult(
+            topic=answer.topic,
+            dead_lettered=answer.dead_lettered,
+            reconsume_times=answer.reconsume_times,
+            deliver_at_ms=answer.deliver_at_ms,
+            msg_id=answer.msg_id,
+        )
+
     def committed(self, group: str, queue: MessageQueue) -> int:
         response = self.connection.call(
             self.connection.stub.GetOffset,
@@ -210,6 +257,19 @@ class PullConsumer:
     def commit(self, queue: MessageQueue, offset: int) -> None:
         """Store ``offset`` (the next message to consume) as the group's offset."""
         self._reader.commit(self.group, queue, offset)
+
+    def send_back(
+        self, message: ReceivedMessage, delay_level: int = 0, max_reconsume_times: int = 0
+    ) -> SendBackResult:
+        """Hand a message this group failed to consume back to its broker (RocketMQ's
+        consumer send-back): it is redelivered from the group's retry topic
+        ``%RETRY%<group>`` after the group's retry policy's delay (or after
+        ``delay_level``'s, when > 0), or stored in ``%DLQ%<group>`` once it was
+        reconsumed the group's ``retry_max_times`` (or ``max_reconsume_times``, when > 0)
+        or at once with ``delay_level=-1``. Pull the retry topic's queues (and commit
+        their offsets) like any topic's to get the redeliveries; ``message.topic`` is
+        then the original topic and ``message.attempt`` the delivery attempt."""
+        return self._reader.send_back(self.group, message, delay_level, max_reconsume_times)
 
     def committed(self, queue: MessageQueue) -> int:
         """The group's committed offset, or -1 when it never committed one."""

@@ -12,6 +12,7 @@ a queue whose owner left (``shutdown`` commits, then unregisters) is taken at on
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import logging
@@ -23,18 +24,20 @@ from types import TracebackType
 
 from tide.client._allocate import allocate_averagely, owner_gone, owners
 from tide.client._convert import check_group, check_topic
-from tide.client._errors import InvalidArgument, TideError
+from tide.client._errors import InvalidArgument, TideError, TopicNotFound
 from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, MAX_PULL_MESSAGES, GatewayReader
 from tide.client._queue_worker import Callback, QueueWorker, WorkerSettings
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
 from tide.client._start_offset import ConsumeFrom
-from tide.client._types import MessageQueue
+from tide.client._types import RETRY_TOPIC_PREFIX, MessageQueue
+from tide.naming import topic_error
 from tide.v1 import storage_pb2
 
 _log = logging.getLogger("tide.client.consumer")
 
 MAX_QUEUES_LIMIT = 1024
 MAX_RETRIES_LIMIT = 100
+MAX_RETRY_MAX_TIMES = 1000  # a group's retry_max_times limit (tide.format)
 _client_ids = itertools.count()
 
 
@@ -51,10 +54,23 @@ class PushConsumer:
 
     Offsets are committed after the callback returned: every ``commit_interval_ms`` while
     busy, whenever the queue is drained, when a queue is released and at ``shutdown``.
-    A callback that raises is retried ``max_retries`` times with a doubling backoff from
-    ``retry_backoff_ms``; then the message is logged and skipped (there is no retry topic
-    or dead-letter queue yet). Delivery is at-least-once; see docs/client.md for the
-    duplicate window.
+    Delivery is at-least-once; see docs/client.md for the duplicate window.
+
+    A callback that raises, or returns ``ConsumeResult.RECONSUME_LATER``, has the message
+    sent back to its broker (RocketMQ's consumer send-back) and the queue moves on: the
+    message comes again later from the group's retry topic ``%RETRY%<group>``, which
+    every member also consumes (its queues are split among the members like the
+    topic's), after the group's retry policy's delay, with ``message.topic`` the
+    original topic and ``message.attempt`` 2, 3, ...; after the group's
+    ``retry_max_times`` (or ``max_reconsume_times``, when > 0) it goes to the
+    dead-letter queue ``%DLQ%<group>`` instead. A send-back that fails (gateway or
+    broker down) is tried again with a doubling backoff from ``retry_backoff_ms``, the
+    message consumed again in between: it is never dropped, and its queue does not
+    move past it meanwhile.
+
+    ``orderly=True`` keeps a queue's order instead: a failing message suspends its
+    queue and is retried here ``max_retries`` times with that backoff, then sent to the
+    dead-letter queue.
 
     ``consume_from`` decides the start in a queue the group has no committed offset for:
     "last" (only messages sent from then on), "first" (the oldest stored), or a time (ms
@@ -83,9 +99,19 @@ class PushConsumer:
         release_timeout_ms: int = 30_000,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        orderly: bool = False,
+        max_reconsume_times: int = 0,
     ) -> None:
         check_group(group)
         check_topic(topic)
+        _check_range("max_reconsume_times", max_reconsume_times, 0, MAX_RETRY_MAX_TIMES)
+        # The group's retry topic: consumed beside the topic (redeliveries).
+        self.retry_topic = RETRY_TOPIC_PREFIX + group
+        problem = topic_error(self.retry_topic)
+        if problem is not None:
+            raise InvalidArgument(
+                f"group {group!r} cannot have a retry topic ({problem}); use a shorter group"
+            )
         _check_range("heartbeat_interval_ms", heartbeat_interval_ms, 10, 600_000)
         _check_range("rebalance_interval_ms", rebalance_interval_ms, 10, 600_000)
         _check_range("long_poll_timeout_ms", long_poll_timeout_ms, 0, MAX_LONG_POLL_TIMEOUT_MS)
@@ -120,6 +146,15 @@ class PushConsumer:
             max_retries=max_retries,
             retry_backoff_ms=retry_backoff_ms,
             error_backoff_ms=min(1_000, max(10, rebalance_interval_ms)),
+            orderly=orderly,
+            max_reconsume_times=max_reconsume_times,
+        )
+        # A retry topic's messages are those the group failed: every one is wanted, from
+        # the first (RocketMQ's computePullFromWhere starts a retry topic at 0 even for
+        # CONSUME_FROM_LAST_OFFSET: a redelivery sent back before this member started
+        # must not be skipped).
+        self._retry_settings = dataclasses.replace(
+            self._settings, expression="*", consume_from=ConsumeFrom.parse("first")
         )
         self._reader = GatewayReader(
             Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
@@ -163,9 +198,15 @@ class PushConsumer:
             _log.error("cleaning up after a failed start of %s: %s", self.client_id, exc)
 
     def assignment(self) -> list[MessageQueue]:
-        """The queues this member consumes now (sorted), not counting pending takeovers."""
+        """The topic's queues this member consumes now (sorted), not counting pending
+        takeovers."""
         with self._lock:
-            return sorted(self._workers)
+            return sorted(q for q in self._workers if q.topic == self.topic)
+
+    def retry_assignment(self) -> list[MessageQueue]:
+        """The retry topic's queues (``%RETRY%<group>``) this member consumes now."""
+        with self._lock:
+            return sorted(q for q in self._workers if q.topic == self.retry_topic)
 
     def pending(self) -> list[MessageQueue]:
         """Queues assigned to this member that it takes once their previous owner released."""
@@ -250,7 +291,8 @@ class PushConsumer:
                 consumer_group=self.group,
                 client_id=self.client_id,
                 subscriptions=[
-                    storage_pb2.Subscription(topic=self.topic, expression=self._expression)
+                    storage_pb2.Subscription(topic=self.topic, expression=self._expression),
+                    storage_pb2.Subscription(topic=self.retry_topic, expression="*"),
                 ],
             ),
             f"Heartbeat of {self.client_id} in group {self.group!r}",
@@ -275,8 +317,18 @@ class PushConsumer:
         )
         return sorted({member.client_id for member in response.members})
 
-    def _rebalance(self) -> None:
+    def _queues(self) -> list[MessageQueue]:
+        """The topic's readable queues, then its retry topic's (none until the brokers
+        created it: a heartbeat of the group does)."""
         queues = self._reader.queues(self.topic)
+        try:
+            retry_queues = self._reader.queues(self.retry_topic)
+        except TopicNotFound:
+            retry_queues = []
+        return queues + retry_queues
+
+    def _rebalance(self) -> None:
+        queues = self._queues()
         members = self._members()
         if self.client_id not in members:
             _log.warning(
@@ -287,7 +339,14 @@ class PushConsumer:
                 members,
             )
             self._heartbeat()
-        mine = allocate_averagely(queues, members, self.client_id)
+        # Each topic's queues are split on their own (RocketMQ rebalances per topic).
+        mine = [
+            queue
+            for topic in (self.topic, self.retry_topic)
+            for queue in allocate_averagely(
+                [q for q in queues if q.topic == topic], members, self.client_id
+            )
+        ]
         if len(mine) > self._max_queues:
             _log.error(
                 "consumer %s is assigned %d queues of %r but max_queues is %d; %d queues are "
@@ -314,7 +373,7 @@ class PushConsumer:
             _log.info("consumer %s releases %s", self.client_id, [str(w.queue) for w in lost])
             self._release(lost)
         now = time.monotonic()
-        previous_owners = owners(*previous) if previous is not None else None
+        previous_owners = _owners_by_topic(*previous) if previous is not None else None
         with self._lock:
             for queue in sorted(target):
                 if queue in self._workers or queue in self._pending:
@@ -333,7 +392,10 @@ class PushConsumer:
             due = sorted(q for q, at in self._pending.items() if at <= now)
             for queue in due:
                 del self._pending[queue]
-                worker = QueueWorker(queue, self._reader, self._settings, self._callback)
+                settings = (
+                    self._retry_settings if queue.topic == self.retry_topic else self._settings
+                )
+                worker = QueueWorker(queue, self._reader, settings, self._callback)
                 self._workers[queue] = worker
                 worker.start()
         if due:
@@ -352,6 +414,14 @@ class PushConsumer:
                     worker.queue,
                     self._release_timeout_ms,
                 )
+
+
+def _owners_by_topic(queues: list[MessageQueue], members: list[str]) -> dict[MessageQueue, str]:
+    """:func:`owners` of each topic's queues on their own (as they are allocated)."""
+    result: dict[MessageQueue, str] = {}
+    for topic in {queue.topic for queue in queues}:
+        result.update(owners([q for q in queues if q.topic == topic], members))
+    return result
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> None:

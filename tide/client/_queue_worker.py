@@ -23,7 +23,13 @@ from tide.client._convert import from_pull_response
 from tide.client._errors import TideError, error_from_rpc
 from tide.client._pull_consumer import GatewayReader
 from tide.client._start_offset import ConsumeFrom, start_offset
-from tide.client._types import MessageQueue, PullResult, PullStatus, ReceivedMessage
+from tide.client._types import (
+    ConsumeResult,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    ReceivedMessage,
+)
 from tide.v1 import gateway_pb2
 
 _log = logging.getLogger("tide.client.consumer")
@@ -32,6 +38,8 @@ MAX_ERROR_BACKOFF_MS = 5_000
 # A failed commit is tried again at most this often (even with commit_interval_ms 0).
 MIN_COMMIT_RETRY_MS = 200
 MAX_RETRY_BACKOFF_MS = 60_000
+DELAY_BY_POLICY = 0  # SendBack's delay level: the group's retry policy
+DEAD_LETTER = -1  # SendBack's delay level: the dead-letter queue at once
 
 Callback = Callable[[ReceivedMessage], object]
 
@@ -47,6 +55,10 @@ class WorkerSettings:
     max_retries: int
     retry_backoff_ms: int
     error_backoff_ms: int
+    # Orderly: failures are retried here (max_retries), then dead-lettered; otherwise
+    # sent back at once. max_reconsume_times: SendBack's (0: the group's config).
+    orderly: bool = False
+    max_reconsume_times: int = 0
 
 
 def retry_wait_ms(settings: WorkerSettings, failures: int) -> int:
@@ -77,7 +89,9 @@ class QueueWorker:
         # Commits failed since the last one that succeeded (0: none).
         self._commit_failures = 0
         self.delivered = 0
-        self.skipped = 0
+        # Messages sent back for a later attempt, and sent to the dead-letter queue.
+        self.sent_back = 0
+        self.dead_lettered = 0
         self._thread = threading.Thread(target=self._run, name=f"tide-consume-{queue}", daemon=True)
 
     @property
@@ -220,40 +234,121 @@ class QueueWorker:
         return result.next_offset >= result.max_offset
 
     def _deliver(self, message: ReceivedMessage) -> bool:
-        """Call the callback, retrying on an exception; False if asked to stop first."""
+        """Consume one message; False if asked to stop first (the position stays at it).
+
+        Concurrently (the default): a failure sends the message back to the broker
+        (its group's retry topic, or the dead-letter queue past the maximum) and the
+        queue moves on. A send-back that fails (the gateway or the broker's master
+        down) is tried again with backoff, the message consumed again in between: the
+        queue does not move past it until it is consumed or sent back.
+
+        Orderly: the queue is suspended while the message is retried here, up to
+        ``max_retries`` times with backoff; past that it is dead-lettered (send-back
+        with delay level -1) and the queue moves on."""
+        if self._settings.orderly:
+            return self._deliver_orderly(message)
         failures = 0
-        while True:
-            if self._stopping.is_set():
+        while not self._stopping.is_set():
+            if self._consumed(message):
+                self.delivered += 1
+                return True
+            if self._sent_back(message, DELAY_BY_POLICY):
+                return True
+            failures += 1
+            wait_ms = retry_wait_ms(self._settings, failures)
+            _log.warning(
+                "message %s of %s offset %d neither consumed nor sent back yet; consuming "
+                "it again in %d ms",
+                message.msg_id,
+                self.queue,
+                message.queue_offset,
+                wait_ms,
+            )
+            if self._stopping.wait(wait_ms / 1000):
                 return False
-            try:
-                self._callback(message)
-            except Exception:
-                failures += 1
-                if failures > self._settings.max_retries:
-                    self.skipped += 1
-                    _log.exception(
-                        "callback failed %d times on %s offset %d (msg id %s); skipping it",
-                        failures,
-                        self.queue,
-                        message.queue_offset,
-                        message.msg_id,
-                    )
-                    return True
-                wait_ms = retry_wait_ms(self._settings, failures)
-                _log.warning(
-                    "callback failed on %s offset %d (attempt %d of %d); again in %d ms",
+        return False
+
+    def _deliver_orderly(self, message: ReceivedMessage) -> bool:
+        failures = 0
+        while not self._stopping.is_set():
+            if self._consumed(message):
+                self.delivered += 1
+                return True
+            failures += 1
+            if failures > self._settings.max_retries:
+                return self._dead_letter(message, failures)
+            wait_ms = retry_wait_ms(self._settings, failures)
+            _log.warning(
+                "callback failed on %s offset %d (attempt %d of %d); again in %d ms",
+                self.queue,
+                message.queue_offset,
+                failures,
+                self._settings.max_retries + 1,
+                wait_ms,
+            )
+            if self._stopping.wait(wait_ms / 1000):
+                return False
+        return False
+
+    def _dead_letter(self, message: ReceivedMessage, failures: int) -> bool:
+        """Past the local retries: to the dead-letter queue, tried until it is there
+        (False: stopping first)."""
+        attempts = 0
+        while not self._stopping.is_set():
+            if self._sent_back(message, DEAD_LETTER):
+                _log.error(
+                    "callback failed %d times on %s offset %d (msg id %s); dead-lettered",
+                    failures,
                     self.queue,
                     message.queue_offset,
-                    failures,
-                    self._settings.max_retries + 1,
-                    wait_ms,
-                    exc_info=True,
+                    message.msg_id,
                 )
-                if self._stopping.wait(wait_ms / 1000):
-                    return False
-                continue
-            self.delivered += 1
-            return True
+                return True
+            attempts += 1
+            if self._stopping.wait(retry_wait_ms(self._settings, attempts) / 1000):
+                return False
+        return False
+
+    def _consumed(self, message: ReceivedMessage) -> bool:
+        """Call the callback: True unless it raised or asked to reconsume later."""
+        try:
+            result = self._callback(message)
+        except Exception:
+            _log.warning(
+                "callback failed on %s offset %d (msg id %s, attempt %d)",
+                self.queue,
+                message.queue_offset,
+                message.msg_id,
+                message.attempt,
+                exc_info=True,
+            )
+            return False
+        return result is not ConsumeResult.RECONSUME_LATER
+
+    def _sent_back(self, message: ReceivedMessage, delay_level: int) -> bool:
+        """One SendBack (one attempt: the caller waits and tries again)."""
+        try:
+            result = self._reader.send_back(
+                self._settings.group,
+                message,
+                delay_level,
+                self._settings.max_reconsume_times,
+                single_attempt=True,
+            )
+        except TideError as exc:
+            _log.warning(
+                "send-back of %s (%s offset %d) failed: %s",
+                message.msg_id,
+                self.queue,
+                message.queue_offset,
+                exc,
+            )
+            return False
+        if result.dead_lettered:
+            self.dead_lettered += 1
+        else:
+            self.sent_back += 1
+        return True
 
     @property
     def commit_failures(self) -> int:

@@ -6,6 +6,10 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+# tide.format's names, repeated so the value types import nothing else.
+RETRY_TOPIC_PREFIX = "%RETRY%"
+RETRY_TOPIC_PROPERTY = "RETRY_TOPIC"
+
 
 @dataclass(frozen=True, order=True)
 class MessageQueue:
@@ -41,6 +45,9 @@ class Message:
     delay_level: int = 0
     deliver_at_ms: int = 0
     delay_ms: int = 0
+    # The UNIQ_KEY to store (RocketMQ's client message id); empty: the gateway makes one.
+    # A resent dead letter keeps its own, so consumers see the same message again.
+    unique_key: str = ""
 
 
 class SendStatus(enum.Enum):
@@ -97,7 +104,44 @@ class ReceivedMessage:
 
     @property
     def topic(self) -> str:
-        return self.queue.topic
+        """The topic the message was produced to. A redelivery comes from the group's
+        retry topic (``queue.topic`` is ``%RETRY%<group>``): this is its original topic,
+        kept in the RETRY_TOPIC property."""
+        topic = self.queue.topic
+        if topic.startswith(RETRY_TOPIC_PREFIX):
+            return self.properties.get(RETRY_TOPIC_PROPERTY, topic)
+        return topic
+
+    @property
+    def attempt(self) -> int:
+        """The delivery attempt: 1 the first time, 2 after one send-back, ... (RocketMQ
+        5's delivery attempt; ``reconsume_times`` counts the send-backs before it)."""
+        return self.reconsume_times + 1
+
+
+class ConsumeResult(enum.Enum):
+    """What a push consumer's callback returns (None means SUCCESS; raising means
+    RECONSUME_LATER): RocketMQ's ConsumeConcurrentlyStatus."""
+
+    SUCCESS = "SUCCESS"
+    # Deliver it again later: the message is sent back to the broker (the group's retry
+    # policy says when), or to the dead-letter queue after the group's maximum.
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+@dataclass(frozen=True)
+class SendBackResult:
+    """Where a sent-back message went."""
+
+    # %RETRY%<group>, or %DLQ%<group> once dead-lettered.
+    topic: str
+    dead_lettered: bool
+    # The attempt the redelivery will be counted as (its reconsume times).
+    reconsume_times: int
+    # When it is due again (ms since epoch; 0 for a dead letter).
+    deliver_at_ms: int
+    # The stored copy's msg id.
+    msg_id: str
 
 
 class PullStatus(enum.Enum):
