@@ -2,9 +2,6 @@
 back from the group's retry topic with attempt 2, 3, ... and lands in the dead-letter
 queue after the group's retry_max_times; a send-back that fails while the gateway is
 down never loses the message.
-
-The redelivery test needs the dispatch's delay-level delivery service (the schedule
-service, option --message-delay-level): it is skipped, saying so, on a tree without it.
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from services.dispatch.options import OPTIONS as DISPATCH_OPTIONS
 from tests._cluster import Cluster
 from tests._service_process import free_port
 from tide.client import ConsumeResult, Producer, PushConsumer, ReceivedMessage
@@ -32,7 +28,6 @@ FAST = {
     "commit_interval_ms": 200,
     "consume_from": "first",
 }
-HAS_SCHEDULE_SERVICE = any(option.name == "message_delay_level" for option in DISPATCH_OPTIONS)
 # Every level 1 s: attempt r waits level 3 + r, clamped to the table's last level.
 SHORT_LEVELS = "1s 1s 1s 1s 1s"
 
@@ -73,11 +68,6 @@ def browse(cluster: Cluster, topic: str, queue_id: int) -> list[storage_pb2.Stor
         offset = answer.next_offset
 
 
-@pytest.mark.skipif(
-    not HAS_SCHEDULE_SERVICE,
-    reason="awaits the dispatch's delay-level delivery service (sched's schedule service, "
-    "--message-delay-level): redeliveries from the retry topic need it",
-)
 def test_a_failing_message_comes_back_with_each_attempt_then_is_dead_lettered(
     short_levels_cluster: Cluster,
 ) -> None:
