@@ -2,23 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from typing import Any
 
 from services.storage.engine.topic_table import TopicConfig
+from tide.files import ConfigFormatError
 from tide.format import (
+    DEFAULT_EXPONENTIAL_INITIAL_MS,
+    DEFAULT_EXPONENTIAL_MAX_MS,
+    DEFAULT_EXPONENTIAL_MULTIPLIER,
+    DEFAULT_RETRY_MAX_TIMES,
+    DEFAULT_RETRY_QUEUE_NUMS,
     HEADER_V4_BYTES,
     KEYS,
+    MAX_CONSUME_TIMEOUT_MINUTE,
+    MAX_CUSTOM_RETRY_DELAYS,
+    MAX_RETRY_DELAY_MS,
+    MAX_RETRY_MAX_TIMES,
+    MAX_RETRY_MULTIPLIER,
+    MAX_RETRY_QUEUE_NUMS,
     MESSAGE_MAGIC_V1,
     RECORD_HEADER_V4,
     SYSFLAG_HOSTS_V6,
     TAGS,
+    CustomizedRetryPolicy,
     DecodedRecord,
+    ExponentialRetryPolicy,
+    GroupRetryPolicy,
+    RetryPolicyType,
+    SubscriptionGroupConfig,
     decode_properties,
+    group_topic_error,
     make_msg_id,
     msg_id_prefix,
 )
+from tide.format._group_config import DEFAULT_CONSUME_TIMEOUT_MINUTE  # not exported
+from tide.naming import consumer_group_error
+from tide.quoting import quote
 from tide.v1 import storage_pb2 as pb
 
 _PORT = struct.Struct(">i")
@@ -178,3 +200,157 @@ def topic_from_pb(msg: pb.TopicConfig) -> TopicConfig:
         topic_sys_flag=msg.topic_sys_flag,
         order=msg.order,
     )
+
+
+# -- consumer group configs ----------------------------------------------------------
+_POLICY_TYPES = {
+    pb.RetryPolicy.CUSTOMIZED: RetryPolicyType.CUSTOMIZED,
+    pb.RetryPolicy.EXPONENTIAL: RetryPolicyType.EXPONENTIAL,
+}
+_RETRY_MAX_TIMES_DEFAULT_MARK = -1  # a request's "the default (16)"
+
+
+def group_to_pb(cfg: SubscriptionGroupConfig) -> pb.GroupConfig:
+    return pb.GroupConfig(
+        group_name=cfg.group_name,
+        consume_enable=cfg.consume_enable,
+        retry_queue_nums=cfg.retry_queue_nums,
+        retry_max_times=cfg.retry_max_times,
+        retry_policy=_policy_to_pb(cfg.group_retry_policy),
+        consume_message_orderly=cfg.consume_message_orderly,
+        consume_broadcast_enable=cfg.consume_broadcast_enable,
+        consume_timeout_minute=cfg.consume_timeout_minute,
+        attributes=dict(cfg.attributes),
+    )
+
+
+def _policy_to_pb(policy: GroupRetryPolicy) -> pb.RetryPolicy:
+    """The stored policy; a CUSTOMIZED one without a list has no delays (the level
+    table), an EXPONENTIAL one without its numbers the defaults."""
+    if policy.type is RetryPolicyType.EXPONENTIAL:
+        exponential = policy.exponential or ExponentialRetryPolicy()
+        return pb.RetryPolicy(
+            type=pb.RetryPolicy.EXPONENTIAL,
+            initial_ms=exponential.initial_ms,
+            max_ms=exponential.max_ms,
+            multiplier=exponential.multiplier,
+        )
+    customized = policy.customized
+    return pb.RetryPolicy(
+        type=pb.RetryPolicy.CUSTOMIZED,
+        delays_ms=list(customized.next_ms) if customized is not None else [],
+    )
+
+
+def group_from_pb(
+    msg: pb.GroupConfig, existing: SubscriptionGroupConfig | None = None
+) -> SubscriptionGroupConfig:
+    """A request's group config, checked field by field (BadRequest names the field).
+    Fields the message does not carry keep ``existing``'s values (or RocketMQ's
+    defaults)."""
+    name = msg.group_name
+    error = consumer_group_error(name) or group_topic_error(name)
+    if error is not None:
+        raise BadRequest(f"group.group_name: {error}")
+    base = existing if existing is not None else SubscriptionGroupConfig(group_name=name)
+    try:
+        return dataclasses.replace(
+            base,
+            consume_enable=msg.consume_enable,
+            retry_queue_nums=_retry_queue_nums(msg.retry_queue_nums),
+            retry_max_times=_retry_max_times(msg.retry_max_times),
+            group_retry_policy=_policy_from_pb(msg.retry_policy),
+            consume_message_orderly=msg.consume_message_orderly,
+            consume_broadcast_enable=msg.consume_broadcast_enable,
+            consume_timeout_minute=_consume_timeout_minute(msg.consume_timeout_minute),
+            attributes=dict(msg.attributes),
+        )
+    except ConfigFormatError as exc:  # a bound the checks above missed: still the caller's
+        raise BadRequest(f"group {quote(name)}: {exc}") from exc
+
+
+def _retry_queue_nums(value: int) -> int:
+    value = value or DEFAULT_RETRY_QUEUE_NUMS
+    if not 1 <= value <= MAX_RETRY_QUEUE_NUMS:
+        raise BadRequest(
+            f"group.retry_queue_nums is {value}; it must be 1..{MAX_RETRY_QUEUE_NUMS} "
+            f"(0 means {DEFAULT_RETRY_QUEUE_NUMS})"
+        )
+    return value
+
+
+def _retry_max_times(value: int) -> int:
+    if value == _RETRY_MAX_TIMES_DEFAULT_MARK:
+        return DEFAULT_RETRY_MAX_TIMES
+    if not 0 <= value <= MAX_RETRY_MAX_TIMES:
+        raise BadRequest(
+            f"group.retry_max_times is {value}; it must be 0..{MAX_RETRY_MAX_TIMES} "
+            f"(-1 means the default {DEFAULT_RETRY_MAX_TIMES}; 0 dead-letters at the first "
+            "failure)"
+        )
+    return value
+
+
+def _consume_timeout_minute(value: int) -> int:
+    value = value or DEFAULT_CONSUME_TIMEOUT_MINUTE
+    if not 1 <= value <= MAX_CONSUME_TIMEOUT_MINUTE:
+        raise BadRequest(
+            f"group.consume_timeout_minute is {value}; it must be "
+            f"1..{MAX_CONSUME_TIMEOUT_MINUTE} (0 means {DEFAULT_CONSUME_TIMEOUT_MINUTE})"
+        )
+    return value
+
+
+def _policy_from_pb(msg: pb.RetryPolicy) -> GroupRetryPolicy:
+    kind = _POLICY_TYPES.get(msg.type)
+    if kind is None:
+        raise BadRequest(f"group.retry_policy.type is {msg.type}; it must be 0 (CUSTOMIZED) or 1")
+    if kind is RetryPolicyType.EXPONENTIAL:
+        if msg.delays_ms:
+            raise BadRequest(
+                "group.retry_policy.delays_ms is for a CUSTOMIZED policy; an EXPONENTIAL one "
+                "takes initial_ms, max_ms and multiplier"
+            )
+        return GroupRetryPolicy(type=kind, exponential=_exponential(msg))
+    if msg.initial_ms or msg.max_ms or msg.multiplier:
+        raise BadRequest(
+            "group.retry_policy: initial_ms, max_ms and multiplier are for an EXPONENTIAL "
+            "policy; a CUSTOMIZED one takes delays_ms"
+        )
+    if not msg.delays_ms:
+        return GroupRetryPolicy(type=kind)  # the delay level table (RocketMQ 4's levels)
+    if len(msg.delays_ms) > MAX_CUSTOM_RETRY_DELAYS:
+        raise BadRequest(
+            f"group.retry_policy.delays_ms has {len(msg.delays_ms)} delays; at most "
+            f"{MAX_CUSTOM_RETRY_DELAYS} (RETRY_DELAYS_MAX_COUNT)"
+        )
+    for index, delay_ms in enumerate(msg.delays_ms):
+        _check_retry_delay(f"group.retry_policy.delays_ms[{index}]", delay_ms)
+    return GroupRetryPolicy(type=kind, customized=CustomizedRetryPolicy(tuple(msg.delays_ms)))
+
+
+def _exponential(msg: pb.RetryPolicy) -> ExponentialRetryPolicy:
+    initial_ms = msg.initial_ms or DEFAULT_EXPONENTIAL_INITIAL_MS
+    max_ms = msg.max_ms or DEFAULT_EXPONENTIAL_MAX_MS
+    multiplier = msg.multiplier or DEFAULT_EXPONENTIAL_MULTIPLIER
+    _check_retry_delay("group.retry_policy.initial_ms", initial_ms)
+    _check_retry_delay("group.retry_policy.max_ms", max_ms)
+    if max_ms < initial_ms:
+        raise BadRequest(
+            f"group.retry_policy.max_ms ({max_ms}) is below initial_ms ({initial_ms}); "
+            "raise max_ms or lower initial_ms"
+        )
+    if not 1 <= multiplier <= MAX_RETRY_MULTIPLIER:
+        raise BadRequest(
+            f"group.retry_policy.multiplier is {multiplier}; it must be "
+            f"1..{MAX_RETRY_MULTIPLIER} (0 means {DEFAULT_EXPONENTIAL_MULTIPLIER})"
+        )
+    return ExponentialRetryPolicy(initial_ms, max_ms, multiplier)
+
+
+def _check_retry_delay(field: str, delay_ms: int) -> None:
+    if not 0 < delay_ms <= MAX_RETRY_DELAY_MS:
+        raise BadRequest(
+            f"{field} is {delay_ms}; a retry delay must be 1..{MAX_RETRY_DELAY_MS} ms "
+            "(3 days, the timer's maximum delay)"
+        )

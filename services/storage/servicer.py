@@ -38,6 +38,7 @@ from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError, is_out_of_space
 from tide.format import RecordError, scan_run
 from tide.limits import READ_MAX_POSITIONS
+from tide.naming import consumer_group_error
 from tide.quoting import quote
 from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
 from tide.server._request_streams import RequestStreams
@@ -566,6 +567,57 @@ class StorageServicer(pb_grpc.StorageServicer):
             _fail(exc)
         return pb.GetOffsetResponse(offset=offset)
 
+    # -- consumer group configs -----------------------------------------------------
+    def _check_group_change(self) -> None:
+        replication = self.replication
+        if replication is not None and replication.slave is not None:
+            raise ServiceError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"this storage is a slave of {replication.settings.master_address}; change "
+                "group configs on the master",
+            )
+
+    async def UpsertGroup(
+        self, request: pb.UpsertGroupRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GroupConfig:
+        self._check_group_change()
+        store = self._store()
+        try:
+            groups = store.groups
+            existing = groups.get(request.group.group_name)
+            cfg = groups.upsert(convert.group_from_pb(request.group, existing))
+        except Exception as exc:
+            _fail(exc, store)
+        return convert.group_to_pb(cfg)
+
+    async def GetGroup(
+        self, request: pb.GetGroupRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetGroupResponse:
+        _check_group_name(request.group)
+        try:
+            cfg, found = self._store().groups.get_or_default(request.group)
+        except Exception as exc:
+            _fail(exc)
+        return pb.GetGroupResponse(found=found, group=convert.group_to_pb(cfg))
+
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ListGroupsResponse:
+        groups = self._store().groups.list()
+        return pb.ListGroupsResponse(groups=[convert.group_to_pb(cfg) for cfg in groups])
+
+    async def DeleteGroup(
+        self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.DeleteGroupResponse:
+        self._check_group_change()
+        _check_group_name(request.group)
+        store = self._store()
+        try:
+            existed = store.groups.delete(request.group)
+        except Exception as exc:
+            _fail(exc, store)
+        return pb.DeleteGroupResponse(existed=existed)
+
     # -- consumer group membership -------------------------------------------------
     async def ConsumerHeartbeat(
         self,
@@ -598,6 +650,12 @@ class StorageServicer(pb_grpc.StorageServicer):
         except Exception as exc:
             _fail(exc)
         return pb.GetConsumersResponse(members=[_member_pb(m) for m in members])
+
+
+def _check_group_name(group: str) -> None:
+    error = consumer_group_error(group)
+    if error is not None:
+        raise _invalid(f"group: {error}")
 
 
 def _member_pb(member: Member) -> pb.ConsumerMember:

@@ -30,6 +30,7 @@ from services.storage.engine.errors import (
 )
 from services.storage.engine.flush_async import AsyncFlushService
 from services.storage.engine.flush_sync import GroupCommitService
+from services.storage.engine.group_table import GroupTable
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
 from services.storage.engine.queue_offsets import QueueOffsetTable
@@ -141,6 +142,7 @@ class MessageStore:
         abnormal = abort_file_exists(cfg.store_dir)
         self.checkpoint = StoreCheckpoint(cfg.store_dir)
         self.topics = TopicTable(cfg.config_dir)
+        self.groups = GroupTable(cfg.config_dir)
         self.consumer_offsets = ConsumerOffsets(
             cfg.config_dir, persist_interval_ms=cfg.consumer_offsets_persist_interval_ms
         )
