@@ -12,9 +12,11 @@ from collections.abc import Callable
 import grpc
 
 from services.gateway.brokers import BrokerChannels, broker_error
+from services.gateway.groups import GroupAdmin
 from services.gateway.options import MAX_QUEUE_NUMS, GatewayConfig
 from services.gateway.routes import Member, RouteCache, TopicView, masters_of
 from services.gateway.validate import check_topic, invalid
+from tide.format import TOPIC_MESSAGE_TYPE_ATTRIBUTE, TopicMessageType
 from tide.quoting import quote, quote_all
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -27,6 +29,8 @@ DEFAULT_QUEUE_NUMS = 4
 DEFAULT_PERM = 6
 MAX_PERM = 7
 ROUTE_POLL_INTERVAL_S = 0.05
+# The types a topic may be given (UNSPECIFIED is a message's, never a topic's).
+CREATABLE_TYPES = tuple(t.value for t in TopicMessageType if t is not TopicMessageType.UNSPECIFIED)
 
 
 class Admin:
@@ -34,6 +38,7 @@ class Admin:
         self._config = config
         self._routes = routes
         self._channels = channels
+        self.groups = GroupAdmin(channels, self._targets, config.broker_timeout_s)
 
     # -- create --------------------------------------------------------------------
     async def create_topic(self, request: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
@@ -44,6 +49,7 @@ class Admin:
             write_queue_nums=_queue_nums(request.write_queue_nums, "write_queue_nums"),
             perm=request.perm or DEFAULT_PERM,
             order=request.order,
+            attributes=_type_attributes(request.message_type),
         )
         if not 0 < topic.perm <= MAX_PERM:
             raise invalid(f"perm must be in 1..{MAX_PERM}: bits 2 write, 4 read (got {topic.perm})")
@@ -182,8 +188,8 @@ class Admin:
             await asyncio.sleep(ROUTE_POLL_INTERVAL_S)
 
     # -- reads ---------------------------------------------------------------------
-    async def list_topics(self) -> ns_pb.ListRouteTopicsResponse:
-        return await self._routes.namesrv.list_topics()
+    async def list_topics(self, include_hidden: bool) -> ns_pb.ListRouteTopicsResponse:
+        return await self._routes.namesrv.list_topics(include_hidden)
 
     async def topic_route(self, request: ns_pb.GetTopicRouteRequest) -> ns_pb.TopicRoute:
         check_topic(request.topic)
@@ -201,7 +207,20 @@ def _queue_nums(value: int, field: str) -> int:
     return value
 
 
+def _type_attributes(message_type: str) -> dict[str, str]:
+    """The topic attributes for CreateTopicRequest.message_type (empty: none, NORMAL)."""
+    if not message_type:
+        return {}
+    if message_type not in CREATABLE_TYPES:
+        raise invalid(
+            f"message_type is {quote(message_type)}; it must be one of "
+            f"{', '.join(CREATABLE_TYPES)} (empty means NORMAL)"
+        )
+    return {TOPIC_MESSAGE_TYPE_ATTRIBUTE: message_type}
+
+
 def _shows(view: TopicView, topic: storage_pb.TopicConfig, targets: list[Member]) -> bool:
+    message_type = topic.attributes.get(TOPIC_MESSAGE_TYPE_ATTRIBUTE, "NORMAL")
     for member in targets:
         data = view.queue_data.get(member.broker_name)
         if (
@@ -209,6 +228,7 @@ def _shows(view: TopicView, topic: storage_pb.TopicConfig, targets: list[Member]
             or data.read_queue_nums != topic.read_queue_nums
             or data.write_queue_nums != topic.write_queue_nums
             or data.perm != topic.perm
+            or (data.message_type or "NORMAL") != message_type
         ):
             return False
     return True

@@ -133,10 +133,12 @@ class NameServerClient:
 
         return await self._call("the cluster info", call)
 
-    async def list_topics(self) -> ns_pb.ListRouteTopicsResponse:
+    async def list_topics(self, include_hidden: bool = False) -> ns_pb.ListRouteTopicsResponse:
+        request = ns_pb.ListRouteTopicsRequest(include_hidden=include_hidden)
+
         async def call(stub: ns_grpc.NameServerAsyncStub) -> ns_pb.ListRouteTopicsResponse:
             topics: ns_pb.ListRouteTopicsResponse = await stub.ListRouteTopics(
-                ns_pb.ListRouteTopicsRequest(), timeout=self._timeout_s
+                request, timeout=self._timeout_s
             )
             return topics
 

@@ -92,6 +92,13 @@ OPTIONS: tuple[Option, ...] = (
         unit="bytes",
     ),
     Option(
+        "topic_message_type_check",
+        bool,
+        True,
+        "refuse a message whose type (NORMAL, FIFO, DELAY, TRANSACTION) is not its topic's "
+        "message type, unless the topic is MIXED (RocketMQ's enableTopicMessageTypeCheck)",
+    ),
+    Option(
         "send_latency_fault",
         bool,
         True,
@@ -201,6 +208,7 @@ class GatewayConfig:
     broker_timeout_s: float
     namesrv_timeout_s: float
     topic_create_wait_s: float
+    topic_message_type_check: bool = True
 
 
 def split_addresses(text: str) -> tuple[str, ...]:
@@ -272,4 +280,5 @@ def gateway_config(config: Config) -> GatewayConfig:
         broker_timeout_s=config.get_int("broker_timeout_ms") / 1000,
         namesrv_timeout_s=config.get_int("namesrv_timeout_ms") / 1000,
         topic_create_wait_s=config.get_int("topic_create_wait_ms") / 1000,
+        topic_message_type_check=config.get_bool("topic_message_type_check"),
     )

@@ -31,6 +31,7 @@ from services.gateway.append_queue import Outcome
 from services.gateway.bodies_only import messages_bytes
 from services.gateway.brokers import UNREACHABLE, BrokerChannels, broker_error
 from services.gateway.fault import LatencyFaultTolerance
+from services.gateway.message_types import check_message_types, check_produce_topics
 from services.gateway.options import GatewayConfig
 from services.gateway.produce_plain import PlainBatch, PlainGroup
 from services.gateway.produce_results import (
@@ -100,10 +101,11 @@ class Producer:
         self.written_bytes = 0
 
     async def produce(
-        self, request: pb.ProduceRequest, peer: str, request_bytes: int
+        self, request: pb.ProduceRequest, peer: str, request_bytes: int, *, internal: bool = False
     ) -> pb.ProduceResponse:
         """One Produce (or ProduceStream request) of ``request_bytes`` encoded (what the
-        caller sized it at for its limits)."""
+        caller sized it at for its limits). ``internal``: the gateway's own writers
+        (send-back, resends), which may write system topics and skip the type check."""
         error = request_error(request)  # ProduceStream's requests: the interceptor leaves them
         if error is not None:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, error)
@@ -124,7 +126,15 @@ class Producer:
             messages, self._config.max_message_body_bytes, messages_bytes(request, request_bytes)
         )
         respond = runs_response if request.compact_results else produce_response
+        if not internal:
+            check_produce_topics(messages, check.topics)
         views = await self._views(check.topics)
+        check_message_types(
+            messages,
+            {topic: view.message_type for topic, view in views.items()},
+            bodies_only=check.bodies_only,
+            type_check=self._config.topic_message_type_check and not internal,
+        )
         born_host = self._born_hosts.packed(peer)
         now_ms = time.time_ns() // 1_000_000
         unique_keys = (

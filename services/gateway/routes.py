@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from services.gateway.namesrv import NameServerClient
+from tide.format import TopicMessageType
 from tide.server import ServiceError
 from tide.v1 import nameserver_pb2 as ns_pb
 
@@ -52,6 +53,8 @@ class TopicView:
     def __init__(self, route: ns_pb.TopicRoute) -> None:
         self.topic = route.topic
         self.route = route
+        # The messages the topic takes (checked on produce: message_types.py).
+        self.message_type = route_message_type(route.message_type)
         self.queue_data: dict[str, ns_pb.QueueData] = {
             data.broker_name: data for data in route.queue_datas
         }
@@ -92,6 +95,14 @@ class TopicView:
             for name in sorted(self.members)
             for _, member in sorted(self.members[name].items())
         ]
+
+
+def route_message_type(value: str) -> TopicMessageType:
+    """A route's type: NORMAL when unset (a name server from before message types);
+    MIXED (nothing refused) for a value this gateway does not know."""
+    if not value:
+        return TopicMessageType.NORMAL
+    return TopicMessageType.__members__.get(value, TopicMessageType.MIXED)
 
 
 def masters_of(info: ns_pb.ClusterInfo, clusters: Iterable[str] | None = None) -> list[Member]:

@@ -122,12 +122,32 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def ListTopics(
         self, request: ns_pb.ListRouteTopicsRequest, context: Context
     ) -> ns_pb.ListRouteTopicsResponse:
-        return await self._admin.list_topics()
+        return await self._admin.list_topics(request.include_hidden)
 
     async def GetTopicRoute(
         self, request: ns_pb.GetTopicRouteRequest, context: Context
     ) -> ns_pb.TopicRoute:
         return await self._admin.topic_route(request)
+
+    async def CreateGroup(
+        self, request: pb.CreateGroupRequest, context: Context
+    ) -> pb.CreateGroupResponse:
+        return await self._admin.groups.create(request)
+
+    async def GetGroup(
+        self, request: storage_pb.GetGroupRequest, context: Context
+    ) -> storage_pb.GetGroupResponse:
+        return await self._admin.groups.get(request)
+
+    async def ListGroups(
+        self, request: storage_pb.ListGroupsRequest, context: Context
+    ) -> storage_pb.ListGroupsResponse:
+        return await self._admin.groups.list_groups(request)
+
+    async def DeleteGroup(
+        self, request: storage_pb.DeleteGroupRequest, context: Context
+    ) -> storage_pb.DeleteGroupResponse:
+        return await self._admin.groups.delete(request)
 
     async def GetClusterInfo(
         self, request: ns_pb.GetClusterInfoRequest, context: Context

@@ -115,7 +115,13 @@ def check_produce_messages(
             check_produce_message(index, message, max_body_bytes)
             routed = routed or route is not None
             bodies_only = False
-        elif bodies_only and (message.flag or message.born_timestamp_ms):
+        elif bodies_only and (
+            message.flag
+            or message.born_timestamp_ms
+            or message.delay_level
+            or message.deliver_at_ms
+            or message.delay_ms
+        ):
             bodies_only = False
     return ProduceCheck(topics, routed, bodies_only)
 

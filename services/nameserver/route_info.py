@@ -65,6 +65,7 @@ class QueueData:
     perm: int
     topic_sys_flag: int = 0
     order: bool = False
+    message_type: str = "NORMAL"  # the topic's "message.type" attribute on this broker
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +321,14 @@ class RouteInfo:
     def topics(self) -> list[str]:
         with self._lock.read():
             return sorted(self._topics)
+
+    def topic_types(self) -> list[tuple[str, set[str]]]:
+        """Every topic, sorted, with its brokers' message types."""
+        with self._lock.read():
+            return [
+                (topic, {q.message_type for q in self._topics[topic].values()})
+                for topic in sorted(self._topics)
+            ]
 
     def broker_data(self, broker_name: str) -> BrokerData | None:
         with self._lock.read():

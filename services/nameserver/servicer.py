@@ -11,6 +11,7 @@ from collections.abc import Callable
 import grpc
 
 from services.nameserver import route_info as routes
+from tide.format import TopicMessageType, is_hidden_topic, topic_message_type
 from tide.limits import QUEUE_NUMS_MAX
 from tide.naming import topic_error
 from tide.quoting import quote
@@ -65,6 +66,10 @@ def _queue_data(broker_name: str, index: int, topic: storage_pb.TopicConfig) -> 
         )
     if not 0 <= topic.topic_sys_flag <= MAX_TOPIC_SYS_FLAG:
         raise _invalid(f"{where} ({topic.topic_name}): topic_sys_flag must be >= 0")
+    try:
+        message_type = topic_message_type(topic.attributes)
+    except ValueError as exc:
+        raise _invalid(f"{where} ({topic.topic_name}): attributes: {exc}") from None
     return routes.QueueData(
         broker_name=broker_name,
         read_queue_nums=topic.read_queue_nums,
@@ -72,6 +77,7 @@ def _queue_data(broker_name: str, index: int, topic: storage_pb.TopicConfig) -> 
         perm=topic.perm,
         topic_sys_flag=topic.topic_sys_flag,
         order=topic.order,
+        message_type=message_type.value,
     )
 
 
@@ -138,12 +144,25 @@ def route_pb(route: routes.TopicRoute) -> pb.TopicRoute:
                 write_queue_nums=q.write_queue_nums,
                 perm=q.perm,
                 topic_sys_flag=q.topic_sys_flag,
+                message_type=q.message_type,
             )
             for q in route.queue_datas
         ],
         broker_datas=[_broker_data_pb(b) for b in route.broker_datas],
         order=route.order,
+        message_type=route_message_type(route.queue_datas),
     )
+
+
+def route_message_type(queue_datas: list[routes.QueueData]) -> str:
+    return _one_type({q.message_type for q in queue_datas})
+
+
+def _one_type(types: set[str]) -> str:
+    """The brokers' one type; MIXED when they disagree, NORMAL for no broker."""
+    if len(types) > 1:
+        return TopicMessageType.MIXED.value
+    return types.pop() if types else TopicMessageType.NORMAL.value
 
 
 def cluster_info_pb(info: routes.ClusterInfo) -> pb.ClusterInfo:
@@ -218,4 +237,10 @@ class NameServerServicer(pb_grpc.NameServerServicer):
         request: pb.ListRouteTopicsRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.ListRouteTopicsResponse:
-        return pb.ListRouteTopicsResponse(topics=self._routes().topics())
+        listed = self._routes().topic_types()
+        if not request.include_hidden:  # system, retry and dead-letter topics
+            listed = [entry for entry in listed if not is_hidden_topic(entry[0])]
+        return pb.ListRouteTopicsResponse(
+            topics=[topic for topic, _ in listed],
+            message_types=[_one_type(types) for _, types in listed],
+        )

@@ -186,6 +186,7 @@ def topic_to_pb(cfg: TopicConfig) -> pb.TopicConfig:
         perm=cfg.perm,
         topic_sys_flag=cfg.topic_sys_flag,
         order=cfg.order,
+        attributes=dict(cfg.attributes),
     )
 
 
@@ -199,6 +200,7 @@ def topic_from_pb(msg: pb.TopicConfig) -> TopicConfig:
         perm=msg.perm or 6,
         topic_sys_flag=msg.topic_sys_flag,
         order=msg.order,
+        attributes=dict(msg.attributes),
     )
 
 

@@ -36,7 +36,7 @@ from services.storage.engine.message_store import MessageStore
 from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from tide.files import ConfigLimitError, is_out_of_space
-from tide.format import RecordError, scan_run
+from tide.format import RecordError, is_hidden_topic, scan_run
 from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
@@ -539,8 +539,11 @@ class StorageServicer(pb_grpc.StorageServicer):
     ) -> pb.ListTopicsResponse:
         topics = self._store().topics
         timestamp_ms, counter = topics.data_version
+        shown = topics.list()
+        if not request.include_hidden:  # system, retry and dead-letter topics
+            shown = [cfg for cfg in shown if not is_hidden_topic(cfg.topic_name)]
         return pb.ListTopicsResponse(
-            topics=[convert.topic_to_pb(cfg) for cfg in topics.list()],
+            topics=[convert.topic_to_pb(cfg) for cfg in shown],
             data_version_timestamp_ms=timestamp_ms,
             data_version_counter=counter,
         )

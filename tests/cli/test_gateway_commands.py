@@ -52,22 +52,34 @@ def test_topic_create_list_route_delete(cluster: Cluster) -> None:
     )
     assert created == {"topic": "T_cli_one", "broker_names": ["broker-b"]}
 
-    listing = ok(tide(cluster, "topic", "list")).splitlines()
-    assert listing[0] == "TOPIC"
-    assert {"T_cli_topic", "T_cli_one"} <= set(listing[1:])
-    assert {"T_cli_topic", "T_cli_one"} <= set(
-        json.loads(ok(tide(cluster, "topic", "list", "--json")))["topics"]
-    )
+    ok(tide(cluster, "topic", "create", "T_cli_fifo", "--message-type", "fifo"))
+
+    listing = [line.split() for line in ok(tide(cluster, "topic", "list")).splitlines()]
+    assert listing[0] == ["TOPIC", "TYPE"]
+    expected = [["T_cli_fifo", "FIFO"], ["T_cli_one", "NORMAL"], ["T_cli_topic", "NORMAL"]]
+    assert all(row in listing for row in expected)
+    # The system topics every storage holds are hidden unless asked for.
+    assert not any(row[0] == "SCHEDULE_TOPIC_XXXX" for row in listing)
+    every = [line.split()[0] for line in ok(tide(cluster, "topic", "list", "--all")).splitlines()]
+    assert {"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "T_cli_one"} <= set(every)
+    document = json.loads(ok(tide(cluster, "topic", "list", "--json")))
+    assert {"T_cli_topic", "T_cli_one"} <= set(document["topics"])
+    assert document["message_types"]["T_cli_fifo"] == "FIFO"
 
     route = ok(tide(cluster, "topic", "route", "T_cli_topic")).splitlines()
     assert route[0].split() == [
-        "BROKER", "CLUSTER", "READ", "WRITE", "PERM", "MASTER", "DISPATCH", "SLAVES",
+        "BROKER", "CLUSTER", "READ", "WRITE", "PERM", "TYPE", "MASTER", "DISPATCH", "SLAVES",
     ]  # fmt: skip
     broker_a = cluster.broker("broker-a")
     assert route[1].split() == [
-        "broker-a", "TestCluster", "3", "3", "rw",
+        "broker-a", "TestCluster", "3", "3", "rw", "NORMAL",
         broker_a.storage_address, broker_a.dispatch_address, "0",
     ]  # fmt: skip
+    fifo = json.loads(ok(tide(cluster, "topic", "route", "T_cli_fifo", "--json")))
+    assert fifo["message_type"] == "FIFO"
+    assert {q["message_type"] for q in fifo["queue_datas"]} == {"FIFO"}
+    bad = tide(cluster, "topic", "create", "T_cli_bad", "--message-type", "LIFO")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
     assert route[2].split()[0] == "broker-b"
     document = json.loads(ok(tide(cluster, "topic", "route", "T_cli_topic", "--json")))
     assert [q["broker_name"] for q in document["queue_datas"]] == ["broker-a", "broker-b"]

@@ -11,6 +11,7 @@ from tide.client import Admin
 from tide.v1 import nameserver_pb2
 
 PERMS = {"rw": 6, "r": 4, "w": 2}
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,6 +41,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     create.add_argument("--order", action="store_true", help="mark the topic as ordered")
     create.add_argument(
+        "--message-type",
+        type=str.upper,
+        choices=MESSAGE_TYPES,
+        default="",
+        help="the messages the topic takes, checked on produce (default NORMAL; MIXED takes "
+        "every type)",
+    )
+    create.add_argument(
         "--broker", action="append", default=[], metavar="NAME", help="a broker (repeatable)"
     )
     create.add_argument("--cluster", default="", metavar="NAME", help="every master of a cluster")
@@ -49,7 +58,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     delete.add_argument("topic", metavar="TOPIC")
     delete.set_defaults(handler=guarded(_delete))
 
-    listing = commands.add_parser("list", parents=[parent], help="every topic, sorted")
+    listing = commands.add_parser(
+        "list", parents=[parent], help="every topic, sorted, with its message type"
+    )
+    listing.add_argument(
+        "--all",
+        action="store_true",
+        help="also the system, retry and dead-letter topics (hidden by default)",
+    )
     listing.set_defaults(handler=guarded(_list))
 
     route = commands.add_parser(
@@ -67,6 +83,7 @@ def _create(args: argparse.Namespace) -> int:
             write_queue_nums=args.write_queues or args.queues,
             perm=PERMS[args.perm],
             order=args.order,
+            message_type=args.message_type,
             broker_names=args.broker,
             cluster_name=args.cluster,
         )
@@ -91,11 +108,11 @@ def _delete(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     with Admin(args.gateway) as admin:
-        topics = admin.list_topics()
+        types = admin.topic_types(include_hidden=args.all)
     if args.json:
-        print(dumps({"topics": topics}))
+        print(dumps({"topics": list(types), "message_types": types}))
     else:
-        print(table(["TOPIC"], [[t] for t in topics]))
+        print(table(["TOPIC", "TYPE"], [[t, kind] for t, kind in types.items()]))
     return EXIT_OK
 
 
@@ -103,6 +120,7 @@ def route_json(route: nameserver_pb2.TopicRoute) -> dict[str, Any]:
     return {
         "topic": route.topic,
         "order": route.order,
+        "message_type": route.message_type or "NORMAL",
         "queue_datas": [
             {
                 "broker_name": q.broker_name,
@@ -110,6 +128,7 @@ def route_json(route: nameserver_pb2.TopicRoute) -> dict[str, Any]:
                 "write_queue_nums": q.write_queue_nums,
                 "perm": q.perm,
                 "topic_sys_flag": q.topic_sys_flag,
+                "message_type": q.message_type or "NORMAL",
             }
             for q in sorted(route.queue_datas, key=lambda q: q.broker_name)
         ],
@@ -140,6 +159,7 @@ def route_rows(route: nameserver_pb2.TopicRoute) -> list[list[str | int | None]]
                 data.read_queue_nums,
                 data.write_queue_nums,
                 _perm_text(data.perm),
+                data.message_type or "NORMAL",
                 master.storage if master is not None else None,
                 master.dispatch if master is not None else None,
                 len(broker.addresses) - (master is not None) if broker is not None else 0,
@@ -158,6 +178,16 @@ def _route(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(route_json(route)))
         return EXIT_OK
-    headers = ["BROKER", "CLUSTER", "READ", "WRITE", "PERM", "MASTER", "DISPATCH", "SLAVES"]
+    headers = [
+        "BROKER",
+        "CLUSTER",
+        "READ",
+        "WRITE",
+        "PERM",
+        "TYPE",
+        "MASTER",
+        "DISPATCH",
+        "SLAVES",
+    ]
     print(table(headers, route_rows(route)))
     return EXIT_OK

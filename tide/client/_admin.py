@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from tide.client._convert import check_group, check_topic, from_stored_message
 from tide.client._errors import InvalidArgument, NotFound
+from tide.client._groups import GroupChanges, apply_changes, default_config
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
 from tide.client._types import ReceivedMessage
 from tide.limits import QUEUE_NUMS_MAX
@@ -20,7 +22,8 @@ MAX_QUERY_MAX = 1000
 
 
 class Admin:
-    """Create, delete and list topics; read routes, the cluster and group members.
+    """Create, delete and list topics and group configs; read routes, the cluster and
+    group members.
 
     Routes and cluster info are returned as the tide.v1 messages (``TopicRoute``,
     ``ClusterInfo``), which are typed.
@@ -43,11 +46,14 @@ class Admin:
         write_queue_nums: int | None = None,
         perm: int = PERM_READ | PERM_WRITE,
         order: bool = False,
+        message_type: str = "",
         broker_names: Sequence[str] = (),
         cluster_name: str = "",
     ) -> list[str]:
         """Create (or update) ``topic`` on these brokers, or every master of the cluster,
-        or (neither given) every master broker; returns the brokers it is on now."""
+        or (neither given) every master broker; returns the brokers it is on now.
+        ``message_type``: NORMAL (empty), FIFO, DELAY, TRANSACTION or MIXED, the messages
+        the topic takes (checked by the gateway on produce)."""
         check_topic(topic)
         write = read_queue_nums if write_queue_nums is None else write_queue_nums
         for name, value in (("read_queue_nums", read_queue_nums), ("write_queue_nums", write)):
@@ -63,6 +69,7 @@ class Admin:
                 write_queue_nums=write,
                 perm=perm,
                 order=order,
+                message_type=message_type.upper(),
                 broker_names=list(broker_names),
                 cluster_name=cluster_name,
             ),
@@ -80,13 +87,92 @@ class Admin:
         )
         return response.existed
 
-    def list_topics(self) -> list[str]:
+    def list_topics(self, *, include_hidden: bool = False) -> list[str]:
+        """Every topic, sorted; system, retry and dead-letter topics only with
+        ``include_hidden``."""
+        return list(self.topic_types(include_hidden=include_hidden))
+
+    def topic_types(self, *, include_hidden: bool = False) -> dict[str, str]:
+        """Every topic (sorted, as :meth:`list_topics`) with its message type."""
         response = self._connection.call(
             self._connection.stub.ListTopics,
-            nameserver_pb2.ListRouteTopicsRequest(),
+            nameserver_pb2.ListRouteTopicsRequest(include_hidden=include_hidden),
             "ListTopics",
         )
-        return list(response.topics)
+        types = list(response.message_types)
+        if len(types) != len(response.topics):  # a gateway from before message types
+            types = ["NORMAL"] * len(response.topics)
+        return dict(zip(response.topics, types, strict=True))
+
+    # -- consumer group configs ------------------------------------------------------
+    def create_group(
+        self,
+        group: str,
+        *,
+        broker_names: Sequence[str] = (),
+        cluster_name: str = "",
+        **fields: Any,
+    ) -> list[str]:
+        """Create (or replace) ``group``'s config on these brokers, or every master of
+        the cluster, or every master broker; fields not named take the defaults
+        (``GroupChanges``: retry_max_times, retry_policy "customized" | "exponential",
+        retry_delays_ms, retry_initial_ms / retry_max_ms / retry_multiplier,
+        retry_queue_nums, consume_enable, consume_orderly). Returns the brokers."""
+        check_group(group)
+        config = apply_changes(default_config(group), GroupChanges(**fields))
+        return self._upsert_group(config, broker_names, cluster_name)
+
+    def update_group(
+        self,
+        group: str,
+        *,
+        broker_names: Sequence[str] = (),
+        cluster_name: str = "",
+        **fields: Any,
+    ) -> list[str]:
+        """Change only the named fields of ``group``'s config (its current one, or the
+        defaults); see :meth:`create_group`."""
+        config = apply_changes(self.get_group(group).group, GroupChanges(**fields))
+        return self._upsert_group(config, broker_names, cluster_name)
+
+    def _upsert_group(
+        self, config: storage_pb2.GroupConfig, broker_names: Sequence[str], cluster_name: str
+    ) -> list[str]:
+        response = self._connection.call(
+            self._connection.stub.CreateGroup,
+            gateway_pb2.CreateGroupRequest(
+                group=config, broker_names=list(broker_names), cluster_name=cluster_name
+            ),
+            f"CreateGroup {config.group_name!r}",
+        )
+        return list(response.broker_names)
+
+    def get_group(self, group: str) -> storage_pb2.GetGroupResponse:
+        """The group's config (``found`` false: it has none, and these are the defaults)."""
+        check_group(group)
+        return self._connection.call(
+            self._connection.stub.GetGroup,
+            storage_pb2.GetGroupRequest(group=group),
+            f"GetGroup {group!r}",
+        )
+
+    def list_groups(self) -> list[storage_pb2.GroupConfig]:
+        """Every group with a config, sorted by name."""
+        response = self._connection.call(
+            self._connection.stub.ListGroups, storage_pb2.ListGroupsRequest(), "ListGroups"
+        )
+        return list(response.groups)
+
+    def delete_group(self, group: str) -> bool:
+        """Forget ``group``'s config on every master broker (it has the defaults again);
+        False when no broker had one."""
+        check_group(group)
+        response = self._connection.call(
+            self._connection.stub.DeleteGroup,
+            storage_pb2.DeleteGroupRequest(group=group),
+            f"DeleteGroup {group!r}",
+        )
+        return response.existed
 
     def route(self, topic: str) -> nameserver_pb2.TopicRoute:
         check_topic(topic)

@@ -494,18 +494,24 @@ class ListRouteTopicsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    MESSAGE_TYPES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Sorted."""
+
+    @_builtins.property
+    def message_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Each topic's message type, in the order of topics (as TopicRoute.message_type)."""
 
     def __init__(
         self,
         *,
         topics: _abc.Iterable[_builtins.str] | None = ...,
+        message_types: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_types", b"message_types", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

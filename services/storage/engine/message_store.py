@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from services.storage.engine import system_topics
 from services.storage.engine.allocator import SegmentAllocator
 from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.checkpoint_service import CheckpointService
@@ -44,10 +45,12 @@ from services.storage.engine.store_files import (
     create_abort_file,
     remove_abort_file,
 )
+from services.storage.engine.system_topics import ensure_system_topics, grow_schedule_topic
 from services.storage.engine.topic_table import TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
 from tide.files import DiskSpace, fsync_dir, is_out_of_space
 from tide.format import (
+    SCHEDULE_TOPIC,
     SNAPSHOT_FILE,
     EncodedRecord,
     Snapshot,
@@ -143,6 +146,7 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint(cfg.store_dir)
         self.topics = TopicTable(cfg.config_dir)
         self.groups = GroupTable(cfg.config_dir)
+        ensure_system_topics(self.topics)
         self.consumer_offsets = ConsumerOffsets(
             cfg.config_dir, persist_interval_ms=cfg.consumer_offsets_persist_interval_ms
         )
@@ -384,11 +388,20 @@ class MessageStore:
         if self._put_refusal is not None:
             raise NotWritableError(self._put_refusal)
         data = bytearray().join(chunks)  # one copy: the store patches it in place
+        looked_up: list[str] = []
+
+        def write_queue_count(topic: str) -> int | None:
+            looked_up.append(topic)  # once per topic of the run
+            return self._write_queue_count(topic)
+
         run, missing = self.run_checker.check(
-            data, self._write_queue_count, self.config.default_queue_nums
+            data, write_queue_count, self.config.default_queue_nums
         )
         for topic in missing:
             self.topics.ensure(topic, self.config.default_queue_nums)
+        if SCHEDULE_TOPIC in looked_up:
+            queue_ids = [k[1] for k in run.queue_keys if k is not None and k[0] == SCHEDULE_TOPIC]
+            grow_schedule_topic(self.topics, max(queue_ids, default=0))
         return self._append(run)
 
     def _append(self, run: RecordRun) -> PutResult:
@@ -422,6 +435,9 @@ class MessageStore:
         records = self.codec.encode_batch(messages, queue_counts, default_born_host)
         for topic in missing:
             self.topics.ensure(topic, self.config.default_queue_nums)
+        if SCHEDULE_TOPIC in queue_counts:
+            queue_ids = [m.queue_id for m in messages if m.topic == SCHEDULE_TOPIC]
+            grow_schedule_topic(self.topics, max(queue_ids))
         return records
 
     def _topic_name(self, name: bytes) -> str:
@@ -446,7 +462,7 @@ class MessageStore:
             return None
         if not cfg.perm & PERM_WRITE:
             raise NotWritableError(f"topic {quote(topic)} is not writable (perm {cfg.perm})")
-        return cfg.write_queue_nums
+        return system_topics.write_queue_count(cfg)
 
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's next queue offset (what its next message gets): the store assigns

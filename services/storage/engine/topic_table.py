@@ -2,7 +2,9 @@
 
 ``{"topicConfigTable": {"<topic>": {"topicName": "...", "readQueueNums": 4,
 "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
-"order": false}}, "dataVersion": {"timestamp": <ms>, "counter": <n>}}``
+"order": false, "attributes": {"message.type": "FIFO"}}}, "dataVersion": {"timestamp":
+<ms>, "counter": <n>}}`` (``attributes``: RocketMQ 5's topic attributes, written only when
+the topic has some, as a RocketMQ 4 file has none).
 
 Every change is written with :func:`write_json_atomically` before it becomes visible,
 bumps the data version, and is then reported to the listeners.
@@ -15,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,7 +27,8 @@ from tide.files import (
     load_json_with_fallback,
     write_json_atomically,
 )
-from tide.limits import QUEUE_NUMS_MAX
+from tide.format import topic_message_type
+from tide.limits import PROPERTIES_MAX_BYTES, PROPERTIES_MAX_COUNT, QUEUE_NUMS_MAX
 from tide.naming import topic_error
 from tide.quoting import quote
 
@@ -59,9 +62,11 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ 5's topic attributes ("message.type" -> "FIFO", ...); never mutated.
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "topicName": self.topic_name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
@@ -70,6 +75,9 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "order": self.order,
         }
+        if self.attributes:
+            doc["attributes"] = dict(self.attributes)
+        return doc
 
     @classmethod
     def from_json(cls, key: str, entry: object) -> TopicConfig:
@@ -91,6 +99,7 @@ class TopicConfig:
             topic_filter_type=_typed(entry, where, "topicFilterType", str, "SINGLE_TAG"),
             topic_sys_flag=_typed(entry, where, "topicSysFlag", int, 0),
             order=_typed(entry, where, "order", bool, False),
+            attributes=_attributes(entry, where),
         )
 
 
@@ -131,6 +140,30 @@ def _other_fields_error(cfg: TopicConfig) -> str | None:
         )
     if type(cfg.order) is not bool:
         return f"topic {quote(cfg.topic_name)}: order is {cfg.order!r}; it must be true or false"
+    return _attributes_error(cfg)
+
+
+def _attributes_error(cfg: TopicConfig) -> str | None:
+    """The attributes' bounds (a message's properties': tide.limits) and the message
+    type's value."""
+    attributes = cfg.attributes
+    where = f"topic {quote(cfg.topic_name)}"
+    if len(attributes) > PROPERTIES_MAX_COUNT:
+        return (
+            f"{where}: {len(attributes)} attributes; the limit is {PROPERTIES_MAX_COUNT} "
+            "(PROPERTIES_MAX_COUNT)"
+        )
+    for name, value in attributes.items():
+        size = len(name.encode()) + len(value.encode())
+        if not name or size > PROPERTIES_MAX_BYTES:
+            return (
+                f"{where}: attribute {quote(name)} must have a name, and name and value at "
+                f"most {PROPERTIES_MAX_BYTES} bytes (PROPERTIES_MAX_BYTES)"
+            )
+    try:
+        topic_message_type(attributes)
+    except ValueError as exc:
+        return f"{where}: {exc}"
     return None
 
 
@@ -311,6 +344,15 @@ def _check(cfg: TopicConfig) -> None:
     error = topic_config_error(cfg)
     if error is not None:
         raise ValueError(error)
+
+
+def _attributes(entry: dict[str, object], where: str) -> dict[str, str]:
+    raw = entry.get("attributes")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(type(v) is str for v in raw.values()):
+        raise ConfigFormatError(f"{where}: attributes must map names to strings, got {raw!r:.80}")
+    return dict(raw)
 
 
 def _typed(entry: dict[str, object], where: str, name: str, kind: type[_T], default: _T) -> _T:

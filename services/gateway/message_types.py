@@ -1,0 +1,106 @@
+"""Produce checks of topic kinds, where RocketMQ 5's proxy makes them.
+
+* A system topic (schedule, timer, transaction, ``rmq_sys_*``), a retry or a
+  dead-letter topic is written by the broker only: an ordinary producer is refused with
+  what to do instead (tide.format.produce_topic_error). The gateway's own writers
+  (send-back, the delay rewrite) and the dispatch's delivery services go around this.
+* A message's type must be its topic's (``message.type``), unless the topic is MIXED
+  (RocketMQ's ``DefaultTopicMessageTypeValidator``, on with
+  ``--topic-message-type-check``). RocketMQ 5 answers a mismatch with
+  ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``, a bad-request code: INVALID_ARGUMENT here.
+* A transactional message cannot also be delayed.
+
+A message's type: TRANSACTION, DELAY, FIFO or NORMAL from its properties (tide.format
+message_type_of), and DELAY when ``delay_level``, ``deliver_at_ms`` or ``delay_ms`` is
+set. A message routed by a sharding key counts as FIFO on a FIFO topic and is also
+taken by a NORMAL topic (Tide's sharding key chose queues before topics had types).
+
+Cost: per request, one look per topic; per message only for a request that has more
+than bodies (``bodies_only``), four field reads, and the properties looked at only
+when the message has some.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from services.gateway.validate import invalid
+from tide.format import (
+    DELAY as DELAY_PROPERTY,
+)
+from tide.format import (
+    TRAN_MSG,
+    TopicMessageType,
+    delay_conflict_error,
+    message_type_error,
+    message_type_of,
+    produce_topic_error,
+)
+from tide.v1 import gateway_pb2 as pb
+
+NORMAL = TopicMessageType.NORMAL
+FIFO = TopicMessageType.FIFO
+DELAY = TopicMessageType.DELAY
+MIXED = TopicMessageType.MIXED
+TRANSACTION = TopicMessageType.TRANSACTION
+# delay_conflict_error's text for a delay given by the ProduceMessage's fields.
+_DELAYED_TRANSACTION = delay_conflict_error({TRAN_MSG: "true", DELAY_PROPERTY: "1"})
+
+
+def check_produce_topics(messages: Sequence[pb.ProduceMessage], topics: set[str]) -> None:
+    """Refuse a produce to a topic only the broker writes (INVALID_ARGUMENT naming the
+    first such message)."""
+    for topic in topics:
+        error = produce_topic_error(topic)
+        if error is not None:
+            index = next(i for i, message in enumerate(messages) if message.topic == topic)
+            raise invalid(f"messages[{index}].topic: {error}")
+
+
+def check_message_types(
+    messages: Sequence[pb.ProduceMessage],
+    topic_types: Mapping[str, TopicMessageType],
+    *,
+    bodies_only: bool,
+    type_check: bool,
+) -> None:
+    """Each message's type against its topic's (``type_check``), and the delay and
+    transaction conflict (always)."""
+    if bodies_only:  # every message is NORMAL
+        if type_check:
+            for topic, topic_type in topic_types.items():
+                if topic_type is not NORMAL and topic_type is not MIXED:
+                    _refuse(messages, topic, topic_type)
+        return
+    checked = type_check and any(t is not MIXED for t in topic_types.values())
+    for index, message in enumerate(messages):
+        properties = message.properties
+        delayed = bool(message.delay_level or message.deliver_at_ms or message.delay_ms)
+        if properties:
+            message_type = message_type_of(properties)
+            if message_type is TRANSACTION:
+                error = _DELAYED_TRANSACTION if delayed else delay_conflict_error(properties)
+                if error is not None:
+                    raise invalid(f"messages[{index}]: {error}")
+            elif delayed:
+                message_type = DELAY
+        else:
+            message_type = DELAY if delayed else NORMAL
+        if not checked:
+            continue
+        topic_type = topic_types[message.topic]
+        if message_type is NORMAL and topic_type is FIFO and message.sharding_key:
+            continue  # a sharding key is the FIFO topic's message group
+        if message_type is topic_type or topic_type is MIXED:
+            continue
+        error = message_type_error(message.topic, topic_type, message_type)
+        if error is not None:
+            raise invalid(f"messages[{index}]: {error} (or turn --topic-message-type-check off)")
+
+
+def _refuse(
+    messages: Sequence[pb.ProduceMessage], topic: str, topic_type: TopicMessageType
+) -> None:
+    index = next(i for i, message in enumerate(messages) if message.topic == topic)
+    error = message_type_error(topic, topic_type, NORMAL)
+    raise invalid(f"messages[{index}]: {error} (or turn --topic-message-type-check off)")

@@ -1,0 +1,64 @@
+"""The system topics a storage holds from its start (RocketMQ's TopicConfigManager).
+
+* ``SCHEDULE_TOPIC_XXXX``: one queue per delay level (queue = level - 1), 18 for the
+  default level table. A dispatch may run a longer table (``--message-delay-level``, up
+  to 64 levels): an append to a higher queue grows the topic to that queue + 1.
+* ``rmq_sys_wheel_timer``: the timer's one queue.
+
+They are ordinary topics to the store (appends, consume queues, registration); the
+gateway keeps ordinary producers off them and listings leave them out
+(tide.format.is_hidden_topic).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from services.storage.engine.topic_table import TopicConfig, TopicTable
+from tide.format import (
+    DEFAULT_DELAY_LEVEL_TABLE,
+    MAX_DELAY_LEVELS,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+)
+
+log = logging.getLogger("tide.storage.config")
+
+SCHEDULE_QUEUE_NUMS = len(DEFAULT_DELAY_LEVEL_TABLE.delays_ms)  # 18
+SCHEDULE_MAX_QUEUE_NUMS = MAX_DELAY_LEVELS  # 64: the longest level table
+TIMER_QUEUE_NUMS = 1
+
+
+def ensure_system_topics(topics: TopicTable) -> None:
+    """Create the schedule and timer topics when absent (an existing one is kept as it
+    is: an operator may have changed it, or it grew)."""
+    topics.ensure(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS)
+    topics.ensure(TIMER_TOPIC, TIMER_QUEUE_NUMS)
+
+
+def write_queue_count(cfg: TopicConfig) -> int:
+    """The queues an append may target: the schedule topic's every possible level."""
+    if cfg.topic_name == SCHEDULE_TOPIC:
+        return max(cfg.write_queue_nums, SCHEDULE_MAX_QUEUE_NUMS)
+    return cfg.write_queue_nums
+
+
+def grow_schedule_topic(topics: TopicTable, max_queue_id: int) -> None:
+    """Give the schedule topic queue ``max_queue_id`` (read and write) if it lacks it,
+    so that the level's consume queue is registered and served."""
+    cfg = topics.get(SCHEDULE_TOPIC)
+    wanted = min(max_queue_id + 1, SCHEDULE_MAX_QUEUE_NUMS)
+    if cfg is None or (cfg.read_queue_nums >= wanted and cfg.write_queue_nums >= wanted):
+        return
+    grown = TopicConfig(
+        SCHEDULE_TOPIC,
+        max(cfg.read_queue_nums, wanted),
+        max(cfg.write_queue_nums, wanted),
+        cfg.perm,
+        cfg.topic_filter_type,
+        cfg.topic_sys_flag,
+        cfg.order,
+        cfg.attributes,
+    )
+    topics.upsert(grown)
+    log.info("%s grew to %d queues (a delay level past the default table)", SCHEDULE_TOPIC, wanted)
