@@ -80,6 +80,9 @@ class ProduceCheck(NamedTuple):
     # Every message is only a topic and a body (no tags, keys, properties, unique key,
     # flag, born time or route): records of a fixed shape.
     bodies_only: bool
+    # Some message has properties or a delay field (delay_level, deliver_at_ms,
+    # delay_ms): its type may be other than NORMAL (message_types.py).
+    typed: bool = True
 
 
 def check_produce_messages(
@@ -98,9 +101,10 @@ def check_produce_messages(
     if request_bytes is not None and len(topics) == 1:
         (topic,) = topics
         if only_topic_and_bodies(messages, topic, request_bytes, max_body_bytes):
-            return ProduceCheck(topics, routed=False, bodies_only=True)
+            return ProduceCheck(topics, routed=False, bodies_only=True, typed=False)
     routed = False
     bodies_only = True
+    typed = False
     for index, message in enumerate(messages):
         route = message.WhichOneof("route")
         if (
@@ -115,15 +119,17 @@ def check_produce_messages(
             check_produce_message(index, message, max_body_bytes)
             routed = routed or route is not None
             bodies_only = False
-        elif bodies_only and (
-            message.flag
-            or message.born_timestamp_ms
-            or message.delay_level
-            or message.deliver_at_ms
-            or message.delay_ms
-        ):
+            typed = typed or bool(message.properties) or _delayed(message)
+        elif _delayed(message):
             bodies_only = False
-    return ProduceCheck(topics, routed, bodies_only)
+            typed = True
+        elif bodies_only and (message.flag or message.born_timestamp_ms):
+            bodies_only = False
+    return ProduceCheck(topics, routed, bodies_only, typed)
+
+
+def _delayed(message: pb.ProduceMessage) -> bool:
+    return bool(message.delay_level or message.deliver_at_ms or message.delay_ms)
 
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:
