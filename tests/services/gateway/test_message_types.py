@@ -14,6 +14,7 @@ from tests._cluster import Cluster, cluster_fixture
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import nameserver_pb2 as ns_pb
+from tide.v1 import storage_pb2 as storage_pb
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -181,6 +182,23 @@ def test_system_topics_are_hidden_from_listings(cluster: Cluster) -> None:
         ("broker-b", 18, 6),
     }
     assert {q.write_queue_nums for q in route(cluster, "rmq_sys_wheel_timer").queue_datas} == {1}
+
+
+def test_system_topics_cannot_be_created_or_deleted_through_admin(cluster: Cluster) -> None:
+    for topic in ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "rmq_sys_other"):
+        expect_error(
+            INVALID,
+            lambda t=topic: create(cluster, t, "", []),  # type: ignore[misc]
+            "is a system topic every storage keeps; it cannot be created",
+        )
+    expect_error(
+        INVALID,
+        lambda: cluster.gateway.stub.DeleteTopic(
+            storage_pb.DeleteTopicRequest(topic="SCHEDULE_TOPIC_XXXX"), timeout=RPC_TIMEOUT_S
+        ),
+        "cannot be deleted",
+    )
+    assert route(cluster, "SCHEDULE_TOPIC_XXXX").queue_datas  # still there
 
 
 def test_the_check_can_be_turned_off(cluster: Cluster, typed_topics: dict[str, str]) -> None:
