@@ -114,6 +114,24 @@ class GroupTable:
             self._apply(groups)
         return True
 
+    def install(self, doc: object) -> None:
+        """Replace the whole table with a ``subscriptionGroup.json`` document as another
+        broker wrote it (a slave taking its master's, RocketMQ's SlaveSynchronize): checked
+        first (ConfigFormatError / ConfigLimitError change nothing), then written, then
+        adopted with the document's own data version."""
+        try:
+            table = decode_subscription_groups(doc)
+        except ConfigFormatError as exc:
+            raise ConfigFormatError(f"{self._path.name} to install: {exc}") from exc
+        if len(table.groups) > self._max_groups:
+            raise ConfigLimitError(
+                f"{self._path.name} to install holds {len(table.groups)} groups; the limit is "
+                f"{self._max_groups}"
+            )
+        with self._lock:
+            write_json_atomically(self._path, encode_subscription_groups(table))
+            self._table = table
+
     def _apply(self, groups: dict[str, SubscriptionGroupConfig]) -> None:
         """Persist the table with ``groups``, then adopt it. Holds the lock."""
         old = self._table
