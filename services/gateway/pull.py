@@ -39,6 +39,7 @@ from typing import TypeVar
 import grpc
 
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
+from services.gateway.consume_gate import ConsumeGate
 from services.gateway.expression import MATCH_ALL, ExpressionError, TagFilter, parse_expression
 from services.gateway.long_poll import Entries, HeldPulls
 from services.gateway.options import GatewayConfig
@@ -166,6 +167,7 @@ class Puller:
         self._channels = channels
         self._held = held
         self._members = members
+        self._gate = ConsumeGate(channels, config.broker_timeout_s)
         self._inflight: dict[_ReadKey, asyncio.Task[pb.PullResponse]] = {}
         # Each read counts --max-pull-bytes (what its answer may carry) while it runs: the
         # answers being built at once stay under max_pull_in_flight_bytes plus one pull's.
@@ -205,6 +207,7 @@ class Puller:
         target = await readable_queue(
             self._routes, request.topic, request.broker_name, request.queue_id
         )
+        await self._gate.check(request.consumer_group, target.broker_name, target.members)
         deadline = time.monotonic() + timeout_ms / 1000
         offset = request.offset
         while True:

@@ -10,6 +10,7 @@ from tests._cluster import Cluster
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -112,3 +113,48 @@ def test_bad_configs_are_invalid_and_name_the_field(cluster: Cluster) -> None:
         "group",
         "empty",
     )
+
+
+def test_a_group_with_consume_disabled_may_not_pull(cluster: Cluster, topic_name: str) -> None:
+    cluster.create_topic(topic_name, queues=1, brokers=["broker-a"])
+    stub = cluster.gateway.stub
+    stub.Produce(
+        pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic_name, body=b"m")]),
+        timeout=RPC_TIMEOUT_S,
+    )
+    cluster.wait_dispatched(topic_name, 1)
+
+    def pull(group: str) -> pb.PullResponse:
+        answer: pb.PullResponse = stub.Pull(
+            pb.PullRequest(
+                consumer_group=group, topic=topic_name, broker_name="broker-a", queue_id=0
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        return answer
+
+    # Not asked before: the gateway has no cached answer for the group yet.
+    off = storage_pb.GroupConfig(group_name="g_gw_off", consume_enable=False)
+    create(cluster, off)
+    expect_error(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        lambda: pull("g_gw_off"),
+        "consumer group 'g_gw_off' may not consume on broker 'broker-a'",
+        "--consume-enable",
+    )
+    assert len(pull("g_gw_other").messages) == 1  # other groups, and no group, read on
+    assert len(pull("").messages) == 1
+
+    create(cluster, storage_pb.GroupConfig(group_name="g_gw_off", consume_enable=True))
+    # The gateway keeps a broker's answer a few seconds (CACHE_TTL_S).
+    answers: list[object] = []
+
+    def allowed() -> bool:
+        try:
+            answers.append(pull("g_gw_off"))
+        except grpc.RpcError as exc:
+            answers.append(exc)
+            return False
+        return True
+
+    wait_until(allowed, "g_gw_off pulling again", state=lambda: answers[-1])
