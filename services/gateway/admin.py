@@ -16,7 +16,7 @@ from services.gateway.groups import GroupAdmin
 from services.gateway.options import MAX_QUEUE_NUMS, GatewayConfig
 from services.gateway.routes import Member, RouteCache, TopicView, masters_of
 from services.gateway.validate import check_topic, invalid
-from tide.format import TOPIC_MESSAGE_TYPE_ATTRIBUTE, TopicMessageType
+from tide.format import TOPIC_MESSAGE_TYPE_ATTRIBUTE, TopicMessageType, is_system_topic
 from tide.quoting import quote, quote_all
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -43,6 +43,7 @@ class Admin:
     # -- create --------------------------------------------------------------------
     async def create_topic(self, request: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
         check_topic(request.topic)
+        _check_not_system(request.topic, "created")
         topic = storage_pb.TopicConfig(
             topic_name=request.topic,
             read_queue_nums=_queue_nums(request.read_queue_nums, "read_queue_nums"),
@@ -132,6 +133,7 @@ class Admin:
         self, request: storage_pb.DeleteTopicRequest
     ) -> storage_pb.DeleteTopicResponse:
         check_topic(request.topic)
+        _check_not_system(request.topic, "deleted")
         view = await self._routes.get(request.topic, refresh=True)
         members = view.all_members()
 
@@ -205,6 +207,16 @@ def _queue_nums(value: int, field: str) -> int:
     if not 1 <= value <= MAX_QUEUE_NUMS:
         raise invalid(f"{field} must be in 1..{MAX_QUEUE_NUMS} (0 means {DEFAULT_QUEUE_NUMS})")
     return value
+
+
+def _check_not_system(topic: str, done: str) -> None:
+    """RocketMQ's validateSystemTopicWhenUpdateTopic: the storages keep their system
+    topics (docs/delivery.md, "System topics")."""
+    if is_system_topic(topic):
+        raise invalid(
+            f"topic {quote(topic)} is a system topic every storage keeps; it cannot be {done} "
+            "through the admin API"
+        )
 
 
 def _type_attributes(message_type: str) -> dict[str, str]:

@@ -15,9 +15,10 @@ message_type_of), and DELAY when ``delay_level``, ``deliver_at_ms`` or ``delay_m
 set. A message routed by a sharding key counts as FIFO on a FIFO topic and is also
 taken by a NORMAL topic (Tide's sharding key chose queues before topics had types).
 
-Cost: per request, one look per topic; per message only for a request that has more
-than bodies (``bodies_only``), four field reads, and the properties looked at only
-when the message has some.
+Cost: per request, one look per topic; per message only for a request where some
+message has properties or a delay field (validate.ProduceCheck.typed, found on the way
+by the request's checks), four field reads, and the properties looked at only when the
+message has some.
 """
 
 from __future__ import annotations
@@ -61,46 +62,64 @@ def check_message_types(
     messages: Sequence[pb.ProduceMessage],
     topic_types: Mapping[str, TopicMessageType],
     *,
-    bodies_only: bool,
+    typed: bool,
     type_check: bool,
 ) -> None:
     """Each message's type against its topic's (``type_check``), and the delay and
-    transaction conflict (always)."""
-    if bodies_only:  # every message is NORMAL
-        if type_check:
+    transaction conflict (always). ``typed``: some message has properties or a delay
+    field (validate.ProduceCheck); without, every message is NORMAL and the check is one
+    look per topic. Else a NORMAL message costs one look at those four fields, and a
+    topic look only when some topic of the request refuses NORMAL messages."""
+    # Topics that refuse a NORMAL message (all but NORMAL and MIXED ones).
+    strict = type_check and any(t is not NORMAL and t is not MIXED for t in topic_types.values())
+    if not typed:  # every message is NORMAL
+        if not strict:
+            return
+        if FIFO not in topic_types.values():  # else: sharding keys, message by message
             for topic, topic_type in topic_types.items():
                 if topic_type is not NORMAL and topic_type is not MIXED:
-                    _refuse(messages, topic, topic_type)
-        return
-    checked = type_check and any(t is not MIXED for t in topic_types.values())
+                    _refuse(messages, topic, topic_type, NORMAL)
     for index, message in enumerate(messages):
-        properties = message.properties
-        delayed = bool(message.delay_level or message.deliver_at_ms or message.delay_ms)
-        if properties:
-            message_type = message_type_of(properties)
-            if message_type is TRANSACTION:
-                error = _DELAYED_TRANSACTION if delayed else delay_conflict_error(properties)
-                if error is not None:
-                    raise invalid(f"messages[{index}]: {error}")
-            elif delayed:
-                message_type = DELAY
+        if message.properties or message.delay_level or message.deliver_at_ms or message.delay_ms:
+            message_type = _typed(index, message)
+        elif not strict:
+            continue
         else:
-            message_type = DELAY if delayed else NORMAL
-        if not checked:
+            message_type = NORMAL
+        if not type_check:
             continue
         topic_type = topic_types[message.topic]
-        if message_type is NORMAL and topic_type is FIFO and message.sharding_key:
-            continue  # a sharding key is the FIFO topic's message group
         if message_type is topic_type or topic_type is MIXED:
             continue
-        error = message_type_error(message.topic, topic_type, message_type)
+        if message_type is NORMAL and topic_type is FIFO and message.sharding_key:
+            continue  # a sharding key is the FIFO topic's message group
+        _refuse(messages, message.topic, topic_type, message_type, index)
+
+
+def _typed(index: int, message: pb.ProduceMessage) -> TopicMessageType:
+    """The type of a message with properties or a delay field; refuses a delayed
+    transactional message."""
+    delayed = bool(message.delay_level or message.deliver_at_ms or message.delay_ms)
+    properties = message.properties
+    if not properties:
+        return DELAY if delayed else NORMAL
+    message_type = message_type_of(properties)
+    if message_type is TRANSACTION:
+        error = _DELAYED_TRANSACTION if delayed else delay_conflict_error(properties)
         if error is not None:
-            raise invalid(f"messages[{index}]: {error} (or turn --topic-message-type-check off)")
+            raise invalid(f"messages[{index}]: {error}")
+        return message_type
+    return DELAY if delayed else message_type
 
 
 def _refuse(
-    messages: Sequence[pb.ProduceMessage], topic: str, topic_type: TopicMessageType
+    messages: Sequence[pb.ProduceMessage],
+    topic: str,
+    topic_type: TopicMessageType,
+    message_type: TopicMessageType,
+    index: int | None = None,
 ) -> None:
-    index = next(i for i, message in enumerate(messages) if message.topic == topic)
-    error = message_type_error(topic, topic_type, NORMAL)
+    if index is None:
+        index = next(i for i, message in enumerate(messages) if message.topic == topic)
+    error = message_type_error(topic, topic_type, message_type)
     raise invalid(f"messages[{index}]: {error} (or turn --topic-message-type-check off)")

@@ -142,7 +142,7 @@ class Producer:
         check_message_types(
             messages,
             {topic: view.message_type for topic, view in views.items()},
-            bodies_only=check.bodies_only,
+            typed=check.typed,
             type_check=self._config.topic_message_type_check and not internal,
         )
         born_host = self._born_hosts.packed(peer)

@@ -39,6 +39,7 @@ from typing import TypeVar
 import grpc
 
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
+from services.gateway.consume_gate import ConsumeGate
 from services.gateway.expression import MATCH_ALL, ExpressionError, TagFilter, parse_expression
 from services.gateway.long_poll import Entries, HeldPulls
 from services.gateway.options import GatewayConfig
@@ -180,6 +181,7 @@ class Puller:
         self._channels = channels
         self._held = held
         self._members = members
+        self._gate = ConsumeGate(channels, config.broker_timeout_s)
         self._inflight: dict[_ReadKey, asyncio.Task[pb.PullResponse]] = {}
         # Each read counts --max-pull-bytes (what its answer may carry) while it runs: the
         # answers being built at once stay under max_pull_in_flight_bytes plus one pull's.
@@ -228,6 +230,7 @@ class Puller:
             request.queue_id,
             require_read=not browse,
         )
+        await self._gate.check(request.consumer_group, target.broker_name, target.members)
         deadline = time.monotonic() + timeout_ms / 1000
         offset = request.offset
         while True:

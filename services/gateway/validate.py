@@ -83,6 +83,9 @@ class ProduceCheck(NamedTuple):
     bodies_only: bool
     # Some message has delay_level, deliver_at_ms or delay_ms (scheduled.py).
     delayed: bool = False
+    # Some message has properties or a delay field: its type may be other than NORMAL
+    # (message_types.py).
+    typed: bool = True
 
 
 def check_produce_messages(
@@ -101,9 +104,10 @@ def check_produce_messages(
     if request_bytes is not None and len(topics) == 1:
         (topic,) = topics
         if only_topic_and_bodies(messages, topic, request_bytes, max_body_bytes):
-            return ProduceCheck(topics, routed=False, bodies_only=True)
+            return ProduceCheck(topics, routed=False, bodies_only=True, typed=False)
     routed = delayed = False
     bodies_only = True
+    typed = False
     for index, message in enumerate(messages):
         route = message.WhichOneof("route")
         if (
@@ -121,17 +125,14 @@ def check_produce_messages(
         ):
             check_produce_message(index, message, max_body_bytes)
             routed = routed or route is not None
-            delayed = delayed or is_delayed(message)
+            if is_delayed(message):
+                delayed = typed = True
+            elif message.properties:
+                typed = True
             bodies_only = False
-        elif bodies_only and (
-            message.flag
-            or message.born_timestamp_ms
-            or message.delay_level
-            or message.deliver_at_ms
-            or message.delay_ms
-        ):
+        elif bodies_only and (message.flag or message.born_timestamp_ms):
             bodies_only = False
-    return ProduceCheck(topics, routed, bodies_only, delayed)
+    return ProduceCheck(topics, routed, bodies_only, delayed, typed)
 
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:

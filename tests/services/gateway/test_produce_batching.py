@@ -100,16 +100,22 @@ def test_batch_check_passes_valid_messages() -> None:
         pb.ProduceMessage(topic="T2", body=b"y", tags="A", keys=["k"], born_timestamp_ms=5),
         pb.ProduceMessage(topic="T1", body=b"z", queue=pb.QueueRef(broker_name="b", queue_id=1)),
     ]
-    assert check_produce_messages(messages, 1_000) == ({"T1", "T2"}, True, False, False)
+    assert check_produce_messages(messages, 1_000) == ({"T1", "T2"}, True, False, False, False)
     sized = size_of(messages)
-    assert check_produce_messages(messages, 1_000, sized) == ({"T1", "T2"}, True, False, False)
+    assert check_produce_messages(messages, 1_000, sized) == (
+        {"T1", "T2"},
+        True,
+        False,
+        False,
+        False,
+    )
 
 
 def test_batch_check_says_when_no_message_is_routed() -> None:
     messages = [pb.ProduceMessage(topic="T1", body=b"x", tags="A") for _ in range(3)]
-    assert check_produce_messages(messages, 1_000) == ({"T1"}, False, False, False)
+    assert check_produce_messages(messages, 1_000) == ({"T1"}, False, False, False, False)
     sized = size_of(messages)
-    assert check_produce_messages(messages, 1_000, sized) == ({"T1"}, False, False, False)
+    assert check_produce_messages(messages, 1_000, sized) == ({"T1"}, False, False, False, False)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +129,7 @@ def test_batch_check_says_when_messages_are_bodies_only(
     messages.append(pb.ProduceMessage(topic="T", body=b"y", **extra))  # type: ignore[arg-type]
     assert check_produce_messages(messages, 1_000).bodies_only is bodies_only
     sized = check_produce_messages(messages, 1_000, size_of(messages))
-    assert sized == ({"T"}, False, bodies_only, False)
+    assert sized == ({"T"}, False, bodies_only, False, False)  # none is typed
 
 
 @pytest.mark.parametrize(
@@ -136,7 +142,7 @@ def test_batch_check_says_when_a_message_is_delayed(extra: dict[str, object]) ->
     messages.append(pb.ProduceMessage(topic="T", body=b"y", **extra))  # type: ignore[arg-type]
     for sized in (None, size_of(messages)):
         check = check_produce_messages(messages, 1_000, sized)
-        assert check.delayed and not check.bodies_only
+        assert check.delayed and check.typed and not check.bodies_only
 
 
 # -- the coalescing Append queue -----------------------------------------------------

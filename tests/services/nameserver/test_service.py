@@ -114,6 +114,32 @@ def test_a_slave_registration_does_not_set_queue_data(shared_nameserver: NameSer
     assert "SlaveX" not in ns.topics()
 
 
+def test_message_types_and_hidden_topics(shared_nameserver: NameServerProcess) -> None:
+    ns = shared_nameserver
+    fifo = register_request("type-a", "10.0.4.1:10911", {"TypeT": 1, "%RETRY%g": 1, "Plain": 1})
+    fifo.topics[0].attributes["message.type"] = "FIFO"
+    register(ns, fifo)
+    delay = register_request("type-b", "10.0.4.2:10911", {"TypeT": 1, "rmq_sys_wheel_timer": 1})
+    delay.topics[0].attributes["message.type"] = "DELAY"
+    register(ns, delay)
+    route = ns.route("TypeT")
+    assert [(q.broker_name, q.message_type) for q in route.queue_datas] == [
+        ("type-a", "FIFO"),
+        ("type-b", "DELAY"),
+    ]
+    assert route.message_type == "MIXED"
+    assert ns.route("Plain").message_type == "NORMAL"
+    shown = ns.stub.ListRouteTopics(pb.ListRouteTopicsRequest(), timeout=RPC_TIMEOUT_S)
+    types = dict(zip(shown.topics, shown.message_types, strict=True))
+    assert (types["TypeT"], types["Plain"]) == ("MIXED", "NORMAL")
+    assert "%RETRY%g" not in types and "rmq_sys_wheel_timer" not in types
+    every = ns.stub.ListRouteTopics(
+        pb.ListRouteTopicsRequest(include_hidden=True), timeout=RPC_TIMEOUT_S
+    )
+    assert {"%RETRY%g", "rmq_sys_wheel_timer", "TypeT"} <= set(every.topics)
+    assert list(every.topics) == sorted(every.topics)
+
+
 def test_an_unknown_topic_has_no_route(shared_nameserver: NameServerProcess) -> None:
     expect_error(
         grpc.StatusCode.NOT_FOUND,
@@ -198,6 +224,8 @@ def _bad(**changes: object) -> pb.RegisterBrokerRequest:
             request.topics[0].topic_name = str(value)
         elif name == "twice":
             request.topics.append(request.topics[0])
+        elif name == "message_type":
+            request.topics[0].attributes["message.type"] = str(value)
         else:
             setattr(request, name, value)
     return request
@@ -216,6 +244,7 @@ def _bad(**changes: object) -> pb.RegisterBrokerRequest:
         (_bad(topic="bad topic"), "topics[0]: topic 'bad topic' contains ' '"),
         (_bad(twice=True), "topics[1]: topic 'BadT' is listed twice"),
         (_bad(heartbeat_timeout_ms=-5), "heartbeat_timeout_ms is -5"),
+        (_bad(message_type="LIFO"), "topics[0] (BadT): attributes: message.type is 'LIFO'"),
     ],
 )
 def test_bad_registrations_name_the_field(

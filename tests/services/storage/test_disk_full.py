@@ -152,6 +152,13 @@ def test_a_full_disk_answers_resource_exhausted_and_writes_resume_when_space_is_
             "topics.json",
         )
         assert "free" in details
+        group = pb.UpsertGroupRequest(group=pb.GroupConfig(group_name="g_full"))
+        expect_error(  # and subscriptionGroup.json
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            lambda: storage.stub.UpsertGroup(group, timeout=RPC_TIMEOUT_S),
+            str(storage.store_dir),
+            "subscriptionGroup.json",
+        )
         assert sorted((storage.store_dir / "config").iterdir()) == config_files
         (small_disk / "filler-rest").unlink()
 

@@ -36,6 +36,8 @@ SYSFLAG_ROLLBACK = 3 << 2
 SYSFLAG_BORN_V6 = 1 << 4
 SYSFLAG_STORE_V6 = 1 << 5
 
+SYSTEM_TOPIC_COUNT = 2  # a store holds SCHEDULE_TOPIC_XXXX and rmq_sys_wheel_timer
+
 
 def packed_host(ip: str, port: int) -> bytes:
     return ipaddress.ip_address(ip).packed + struct.pack(">i", port)
@@ -394,7 +396,7 @@ def test_empty_store_status(make_store: StoreFactory) -> None:
     assert (status.committed_offset, status.flushed_offset) == (0, 0)
     assert status.segment_count == 1  # prepared at open, empty
     assert status.writable
-    assert status.topic_count == 0
+    assert status.topic_count == SYSTEM_TOPIC_COUNT  # the schedule and timer topics
     assert status.disk_usage_ratio == 0.10
     assert store.commitlog.read_raw(0, 4096) == (0, b"")
 
@@ -403,7 +405,7 @@ def test_empty_store_status(make_store: StoreFactory) -> None:
     assert (status.min_offset, status.max_offset) == (0, position[1])
     assert status.committed_offset == position[1]
     assert status.segment_count == 1
-    assert status.topic_count == 1
+    assert status.topic_count == SYSTEM_TOPIC_COUNT + 1
 
 
 # -- message ids and hosts -------------------------------------------------------------

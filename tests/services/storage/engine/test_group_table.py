@@ -108,3 +108,19 @@ def test_a_damaged_file_refuses_to_load(tmp_path: Path) -> None:
 def test_default_group_refuses_a_bad_name() -> None:
     with pytest.raises(ValueError, match="retry topic"):
         default_group("g" * 250)
+
+
+def test_install_replaces_the_table_with_another_brokers(tmp_path: Path) -> None:
+    master = GroupTable(tmp_path / "master", clock_ms=clock)
+    master.upsert(SubscriptionGroupConfig("g", retry_max_times=2))
+    doc = json.loads(master.path.read_text())
+    slave = GroupTable(tmp_path / "slave")
+    slave.upsert(SubscriptionGroupConfig("only-here"))
+    slave.install(master.path.read_bytes())
+    assert [c.group_name for c in slave.list()] == ["g"]
+    assert slave.table.data_version == master.table.data_version
+    assert GroupTable(tmp_path / "slave").get("g") == master.get("g")
+    doc["subscriptionGroupTable"]["g"]["retryMaxTimes"] = -3
+    with pytest.raises(ConfigFormatError, match=r"retryMaxTimes is -3"):
+        slave.install(json.dumps(doc).encode())
+    assert slave.get("g") == master.get("g")  # unchanged

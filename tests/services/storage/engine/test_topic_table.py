@@ -324,3 +324,34 @@ def test_concurrent_upserts_all_land(tmp_path: Path) -> None:
     assert len(table.list()) == 40
     assert table.data_version[1] == 40
     assert len(_table(tmp_path).list()) == 40
+
+
+# -- attributes (RocketMQ 5's topic attributes: the message type) -----------------------
+def test_attributes_round_trip_as_rocketmq_5_stores_them(tmp_path: Path) -> None:
+    table = TopicTable(tmp_path)
+    fifo = TopicConfig("Fifo", 2, 2, attributes={"message.type": "FIFO"})
+    table.upsert(fifo)
+    table.upsert(TopicConfig("Plain", 1, 1))
+    doc = json.loads((tmp_path / "topics.json").read_text())["topicConfigTable"]
+    assert doc["Fifo"]["attributes"] == {"message.type": "FIFO"}
+    assert "attributes" not in doc["Plain"]  # as a RocketMQ 4 file: none
+    assert TopicTable(tmp_path).get("Fifo") == fifo
+
+
+def test_an_unknown_message_type_is_refused(tmp_path: Path) -> None:
+    table = TopicTable(tmp_path)
+    with pytest.raises(ValueError, match="NORMAL, FIFO, DELAY, TRANSACTION, MIXED"):
+        table.upsert(TopicConfig("Bad", 1, 1, attributes={"message.type": "LIFO"}))
+    assert table.get("Bad") is None
+    doc = {
+        "topicConfigTable": {
+            "Bad": {"topicName": "Bad", "attributes": {"message.type": "LIFO"}},
+        }
+    }
+    (tmp_path / "topics.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigFormatError, match=re.escape("message.type is 'LIFO'")):
+        TopicTable(tmp_path)
+    doc["topicConfigTable"]["Bad"]["attributes"] = {"message.type": 3}
+    (tmp_path / "topics.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigFormatError, match="attributes must map names to strings"):
+        TopicTable(tmp_path)
