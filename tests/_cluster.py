@@ -433,9 +433,11 @@ class Cluster:
         queues: int = 4,
         brokers: Sequence[str] = (),
         perm: int = 0,
+        message_type: str = "",
     ) -> list[str]:
         """CreateTopic through the gateway (every broker unless named); returns the
-        brokers it was created on (the route shows it when this returns)."""
+        brokers it was created on (the route shows it when this returns). Delayed and
+        timed messages need ``message_type="DELAY"`` (or MIXED)."""
         reply = self.gateway.stub.CreateTopic(
             pb.CreateTopicRequest(
                 topic=topic,
@@ -443,6 +445,7 @@ class Cluster:
                 write_queue_nums=queues,
                 perm=perm,
                 broker_names=list(brokers),
+                message_type=message_type,
             ),
             timeout=RPC_TIMEOUT_S,
         )

@@ -138,7 +138,7 @@ def test_produce_later(cluster: Cluster) -> None:
     """--delay-level stores the messages in SCHEDULE_TOPIC_XXXX; delivered 1 s later (level
     1 of the default table) to the real topic; bad input exits 2 naming the accepted forms."""
     topic = "T_cli_later"
-    cluster.create_topic(topic, queues=1)
+    cluster.create_topic(topic, queues=1, message_type="DELAY")
     (produced,) = produce_json(cluster, topic, "--delay-level", "1", "--keys", "later")
     with Admin(cluster.gateway.listen) as admin:
         assert admin.query_id(produced["msg_id"]).topic == "SCHEDULE_TOPIC_XXXX"

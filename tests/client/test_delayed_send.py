@@ -21,7 +21,7 @@ def test_send_sync_batch_and_async_with_a_delay_level(cluster: Cluster) -> None:
         Producer(gateway, stream=True) as streamed,
         Producer(gateway) as producer,
     ):
-        admin.create_topic(topic, read_queue_nums=2)
+        admin.create_topic(topic, read_queue_nums=2, message_type="DELAY")
         results = [
             producer.send(topic, "sync", delay_level=1, properties={"n": "0"}),
             *producer.send_batch([Message(topic, "batch", delay_level=1)]),
@@ -44,6 +44,6 @@ def test_send_sync_batch_and_async_with_a_delay_level(cluster: Cluster) -> None:
 def test_send_at_a_past_time_is_delivered_now(cluster: Cluster) -> None:
     topic = "T_client_past"
     with Admin(cluster.gateway.listen) as admin, Producer(cluster.gateway.listen) as producer:
-        admin.create_topic(topic, read_queue_nums=1)
+        admin.create_topic(topic, read_queue_nums=1, message_type="DELAY")
         result = producer.send(topic, "now", deliver_at_ms=1)
         assert admin.query_id(result.msg_id).topic == topic

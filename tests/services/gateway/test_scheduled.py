@@ -56,7 +56,7 @@ def raw_record(cluster: Cluster, physical_offset: int, size: int) -> bytes:
 def test_delay_level_is_stored_as_rocketmq_stores_it_and_delivered(
     cluster: Cluster, topic_name: str
 ) -> None:
-    cluster.create_topic(topic_name, queues=2)
+    cluster.create_topic(topic_name, queues=2, message_type="DELAY")
     sent = pb.ProduceMessage(
         topic=topic_name,
         body=b"later",
@@ -109,7 +109,7 @@ def test_delay_level_is_stored_as_rocketmq_stores_it_and_delivered(
 
 
 def test_a_time_in_the_past_is_delivered_now(cluster: Cluster, topic_name: str) -> None:
-    cluster.create_topic(topic_name, queues=1)
+    cluster.create_topic(topic_name, queues=1, message_type="DELAY")
     result = produce_one(cluster, pb.ProduceMessage(topic=topic_name, body=b"now", deliver_at_ms=1))
     (stored,) = query(cluster, msg_id=result.msg_id)
     assert (stored.message.topic, stored.message.queue_id) == (topic_name, 0)
@@ -118,7 +118,7 @@ def test_a_time_in_the_past_is_delivered_now(cluster: Cluster, topic_name: str) 
 
 
 def test_bad_delays_are_refused_naming_the_fix(cluster: Cluster, topic_name: str) -> None:
-    cluster.create_topic(topic_name, queues=1)
+    cluster.create_topic(topic_name, queues=1, message_type="DELAY")
 
     def produce(**fields: object) -> None:
         message = pb.ProduceMessage(topic=topic_name, body=b"x", **fields)  # type: ignore[arg-type]
@@ -162,7 +162,7 @@ def test_bad_delays_are_refused_naming_the_fix(cluster: Cluster, topic_name: str
 
 
 def test_level_pending_is_reported_until_delivered(cluster: Cluster, topic_name: str) -> None:
-    cluster.create_topic(topic_name, queues=1)
+    cluster.create_topic(topic_name, queues=1, message_type="DELAY")
     dispatch = cluster.brokers[0].dispatch
     before = list(dispatch.status().delivery.delay_level_pending)
     produce_one(cluster, pb.ProduceMessage(topic=topic_name, body=b"x", delay_level=3))
