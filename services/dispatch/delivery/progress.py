@@ -55,24 +55,42 @@ def load_delay_offsets(store_dir: Path) -> DelayOffsets:
 
 
 class DelayProgressFile:
-    """Saves level offsets locally, then copies them to the storage."""
+    """Saves level offsets locally, then copies them to the storage.
+
+    The local file is written after every delivered batch (a crash then repeats at most
+    the batch in flight per level); the copy to the storage, which only slaves read, is
+    sent at most once per save interval (``copy_pending``)."""
 
     def __init__(self, store_dir: Path, storage: ProgressTarget) -> None:
         self._path = delay_offset_path(store_dir)
         self._storage = storage
         self._version = DataVersion()
         self._copy_failed = False  # the last copy to the storage failed (logged once)
+        self._pending_copy: bytes | None = None  # saved locally, not copied yet
+        self._lock = asyncio.Lock()  # one writer of the file at a time (levels save alike)
 
     def resume_version(self, version: DataVersion) -> None:
         self._version = version
 
-    async def save(self, offsets: Mapping[int, int], now_ms: int) -> None:
-        """Write the file (off the event loop: it fsyncs), then copy it to the storage."""
-        self._version = DataVersion(self._version.state_version, now_ms, self._version.counter + 1)
-        document = encode_delay_offsets(DelayOffsets(dict(offsets), self._version))
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(write_json_atomically, self._path, document)
-        await self._copy(json.dumps(document, indent=2).encode("utf-8"))
+    async def save(self, offsets: Mapping[int, int], now_ms: int, *, copy: bool = True) -> None:
+        """Write the file (off the event loop: it fsyncs), then copy it to the storage
+        (now with ``copy``, else at the next :meth:`copy_pending`)."""
+        async with self._lock:
+            self._version = DataVersion(
+                self._version.state_version, now_ms, self._version.counter + 1
+            )
+            document = encode_delay_offsets(DelayOffsets(dict(offsets), self._version))
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(write_json_atomically, self._path, document)
+            self._pending_copy = json.dumps(document, indent=2).encode("utf-8")
+        if copy:
+            await self.copy_pending()
+
+    async def copy_pending(self) -> None:
+        """Copy the last local save to the storage, if it was not copied yet."""
+        data, self._pending_copy = self._pending_copy, None
+        if data is not None:
+            await self._copy(data)
 
     async def _copy(self, data: bytes) -> None:
         try:

@@ -14,8 +14,9 @@ or, with nothing pending, until the dispatcher publishes an arrival for its queu
 
 Only while the followed storage is a master (GetStatus.replication.role is not SLAVE,
 asked every ``role_check_interval_s``): beside a slave every level holds. Progress is
-saved every ``progress_interval_s`` when it moved, and at stop (progress.py). A crash
-repeats what was delivered after the last save: at-least-once, never a loss.
+saved after every delivered batch, copied to the storage every ``progress_interval_s``
+when it moved, and at stop (progress.py). A crash repeats what was delivered after the
+last save (at most the batch in flight of each level): at-least-once, never a loss.
 """
 
 from __future__ import annotations
@@ -219,6 +220,9 @@ class ScheduleService:
             return 0.1
         await self._deliver(level, [e for e in due if not e.is_pre_blank])
         self._offsets[level] = due[-1].queue_offset + 1
+        # Recorded at once (the storage's copy follows at the save interval): a crash
+        # repeats at most the batch in flight of each level.
+        await self._save(copy=False)
         return 0
 
     async def _deliver(self, level: int, entries: list[Entry]) -> None:
@@ -270,12 +274,15 @@ class ScheduleService:
             await asyncio.sleep(self._progress_interval_s)
             try:
                 await self._save()
+                await self._progress.copy_pending()
             except OSError:
                 log.exception("delay levels: saving progress failed; retrying at the next save")
 
-    async def _save(self) -> None:
+    async def _save(self, *, copy: bool = True) -> None:
         offsets = dict(self._offsets)
         if offsets == self._saved:
             return
-        await self._progress.save(offsets, self._clock_ms())
+        # The live offsets: the file takes them under its lock, so a save that waited for
+        # another level's never writes an older snapshot over a newer one.
+        await self._progress.save(self._offsets, self._clock_ms(), copy=copy)
         self._saved = offsets
