@@ -11,7 +11,7 @@ from pyspark.sql import Row, SparkSession
 from tests._cluster import Cluster
 from tide.client import Message, Producer, SendResult
 from tide.commitlog import CommitlogLayoutError, NotAStoreError
-from tide.format import ABORT_FILE, parse_msg_id
+from tide.format import ABORT_FILE, SCHEDULE_TOPIC, parse_msg_id
 from tide.spark._archive import archive_segments
 
 TOPIC = "SparkArchive"
@@ -143,3 +143,36 @@ def test_a_directory_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
     (tmp_path / "commitlog").mkdir()
     with pytest.raises(CommitlogLayoutError, match="no commitlog segment files: an empty store"):
         archive_segments(f"file://{tmp_path}")
+
+
+def test_hidden_topics_are_left_out_unless_asked_for(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    """A delayed message waits in SCHEDULE_TOPIC_XXXX (a hidden topic): the reader leaves
+    it out unless includeHidden is true."""
+    topic = "SparkArchiveDelayed"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"], message_type="DELAY")
+    with Producer(cluster.gateway.listen) as producer:
+        (delayed,) = producer.send_batch([Message(topic, b"later", delay_level=18)])
+    store = cluster.broker("broker-a").master.storage_dir
+    archive = tmp_path / "commitlog"
+    shutil.copytree(store / "commitlog", archive, ignore=shutil.ignore_patterns("*.alloc"))
+
+    def topics(**options: str) -> set[str]:
+        reader = spark.read.format("tide-commitlog")
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        return {row.topic for row in reader.load(str(archive)).select("topic").collect()}
+
+    assert SCHEDULE_TOPIC not in topics()
+    assert TOPIC in topics()
+    with_hidden = topics(includeHidden="true")
+    assert SCHEDULE_TOPIC in with_hidden and TOPIC in with_hidden
+    row = (
+        spark.read.format("tide-commitlog")
+        .option("includeHidden", "true")
+        .load(str(archive))
+        .where(f"msg_id = '{delayed.msg_id}'")
+        .collect()
+    )
+    assert [(r.topic, r.properties["REAL_TOPIC"]) for r in row] == [(SCHEDULE_TOPIC, topic)]

@@ -7,7 +7,9 @@ tail (the clean end after a crash, read up to and logged) from corruption (the r
 fails, as ``tide store verify`` exits 1) by the same rule, with the abort file and queue
 offset snapshot of the store root when ``path`` is one. An archived copy of the newest
 segment may also be shorter than the others (copied while written, or cut off): it is
-read as far as its records are whole.
+read as far as its records are whole. Records of hidden topics (retry, dead-letter,
+schedule, timer and other system topics: tide.format's ``is_hidden_topic``) are left out
+unless the option ``includeHidden`` is true.
 
 The walk over one segment is ``tide.commitlog``'s own (``_SegmentWalk``), given this
 module's segment chain so that a short newest segment is accepted.
@@ -33,7 +35,13 @@ from tide.commitlog import (
 )
 from tide.commitlog._mapped import map_segment, segment_has_data
 from tide.commitlog._reader import _SegmentWalk
-from tide.format import TailMarks, make_msg_id, msg_id_prefix, parse_segment_name
+from tide.format import (
+    TailMarks,
+    is_hidden_topic,
+    make_msg_id,
+    msg_id_prefix,
+    parse_segment_name,
+)
 from tide.spark._options import _bool, _lower
 from tide.spark._schema import BatchBuilder
 
@@ -93,6 +101,8 @@ class SegmentPartition(InputPartition):
     broker_name: str | None
     check_crc: bool
     marks: TailMarks
+    # Also the records of hidden topics (retry, dead-letter, schedule, timer, ...).
+    include_hidden: bool = False
 
 
 def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
@@ -100,6 +110,7 @@ def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
     segment = segments[partition.index]
     builder = BatchBuilder(archive=True, broker_name=partition.broker_name)
     prefixes: dict[object, str] = {}
+    hidden: dict[str, bool] = {}  # per topic: left out (a few topics, many records)
 
     def torn(tail: TornTail) -> None:
         log.warning(
@@ -116,6 +127,12 @@ def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
         )
         for at in walk.records(0):
             record = at.record
+            if not partition.include_hidden:
+                skip = hidden.get(record.topic)
+                if skip is None:
+                    skip = hidden[record.topic] = is_hidden_topic(record.topic)
+                if skip:
+                    continue
             prefix = prefixes.get(record.store_host)
             if prefix is None:
                 prefix = prefixes[record.store_host] = msg_id_prefix(record.store_host)
@@ -136,13 +153,16 @@ class CommitlogReader(DataSourceReader):
         self.path = lowered["path"]
         self.broker_name = lowered.get("brokername") or None
         self.check_crc = _bool(lowered, "checkCrc", True)
+        self.include_hidden = _bool(lowered, "includeHidden", False)
 
     def partitions(self) -> Sequence[InputPartition]:
         directory, segments = archive_segments(self.path)
         chain = tuple((str(s.path), s.start_offset, s.size) for s in segments)
         marks = tail_marks_for(directory)
         return [
-            SegmentPartition(chain, index, self.broker_name, self.check_crc, marks)
+            SegmentPartition(
+                chain, index, self.broker_name, self.check_crc, marks, self.include_hidden
+            )
             for index in range(len(segments))
         ]
 
