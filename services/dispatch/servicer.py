@@ -66,6 +66,8 @@ class Running:
     store: DispatchStore
     storage: StorageClient
     dispatcher: Dispatcher
+    # The delivery services' state (docs/delivery.md), None while none runs.
+    delivery: Callable[[], pb.DeliveryStatus] | None = None
 
 
 def _invalid(message: str) -> ServiceError:
@@ -449,4 +451,5 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             storage=running.storage.target,
             tail_reconnects=dispatcher.tail_reconnects,
             tail_restarts=dispatcher.restarts,
+            delivery=running.delivery() if running.delivery is not None else None,
         )

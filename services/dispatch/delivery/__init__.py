@@ -1,0 +1,1 @@
+"""Delivery services beside the consume queues: delay levels and the timer (docs/delivery.md)."""

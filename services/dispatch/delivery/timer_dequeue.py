@@ -1,0 +1,152 @@
+"""Dequeue: fire the wheel's slots whose period is over (``TimerMessageStore``'s dequeue
+services in one step).
+
+A slot is fired in two walks of its chain in the timer log, ``CHAIN_BATCH_UNITS`` units
+at a time: the first reads the recalls (DELETE units) filed in it, the second reads the
+messages, files the ROLL ones again (their time is beyond the window they were filed
+in), leaves out the recalled ones and re-puts the rest to their real topic and queue.
+Only then does ``read_time_ms`` move past the slot: a crash meanwhile fires it again
+(at-least-once). The recalls held are those of one slot (RocketMQ holds them likewise).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from services.dispatch.delivery.delivery_storage import DeliveryStorage
+from services.dispatch.delivery.timer_enqueue import slot_time_of
+from services.dispatch.delivery.timer_reput import append_due, due_message
+from services.dispatch.delivery.timer_store import TimerStore, is_delete, is_roll
+from tide.format import (
+    REAL_TOPIC,
+    TIMER_DEL_UNIQKEY,
+    TIMER_DELIVER_MS,
+    UNIQ_KEY,
+    TimerLogUnit,
+    timer_delete_key,
+)
+from tide.v1 import storage_pb2 as spb
+
+log = logging.getLogger("tide.dispatch.timer")
+
+Lateness = Callable[[int], None]  # records one delivery's lateness in ms
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Dequeuer:
+    def __init__(
+        self,
+        store: TimerStore,
+        storage: DeliveryStorage,
+        running: Callable[[], bool],
+        lateness: Lateness,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self._store = store
+        self._storage = storage
+        self._running = running
+        self._lateness = lateness
+        self._clock_ms = clock_ms
+        self.delivered = 0
+        self.recalled = 0
+        self.rolled = 0
+
+    def due(self) -> bool:
+        """The next slot's period is over."""
+        store = self._store
+        return store.read_time_ms + store.geometry.precision_ms <= self._clock_ms()
+
+    def wait_ms(self) -> int:
+        """How long until the next slot's period is over."""
+        store = self._store
+        return max(0, store.read_time_ms + store.geometry.precision_ms - self._clock_ms())
+
+    async def fire(self) -> None:
+        """Fire the slot at ``read_time_ms`` and move past it. Raises AioRpcError when the
+        storage does not answer a Read (the slot is then fired again)."""
+        store = self._store
+        slot_time = store.read_time_ms
+        store.firing = True
+        try:
+            if store.wheel.slot(slot_time).num > 0:
+                deleted = await self._recalls(slot_time)
+                for units in store.chain(slot_time):
+                    await self._deliver(units, deleted)
+            store.read_time_ms = slot_time + store.geometry.precision_ms
+        finally:
+            store.firing = False
+
+    async def _recalls(self, slot_time: int) -> set[str]:
+        deleted: set[str] = set()
+        for units in self._store.chain(slot_time):
+            marks = [u for u in units if is_delete(u) and not is_roll(u)]
+            for message in await self._read(marks):
+                if message is not None:
+                    deleted.add(message.properties.get(TIMER_DEL_UNIQKEY, ""))
+        return deleted
+
+    async def _read(self, units: Sequence[TimerLogUnit]) -> list[spb.StoredMessage | None]:
+        if not units:
+            return []
+        results = await self._storage.read([(u.commitlog_offset, u.commitlog_size) for u in units])
+        found: list[spb.StoredMessage | None] = []
+        for unit, result in zip(units, results, strict=True):
+            if result.status == spb.FOUND:
+                found.append(result.message)
+            else:
+                log.warning(
+                    "timed message at %d is gone (%s); it cannot be delivered",
+                    unit.commitlog_offset,
+                    spb.ReadStatus.Name(result.status),
+                )
+                found.append(None)
+        return found
+
+    async def _deliver(self, units: Sequence[TimerLogUnit], deleted: set[str]) -> None:
+        store = self._store
+        wanted = [u for u in units if not (is_delete(u) and not is_roll(u))]
+        due: list[spb.Message] = []
+        due_times: list[int] = []
+        for unit, message in zip(wanted, await self._read(wanted), strict=True):
+            store.pending -= 0 if is_delete(unit) else 1
+            if message is None:
+                continue
+            if is_roll(unit):
+                self._refile(unit, message)
+                continue
+            props = message.properties
+            key = timer_delete_key(props.get(REAL_TOPIC, ""), props.get(UNIQ_KEY, ""))
+            if key in deleted:
+                self.recalled += 1
+                continue
+            real = due_message(message)
+            if real is None:
+                log.warning("timed message %s names no real topic; dropped", message.msg_id)
+                continue
+            due.append(real)
+            deliver = props.get(TIMER_DELIVER_MS, "")
+            due_times.append(int(deliver) if deliver.isdigit() else unit.delayed_time_ms)
+        appended = await append_due(self._storage, due, self._running)
+        self.delivered += appended
+        now = self._clock_ms()
+        for due_ms in due_times:
+            self._lateness(max(0, now - due_ms))
+
+    def _refile(self, unit: TimerLogUnit, message: spb.StoredMessage) -> None:
+        """A ROLL unit fired: file its message again, nearer its time."""
+        slot_time = slot_time_of(message, self._store)
+        if slot_time is None:
+            return
+        self._store.file(
+            unit.commitlog_offset,
+            unit.commitlog_size,
+            slot_time,
+            unit.topic_hash,
+            delete=is_delete(unit),
+        )
+        self.rolled += 1
