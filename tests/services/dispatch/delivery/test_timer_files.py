@@ -62,7 +62,8 @@ def test_log_units_are_the_documented_bytes_and_cross_segments(tmp_path: Path) -
     assert first[:52] == pack_timer_unit(_unit(-1, 0))
     assert first[156 + 12 : 156 + 16] == bytes.fromhex("CBD43194")  # the blank's magic
     assert log.read(segment + 52).commitlog_offset == 4000
-    assert log.scan(log.end).units == 2
+    scan = log.scan(log.end)
+    assert scan is not None and scan.units == 2
     log.close()
 
 
