@@ -70,10 +70,12 @@ def test_timed_messages_arrive_when_due_within_precision(
     wait_until(lambda: dispatch.status().delivery.timer_pending == 0, "no timer pending")
     checkpoint = TimerCheckpoint.unpack((tmp_path / "dispatch/config/timercheck").read_bytes())
     wait_until(
-        lambda: TimerCheckpoint.unpack(
-            (tmp_path / "dispatch/config/timercheck").read_bytes()
-        ).last_timer_queue_offset
-        == len(due),
+        lambda: (
+            TimerCheckpoint.unpack(
+                (tmp_path / "dispatch/config/timercheck").read_bytes()
+            ).last_timer_queue_offset
+            == len(due)
+        ),
         "the checkpoint to record every timer-topic message filed",
         state=lambda: checkpoint,
     )
@@ -159,8 +161,10 @@ def _crash_run(
     keys = count_keys(delivered(dispatch, storage, topic_name))
     assert set(keys) == set(due)  # none lost
     duplicates = sum(keys.values()) - count
-    print(f"{count} timers, SIGKILL of the {'storage' if kill_storage else 'dispatch'}: "
-          f"{duplicates} duplicate deliveries (at-least-once)")
+    print(
+        f"{count} timers, SIGKILL of the {'storage' if kill_storage else 'dispatch'}: "
+        f"{duplicates} duplicate deliveries (at-least-once)"
+    )
     assert dispatch.offsets(TIMER_TOPIC).max_offset == count
 
 
