@@ -72,7 +72,7 @@ def delivered(
     try:
         offsets = dispatch.offsets(topic)
     except grpc.RpcError as exc:  # NOT_FOUND before the first delivery
-        if exc.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+        if exc.code() != grpc.StatusCode.NOT_FOUND:
             raise
         return []
     positions: list[tuple[int, int]] = []
