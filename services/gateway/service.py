@@ -23,6 +23,7 @@ from services.gateway.produce import Producer
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
 from services.gateway.readers import ReadMembers
+from services.gateway.recall import Recaller
 from services.gateway.routes import RouteCache
 from services.gateway.servicer import GatewayServicer
 from tide.limits import APPEND_MAX_BYTES
@@ -63,14 +64,16 @@ class GatewayService:
             admin.auto_create if config.auto_create_topics else None,
         )
         puller = Puller(config, self._routes, self._channels, self._held, members)
+        querier = Querier(config, self._routes, self._channels, members)
         self._servicer = GatewayServicer(
             producer,
             puller,
-            Querier(config, self._routes, self._channels, members),
+            querier,
             Consumers(config, self._routes, self._channels, members),
             admin,
             config.max_produce_in_flight_bytes,
             config.max_produce_stream_in_flight_bytes,
+            recaller=Recaller(config, self._routes, self._channels, querier),
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(

@@ -12,6 +12,7 @@ from services.gateway.produce import Producer
 from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from services.gateway.recall import Recaller
 from services.gateway.validate import check_produce_size
 from tide.server import ByteBudget
 from tide.v1 import gateway_pb2 as pb
@@ -32,12 +33,14 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         admin: Admin,
         produce_in_flight_bytes: int,
         produce_stream_in_flight_bytes: int,
+        recaller: Recaller,
     ) -> None:
         self._producer = producer
         self._puller = puller
         self._querier = querier
         self._consumers = consumers
         self._admin = admin
+        self._recaller = recaller
         # The bytes of the produce requests being processed (Produce and ProduceStream):
         # past it, RESOURCE_EXHAUSTED naming max_produce_in_flight_bytes.
         self.produce_budget = ByteBudget(
@@ -68,6 +71,11 @@ class GatewayServicer(pb_grpc.GatewayServicer):
 
     async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
         return await self._puller.pull(request)
+
+    async def RecallMessage(
+        self, request: pb.RecallMessageRequest, context: Context
+    ) -> pb.RecallMessageResponse:
+        return await self._recaller.recall(request)
 
     async def QueryMessage(
         self, request: pb.QueryMessageRequest, context: Context

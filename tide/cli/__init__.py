@@ -20,6 +20,7 @@ from tide.cli import (
     _offsets,
     _produce,
     _query,
+    _recall,
     _store,
     _topic,
     _up,
@@ -44,6 +45,7 @@ _COMMAND_MODULES: tuple[CommandModule, ...] = (
     _produce,
     _consume,
     _query,
+    _recall,
     _offsets,
     _bench,
 )
