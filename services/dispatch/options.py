@@ -97,7 +97,8 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_TIMER_PRECISION_MS,
         "timer wheel slot length: a timed message is delivered at or after its time and "
         "less than this after it; rounded down to 100, 200, 500 or 1000 "
-        "(RocketMQ's timerPrecisionMs); fixed for a store once its wheel exists",
+        "(RocketMQ's timerPrecisionMs); keep it while timers are pending (the wheel numbers "
+        "its slots in it)",
         unit="ms",
     ),
     Option(
