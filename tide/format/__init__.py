@@ -197,6 +197,13 @@ from tide.format._retry_policy import (
     RetryPolicyType,
     should_dead_letter,
 )
+from tide.format._scheduled import (
+    SCHEDULE_BOOKKEEPING,
+    delay_level_properties,
+    real_destination,
+    timer_due_now,
+    timer_properties,
+)
 from tide.format._segments import parse_segment_name, segment_name
 from tide.format._store_root import (
     ABORT_FILE,
@@ -358,6 +365,7 @@ __all__ = [
     "RETRY_OR_DLQ_TOPIC_MAX_CHARS",
     "RETRY_TOPIC",
     "RETRY_TOPIC_PREFIX",
+    "SCHEDULE_BOOKKEEPING",
     "SCHEDULE_CONSUMER_GROUP",
     "SCHEDULE_TOPIC",
     "SHARDING_KEY",
@@ -455,6 +463,7 @@ __all__ = [
     "decode_subscription_groups",
     "delay_conflict_error",
     "delay_level_of_queue",
+    "delay_level_properties",
     "dlq_topic",
     "encode_delay_offsets",
     "encode_properties",
@@ -518,6 +527,7 @@ __all__ = [
     "read_snapshot",
     "read_tail_marks",
     "read_wheel_slot",
+    "real_destination",
     "record_properties",
     "record_size",
     "retry_delay_level",
@@ -538,8 +548,10 @@ __all__ = [
     "time_diff_seconds",
     "timer_delete_key",
     "timer_deliver_error",
+    "timer_due_now",
     "timer_magic",
     "timer_precision_ms",
+    "timer_properties",
     "timer_roll_window_slots",
     "timer_slot_time_ms",
     "timer_unit_error",
