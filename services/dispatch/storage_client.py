@@ -1,4 +1,5 @@
-"""The dispatch service's client of the storage service: GetStatus and Read.
+"""The dispatch service's client of the storage service: GetStatus, Read, and for the
+delivery services (services/dispatch/delivery/) Append and SaveDeliveryProgress.
 
 (The commitlog itself is followed by ``tide.tail.TailFollower``, on channels of its own.)
 """
@@ -9,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -24,6 +26,8 @@ log = logging.getLogger("tide.dispatch.storage")
 # The storage service's Read limits: 1024 positions and 64 MiB a call.
 READ_MAX_BYTES = 32 * 1024 * 1024  # half the server's limit: the reply adds fields
 RPC_TIMEOUT_S = 10.0
+# An Append waits for the store's flush (and SYNC_MASTER's replica): allow for both.
+APPEND_TIMEOUT_S = 30.0
 STATUS_TIMEOUT_S = 5.0
 # While the storage does not answer: one warning, then a reminder this often.
 WAIT_LOG_INTERVAL_S = 30.0
@@ -37,6 +41,15 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 Position = tuple[int, int]  # (physical offset, size)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedRun:
+    """What the store answered for one appended record run."""
+
+    count: int
+    store_timestamp_ms: int
+    physical_offsets: tuple[int, ...]
 
 
 class StorageClient:
@@ -115,6 +128,28 @@ class StorageClient:
                 )
             results.extend(response.results)
         return results
+
+    async def append_run(self, run: bytes, count: int) -> AppendedRun:
+        """Append one record run (docs/formats.md, "Record runs") of ``count`` records as
+        one batch. Raises grpc.aio.AioRpcError; the store writes all of it or none."""
+        request = pb.AppendRequest(records=[run])
+        response: pb.AppendResponse = await self._stub.Append(request, timeout=APPEND_TIMEOUT_S)
+        if len(response.physical_offsets) != count:
+            raise RuntimeError(
+                f"storage {self.target} answered {len(response.physical_offsets)} offsets "
+                f"for {count} records"
+            )
+        return AppendedRun(count, response.store_timestamp_ms, tuple(response.physical_offsets))
+
+    async def save_delivery_progress(
+        self, delay_offsets_json: bytes = b"", timer_checkpoint: bytes = b""
+    ) -> None:
+        """Copy the delivery services' progress to the storage (slaves get it from there).
+        Raises grpc.aio.AioRpcError."""
+        request = pb.SaveDeliveryProgressRequest(
+            delay_offsets_json=delay_offsets_json, timer_checkpoint=timer_checkpoint
+        )
+        await self._stub.SaveDeliveryProgress(request, timeout=RPC_TIMEOUT_S)
 
 
 def _split(positions: Sequence[Position]) -> list[Sequence[Position]]:

@@ -1,1 +1,11 @@
-"""Delivery services beside the consume queues: delay levels and the timer (docs/delivery.md)."""
+"""The delivery services of the dispatch process (docs/delivery.md).
+
+They read system topics' consume queues beside the dispatch (``SCHEDULE_TOPIC_XXXX``'s
+levels, the timer topic), and when a message is due append its real copy through the
+followed storage's Append API (:mod:`services.dispatch.delivery.reput`). They deliver
+only while that storage is a master, and keep their progress in the dispatch's store
+directory, copied to the storage so slaves have it.
+
+One small module per service: ``reput`` (shared: due records to Append), ``schedule``
+(delay levels), the timer's modules.
+"""
