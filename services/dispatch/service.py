@@ -10,9 +10,11 @@ from pathlib import Path
 import grpc
 
 from services.dispatch.arrivals import ArrivalHub
-from services.dispatch.delivery.delivery_metrics import lateness_recorder, timer_gauges
 from services.dispatch.delivery.delivery_storage import DeliveryStorage
+from services.dispatch.delivery.metrics import KIND_TIMER
+from services.dispatch.delivery.reput import Reput
 from services.dispatch.delivery.timer import TimerService
+from services.dispatch.delivery.timer_metrics import timer_gauges
 from services.dispatch.dispatcher import Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import DispatchStore
 from services.dispatch.metrics import DispatchMetrics
@@ -83,7 +85,7 @@ class DispatchService:
             raise
         dispatcher.start(offset)
         self._writer = writer
-        self._timer = await self._start_timer(store)
+        self._timer = await self._start_timer(store, storage)
         self._running = Running(store, storage, dispatcher, self._delivery_status)
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
@@ -91,7 +93,9 @@ class DispatchService:
         )
         self._metrics.gauges.start()
 
-    async def _start_timer(self, store: DispatchStore) -> TimerService | None:
+    async def _start_timer(
+        self, store: DispatchStore, storage: StorageClient
+    ) -> TimerService | None:
         """The timer beside the consume queues (after recovery: it reads them)."""
         if not self._config.get_bool("timer_enable"):
             return None
@@ -100,8 +104,8 @@ class DispatchService:
             Path(self._config.get_str("store_dir")),
             timer_options(self._config),
             self._delivery_storage,
+            Reput(storage, KIND_TIMER),
             store.consume_queues.find,
-            lateness_recorder("timer"),
         )
         await timer.start()
         gauges = self._timer_gauges = timer_gauges(lambda: timer.store.pending)

@@ -1,9 +1,10 @@
-"""The delivery services' calls to the storage they follow: Append (what is due),
-SaveDeliveryProgress (their progress, for the slaves: decision 2 of issue 18) and the
-storage's role (they deliver only beside a master).
+"""The timer's calls to the storage it follows, beside the dispatch's StorageClient (whose
+``append_run`` the shared re-put uses): Read of whole records (decoded here, as the re-put
+wants them), SaveDeliveryProgress (the timer checkpoint, for the slaves: decision 2 of
+issue 18) and the storage's role (the timer delivers only beside a master).
 
-A channel of their own, apart from the dispatch's reads: a long re-put never queues
-behind a pull's Read.
+A channel of its own, apart from the dispatch's reads: the timer's reads of a slot never
+queue behind a pull's Read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 import grpc
 
 from services.dispatch.storage_client import CHANNEL_OPTIONS, READ_MAX_BYTES
+from tide.format import DecodedRecord, decode_record
 from tide.limits import READ_MAX_POSITIONS
 from tide.server import traced_channel
 from tide.v1 import storage_pb2 as pb
@@ -43,11 +45,30 @@ class DeliveryStorage:
     async def close(self) -> None:
         await self._channel.close(None)
 
-    async def append(self, messages: Sequence[pb.Message]) -> pb.AppendResponse:
-        """One Append of ``messages``; raises grpc.aio.AioRpcError."""
-        request = pb.AppendRequest(messages=messages)
-        response: pb.AppendResponse = await self._stub.Append(request, timeout=APPEND_TIMEOUT_S)
-        return response
+    async def read_records(
+        self, positions: Sequence[tuple[int, int]]
+    ) -> list[DecodedRecord | None]:
+        """The records at (physical offset, size), decoded here from the bytes the storage
+        reads (one span each; None: the storage no longer has it). Raises AioRpcError."""
+        records: list[DecodedRecord | None] = []
+        for part in _split(positions):
+            request = pb.ReadRequest(
+                spans=[pb.RecordSpan(physical_offset=o, size=s, count=1) for o, s in part]
+            )
+            response: pb.ReadResponse = await self._stub.Read(request, timeout=APPEND_TIMEOUT_S)
+            if len(response.span_statuses) != len(part):
+                raise RuntimeError(
+                    f"storage {self.target} answered {len(response.span_statuses)} statuses "
+                    f"for {len(part)} spans"
+                )
+            data, pos = response.records, 0
+            for (offset, size), status in zip(part, response.span_statuses, strict=True):
+                if status != pb.FOUND:
+                    records.append(None)
+                    continue
+                records.append(decode_record(data, pos, pos + size, expected_offset=offset))
+                pos += size
+        return records
 
     async def read(self, positions: Sequence[tuple[int, int]]) -> list[pb.ReadResult]:
         """Read every (physical offset, size), in order, in as many calls as the storage's

@@ -20,7 +20,8 @@ from typing import Any
 import grpc
 
 from services.dispatch.delivery.delivery_storage import DeliveryStorage
-from services.dispatch.delivery.timer_dequeue import Dequeuer, Lateness
+from services.dispatch.delivery.reput import Reput
+from services.dispatch.delivery.timer_dequeue import Dequeuer
 from services.dispatch.delivery.timer_enqueue import Enqueuer
 from services.dispatch.delivery.timer_store import TimerSettings, TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue
@@ -53,15 +54,15 @@ class TimerService:
         store_dir: Path,
         options: TimerOptions,
         storage: DeliveryStorage,
+        reput: Reput,
         find_queue: Callable[[str, int], ConsumeQueue | None],
-        lateness: Lateness,
     ) -> None:
         self.options = options
         self.store = TimerStore(store_dir, options.settings)
         self._storage = storage
         self._stopping = False
         self.enqueuer = Enqueuer(self.store, storage, find_queue)
-        self.dequeuer = Dequeuer(self.store, storage, lambda: not self._stopping, lateness)
+        self.dequeuer = Dequeuer(self.store, storage, reput)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property

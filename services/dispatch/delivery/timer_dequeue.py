@@ -16,22 +16,20 @@ import time
 from collections.abc import Callable, Sequence
 
 from services.dispatch.delivery.delivery_storage import DeliveryStorage
+from services.dispatch.delivery.reput import DueMessage, Reput
 from services.dispatch.delivery.timer_enqueue import slot_time_of
-from services.dispatch.delivery.timer_reput import append_due, due_message
 from services.dispatch.delivery.timer_store import TimerStore, is_delete, is_roll
 from tide.format import (
     REAL_TOPIC,
     TIMER_DEL_UNIQKEY,
     TIMER_DELIVER_MS,
     UNIQ_KEY,
+    DecodedRecord,
     TimerLogUnit,
     timer_delete_key,
 )
-from tide.v1 import storage_pb2 as spb
 
 log = logging.getLogger("tide.dispatch.timer")
-
-Lateness = Callable[[int], None]  # records one delivery's lateness in ms
 
 
 def _now_ms() -> int:
@@ -43,14 +41,12 @@ class Dequeuer:
         self,
         store: TimerStore,
         storage: DeliveryStorage,
-        running: Callable[[], bool],
-        lateness: Lateness,
+        reput: Reput,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self._store = store
         self._storage = storage
-        self._running = running
-        self._lateness = lateness
+        self._reput = reput
         self._clock_ms = clock_ms
         self.delivered = 0
         self.recalled = 0
@@ -85,61 +81,53 @@ class Dequeuer:
         deleted: set[str] = set()
         for units in self._store.chain(slot_time):
             marks = [u for u in units if is_delete(u) and not is_roll(u)]
-            for message in await self._read(marks):
-                if message is not None:
-                    deleted.add(message.properties.get(TIMER_DEL_UNIQKEY, ""))
+            for record in await self._read(marks):
+                if record is not None:
+                    deleted.add(record.properties.get(TIMER_DEL_UNIQKEY, ""))
         return deleted
 
-    async def _read(self, units: Sequence[TimerLogUnit]) -> list[spb.StoredMessage | None]:
+    async def _read(self, units: Sequence[TimerLogUnit]) -> list[DecodedRecord | None]:
         if not units:
             return []
-        results = await self._storage.read([(u.commitlog_offset, u.commitlog_size) for u in units])
-        found: list[spb.StoredMessage | None] = []
-        for unit, result in zip(units, results, strict=True):
-            if result.status == spb.FOUND:
-                found.append(result.message)
-            else:
+        positions = [(u.commitlog_offset, u.commitlog_size) for u in units]
+        records = await self._storage.read_records(positions)
+        for unit, record in zip(units, records, strict=True):
+            if record is None:
                 log.warning(
-                    "timed message at %d is gone (%s); it cannot be delivered",
+                    "timed message at %d is gone from the storage (retention); it cannot "
+                    "be delivered",
                     unit.commitlog_offset,
-                    spb.ReadStatus.Name(result.status),
                 )
-                found.append(None)
-        return found
+        return records
 
     async def _deliver(self, units: Sequence[TimerLogUnit], deleted: set[str]) -> None:
         store = self._store
         wanted = [u for u in units if not (is_delete(u) and not is_roll(u))]
-        due: list[spb.Message] = []
-        due_times: list[int] = []
-        for unit, message in zip(wanted, await self._read(wanted), strict=True):
+        due: list[DueMessage] = []
+        for unit, record in zip(wanted, await self._read(wanted), strict=True):
             store.pending -= 0 if is_delete(unit) else 1
-            if message is None:
+            if record is None:
                 continue
             if is_roll(unit):
-                self._refile(unit, message)
+                self._refile(unit, record)
                 continue
-            props = message.properties
+            props = record.properties
             key = timer_delete_key(props.get(REAL_TOPIC, ""), props.get(UNIQ_KEY, ""))
             if key in deleted:
                 self.recalled += 1
                 continue
-            real = due_message(message)
-            if real is None:
-                log.warning("timed message %s names no real topic; dropped", message.msg_id)
-                continue
-            due.append(real)
             deliver = props.get(TIMER_DELIVER_MS, "")
-            due_times.append(int(deliver) if deliver.isdigit() else unit.delayed_time_ms)
-        appended = await append_due(self._storage, due, self._running)
-        self.delivered += appended
-        now = self._clock_ms()
-        for due_ms in due_times:
-            self._lateness(max(0, now - due_ms))
+            due_ms = int(deliver) if deliver.isdigit() else unit.delayed_time_ms
+            due.append(DueMessage(record, due_ms))
+        if due:
+            # Returns once all is appended (or found undeliverable, logged and counted by
+            # the re-put): only then may the wheel move past the slot.
+            result = await self._reput.put(due)
+            self.delivered += result.delivered
 
-    def _refile(self, unit: TimerLogUnit, message: spb.StoredMessage) -> None:
+    def _refile(self, unit: TimerLogUnit, record: DecodedRecord) -> None:
         """A ROLL unit fired: file its message again, nearer its time."""
-        slot_time = slot_time_of(message, self._store)
+        slot_time = slot_time_of(record.properties, self._store)
         if slot_time is None:
             return
         self._store.file(

@@ -11,7 +11,7 @@ its units (timer_store.Snapshot): at-least-once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import grpc
 
@@ -36,10 +36,9 @@ ENQUEUE_BATCH_MESSAGES = min(256, READ_MAX_POSITIONS)
 TIMER_QUEUE_ID = 0
 
 
-def slot_time_of(message: spb.StoredMessage, store: TimerStore) -> int | None:
+def slot_time_of(props: Mapping[str, str], store: TimerStore) -> int | None:
     """The slot time a timer-topic message is filed under: TIMER_OUT_MS as the gateway
     set it, else from TIMER_DELIVER_MS (None: neither, not a timed message)."""
-    props = message.properties
     out = props.get(TIMER_OUT_MS, "")
     if out.lstrip("-").isdigit():
         return int(out)
@@ -120,7 +119,7 @@ class Enqueuer:
             return
         message = result.message
         store = self._store
-        slot_time = slot_time_of(message, store)
+        slot_time = slot_time_of(message.properties, store)
         if message.topic != TIMER_TOPIC or slot_time is None:
             log.warning(
                 "message at %d of %s has no timer properties; not filed",
