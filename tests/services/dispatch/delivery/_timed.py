@@ -15,12 +15,12 @@ from tide.format import (
     REAL_QID,
     REAL_TOPIC,
     TIMER_DEL_UNIQKEY,
-    TIMER_DELIVER_MS,
     TIMER_OUT_MS,
     TIMER_TOPIC,
     UNIQ_KEY,
     TimerWheelGeometry,
     timer_delete_key,
+    timer_properties,
     timer_slot_time_ms,
 )
 from tide.v1 import dispatch_pb2 as dpb
@@ -35,13 +35,17 @@ APPEND_BATCH = 500
 
 
 def timed(real_topic: str, deliver_ms: int, uniq: str, queue_id: int = 0) -> spb.Message:
-    properties = {
-        REAL_TOPIC: real_topic,
-        REAL_QID: str(queue_id),
-        TIMER_DELIVER_MS: str(deliver_ms),
-        TIMER_OUT_MS: str(timer_slot_time_ms(GEOMETRY, deliver_ms)),
-        UNIQ_KEY: uniq,
-    }
+    """What the gateway stores for a message due at ``deliver_ms`` (tide.format's
+    timer_properties); a time already past too, which the gateway would send to the real
+    topic at once, to see the timer deliver it in the next slot."""
+    properties = timer_properties(
+        {UNIQ_KEY: uniq},
+        real_topic,
+        queue_id,
+        deliver_ms,
+        0,
+        PRECISION_MS,  # now_ms 0: timed
+    )
     return spb.Message(
         topic=TIMER_TOPIC, queue_id=0, body=uniq.encode(), tags="t", properties=properties
     )
