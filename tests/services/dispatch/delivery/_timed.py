@@ -43,8 +43,8 @@ def timed(real_topic: str, deliver_ms: int, uniq: str, queue_id: int = 0) -> spb
         real_topic,
         queue_id,
         deliver_ms,
-        0,
-        PRECISION_MS,  # now_ms 0: timed
+        0,  # now_ms: long before, so always stored as a timed message
+        PRECISION_MS,
     )
     return spb.Message(
         topic=TIMER_TOPIC, queue_id=0, body=uniq.encode(), tags="t", properties=properties

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from tests._cluster import Cluster
 from tests._service_process import free_port
 from tests.services.dispatch.conftest import DispatchLauncher
 from tests.services.dispatch.delivery._timed import (
@@ -178,3 +179,30 @@ def test_storage_sigkill_loses_no_timer(
     launchers: Launchers, tmp_path: Path, topic_name: str
 ) -> None:
     _crash_run(launchers, tmp_path, topic_name, kill_storage=True)
+
+
+def test_the_timer_delivers_beside_a_master_only(tmp_path: Path) -> None:
+    """Beside a slave storage the timer holds (active false, nothing filed, nothing
+    appended); beside the master it files and delivers."""
+    topic = "T_timer_master_only"
+    with Cluster(tmp_path, brokers=1, replicas=2) as cluster:
+        broker = cluster.brokers[0]
+        master, slave = broker.master, broker.slaves[0]
+        at = _now_ms() + 2000
+        append_all(
+            master.storage, [timed(topic, at, "m1"), timed(topic, _now_ms() + 600_000, "m2")]
+        )
+        wait_until(
+            lambda: len(delivered(master.dispatch, master.storage, topic)) == 1,
+            "the master's timer to deliver the first message",
+            timeout_s=60,
+            state=lambda: master.dispatch.status().delivery,
+        )
+        wait_until(
+            lambda: slave.dispatch.offsets(TIMER_TOPIC).max_offset == 2,
+            "the slave's dispatch to hold both timed messages in its timer topic queue",
+        )
+        held = slave.dispatch.status().delivery
+        assert master.dispatch.status().delivery.active and not held.active
+        assert held.timer_pending == 0  # the slave's timer filed nothing
+        assert master.dispatch.status().delivery.timer_pending == 1
