@@ -25,7 +25,7 @@ from services.dispatch.delivery.timer_dequeue import Dequeuer
 from services.dispatch.delivery.timer_enqueue import Enqueuer
 from services.dispatch.delivery.timer_store import TimerSettings, TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue
-from tide.format import TIMER_LOG_UNIT_BYTES, TIMER_TOPIC
+from tide.format import TIMER_LOG_UNIT_BYTES, TIMER_TOPIC, TimerCheckpoint
 from tide.tail import Backoff
 from tide.v1 import dispatch_pb2 as dpb
 from tide.v1 import storage_pb2 as spb
@@ -64,6 +64,7 @@ class TimerService:
         self.enqueuer = Enqueuer(self.store, storage, find_queue)
         self.dequeuer = Dequeuer(self.store, storage, reput)
         self._tasks: list[asyncio.Task[None]] = []
+        self._syncing: asyncio.Future[TimerCheckpoint] | None = None
 
     @property
     def active(self) -> bool:
@@ -100,6 +101,9 @@ class TimerService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._syncing is not None:  # a save the checkpoint loop left running
+            with contextlib.suppress(Exception):
+                await self._syncing
         if self.store.saved is not None:
             await self._save()
         await asyncio.to_thread(self.store.close)
@@ -180,7 +184,16 @@ class TimerService:
                 await self._save()
 
     async def _save(self) -> None:
-        checkpoint = await asyncio.to_thread(self.store.save, self.store.snapshot())
+        """Record a checkpoint, delete the log segments no slot still to fire names, and
+        copy the checkpoint to the storage. The sync runs on a thread, shielded: a stop
+        waits for it rather than closing the files under it."""
+        snapshot = self.store.snapshot()
+        self._syncing = asyncio.ensure_future(asyncio.to_thread(self.store.save, snapshot))
+        checkpoint = await asyncio.shield(self._syncing)
+        self._syncing = None
+        deleted = self.store.timer_log.delete_fired(snapshot.read_time_ms)
+        if deleted:
+            log.info("timer log: deleted %d segment(s) whose slots have all fired", deleted)
         if self._storage.master:
             await self._storage.save_progress(timer_checkpoint=checkpoint.pack())
 

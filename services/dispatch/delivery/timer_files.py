@@ -37,6 +37,25 @@ from tide.format import (
 )
 
 _SLOT = struct.Struct(">qqqii")  # tide.format's slot layout, unpacked in bulk
+# A unit's size, enqueue time and delay (tide.format's unit layout), unpacked in bulk.
+_UNIT_TIMES = struct.Struct(">i8x4xqi24x")
+assert _UNIT_TIMES.size == TIMER_LOG_UNIT_BYTES
+
+
+def _last_slot_ms(mm: mmap.mmap) -> int:
+    """The latest slot time of a segment's units (a unit's size field is 52; the scan
+    stops at the first that is not: the blank, or zeros)."""
+    last = -1
+    usable = len(mm) - len(mm) % TIMER_LOG_UNIT_BYTES
+    view = memoryview(mm)[:usable]
+    try:
+        for size, enqueue_ms, delay_ms in _UNIT_TIMES.iter_unpack(view):
+            if size != TIMER_LOG_UNIT_BYTES:
+                break
+            last = max(last, enqueue_ms + delay_ms)
+    finally:
+        view.release()
+    return last
 
 
 class TimerFileError(Exception):
@@ -113,6 +132,9 @@ class _Segment:
         self.start = start
         self.path = path
         self.fd, self.mm = _map(path, size_bytes)
+        # The latest slot time of the units in it: once the wheel fired past it, no slot
+        # still to fire names a unit here (one int per segment, never per unit).
+        self.last_slot_ms = _last_slot_ms(self.mm)
 
     def close(self) -> None:
         self.mm.close()
@@ -194,6 +216,7 @@ class TimerLog:
         offset = self.end
         position = offset - segment.start
         segment.mm[position : position + TIMER_LOG_UNIT_BYTES] = pack_timer_unit(unit)
+        segment.last_slot_ms = max(segment.last_slot_ms, unit.delayed_time_ms)
         self.end = offset + TIMER_LOG_UNIT_BYTES
         return offset
 
@@ -220,11 +243,12 @@ class TimerLog:
             os.fdatasync(self._segments[index].fd)
         self._flushed_segments = max(self._flushed_segments, last)
 
-    def delete_below(self, offset: int) -> int:
-        """Delete the segments wholly below ``offset`` (no pending slot names them);
-        how many."""
+    def delete_fired(self, fired_before_ms: int) -> int:
+        """Delete the oldest segments (never the one written to) whose every unit is in a
+        slot before ``fired_before_ms`` (the checkpoint's read time: recovery starts there,
+        and a slot from it on only names units of its own time); how many."""
         deleted = 0
-        while len(self._segments) > 1 and self._segments[0].start + self.segment_bytes <= offset:
+        while len(self._segments) > 1 and self._segments[0].last_slot_ms < fired_before_ms:
             segment = self._segments.pop(0)
             segment.close()
             segment.path.unlink(missing_ok=True)

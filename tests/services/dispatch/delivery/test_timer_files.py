@@ -125,3 +125,40 @@ def test_memory_does_not_grow_with_timers_filed(tmp_path: Path) -> None:
     batches = [len(b) for b in store.chain(T0 + 2000)]
     assert sum(batches) == 401 and max(batches) == CHAIN_BATCH_UNITS
     store.close()
+
+
+def test_segments_whose_slots_all_fired_are_deleted(tmp_path: Path) -> None:
+    segment = 3 * TIMER_LOG_UNIT_BYTES + TIMER_LOG_BLANK_BYTES  # three units each
+    store = _store(tmp_path, segment_bytes=segment)
+    for i in range(7):  # slots T0+1s .. T0+7s over three segments
+        store.file(i * 100, 100, T0 + 1000 * (i + 1), 1)
+    assert store.timer_log.segment_count == 3
+    assert store.timer_log.delete_fired(T0 + 3000) == 0  # the first holds slot T0+3s
+    assert store.timer_log.delete_fired(T0 + 3001) == 1
+    assert store.timer_log.delete_fired(T0 + 6000) == 0  # the second holds T0+6s
+    assert store.timer_log.delete_fired(T0 + 6001) == 1
+    assert store.timer_log.delete_fired(T0 + 60_000) == 0  # the one written to stays
+    assert [u.commitlog_offset for b in store.chain(T0 + 7000) for u in b] == [600]
+    store.close()
+    reopened = TimerLog(tmp_path / "timerlog", segment)  # the latest slot read back on open
+    assert reopened.segment_count == 1 and reopened.delete_fired(T0 + 60_000) == 0
+    reopened.close()
+
+
+def test_recovery_of_a_corrupt_unit_below_the_durable_position(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    for i in range(4):
+        store.file(i * 100, 100, T0 + 5000, 1)
+    store.queue_offset = 4
+    store.save(store.snapshot())
+    store.close()
+    segment = tmp_path / "timerlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    data[2 * 52 : 2 * 52 + 4] = b"\x00\x00\x00\x07"  # the third unit's size
+    segment.write_bytes(bytes(data))
+
+    again = TimerStore(tmp_path, store.settings)
+    recovered = again.open(T0)
+    assert recovered.corrupt and recovered.log_end == 2 * 52
+    assert [u.commitlog_offset for b in again.chain(T0 + 5000) for u in b] == [100, 0]
+    again.close()
