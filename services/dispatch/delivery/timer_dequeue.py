@@ -69,7 +69,7 @@ class Dequeuer:
         slot_time = store.read_time_ms
         store.firing = True
         try:
-            if store.wheel.slot(slot_time).num > 0:
+            if store.slot_units(slot_time) > 0:
                 deleted = await self._recalls(slot_time)
                 for units in store.chain(slot_time):
                     await self._deliver(units, deleted)

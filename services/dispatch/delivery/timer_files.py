@@ -15,6 +15,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+from tide.files import allocate_file
 from tide.format import (
     DEFAULT_TIMER_LOG_SEGMENT_BYTES,
     TIMER_LOG_BLANK_BYTES,
@@ -63,11 +64,14 @@ class TimerFileError(Exception):
 
 
 def _map(path: Path, size_bytes: int) -> tuple[int, mmap.mmap]:
-    """Open (creating, sparse) and map a file of exactly ``size_bytes``."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """Map a file of exactly ``size_bytes``, created with its blocks reserved when it is
+    new (a full disk fails here with OSError, not as SIGBUS on a write to the mapping)."""
+    if not path.exists() or path.stat().st_size == 0:
+        tmp = path.with_name(path.name + ".tmp")
+        allocate_file(tmp, size_bytes)
+        os.replace(tmp, path)
+    fd = os.open(path, os.O_RDWR)
     try:
-        if os.fstat(fd).st_size == 0:
-            os.ftruncate(fd, size_bytes)
         return fd, mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED)
     except BaseException:
         os.close(fd)

@@ -74,8 +74,15 @@ class TimerStore:
 
     @property
     def wheel(self) -> TimerWheel:
-        assert self._wheel is not None, "timer store not open"
+        """The wheel, created on first use: a dispatch that never files a timer never
+        reserves its 37 MiB."""
+        if self._wheel is None:
+            self._wheel = TimerWheel(self._wheel_path, self.geometry)
         return self._wheel
+
+    def slot_units(self, slot_time_ms: int) -> int:
+        """Units filed in the slot (0 without a wheel)."""
+        return 0 if self._wheel is None else self._wheel.slot(slot_time_ms).num
 
     @property
     def timer_log(self) -> TimerLog:
@@ -84,10 +91,16 @@ class TimerStore:
 
     def open(self, now_ms: int) -> Recovered:
         """Open and recover the files (blocking: run it off the event loop)."""
-        self._wheel = TimerWheel(self._wheel_path, self.geometry)
         self._log = TimerLog(self._log_dir, self.settings.log_segment_bytes)
         checkpoint = read_checkpoint(self.checkpoint_path)
-        recovered = recover(self._wheel, self._log, checkpoint, now_ms)
+        if not self._wheel_path.exists() and not self._log.segment_count:
+            # Nothing filed yet: nothing to recover, no wheel until the first timer is.
+            read_time = checkpoint.last_read_time_ms if checkpoint else 0
+            queue_offset = checkpoint.last_timer_queue_offset if checkpoint else 0
+            read_time = read_time or self.geometry.slot_time_ms(now_ms)
+            recovered = Recovered(0, read_time, queue_offset, 0, 0, corrupt=False, pending=0)
+        else:
+            recovered = recover(self.wheel, self._log, checkpoint, now_ms)
         self.read_time_ms = recovered.read_time_ms
         self.queue_offset = recovered.queue_offset
         self.pending = recovered.pending
@@ -142,7 +155,9 @@ class TimerStore:
 
     def chain(self, slot_time_ms: int) -> Iterator[list[TimerLogUnit]]:
         """The units of a slot, newest first, ``CHAIN_BATCH_UNITS`` at a time."""
-        slot = self.wheel.slot(slot_time_ms)
+        if self._wheel is None:
+            return
+        slot = self._wheel.slot(slot_time_ms)
         position, left = slot.last_pos, slot.num
         batch: list[TimerLogUnit] = []
         # ``num`` bounds the walk too: a chain never loops (prev_pos points back), and a
@@ -166,7 +181,8 @@ class TimerStore:
         """Sync the log, then the wheel, then record ``snapshot`` (blocking: off the loop).
         A snapshot is taken before the sync: everything it counts is on disk after it."""
         self.timer_log.flush()
-        self.wheel.flush()
+        if self._wheel is not None:
+            self._wheel.flush()
         checkpoint = TimerCheckpoint(
             last_read_time_ms=snapshot.read_time_ms,
             last_timer_log_flush_pos=snapshot.log_end,
