@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-import grpc
-
 from services.dispatch.delivery.delivery_storage import DeliveryStorage
 from services.dispatch.delivery.timer_store import TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue
@@ -60,11 +58,6 @@ class Enqueuer:
         self._find_queue = find_queue
         self.filed = 0  # units filed since start (messages and recalls)
         self.skipped = 0  # timer-topic messages that were not timed (logged)
-
-    def behind(self) -> int:
-        """Timer-topic messages not filed yet (0 without a queue)."""
-        queue = self._find_queue(TIMER_TOPIC, TIMER_QUEUE_ID)
-        return 0 if queue is None else max(0, queue.max_offset - self._store.queue_offset)
 
     async def step(self) -> int:
         """File the next batch; how many queue entries it moved past (0: nothing new).
@@ -134,7 +127,3 @@ class Enqueuer:
             return  # a recall that came after its slot fired: nothing left to cancel
         store.file(commitlog_offset, size, slot_time, topic_hash, delete=delete)
         self.filed += 1
-
-
-def storage_down(exc: grpc.aio.AioRpcError) -> str:
-    return f"{exc.code().name}: {exc.details()}"
