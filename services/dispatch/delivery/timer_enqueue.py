@@ -86,20 +86,17 @@ class Enqueuer:
             store.queue_offset = offset = max_offset
         if offset >= max_offset:
             return 0
-        entries = [
-            e
-            for e in queue.get(offset, min(ENQUEUE_BATCH_MESSAGES, max_offset - offset))
-            if not e.is_pre_blank
-        ]
-        if not entries:
-            return 0
+        got = queue.get(offset, min(ENQUEUE_BATCH_MESSAGES, max_offset - offset))
+        if not got:
+            return 0  # a truncation of the queue is running: look again
+        entries = [e for e in got if not e.is_pre_blank]  # padding names no message
         results = await self._storage.read([(e.commitlog_offset, e.size) for e in entries])
         if store.queue_offset != offset:
             return 0  # recovered or moved meanwhile: read again from where it is
         for entry, result in zip(entries, results, strict=True):
             self._file(entry.commitlog_offset, entry.size, result)
-        store.queue_offset = entries[-1].queue_offset + 1
-        return len(entries)
+        store.queue_offset = got[-1].queue_offset + 1
+        return len(got)
 
     def _file(self, commitlog_offset: int, size: int, result: spb.ReadResult) -> None:
         if result.status != spb.FOUND:
