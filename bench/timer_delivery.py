@@ -92,6 +92,8 @@ class Report:
     dispatch_peak_rss_bytes: int
     storage_max_sampled_rss_bytes: int
     dispatch_max_sampled_rss_bytes: int
+    storage_max_sampled_anon_bytes: int  # RssAnon: without the mapped files' pages
+    dispatch_max_sampled_anon_bytes: int
 
 
 def _now_ms() -> int:
@@ -124,11 +126,13 @@ def _rss_kib(pid: int, field: str) -> int:
 
 
 class _RssSampler:
-    """The largest VmRSS of each process, sampled every second (bounded: one int each)."""
+    """The largest VmRSS and RssAnon (the process's own memory, without the mapped files'
+    pages) of each process, sampled every second (bounded: two ints each)."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self.max_kib = dict.fromkeys(pids, 0)
+        self.max_anon_kib = dict.fromkeys(pids, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -136,6 +140,8 @@ class _RssSampler:
         while not self._stop.wait(1.0):
             for name, pid in self.pids.items():
                 self.max_kib[name] = max(self.max_kib[name], _rss_kib(pid, "VmRSS"))
+                anon = _rss_kib(pid, "RssAnon")
+                self.max_anon_kib[name] = max(self.max_anon_kib[name], anon)
 
     def __enter__(self) -> _RssSampler:
         self._thread.start()
@@ -290,6 +296,8 @@ def run(args: argparse.Namespace, root: Path) -> Report:
         dispatch_peak_rss_bytes=peaks["dispatch"],
         storage_max_sampled_rss_bytes=sampler.max_kib["storage"] * 1024,
         dispatch_max_sampled_rss_bytes=sampler.max_kib["dispatch"] * 1024,
+        storage_max_sampled_anon_bytes=sampler.max_anon_kib["storage"] * 1024,
+        dispatch_max_sampled_anon_bytes=sampler.max_anon_kib["dispatch"] * 1024,
     )
 
 

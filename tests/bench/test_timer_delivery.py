@@ -18,3 +18,4 @@ def test_quick_run_delivers_every_timed_message_and_reports(tmp_path: Path) -> N
     assert report.timed_rate > 0 and report.normal_rate > 0 and report.rate_ratio > 0
     assert report.storage_peak_rss_bytes > 0 and report.dispatch_peak_rss_bytes > 0
     assert report.dispatch_max_sampled_rss_bytes <= report.dispatch_peak_rss_bytes
+    assert 0 < report.dispatch_max_sampled_anon_bytes <= report.dispatch_max_sampled_rss_bytes
