@@ -67,7 +67,6 @@ RPC_TIMEOUT_S = 60.0
 REAL_TOPIC_NAME = "T_bench_timed"
 NORMAL_TOPIC_NAME = "T_bench_normal"
 QUEUES = 4
-GEOMETRY = TimerWheelGeometry()  # the default 1 s precision
 READ_BATCH = 1000
 _DUE = struct.Struct(">q")
 
@@ -152,13 +151,13 @@ class _RssSampler:
         self._thread.join()
 
 
-def _timed(index: int, due_ms: int, body_bytes: int) -> spb.Message:
+def _timed(index: int, due_ms: int, body_bytes: int, geometry: TimerWheelGeometry) -> spb.Message:
     body = _DUE.pack(due_ms) + bytes(max(0, body_bytes - _DUE.size))
     properties = {
         REAL_TOPIC: REAL_TOPIC_NAME,
         REAL_QID: str(index % QUEUES),
         TIMER_DELIVER_MS: str(due_ms),
-        TIMER_OUT_MS: str(timer_slot_time_ms(GEOMETRY, due_ms)),
+        TIMER_OUT_MS: str(timer_slot_time_ms(geometry, due_ms)),
         UNIQ_KEY: f"u{index:09d}",
     }
     return spb.Message(topic=TIMER_TOPIC, queue_id=0, body=body, properties=properties)
@@ -184,13 +183,14 @@ def _produce(
 ) -> tuple[float, float, float]:
     """Append the timed and the normal messages; (seconds, timed rate, normal rate)."""
     rng = random.Random(args.seed)
+    geometry = TimerWheelGeometry(args.timer_precision_ms)
     lead_ms, spread_ms = int(args.lead_s * 1000), int(args.spread_s * 1000)
     timed_s = normal_s = 0.0
     normal_sent = 0
     began = time.perf_counter()
     for batch_no, first in enumerate(range(0, args.count, args.batch)):
         batch = [
-            _timed(i, start_ms + lead_ms + rng.randrange(spread_ms + 1), args.body_bytes)
+            _timed(i, start_ms + lead_ms + rng.randrange(spread_ms + 1), args.body_bytes, geometry)
             for i in range(first, min(args.count, first + args.batch))
         ]
         timed_s += _append(stub, batch)
@@ -257,6 +257,7 @@ def run(args: argparse.Namespace, root: Path) -> Report:
     storage_args += ["--segment-size-bytes", str(256 << 20)]
     with _service("storage", storage_args, root) as (s_addr, s_pid):
         d_args = ["--store-dir", str(dispatch_dir), "--storage", s_addr, "--log-level", "warning"]
+        d_args += ["--timer-precision-ms", str(args.timer_precision_ms)]
         with (
             _service("dispatch", d_args, root) as (d_addr, d_pid),
             grpc.insecure_channel(s_addr) as s_channel,
@@ -311,6 +312,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--body-bytes", type=int, default=128)
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=18)
+    parser.add_argument(
+        "--timer-precision-ms", type=int, choices=(100, 200, 500, 1000), default=1000
+    )
     parser.add_argument("--quick", action="store_true", help="20,000 over 20 s, lead 10 s")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
