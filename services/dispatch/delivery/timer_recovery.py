@@ -82,8 +82,13 @@ def recover(
     read_time_ms = cp.last_read_time_ms or wheel.geometry.slot_time_ms(now_ms)
     scan = timer_log.scan(durable)
     corrupt = False
-    if scan is None:
-        end = 0
+    if scan is None or (scan.end_offset < durable and scan.ending is not TimerLogEnd.CORRUPT):
+        # Flushed units are missing (files removed): file the timer topic again from the
+        # last unit kept, or from its start.
+        end = scan.end_offset if scan else 0
+        corrupt = durable > end
+        if corrupt:
+            log.error("timer log: ends at %d, the checkpoint says %d was flushed", end, durable)
     elif scan.ending is TimerLogEnd.CORRUPT:
         log.error(
             "timer log: flushed unit at %d is invalid (%s); the log is cut there and the "
@@ -96,7 +101,7 @@ def recover(
         # Units past the durable position may be whole, but the checkpoint's queue
         # offset is that of the durable position: they are filed again from there.
         end = durable
-    found_end = max(timer_log.end, scan.end_offset if scan else 0)
+    found_end = scan.end_offset if scan else 0
     timer_log.truncate(end)
     relinked = _relink(wheel, timer_log, read_time_ms, end)
     pending = count_pending(wheel, read_time_ms)
