@@ -153,6 +153,8 @@ class TimerService:
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
                 continue
             failures = 0
+            # Catching up after a stop, empty slots fire without an await: let the RPCs in.
+            await asyncio.sleep(0)
             if not moved:
                 await asyncio.sleep(IDLE_POLL_S)
 
