@@ -153,8 +153,6 @@ class TimerService:
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
                 continue
             failures = 0
-            # Catching up after a stop, empty slots fire without an await: let the RPCs in.
-            await asyncio.sleep(0)
             if not moved:
                 await asyncio.sleep(IDLE_POLL_S)
 
@@ -177,6 +175,8 @@ class TimerService:
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
                 continue
             failures = 0
+            # Catching up after a stop, empty slots fire without an await: let the RPCs in.
+            await asyncio.sleep(0)
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.options.checkpoint_interval_ms / 1000
