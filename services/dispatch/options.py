@@ -4,15 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.dispatch.delivery.timer import TimerOptions
+from services.dispatch.delivery.timer_store import TimerSettings
 from services.dispatch.engine.consume_queue import MAX_ENTRIES_PER_SEGMENT
 from services.dispatch.engine.dispatch_store import DispatchConfig
 from tide.format import (
     DEFAULT_DELAY_LEVELS,
     DEFAULT_INDEX_MAX_ENTRIES,
     DEFAULT_INDEX_SLOT_COUNT,
+    DEFAULT_TIMER_MAX_DELAY_S,
+    DEFAULT_TIMER_PRECISION_MS,
+    DEFAULT_TIMER_ROLL_WINDOW_SLOTS,
+    TIMER_BLANK_SLOTS,
+    TIMER_WHEEL_SLOTS_TOTAL,
     DelayLevelError,
     IndexGeometry,
+    TimerWheelGeometry,
     parse_delay_levels,
+    timer_precision_ms,
+    timer_roll_window_slots,
 )
 from tide.server import Config, Option
 
@@ -99,7 +109,54 @@ OPTIONS: tuple[Option, ...] = (
         "deliver only then)",
         unit="ms",
     ),
+    # -- the timer (docs/delivery.md, "Timed messages") --------------------------------
+    Option(
+        "timer_enable",
+        bool,
+        True,
+        "run the timer: file the timer topic (rmq_sys_wheel_timer) into the timer log and "
+        "wheel and deliver each timed message when due (RocketMQ's timerWheelEnable)",
+    ),
+    Option(
+        "timer_precision_ms",
+        int,
+        DEFAULT_TIMER_PRECISION_MS,
+        "timer wheel slot length: a timed message is delivered at or after its time and "
+        "less than this after it; rounded down to 100, 200, 500 or 1000 "
+        "(RocketMQ's timerPrecisionMs); keep it while timers are pending (the wheel numbers "
+        "its slots in it)",
+        unit="ms",
+    ),
+    Option(
+        "timer_max_delay_ms",
+        int,
+        DEFAULT_TIMER_MAX_DELAY_S * 1000,
+        "furthest ahead a timed message may be due; the gateway refuses one further with "
+        "INVALID_ARGUMENT naming it (RocketMQ's timerMaxDelaySec)",
+        unit="ms",
+    ),
+    Option(
+        "timer_roll_window_slots",
+        int,
+        DEFAULT_TIMER_ROLL_WINDOW_SLOTS,
+        "a timed message due this many slots or more ahead is filed at the window's end and "
+        "filed again from there (RocketMQ's timerRollWindowSlot)",
+        unit="slots",
+    ),
 )
+
+
+def timer_options(config: Config) -> TimerOptions:
+    """The timer's settings (the precision rounded as RocketMQ rounds it)."""
+    geometry = TimerWheelGeometry(timer_precision_ms(config.get_int("timer_precision_ms")))
+    return TimerOptions(
+        settings=TimerSettings(
+            geometry=geometry,
+            roll_window_slots=timer_roll_window_slots(config.get_int("timer_roll_window_slots")),
+        ),
+        max_delay_ms=config.get_int("timer_max_delay_ms"),
+        checkpoint_interval_ms=config.get_int("flush_interval_ms"),
+    )
 
 
 def dispatch_config(config: Config) -> DispatchConfig:
@@ -128,6 +185,11 @@ def check_config(config: Config) -> str | None:
         "tail_cache_bytes": (0, MAX_TAIL_CACHE_BYTES),
         "delivery_progress_interval_ms": (1, 3_600_000),
         "delivery_role_check_interval_ms": (1, 3_600_000),
+        "timer_precision_ms": (1, 3_600_000),
+        # Further than the roll window is filed again as it nears: a year is no limit of
+        # the files, only of sense.
+        "timer_max_delay_ms": (1, 365 * 86_400_000),
+        "timer_roll_window_slots": (2, TIMER_WHEEL_SLOTS_TOTAL - TIMER_BLANK_SLOTS),
     }
     problem = config.int_out_of_range(ranges)
     if problem:

@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import grpc
 
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.delivery.delivery_storage import DeliveryStorage
+from services.dispatch.delivery.metrics import KIND_TIMER
+from services.dispatch.delivery.reput import Reput
 from services.dispatch.delivery.schedule import ScheduleService
+from services.dispatch.delivery.timer import TimerService
+from services.dispatch.delivery.timer_metrics import timer_gauges
 from services.dispatch.dispatcher import Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import DispatchStore
 from services.dispatch.metrics import DispatchMetrics
-from services.dispatch.options import OPTIONS, check_config, dispatch_config
+from services.dispatch.options import OPTIONS, check_config, dispatch_config, timer_options
 from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
 from tide.server import Config, load_config, run_service
+from tide.server._metrics import SampledGauges
+from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tide.dispatch")
@@ -32,6 +40,9 @@ class DispatchService:
         self._writer: Writer | None = None
         self._servicer = DispatchServicer(self._running_or_fail, self._hub)
         self._metrics: DispatchMetrics | None = None
+        self._timer: TimerService | None = None
+        self._delivery_storage: DeliveryStorage | None = None
+        self._timer_gauges: SampledGauges | None = None
 
     def _running_or_fail(self) -> Running:
         running = self._running
@@ -86,12 +97,44 @@ class DispatchService:
             role_check_interval_s=self._config.get_int("delivery_role_check_interval_ms") / 1000,
         )
         await schedule.start()
-        self._running = Running(store, storage, dispatcher, schedule)
+        self._timer = await self._start_timer(store, storage)
+        self._running = Running(store, storage, dispatcher, schedule, self._delivery_status)
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
             lambda: self._running, self._hub, tail_cache=dispatcher.tail_cache
         )
         self._metrics.gauges.start()
+
+    async def _start_timer(
+        self, store: DispatchStore, storage: StorageClient
+    ) -> TimerService | None:
+        """The timer beside the consume queues (after recovery: it reads them)."""
+        if not self._config.get_bool("timer_enable"):
+            return None
+        self._delivery_storage = DeliveryStorage(self._config.get_str("storage"))
+        timer = TimerService(
+            Path(self._config.get_str("store_dir")),
+            timer_options(self._config),
+            self._delivery_storage,
+            Reput(storage, KIND_TIMER),
+            store.consume_queues.find,
+        )
+        await timer.start()
+        gauges = self._timer_gauges = timer_gauges(lambda: timer.store.pending)
+        gauges.start()
+        return timer
+
+    def _delivery_status(self) -> pb.DeliveryStatus:
+        timer = self._timer
+        return pb.DeliveryStatus() if timer is None else timer.status()
+
+    async def _stop_timer(self) -> None:
+        if self._timer_gauges is not None:
+            await self._timer_gauges.stop()
+        if self._timer is not None:
+            await self._timer.stop()
+        if self._delivery_storage is not None:
+            await self._delivery_storage.close()
 
     async def stop(self) -> None:
         running, writer = self._running, self._writer
@@ -101,6 +144,7 @@ class DispatchService:
             await self._metrics.gauges.stop()
         if running.schedule is not None:
             await running.schedule.stop()  # saves its progress
+        await self._stop_timer()
         await running.dispatcher.stop()
         await self._servicer.stop_readers()
         await writer.run(running.store.close)  # after any batch still being applied

@@ -68,6 +68,8 @@ class Running:
     storage: StorageClient
     dispatcher: Dispatcher
     schedule: ScheduleService | None = None  # the delay levels' delivery
+    # The timer's state (docs/delivery.md), None while it does not run.
+    delivery: Callable[[], pb.DeliveryStatus] | None = None
 
 
 def _delivery_status(running: Running) -> pb.DeliveryStatus:
@@ -77,6 +79,10 @@ def _delivery_status(running: Running) -> pb.DeliveryStatus:
         status.delay_levels_ms.extend(state.delay_levels_ms)
         status.delay_level_pending.extend(state.pending)
         status.active = state.active
+    if running.delivery is not None:
+        timer = running.delivery()
+        status.MergeFrom(timer)
+        status.active = status.active or timer.active
     return status
 
 

@@ -23,6 +23,7 @@ from services.gateway.produce import Producer
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
 from services.gateway.readers import ReadMembers
+from services.gateway.recall import Recaller
 from services.gateway.routes import RouteCache
 from services.gateway.send_back import SendBacks
 from services.gateway.servicer import GatewayServicer
@@ -65,15 +66,17 @@ class GatewayService:
         )
         puller = Puller(config, self._routes, self._channels, self._held, members)
         send_backs = SendBacks(config, self._routes, self._channels)
+        querier = Querier(config, self._routes, self._channels, members)
         self._servicer = GatewayServicer(
             producer,
             puller,
-            Querier(config, self._routes, self._channels, members),
+            querier,
             Consumers(config, self._routes, self._channels, members),
             admin,
             send_backs,
             config.max_produce_in_flight_bytes,
             config.max_produce_stream_in_flight_bytes,
+            recaller=Recaller(config, self._routes, self._channels, querier),
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(

@@ -12,6 +12,7 @@ from services.gateway.produce import Producer
 from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from services.gateway.recall import Recaller
 from services.gateway.send_back import SendBacks
 from services.gateway.validate import check_produce_size
 from tide.server import ByteBudget
@@ -34,6 +35,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         send_backs: SendBacks,
         produce_in_flight_bytes: int,
         produce_stream_in_flight_bytes: int,
+        recaller: Recaller,
     ) -> None:
         self._producer = producer
         self._puller = puller
@@ -41,6 +43,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._consumers = consumers
         self._admin = admin
         self._send_backs = send_backs
+        self._recaller = recaller
         # The bytes of the produce requests being processed (Produce and ProduceStream):
         # past it, RESOURCE_EXHAUSTED naming max_produce_in_flight_bytes.
         self.produce_budget = ByteBudget(
@@ -77,6 +80,11 @@ class GatewayServicer(pb_grpc.GatewayServicer):
 
     async def SendBack(self, request: pb.SendBackRequest, context: Context) -> pb.SendBackResponse:
         return await self._send_backs.send_back(request)
+
+    async def RecallMessage(
+        self, request: pb.RecallMessageRequest, context: Context
+    ) -> pb.RecallMessageResponse:
+        return await self._recaller.recall(request)
 
     async def QueryMessage(
         self, request: pb.QueryMessageRequest, context: Context

@@ -8,12 +8,14 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests._cluster import Cluster, cluster_fixture
+from tests.services.dispatch.delivery._timed import timed
 from tide.cli import _consume, main
 from tide.client import Admin, PullConsumer
 from tide.waiting import wait_until
@@ -317,3 +319,19 @@ def test_consume_into_a_closed_pipe_stops_quietly(cluster: Cluster) -> None:
     assert first["queue_offset"] == 0
     assert follower.returncode == 141, err
     assert "Traceback" not in err, err
+
+
+def test_recall_a_timed_message(cluster: Cluster) -> None:
+    """``tide recall MSG_ID``: a timed message (appended to broker-a's timer topic as the
+    gateway's rewrite stores it) is recalled; a message that is not timed is refused."""
+    at = time.time_ns() // 1_000_000 + 600_000
+    (stored,) = cluster.broker("broker-a").storage.append([timed("T_cli_recall", at, "u1")])
+    assert json.loads(ok(tide(cluster, "recall", stored.msg_id, "--json"))) == {
+        "unique_key": "u1",
+        "deliver_at_ms": at,
+    }
+    cluster.create_topic("T_cli_recall_n", queues=1)
+    (sent,) = produce_json(cluster, "T_cli_recall_n", "--count", "1")
+    refused = tide(cluster, "recall", sent["msg_id"])
+    assert refused.returncode == 1
+    assert "is not a timed message" in refused.stderr, refused.stderr

@@ -16,7 +16,7 @@ with PushConsumer("my-group", "TopicTest", "*", handle, consume_from="first"):
 See docs/client.md.
 """
 
-from tide.client._admin import Admin
+from tide.client._admin import Admin, Recalled
 from tide.client._allocate import allocate_averagely
 from tide.client._errors import (
     DeadlineExceeded,
@@ -64,6 +64,7 @@ __all__ = [
     "PullStatus",
     "PushConsumer",
     "QueueOffsets",
+    "Recalled",
     "ReceivedMessage",
     "ResourceExhausted",
     "RetryPolicy",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from tide.client._convert import (
     check_group,
@@ -24,6 +24,13 @@ PERM_WRITE = 2
 PERM_READ = 4
 DEFAULT_QUERY_MAX = 64
 MAX_QUERY_MAX = 1000
+
+
+class Recalled(NamedTuple):
+    """A timed message cancelled before it was due (:meth:`Admin.recall`)."""
+
+    unique_key: str
+    deliver_at_ms: int
 
 
 class Admin:
@@ -245,6 +252,19 @@ class Admin:
             unique_key=gateway_pb2.UniqueKeyQuery(topic=topic, unique_key=unique_key)
         )
         return self._query(request, f"unique key {unique_key!r} of {topic!r}")
+
+    def recall(self, msg_id: str) -> Recalled:
+        """Cancel a timed message before it is due (RocketMQ 5's recall), by the msg_id
+        its send returned. FailedPrecondition when it is not a timed message or was
+        delivered already, NotFound when no broker has it."""
+        if not msg_id:
+            raise InvalidArgument("msg_id is empty; give the msg_id the send returned")
+        response = self._connection.call(
+            self._connection.stub.RecallMessage,
+            gateway_pb2.RecallMessageRequest(msg_id=msg_id),
+            f"RecallMessage of {msg_id}",
+        )
+        return Recalled(response.unique_key, response.deliver_at_ms)
 
     def _query(self, request: gateway_pb2.QueryMessageRequest, what: str) -> list[ReceivedMessage]:
         response = self._connection.call(
