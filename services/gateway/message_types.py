@@ -27,10 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from services.gateway.validate import invalid
 from tide.format import (
-    DELAY as DELAY_PROPERTY,
-)
-from tide.format import (
-    TRAN_MSG,
+    DELAYED_TRANSACTION_ERROR,
     TopicMessageType,
     delay_conflict_error,
     message_type_error,
@@ -44,8 +41,6 @@ FIFO = TopicMessageType.FIFO
 DELAY = TopicMessageType.DELAY
 MIXED = TopicMessageType.MIXED
 TRANSACTION = TopicMessageType.TRANSACTION
-# delay_conflict_error's text for a delay given by the ProduceMessage's fields.
-_DELAYED_TRANSACTION = delay_conflict_error({TRAN_MSG: "true", DELAY_PROPERTY: "1"})
 
 
 def check_produce_topics(messages: Sequence[pb.ProduceMessage], topics: set[str]) -> None:
@@ -105,7 +100,7 @@ def _typed(index: int, message: pb.ProduceMessage) -> TopicMessageType:
         return DELAY if delayed else NORMAL
     message_type = message_type_of(properties)
     if message_type is TRANSACTION:
-        error = _DELAYED_TRANSACTION if delayed else delay_conflict_error(properties)
+        error = DELAYED_TRANSACTION_ERROR if delayed else delay_conflict_error(properties)
         if error is not None:
             raise invalid(f"messages[{index}]: {error}")
         return message_type

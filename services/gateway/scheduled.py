@@ -28,6 +28,7 @@ import grpc
 from services.gateway.brokers import BrokerChannels, broker_error
 from services.gateway.routes import Member
 from tide.format import (
+    DELAYED_TRANSACTION_ERROR,
     KEYS,
     SCHEDULE_TOPIC,
     TAGS,
@@ -94,10 +95,7 @@ def static_delay_error(where: str, message: pb.ProduceMessage) -> str | None:
         if value < 0:
             return f"{where}.{name} is {value}; must be > 0 (0: no delay)"
     if given and message.properties.get(TRAN_MSG) == "true":
-        return (
-            f"{where}: a transactional message ({TRAN_MSG}) cannot be delayed; drop "
-            f"{given[0]}, or send it as an ordinary message"
-        )
+        return f"{where}: {DELAYED_TRANSACTION_ERROR} ({TRAN_MSG} with {given[0]})"
     return None
 
 

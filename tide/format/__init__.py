@@ -94,6 +94,7 @@ from tide.format._index_file import (
 )
 from tide.format._javahash import index_key_hash, java_string_hashcode, tags_code
 from tide.format._message_type import (
+    DELAYED_TRANSACTION_ERROR,
     TOPIC_MESSAGE_TYPE_ATTRIBUTE,
     TopicMessageType,
     delay_conflict_error,
@@ -321,6 +322,7 @@ __all__ = [
     "DEFAULT_TIMER_PRECISION_MS",
     "DEFAULT_TIMER_ROLL_WINDOW_SLOTS",
     "DELAY",
+    "DELAYED_TRANSACTION_ERROR",
     "DELAY_OFFSET_FILE",
     "DLQ_ORIGIN_MESSAGE_ID",
     "DLQ_ORIGIN_TOPIC",

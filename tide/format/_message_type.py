@@ -76,12 +76,16 @@ def message_type_error(
     return None
 
 
+DELAYED_TRANSACTION_ERROR = (
+    "a transactional message cannot be delayed; drop delay_level / deliver_at_ms / delay_ms, "
+    "or send it as an ordinary message"
+)
+"""The one refusal of a delayed transactional message, whichever way the delay came."""
+
+
 def delay_conflict_error(properties: Mapping[str, str]) -> str | None:
     """A transactional message cannot also be delayed (RocketMQ delays only messages of
     transaction type *not* or *commit*)."""
     if properties.get(TRAN_MSG) == "true" and any(n in properties for n in _DELAY_PROPERTIES):
-        return (
-            "a transactional message cannot be delayed; drop delay_level / deliver_at_ms, "
-            "or send it as an ordinary message"
-        )
+        return DELAYED_TRANSACTION_ERROR
     return None

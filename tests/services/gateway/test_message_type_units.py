@@ -66,7 +66,7 @@ def test_normal_topics_take_normal_messages_and_refuse_the_others() -> None:
 def test_typed_topics() -> None:
     types = {"D": T.DELAY, "F": T.FIFO, "M": T.MIXED, "X": T.TRANSACTION}
     check([pb.ProduceMessage(topic="D", body=b"b", delay_level=2)], types)
-    check([pb.ProduceMessage(topic="D", body=b"b", properties={"TIMER_DELIVER_MS": "9"})], types)
+    check([pb.ProduceMessage(topic="D", body=b"b", deliver_at_ms=9)], types)
     check([pb.ProduceMessage(topic="F", body=b"b", sharding_key="g")], types)
     check([pb.ProduceMessage(topic="X", body=b"b", properties={"TRAN_MSG": "true"})], types)
     check([pb.ProduceMessage(topic="M", body=b"b")], types)

@@ -85,11 +85,12 @@ def test_a_message_must_match_its_topic_type(
     normal, fifo, delay, mixed = (typed_topics[k] for k in ("NORMAL", "FIFO", "DELAY", "MIXED"))
     plain = pb.ProduceMessage(topic=normal, body=b"n")
     assert produce(cluster, plain).results[0].status == pb.ProduceResult.SEND_OK
-    # A delayed message (its field or RocketMQ's property) to a NORMAL topic.
+    # A delayed message to a NORMAL topic (RocketMQ's properties for it are refused
+    # before: the fields are the way, test_scheduled.py).
     for delayed in (
         pb.ProduceMessage(topic=normal, body=b"d", delay_level=3),
         pb.ProduceMessage(topic=normal, body=b"d", deliver_at_ms=1),
-        pb.ProduceMessage(topic=normal, body=b"d", properties={"TIMER_DELAY_SEC": "5"}),
+        pb.ProduceMessage(topic=normal, body=b"d", delay_ms=5_000),
     ):
         expect_error(
             INVALID,
@@ -130,7 +131,7 @@ def test_a_transactional_message_cannot_be_delayed(
 ) -> None:
     for message in (
         pb.ProduceMessage(
-            topic=typed_topics["MIXED"], body=b"t", properties={"TRAN_MSG": "true", "DELAY": "2"}
+            topic=typed_topics["MIXED"], body=b"t", properties={"TRAN_MSG": "true"}, delay_level=2
         ),
         pb.ProduceMessage(
             topic=typed_topics["MIXED"], body=b"t", properties={"TRAN_MSG": "true"}, delay_ms=5
