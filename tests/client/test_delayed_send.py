@@ -3,10 +3,14 @@ level table: level 1 is 1 s). "No earlier than due" compares store timestamps.""
 
 from __future__ import annotations
 
+import time
+
 from tests._cluster import Cluster
 from tide.client import Admin, Message, Producer, ReceivedMessage
-from tide.format import SCHEDULE_TOPIC
+from tide.format import SCHEDULE_TOPIC, TIMER_DELIVER_MS, TIMER_OUT_MS, TIMER_TOPIC
 from tide.waiting import wait_until
+
+LOAD_SLACK_MS = 10_000
 
 
 def delivered(admin: Admin, topic: str, unique_key: str) -> list[ReceivedMessage]:
@@ -47,3 +51,46 @@ def test_send_at_a_past_time_is_delivered_now(cluster: Cluster) -> None:
         admin.create_topic(topic, read_queue_nums=1, message_type="DELAY")
         result = producer.send(topic, "now", deliver_at_ms=1)
         assert admin.query_id(result.msg_id).topic == topic
+
+
+def test_timed_sends_arrive_when_due_and_can_be_recalled(cluster: Cluster) -> None:
+    """The whole path of a timed message: the gateway's rewrite into the timer topic, the
+    dispatch's timer, the copy in the real topic no earlier than its time (store clocks)
+    and within the precision (1 s) plus load slack; a recalled one never arrives."""
+    topic = "T_client_timed"
+    gateway = cluster.gateway.listen
+    with Admin(gateway) as admin, Producer(gateway) as producer:
+        admin.create_topic(topic, read_queue_nums=2, message_type="DELAY")
+        at_ms = time.time_ns() // 1_000_000 + 2_000
+        sent = [
+            producer.send(topic, "at", deliver_at_ms=at_ms, keys=["timed-at"]),
+            producer.send(topic, "in", delay_ms=1_500, keys=["timed-in"]),
+        ]
+        recalled = producer.send(topic, "recalled", deliver_at_ms=at_ms, keys=["timed-gone"])
+        assert admin.query_id(recalled.msg_id).topic == TIMER_TOPIC
+        assert admin.recall(recalled.msg_id).unique_key == recalled.unique_key
+        for result in sent:
+            stored = admin.query_id(result.msg_id)
+            assert stored.topic == TIMER_TOPIC
+            due_ms = int(stored.properties[TIMER_DELIVER_MS])  # the asked time
+            wait_until(
+                lambda result=result: delivered(admin, topic, result.unique_key),  # type: ignore[misc]
+                f"the copy of {result.unique_key}",
+            )
+            (copy,) = delivered(admin, topic, result.unique_key)
+            assert copy.store_timestamp_ms >= due_ms
+            # One precision period, plus slack for a loaded 2-core box (the benchmark
+            # measures lateness: docs/benchmarks.md).
+            assert copy.store_timestamp_ms < due_ms + 1_000 + LOAD_SLACK_MS
+            assert copy.queue == result.queue and copy.body == stored.body
+            assert TIMER_OUT_MS not in copy.properties and "REAL_TOPIC" not in copy.properties
+        wait_until(
+            lambda: (
+                cluster.broker("broker-a").dispatch.status().delivery.timer_delivered_to_ms
+                > at_ms + 1_000
+                and cluster.broker("broker-b").dispatch.status().delivery.timer_delivered_to_ms
+                > at_ms + 1_000
+            ),
+            "every broker's timer past the recalled message's slot",
+        )
+        assert admin.query_key(topic, "timed-gone") == []

@@ -15,7 +15,7 @@ import pytest
 from tests._cluster import Cluster
 from tests._service_process import free_port
 from tide.client import ConsumeResult, Producer, PushConsumer, ReceivedMessage
-from tide.format import DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID, SCHEDULE_TOPIC
+from tide.format import DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID, SCHEDULE_TOPIC, TIMER_TOPIC
 from tide.v1 import gateway_pb2, storage_pb2
 from tide.waiting import wait_until
 
@@ -175,3 +175,51 @@ def test_a_send_back_failing_while_the_gateway_is_down_loses_nothing(
         wait_until(copies, "the retry copy in the schedule topic", WAIT_S)
         (copy,) = copies()
         assert copy.properties["UNIQ_KEY"] == fragile.unique_key
+
+
+def test_an_exponential_policy_retries_through_the_timer(
+    short_levels_cluster: Cluster,
+) -> None:
+    """A group with RocketMQ 5's EXPONENTIAL policy (here 1 s doubling): each retry waits
+    in the timer (not the delay levels) for its delay, measured from the failure by the
+    store clocks, and the message is dead-lettered after retry_max_times."""
+    cluster = short_levels_cluster
+    topic, group = "T_push_exponential", "G_push_exponential"
+    cluster.create_topic(topic, queues=1)
+    policy = storage_pb2.RetryPolicy(
+        type=storage_pb2.RetryPolicy.EXPONENTIAL, initial_ms=1_000, max_ms=4_000, multiplier=2
+    )
+    cluster.brokers[0].storage.stub.UpsertGroup(
+        storage_pb2.UpsertGroupRequest(
+            group=storage_pb2.GroupConfig(
+                group_name=group, consume_enable=True, retry_max_times=2, retry_policy=policy
+            )
+        ),
+        timeout=WAIT_S,
+    )
+    seen: list[ReceivedMessage] = []
+    lock = threading.Lock()
+
+    def callback(message: ReceivedMessage) -> ConsumeResult:
+        with lock:
+            seen.append(message)
+        return ConsumeResult.RECONSUME_LATER
+
+    with Producer(cluster.gateway.listen) as producer:
+        sent = producer.send(topic, b"e", keys=["exp"])
+    with PushConsumer(group, topic, "*", callback, cluster.gateway.listen, **FAST):  # type: ignore[arg-type]
+        wait_until(lambda: len(browse(cluster, f"%DLQ%{group}", 0)) == 1, "the dead letter", WAIT_S)
+    with lock:
+        attempts = list(seen)
+    assert [m.attempt for m in attempts] == [1, 2, 3]
+    assert {m.unique_key for m in attempts} == {sent.unique_key}
+    # Attempt r waits 1 s * 2 ** (r - 1) after the failure before it (the timer fires at
+    # or after the time; the send-back's store time is after the failure).
+    for before, after, delay_ms in zip(attempts, attempts[1:], (1_000, 2_000), strict=False):
+        assert after.store_timestamp_ms >= before.store_timestamp_ms + delay_ms
+    timer_copies = [
+        m
+        for m in browse(cluster, TIMER_TOPIC, 0)
+        if m.properties.get(ORIGIN_MESSAGE_ID) == sent.msg_id
+    ]
+    assert len(timer_copies) == 2  # both retries went through the timer
