@@ -17,6 +17,7 @@ import grpc
 
 from services.dispatch import lookup
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.delivery.timer import TimerService
 from services.dispatch.dispatcher import Dispatcher
 from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
@@ -66,8 +67,15 @@ class Running:
     store: DispatchStore
     storage: StorageClient
     dispatcher: Dispatcher
-    # The delivery services' state (docs/delivery.md), None while none runs.
-    delivery: Callable[[], pb.DeliveryStatus] | None = None
+    timer: TimerService | None = None  # the timed messages' delivery (--timer-enable)
+
+
+def _delivery_status(running: Running) -> pb.DeliveryStatus:
+    status = pb.DeliveryStatus()
+    if running.timer is not None:
+        # timer_max_delay_ms stays 0 without a timer: the gateway then refuses timed sends.
+        status.MergeFrom(running.timer.status())
+    return status
 
 
 def _invalid(message: str) -> ServiceError:
@@ -451,5 +459,5 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             storage=running.storage.target,
             tail_reconnects=dispatcher.tail_reconnects,
             tail_restarts=dispatcher.restarts,
-            delivery=running.delivery() if running.delivery is not None else None,
+            delivery=_delivery_status(running),
         )
