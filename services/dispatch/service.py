@@ -24,7 +24,6 @@ from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
 from tide.server import Config, load_config, run_service
 from tide.server._metrics import SampledGauges
-from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tide.dispatch")
@@ -98,7 +97,7 @@ class DispatchService:
         )
         await schedule.start()
         self._timer = await self._start_timer(store, storage)
-        self._running = Running(store, storage, dispatcher, schedule, self._delivery_status)
+        self._running = Running(store, storage, dispatcher, schedule, timer=self._timer)
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
             lambda: self._running, self._hub, tail_cache=dispatcher.tail_cache
@@ -123,10 +122,6 @@ class DispatchService:
         gauges = self._timer_gauges = timer_gauges(lambda: timer.store.pending)
         gauges.start()
         return timer
-
-    def _delivery_status(self) -> pb.DeliveryStatus:
-        timer = self._timer
-        return pb.DeliveryStatus() if timer is None else timer.status()
 
     async def _stop_timer(self) -> None:
         if self._timer_gauges is not None:

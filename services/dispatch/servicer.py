@@ -18,6 +18,7 @@ import grpc
 from services.dispatch import lookup
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.delivery.schedule import ScheduleService
+from services.dispatch.delivery.timer import TimerService
 from services.dispatch.dispatcher import Dispatcher
 from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
@@ -68,8 +69,7 @@ class Running:
     storage: StorageClient
     dispatcher: Dispatcher
     schedule: ScheduleService | None = None  # the delay levels' delivery
-    # The timer's state (docs/delivery.md), None while it does not run.
-    delivery: Callable[[], pb.DeliveryStatus] | None = None
+    timer: TimerService | None = None  # the timed messages' delivery (--timer-enable)
 
 
 def _delivery_status(running: Running) -> pb.DeliveryStatus:
@@ -79,9 +79,11 @@ def _delivery_status(running: Running) -> pb.DeliveryStatus:
         status.delay_levels_ms.extend(state.delay_levels_ms)
         status.delay_level_pending.extend(state.pending)
         status.active = state.active
-    if running.delivery is not None:
-        timer = running.delivery()
+    if running.timer is not None:
+        # timer_max_delay_ms stays 0 without a timer: the gateway then refuses timed sends.
+        timer = running.timer.status()
         status.MergeFrom(timer)
+        # Each service follows the storage's role on its own: delivering if either is.
         status.active = status.active or timer.active
     return status
 

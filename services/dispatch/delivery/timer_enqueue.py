@@ -120,7 +120,9 @@ class Enqueuer:
             return
         topic_hash = java_string_hashcode(message.properties.get(REAL_TOPIC, ""))
         delete = TIMER_DEL_UNIQKEY in message.properties
-        if delete and slot_time < store.read_time_ms:
-            return  # a recall that came after its slot fired: nothing left to cancel
+        if delete and slot_time < store.earliest_slot_ms():
+            # A recall that came after its slot fired (or while it fires): nothing left to
+            # cancel, and filed elsewhere it would cancel nothing either.
+            return
         store.file(commitlog_offset, size, slot_time, topic_hash, delete=delete)
         self.filed += 1

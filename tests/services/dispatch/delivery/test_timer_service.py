@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tests._cluster import Cluster
+from tests._metrics import families, scrape, total
 from tests._service_process import free_port
 from tests.services.dispatch.conftest import DispatchLauncher
 from tests.services.dispatch.delivery._timed import (
@@ -43,7 +44,9 @@ def test_timed_messages_arrive_when_due_within_precision(
 ) -> None:
     storages, dispatches = launchers
     storage = storages.start(tmp_path / "store", "--flush", "sync")
-    dispatch = dispatches.start(tmp_path / "dispatch", storage.listen)
+    dispatch = dispatches.start(
+        tmp_path / "dispatch", storage.listen, "--metrics-listen", "127.0.0.1:0"
+    )
     now = _now_ms()
     due = {f"k{i}": now + 1500 + i * 97 for i in range(20)}
     due |= {"past0": now - 60_000, "past1": now - 10}  # in the past: delivered now
@@ -69,6 +72,19 @@ def test_timed_messages_arrive_when_due_within_precision(
     assert status.timer_max_delay_ms == 3 * 86_400_000
     assert status.timer_delivered_to_ms >= max(due.values())
     wait_until(lambda: dispatch.status().delivery.timer_pending == 0, "no timer pending")
+    metrics = str(dispatch.ready["metrics"])
+    # The shared histogram (the OpenTelemetry exporter adds the unit to its name).
+    lateness = "tide_dispatch_delivery_lateness_ms_milliseconds_count"
+    assert total(scrape(metrics), lateness, kind="timer") == len(due)
+
+    def pending_gauge() -> float | None:
+        samples = scrape(metrics)
+        if "tide_dispatch_timer_pending" not in families(samples):
+            return None
+        return total(samples, "tide_dispatch_timer_pending")
+
+    # A gauge is sampled every second: it reads 0 once a sample follows the deliveries.
+    wait_until(lambda: pending_gauge() == 0, "the pending gauge to read 0", state=pending_gauge)
     checkpoint = TimerCheckpoint.unpack((tmp_path / "dispatch/config/timercheck").read_bytes())
     wait_until(
         lambda: (
