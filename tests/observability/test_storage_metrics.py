@@ -45,7 +45,9 @@ def test_store_hooks_and_samples(tmp_path: Path) -> None:
         assert sample["tide_storage_unflushed_bytes"] == 0
         assert sample["tide_storage_segments"] == 1
         assert sample["tide_storage_writable"] == 1
-        assert sample["tide_storage_topics"] == 1
+        # The topic and the two system topics every store keeps (SCHEDULE_TOPIC_XXXX,
+        # rmq_sys_wheel_timer).
+        assert sample["tide_storage_topics"] == 3
         assert "tide_storage_replication_lag_bytes" not in sample  # no replication given
     finally:
         store.close()
