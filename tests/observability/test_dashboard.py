@@ -15,7 +15,7 @@ SERVICES = ("storage", "dispatch", "nameserver", "gateway")
 
 def defined_metrics() -> set[str]:
     names: set[str] = set()
-    for path in ROOT.glob("services/*/metrics.py"):
+    for path in [*ROOT.glob("services/**/metrics.py"), *ROOT.glob("services/**/*_metrics.py")]:
         names |= set(re.findall(r'"(tide_[a-z_]+)"', path.read_text()))
     for service in SERVICES:  # the interceptor's, one set per service
         names.add(f"tide_{service}_rpc_errors_total")
@@ -37,9 +37,9 @@ def test_dashboard_queries_only_defined_metrics() -> None:
     assert queried <= defined_metrics(), queried - defined_metrics()
 
 
-def test_dashboard_covers_throughput_latency_lag_disk_and_replication() -> None:
+def test_dashboard_covers_throughput_latency_lag_disk_replication_and_delivery() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     rows = {panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"}
-    assert rows >= {"Throughput", "Latency", "Lag", "Disk", "Replication"}
+    assert rows >= {"Throughput", "Latency", "Lag", "Disk", "Replication", "Delivery"}
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))

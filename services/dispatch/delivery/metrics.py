@@ -1,6 +1,6 @@
 """Metrics every delivery service shares (decision 7 of issue 18, docs/delivery.md).
 
-``tide_dispatch_delivery_lateness_ms{kind}``: for each delivered copy, the store time of
+``tide_dispatch_delivery_lateness_milliseconds{kind}``: for each delivered copy, the store time of
 the copy minus the time it was due (``kind`` is ``delay_level`` or ``timer``).
 ``tide_dispatch_delivery_undeliverable_total{kind}``: due messages that could not be
 delivered and never will (no ``REAL_TOPIC``, the store refused the copy as invalid, the
@@ -29,7 +29,7 @@ KIND_TIMER = "timer"
 @functools.cache
 def lateness_histogram() -> Histogram:
     return service_meter("dispatch").create_histogram(
-        "tide_dispatch_delivery_lateness_ms",
+        "tide_dispatch_delivery_lateness_milliseconds",
         unit="ms",
         description="store time of a delivered copy minus the time it was due",
         explicit_bucket_boundaries_advisory=list(LATENESS_BUCKETS_MS),

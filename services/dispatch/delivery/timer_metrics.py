@@ -1,6 +1,6 @@
 """The timer's gauge (decision 7 of issue 18): ``tide_dispatch_timer_pending``, timed
 messages filed and not delivered yet. Its lateness goes to the shared histogram
-``tide_dispatch_delivery_lateness_ms{kind="timer"}``, recorded by the re-put
+``tide_dispatch_delivery_lateness_milliseconds{kind="timer"}``, recorded by the re-put
 (services/dispatch/delivery/metrics.py)."""
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def test_timed_messages_arrive_when_due_within_precision(
     wait_until(lambda: dispatch.status().delivery.timer_pending == 0, "no timer pending")
     metrics = str(dispatch.ready["metrics"])
     # The shared histogram (the OpenTelemetry exporter adds the unit to its name).
-    lateness = "tide_dispatch_delivery_lateness_ms_milliseconds_count"
+    lateness = "tide_dispatch_delivery_lateness_milliseconds_count"
     assert total(scrape(metrics), lateness, kind="timer") == len(due)
 
     def pending_gauge() -> float | None:
