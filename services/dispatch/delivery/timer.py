@@ -3,7 +3,7 @@
 Three loops on the event loop: enqueue (files the timer topic into the log and wheel),
 dequeue (fires each slot once its period is over and re-puts what is due), checkpoint
 (syncs the files, records ``config/timercheck`` and copies it to the storage). Enqueue
-and dequeue run only while the followed storage is a master (decision 2 of issue 18).
+and dequeue run only while the followed storage is a master (role.py).
 """
 
 from __future__ import annotations
@@ -19,21 +19,24 @@ from typing import Any
 
 import grpc
 
-from services.dispatch.delivery.delivery_storage import DeliveryStorage
+from services.dispatch.delivery.progress import ProgressCopy
 from services.dispatch.delivery.reput import Reput
+from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.delivery.timer_dequeue import Dequeuer
 from services.dispatch.delivery.timer_enqueue import Enqueuer
 from services.dispatch.delivery.timer_store import TimerSettings, TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue
+from services.dispatch.storage_client import StorageClient
 from tide.format import TIMER_LOG_UNIT_BYTES, TIMER_TOPIC, TimerCheckpoint
 from tide.tail import Backoff
 from tide.v1 import dispatch_pb2 as dpb
 from tide.v1 import storage_pb2 as spb
 
 log = logging.getLogger("tide.dispatch.timer")
-# How often a loop with nothing to do looks again (the timer topic, the storage's role).
+# How often the enqueue loop, with nothing to do, looks at the timer topic again.
 IDLE_POLL_S = 0.05
-HOLD_POLL_S = 0.5  # beside a slave
+# The dequeue loop's longest sleep before it looks at the clock again (it may be set).
+DUE_POLL_MAX_S = 0.5
 FAILURE_BACKOFF = Backoff(initial_s=0.1, max_s=5.0)
 
 
@@ -53,13 +56,16 @@ class TimerService:
         self,
         store_dir: Path,
         options: TimerOptions,
-        storage: DeliveryStorage,
+        storage: StorageClient,
+        role: RoleWatcher,
         reput: Reput,
         find_queue: Callable[[str, int], ConsumeQueue | None],
     ) -> None:
         self.options = options
         self.store = TimerStore(store_dir, options.settings)
         self._storage = storage
+        self._role = role
+        self._progress = ProgressCopy(storage, role, "timer checkpoint")
         self._stopping = False
         self.enqueuer = Enqueuer(self.store, storage, find_queue)
         self.dequeuer = Dequeuer(self.store, storage, reput)
@@ -68,7 +74,7 @@ class TimerService:
 
     @property
     def active(self) -> bool:
-        return self._storage.master and not self._stopping
+        return self._role.active and not self._stopping
 
     async def start(self) -> None:
         recovered = await asyncio.to_thread(self.store.open, _now_ms())
@@ -132,9 +138,10 @@ class TimerService:
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
 
     async def _held(self) -> bool:
-        if await self._storage.is_master():
+        """Beside a slave: wait until the storage is a master (True: the loop waited)."""
+        if self._role.active:
             return False
-        await asyncio.sleep(HOLD_POLL_S)
+        await self._role.wait_active()
         return True
 
     async def _enqueue_loop(self) -> None:
@@ -162,7 +169,7 @@ class TimerService:
             if await self._held():
                 continue
             if not self.dequeuer.due():
-                await asyncio.sleep(min(self.dequeuer.wait_ms() / 1000, HOLD_POLL_S))
+                await asyncio.sleep(min(self.dequeuer.wait_ms() / 1000, DUE_POLL_MAX_S))
                 continue
             try:
                 await self.dequeuer.fire()
@@ -196,8 +203,7 @@ class TimerService:
         deleted = self.store.timer_log.delete_fired(snapshot.read_time_ms)
         if deleted:
             log.info("timer log: deleted %d segment(s) whose slots have all fired", deleted)
-        if self._storage.master:
-            await self._storage.save_progress(timer_checkpoint=checkpoint.pack())
+        await self._progress.copy(timer_checkpoint=checkpoint.pack())
 
     async def _revise_queue_offset(self) -> None:
         """After a corrupt log was cut: file the timer topic again from the message of the
