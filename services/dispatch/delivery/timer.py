@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,8 @@ class TimerService:
         if recovered.corrupt:
             await self._revise_queue_offset()
         for name, loop in (
-            ("enqueue", self._enqueue_loop),
-            ("dequeue", self._dequeue_loop),
+            ("enqueue", partial(self._steps, "enqueue", self._enqueue_step)),
+            ("dequeue", partial(self._steps, "dequeue", self._dequeue_step)),
             ("checkpoint", self._checkpoint_loop),
         ):
             self._tasks.append(asyncio.create_task(self._guard(name, loop), name=f"timer-{name}"))
@@ -137,53 +138,36 @@ class TimerService:
                 log.exception("timer %s failed; starting it again", name)
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
 
-    async def _held(self) -> bool:
-        """Beside a slave: wait until the storage is a master (True: the loop waited)."""
-        if self._role.active:
-            return False
-        await self._role.wait_active()
-        return True
-
-    async def _enqueue_loop(self) -> None:
+    async def _steps(self, name: str, step: Callable[[], Awaitable[float]]) -> None:
+        """Run ``step`` while the storage is a master, pausing for what it returns (s);
+        a Read the storage does not answer is retried with backoff, logged once."""
         failures = 0
         while True:
-            if await self._held():
-                continue
+            await self._role.wait_active()  # at once beside a master
             try:
-                moved = await self.enqueuer.step()
+                pause_s = await step()
             except grpc.aio.AioRpcError as exc:
                 failures += 1
                 if failures == 1:
                     log.warning(
-                        "timer enqueue: storage read failed (%s); retrying", exc.code().name
+                        "timer %s: storage read failed (%s); retrying", name, exc.code().name
                     )
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
                 continue
             failures = 0
-            if not moved:
-                await asyncio.sleep(IDLE_POLL_S)
+            # (0 still yields: catching up after a stop, empty slots fire without an
+            # await of their own, and the RPCs must get in.)
+            await asyncio.sleep(pause_s)
 
-    async def _dequeue_loop(self) -> None:
-        failures = 0
-        while True:
-            if await self._held():
-                continue
-            if not self.dequeuer.due():
-                await asyncio.sleep(min(self.dequeuer.wait_ms() / 1000, DUE_POLL_MAX_S))
-                continue
-            try:
-                await self.dequeuer.fire()
-            except grpc.aio.AioRpcError as exc:
-                failures += 1
-                if failures == 1:
-                    log.warning(
-                        "timer dequeue: storage read failed (%s); retrying", exc.code().name
-                    )
-                await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
-                continue
-            failures = 0
-            # Catching up after a stop, empty slots fire without an await: let the RPCs in.
-            await asyncio.sleep(0)
+    async def _enqueue_step(self) -> float:
+        moved = await self.enqueuer.step()
+        return 0 if moved else IDLE_POLL_S
+
+    async def _dequeue_step(self) -> float:
+        if not self.dequeuer.due():
+            return min(self.dequeuer.wait_ms() / 1000, DUE_POLL_MAX_S)
+        await self.dequeuer.fire()
+        return 0
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.options.checkpoint_interval_ms / 1000
