@@ -15,7 +15,6 @@ from services.dispatch.delivery.reput import Reput
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.delivery.timer import TimerService
-from services.dispatch.delivery.timer_metrics import timer_gauges
 from services.dispatch.dispatcher import Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import DispatchStore
 from services.dispatch.metrics import DispatchMetrics
@@ -23,7 +22,6 @@ from services.dispatch.options import OPTIONS, check_config, dispatch_config, ti
 from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
 from tide.server import Config, load_config, run_service
-from tide.server._metrics import SampledGauges
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tide.dispatch")
@@ -42,7 +40,6 @@ class DispatchService:
         self._timer: TimerService | None = None
         self._delivery_storage: StorageClient | None = None
         self._role: RoleWatcher | None = None
-        self._timer_gauges: SampledGauges | None = None
 
     def _running_or_fail(self) -> Running:
         running = self._running
@@ -127,15 +124,11 @@ class DispatchService:
                 store.consume_queues.find,
             )
             await timer.start()
-            gauges = self._timer_gauges = timer_gauges(lambda: timer.store.pending)
-            gauges.start()
         return schedule
 
     async def _stop_delivery(self, schedule: ScheduleService | None) -> None:
         if schedule is not None:
             await schedule.stop()  # saves its progress
-        if self._timer_gauges is not None:
-            await self._timer_gauges.stop()
         if self._timer is not None:
             await self._timer.stop()
         if self._role is not None:
