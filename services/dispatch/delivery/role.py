@@ -10,12 +10,12 @@ now, :meth:`RoleWatcher.wait_active` to wait for it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
 import grpc
 
+from tide.tasks import cancel_and_wait
 from tide.v1 import storage_pb2 as pb
 
 log = logging.getLogger("tide.dispatch.delivery")
@@ -52,11 +52,8 @@ class RoleWatcher:
         self._task = asyncio.create_task(self._watch(), name="delivery-role")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     async def _watch(self) -> None:
         while True:

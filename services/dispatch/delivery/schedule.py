@@ -54,6 +54,7 @@ from tide.format import (
     schedule_queue_id,
 )
 from tide.tail import Backoff
+from tide.tasks import cancel_and_wait
 
 log = logging.getLogger("tide.dispatch.delivery")
 
@@ -129,11 +130,7 @@ class ScheduleService:
     async def stop(self) -> None:
         """Stop every task (a re-put in flight is abandoned: it is not counted, so it is
         delivered again after the restart), then save the progress."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         await self._save()
 

@@ -30,6 +30,7 @@ from services.dispatch.engine.consume_queue import ConsumeQueue
 from services.dispatch.storage_client import StorageClient
 from tide.format import TIMER_LOG_UNIT_BYTES, TIMER_TOPIC, TimerCheckpoint
 from tide.tail import Backoff
+from tide.tasks import cancel_and_wait
 from tide.v1 import dispatch_pb2 as dpb
 from tide.v1 import storage_pb2 as spb
 
@@ -102,11 +103,7 @@ class TimerService:
         """Stop the loops (a slot being fired is fired again after a restart), record the
         progress, close the files."""
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         if self._syncing is not None:  # a save the checkpoint loop left running
             with contextlib.suppress(Exception):
