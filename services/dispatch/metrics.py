@@ -10,6 +10,10 @@ The tail cache (tail_cache.py): ``tide_dispatch_tail_cache_hits_total`` /
 ``..._misses_total`` count the GetQueueEntries calls asking for records that it answered
 / did not (the gateway then reads them from the storage), plain numbers the servicer adds
 to; ``tide_dispatch_tail_cache_bytes`` is the memory it holds.
+
+The delivery services (docs/delivery.md): ``tide_dispatch_delay_pending{level}`` and
+``tide_dispatch_timer_pending``, the messages each holds not delivered yet. (Their
+lateness and undeliverable counts are recorded as they deliver: delivery/metrics.py.)
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from opentelemetry.metrics import Meter
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.servicer import Running
 from services.dispatch.tail_cache import TailCache
-from tide.server._metrics import Sample, SampledGauges, observable_total, service_meter
+from tide.server._metrics import (
+    GaugeValue,
+    Sample,
+    SampledGauges,
+    observable_total,
+    service_meter,
+)
 
 
 class DispatchMetrics:
@@ -59,6 +69,9 @@ class DispatchMetrics:
                 "1 while the store's disk is full (dispatch holds its place until space is freed)",
                 "1",
             ),
+            # The delivery services' (docs/delivery.md): per level, and the timer's.
+            ("tide_dispatch_delay_pending", "delay level messages not delivered yet", "1"),
+            ("tide_dispatch_timer_pending", "timed messages filed, not delivered yet", "1"),
         ):
             self.gauges.gauge(name, description, unit)
         if tail_cache is not None:
@@ -108,16 +121,19 @@ class DispatchMetrics:
             "tide_dispatch_follower_connected": int(dispatcher.follower_state == "connected"),
             "tide_dispatch_disk_full": int(bool(status.disk_full)),
             **self._tail_cache_sample(),
-            **self._delay_sample(running),
+            **self._delivery_sample(running),
         }
 
     @staticmethod
-    def _delay_sample(running: Running) -> Sample:
-        if running.schedule is None:
-            return {}
-        pending = running.schedule.state().pending
-        points = [(count, {"level": level}) for level, count in enumerate(pending, start=1)]
-        return {"tide_dispatch_delay_pending": points}
+    def _delivery_sample(running: Running) -> Sample:
+        sample: dict[str, GaugeValue] = {}
+        if running.schedule is not None:
+            pending = running.schedule.state().pending
+            points = [(count, {"level": level}) for level, count in enumerate(pending, start=1)]
+            sample["tide_dispatch_delay_pending"] = points
+        if running.timer is not None:
+            sample["tide_dispatch_timer_pending"] = running.timer.store.pending
+        return sample
 
     def _tail_cache_sample(self) -> Sample:
         cache = self._tail_cache

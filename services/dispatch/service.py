@@ -10,12 +10,11 @@ from pathlib import Path
 import grpc
 
 from services.dispatch.arrivals import ArrivalHub
-from services.dispatch.delivery.delivery_storage import DeliveryStorage
 from services.dispatch.delivery.metrics import KIND_TIMER
 from services.dispatch.delivery.reput import Reput
+from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.delivery.timer import TimerService
-from services.dispatch.delivery.timer_metrics import timer_gauges
 from services.dispatch.dispatcher import Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import DispatchStore
 from services.dispatch.metrics import DispatchMetrics
@@ -23,7 +22,6 @@ from services.dispatch.options import OPTIONS, check_config, dispatch_config, ti
 from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
 from tide.server import Config, load_config, run_service
-from tide.server._metrics import SampledGauges
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tide.dispatch")
@@ -40,8 +38,8 @@ class DispatchService:
         self._servicer = DispatchServicer(self._running_or_fail, self._hub)
         self._metrics: DispatchMetrics | None = None
         self._timer: TimerService | None = None
-        self._delivery_storage: DeliveryStorage | None = None
-        self._timer_gauges: SampledGauges | None = None
+        self._delivery_storage: StorageClient | None = None
+        self._role: RoleWatcher | None = None
 
     def _running_or_fail(self) -> Running:
         running = self._running
@@ -85,18 +83,7 @@ class DispatchService:
             raise
         dispatcher.start(offset)
         self._writer = writer
-        schedule = ScheduleService(
-            queues=store.consume_queues,
-            storage=storage,
-            hub=self._hub,
-            tail_cache=dispatcher.tail_cache,
-            table=store.config.delay_levels,
-            store_dir=store.config.store_dir,
-            progress_interval_s=self._config.get_int("delivery_progress_interval_ms") / 1000,
-            role_check_interval_s=self._config.get_int("delivery_role_check_interval_ms") / 1000,
-        )
-        await schedule.start()
-        self._timer = await self._start_timer(store, storage)
+        schedule = await self._start_delivery(store, dispatcher)
         self._running = Running(store, storage, dispatcher, schedule, timer=self._timer)
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
@@ -104,30 +91,48 @@ class DispatchService:
         )
         self._metrics.gauges.start()
 
-    async def _start_timer(
-        self, store: DispatchStore, storage: StorageClient
-    ) -> TimerService | None:
-        """The timer beside the consume queues (after recovery: it reads them)."""
-        if not self._config.get_bool("timer_enable"):
-            return None
-        self._delivery_storage = DeliveryStorage(self._config.get_str("storage"))
-        timer = TimerService(
-            Path(self._config.get_str("store_dir")),
-            timer_options(self._config),
-            self._delivery_storage,
-            Reput(storage, KIND_TIMER),
-            store.consume_queues.find,
+    async def _start_delivery(
+        self, store: DispatchStore, dispatcher: Dispatcher
+    ) -> ScheduleService:
+        """The delivery services beside the consume queues (after recovery: they read
+        them), with one role watcher and one storage client for all of them."""
+        # A client (so a channel) of their own: the reads the dispatch serves (up to
+        # READ_MAX_BYTES an answer) then never hold up a due message's read or append.
+        storage = self._delivery_storage = StorageClient(self._config.get_str("storage"))
+        role = self._role = RoleWatcher(
+            storage, self._config.get_int("delivery_role_check_interval_ms") / 1000
         )
-        await timer.start()
-        gauges = self._timer_gauges = timer_gauges(lambda: timer.store.pending)
-        gauges.start()
-        return timer
+        role.start()
+        schedule = ScheduleService(
+            queues=store.consume_queues,
+            storage=storage,
+            hub=self._hub,
+            tail_cache=dispatcher.tail_cache,
+            table=store.config.delay_levels,
+            store_dir=store.config.store_dir,
+            role=role,
+            progress_interval_s=self._config.get_int("delivery_progress_interval_ms") / 1000,
+        )
+        await schedule.start()
+        if self._config.get_bool("timer_enable"):
+            timer = self._timer = TimerService(
+                Path(self._config.get_str("store_dir")),
+                timer_options(self._config),
+                storage,
+                role,
+                Reput(storage, KIND_TIMER),
+                store.consume_queues.find,
+            )
+            await timer.start()
+        return schedule
 
-    async def _stop_timer(self) -> None:
-        if self._timer_gauges is not None:
-            await self._timer_gauges.stop()
+    async def _stop_delivery(self, schedule: ScheduleService | None) -> None:
+        if schedule is not None:
+            await schedule.stop()  # saves its progress
         if self._timer is not None:
             await self._timer.stop()
+        if self._role is not None:
+            await self._role.stop()
         if self._delivery_storage is not None:
             await self._delivery_storage.close()
 
@@ -137,9 +142,7 @@ class DispatchService:
             return
         if self._metrics is not None:
             await self._metrics.gauges.stop()
-        if running.schedule is not None:
-            await running.schedule.stop()  # saves its progress
-        await self._stop_timer()
+        await self._stop_delivery(running.schedule)
         await running.dispatcher.stop()
         await self._servicer.stop_readers()
         await writer.run(running.store.close)  # after any batch still being applied

@@ -1,7 +1,9 @@
 """The dispatch service's client of the storage service: GetStatus, Read, and for the
 delivery services (services/dispatch/delivery/) Append and SaveDeliveryProgress.
 
-(The commitlog itself is followed by ``tide.tail.TailFollower``, on channels of its own.)
+One class, two instances in a dispatch (service.py): one for the dispatcher and the reads
+it serves, one for the delivery services. (The commitlog itself is followed by
+``tide.tail.TailFollower``, on channels of its own.)
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ RPC_TIMEOUT_S = 10.0
 # An Append waits for the store's flush (and SYNC_MASTER's replica): allow for both.
 APPEND_TIMEOUT_S = 30.0
 STATUS_TIMEOUT_S = 5.0
+# A progress copy only serves slaves: it must not hold the service that sends it for long.
+PROGRESS_TIMEOUT_S = 5.0
 # While the storage does not answer: one warning, then a reminder this often.
 WAIT_LOG_INTERVAL_S = 30.0
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
@@ -173,10 +177,11 @@ class StorageClient:
         request = pb.SaveDeliveryProgressRequest(
             delay_offsets_json=delay_offsets_json, timer_checkpoint=timer_checkpoint
         )
-        await self._stub.SaveDeliveryProgress(request, timeout=RPC_TIMEOUT_S)
+        await self._stub.SaveDeliveryProgress(request, timeout=PROGRESS_TIMEOUT_S)
 
 
 def _split(positions: Sequence[Position]) -> list[Sequence[Position]]:
+    """Runs of positions within one Read's limits (READ_MAX_POSITIONS, READ_MAX_BYTES)."""
     parts: list[Sequence[Position]] = []
     start = 0
     total = 0

@@ -102,6 +102,7 @@ DISPATCH_FAMILIES = {
     "tide_dispatch_index_entries",
     "tide_dispatch_arrival_watchers",
     "tide_dispatch_disk_full",
+    "tide_dispatch_delay_pending",
     "tide_dispatch_timer_pending",
 }
 GATEWAY_FAMILIES = {

@@ -39,7 +39,7 @@ def dispatch_state(dispatched: int, storage_max: int) -> Any:
     dispatcher = SimpleNamespace(
         storage_max_seen=storage_max, tail_reconnects=2, follower_state="connected"
     )
-    return SimpleNamespace(store=store, dispatcher=dispatcher, schedule=None)
+    return SimpleNamespace(store=store, dispatcher=dispatcher, schedule=None, timer=None)
 
 
 def test_dispatch_lag_in_bytes_and_time_behind() -> None:
@@ -61,17 +61,22 @@ def test_dispatch_lag_in_bytes_and_time_behind() -> None:
     assert cast(dict[str, Any], metrics.sample())["tide_dispatch_lag_milliseconds"] == 0
 
 
-def test_dispatch_delay_pending_per_level() -> None:
+def test_dispatch_delay_and_timer_pending() -> None:
     running = dispatch_state(100, 100)
+    sample = cast(dict[str, Any], DispatchMetrics(lambda: running, ArrivalHub()).sample())
+    assert "tide_dispatch_delay_pending" not in sample  # no service, no gauge value
+    assert "tide_dispatch_timer_pending" not in sample
     running.schedule = SimpleNamespace(
         state=lambda: ScheduleState((1000, 2000, 3000), True, (3, 0, 7))
     )
+    running.timer = SimpleNamespace(store=SimpleNamespace(pending=42))
     sample = cast(dict[str, Any], DispatchMetrics(lambda: running, ArrivalHub()).sample())
     assert sample["tide_dispatch_delay_pending"] == [
         (3, {"level": 1}),
         (0, {"level": 2}),
         (7, {"level": 3}),
     ]
+    assert sample["tide_dispatch_timer_pending"] == 42
 
 
 def test_dispatch_reports_nothing_before_it_runs() -> None:

@@ -155,6 +155,15 @@ def parse_config_json(text: str) -> object:
             raise strict_error from None
 
 
+def parse_config_bytes(name: str, content: bytes) -> object:
+    """The JSON of a config file's bytes (another store's copy, say), or ConfigFormatError
+    naming the file ``name`` when they are not UTF-8 JSON."""
+    try:
+        return parse_config_json(content.decode("utf-8"))
+    except ValueError as exc:  # JSON and UTF-8 errors alike
+        raise ConfigFormatError(f"{name} is not valid JSON: {exc}") from None
+
+
 def _try_load(path: Path, max_bytes: int) -> tuple[object | None, str | None]:
     """(obj, None) when loaded, else (None, what is wrong)."""
     try:

@@ -1,11 +1,14 @@
 """Durable delivery progress: kept in the dispatch's store dir, copied to the storage.
 
+Each delivery service saves its progress locally (the truth), then copies the same bytes
+to the storage with ``Storage.SaveDeliveryProgress`` so that a slave receives them with
+the rest of the metadata (decision 2 of issue 18): :class:`ProgressCopy`, shared by the
+delay levels and the timer. A storage that does not have that RPC (UNIMPLEMENTED) or does
+not answer (UNAVAILABLE, DEADLINE_EXCEEDED) is logged once per outage and the copy is
+tried again at the next save.
+
 ``<store_dir>/config/delayOffset.json`` (tide.format's DelayOffsets, written atomically
-with a ``.bak``) holds the next queue offset of each delay level. After each local save
-the same bytes go to the storage with ``Storage.SaveDeliveryProgress``, so that a slave
-receives them with the rest of the metadata (decision 2 of issue 18). A storage that does
-not have that RPC (UNIMPLEMENTED) or does not answer (UNAVAILABLE, DEADLINE_EXCEEDED) is
-logged once and the copy is tried again at the next save: the local file is the truth.
+with a ``.bak``) holds the next queue offset of each delay level (:class:`DelayProgressFile`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Protocol
 
 import grpc
 
+from services.dispatch.delivery.role import RoleWatcher
 from tide.files import load_json_with_fallback, write_json_atomically
 from tide.format import (
     DELAY_OFFSET_FILE,
@@ -31,7 +35,9 @@ from tide.format import (
 log = logging.getLogger("tide.dispatch.delivery")
 
 CONFIG_DIR = "config"
-SAVE_TIMEOUT_S = 5.0
+# Outcomes that mean "this storage cannot keep it now" (an older storage, a restart):
+# expected, so logged at INFO; any other failure is a WARNING. Both once per outage.
+_TOLERATED_CODES = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE})
 
 
 class ProgressTarget(Protocol):
@@ -40,6 +46,46 @@ class ProgressTarget(Protocol):
     async def save_delivery_progress(
         self, delay_offsets_json: bytes = b"", timer_checkpoint: bytes = b""
     ) -> None: ...
+
+
+class ProgressCopy:
+    """Copies one delivery service's progress to the storage, logging once per outage.
+
+    Only while the storage is a master: a slave refuses it (it takes its copy from its
+    master), and beside a slave nothing is delivered, so there is nothing new to copy."""
+
+    def __init__(self, storage: ProgressTarget, role: RoleWatcher, what: str) -> None:
+        self._storage = storage
+        self._role = role
+        self._what = what  # "delay level progress", "timer checkpoint": for the logs
+        self._failing = False  # the last copy failed (logged once, until one passes)
+
+    async def copy(self, *, delay_offsets_json: bytes = b"", timer_checkpoint: bytes = b"") -> bool:
+        """Copy to the storage; False when it did not take it (logged, never raised: the
+        local copy is what counts, the next save copies again)."""
+        if not self._role.active:
+            return False
+        try:
+            await self._storage.save_delivery_progress(
+                delay_offsets_json=delay_offsets_json, timer_checkpoint=timer_checkpoint
+            )
+        except grpc.aio.AioRpcError as exc:
+            if not self._failing:
+                log.log(
+                    logging.INFO if exc.code() in _TOLERATED_CODES else logging.WARNING,
+                    "cannot copy the %s to storage %s (%s: %s); kept locally, copied again "
+                    "at the next save (slaves lack it meanwhile)",
+                    self._what,
+                    self._storage.target,
+                    exc.code().name,
+                    exc.details(),
+                )
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("%s copied to storage %s again", self._what, self._storage.target)
+        self._failing = False
+        return True
 
 
 def delay_offset_path(store_dir: Path) -> Path:
@@ -61,11 +107,10 @@ class DelayProgressFile:
     the batch in flight per level); the copy to the storage, which only slaves read, is
     sent at most once per save interval (``copy_pending``)."""
 
-    def __init__(self, store_dir: Path, storage: ProgressTarget) -> None:
+    def __init__(self, store_dir: Path, copier: ProgressCopy) -> None:
         self._path = delay_offset_path(store_dir)
-        self._storage = storage
+        self._copier = copier
         self._version = DataVersion()
-        self._copy_failed = False  # the last copy to the storage failed (logged once)
         self._pending_copy: bytes | None = None  # saved locally, not copied yet
         self._lock = asyncio.Lock()  # one writer of the file at a time (levels save alike)
 
@@ -90,29 +135,4 @@ class DelayProgressFile:
         """Copy the last local save to the storage, if it was not copied yet."""
         data, self._pending_copy = self._pending_copy, None
         if data is not None:
-            await self._copy(data)
-
-    async def _copy(self, data: bytes) -> None:
-        try:
-            await asyncio.wait_for(
-                self._storage.save_delivery_progress(delay_offsets_json=data), SAVE_TIMEOUT_S
-            )
-        except (grpc.aio.AioRpcError, TimeoutError) as exc:
-            if not self._copy_failed:
-                reason = (
-                    f"{exc.code().name}: {exc.details()}"
-                    if isinstance(exc, grpc.aio.AioRpcError)
-                    else "timed out"
-                )
-                log.warning(
-                    "cannot copy the delay level progress to storage %s (%s); kept in %s, "
-                    "copied again at the next save (slaves lack it meanwhile)",
-                    self._storage.target,
-                    reason,
-                    self._path,
-                )
-            self._copy_failed = True
-            return
-        if self._copy_failed:
-            log.info("delay level progress copied to storage %s again", self._storage.target)
-        self._copy_failed = False
+            await self._copier.copy(delay_offsets_json=data)

@@ -10,10 +10,10 @@ in order), so the first entry not due yet is where the level waits, until that t
 
 Waiting costs one timer per level at most: a level sleeps until its head entry is due,
 or, with nothing pending, until the dispatcher publishes an arrival for its queue
-(ArrivalHub); a role change wakes every level. No polling of the queues.
+(ArrivalHub). No polling of the queues.
 
-Only while the followed storage is a master (GetStatus.replication.role is not SLAVE,
-asked every ``role_check_interval_s``): beside a slave every level holds. Progress is
+Only while the followed storage is a master (role.py): a level looks at the role before
+each step, and beside a slave waits until the storage is a master again. Progress is
 saved after every delivered batch, copied to the storage every ``progress_interval_s``
 when it moved, and at stop (progress.py). A crash repeats what was delivered after the
 last save (at most the batch in flight of each level): at-least-once, never a loss.
@@ -33,8 +33,13 @@ import grpc
 
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.delivery.metrics import KIND_DELAY_LEVEL
-from services.dispatch.delivery.progress import DelayProgressFile, load_delay_offsets
+from services.dispatch.delivery.progress import (
+    DelayProgressFile,
+    ProgressCopy,
+    load_delay_offsets,
+)
 from services.dispatch.delivery.reput import DueMessage, Reput
+from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
 from services.dispatch.storage_client import StorageClient
@@ -49,12 +54,12 @@ from tide.format import (
     schedule_queue_id,
 )
 from tide.tail import Backoff
+from tide.tasks import cancel_and_wait
 
 log = logging.getLogger("tide.dispatch.delivery")
 
 DELIVER_BATCH_ENTRIES = 256
 """Most entries of one level delivered per step (then progress moves and the loop turns)."""
-ROLE_STATUS_TIMEOUT_S = 5.0
 
 
 def now_ms() -> int:
@@ -80,8 +85,8 @@ class ScheduleService:
         tail_cache: TailCache,
         table: DelayLevelTable,
         store_dir: Path,
+        role: RoleWatcher,
         progress_interval_s: float,
-        role_check_interval_s: float,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self._queues = queues
@@ -89,17 +94,17 @@ class ScheduleService:
         self._hub = hub
         self._tail_cache = tail_cache
         self.table = table
-        self._progress = DelayProgressFile(store_dir, storage)
+        self._role = role
+        self._progress = DelayProgressFile(
+            store_dir, ProgressCopy(storage, role, "delay level progress")
+        )
         self._store_dir = store_dir
         self._progress_interval_s = progress_interval_s
-        self._role_interval_s = role_check_interval_s
         self._clock_ms = clock_ms
         self.reput = Reput(storage, KIND_DELAY_LEVEL)
         self._offsets: dict[int, int] = {}  # level -> next queue offset to deliver
         self._saved: dict[int, int] = {}  # what the file says
         self._wake = {level: asyncio.Event() for level in self._levels()}
-        self._active = False
-        self._active_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._read_backoff = Backoff(initial_s=0.1, max_s=5.0)
 
@@ -113,7 +118,7 @@ class ScheduleService:
         self._offsets = {level: recorded.offset(level) for level in self._levels()}
         self._saved = dict(self._offsets)
         spawn = asyncio.create_task
-        self._tasks = [spawn(self._watch_role()), spawn(self._watch_arrivals())]
+        self._tasks = [spawn(self._watch_arrivals())]
         self._tasks += [spawn(self._deliver_level(level)) for level in self._levels()]
         self._tasks.append(spawn(self._save_periodically()))
         log.info(
@@ -125,11 +130,7 @@ class ScheduleService:
     async def stop(self) -> None:
         """Stop every task (a re-put in flight is abandoned: it is not counted, so it is
         delivered again after the restart), then save the progress."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         await self._save()
 
@@ -139,31 +140,7 @@ class ScheduleService:
             queue = self._queues.find(SCHEDULE_TOPIC, schedule_queue_id(level))
             offset = self._offsets.get(level, 0)
             pending.append(0 if queue is None else max(0, queue.max_offset - offset))
-        return ScheduleState(self.table.delays_ms, self._active, tuple(pending))
-
-    # -- role ------------------------------------------------------------------------
-    async def _watch_role(self) -> None:
-        while True:
-            try:
-                status = await self._storage.status(ROLE_STATUS_TIMEOUT_S)
-            except grpc.aio.AioRpcError:
-                pass  # unknown: keep the last role (a re-put waits for the storage anyway)
-            else:
-                self._set_active(status.replication.role != "SLAVE")
-            await asyncio.sleep(self._role_interval_s)
-
-    def _set_active(self, active: bool) -> None:
-        if active == self._active:
-            return
-        self._active = active
-        log.info(
-            "delay levels %s: the storage is %s",
-            "deliver" if active else "hold",
-            "a master" if active else "a slave",
-        )
-        self._active_changed.set()
-        for event in self._wake.values():
-            event.set()
+        return ScheduleState(self.table.delays_ms, self._role.active, tuple(pending))
 
     async def _watch_arrivals(self) -> None:
         async for grown in self._hub.watch([SCHEDULE_TOPIC]):
@@ -177,9 +154,8 @@ class ScheduleService:
         wake = self._wake[level]
         while True:
             wake.clear()  # before looking: an arrival from now on wakes the wait below
-            if not self._active:
-                self._active_changed.clear()
-                await self._active_changed.wait()
+            if not self._role.active:
+                await self._role.wait_active()
                 continue
             wait_s = await self._deliver_due(level)
             if wait_s is None:

@@ -3,7 +3,7 @@
 Three loops on the event loop: enqueue (files the timer topic into the log and wheel),
 dequeue (fires each slot once its period is over and re-puts what is due), checkpoint
 (syncs the files, records ``config/timercheck`` and copies it to the storage). Enqueue
-and dequeue run only while the followed storage is a master (decision 2 of issue 18).
+and dequeue run only while the followed storage is a master (role.py).
 """
 
 from __future__ import annotations
@@ -12,28 +12,33 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from services.dispatch.delivery.delivery_storage import DeliveryStorage
+from services.dispatch.delivery.progress import ProgressCopy
 from services.dispatch.delivery.reput import Reput
+from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.delivery.timer_dequeue import Dequeuer
 from services.dispatch.delivery.timer_enqueue import Enqueuer
 from services.dispatch.delivery.timer_store import TimerSettings, TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue
+from services.dispatch.storage_client import StorageClient
 from tide.format import TIMER_LOG_UNIT_BYTES, TIMER_TOPIC, TimerCheckpoint
 from tide.tail import Backoff
+from tide.tasks import cancel_and_wait
 from tide.v1 import dispatch_pb2 as dpb
 from tide.v1 import storage_pb2 as spb
 
 log = logging.getLogger("tide.dispatch.timer")
-# How often a loop with nothing to do looks again (the timer topic, the storage's role).
+# How often the enqueue loop, with nothing to do, looks at the timer topic again.
 IDLE_POLL_S = 0.05
-HOLD_POLL_S = 0.5  # beside a slave
+# The dequeue loop's longest sleep before it looks at the clock again (it may be set).
+DUE_POLL_MAX_S = 0.5
 FAILURE_BACKOFF = Backoff(initial_s=0.1, max_s=5.0)
 
 
@@ -53,13 +58,16 @@ class TimerService:
         self,
         store_dir: Path,
         options: TimerOptions,
-        storage: DeliveryStorage,
+        storage: StorageClient,
+        role: RoleWatcher,
         reput: Reput,
         find_queue: Callable[[str, int], ConsumeQueue | None],
     ) -> None:
         self.options = options
         self.store = TimerStore(store_dir, options.settings)
         self._storage = storage
+        self._role = role
+        self._progress = ProgressCopy(storage, role, "timer checkpoint")
         self._stopping = False
         self.enqueuer = Enqueuer(self.store, storage, find_queue)
         self.dequeuer = Dequeuer(self.store, storage, reput)
@@ -68,7 +76,7 @@ class TimerService:
 
     @property
     def active(self) -> bool:
-        return self._storage.master and not self._stopping
+        return self._role.active and not self._stopping
 
     async def start(self) -> None:
         recovered = await asyncio.to_thread(self.store.open, _now_ms())
@@ -85,8 +93,8 @@ class TimerService:
         if recovered.corrupt:
             await self._revise_queue_offset()
         for name, loop in (
-            ("enqueue", self._enqueue_loop),
-            ("dequeue", self._dequeue_loop),
+            ("enqueue", partial(self._steps, "enqueue", self._enqueue_step)),
+            ("dequeue", partial(self._steps, "dequeue", self._dequeue_step)),
             ("checkpoint", self._checkpoint_loop),
         ):
             self._tasks.append(asyncio.create_task(self._guard(name, loop), name=f"timer-{name}"))
@@ -95,11 +103,7 @@ class TimerService:
         """Stop the loops (a slot being fired is fired again after a restart), record the
         progress, close the files."""
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         if self._syncing is not None:  # a save the checkpoint loop left running
             with contextlib.suppress(Exception):
@@ -131,52 +135,36 @@ class TimerService:
                 log.exception("timer %s failed; starting it again", name)
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
 
-    async def _held(self) -> bool:
-        if await self._storage.is_master():
-            return False
-        await asyncio.sleep(HOLD_POLL_S)
-        return True
-
-    async def _enqueue_loop(self) -> None:
+    async def _steps(self, name: str, step: Callable[[], Awaitable[float]]) -> None:
+        """Run ``step`` while the storage is a master, pausing for what it returns (s);
+        a Read the storage does not answer is retried with backoff, logged once."""
         failures = 0
         while True:
-            if await self._held():
-                continue
+            await self._role.wait_active()  # at once beside a master
             try:
-                moved = await self.enqueuer.step()
+                pause_s = await step()
             except grpc.aio.AioRpcError as exc:
                 failures += 1
                 if failures == 1:
                     log.warning(
-                        "timer enqueue: storage read failed (%s); retrying", exc.code().name
+                        "timer %s: storage read failed (%s); retrying", name, exc.code().name
                     )
                 await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
                 continue
             failures = 0
-            if not moved:
-                await asyncio.sleep(IDLE_POLL_S)
+            # (0 still yields: catching up after a stop, empty slots fire without an
+            # await of their own, and the RPCs must get in.)
+            await asyncio.sleep(pause_s)
 
-    async def _dequeue_loop(self) -> None:
-        failures = 0
-        while True:
-            if await self._held():
-                continue
-            if not self.dequeuer.due():
-                await asyncio.sleep(min(self.dequeuer.wait_ms() / 1000, HOLD_POLL_S))
-                continue
-            try:
-                await self.dequeuer.fire()
-            except grpc.aio.AioRpcError as exc:
-                failures += 1
-                if failures == 1:
-                    log.warning(
-                        "timer dequeue: storage read failed (%s); retrying", exc.code().name
-                    )
-                await asyncio.sleep(FAILURE_BACKOFF.delay_s(failures))
-                continue
-            failures = 0
-            # Catching up after a stop, empty slots fire without an await: let the RPCs in.
-            await asyncio.sleep(0)
+    async def _enqueue_step(self) -> float:
+        moved = await self.enqueuer.step()
+        return 0 if moved else IDLE_POLL_S
+
+    async def _dequeue_step(self) -> float:
+        if not self.dequeuer.due():
+            return min(self.dequeuer.wait_ms() / 1000, DUE_POLL_MAX_S)
+        await self.dequeuer.fire()
+        return 0
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.options.checkpoint_interval_ms / 1000
@@ -196,8 +184,7 @@ class TimerService:
         deleted = self.store.timer_log.delete_fired(snapshot.read_time_ms)
         if deleted:
             log.info("timer log: deleted %d segment(s) whose slots have all fired", deleted)
-        if self._storage.master:
-            await self._storage.save_progress(timer_checkpoint=checkpoint.pack())
+        await self._progress.copy(timer_checkpoint=checkpoint.pack())
 
     async def _revise_queue_offset(self) -> None:
         """After a corrupt log was cut: file the timer topic again from the message of the

@@ -15,10 +15,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from services.dispatch.delivery.delivery_storage import DeliveryStorage
 from services.dispatch.delivery.reput import DueMessage, Reput
 from services.dispatch.delivery.timer_enqueue import slot_time_of
 from services.dispatch.delivery.timer_store import TimerStore, is_delete, is_roll
+from services.dispatch.storage_client import StorageClient
 from tide.format import (
     REAL_TOPIC,
     TIMER_DEL_UNIQKEY,
@@ -26,6 +26,7 @@ from tide.format import (
     UNIQ_KEY,
     DecodedRecord,
     TimerLogUnit,
+    decode_record,
     timer_delete_key,
 )
 
@@ -40,7 +41,7 @@ class Dequeuer:
     def __init__(
         self,
         store: TimerStore,
-        storage: DeliveryStorage,
+        storage: StorageClient,
         reput: Reput,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
@@ -90,14 +91,17 @@ class Dequeuer:
         if not units:
             return []
         positions = [(u.commitlog_offset, u.commitlog_size) for u in units]
-        records = await self._storage.read_records(positions)
-        for unit, record in zip(units, records, strict=True):
-            if record is None:
+        records: list[DecodedRecord | None] = []
+        for unit, data in zip(units, await self._storage.read_records(positions), strict=True):
+            if data is None:
                 log.warning(
                     "timed message at %d is gone from the storage (retention); it cannot "
                     "be delivered",
                     unit.commitlog_offset,
                 )
+                records.append(None)
+                continue
+            records.append(decode_record(data, 0, len(data), expected_offset=unit.commitlog_offset))
         return records
 
     async def _deliver(self, units: Sequence[TimerLogUnit], deleted: set[str]) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from services.dispatch.delivery.delivery_storage import DeliveryStorage
 from services.dispatch.delivery.timer_store import TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue
+from services.dispatch.storage_client import StorageClient
 from tide.format import (
     REAL_TOPIC,
     TIMER_DEL_UNIQKEY,
@@ -50,7 +50,7 @@ class Enqueuer:
     def __init__(
         self,
         store: TimerStore,
-        storage: DeliveryStorage,
+        storage: StorageClient,
         find_queue: Callable[[str, int], ConsumeQueue | None],
     ) -> None:
         self._store = store

@@ -19,7 +19,7 @@ from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,
-    parse_config_json,
+    parse_config_bytes,
     write_json_atomically,
     write_json_bytes_atomically,
 )
@@ -163,10 +163,7 @@ class ConsumerOffsets:
         """Adopt another store's ``consumerOffset.json`` byte for byte (a slave's copy of
         its master's): checked whole first (nothing written when it is not a valid table
         within this table's limit), written atomically, then held as the table."""
-        try:
-            doc = parse_config_json(content.decode("utf-8"))
-        except ValueError as exc:  # JSON and UTF-8 errors alike
-            raise ConfigFormatError(f"{CONSUMER_OFFSETS_FILE} is not valid JSON: {exc}") from None
+        doc = parse_config_bytes(CONSUMER_OFFSETS_FILE, content)
         table, count = decode_offsets(doc, self._max_entries)
         with self._persist_lock:  # no persist() of the older table after this write
             write_json_bytes_atomically(self._path, content)

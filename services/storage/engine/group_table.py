@@ -19,7 +19,7 @@ from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,
-    parse_config_json,
+    parse_config_bytes,
     write_json_atomically,
     write_json_bytes_atomically,
 )
@@ -121,10 +121,7 @@ class GroupTable:
         of its master's; engine/metadata_files.py's MetadataTable): checked whole first
         (ConfigFormatError or ConfigLimitError, nothing written), written atomically, then
         the table and its data version are the file's."""
-        try:
-            doc = parse_config_json(content.decode("utf-8"))
-        except ValueError as exc:  # JSON and UTF-8 errors alike
-            raise ConfigFormatError(f"{SUBSCRIPTION_GROUP_FILE} is not valid JSON: {exc}") from None
+        doc = parse_config_bytes(SUBSCRIPTION_GROUP_FILE, content)
         table = decode_subscription_groups(doc)
         if len(table.groups) > self._max_groups:
             raise ConfigLimitError(

@@ -23,7 +23,7 @@ from services.storage.engine.topic_table import TOPICS_FILE
 from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
-    parse_config_json,
+    parse_config_bytes,
     write_file_atomically,
     write_json_bytes_atomically,
 )
@@ -59,13 +59,6 @@ class MetadataTable(Protocol):
     def install(self, content: bytes) -> None: ...
 
 
-def _json_doc(name: str, content: bytes) -> object:
-    try:
-        return parse_config_json(content.decode("utf-8"))
-    except ValueError as exc:  # JSON and UTF-8 errors alike
-        raise ConfigFormatError(f"{name} is not valid JSON: {exc}") from None
-
-
 class _JsonFile:
     """A JSON file the storage keeps without a table of its own: checked with ``decode``
     (tide.format), kept byte for byte."""
@@ -75,7 +68,7 @@ class _JsonFile:
         self._decode = decode
 
     def install(self, content: bytes) -> None:
-        self._decode(_json_doc(self._path.name, content))
+        self._decode(parse_config_bytes(self._path.name, content))
         write_json_bytes_atomically(self._path, content)
 
 
@@ -182,7 +175,7 @@ class MetadataFiles:
                 f"checkpoint's {TIMER_CHECKPOINT_BYTES} (TimerCheckpoint.pack)"
             )
         if delay_offsets_json:
-            doc = _json_doc("delay_offsets_json", delay_offsets_json)
+            doc = parse_config_bytes("delay_offsets_json", delay_offsets_json)
             try:
                 decode_delay_offsets(doc)
             except ConfigFormatError as exc:

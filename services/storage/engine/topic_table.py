@@ -25,7 +25,7 @@ from tide.files import (
     ConfigFormatError,
     ConfigLimitError,
     load_json_with_fallback,
-    parse_config_json,
+    parse_config_bytes,
     write_json_atomically,
     write_json_bytes_atomically,
 )
@@ -269,10 +269,7 @@ class TopicTable:
         master's, RocketMQ's SlaveSynchronize): checked whole first (ConfigFormatError or
         ConfigLimitError, nothing written), written atomically, then the table and its data
         version are the file's. Listeners hear of every topic added, changed or removed."""
-        try:
-            doc = parse_config_json(content.decode("utf-8"))
-        except ValueError as exc:  # JSON and UTF-8 errors alike
-            raise ConfigFormatError(f"{TOPICS_FILE} is not valid JSON: {exc}") from None
+        doc = parse_config_bytes(TOPICS_FILE, content)
         topics, version = decode_topics(doc)
         if len(topics) > self._max_topics:
             raise ConfigLimitError(

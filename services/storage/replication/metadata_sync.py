@@ -24,6 +24,7 @@ import grpc
 from services.storage.engine.metadata_files import METADATA_FILES, MetadataFiles
 from tide.limits import METADATA_MAX_BYTES
 from tide.quoting import quote
+from tide.tasks import cancel_and_wait
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -71,9 +72,7 @@ class MetadataSync:
         task, self._task = self._task, None
         if task is None:
             return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
         installing = self._installing
         if installing is not None and not installing.done():
             with contextlib.suppress(Exception):  # (its errors were the sync's to report)

@@ -254,7 +254,10 @@ def test_metrics_report_the_tail_cache() -> None:
         storage_max_seen=1100, tail_reconnects=0, follower_state="connected"
     )
     running = SimpleNamespace(
-        store=SimpleNamespace(status=lambda: status), dispatcher=dispatcher, schedule=None
+        store=SimpleNamespace(status=lambda: status),
+        dispatcher=dispatcher,
+        schedule=None,
+        timer=None,
     )
     metrics = DispatchMetrics(lambda: cast(Running, running), ArrivalHub(), tail_cache=cache)
     sample = cast(dict[str, Any], metrics.sample())
