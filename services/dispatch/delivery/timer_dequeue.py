@@ -23,8 +23,10 @@ from tide.format import (
     REAL_TOPIC,
     TIMER_DEL_UNIQKEY,
     TIMER_DELIVER_MS,
+    TIMER_TOPIC,
     UNIQ_KEY,
     DecodedRecord,
+    RecordError,
     TimerLogUnit,
     decode_record,
     timer_delete_key,
@@ -93,15 +95,20 @@ class Dequeuer:
         positions = [(u.commitlog_offset, u.commitlog_size) for u in units]
         records: list[DecodedRecord | None] = []
         for unit, data in zip(units, await self._storage.read_records(positions), strict=True):
+            where = f"{TIMER_TOPIC} at commitlog offset {unit.commitlog_offset}"
             if data is None:
-                log.warning(
-                    "timed message at %d is gone from the storage (retention); it cannot "
-                    "be delivered",
-                    unit.commitlog_offset,
-                )
+                self._reput.undeliverable(where, "its record is gone from the storage (retention)")
                 records.append(None)
                 continue
-            records.append(decode_record(data, 0, len(data), expected_offset=unit.commitlog_offset))
+            try:
+                record = decode_record(data, 0, len(data), expected_offset=unit.commitlog_offset)
+            except RecordError as exc:
+                # Counted and skipped like the delay levels do: raising here would fire the
+                # slot again and again, holding every later slot behind one bad record.
+                self._reput.undeliverable(where, f"its record does not decode: {exc}")
+                records.append(None)
+                continue
+            records.append(record)
         return records
 
     async def _deliver(self, units: Sequence[TimerLogUnit], deleted: set[str]) -> None:
