@@ -103,7 +103,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def ListTransactions(
         self, request: pb.ListTransactionsRequest, context: Context
     ) -> pb.ListTransactionsResponse:
-        return await self._transactions.list(request)
+        return await self._transactions.list_halves(request)
 
     async def QueryMessage(
         self, request: pb.QueryMessageRequest, context: Context

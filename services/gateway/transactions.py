@@ -181,7 +181,7 @@ class Transactions:
                     yield pb.TransactionCheck(half=_half(live, entry))
             await asyncio.sleep(CHECK_POLL_S)
 
-    async def list(self, request: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
+    async def list_halves(self, request: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
         if request.producer_group:
             _check_group(request.producer_group, "producer_group")
         count = request.max_count or DEFAULT_LIST_COUNT

@@ -100,7 +100,7 @@ def test_end_transaction_refuses_bad_input(tx_cluster: Cluster) -> None:
             transaction_id=outcome.transaction_id,
             resolution=gateway_pb2.COMMIT,
         )
-        cases = [
+        cases: list[tuple[dict[str, object], grpc.StatusCode, str]] = [
             ({"transaction_id": "other"}, grpc.StatusCode.INVALID_ARGUMENT, "does not match"),
             ({"producer_group": "PG_other"}, grpc.StatusCode.INVALID_ARGUMENT, "PG_other"),
             ({"queue_offset": 999_999, "msg_id": ""}, grpc.StatusCode.NOT_FOUND, "no half"),
@@ -112,12 +112,12 @@ def test_end_transaction_refuses_bad_input(tx_cluster: Cluster) -> None:
                 setattr(request, name, value)
             with pytest.raises(grpc.RpcError) as raised:
                 end(gateway, request)
-            assert raised.value.code() is code and text in raised.value.details()
+            assert raised.value.code() is code and text in str(raised.value.details())
         end(gateway, good)
         with pytest.raises(grpc.RpcError) as again:
             end(gateway, good)
         assert again.value.code() is grpc.StatusCode.FAILED_PRECONDITION
-        assert "resolved already" in again.value.details()
+        assert "resolved already" in str(again.value.details())
         wait_until(lambda: copies(admin, topic, half.unique_key), "the committed copy")
         assert len(copies(admin, topic, half.unique_key)) == 1  # nothing written twice
 
@@ -131,7 +131,7 @@ def test_end_transaction_refuses_bad_input(tx_cluster: Cluster) -> None:
                 gateway_pb2.ProduceRequest(messages=[message]), timeout=30
             )
         assert delayed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert "cannot be delayed" in delayed.value.details()
+        assert "cannot be delayed" in str(delayed.value.details())
 
 
 def test_unresolved_halves_are_checked_with_a_live_producer(tx_cluster: Cluster) -> None:

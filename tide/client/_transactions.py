@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -160,7 +161,7 @@ class CheckListener:
         self._group = group
         self._checker = checker
         self._stopped = threading.Event()
-        self._call: grpc.Future | None = None  # type: ignore[type-arg]
+        self._call: Any = None  # the open stream's call (cancelled by close)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tide-tx-checks", daemon=True)
         self.answered = 0
@@ -189,7 +190,7 @@ class CheckListener:
 
     def _listen(self) -> None:
         request = gateway_pb2.TransactionChecksRequest(producer_group=self._group)
-        call = self._connection.stub.TransactionChecks(request)
+        call: Any = self._connection.stub.TransactionChecks(request)
         with self._lock:
             self._call = call
         if self._stopped.is_set():

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tide.format._properties import PGROUP, TAGS, TRAN_MSG, TRANSACTION_ID, encode_properties
-from tide.format._scheduled import REAL_QID, REAL_TOPIC
+from tide.format._properties import (
+    PGROUP,
+    REAL_QID,
+    REAL_TOPIC,
+    TAGS,
+    TRAN_MSG,
+    TRANSACTION_ID,
+    encode_properties,
+)
 from tide.format._system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 TRAN_RESOLUTION = "TRAN_RESOLUTION"

@@ -170,12 +170,12 @@ class TransactionService:
         async with self._lock:
             await self._catch_up()
             offset = request.queue_offset
-            done = self._state.resolved.get(offset)
+            done = self._resolution(offset)
             if done is not None:
                 raise _error(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"the transaction of the half message at queue offset {offset} was "
-                    f"resolved already ({done}); nothing was written again",
+                    f"resolved already{done}; nothing was written again",
                 )
             entry = await self._half_entry(offset, request.physical_offset)
             record = await self._read(entry)
@@ -246,6 +246,15 @@ class TransactionService:
                     continue
                 how = record.properties.get(TRAN_RESOLUTION, RESOLUTION_ROLLBACK)
                 self._resolved(half_offset, how, save=False)
+
+    def _resolution(self, offset: int) -> str | None:
+        """`` (commit)`` etc. for a resolved half, ``""`` when only known resolved (below
+        the check offset, where the resolutions are no longer kept), None when not."""
+        state = self._state
+        how = state.resolved.get(offset)
+        if how is not None:
+            return f" ({how})"
+        return "" if 0 <= offset < state.check_from else None
 
     def _resolved(self, offset: int, how: str, *, save: bool = True) -> None:
         state = self._state
