@@ -132,6 +132,8 @@ def check_produce_messages(
             or message.deliver_at_ms
             or message.delay_ms
             or message.transactional
+            or message.producer_group
+            or message.transaction_id
         ):
             check_produce_message(index, message, max_body_bytes)
             # A half message takes the general path (its own topic and queue: produce.py).
