@@ -162,7 +162,8 @@ class TransactionService:
     async def end(
         self, request: pb.DispatchEndTransactionRequest
     ) -> pb.DispatchEndTransactionResponse:
-        if not await self._storage.is_master():
+        # A cached "slave" is asked again: a master just started answers on its first ask.
+        if not await self._storage.is_master() and not await self._storage.is_master(fresh=True):
             raise _error(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "this dispatch follows a slave; end the transaction on the broker's master",
@@ -185,6 +186,7 @@ class TransactionService:
             if request.commit:
                 run = commit_copy(record, entry.commitlog_offset) + run
             response = await self._append(run)
+            self._own_op_written(response.queue_offsets[-1])
             self._resolved(offset, resolution)
         log.info(
             "transaction %s of group %s: half at queue offset %d %s%s",
@@ -246,6 +248,12 @@ class TransactionService:
                     continue
                 how = record.properties.get(TRAN_RESOLUTION, RESOLUTION_ROLLBACK)
                 self._resolved(half_offset, how, save=False)
+
+    def _own_op_written(self, op_queue_offset: int) -> None:
+        """This service writes every op record (under the lock): the one it just wrote
+        need not be read back when it is the next to read."""
+        if self._state.op_next == op_queue_offset:
+            self._state.op_next += 1
 
     def _resolution(self, offset: int) -> str | None:
         """`` (commit)`` etc. for a resolved half, ``""`` when only known resolved (below
@@ -439,7 +447,8 @@ class TransactionService:
         record = await self._storage.read_record(half.physical_offset, half.size)
         if record is None:
             return
-        await self._append(op_record(record, offset, RESOLUTION_DISCARD))
+        response = await self._append(op_record(record, offset, RESOLUTION_DISCARD))
+        self._own_op_written(response.queue_offsets[-1])
         self._resolved(offset, RESOLUTION_DISCARD, save=False)
         log.warning(
             "half message at queue offset %d (group %s, transaction %s) unresolved after %d "

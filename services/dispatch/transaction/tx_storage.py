@@ -58,17 +58,18 @@ class TxStorage:
         )
         return status.max_offset
 
-    async def is_master(self) -> bool:
-        """Whether the storage is a master, asked at most every ROLE_REFRESH_S."""
+    async def is_master(self, *, fresh: bool = False) -> bool:
+        """Whether the storage is a master, asked at most every ROLE_REFRESH_S (``fresh``:
+        now); the last answer while it does not answer (False before any)."""
         now = time.monotonic()
-        if now - self._role_asked_at < ROLE_REFRESH_S:
+        if not fresh and now - self._role_asked_at < ROLE_REFRESH_S:
             return self._master
-        self._role_asked_at = now
         try:
             status: pb.StorageStatus = await self._stub.GetStatus(
                 pb.GetStatusRequest(), timeout=ROLE_REFRESH_S * 5
             )
         except grpc.aio.AioRpcError:
-            return self._master
+            return self._master  # asked again at the next call
+        self._role_asked_at = now
         self._master = status.replication.role != SLAVE_ROLE
         return self._master
