@@ -184,7 +184,10 @@ class TransactionService:
             resolution = RESOLUTION_COMMIT if request.commit else RESOLUTION_ROLLBACK
             run = op_record(record, offset, resolution)
             if request.commit:
-                run = commit_copy(record, entry.commitlog_offset) + run
+                try:
+                    run = commit_copy(record, entry.commitlog_offset) + run
+                except ValueError as exc:  # REAL_TOPIC / REAL_QID missing or wrong
+                    raise _error(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
             response = await self._append(run)
             self._own_op_written(response.queue_offsets[-1])
             self._resolved(offset, resolution)
@@ -262,19 +265,28 @@ class TransactionService:
         how = state.resolved.get(offset)
         if how is not None:
             return f" ({how})"
+        if offset in state.kept:  # past its last check, still open to an EndTransaction
+            return None
         return "" if 0 <= offset < state.check_from else None
 
     def _resolved(self, offset: int, how: str, *, save: bool = True) -> None:
         state = self._state
-        state.resolved[offset] = how
+        if offset >= state.check_from:  # below, every half is known resolved already
+            state.resolved[offset] = how
         half = state.halves.pop(offset, None)
         state.kept.discard(offset)
         if half is not None:
             state.due.get(half.group, {}).pop(offset, None)
         if state.checks.pop(offset, None) is not None and save:
             self._save_checks()
-        while state.check_from in state.resolved:
-            del state.resolved[state.check_from]
+        self._advance_check_from()
+
+    def _advance_check_from(self) -> None:
+        """Move past the halves resolved or kept (past their last check), forgetting the
+        resolutions below: what is held stays bounded by the halves still being checked."""
+        state = self._state
+        while state.check_from in state.resolved or state.check_from in state.kept:
+            state.resolved.pop(state.check_from, None)
             state.check_from += 1
 
     async def _half_entry(self, offset: int, physical_offset: int) -> Entry:
@@ -436,6 +448,7 @@ class TransactionService:
     async def _give_up(self, offset: int, half: _Half, checks: int) -> None:
         if self.options.keep_after_max:
             self._state.kept.add(offset)
+            self._advance_check_from()
             log.warning(
                 "half message at queue offset %d (group %s) unresolved after %d checks: kept, "
                 "no longer checked (--transaction-keep-after-max)",
