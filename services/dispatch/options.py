@@ -8,7 +8,7 @@ from services.dispatch.delivery.timer import TimerOptions
 from services.dispatch.delivery.timer_store import TimerSettings
 from services.dispatch.engine.consume_queue import MAX_ENTRIES_PER_SEGMENT
 from services.dispatch.engine.dispatch_store import DispatchConfig
-from services.dispatch.transaction.service import TransactionOptions
+from services.dispatch.transaction.state import TransactionOptions
 from tide.format import (
     DEFAULT_DELAY_LEVELS,
     DEFAULT_INDEX_MAX_ENTRIES,

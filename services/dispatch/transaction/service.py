@@ -29,7 +29,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -38,6 +37,13 @@ import grpc
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
 from services.dispatch.transaction.records import commit_copy, op_record
+from services.dispatch.transaction.state import (
+    HalfInfo,
+    TransactionOptions,
+    TransactionState,
+    check_half,
+    unknown_half,
+)
 from services.dispatch.transaction.tx_storage import TxStorage
 from tide.files import load_json_with_fallback, write_json_atomically
 from tide.format import (
@@ -84,34 +90,6 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class TransactionOptions:
-    check_interval_ms: int = 60_000
-    check_max: int = 15
-    keep_after_max: bool = False
-
-
-@dataclass(slots=True)
-class _Half:
-    physical_offset: int
-    size: int
-    group: str
-    store_ms: int
-    due_from_ms: int  # stored time, then the last check's time
-
-
-@dataclass(slots=True)
-class _State:
-    resolved: dict[int, str] = field(default_factory=dict)  # half queue offset -> how
-    halves: dict[int, _Half] = field(default_factory=dict)  # unresolved, seen
-    checks: dict[int, int] = field(default_factory=dict)  # saved
-    kept: set[int] = field(default_factory=set)  # past the maximum, kept: no more checks
-    due: dict[str, dict[int, pb.HalfEntry]] = field(default_factory=dict)  # by group
-    op_next: int = 0  # next op queue offset to read
-    half_next: int = 0  # next half queue offset not yet seen
-    check_from: int = 0  # every half below is resolved
-
-
 def _error(code: grpc.StatusCode, message: str) -> ServiceError:
     return ServiceError(code, message)
 
@@ -134,7 +112,7 @@ class TransactionService:
         self.options = options
         self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
-        self._state = _State()
+        self._state = TransactionState()
         self._ready = False
         self._task: asyncio.Task[None] | None = None
 
@@ -171,7 +149,7 @@ class TransactionService:
         async with self._lock:
             await self._catch_up()
             offset = request.queue_offset
-            done = self._resolution(offset)
+            done = self._state.resolution(offset)
             if done is not None:
                 raise _error(
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -180,7 +158,7 @@ class TransactionService:
                 )
             entry = await self._half_entry(offset, request.physical_offset)
             record = await self._read(entry)
-            _check_half(request, offset, record)
+            check_half(request, offset, record)
             resolution = RESOLUTION_COMMIT if request.commit else RESOLUTION_ROLLBACK
             run = op_record(record, offset, resolution)
             if request.commit:
@@ -189,7 +167,7 @@ class TransactionService:
                 except ValueError as exc:  # REAL_TOPIC / REAL_QID missing or wrong
                     raise _error(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
             response = await self._append(run)
-            self._own_op_written(response.queue_offsets[-1])
+            self._state.own_op_written(response.queue_offsets[-1])
             self._resolved(offset, resolution)
         log.info(
             "transaction %s of group %s: half at queue offset %d %s%s",
@@ -252,47 +230,14 @@ class TransactionService:
                 how = record.properties.get(TRAN_RESOLUTION, RESOLUTION_ROLLBACK)
                 self._resolved(half_offset, how, save=False)
 
-    def _own_op_written(self, op_queue_offset: int) -> None:
-        """This service writes every op record (under the lock): the one it just wrote
-        need not be read back when it is the next to read."""
-        if self._state.op_next == op_queue_offset:
-            self._state.op_next += 1
-
-    def _resolution(self, offset: int) -> str | None:
-        """`` (commit)`` etc. for a resolved half, ``""`` when only known resolved (below
-        the check offset, where the resolutions are no longer kept), None when not."""
-        state = self._state
-        how = state.resolved.get(offset)
-        if how is not None:
-            return f" ({how})"
-        if offset in state.kept:  # past its last check, still open to an EndTransaction
-            return None
-        return "" if 0 <= offset < state.check_from else None
-
     def _resolved(self, offset: int, how: str, *, save: bool = True) -> None:
-        state = self._state
-        if offset >= state.check_from:  # below, every half is known resolved already
-            state.resolved[offset] = how
-        half = state.halves.pop(offset, None)
-        state.kept.discard(offset)
-        if half is not None:
-            state.due.get(half.group, {}).pop(offset, None)
-        if state.checks.pop(offset, None) is not None and save:
+        if self._state.resolve(offset, how) and save:
             self._save_checks()
-        self._advance_check_from()
-
-    def _advance_check_from(self) -> None:
-        """Move past the halves resolved or kept (past their last check), forgetting the
-        resolutions below: what is held stays bounded by the halves still being checked."""
-        state = self._state
-        while state.check_from in state.resolved or state.check_from in state.kept:
-            state.resolved.pop(state.check_from, None)
-            state.check_from += 1
 
     async def _half_entry(self, offset: int, physical_offset: int) -> Entry:
         queue = self._queues.find(TRANS_HALF_TOPIC, 0)
         if offset < 0 or (queue is not None and offset < queue.min_offset):
-            raise _unknown_half(offset)
+            raise unknown_half(offset)
         if queue is None or offset >= queue.max_offset:
             # Written but not dispatched yet: wait for the dispatch to pass it.
             with contextlib.suppress(WaitTimeout):
@@ -304,7 +249,7 @@ class TransactionService:
             queue = self._queues.find(TRANS_HALF_TOPIC, 0)
         entry = queue.entry_at(offset) if queue is not None else None
         if entry is None or entry.is_pre_blank:
-            raise _unknown_half(offset)
+            raise unknown_half(offset)
         if physical_offset and entry.commitlog_offset != physical_offset:
             raise _error(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -340,12 +285,7 @@ class TransactionService:
 
     # -- check-back --------------------------------------------------------------------
     def take_checks(self, group: str, max_count: int) -> list[pb.HalfEntry]:
-        """The group's halves due for a check (taken: each is sent once per check)."""
-        due = self._state.due.get(group)
-        if not due:
-            return []
-        taken = [due.pop(offset) for offset in sorted(due)[:max_count]]
-        return taken
+        return self._state.take_checks(group, max_count)
 
     async def list_halves(self, group: str, max_count: int) -> list[pb.HalfEntry]:
         """Unresolved halves (of ``group``, or all), oldest first."""
@@ -364,7 +304,7 @@ class TransactionService:
                 break
         return listed
 
-    async def _entry_of(self, offset: int, half: _Half) -> pb.HalfEntry | None:
+    async def _entry_of(self, offset: int, half: HalfInfo) -> pb.HalfEntry | None:
         raw = await self._storage.read_raw(half.physical_offset, half.size)
         if raw is None:
             return None
@@ -397,7 +337,7 @@ class TransactionService:
                 if record is None:
                     continue
                 store_ms = record.store_timestamp_ms
-                state.halves[entry.queue_offset] = _Half(
+                state.halves[entry.queue_offset] = HalfInfo(
                     entry.commitlog_offset,
                     entry.size,
                     record.properties.get(PGROUP, ""),
@@ -445,10 +385,9 @@ class TransactionService:
             if changed:
                 self._save_checks()
 
-    async def _give_up(self, offset: int, half: _Half, checks: int) -> None:
+    async def _give_up(self, offset: int, half: HalfInfo, checks: int) -> None:
         if self.options.keep_after_max:
-            self._state.kept.add(offset)
-            self._advance_check_from()
+            self._state.keep(offset)
             log.warning(
                 "half message at queue offset %d (group %s) unresolved after %d checks: kept, "
                 "no longer checked (--transaction-keep-after-max)",
@@ -461,7 +400,7 @@ class TransactionService:
         if record is None:
             return
         response = await self._append(op_record(record, offset, RESOLUTION_DISCARD))
-        self._own_op_written(response.queue_offsets[-1])
+        self._state.own_op_written(response.queue_offsets[-1])
         self._resolved(offset, RESOLUTION_DISCARD, save=False)
         log.warning(
             "half message at queue offset %d (group %s, transaction %s) unresolved after %d "
@@ -470,31 +409,4 @@ class TransactionService:
             quote(half.group),
             quote(record.properties.get(TRANSACTION_ID, "")),
             checks,
-        )
-
-
-def _unknown_half(offset: int) -> ServiceError:
-    return _error(
-        grpc.StatusCode.NOT_FOUND,
-        f"no half message at queue offset {offset} of {TRANS_HALF_TOPIC} on this broker: give "
-        "the half's ProduceResult (broker_name, queue_offset, msg_id) as it was returned",
-    )
-
-
-def _check_half(
-    request: pb.DispatchEndTransactionRequest, offset: int, record: DecodedRecord
-) -> None:
-    props = record.properties
-    if props.get(PGROUP, "") != request.producer_group:
-        raise _error(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"the half message at queue offset {offset} belongs to producer group "
-            f"{quote(props.get(PGROUP, ''))}, not {quote(request.producer_group)}",
-        )
-    if props.get(TRANSACTION_ID, "") != request.transaction_id:
-        raise _error(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"transaction id {quote(request.transaction_id)} does not match the half message "
-            f"at queue offset {offset} (its transaction id is "
-            f"{quote(props.get(TRANSACTION_ID, ''))})",
         )
