@@ -497,7 +497,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.TakeTransactionChecksResponse:
         count = _list_count(request.max_count)
-        taken = self._transactions().take_checks(request.producer_group, count)
+        taken = await self._transactions().take_checks(request.producer_group, count)
         return pb.TakeTransactionChecksResponse(halves=taken)
 
     async def ListHalfMessages(

@@ -284,8 +284,16 @@ class TransactionService:
         write_json_atomically(self._path, encode_transaction_checks(self._state.checks))
 
     # -- check-back --------------------------------------------------------------------
-    def take_checks(self, group: str, max_count: int) -> list[pb.HalfEntry]:
-        return self._state.take_checks(group, max_count)
+    async def take_checks(self, group: str, max_count: int) -> list[pb.HalfEntry]:
+        """The group's halves due for a check, read now (the due list holds offsets only:
+        its memory does not grow with the bodies)."""
+        taken: list[pb.HalfEntry] = []
+        for offset in self._state.take_checks(group, max_count):
+            half = self._state.halves.get(offset)
+            entry = None if half is None else await self._entry_of(offset, half)
+            if entry is not None:
+                taken.append(entry)
+        return taken
 
     async def list_halves(self, group: str, max_count: int) -> list[pb.HalfEntry]:
         """Unresolved halves (of ``group``, or all), oldest first."""
@@ -366,7 +374,7 @@ class TransactionService:
             for offset, half in sorted(state.halves.items()):
                 if offset in state.kept or now - half.due_from_ms < self.options.check_interval_ms:
                     continue
-                due = state.due.setdefault(half.group, {})
+                due = state.due.setdefault(half.group, set())
                 if offset not in due and len(due) >= DUE_MAX_PER_GROUP:
                     continue
                 checks = state.checks.get(offset, 0)
@@ -374,13 +382,9 @@ class TransactionService:
                     await self._give_up(offset, half, checks)
                     changed = True
                     continue
-                entry = await self._entry_of(offset, half)
-                if entry is None:
-                    continue
                 state.checks[offset] = checks + 1
-                entry.checks = checks + 1
                 half.due_from_ms = now
-                due[offset] = entry
+                due.add(offset)
                 changed = True
             if changed:
                 self._save_checks()

@@ -37,7 +37,7 @@ class TransactionState:
     halves: dict[int, HalfInfo] = field(default_factory=dict)  # unresolved, seen
     checks: dict[int, int] = field(default_factory=dict)  # saved
     kept: set[int] = field(default_factory=set)  # past the maximum, kept: no more checks
-    due: dict[str, dict[int, pb.HalfEntry]] = field(default_factory=dict)  # by group
+    due: dict[str, set[int]] = field(default_factory=dict)  # halves to check, by group
     op_next: int = 0  # next op queue offset to read
     half_next: int = 0  # next half queue offset not yet seen
     check_from: int = 0  # every half below is resolved (or kept)
@@ -65,7 +65,7 @@ class TransactionState:
         half = self.halves.pop(offset, None)
         self.kept.discard(offset)
         if half is not None:
-            self.due.get(half.group, {}).pop(offset, None)
+            self.due.get(half.group, set()).discard(offset)
         counted = self.checks.pop(offset, None) is not None
         self.advance_check_from()
         return counted
@@ -81,12 +81,15 @@ class TransactionState:
             self.resolved.pop(self.check_from, None)
             self.check_from += 1
 
-    def take_checks(self, group: str, max_count: int) -> list[pb.HalfEntry]:
-        """The group's halves due for a check (taken: each is sent once per check)."""
+    def take_checks(self, group: str, max_count: int) -> list[int]:
+        """The group's halves due for a check, oldest first (taken: each is sent once per
+        check)."""
         due = self.due.get(group)
         if not due:
             return []
-        return [due.pop(offset) for offset in sorted(due)[:max_count]]
+        taken = sorted(due)[:max_count]
+        due.difference_update(taken)
+        return taken
 
 
 def unknown_half(offset: int) -> ServiceError:
