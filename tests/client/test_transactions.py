@@ -57,7 +57,9 @@ def test_commit_delivers_once_and_rollback_never(tx_cluster: Cluster) -> None:
 
         outcome = producer.send_transaction(Message(topic, "paid", keys=["order-1"]), commit)
         assert outcome.resolution is COMMIT and outcome.committed is not None and seen
+        assert outcome.committed.queue == outcome.half.queue  # the real queue, chosen at send
         committed = admin.query_id(outcome.committed.msg_id)
+        assert committed.queue == outcome.half.queue
         assert committed.topic == topic and committed.body == b"paid"
         assert REAL_TOPIC not in committed.properties
         wait_until(lambda: copies(admin, topic, outcome.half.unique_key), "the committed copy")

@@ -48,6 +48,8 @@ from services.dispatch.transaction.tx_storage import TxStorage
 from tide.files import load_json_with_fallback, write_json_atomically
 from tide.format import (
     PGROUP,
+    REAL_QID,
+    REAL_TOPIC,
     RESOLUTION_COMMIT,
     RESOLUTION_DISCARD,
     RESOLUTION_ROLLBACK,
@@ -56,6 +58,7 @@ from tide.format import (
     TRANS_OP_HALF_TOPIC,
     TRANSACTION_CHECKS_FILE,
     TRANSACTION_ID,
+    UNIQ_KEY,
     DecodedRecord,
     decode_record,
     decode_transaction_checks,
@@ -166,10 +169,17 @@ class TransactionService:
                     run = commit_copy(record, entry.commitlog_offset) + run
                 except ValueError as exc:  # REAL_TOPIC / REAL_QID missing or wrong
                     raise _error(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
-            response = await self._append(run)
+            try:
+                response = await self._append(run)
+            except ServiceError:
+                # Perhaps written (a timeout, a lost answer): read the op queue again up to
+                # the storage's end before deciding anything else.
+                self._ready = False
+                raise
             self._state.own_op_written(response.queue_offsets[-1])
             self._resolved(offset, resolution)
-        log.info(
+        log.log(
+            logging.INFO if request.from_check else logging.DEBUG,
             "transaction %s of group %s: half at queue offset %d %s%s",
             quote(request.transaction_id),
             quote(request.producer_group),
@@ -179,12 +189,14 @@ class TransactionService:
         )
         if not request.commit:
             return pb.DispatchEndTransactionResponse()
+        props = record.properties
         return pb.DispatchEndTransactionResponse(
-            topic=record.properties.get("REAL_TOPIC", ""),
+            topic=props.get(REAL_TOPIC, ""),
+            queue_id=int(props.get(REAL_QID, "0")),  # checked by commit_copy
             queue_offset=response.queue_offsets[0],
             physical_offset=response.physical_offsets[0],
             store_timestamp_ms=response.store_timestamp_ms,
-            unique_key=record.properties.get("UNIQ_KEY", ""),
+            unique_key=props.get(UNIQ_KEY, ""),
             msg_id=make_msg_id(response.msg_id_prefix, response.physical_offsets[0]),
         )
 
