@@ -368,10 +368,14 @@ class Cluster:
         gateway.wait_ready()
         return gateway
 
-    def restart_gateway(self, *args: str) -> GatewayProcess:
-        """Stop the gateway and start another with these extra flags."""
+    def restart_gateway(self, *args: str, kill: bool = False) -> GatewayProcess:
+        """Stop (``kill``: SIGKILL, a crash) the gateway and start another with these
+        extra flags."""
         if self._gateway is not None:
-            self._gateway.stop()
+            if kill:
+                self._gateway.kill()
+            else:
+                self._gateway.stop()
         self._gateway = self._start_gateway(args)
         return self._gateway
 

@@ -184,6 +184,8 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.ProduceMessage.properties": "PROPERTIES_MAX_COUNT",
     "tide.v1.ProduceMessage.sharding_key": "SHARDING_KEY_MAX_CHARS",
     "tide.v1.ProduceMessage.unique_key": "UNIQUE_KEY_MAX_CHARS",
+    "tide.v1.ProduceMessage.producer_group": "CONSUMER_GROUP_MAX_CHARS",  # tx (issue 19)
+    "tide.v1.ProduceMessage.transaction_id": "UNIQUE_KEY_MAX_CHARS",
     "tide.v1.QueueRef.broker_name": "NAME_MAX_CHARS",
     "tide.v1.PullRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
     "tide.v1.PullRequest.topic": "TOPIC_MAX_BYTES",
@@ -221,6 +223,17 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.RecallMessageRequest.msg_id": "MSG_ID_MAX_CHARS",
     "tide.v1.CreateGroupRequest.broker_names": "BROKER_NAMES_MAX_COUNT",
     "tide.v1.CreateGroupRequest.cluster_name": "NAME_MAX_CHARS",
+    # transactions (issue 19, tx)
+    "tide.v1.EndTransactionRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.EndTransactionRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.EndTransactionRequest.msg_id": "MSG_ID_MAX_CHARS",
+    "tide.v1.EndTransactionRequest.transaction_id": "UNIQUE_KEY_MAX_CHARS",
+    "tide.v1.TransactionChecksRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.ListTransactionsRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.DispatchEndTransactionRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.DispatchEndTransactionRequest.transaction_id": "UNIQUE_KEY_MAX_CHARS",
+    "tide.v1.TakeTransactionChecksRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.ListHalfMessagesRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
 }
 
 # Streams that answer each request in-band (error_code, error_message) and go on: their

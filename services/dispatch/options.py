@@ -8,6 +8,7 @@ from services.dispatch.delivery.timer import TimerOptions
 from services.dispatch.delivery.timer_store import TimerSettings
 from services.dispatch.engine.consume_queue import MAX_ENTRIES_PER_SEGMENT
 from services.dispatch.engine.dispatch_store import DispatchConfig
+from services.dispatch.transaction.state import TransactionOptions
 from tide.format import (
     DEFAULT_DELAY_LEVELS,
     DEFAULT_INDEX_MAX_ENTRIES,
@@ -109,6 +110,30 @@ OPTIONS: tuple[Option, ...] = (
         "deliver only then)",
         unit="ms",
     ),
+    # -- transactions (docs/client.md, "Transactions") ---------------------------------
+    Option(
+        "transaction_check_interval_ms",
+        int,
+        60_000,
+        "a half message unresolved this long since it was stored (or last checked) is "
+        "checked with a live producer of its group (RocketMQ's transactionCheckInterval; "
+        "at least 1000)",
+        unit="ms",
+    ),
+    Option(
+        "transaction_check_max",
+        int,
+        15,
+        "checks of one half message; past them it is discarded (or kept: "
+        "--transaction-keep-after-max) and logged (RocketMQ's transactionCheckMax)",
+    ),
+    Option(
+        "transaction_keep_after_max",
+        bool,
+        False,
+        "keep a half message unresolved past --transaction-check-max (no more checks) "
+        "instead of discarding it",
+    ),
     # -- the timer (docs/delivery.md, "Timed messages") --------------------------------
     Option(
         "timer_enable",
@@ -170,6 +195,14 @@ def dispatch_config(config: Config) -> DispatchConfig:
     )
 
 
+def transaction_options(config: Config) -> TransactionOptions:
+    return TransactionOptions(
+        check_interval_ms=config.get_int("transaction_check_interval_ms"),
+        check_max=config.get_int("transaction_check_max"),
+        keep_after_max=config.get_bool("transaction_keep_after_max"),
+    )
+
+
 def check_config(config: Config) -> str | None:
     """What is wrong with the option values (None: nothing), checked before starting."""
     storage = config.get_str("storage")
@@ -185,6 +218,8 @@ def check_config(config: Config) -> str | None:
         "tail_cache_bytes": (0, MAX_TAIL_CACHE_BYTES),
         "delivery_progress_interval_ms": (1, 3_600_000),
         "delivery_role_check_interval_ms": (1, 3_600_000),
+        "transaction_check_interval_ms": (1_000, 86_400_000),
+        "transaction_check_max": (1, 1_000),
         "timer_precision_ms": (1, 3_600_000),
         # Further than the roll window is filed again as it nears: a year is no limit of
         # the files, only of sense.

@@ -18,9 +18,17 @@ from services.dispatch.delivery.timer import TimerService
 from services.dispatch.dispatcher import Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import DispatchStore
 from services.dispatch.metrics import DispatchMetrics
-from services.dispatch.options import OPTIONS, check_config, dispatch_config, timer_options
+from services.dispatch.options import (
+    OPTIONS,
+    check_config,
+    dispatch_config,
+    timer_options,
+    transaction_options,
+)
 from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
+from services.dispatch.transaction.service import TransactionService
+from services.dispatch.transaction.tx_storage import TxStorage
 from tide.server import Config, load_config, run_service
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
@@ -84,7 +92,17 @@ class DispatchService:
         dispatcher.start(offset)
         self._writer = writer
         schedule = await self._start_delivery(store, dispatcher)
-        self._running = Running(store, storage, dispatcher, schedule, timer=self._timer)
+        transactions = TransactionService(
+            queues=store.consume_queues,
+            storage=TxStorage(self._config.get_str("storage")),
+            store_dir=store.config.store_dir,
+            dispatched=lambda: store.dispatched_offset,
+            options=transaction_options(self._config),
+        )
+        await transactions.start()
+        self._running = Running(
+            store, storage, dispatcher, schedule, timer=self._timer, transactions=transactions
+        )
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
             lambda: self._running, self._hub, tail_cache=dispatcher.tail_cache
@@ -143,6 +161,8 @@ class DispatchService:
         if self._metrics is not None:
             await self._metrics.gauges.stop()
         await self._stop_delivery(running.schedule)
+        if running.transactions is not None:
+            await running.transactions.stop()
         await running.dispatcher.stop()
         await self._servicer.stop_readers()
         await writer.run(running.store.close)  # after any batch still being applied

@@ -25,6 +25,7 @@ from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.storage_client import StorageClient
+from services.dispatch.transaction.service import TransactionService
 from tide.limits import PULL_MAX_MESSAGES, WATCH_MAX_TOPICS
 from tide.naming import topic_error
 from tide.server import MAX_MESSAGE_BYTES, ServiceError, StreamSlots
@@ -58,6 +59,7 @@ _NO_CODES: frozenset[int] = frozenset()
 # Queues whose waiting reader is remembered (deleted topics' queues stay until then);
 # forgotten all at once past it (their next notices carry no entries, once).
 MAX_CAUGHT_UP_QUEUES = 100_000
+MAX_HALVES_ANSWERED = 10_000  # half messages in one TakeTransactionChecks / ListHalfMessages
 _T = TypeVar("_T")
 
 
@@ -70,6 +72,7 @@ class Running:
     dispatcher: Dispatcher
     schedule: ScheduleService | None = None  # the delay levels' delivery
     timer: TimerService | None = None  # the timed messages' delivery (--timer-enable)
+    transactions: TransactionService | None = None  # half / op queues (issue 19)
 
 
 def _delivery_status(running: Running) -> pb.DeliveryStatus:
@@ -471,3 +474,43 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             tail_restarts=dispatcher.restarts,
             delivery=_delivery_status(running),
         )
+
+    # -- transactions (issue 19) -----------------------------------------------------
+    def _transactions(self) -> TransactionService:
+        service = self._running().transactions
+        if service is None:
+            raise ServiceError(
+                grpc.StatusCode.UNAVAILABLE, "this dispatch runs no transaction service yet"
+            )
+        return service
+
+    async def EndTransaction(
+        self,
+        request: pb.DispatchEndTransactionRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.DispatchEndTransactionResponse:
+        return await self._transactions().end(request)
+
+    async def TakeTransactionChecks(
+        self,
+        request: pb.TakeTransactionChecksRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.TakeTransactionChecksResponse:
+        count = _list_count(request.max_count)
+        taken = await self._transactions().take_checks(request.producer_group, count)
+        return pb.TakeTransactionChecksResponse(halves=taken)
+
+    async def ListHalfMessages(
+        self,
+        request: pb.ListHalfMessagesRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.ListHalfMessagesResponse:
+        count = _list_count(request.max_count)
+        listed = await self._transactions().list_halves(request.producer_group, count)
+        return pb.ListHalfMessagesResponse(halves=listed)
+
+
+def _list_count(max_count: int) -> int:
+    if not 0 <= max_count <= MAX_HALVES_ANSWERED:
+        raise _invalid(f"max_count is {max_count}; give 1 to {MAX_HALVES_ANSWERED} (0: 1000)")
+    return max_count or 1000

@@ -75,7 +75,13 @@ def check_message_types(
                 if topic_type is not NORMAL and topic_type is not MIXED:
                     _refuse(messages, topic, topic_type, NORMAL)
     for index, message in enumerate(messages):
-        if message.properties or message.delay_level or message.deliver_at_ms or message.delay_ms:
+        if (
+            message.properties
+            or message.delay_level
+            or message.deliver_at_ms
+            or message.delay_ms
+            or message.transactional
+        ):
             message_type = _typed(index, message)
         elif not strict:
             continue
@@ -95,6 +101,10 @@ def _typed(index: int, message: pb.ProduceMessage) -> TopicMessageType:
     """The type of a message with properties or a delay field; refuses a delayed
     transactional message."""
     delayed = bool(message.delay_level or message.deliver_at_ms or message.delay_ms)
+    if message.transactional:  # a half message (transactions.py)
+        if delayed:
+            raise invalid(f"messages[{index}]: {DELAYED_TRANSACTION_ERROR}")
+        return TRANSACTION
     properties = message.properties
     if not properties:
         return DELAY if delayed else NORMAL

@@ -52,6 +52,7 @@ from services.gateway.scheduled import (
     scheduled_record,
 )
 from services.gateway.selection import QueueSelector, by_sharding_key
+from services.gateway.transactions import add_half, set_transaction_ids
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_messages
 from tide.format import RunWriter, topic_part
@@ -136,6 +137,12 @@ class Producer:
             messages, self._config.max_message_body_bytes, messages_bytes(request, request_bytes)
         )
         respond = runs_response if request.compact_results else produce_response
+        if check.transactional and request.compact_results:
+            raise ServiceError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "compact_results is not for transactional messages (EndTransaction needs "
+                "each half's result): send them without it",
+            )
         if not internal:
             check_produce_topics(messages, check.topics)
         views = await self._views(check.topics)
@@ -187,11 +194,14 @@ class Producer:
         if check.delayed:
             await self._check_delays(pending, now_ms)
         await self._send(pending, born_host, now_ms, self._config.produce_retries + 1)
-        return respond(
+        response = respond(
             unique_keys,
             [item.written if item.error is None else None for item in pending],
             [item.error for item in pending],
         )
+        if check.transactional:
+            set_transaction_ids(response, messages, unique_keys)
+        return response
 
     def _fill_unique_keys(self, messages: Sequence[pb.ProduceMessage]) -> list[str]:
         """Each message's unique key: its own, or a fresh one (one clock reading)."""
@@ -404,6 +414,9 @@ class Producer:
         """The group's messages as one record run."""
         writer = RunWriter(born_host)
         for item, queue_id in zip(group.items, group.queues, strict=True):
+            if item.message.transactional:
+                add_half(writer, item.message, queue_id, item.unique_key, now_ms)
+                continue
             if item.bounds is None:
                 add_message(writer, item.message, queue_id, item.unique_key, now_ms)
                 continue

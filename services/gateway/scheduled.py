@@ -94,7 +94,7 @@ def static_delay_error(where: str, message: pb.ProduceMessage) -> str | None:
         value = getattr(message, name)
         if value < 0:
             return f"{where}.{name} is {value}; must be > 0 (0: no delay)"
-    if given and message.properties.get(TRAN_MSG) == "true":
+    if given and (message.transactional or message.properties.get(TRAN_MSG) == "true"):
         return f"{where}: {DELAYED_TRANSACTION_ERROR} ({TRAN_MSG} with {given[0]})"
     return None
 

@@ -27,6 +27,7 @@ from services.gateway.recall import Recaller
 from services.gateway.routes import RouteCache
 from services.gateway.send_back import SendBacks
 from services.gateway.servicer import GatewayServicer
+from services.gateway.transactions import Transactions
 from tide.limits import APPEND_MAX_BYTES
 from tide.server import Config, load_config, run_service
 from tide.v1 import gateway_pb2_grpc as pb_grpc
@@ -77,6 +78,7 @@ class GatewayService:
             config.max_produce_in_flight_bytes,
             config.max_produce_stream_in_flight_bytes,
             recaller=Recaller(config, self._routes, self._channels, querier),
+            transactions=Transactions(config, self._routes, self._channels),
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(

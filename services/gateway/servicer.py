@@ -14,6 +14,7 @@ from services.gateway.pull import Puller
 from services.gateway.query import Querier
 from services.gateway.recall import Recaller
 from services.gateway.send_back import SendBacks
+from services.gateway.transactions import Transactions
 from services.gateway.validate import check_produce_size
 from tide.server import ByteBudget
 from tide.v1 import gateway_pb2 as pb
@@ -36,6 +37,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         produce_in_flight_bytes: int,
         produce_stream_in_flight_bytes: int,
         recaller: Recaller,
+        transactions: Transactions,
     ) -> None:
         self._producer = producer
         self._puller = puller
@@ -44,6 +46,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._admin = admin
         self._send_backs = send_backs
         self._recaller = recaller
+        self._transactions = transactions
         # The bytes of the produce requests being processed (Produce and ProduceStream):
         # past it, RESOURCE_EXHAUSTED naming max_produce_in_flight_bytes.
         self.produce_budget = ByteBudget(
@@ -85,6 +88,22 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self, request: pb.RecallMessageRequest, context: Context
     ) -> pb.RecallMessageResponse:
         return await self._recaller.recall(request)
+
+    async def EndTransaction(
+        self, request: pb.EndTransactionRequest, context: Context
+    ) -> pb.EndTransactionResponse:
+        return await self._transactions.end(request)
+
+    async def TransactionChecks(
+        self, request: pb.TransactionChecksRequest, context: Context
+    ) -> AsyncIterator[pb.TransactionCheck]:
+        async for check in self._transactions.checks(request):
+            yield check
+
+    async def ListTransactions(
+        self, request: pb.ListTransactionsRequest, context: Context
+    ) -> pb.ListTransactionsResponse:
+        return await self._transactions.list_halves(request)
 
     async def QueryMessage(
         self, request: pb.QueryMessageRequest, context: Context

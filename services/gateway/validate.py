@@ -10,7 +10,14 @@ import grpc
 
 from services.gateway.bodies_only import only_topic_and_bodies
 from services.gateway.scheduled import is_delayed, static_delay_error
-from tide.format import KEYS, SCHEDULE_BOOKKEEPING, TAGS, UNIQ_KEY, property_error
+from tide.format import (
+    KEYS,
+    SCHEDULE_BOOKKEEPING,
+    TAGS,
+    TRANSACTION_ID,
+    UNIQ_KEY,
+    property_error,
+)
 from tide.limits import (
     NAME_MAX_CHARS,
     PRODUCE_MAX_BYTES,
@@ -86,6 +93,8 @@ class ProduceCheck(NamedTuple):
     # Some message has properties or a delay field: its type may be other than NORMAL
     # (message_types.py).
     typed: bool = True
+    # Some message is transactional (a half message: transactions.py).
+    transactional: bool = False
 
 
 def check_produce_messages(
@@ -105,7 +114,7 @@ def check_produce_messages(
         (topic,) = topics
         if only_topic_and_bodies(messages, topic, request_bytes, max_body_bytes):
             return ProduceCheck(topics, routed=False, bodies_only=True, typed=False)
-    routed = delayed = False
+    routed = delayed = transactional = False
     bodies_only = True
     typed = False
     for index, message in enumerate(messages):
@@ -122,9 +131,15 @@ def check_produce_messages(
             or message.delay_level
             or message.deliver_at_ms
             or message.delay_ms
+            or message.transactional
+            or message.producer_group
+            or message.transaction_id
         ):
             check_produce_message(index, message, max_body_bytes)
-            routed = routed or route is not None
+            # A half message takes the general path (its own topic and queue: produce.py).
+            routed = routed or route is not None or message.transactional
+            if message.transactional:
+                transactional = typed = True
             if is_delayed(message):
                 delayed = typed = True
             elif message.properties:
@@ -132,7 +147,7 @@ def check_produce_messages(
             bodies_only = False
         elif bodies_only and (message.flag or message.born_timestamp_ms):
             bodies_only = False
-    return ProduceCheck(topics, routed, bodies_only, delayed, typed)
+    return ProduceCheck(topics, routed, bodies_only, delayed, typed, transactional)
 
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:
@@ -166,6 +181,7 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
             raise invalid(f"{where}.properties: {error}")
         total += len(name.encode()) + len(value.encode()) + 2
     _check_unique_key(where, message.unique_key)
+    _check_transactional(where, message)
     total += len(UNIQ_KEY) + max(len(message.unique_key), 32) + 2
     if total > PROPERTIES_MAX_BYTES:
         raise invalid(
@@ -222,4 +238,29 @@ def _check_unique_key(where: str, unique_key: str) -> None:
         raise invalid(
             f"{where}.unique_key {quote(unique_key)} contains a space or a reserved "
             "character (leave it empty to have one generated)"
+        )
+
+
+def _check_transactional(where: str, message: pb.ProduceMessage) -> None:
+    """A half message names its producer group (the check-back asks a live producer of
+    it); its transaction id is a unique key's kind of text."""
+    if not message.transactional:
+        if message.producer_group or message.transaction_id:
+            raise invalid(
+                f"{where}: producer_group and transaction_id are for a transactional "
+                "message; set transactional or leave them empty"
+            )
+        return
+    if not message.producer_group:
+        raise invalid(f"{where}.producer_group is empty; a transactional message needs one")
+    error = consumer_group_error(message.producer_group)
+    if error:
+        raise invalid(f"{where}.producer_group: {error}")
+    transaction_id = message.transaction_id
+    if any(char.isspace() for char in transaction_id) or property_error(
+        TRANSACTION_ID, transaction_id
+    ):
+        raise invalid(
+            f"{where}.transaction_id {quote(transaction_id)} contains a space or a reserved "
+            "character (\\x01, \\x02)"
         )

@@ -45,9 +45,9 @@ def test_store_hooks_and_samples(tmp_path: Path) -> None:
         assert sample["tide_storage_unflushed_bytes"] == 0
         assert sample["tide_storage_segments"] == 1
         assert sample["tide_storage_writable"] == 1
-        # The topic and the two system topics every store keeps (SCHEDULE_TOPIC_XXXX,
-        # rmq_sys_wheel_timer).
-        assert sample["tide_storage_topics"] == 3
+        # The topic and the four system topics every store keeps (SCHEDULE_TOPIC_XXXX,
+        # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC).
+        assert sample["tide_storage_topics"] == 5
         assert "tide_storage_replication_lag_bytes" not in sample  # no replication given
     finally:
         store.close()

@@ -25,6 +25,7 @@ from tide.cli import (
     _recall,
     _store,
     _topic,
+    _transactions,
     _up,
 )
 
@@ -51,6 +52,7 @@ _COMMAND_MODULES: tuple[CommandModule, ...] = (
     _recall,
     _offsets,
     _dlq,
+    _transactions,
     _bench,
 )
 

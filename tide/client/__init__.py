@@ -33,6 +33,7 @@ from tide.client._pull_consumer import PullConsumer
 from tide.client._push_consumer import PushConsumer
 from tide.client._rpc import DEFAULT_GATEWAY, RetryPolicy
 from tide.client._start_offset import ConsumeFrom
+from tide.client._transactions import HalfMessage, TransactionOutcome, TransactionResolution
 from tide.client._types import (
     ConsumeResult,
     Message,
@@ -54,6 +55,7 @@ __all__ = [
     "ConsumeResult",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "HalfMessage",
     "InvalidArgument",
     "Message",
     "MessageQueue",
@@ -73,6 +75,8 @@ __all__ = [
     "SendStatus",
     "TideError",
     "TopicNotFound",
+    "TransactionOutcome",
+    "TransactionResolution",
     "Unavailable",
     "allocate_averagely",
 ]

@@ -15,6 +15,7 @@ from tide.client._convert import (
 from tide.client._errors import InvalidArgument, NotFound
 from tide.client._groups import GroupChanges, apply_changes, default_config
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._transactions import HalfMessage, half_message
 from tide.client._types import MessageQueue, PullResult, ReceivedMessage
 from tide.limits import PULL_MAX_MESSAGES, QUEUE_NUMS_MAX
 from tide.v1 import gateway_pb2, nameserver_pb2, storage_pb2
@@ -265,6 +266,16 @@ class Admin:
             f"RecallMessage of {msg_id}",
         )
         return Recalled(response.unique_key, response.deliver_at_ms)
+
+    def list_transactions(self, producer_group: str = "", max_count: int = 0) -> list[HalfMessage]:
+        """Unresolved half messages of every master broker (of ``producer_group``, or
+        all), each broker's oldest first; ``max_count`` per broker (0: 1000)."""
+        response = self._connection.call(
+            self._connection.stub.ListTransactions,
+            gateway_pb2.ListTransactionsRequest(producer_group=producer_group, max_count=max_count),
+            "ListTransactions",
+        )
+        return [half_message(half) for half in response.halves]
 
     def _query(self, request: gateway_pb2.QueryMessageRequest, what: str) -> list[ReceivedMessage]:
         response = self._connection.call(

@@ -21,6 +21,14 @@ from tide.client._rpc import (
     Connection,
     RetryPolicy,
 )
+from tide.client._transactions import (
+    CheckListener,
+    LocalTransaction,
+    TransactionChecker,
+    TransactionOutcome,
+    check_producer_group,
+    send_transaction,
+)
 from tide.client._types import Message, MessageQueue, SendResult, SendStatus
 from tide.v1 import gateway_pb2
 
@@ -64,6 +72,8 @@ class Producer:
         max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
         async_threads: int = DEFAULT_ASYNC_THREADS,
         stream: bool = False,
+        producer_group: str = "",
+        transaction_checker: TransactionChecker | None = None,
     ) -> None:
         if not 1 <= max_in_flight <= MAX_IN_FLIGHT_LIMIT:
             raise InvalidArgument(
@@ -82,6 +92,15 @@ class Producer:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._stream = ProduceStream(self._connection) if stream else None
+        if producer_group or transaction_checker is not None:
+            check_producer_group(producer_group)
+        self._group = producer_group
+        # A checker: the group's check requests are answered while the producer is open.
+        self._checks = (
+            CheckListener(self._connection, producer_group, transaction_checker)
+            if transaction_checker is not None
+            else None
+        )
 
     @property
     def gateway(self) -> str:
@@ -191,6 +210,14 @@ class Producer:
         future.add_done_callback(lambda _: self._in_flight.release(size))
         return future
 
+    def send_transaction(
+        self, message: Message, local_transaction: LocalTransaction
+    ) -> TransactionOutcome:
+        """Send ``message`` as a half message, run ``local_transaction(message, half)`` and
+        commit or roll back by its answer (UNKNOWN or an exception: the broker asks the
+        producer group's checker later). Needs ``producer_group``."""
+        return send_transaction(self._connection, self._group, message, local_transaction)
+
     def send_batch_async(self, messages: Sequence[Message]) -> Future[list[SendResult]]:
         """Like ``send_batch``, in the background (pipelined with ``stream=True``)."""
         if self._stream is not None:
@@ -264,6 +291,8 @@ class Producer:
             executor.shutdown(wait=True)
         if self._stream is not None:
             self._stream.close()
+        if self._checks is not None:
+            self._checks.close()
         self._connection.close()
 
     def __enter__(self) -> Producer:

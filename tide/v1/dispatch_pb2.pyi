@@ -621,3 +621,194 @@ class DeliveryStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeliveryStatus: _TypeAlias = DeliveryStatus  # noqa: Y015
+
+@_typing.final
+class DispatchEndTransactionRequest(_message.Message):
+    """tx (issue 19)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    PHYSICAL_OFFSET_FIELD_NUMBER: _builtins.int
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    FROM_CHECK_FIELD_NUMBER: _builtins.int
+    producer_group: _builtins.str
+    queue_offset: _builtins.int
+    physical_offset: _builtins.int
+    """The half's commitlog offset (from its msg id); 0: not checked."""
+    transaction_id: _builtins.str
+    commit: _builtins.bool
+    from_check: _builtins.bool
+    def __init__(
+        self,
+        *,
+        producer_group: _builtins.str = ...,
+        queue_offset: _builtins.int = ...,
+        physical_offset: _builtins.int = ...,
+        transaction_id: _builtins.str = ...,
+        commit: _builtins.bool = ...,
+        from_check: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "from_check", b"from_check", "physical_offset", b"physical_offset", "producer_group", b"producer_group", "queue_offset", b"queue_offset", "transaction_id", b"transaction_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DispatchEndTransactionRequest: _TypeAlias = DispatchEndTransactionRequest  # noqa: Y015
+
+@_typing.final
+class DispatchEndTransactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    PHYSICAL_OFFSET_FIELD_NUMBER: _builtins.int
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    UNIQUE_KEY_FIELD_NUMBER: _builtins.int
+    MSG_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """The committed copy (commit only)."""
+    queue_id: _builtins.int
+    queue_offset: _builtins.int
+    physical_offset: _builtins.int
+    store_timestamp_ms: _builtins.int
+    unique_key: _builtins.str
+    msg_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        queue_id: _builtins.int = ...,
+        queue_offset: _builtins.int = ...,
+        physical_offset: _builtins.int = ...,
+        store_timestamp_ms: _builtins.int = ...,
+        unique_key: _builtins.str = ...,
+        msg_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["msg_id", b"msg_id", "physical_offset", b"physical_offset", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "store_timestamp_ms", b"store_timestamp_ms", "topic", b"topic", "unique_key", b"unique_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DispatchEndTransactionResponse: _TypeAlias = DispatchEndTransactionResponse  # noqa: Y015
+
+@_typing.final
+class HalfEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    PHYSICAL_OFFSET_FIELD_NUMBER: _builtins.int
+    RECORD_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
+    MSG_ID_FIELD_NUMBER: _builtins.int
+    queue_offset: _builtins.int
+    physical_offset: _builtins.int
+    record: _builtins.bytes
+    """The whole stored half record."""
+    checks: _builtins.int
+    msg_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        queue_offset: _builtins.int = ...,
+        physical_offset: _builtins.int = ...,
+        record: _builtins.bytes = ...,
+        checks: _builtins.int = ...,
+        msg_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks", "msg_id", b"msg_id", "physical_offset", b"physical_offset", "queue_offset", b"queue_offset", "record", b"record"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HalfEntry: _TypeAlias = HalfEntry  # noqa: Y015
+
+@_typing.final
+class TakeTransactionChecksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    MAX_COUNT_FIELD_NUMBER: _builtins.int
+    producer_group: _builtins.str
+    max_count: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_group: _builtins.str = ...,
+        max_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_count", b"max_count", "producer_group", b"producer_group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TakeTransactionChecksRequest: _TypeAlias = TakeTransactionChecksRequest  # noqa: Y015
+
+@_typing.final
+class TakeTransactionChecksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HALVES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def halves(self) -> _containers.RepeatedCompositeFieldContainer[Global___HalfEntry]: ...
+    def __init__(
+        self,
+        *,
+        halves: _abc.Iterable[Global___HalfEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["halves", b"halves"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TakeTransactionChecksResponse: _TypeAlias = TakeTransactionChecksResponse  # noqa: Y015
+
+@_typing.final
+class ListHalfMessagesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    MAX_COUNT_FIELD_NUMBER: _builtins.int
+    producer_group: _builtins.str
+    max_count: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_group: _builtins.str = ...,
+        max_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_count", b"max_count", "producer_group", b"producer_group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHalfMessagesRequest: _TypeAlias = ListHalfMessagesRequest  # noqa: Y015
+
+@_typing.final
+class ListHalfMessagesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HALVES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def halves(self) -> _containers.RepeatedCompositeFieldContainer[Global___HalfEntry]: ...
+    def __init__(
+        self,
+        *,
+        halves: _abc.Iterable[Global___HalfEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["halves", b"halves"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHalfMessagesResponse: _TypeAlias = ListHalfMessagesResponse  # noqa: Y015

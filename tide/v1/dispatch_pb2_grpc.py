@@ -69,6 +69,21 @@ class DispatchStub:
                 request_serializer=tide_dot_v1_dot_dispatch__pb2.GetDispatchStatusRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_dispatch__pb2.DispatchStatus.FromString,
                 _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/tide.v1.Dispatch/EndTransaction',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.DispatchEndTransactionRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.DispatchEndTransactionResponse.FromString,
+                _registered_method=True)
+        self.TakeTransactionChecks = channel.unary_unary(
+                '/tide.v1.Dispatch/TakeTransactionChecks',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.TakeTransactionChecksRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.TakeTransactionChecksResponse.FromString,
+                _registered_method=True)
+        self.ListHalfMessages = channel.unary_unary(
+                '/tide.v1.Dispatch/ListHalfMessages',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class DispatchServicer:
@@ -132,6 +147,29 @@ class DispatchServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransaction(self, request, context):
+        """tx (issue 19): the transaction service beside the half and op queues (master only).
+        Commit or roll back a half message: the real copy (commit) and the op record in one
+        Append; FAILED_PRECONDITION once resolved, NOT_FOUND for an unknown half.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TakeTransactionChecks(self, request, context):
+        """Halves of a producer group due for a check (their check count raised and saved); a
+        gateway holding a TransactionChecks stream of the group polls this.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListHalfMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatchServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +207,21 @@ def add_DispatchServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=tide_dot_v1_dot_dispatch__pb2.GetDispatchStatusRequest.FromString,
                     response_serializer=tide_dot_v1_dot_dispatch__pb2.DispatchStatus.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.DispatchEndTransactionRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.DispatchEndTransactionResponse.SerializeToString,
+            ),
+            'TakeTransactionChecks': grpc.unary_unary_rpc_method_handler(
+                    servicer.TakeTransactionChecks,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.TakeTransactionChecksRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.TakeTransactionChecksResponse.SerializeToString,
+            ),
+            'ListHalfMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHalfMessages,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -360,6 +413,87 @@ class Dispatch:
             '/tide.v1.Dispatch/GetStatus',
             tide_dot_v1_dot_dispatch__pb2.GetDispatchStatusRequest.SerializeToString,
             tide_dot_v1_dot_dispatch__pb2.DispatchStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/EndTransaction',
+            tide_dot_v1_dot_dispatch__pb2.DispatchEndTransactionRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.DispatchEndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeTransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/TakeTransactionChecks',
+            tide_dot_v1_dot_dispatch__pb2.TakeTransactionChecksRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.TakeTransactionChecksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHalfMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/ListHalfMessages',
+            tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -71,6 +71,16 @@ class DispatchStub:
     WatchArrivals: _grpc.UnaryStreamMultiCallable[_dispatch_pb2.WatchArrivalsRequest, _dispatch_pb2.ArrivalNotice]
     """Notices of queues that grew, until the server stops (the stream then ends OK)."""
     GetStatus: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.GetDispatchStatusRequest, _dispatch_pb2.DispatchStatus]
+    EndTransaction: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.DispatchEndTransactionRequest, _dispatch_pb2.DispatchEndTransactionResponse]
+    """tx (issue 19): the transaction service beside the half and op queues (master only).
+    Commit or roll back a half message: the real copy (commit) and the op record in one
+    Append; FAILED_PRECONDITION once resolved, NOT_FOUND for an unknown half.
+    """
+    TakeTransactionChecks: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.TakeTransactionChecksRequest, _dispatch_pb2.TakeTransactionChecksResponse]
+    """Halves of a producer group due for a check (their check count raised and saved); a
+    gateway holding a TransactionChecks stream of the group polls this.
+    """
+    ListHalfMessages: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.ListHalfMessagesRequest, _dispatch_pb2.ListHalfMessagesResponse]
 
 @_typing.type_check_only
 class DispatchAsyncStub(DispatchStub):
@@ -101,6 +111,16 @@ class DispatchAsyncStub(DispatchStub):
     WatchArrivals: _aio.UnaryStreamMultiCallable[_dispatch_pb2.WatchArrivalsRequest, _dispatch_pb2.ArrivalNotice]  # type: ignore[assignment]
     """Notices of queues that grew, until the server stops (the stream then ends OK)."""
     GetStatus: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.GetDispatchStatusRequest, _dispatch_pb2.DispatchStatus]  # type: ignore[assignment]
+    EndTransaction: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.DispatchEndTransactionRequest, _dispatch_pb2.DispatchEndTransactionResponse]  # type: ignore[assignment]
+    """tx (issue 19): the transaction service beside the half and op queues (master only).
+    Commit or roll back a half message: the real copy (commit) and the op record in one
+    Append; FAILED_PRECONDITION once resolved, NOT_FOUND for an unknown half.
+    """
+    TakeTransactionChecks: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.TakeTransactionChecksRequest, _dispatch_pb2.TakeTransactionChecksResponse]  # type: ignore[assignment]
+    """Halves of a producer group due for a check (their check count raised and saved); a
+    gateway holding a TransactionChecks stream of the group polls this.
+    """
+    ListHalfMessages: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.ListHalfMessagesRequest, _dispatch_pb2.ListHalfMessagesResponse]  # type: ignore[assignment]
 
 class DispatchServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -170,5 +190,33 @@ class DispatchServicer(metaclass=_abc_1.ABCMeta):
         request: _dispatch_pb2.GetDispatchStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_dispatch_pb2.DispatchStatus, _abc.Awaitable[_dispatch_pb2.DispatchStatus]]: ...
+
+    @_abc_1.abstractmethod
+    def EndTransaction(
+        self,
+        request: _dispatch_pb2.DispatchEndTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.DispatchEndTransactionResponse, _abc.Awaitable[_dispatch_pb2.DispatchEndTransactionResponse]]:
+        """tx (issue 19): the transaction service beside the half and op queues (master only).
+        Commit or roll back a half message: the real copy (commit) and the op record in one
+        Append; FAILED_PRECONDITION once resolved, NOT_FOUND for an unknown half.
+        """
+
+    @_abc_1.abstractmethod
+    def TakeTransactionChecks(
+        self,
+        request: _dispatch_pb2.TakeTransactionChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.TakeTransactionChecksResponse, _abc.Awaitable[_dispatch_pb2.TakeTransactionChecksResponse]]:
+        """Halves of a producer group due for a check (their check count raised and saved); a
+        gateway holding a TransactionChecks stream of the group polls this.
+        """
+
+    @_abc_1.abstractmethod
+    def ListHalfMessages(
+        self,
+        request: _dispatch_pb2.ListHalfMessagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.ListHalfMessagesResponse, _abc.Awaitable[_dispatch_pb2.ListHalfMessagesResponse]]: ...
 
 def add_DispatchServicer_to_server(servicer: DispatchServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -33,6 +33,24 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _TransactionResolution:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TransactionResolutionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TransactionResolution.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TRANSACTION_RESOLUTION_UNSPECIFIED: _TransactionResolution.ValueType  # 0
+    COMMIT: _TransactionResolution.ValueType  # 1
+    ROLLBACK: _TransactionResolution.ValueType  # 2
+
+class TransactionResolution(_TransactionResolution, metaclass=_TransactionResolutionEnumTypeWrapper):
+    """tx (issue 19)."""
+
+TRANSACTION_RESOLUTION_UNSPECIFIED: TransactionResolution.ValueType  # 0
+COMMIT: TransactionResolution.ValueType  # 1
+ROLLBACK: TransactionResolution.ValueType  # 2
+Global___TransactionResolution: _TypeAlias = TransactionResolution  # noqa: Y015
+
 @_typing.final
 class QueueRef(_message.Message):
     """An explicit queue of a topic."""
@@ -94,6 +112,9 @@ class ProduceMessage(_message.Message):
     DELAY_LEVEL_FIELD_NUMBER: _builtins.int
     DELIVER_AT_MS_FIELD_NUMBER: _builtins.int
     DELAY_MS_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_FIELD_NUMBER: _builtins.int
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     body: _builtins.bytes
     tags: _builtins.str
@@ -123,6 +144,14 @@ class ProduceMessage(_message.Message):
     the same unique_key, by which it is found once delivered).
     """
     delay_ms: _builtins.int
+    transactional: _builtins.bool
+    """Transactions (issue 19, docs/client.md "Transactions"): a half message, stored in
+    RMQ_SYS_TRANS_HALF_TOPIC queue 0 of the chosen queue's broker, invisible until
+    EndTransaction commits it. Needs producer_group; not with a delay.
+    """
+    producer_group: _builtins.str
+    transaction_id: _builtins.str
+    """The transaction id (TRANSACTION_ID property); the unique key when empty."""
     @_builtins.property
     def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Stored as the KEYS property (space separated); a key must not contain a space."""
@@ -154,10 +183,13 @@ class ProduceMessage(_message.Message):
         delay_level: _builtins.int = ...,
         deliver_at_ms: _builtins.int = ...,
         delay_ms: _builtins.int = ...,
+        transactional: _builtins.bool = ...,
+        producer_group: _builtins.str = ...,
+        transaction_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "route", b"route", "sharding_key", b"sharding_key"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "born_timestamp_ms", b"born_timestamp_ms", "delay_level", b"delay_level", "delay_ms", b"delay_ms", "deliver_at_ms", b"deliver_at_ms", "flag", b"flag", "keys", b"keys", "properties", b"properties", "queue", b"queue", "route", b"route", "sharding_key", b"sharding_key", "tags", b"tags", "topic", b"topic", "unique_key", b"unique_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "born_timestamp_ms", b"born_timestamp_ms", "delay_level", b"delay_level", "delay_ms", b"delay_ms", "deliver_at_ms", b"deliver_at_ms", "flag", b"flag", "keys", b"keys", "producer_group", b"producer_group", "properties", b"properties", "queue", b"queue", "route", b"route", "sharding_key", b"sharding_key", "tags", b"tags", "topic", b"topic", "transaction_id", b"transaction_id", "transactional", b"transactional", "unique_key", b"unique_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_route: _TypeAlias = _typing.Literal["sharding_key", "queue"]  # noqa: Y015
     _WhichOneofArgType_route: _TypeAlias = _typing.Literal["route", b"route"]  # noqa: Y015
@@ -237,6 +269,7 @@ class ProduceResult(_message.Message):
     QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
     STORE_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
     status: Global___ProduceResult.Status.ValueType
     msg_id: _builtins.str
     """Offset message id (store host + commitlog offset): QueryMessage finds it directly."""
@@ -246,6 +279,11 @@ class ProduceResult(_message.Message):
     queue_offset: _builtins.int
     store_timestamp_ms: _builtins.int
     error: _builtins.str
+    transaction_id: _builtins.str
+    """A half message (transactional): msg_id, queue_offset and store time are the half's
+    (RMQ_SYS_TRANS_HALF_TOPIC queue 0); queue_id is the real queue's. EndTransaction
+    takes broker_name, queue_offset, msg_id and this id.
+    """
     def __init__(
         self,
         *,
@@ -257,10 +295,11 @@ class ProduceResult(_message.Message):
         queue_offset: _builtins.int = ...,
         store_timestamp_ms: _builtins.int = ...,
         error: _builtins.str = ...,
+        transaction_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "error", b"error", "msg_id", b"msg_id", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms", "unique_key", b"unique_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "error", b"error", "msg_id", b"msg_id", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms", "transaction_id", b"transaction_id", "unique_key", b"unique_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1076,3 +1115,220 @@ class CreateGroupResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateGroupResponse: _TypeAlias = CreateGroupResponse  # noqa: Y015
+
+@_typing.final
+class EndTransactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    MSG_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    RESOLUTION_FIELD_NUMBER: _builtins.int
+    FROM_CHECK_FIELD_NUMBER: _builtins.int
+    producer_group: _builtins.str
+    broker_name: _builtins.str
+    """The half message's ProduceResult: broker_name, msg_id, queue_offset, transaction_id."""
+    msg_id: _builtins.str
+    queue_offset: _builtins.int
+    transaction_id: _builtins.str
+    resolution: Global___TransactionResolution.ValueType
+    from_check: _builtins.bool
+    """The answer to a check request (logged as such)."""
+    def __init__(
+        self,
+        *,
+        producer_group: _builtins.str = ...,
+        broker_name: _builtins.str = ...,
+        msg_id: _builtins.str = ...,
+        queue_offset: _builtins.int = ...,
+        transaction_id: _builtins.str = ...,
+        resolution: Global___TransactionResolution.ValueType = ...,
+        from_check: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "from_check", b"from_check", "msg_id", b"msg_id", "producer_group", b"producer_group", "queue_offset", b"queue_offset", "resolution", b"resolution", "transaction_id", b"transaction_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTransactionRequest: _TypeAlias = EndTransactionRequest  # noqa: Y015
+
+@_typing.final
+class EndTransactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def committed(self) -> Global___ProduceResult:
+        """The committed message (empty for a rollback)."""
+
+    def __init__(
+        self,
+        *,
+        committed: Global___ProduceResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTransactionResponse: _TypeAlias = EndTransactionResponse  # noqa: Y015
+
+@_typing.final
+class TransactionChecksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    producer_group: _builtins.str
+    def __init__(
+        self,
+        *,
+        producer_group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_group", b"producer_group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionChecksRequest: _TypeAlias = TransactionChecksRequest  # noqa: Y015
+
+@_typing.final
+class TransactionCheck(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HALF_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def half(self) -> Global___HalfMessage: ...
+    def __init__(
+        self,
+        *,
+        half: Global___HalfMessage | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["half", b"half"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["half", b"half"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionCheck: _TypeAlias = TransactionCheck  # noqa: Y015
+
+@_typing.final
+class HalfMessage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    MSG_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    UNIQUE_KEY_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
+    broker_name: _builtins.str
+    msg_id: _builtins.str
+    queue_offset: _builtins.int
+    transaction_id: _builtins.str
+    producer_group: _builtins.str
+    topic: _builtins.str
+    queue_id: _builtins.int
+    unique_key: _builtins.str
+    body: _builtins.bytes
+    store_timestamp_ms: _builtins.int
+    checks: _builtins.int
+    @_builtins.property
+    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        broker_name: _builtins.str = ...,
+        msg_id: _builtins.str = ...,
+        queue_offset: _builtins.int = ...,
+        transaction_id: _builtins.str = ...,
+        producer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        queue_id: _builtins.int = ...,
+        unique_key: _builtins.str = ...,
+        body: _builtins.bytes = ...,
+        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        store_timestamp_ms: _builtins.int = ...,
+        checks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "broker_name", b"broker_name", "checks", b"checks", "msg_id", b"msg_id", "producer_group", b"producer_group", "properties", b"properties", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "store_timestamp_ms", b"store_timestamp_ms", "topic", b"topic", "transaction_id", b"transaction_id", "unique_key", b"unique_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HalfMessage: _TypeAlias = HalfMessage  # noqa: Y015
+
+@_typing.final
+class ListTransactionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
+    MAX_COUNT_FIELD_NUMBER: _builtins.int
+    producer_group: _builtins.str
+    """Empty: every producer group."""
+    max_count: _builtins.int
+    """Most halves per broker: 1..10000 (0: 1000)."""
+    def __init__(
+        self,
+        *,
+        producer_group: _builtins.str = ...,
+        max_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_count", b"max_count", "producer_group", b"producer_group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsRequest: _TypeAlias = ListTransactionsRequest  # noqa: Y015
+
+@_typing.final
+class ListTransactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HALVES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def halves(self) -> _containers.RepeatedCompositeFieldContainer[Global___HalfMessage]: ...
+    def __init__(
+        self,
+        *,
+        halves: _abc.Iterable[Global___HalfMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["halves", b"halves"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsResponse: _TypeAlias = ListTransactionsResponse  # noqa: Y015

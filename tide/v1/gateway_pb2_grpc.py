@@ -151,6 +151,21 @@ class GatewayStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/tide.v1.Gateway/EndTransaction',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.TransactionChecks = channel.unary_stream(
+                '/tide.v1.Gateway/TransactionChecks',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.TransactionChecksRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.TransactionCheck.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/tide.v1.Gateway/ListTransactions',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -326,6 +341,31 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransaction(self, request, context):
+        """tx (issue 19): transactional messages (docs/client.md "Transactions").
+        Commit or roll back a half message. FAILED_PRECONDITION when it was resolved already
+        (nothing is written again), NOT_FOUND for an unknown half, INVALID_ARGUMENT when the
+        transaction id or producer group does not match the half's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransactionChecks(self, request, context):
+        """A producer group's check requests: half messages unresolved past the brokers'
+        check interval, while the stream is open; answer each with EndTransaction(from_check).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Unresolved half messages of every master broker (tide transactions list).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -443,6 +483,21 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.EndTransactionRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'TransactionChecks': grpc.unary_stream_rpc_method_handler(
+                    servicer.TransactionChecks,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.TransactionChecksRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.TransactionCheck.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1066,6 +1121,87 @@ class Gateway:
             '/tide.v1.Gateway/DeleteGroup',
             tide_dot_v1_dot_storage__pb2.DeleteGroupRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/EndTransaction',
+            tide_dot_v1_dot_gateway__pb2.EndTransactionRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tide.v1.Gateway/TransactionChecks',
+            tide_dot_v1_dot_gateway__pb2.TransactionChecksRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.TransactionCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/ListTransactions',
+            tide_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -108,6 +108,18 @@ class GatewayStub:
     GetGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]
     ListGroups: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]
     DeleteGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]
+    EndTransaction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]
+    """tx (issue 19): transactional messages (docs/client.md "Transactions").
+    Commit or roll back a half message. FAILED_PRECONDITION when it was resolved already
+    (nothing is written again), NOT_FOUND for an unknown half, INVALID_ARGUMENT when the
+    transaction id or producer group does not match the half's.
+    """
+    TransactionChecks: _grpc.UnaryStreamMultiCallable[_gateway_pb2.TransactionChecksRequest, _gateway_pb2.TransactionCheck]
+    """A producer group's check requests: half messages unresolved past the brokers'
+    check interval, while the stream is open; answer each with EndTransaction(from_check).
+    """
+    ListTransactions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]
+    """Unresolved half messages of every master broker (tide transactions list)."""
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -174,6 +186,18 @@ class GatewayAsyncStub(GatewayStub):
     GetGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]  # type: ignore[assignment]
     ListGroups: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]  # type: ignore[assignment]
     DeleteGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]  # type: ignore[assignment]
+    EndTransaction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]  # type: ignore[assignment]
+    """tx (issue 19): transactional messages (docs/client.md "Transactions").
+    Commit or roll back a half message. FAILED_PRECONDITION when it was resolved already
+    (nothing is written again), NOT_FOUND for an unknown half, INVALID_ARGUMENT when the
+    transaction id or producer group does not match the half's.
+    """
+    TransactionChecks: _aio.UnaryStreamMultiCallable[_gateway_pb2.TransactionChecksRequest, _gateway_pb2.TransactionCheck]  # type: ignore[assignment]
+    """A producer group's check requests: half messages unresolved past the brokers'
+    check interval, while the stream is open; answer each with EndTransaction(from_check).
+    """
+    ListTransactions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]  # type: ignore[assignment]
+    """Unresolved half messages of every master broker (tide transactions list)."""
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -375,5 +399,35 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         request: _storage_pb2.DeleteGroupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.DeleteGroupResponse, _abc.Awaitable[_storage_pb2.DeleteGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def EndTransaction(
+        self,
+        request: _gateway_pb2.EndTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.EndTransactionResponse, _abc.Awaitable[_gateway_pb2.EndTransactionResponse]]:
+        """tx (issue 19): transactional messages (docs/client.md "Transactions").
+        Commit or roll back a half message. FAILED_PRECONDITION when it was resolved already
+        (nothing is written again), NOT_FOUND for an unknown half, INVALID_ARGUMENT when the
+        transaction id or producer group does not match the half's.
+        """
+
+    @_abc_1.abstractmethod
+    def TransactionChecks(
+        self,
+        request: _gateway_pb2.TransactionChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.TransactionCheck], _abc.AsyncIterator[_gateway_pb2.TransactionCheck]]:
+        """A producer group's check requests: half messages unresolved past the brokers'
+        check interval, while the stream is open; answer each with EndTransaction(from_check).
+        """
+
+    @_abc_1.abstractmethod
+    def ListTransactions(
+        self,
+        request: _gateway_pb2.ListTransactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListTransactionsResponse, _abc.Awaitable[_gateway_pb2.ListTransactionsResponse]]:
+        """Unresolved half messages of every master broker (tide transactions list)."""
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -4,6 +4,8 @@
   default level table. A dispatch may run a longer table (``--message-delay-level``, up
   to 64 levels): an append to a higher queue grows the topic to that queue + 1.
 * ``rmq_sys_wheel_timer``: the timer's one queue.
+* ``RMQ_SYS_TRANS_HALF_TOPIC`` and ``RMQ_SYS_TRANS_OP_HALF_TOPIC``: one queue each, the
+  half messages of transactions and the op records resolving them (issue 19).
 
 They are ordinary topics to the store (appends, consume queues, registration); the
 gateway keeps ordinary producers off them and listings leave them out
@@ -20,6 +22,8 @@ from tide.format import (
     MAX_DELAY_LEVELS,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
 )
 
 log = logging.getLogger("tide.storage.config")
@@ -27,6 +31,7 @@ log = logging.getLogger("tide.storage.config")
 SCHEDULE_QUEUE_NUMS = len(DEFAULT_DELAY_LEVEL_TABLE.delays_ms)  # 18
 SCHEDULE_MAX_QUEUE_NUMS = MAX_DELAY_LEVELS  # 64: the longest level table
 TIMER_QUEUE_NUMS = 1
+TRANSACTION_QUEUE_NUMS = 1  # RocketMQ's half and op topics have one queue each
 
 
 def ensure_system_topics(topics: TopicTable) -> None:
@@ -34,6 +39,8 @@ def ensure_system_topics(topics: TopicTable) -> None:
     is: an operator may have changed it, or it grew)."""
     topics.ensure(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS)
     topics.ensure(TIMER_TOPIC, TIMER_QUEUE_NUMS)
+    topics.ensure(TRANS_HALF_TOPIC, TRANSACTION_QUEUE_NUMS)
+    topics.ensure(TRANS_OP_HALF_TOPIC, TRANSACTION_QUEUE_NUMS)
 
 
 def write_queue_count(cfg: TopicConfig) -> int:

@@ -100,11 +100,19 @@ def test_batch_check_passes_valid_messages() -> None:
         pb.ProduceMessage(topic="T2", body=b"y", tags="A", keys=["k"], born_timestamp_ms=5),
         pb.ProduceMessage(topic="T1", body=b"z", queue=pb.QueueRef(broker_name="b", queue_id=1)),
     ]
-    assert check_produce_messages(messages, 1_000) == ({"T1", "T2"}, True, False, False, False)
+    assert check_produce_messages(messages, 1_000) == (
+        {"T1", "T2"},
+        True,
+        False,
+        False,
+        False,
+        False,
+    )
     sized = size_of(messages)
     assert check_produce_messages(messages, 1_000, sized) == (
         {"T1", "T2"},
         True,
+        False,
         False,
         False,
         False,
@@ -113,9 +121,16 @@ def test_batch_check_passes_valid_messages() -> None:
 
 def test_batch_check_says_when_no_message_is_routed() -> None:
     messages = [pb.ProduceMessage(topic="T1", body=b"x", tags="A") for _ in range(3)]
-    assert check_produce_messages(messages, 1_000) == ({"T1"}, False, False, False, False)
+    assert check_produce_messages(messages, 1_000) == ({"T1"}, False, False, False, False, False)
     sized = size_of(messages)
-    assert check_produce_messages(messages, 1_000, sized) == ({"T1"}, False, False, False, False)
+    assert check_produce_messages(messages, 1_000, sized) == (
+        {"T1"},
+        False,
+        False,
+        False,
+        False,
+        False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,7 +144,7 @@ def test_batch_check_says_when_messages_are_bodies_only(
     messages.append(pb.ProduceMessage(topic="T", body=b"y", **extra))  # type: ignore[arg-type]
     assert check_produce_messages(messages, 1_000).bodies_only is bodies_only
     sized = check_produce_messages(messages, 1_000, size_of(messages))
-    assert sized == ({"T"}, False, bodies_only, False, False)  # none is typed
+    assert sized == ({"T"}, False, bodies_only, False, False, False)  # none is typed
 
 
 @pytest.mark.parametrize(

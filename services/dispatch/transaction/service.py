@@ -1,0 +1,428 @@
+"""The transaction service: EndTransaction, check-back and the halves' bookkeeping.
+
+RocketMQ's TransactionalMessageServiceImpl + EndTransactionProcessor +
+TransactionalMessageCheckService, in the dispatch beside the half and op queues
+(decision 2 of issue 19), active only beside a master.
+
+* Resolution: ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0 holds one op record per resolved
+  half (body: the half's queue offset; TRAN_RESOLUTION: commit, rollback or discard). The
+  service reads every op record once (after a start, only once the dispatch has caught
+  up with the storage's end as it was then: op records written before a crash are in
+  the op queue before any new resolution is decided) and adds its own as it writes them.
+  Resolutions are decided one at a time (a lock), so a half is resolved once.
+* A commit writes the real copy (REAL_TOPIC / REAL_QID removed, sys_flag COMMIT, the
+  half's commitlog offset as prepared transaction offset) and the op record in ONE
+  Append: the store writes a run whole or not at all, so after any crash either both
+  exist (the half reads as resolved: no second copy) or neither (it is still pending).
+* Check-back: every half unresolved for ``check_interval_ms`` since it was stored (or
+  last checked) gets its check count raised (saved in ``config/transactionChecks.json``
+  of the dispatch's store dir) and waits for a gateway holding a TransactionChecks stream
+  of its producer group to take it (TakeTransactionChecks). Past ``check_max`` checks a
+  half is discarded (an op record ``discard``, logged) or, with ``keep_after_max``, kept
+  unresolved and no longer checked (logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from services.dispatch.engine.consume_queue import Entry
+from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
+from services.dispatch.transaction.records import commit_copy, op_record
+from services.dispatch.transaction.state import (
+    HalfInfo,
+    TransactionOptions,
+    TransactionState,
+    check_half,
+    unknown_half,
+)
+from services.dispatch.transaction.tx_storage import TxStorage
+from tide.files import load_json_with_fallback, write_json_atomically
+from tide.format import (
+    PGROUP,
+    REAL_QID,
+    REAL_TOPIC,
+    RESOLUTION_COMMIT,
+    RESOLUTION_DISCARD,
+    RESOLUTION_ROLLBACK,
+    TRAN_RESOLUTION,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    TRANSACTION_CHECKS_FILE,
+    TRANSACTION_ID,
+    UNIQ_KEY,
+    DecodedRecord,
+    decode_record,
+    decode_transaction_checks,
+    encode_transaction_checks,
+    make_msg_id,
+    msg_id_prefix,
+    parse_op_body,
+)
+from tide.quoting import quote
+from tide.server import ServiceError
+from tide.v1 import dispatch_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import WaitTimeout, wait_until_async
+
+log = logging.getLogger("tide.dispatch.transaction")
+
+CATCH_UP_TIMEOUT_S = 30.0
+"""Longest wait for the dispatch to reach the storage's end before a first resolution."""
+HALF_WAIT_S = 5.0
+"""Longest wait for a half just written to reach the half queue."""
+SCAN_BATCH_ENTRIES = 256
+SCAN_MAX_ENTRIES = 100_000
+"""Most half queue entries one check round looks at (the rest: next round)."""
+DUE_MAX_PER_GROUP = 10_000
+"""Most halves waiting for a producer group's check stream (more wait a round)."""
+CHECK_ROUND_MAX_S = 1.0
+CONFIG_DIR = "config"
+_T = TypeVar("_T")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _error(code: grpc.StatusCode, message: str) -> ServiceError:
+    return ServiceError(code, message)
+
+
+class TransactionService:
+    def __init__(
+        self,
+        *,
+        queues: ConsumeQueueStore,
+        storage: TxStorage,
+        store_dir: Path,
+        dispatched: Callable[[], int],
+        options: TransactionOptions,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self._queues = queues
+        self._storage = storage
+        self._path = store_dir / CONFIG_DIR / TRANSACTION_CHECKS_FILE
+        self._dispatched = dispatched
+        self.options = options
+        self._clock_ms = clock_ms
+        self._lock = asyncio.Lock()
+        self._state = TransactionState()
+        self._ready = False
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        document, _ = await asyncio.to_thread(load_json_with_fallback, self._path)
+        if document is not None:
+            self._state.checks = decode_transaction_checks(document)
+        self._task = asyncio.create_task(self._check_periodically())
+        log.info(
+            "transactions: check interval %d ms, at most %d checks, then %s",
+            self.options.check_interval_ms,
+            self.options.check_max,
+            "kept" if self.options.keep_after_max else "discarded",
+        )
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._storage.close()
+
+    # -- EndTransaction --------------------------------------------------------------
+    async def end(
+        self, request: pb.DispatchEndTransactionRequest
+    ) -> pb.DispatchEndTransactionResponse:
+        # A cached "slave" is asked again: a master just started answers on its first ask.
+        if not await self._storage.is_master() and not await self._storage.is_master(fresh=True):
+            raise _error(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this dispatch follows a slave; end the transaction on the broker's master",
+            )
+        async with self._lock:
+            await self._catch_up()
+            offset = request.queue_offset
+            done = self._state.resolution(offset)
+            if done is not None:
+                raise _error(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"the transaction of the half message at queue offset {offset} was "
+                    f"resolved already{done}; nothing was written again",
+                )
+            entry = await self._half_entry(offset, request.physical_offset)
+            record = await self._read(entry)
+            check_half(request, offset, record)
+            resolution = RESOLUTION_COMMIT if request.commit else RESOLUTION_ROLLBACK
+            run = op_record(record, offset, resolution)
+            if request.commit:
+                try:
+                    run = commit_copy(record, entry.commitlog_offset) + run
+                except ValueError as exc:  # REAL_TOPIC / REAL_QID missing or wrong
+                    raise _error(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
+            try:
+                response = await self._append(run)
+            except ServiceError:
+                # Perhaps written (a timeout, a lost answer): read the op queue again up to
+                # the storage's end before deciding anything else.
+                self._ready = False
+                raise
+            self._state.own_op_written(response.queue_offsets[-1])
+            self._resolved(offset, resolution)
+        log.log(
+            logging.INFO if request.from_check else logging.DEBUG,
+            "transaction %s of group %s: half at queue offset %d %s%s",
+            quote(request.transaction_id),
+            quote(request.producer_group),
+            offset,
+            resolution,
+            " (answer to a check)" if request.from_check else "",
+        )
+        if not request.commit:
+            return pb.DispatchEndTransactionResponse()
+        props = record.properties
+        return pb.DispatchEndTransactionResponse(
+            topic=props.get(REAL_TOPIC, ""),
+            queue_id=int(props.get(REAL_QID, "0")),  # checked by commit_copy
+            queue_offset=response.queue_offsets[0],
+            physical_offset=response.physical_offsets[0],
+            store_timestamp_ms=response.store_timestamp_ms,
+            unique_key=props.get(UNIQ_KEY, ""),
+            msg_id=make_msg_id(response.msg_id_prefix, response.physical_offsets[0]),
+        )
+
+    async def _catch_up(self) -> None:
+        """Every op record written so far is known (see the module doc)."""
+        if not self._ready:
+            target = await self._call(self._storage.max_offset())
+            try:
+                await wait_until_async(
+                    lambda: self._dispatched() >= target,
+                    "the dispatch to reach the storage's end",
+                    timeout_s=CATCH_UP_TIMEOUT_S,
+                )
+            except WaitTimeout:
+                raise _error(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the dispatch is still catching up with the storage (at "
+                    f"{self._dispatched()} of {target}); retry shortly",
+                ) from None
+            self._ready = True
+        await self._read_ops()
+
+    async def _read_ops(self) -> None:
+        queue = self._queues.find(TRANS_OP_HALF_TOPIC, 0)
+        if queue is None:
+            return
+        state = self._state
+        state.op_next = max(state.op_next, queue.min_offset)
+        while state.op_next < queue.max_offset:
+            entries = queue.get(state.op_next, SCAN_BATCH_ENTRIES)
+            if not entries:
+                break
+            for entry in entries:
+                state.op_next = entry.queue_offset + 1
+                if entry.is_pre_blank:
+                    continue
+                record = await self._read(entry)
+                try:
+                    half_offset = parse_op_body(record.body)
+                except ValueError as exc:
+                    log.warning("op record at queue offset %d skipped: %s", entry.queue_offset, exc)
+                    continue
+                how = record.properties.get(TRAN_RESOLUTION, RESOLUTION_ROLLBACK)
+                self._resolved(half_offset, how, save=False)
+
+    def _resolved(self, offset: int, how: str, *, save: bool = True) -> None:
+        if self._state.resolve(offset, how) and save:
+            self._save_checks()
+
+    async def _half_entry(self, offset: int, physical_offset: int) -> Entry:
+        queue = self._queues.find(TRANS_HALF_TOPIC, 0)
+        if offset < 0 or (queue is not None and offset < queue.min_offset):
+            raise unknown_half(offset)
+        if queue is None or offset >= queue.max_offset:
+            # Written but not dispatched yet: wait for the dispatch to pass it.
+            with contextlib.suppress(WaitTimeout):
+                await wait_until_async(
+                    lambda: self._dispatched() > physical_offset,
+                    "the half message to be dispatched",
+                    timeout_s=HALF_WAIT_S,
+                )
+            queue = self._queues.find(TRANS_HALF_TOPIC, 0)
+        entry = queue.entry_at(offset) if queue is not None else None
+        if entry is None or entry.is_pre_blank:
+            raise unknown_half(offset)
+        if physical_offset and entry.commitlog_offset != physical_offset:
+            raise _error(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"msg_id names commitlog offset {physical_offset}, but the half message at "
+                f"queue offset {offset} is at {entry.commitlog_offset}: give the half's "
+                "ProduceResult as it was returned",
+            )
+        return entry
+
+    async def _read(self, entry: Entry) -> DecodedRecord:
+        record = await self._call(self._storage.read_record(entry.commitlog_offset, entry.size))
+        if record is None:
+            raise _error(
+                grpc.StatusCode.NOT_FOUND,
+                f"the record at commitlog offset {entry.commitlog_offset} is no longer stored "
+                "(retention removed it)",
+            )
+        return record
+
+    async def _append(self, run: bytes) -> storage_pb.AppendResponse:
+        return await self._call(self._storage.append(run))
+
+    @staticmethod
+    async def _call(call: Awaitable[_T]) -> _T:
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            raise _error(exc.code(), f"storage: {exc.details()}") from exc
+
+    def _save_checks(self) -> None:
+        # Small (one entry per half checked and unresolved): written in the loop's thread.
+        write_json_atomically(self._path, encode_transaction_checks(self._state.checks))
+
+    # -- check-back --------------------------------------------------------------------
+    async def take_checks(self, group: str, max_count: int) -> list[pb.HalfEntry]:
+        """The group's halves due for a check, read now (the due list holds offsets only:
+        its memory does not grow with the bodies)."""
+        taken: list[pb.HalfEntry] = []
+        for offset in self._state.take_checks(group, max_count):
+            half = self._state.halves.get(offset)
+            entry = None if half is None else await self._entry_of(offset, half)
+            if entry is not None:
+                taken.append(entry)
+        return taken
+
+    async def list_halves(self, group: str, max_count: int) -> list[pb.HalfEntry]:
+        """Unresolved halves (of ``group``, or all), oldest first."""
+        async with self._lock:
+            await self._catch_up()
+            await self._see_halves()
+        listed: list[pb.HalfEntry] = []
+        for offset in sorted(self._state.halves):
+            half = self._state.halves[offset]
+            if group and half.group != group:
+                continue
+            entry = await self._entry_of(offset, half)
+            if entry is not None:
+                listed.append(entry)
+            if len(listed) >= max_count:
+                break
+        return listed
+
+    async def _entry_of(self, offset: int, half: HalfInfo) -> pb.HalfEntry | None:
+        raw = await self._storage.read_raw(half.physical_offset, half.size)
+        if raw is None:
+            return None
+        record = decode_record(raw, 0, len(raw), expected_offset=half.physical_offset)
+        return pb.HalfEntry(
+            queue_offset=offset,
+            physical_offset=half.physical_offset,
+            record=raw,
+            checks=self._state.checks.get(offset, 0),
+            msg_id=make_msg_id(msg_id_prefix(record.store_host), half.physical_offset),
+        )
+
+    async def _see_halves(self) -> None:
+        """Learn the halves written since the last look (their group and store time)."""
+        queue = self._queues.find(TRANS_HALF_TOPIC, 0)
+        if queue is None:
+            return
+        state = self._state
+        state.half_next = max(state.half_next, state.check_from, queue.min_offset)
+        end = min(queue.max_offset, state.half_next + SCAN_MAX_ENTRIES)
+        while state.half_next < end:
+            entries = queue.get(state.half_next, SCAN_BATCH_ENTRIES)
+            if not entries:
+                break
+            for entry in entries:
+                state.half_next = entry.queue_offset + 1
+                if entry.is_pre_blank or entry.queue_offset in state.resolved:
+                    continue
+                record = await self._storage.read_record(entry.commitlog_offset, entry.size)
+                if record is None:
+                    continue
+                store_ms = record.store_timestamp_ms
+                state.halves[entry.queue_offset] = HalfInfo(
+                    entry.commitlog_offset,
+                    entry.size,
+                    record.properties.get(PGROUP, ""),
+                    store_ms,
+                    store_ms,
+                )
+
+    async def _check_periodically(self) -> None:
+        interval_s = min(CHECK_ROUND_MAX_S, self.options.check_interval_ms / 1000)
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                if await self._storage.is_master():
+                    await self.check_round()
+            except (ServiceError, grpc.aio.AioRpcError) as exc:
+                log.warning("transaction check round failed (next round retries): %s", exc)
+
+    async def check_round(self) -> None:
+        """Raise the check count of each half due and offer it to its group's streams."""
+        async with self._lock:
+            await self._catch_up()
+            await self._see_halves()
+            now = self._clock_ms()
+            state = self._state
+            changed = False
+            for offset, half in sorted(state.halves.items()):
+                if offset in state.kept or now - half.due_from_ms < self.options.check_interval_ms:
+                    continue
+                due = state.due.setdefault(half.group, set())
+                if offset not in due and len(due) >= DUE_MAX_PER_GROUP:
+                    continue
+                checks = state.checks.get(offset, 0)
+                if checks >= self.options.check_max:
+                    await self._give_up(offset, half, checks)
+                    changed = True
+                    continue
+                state.checks[offset] = checks + 1
+                half.due_from_ms = now
+                due.add(offset)
+                changed = True
+            if changed:
+                self._save_checks()
+
+    async def _give_up(self, offset: int, half: HalfInfo, checks: int) -> None:
+        if self.options.keep_after_max:
+            self._state.keep(offset)
+            log.warning(
+                "half message at queue offset %d (group %s) unresolved after %d checks: kept, "
+                "no longer checked (--transaction-keep-after-max)",
+                offset,
+                quote(half.group),
+                checks,
+            )
+            return
+        record = await self._storage.read_record(half.physical_offset, half.size)
+        if record is None:
+            return
+        response = await self._append(op_record(record, offset, RESOLUTION_DISCARD))
+        self._state.own_op_written(response.queue_offsets[-1])
+        self._resolved(offset, RESOLUTION_DISCARD, save=False)
+        log.warning(
+            "half message at queue offset %d (group %s, transaction %s) unresolved after %d "
+            "checks: discarded",
+            offset,
+            quote(half.group),
+            quote(record.properties.get(TRANSACTION_ID, "")),
+            checks,
+        )
