@@ -54,7 +54,7 @@ from services.gateway.scheduled import (
 from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_messages
-from tide.format import RunWriter, topic_part
+from tide.format import SHARDING_KEY, RunWriter, TopicMessageType, topic_part
 from tide.limits import request_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -74,6 +74,9 @@ class _Pending:
     explicit: QueueRef | None
     sharding_key: str
     unique_key: str
+    # To a FIFO topic: its sharding key is its message group, stored as __SHARDINGKEY
+    # and never moved to another broker's queue (that would break the group's order).
+    fifo: bool = False
     excluded: set[str] | None = None
     error: ServiceError | None = None
     written: Written | None = None
@@ -152,7 +155,12 @@ class Producer:
             if check.bodies_only
             else self._fill_unique_keys(messages)
         )
-        if not check.routed and not check.delayed and len(views) == 1:
+        if (
+            not check.routed
+            and not check.delayed
+            and len(views) == 1
+            and next(iter(views.values())).message_type is not TopicMessageType.FIFO
+        ):
             (view,) = views.values()
             plain = PlainBatch(
                 messages,
@@ -220,8 +228,11 @@ class Producer:
             elif not view.writable:
                 raise no_writable_queue(view)
             sharding_key = message.sharding_key if route == "sharding_key" else ""
+            fifo = view.message_type is TopicMessageType.FIFO
+            if fifo and not sharding_key and explicit is None:
+                sharding_key = message.properties.get(SHARDING_KEY, "")  # a group property
             pending.append(
-                _Pending(index, message, view, explicit, sharding_key, unique_keys[index])
+                _Pending(index, message, view, explicit, sharding_key, unique_keys[index], fifo)
             )
         return pending
 
@@ -370,7 +381,7 @@ class Producer:
                 for group, retry in zip(groups.values(), outcomes, strict=True)
                 if retry
                 for item in group.items
-                if item.explicit is None and not last
+                if item.explicit is None and not item.fifo and not last
             ]
             if not pending:
                 return
@@ -405,7 +416,8 @@ class Producer:
         writer = RunWriter(born_host)
         for item, queue_id in zip(group.items, group.queues, strict=True):
             if item.bounds is None:
-                add_message(writer, item.message, queue_id, item.unique_key, now_ms)
+                group_key = item.sharding_key if item.fifo else ""
+                add_message(writer, item.message, queue_id, item.unique_key, now_ms, group_key)
                 continue
             # Stored in the schedule or timer topic of the real queue's broker (its
             # bounds were checked: _check_delays covered every broker of the topic).

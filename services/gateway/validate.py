@@ -10,7 +10,7 @@ import grpc
 
 from services.gateway.bodies_only import only_topic_and_bodies
 from services.gateway.scheduled import is_delayed, static_delay_error
-from tide.format import KEYS, SCHEDULE_BOOKKEEPING, TAGS, UNIQ_KEY, property_error
+from tide.format import KEYS, SCHEDULE_BOOKKEEPING, SHARDING_KEY, TAGS, UNIQ_KEY, property_error
 from tide.limits import (
     NAME_MAX_CHARS,
     PRODUCE_MAX_BYTES,
@@ -166,6 +166,12 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
             raise invalid(f"{where}.properties: {error}")
         total += len(name.encode()) + len(value.encode()) + 2
     _check_unique_key(where, message.unique_key)
+    if message.WhichOneof("route") == "sharding_key":
+        # Stored as __SHARDINGKEY on a FIFO topic (records.py): a property's rules.
+        error = property_error(SHARDING_KEY, message.sharding_key)
+        if error:
+            raise invalid(f"{where}.sharding_key: {error}")
+        total += len(SHARDING_KEY) + len(message.sharding_key.encode()) + 2
     total += len(UNIQ_KEY) + max(len(message.unique_key), 32) + 2
     if total > PROPERTIES_MAX_BYTES:
         raise invalid(
