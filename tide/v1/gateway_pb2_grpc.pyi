@@ -108,6 +108,13 @@ class GatewayStub:
     GetGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]
     ListGroups: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]
     DeleteGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]
+    LockQueues: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueLockResponse]
+    """fifo (issue 19): queue locks of orderly consumers, forwarded to the broker's master
+    storage (Storage.LockQueues: the queues the client holds now).
+    """
+    UnlockQueues: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueUnlockResponse]
+    GetQueueLocks: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]
+    """The unexpired leases of a group on a topic, from every master serving the topic."""
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -174,6 +181,13 @@ class GatewayAsyncStub(GatewayStub):
     GetGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetGroupRequest, _storage_pb2.GetGroupResponse]  # type: ignore[assignment]
     ListGroups: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]  # type: ignore[assignment]
     DeleteGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]  # type: ignore[assignment]
+    LockQueues: _aio.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueLockResponse]  # type: ignore[assignment]
+    """fifo (issue 19): queue locks of orderly consumers, forwarded to the broker's master
+    storage (Storage.LockQueues: the queues the client holds now).
+    """
+    UnlockQueues: _aio.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueUnlockResponse]  # type: ignore[assignment]
+    GetQueueLocks: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]  # type: ignore[assignment]
+    """The unexpired leases of a group on a topic, from every master serving the topic."""
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -375,5 +389,30 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         request: _storage_pb2.DeleteGroupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.DeleteGroupResponse, _abc.Awaitable[_storage_pb2.DeleteGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def LockQueues(
+        self,
+        request: _gateway_pb2.BrokerQueueLockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.QueueLockResponse, _abc.Awaitable[_storage_pb2.QueueLockResponse]]:
+        """fifo (issue 19): queue locks of orderly consumers, forwarded to the broker's master
+        storage (Storage.LockQueues: the queues the client holds now).
+        """
+
+    @_abc_1.abstractmethod
+    def UnlockQueues(
+        self,
+        request: _gateway_pb2.BrokerQueueLockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.QueueUnlockResponse, _abc.Awaitable[_storage_pb2.QueueUnlockResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetQueueLocks(
+        self,
+        request: _storage_pb2.GetQueueLocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetQueueLocksResponse, _abc.Awaitable[_storage_pb2.GetQueueLocksResponse]]:
+        """The unexpired leases of a group on a topic, from every master serving the topic."""
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
