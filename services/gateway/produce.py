@@ -74,14 +74,14 @@ class _Pending:
     explicit: QueueRef | None
     sharding_key: str
     unique_key: str
-    # To a FIFO topic: its sharding key is its message group, stored as __SHARDINGKEY
-    # and never moved to another broker's queue (that would break the group's order).
-    fifo: bool = False
     excluded: set[str] | None = None
     error: ServiceError | None = None
     written: Written | None = None
     # A delayed message: the delivery bounds of each broker it may go to, by dispatch.
     bounds: dict[str, DeliveryBounds] | None = None
+    # To a FIFO topic: its sharding key is its message group, stored as __SHARDINGKEY
+    # and never moved to another broker's queue (that would break the group's order).
+    fifo: bool = False
 
 
 @dataclass(slots=True)
@@ -232,7 +232,9 @@ class Producer:
             if fifo and not sharding_key and explicit is None:
                 sharding_key = message.properties.get(SHARDING_KEY, "")  # a group property
             pending.append(
-                _Pending(index, message, view, explicit, sharding_key, unique_keys[index], fifo)
+                _Pending(
+                    index, message, view, explicit, sharding_key, unique_keys[index], fifo=fifo
+                )
             )
         return pending
 

@@ -11,6 +11,7 @@ from tests._cluster import Cluster
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tide.format import SHARDING_KEY
 from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import wait_until
 
 GROUPS = [f"order-{i}" for i in range(12)]
@@ -37,9 +38,9 @@ def _produce(cluster: Cluster, messages: list[pb.ProduceMessage]) -> pb.ProduceR
     return answer
 
 
-def _pull_all(cluster: Cluster, topic: str) -> list[tuple[str, pb.StoredMessage]]:
+def _pull_all(cluster: Cluster, topic: str) -> list[tuple[str, storage_pb.StoredMessage]]:
     """Every stored message with its broker, queue by queue, each in queue order."""
-    found: list[tuple[str, pb.StoredMessage]] = []
+    found: list[tuple[str, storage_pb.StoredMessage]] = []
     for broker in ("broker-a", "broker-b"):
         for queue_id in range(3):
             answer = cluster.gateway.stub.Pull(
