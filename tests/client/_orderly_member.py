@@ -19,7 +19,7 @@ from pathlib import Path
 from tide.client import PushConsumer, ReceivedMessage
 
 # Long enough that two members delivering one queue at once would overlap in time.
-HOLD_S = 0.002
+HOLD_S = 0.005
 FAST = {
     "heartbeat_interval_ms": 300,
     "rebalance_interval_ms": 300,

@@ -131,13 +131,18 @@ def test_members_added_and_sigkilled_keep_every_groups_order(
     with ExitStack() as members:
         members.enter_context(_member(cluster, tmp_path, group, topic, "a"))
         killed = members.enter_context(_member(cluster, tmp_path, group, topic, "b"))
-        wait_until(lambda: len(_read(record)) >= 300, "300 deliveries", WAIT_S)
+        wait_until(lambda: len({d.member for d in _read(record)}) == 2, "a and b deliver", WAIT_S)
         members.enter_context(_member(cluster, tmp_path, group, topic, "c"))  # added
         producing = threading.Thread(
             target=_produce, args=(cluster, topic, range(PER_GROUP // 2, PER_GROUP))
         )
         producing.start()
-        wait_until(lambda: len(_read(record)) >= TOTAL // 2, "half the deliveries", WAIT_S)
+        b_before = sum(d.member == "b" for d in _read(record))
+        wait_until(  # b still busy after c joined: killed with queues in hand
+            lambda: sum(d.member == "b" for d in _read(record)) >= b_before + 50,
+            "b delivers after c joined",
+            WAIT_S,
+        )
         killed.send_signal(signal.SIGKILL)
         killed.wait()
         producing.join()
@@ -154,4 +159,34 @@ def test_members_added_and_sigkilled_keep_every_groups_order(
         f"\norderly: {TOTAL} messages, {len(deliveries)} deliveries by {members_seen}, "
         f"{duplicates} duplicates around the hand-overs"
     )
-    assert {"a", "c"} <= set(members_seen)
+    assert members_seen == ["a", "b", "c"]
+
+
+def test_two_members_one_leaving_hands_over_after_its_unlock(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A member leaving through shutdown (SIGTERM) commits, then unlocks: the other takes
+    its queues without waiting for a lease to expire, in order, none lost."""
+    topic, group = "OrderlyLeave", "orderly-leave"
+    cluster.create_topic(topic, queues=4, message_type="FIFO")
+    record = tmp_path / "record"
+    _produce(cluster, topic, range(PER_GROUP // 2))
+    with ExitStack() as members:
+        members.enter_context(_member(cluster, tmp_path, group, topic, "a"))
+        leaving = members.enter_context(_member(cluster, tmp_path, group, topic, "b"))
+        wait_until(lambda: len({d.member for d in _read(record)}) == 2, "both deliver", WAIT_S)
+        producing = threading.Thread(
+            target=_produce, args=(cluster, topic, range(PER_GROUP // 2, PER_GROUP))
+        )
+        producing.start()
+        leaving.send_signal(signal.SIGTERM)
+        assert leaving.wait(60) == 0
+        producing.join()
+        wait_until(
+            lambda: len({(d.group, d.seq) for d in _read(record)}) == TOTAL,
+            "every message delivered",
+            WAIT_S,
+        )
+    deliveries = _read(record)
+    duplicates = _check(deliveries)
+    print(f"\norderly, a member leaving: {len(deliveries)} deliveries, {duplicates} duplicates")
