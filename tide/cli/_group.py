@@ -242,7 +242,7 @@ def _text(ms: int) -> str:
 def _locks(args: argparse.Namespace) -> int:
     with Admin(args.gateway) as admin:
         answer = admin.queue_locks(args.group, args.topic)
-    rows = [
+    rows: list[list[str | int]] = [
         [lock.broker_name, lock.queue_id, lock.client_id, lock.expires_in_ms]
         for lock in answer.locks
     ]

@@ -105,10 +105,10 @@ def test_a_group_is_stored_and_keeps_one_queue_in_send_order(
     queues: dict[str, set[tuple[str, int]]] = {}
     seen: dict[str, list[int]] = {}
     for broker, message in stored:
-        group, round_ = message.body.decode().split("/")
-        assert message.properties[SHARDING_KEY] == group
-        queues.setdefault(group, set()).add((broker, message.queue_id))
-        seen.setdefault(group, []).append(int(round_))
+        key, stored_round = message.body.decode().split("/")
+        assert message.properties[SHARDING_KEY] == key
+        queues.setdefault(key, set()).add((broker, message.queue_id))
+        seen.setdefault(key, []).append(int(stored_round))
     assert all(len(found) == 1 for found in queues.values()), queues
     assert all(rounds == list(range(PER_GROUP)) for rounds in seen.values()), seen
     # More than one queue is used (12 groups over 6 queues).
