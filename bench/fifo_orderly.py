@@ -15,7 +15,10 @@ a gateway), creates a NORMAL and a FIFO topic of ``--queues`` queues, then:
   topic and ``orderly=True`` (queue locks, one message of a queue at a time) on the
   FIFO topic, one after the other, each from the first message: messages/s from its
   first delivery to its last (the lock wait after the storage's start, one lease of
-  ``--lock-live-ms``, is before the first), and the ratio.
+  ``--lock-live-ms``, is before the first), and the ratio;
+* pull check: ``--pulls`` unary Pulls of a locked FIFO queue at its end (no long poll)
+  carrying the holder's client id (the gateway's lock check, its cached lock table)
+  against the same pulls without one, alternating: pulls/s of each and the ratio.
 
 Results go to stdout (``--json``: one JSON document).
 """
@@ -34,6 +37,8 @@ from typing import Any
 
 from bench.gateway_produce_pull import free_port, service
 from tide.client import Admin, Message, Producer, PushConsumer, ReceivedMessage
+from tide.client._rpc import Connection
+from tide.v1 import gateway_pb2, storage_pb2
 
 BROKER = "broker-a"
 BATCH = 100
@@ -118,6 +123,44 @@ def consume(gateway: str, topic: str, count: int, *, orderly: bool) -> float:
     return (count - 1) / (times[count - 1] - times[0])
 
 
+def pull_check(gateway: str, pulls: int) -> dict[str, float]:
+    """Pulls/s with and without the holder's client id (alternating)."""
+    connection = Connection(gateway)
+    stub = connection.stub
+    lock = gateway_pb2.BrokerQueueLockRequest(
+        broker_name=BROKER,
+        request=storage_pb2.QueueLockRequest(
+            consumer_group="bench-check",
+            client_id="bench-holder",
+            queues=[storage_pb2.LockedQueue(topic="BenchFifo", queue_id=0)],
+        ),
+    )
+    if not stub.LockQueues(lock).locked:
+        raise RuntimeError("queue 0 of BenchFifo not locked")
+    end = stub.GetQueueOffsets(
+        gateway_pb2.QueueOffsetsRequest(topic="BenchFifo", broker_name=BROKER, queue_id=0)
+    ).max_offset
+    spent_s = {"checked": 0.0, "plain": 0.0}
+    try:
+        for _ in range(pulls):
+            for kind, client_id in (("checked", "bench-holder"), ("plain", "")):
+                request = gateway_pb2.PullRequest(
+                    consumer_group="bench-check",
+                    topic="BenchFifo",
+                    broker_name=BROKER,
+                    queue_id=0,
+                    offset=end,
+                    client_id=client_id,
+                )
+                began = time.perf_counter()
+                stub.Pull(request)
+                spent_s[kind] += time.perf_counter() - began
+    finally:
+        stub.UnlockQueues(lock)
+        connection.close()
+    return {kind: pulls / spent for kind, spent in spent_s.items()}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="tide-fifo-bench-"))
     try:
@@ -129,6 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             produced = produce(gateway, args.count, args.groups)
             normal_rate = consume(gateway, "BenchNormal", args.count, orderly=False)
             orderly_rate = consume(gateway, "BenchFifo", args.count, orderly=True)
+            checked = pull_check(gateway, args.pulls)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {
@@ -139,6 +183,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "produce_ratio": produced["fifo"] / produced["normal"],
         "consume_msgs_per_s": {"normal": normal_rate, "orderly": orderly_rate},
         "consume_ratio": orderly_rate / normal_rate,
+        "pulls_per_s": checked,
+        "pull_check_ratio": checked["checked"] / checked["plain"],
     }
 
 
@@ -148,6 +194,7 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--groups", type=int, default=1_000, help="message groups (FIFO)")
     parser.add_argument("--lock-live-ms", type=int, default=2_000, help="the storage's lease")
+    parser.add_argument("--pulls", type=int, default=2_000, help="pulls each way (check)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = run(args)
@@ -163,6 +210,11 @@ def main() -> None:
     print(
         f"consume: concurrent {consumed['normal']:,.0f}/s, orderly {consumed['orderly']:,.0f}/s "
         f"(ratio {result['consume_ratio']:.2f})"
+    )
+    pulls = result["pulls_per_s"]
+    print(
+        f"pull: with the holder's client id {pulls['checked']:,.0f}/s, without "
+        f"{pulls['plain']:,.0f}/s (ratio {result['pull_check_ratio']:.2f})"
     )
 
 
