@@ -5,6 +5,8 @@ FAILED_PRECONDITION naming the holder; the holder's and plain pulls are served."
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from tests._cluster import Cluster, cluster_fixture
@@ -125,3 +127,49 @@ def test_bad_lock_requests(cluster: Cluster, topic_name: str) -> None:
         lambda: stub.LockQueues(too_many, timeout=RPC_TIMEOUT_S),
         "LOCK_QUEUES_MAX_COUNT",
     )
+
+
+def test_a_restarted_storage_grants_no_lock_for_one_lease(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """Leases live in the master's memory: after a SIGKILL and restart, a lease granted
+    before is unknown, so nothing is granted until one lease after the start (no
+    earlier than LIVE_MS after the restart began; polled, no fixed wait)."""
+    _create(cluster, topic_name)
+    assert _lock(cluster, topic_name, "member-a", 0) == [0]
+    member = cluster.brokers[0].master
+    member.kill()
+    restarted_s = time.monotonic()
+    cluster.restart(member)
+    wait_until(  # the restarted storage answers (through the gateway) ...
+        lambda: _try_lock(cluster, topic_name, "member-b") is not None, "the storage back"
+    )
+    status = cluster.gateway.stub.GetQueueLocks(
+        storage_pb.GetQueueLocksRequest(consumer_group=GROUP, topic=topic_name),
+        timeout=RPC_TIMEOUT_S,
+    )
+    granted_s = None
+
+    def granted() -> bool:
+        nonlocal granted_s
+        if _try_lock(cluster, topic_name, "member-b") == [0]:
+            granted_s = time.monotonic()
+        return granted_s is not None
+
+    wait_until(granted, "member-b takes queue 0 after the grace")
+    assert granted_s is not None
+    # ... and granted nothing before one lease after its start (which followed
+    # restarted_s): without the grace, member-b would have it as soon as the storage is
+    # back (member-a's lease was forgotten by the crash).
+    assert granted_s - restarted_s >= LIVE_MS / 1000
+    # Back within one lease (the usual case): the storage said it grants nothing yet.
+    if status.locks == [] and time.monotonic() - restarted_s < LIVE_MS / 1000:
+        assert status.in_grace
+
+
+def _try_lock(cluster: Cluster, topic: str, client_id: str) -> list[int] | None:
+    """The queues locked, or None while the broker is not reachable yet."""
+    try:
+        return _lock(cluster, topic, client_id, 0)
+    except grpc.RpcError:
+        return None
