@@ -98,7 +98,10 @@ class StorageService:
     def _start_metrics(self, store: MessageStore) -> None:
         """Created once telemetry is configured (the meters come from its provider)."""
         metrics = StorageMetrics(
-            lambda: self._store, lambda: self._replication, self._servicer.append_budget
+            lambda: self._store,
+            lambda: self._replication,
+            self._servicer.append_budget,
+            self._servicer.queue_locks,
         )
         self._servicer.append_observer = metrics.appended
         store.segments.flush_observer = metrics.flushed

@@ -199,7 +199,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         )
         self._tail_chunk_bytes = tail_chunk_bytes
         self._consumers = consumers
-        self._locks = queue_locks or QueueLockManager()
+        self.queue_locks = queue_locks or QueueLockManager()
         self._draining = asyncio.Event()
         self._tail_wakers: set[asyncio.Event] = set()  # of the Tail streams: drain sets them
         self._tail_slots = StreamSlots("Tail", MAX_TAIL_STREAMS, "MAX_TAIL_STREAMS")
@@ -719,26 +719,26 @@ class StorageServicer(pb_grpc.StorageServicer):
     ) -> pb.QueueLockResponse:
         queues = self._check_lock_request(request)
         try:
-            locked = self._locks.lock(request.consumer_group, request.client_id, queues)
+            locked = self.queue_locks.lock(request.consumer_group, request.client_id, queues)
         except TooManyLocks as exc:
             raise ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from exc
         return pb.QueueLockResponse(
             locked=[pb.LockedQueue(topic=topic, queue_id=queue_id) for topic, queue_id in locked],
-            max_live_ms=self._locks.max_live_ms,
+            max_live_ms=self.queue_locks.max_live_ms,
         )
 
     async def UnlockQueues(
         self, request: pb.QueueLockRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.QueueUnlockResponse:
         queues = self._check_lock_request(request)
-        released = self._locks.unlock(request.consumer_group, request.client_id, queues)
+        released = self.queue_locks.unlock(request.consumer_group, request.client_id, queues)
         return pb.QueueUnlockResponse(released=released)
 
     async def GetQueueLocks(
         self, request: pb.GetQueueLocksRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetQueueLocksResponse:
         _check_group_name(request.consumer_group)
-        locks = self._locks.locks(request.consumer_group, request.topic)
+        locks = self.queue_locks.locks(request.consumer_group, request.topic)
         return pb.GetQueueLocksResponse(
             locks=[
                 pb.QueueLock(
@@ -749,7 +749,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                 )
                 for lock in locks
             ],
-            in_grace=self._locks.in_grace(),
+            in_grace=self.queue_locks.in_grace(),
         )
 
 

@@ -145,6 +145,16 @@ class QueueLockManager:
             if (not topic or queue[0] == topic) and not self._expired(lease, now_ms)
         ]
 
+    def held(self) -> int:
+        """Unexpired leases of every group (a metric: one pass over the leases)."""
+        now_ms = self._clock_ms()
+        with self._lock:
+            return sum(
+                not self._expired(lease, now_ms)
+                for leases in self._leases.values()
+                for lease in leases.values()
+            )
+
     def _expired(self, lease: Lease, now_ms: int) -> bool:
         return now_ms - lease.last_update_ms > self.max_live_ms
 
