@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tide.client._queue_locks import QueueLease, _by_broker
+from tide.client._queue_locks import Locker, QueueLease, _by_broker
 from tide.client._types import MessageQueue
 from tide.limits import LOCK_QUEUES_MAX_COUNT
 
@@ -40,3 +40,12 @@ def test_lock_calls_are_per_broker_and_bounded() -> None:
         ("b", LOCK_QUEUES_MAX_COUNT),
         ("b", 1),
     ]
+
+
+def test_renewals_fit_a_short_broker_lease() -> None:
+    locker = Locker(None, "g", "c")  # type: ignore[arg-type]  # no call is made
+    assert locker.renew_interval_ms(20_000) == 20_000  # lease not known yet
+    locker.max_live_ms = 60_000  # the default: RocketMQ's 20 s interval fits
+    assert locker.renew_interval_ms(20_000) == 20_000
+    locker.max_live_ms = 3_000  # a member's lease of 1.5 s: renewed every second
+    assert locker.renew_interval_ms(20_000) == 1_000

@@ -276,12 +276,14 @@ class PushConsumer:
         now = time.monotonic()
         next_heartbeat = now + self._heartbeat_interval_ms / 1000
         next_rebalance = now + self._rebalance_interval_ms / 1000
-        next_lock = now + self._lock_interval_ms / 1000 if self._orderly else float("inf")
+        last_lock = now  # orderly: the last renewal (its interval follows the lease)
         while not self._stop.is_set():
             now = time.monotonic()
+            next_lock = self._next_renewal(last_lock)
             try:
                 if now >= next_lock:
-                    next_lock = now + self._lock_interval_ms / 1000
+                    last_lock = now
+                    next_lock = self._next_renewal(last_lock)
                     self._renew_locks()
                 if now >= next_heartbeat:
                     next_heartbeat = now + self._heartbeat_interval_ms / 1000
@@ -300,6 +302,12 @@ class PushConsumer:
             wait_s = min(next_heartbeat, next_rebalance, due, next_lock) - time.monotonic()
             if wait_s > 0:
                 self._wake.wait(wait_s)
+
+    def _next_renewal(self, last_lock: float) -> float:
+        """When the orderly locks are renewed next (never, when not orderly)."""
+        if not self._orderly:
+            return float("inf")
+        return last_lock + self._locker.renew_interval_ms(self._lock_interval_ms) / 1000
 
     def _heartbeat(self) -> None:
         connection = self._reader.connection

@@ -28,6 +28,10 @@ _log = logging.getLogger("tide.client.consumer")
 
 # The part of the broker's lease a member uses (module doc).
 CLIENT_LEASE_FRACTION = 0.5
+# Renewals come at least this often within the member's lease (20 s of 30 s by default,
+# RocketMQ's lock interval), whatever lock_interval_ms says: a broker with a short lease
+# must not see its leases lapse between renewals.
+RENEWALS_PER_LEASE = 1.5
 
 
 class QueueLease:
@@ -64,6 +68,15 @@ class Locker:
         self._connection = connection
         self._group = group
         self._client_id = client_id
+        # The broker's lease as last answered (0: not known yet).
+        self.max_live_ms = 0
+
+    def renew_interval_ms(self, lock_interval_ms: int) -> float:
+        """``lock_interval_ms``, shortened to fit the broker's lease (RENEWALS_PER_LEASE)."""
+        if not self.max_live_ms:
+            return lock_interval_ms
+        lease_ms = self.max_live_ms * CLIENT_LEASE_FRACTION
+        return min(lock_interval_ms, lease_ms / RENEWALS_PER_LEASE)
 
     def lock(self, queues: Iterable[MessageQueue]) -> tuple[set[MessageQueue], float]:
         """Lock or renew ``queues``: those held now, and until when (monotonic seconds)
@@ -78,6 +91,7 @@ class Locker:
             except TideError as exc:
                 _log.warning("locking %d queues of %s failed: %s", len(batch), broker_name, exc)
                 continue
+            self.max_live_ms = answer.max_live_ms
             until_s = min(until_s, sent_s + answer.max_live_ms * CLIENT_LEASE_FRACTION / 1000)
             held.update(MessageQueue(q.topic, broker_name, q.queue_id) for q in answer.locked)
         return held, until_s
