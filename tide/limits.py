@@ -85,6 +85,7 @@ WATCH_MAX_TOPICS = 1_024  # topics one dispatch WatchArrivals names
 BROKER_NAMES_MAX_COUNT = 1_024  # brokers one CreateTopic names
 QUEUE_NUMS_MAX = 1_024  # read/write queues of a topic
 RETRY_DELAYS_MAX_COUNT = MAX_DELAY_LEVELS  # a CUSTOMIZED retry policy's delays (a level table)
+LOCK_QUEUES_MAX_COUNT = 1_024  # queues one LockQueues / UnlockQueues names (fifo, issue 19)
 # -- broker metadata (slave sync, delivery progress) ---------------------------------------
 # The metadata files one GetMetadata returns, together (a master answers RESOURCE_EXHAUSTED
 # past it, naming each file's size): the topic and offset tables at their own limits fit.
@@ -122,6 +123,7 @@ LIMITS: dict[str, int] = {
     "BROKER_NAMES_MAX_COUNT": BROKER_NAMES_MAX_COUNT,
     "QUEUE_NUMS_MAX": QUEUE_NUMS_MAX,
     "RETRY_DELAYS_MAX_COUNT": RETRY_DELAYS_MAX_COUNT,
+    "LOCK_QUEUES_MAX_COUNT": LOCK_QUEUES_MAX_COUNT,
     "METADATA_MAX_BYTES": METADATA_MAX_BYTES,
     "DELAY_OFFSETS_MAX_BYTES": DELAY_OFFSETS_MAX_BYTES,
 }
@@ -234,6 +236,15 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.DispatchEndTransactionRequest.transaction_id": "UNIQUE_KEY_MAX_CHARS",
     "tide.v1.TakeTransactionChecksRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
     "tide.v1.ListHalfMessagesRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
+    # fifo (issue 19): queue locks, the puller's client id
+    "tide.v1.PullRequest.client_id": "CLIENT_ID_MAX_CHARS",
+    "tide.v1.LockedQueue.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.QueueLockRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.QueueLockRequest.client_id": "CLIENT_ID_MAX_CHARS",
+    "tide.v1.QueueLockRequest.queues": "LOCK_QUEUES_MAX_COUNT",
+    "tide.v1.BrokerQueueLockRequest.broker_name": "NAME_MAX_CHARS",
+    "tide.v1.GetQueueLocksRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.GetQueueLocksRequest.topic": "TOPIC_MAX_BYTES",
 }
 
 # Streams that answer each request in-band (error_code, error_message) and go on: their

@@ -34,6 +34,7 @@ from tide.format import (
     message_type_of,
     produce_topic_error,
 )
+from tide.quoting import quote
 from tide.v1 import gateway_pb2 as pb
 
 NORMAL = TopicMessageType.NORMAL
@@ -92,9 +93,19 @@ def check_message_types(
         topic_type = topic_types[message.topic]
         if message_type is topic_type or topic_type is MIXED:
             continue
-        if message_type is NORMAL and topic_type is FIFO and message.sharding_key:
-            continue  # a sharding key is the FIFO topic's message group
+        if message_type is NORMAL and topic_type is FIFO:
+            if message.sharding_key:
+                continue  # a sharding key is the FIFO topic's message group
+            raise invalid(f"messages[{index}]: {fifo_group_error(message.topic)}")
         _refuse(messages, message.topic, topic_type, message_type, index)
+
+
+def fifo_group_error(topic: str) -> str:
+    """Why a message without a message group may not go to FIFO ``topic``."""
+    return (
+        f"topic {quote(topic)} is FIFO and this message has no message group: give it "
+        "one (sharding_key; Producer.send(sharding_key=...), tide produce --sharding-key)"
+    )
 
 
 def _typed(index: int, message: pb.ProduceMessage) -> TopicMessageType:

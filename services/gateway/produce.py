@@ -55,7 +55,7 @@ from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.transactions import add_half, set_transaction_ids
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_messages
-from tide.format import RunWriter, topic_part
+from tide.format import SHARDING_KEY, RunWriter, TopicMessageType, topic_part
 from tide.limits import request_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -80,6 +80,9 @@ class _Pending:
     written: Written | None = None
     # A delayed message: the delivery bounds of each broker it may go to, by dispatch.
     bounds: dict[str, DeliveryBounds] | None = None
+    # To a FIFO topic: its sharding key is its message group, stored as __SHARDINGKEY
+    # and never moved to another broker's queue (that would break the group's order).
+    fifo: bool = False
 
 
 @dataclass(slots=True)
@@ -159,7 +162,12 @@ class Producer:
             if check.bodies_only
             else self._fill_unique_keys(messages)
         )
-        if not check.routed and not check.delayed and len(views) == 1:
+        if (
+            not check.routed
+            and not check.delayed
+            and len(views) == 1
+            and next(iter(views.values())).message_type is not TopicMessageType.FIFO
+        ):
             (view,) = views.values()
             plain = PlainBatch(
                 messages,
@@ -230,8 +238,13 @@ class Producer:
             elif not view.writable:
                 raise no_writable_queue(view)
             sharding_key = message.sharding_key if route == "sharding_key" else ""
+            fifo = view.message_type is TopicMessageType.FIFO
+            if fifo and not sharding_key and explicit is None:
+                sharding_key = message.properties.get(SHARDING_KEY, "")  # a group property
             pending.append(
-                _Pending(index, message, view, explicit, sharding_key, unique_keys[index])
+                _Pending(
+                    index, message, view, explicit, sharding_key, unique_keys[index], fifo=fifo
+                )
             )
         return pending
 
@@ -380,7 +393,7 @@ class Producer:
                 for group, retry in zip(groups.values(), outcomes, strict=True)
                 if retry
                 for item in group.items
-                if item.explicit is None and not last
+                if item.explicit is None and not item.fifo and not last
             ]
             if not pending:
                 return
@@ -418,7 +431,8 @@ class Producer:
                 add_half(writer, item.message, queue_id, item.unique_key, now_ms)
                 continue
             if item.bounds is None:
-                add_message(writer, item.message, queue_id, item.unique_key, now_ms)
+                group_key = item.sharding_key if item.fifo else ""
+                add_message(writer, item.message, queue_id, item.unique_key, now_ms, group_key)
                 continue
             # Stored in the schedule or timer topic of the real queue's broker (its
             # bounds were checked: _check_delays covered every broker of the topic).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from tide.format import KEYS, TAGS, UNIQ_KEY, RunWriter, pack_host, parse_host
+from tide.format import KEYS, SHARDING_KEY, TAGS, UNIQ_KEY, RunWriter, pack_host, parse_host
 from tide.server import peer_address
 from tide.v1 import gateway_pb2 as pb
 
@@ -21,25 +21,34 @@ LOCAL_BORN_HOST = "127.0.0.1:0"
 
 
 def add_message(
-    writer: RunWriter, message: pb.ProduceMessage, queue_id: int, unique_key: str, now_ms: int
+    writer: RunWriter,
+    message: pb.ProduceMessage,
+    queue_id: int,
+    unique_key: str,
+    now_ms: int,
+    group: str = "",
 ) -> None:
-    """``message`` as the next record of ``writer``'s run (born now unless it says when)."""
+    """``message`` as the next record of ``writer``'s run (born now unless it says when);
+    ``group``: its message group on a FIFO topic, stored as ``__SHARDINGKEY``."""
     topic = message.topic
     writer.add(
         topic,
         topic.encode("utf-8"),
         queue_id,
         message.body,
-        message_properties(message, unique_key),
+        message_properties(message, unique_key, group),
         message.flag,
         0,
         message.born_timestamp_ms or now_ms,
     )
 
 
-def message_properties(message: pb.ProduceMessage, unique_key: str) -> bytes:
-    """``name\\x01value\\x02`` for the user properties, then UNIQ_KEY, TAGS and KEYS."""
+def message_properties(message: pb.ProduceMessage, unique_key: str, group: str = "") -> bytes:
+    """``name\\x01value\\x02`` for the user properties, then UNIQ_KEY, TAGS and KEYS
+    (and ``__SHARDINGKEY`` for a message ``group`` the user properties do not carry)."""
     text = f"{UNIQ_KEY}\x01{unique_key}\x02"
+    if group and SHARDING_KEY not in message.properties:
+        text += f"{SHARDING_KEY}\x01{group}\x02"
     tags = message.tags
     if tags:
         text += f"{TAGS}\x01{tags}\x02"

@@ -22,6 +22,7 @@ from services.gateway.options import OPTIONS, GatewayConfig, check_config, gatew
 from services.gateway.produce import Producer
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from services.gateway.queue_locks import QueueLocks
 from services.gateway.readers import ReadMembers
 from services.gateway.recall import Recaller
 from services.gateway.routes import RouteCache
@@ -79,6 +80,7 @@ class GatewayService:
             config.max_produce_stream_in_flight_bytes,
             recaller=Recaller(config, self._routes, self._channels, querier),
             transactions=Transactions(config, self._routes, self._channels),
+            queue_locks=QueueLocks(config, self._routes, self._channels),
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(

@@ -12,6 +12,7 @@ from services.gateway.produce import Producer
 from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
+from services.gateway.queue_locks import QueueLocks
 from services.gateway.recall import Recaller
 from services.gateway.send_back import SendBacks
 from services.gateway.transactions import Transactions
@@ -38,6 +39,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         produce_stream_in_flight_bytes: int,
         recaller: Recaller,
         transactions: Transactions,
+        queue_locks: QueueLocks,
     ) -> None:
         self._producer = producer
         self._puller = puller
@@ -47,6 +49,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._send_backs = send_backs
         self._recaller = recaller
         self._transactions = transactions
+        self._queue_locks = queue_locks
         # The bytes of the produce requests being processed (Produce and ProduceStream):
         # past it, RESOURCE_EXHAUSTED naming max_produce_in_flight_bytes.
         self.produce_budget = ByteBudget(
@@ -76,6 +79,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             yield response
 
     async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
+        await self._queue_locks.check_pull(request)
         return await self._puller.pull(request)
 
     async def BrowseQueue(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
@@ -189,3 +193,19 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self, request: ns_pb.GetClusterInfoRequest, context: Context
     ) -> ns_pb.ClusterInfo:
         return await self._admin.cluster_info()
+
+    # fifo (issue 19)
+    async def LockQueues(
+        self, request: pb.BrokerQueueLockRequest, context: Context
+    ) -> storage_pb.QueueLockResponse:
+        return await self._queue_locks.lock(request)
+
+    async def UnlockQueues(
+        self, request: pb.BrokerQueueLockRequest, context: Context
+    ) -> storage_pb.QueueUnlockResponse:
+        return await self._queue_locks.unlock(request)
+
+    async def GetQueueLocks(
+        self, request: storage_pb.GetQueueLocksRequest, context: Context
+    ) -> storage_pb.GetQueueLocksResponse:
+        return await self._queue_locks.locks(request)

@@ -13,6 +13,7 @@ from services.gateway.scheduled import is_delayed, static_delay_error
 from tide.format import (
     KEYS,
     SCHEDULE_BOOKKEEPING,
+    SHARDING_KEY,
     TAGS,
     TRANSACTION_ID,
     UNIQ_KEY,
@@ -182,6 +183,12 @@ def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes
         total += len(name.encode()) + len(value.encode()) + 2
     _check_unique_key(where, message.unique_key)
     _check_transactional(where, message)
+    if message.WhichOneof("route") == "sharding_key":
+        # Stored as __SHARDINGKEY on a FIFO topic (records.py): a property's rules.
+        error = property_error(SHARDING_KEY, message.sharding_key)
+        if error:
+            raise invalid(f"{where}.sharding_key: {error}")
+        total += len(SHARDING_KEY) + len(message.sharding_key.encode()) + 2
     total += len(UNIQ_KEY) + max(len(message.unique_key), 32) + 2
     if total > PROPERTIES_MAX_BYTES:
         raise invalid(

@@ -21,6 +21,7 @@ from opentelemetry.metrics import Histogram
 
 from services.storage.engine.commitlog import AppendBatch
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.queue_locks import QueueLockManager
 from services.storage.replication.node import Replication
 from tide.server import ByteBudget
 from tide.server._metrics import (
@@ -55,8 +56,10 @@ class StorageMetrics:
         store: Callable[[], MessageStore | None],
         replication: Callable[[], Replication | None],
         append_budget: ByteBudget | None = None,
+        queue_locks: QueueLockManager | None = None,
     ) -> None:
         meter = service_meter("storage")
+        self._queue_locks = queue_locks
         self._store = store
         self._append_budget = append_budget
         self._replication = replication
@@ -150,6 +153,7 @@ class StorageMetrics:
                 "the most bytes of Appends handled at once since start",
                 "By",
             ),
+            ("tide_storage_queue_locks", "unexpired queue locks of orderly consumers", "1"),
         ):
             self.gauges.gauge(name, description, unit)
 
@@ -193,6 +197,8 @@ class StorageMetrics:
             "tide_storage_writable": int(status.writable),
             "tide_storage_topics": status.topic_count,
         }
+        if self._queue_locks is not None:
+            values["tide_storage_queue_locks"] = self._queue_locks.held()
         budget = self._append_budget
         if budget is not None:
             values["tide_storage_append_in_flight_bytes"] = budget.in_use_bytes

@@ -5,6 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.storage.engine.config import GIB, MIB, FlushMode, StoreConfig
+from services.storage.engine.queue_locks import (
+    DEFAULT_MAX_LIVE_MS,
+    MAX_MAX_LIVE_MS,
+    MIN_MAX_LIVE_MS,
+)
 from services.storage.registration import MAX_NAME_SERVERS, parse_name_servers
 from services.storage.replication.settings import (
     DEFAULT_SYNC_INTERVAL_MS,
@@ -206,6 +211,15 @@ OPTIONS: tuple[Option, ...] = (
         unit="ms",
     ),
     Option(
+        "rebalance_lock_max_live_time_ms",
+        int,
+        DEFAULT_MAX_LIVE_MS,
+        "an orderly consumer's queue lock expires this long after its holder's last lock "
+        "request (RocketMQ's rebalanceLockMaxLiveTime); nothing is granted for this long "
+        f"after a start; {MIN_MAX_LIVE_MS}..{MAX_MAX_LIVE_MS}",
+        unit="ms",
+    ),
+    Option(
         "role",
         str,
         "ASYNC_MASTER",
@@ -304,6 +318,7 @@ def check_config(config: Config) -> str | None:
         "register_timeout_ms": (1, 600_000),
         "broker_heartbeat_timeout_ms": (1, MAX_HEARTBEAT_TIMEOUT_MS),
         "consumer_expiry_ms": (1, MAX_HEARTBEAT_TIMEOUT_MS),
+        "rebalance_lock_max_live_time_ms": (MIN_MAX_LIVE_MS, MAX_MAX_LIVE_MS),
     }
     for name, (low, high) in ranges.items():
         value = config.get_int(name)

@@ -12,6 +12,7 @@ import grpc
 from services.storage.engine.consumer_expiry import ConsumerExpiryScan
 from services.storage.engine.consumer_manager import ConsumerManager
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.queue_locks import QueueLockManager
 from services.storage.metrics import StorageMetrics
 from services.storage.options import (
     OPTIONS,
@@ -47,6 +48,7 @@ class StorageService:
             config.get_int("tail_max_chunk_bytes"),
             self._consumers,
             config.get_int("max_append_in_flight_bytes"),
+            QueueLockManager(config.get_int("rebalance_lock_max_live_time_ms")),
         )
         self._metrics: StorageMetrics | None = None
 
@@ -96,7 +98,10 @@ class StorageService:
     def _start_metrics(self, store: MessageStore) -> None:
         """Created once telemetry is configured (the meters come from its provider)."""
         metrics = StorageMetrics(
-            lambda: self._store, lambda: self._replication, self._servicer.append_budget
+            lambda: self._store,
+            lambda: self._replication,
+            self._servicer.append_budget,
+            self._servicer.queue_locks,
         )
         self._servicer.append_observer = metrics.appended
         store.segments.flush_observer = metrics.flushed

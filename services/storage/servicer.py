@@ -33,6 +33,7 @@ from services.storage.engine.errors import (
     TopicNotFoundError,
 )
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.queue_locks import QueueLockManager, TooManyLocks
 from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from services.storage.retry_topics import ensure_retry_topic
@@ -186,6 +187,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         tail_chunk_bytes: int,
         consumers: ConsumerManager,
         append_in_flight_bytes: int = DEFAULT_APPEND_IN_FLIGHT_BYTES,
+        queue_locks: QueueLockManager | None = None,
     ) -> None:
         self._store = store_provider
         # The bytes of the Append requests being handled (a sync flush or SYNC_MASTER
@@ -197,6 +199,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         )
         self._tail_chunk_bytes = tail_chunk_bytes
         self._consumers = consumers
+        self.queue_locks = queue_locks or QueueLockManager()
         self._draining = asyncio.Event()
         self._tail_wakers: set[asyncio.Event] = set()  # of the Tail streams: drain sets them
         self._tail_slots = StreamSlots("Tail", MAX_TAIL_STREAMS, "MAX_TAIL_STREAMS")
@@ -696,6 +699,58 @@ class StorageServicer(pb_grpc.StorageServicer):
         except Exception as exc:
             _fail(exc)
         return pb.GetConsumersResponse(members=[_member_pb(m) for m in members])
+
+    # -- queue locks (fifo, issue 19) ------------------------------------------------
+    def _check_lock_request(self, request: pb.QueueLockRequest) -> list[tuple[str, int]]:
+        if self.replication is not None and self.replication.slave is not None:
+            raise ServiceError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this storage is a slave; queue locks are held by the master",
+            )
+        error = consumer_group_error(request.consumer_group)
+        if error is not None:
+            raise _invalid(f"consumer_group: {error}")
+        if not request.client_id:
+            raise _invalid("client_id is empty: name the consumer group member locking")
+        return [(queue.topic, queue.queue_id) for queue in request.queues]
+
+    async def LockQueues(
+        self, request: pb.QueueLockRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.QueueLockResponse:
+        queues = self._check_lock_request(request)
+        try:
+            locked = self.queue_locks.lock(request.consumer_group, request.client_id, queues)
+        except TooManyLocks as exc:
+            raise ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from exc
+        return pb.QueueLockResponse(
+            locked=[pb.LockedQueue(topic=topic, queue_id=queue_id) for topic, queue_id in locked],
+            max_live_ms=self.queue_locks.max_live_ms,
+        )
+
+    async def UnlockQueues(
+        self, request: pb.QueueLockRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.QueueUnlockResponse:
+        queues = self._check_lock_request(request)
+        released = self.queue_locks.unlock(request.consumer_group, request.client_id, queues)
+        return pb.QueueUnlockResponse(released=released)
+
+    async def GetQueueLocks(
+        self, request: pb.GetQueueLocksRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetQueueLocksResponse:
+        _check_group_name(request.consumer_group)
+        locks = self.queue_locks.locks(request.consumer_group, request.topic)
+        return pb.GetQueueLocksResponse(
+            locks=[
+                pb.QueueLock(
+                    topic=lock.topic,
+                    queue_id=lock.queue_id,
+                    client_id=lock.client_id,
+                    expires_in_ms=lock.expires_in_ms,
+                )
+                for lock in locks
+            ],
+            in_grace=self.queue_locks.in_grace(),
+        )
 
 
 def _check_group_name(group: str) -> None:

@@ -5,4 +5,8 @@ from __future__ import annotations
 
 from tests._cluster import cluster_fixture
 
-cluster = cluster_fixture(brokers=2, scope="session")
+# Short queue-lock leases: a started storage grants no lock for one lease (orderly
+# consumers wait that long), and a SIGKILLed member's queues are free one lease later.
+cluster = cluster_fixture(
+    brokers=2, scope="session", storage_args=("--rebalance-lock-max-live-time-ms", "3000")
+)

@@ -11,6 +11,7 @@ from typing import Any, cast
 from services.storage.engine.config import FlushMode, StoreConfig
 from services.storage.engine.message_codec import MessageInput
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.queue_locks import QueueLockManager
 from services.storage.metrics import StorageMetrics
 
 
@@ -24,7 +25,9 @@ def test_store_hooks_and_samples(tmp_path: Path) -> None:
     store = MessageStore(config, usage_ratio=lambda: 0.25)
     store.open()
     try:
-        metrics = StorageMetrics(lambda: store, lambda: None)
+        locks = QueueLockManager(1_000, grace=False)
+        locks.lock("g", "member", [("T", 0), ("T", 1)])
+        metrics = StorageMetrics(lambda: store, lambda: None, queue_locks=locks)
         flushes: list[tuple[float, int]] = []
         store.segments.flush_observer = lambda seconds, synced: flushes.append((seconds, synced))
         started = time.perf_counter()
@@ -49,5 +52,6 @@ def test_store_hooks_and_samples(tmp_path: Path) -> None:
         # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC).
         assert sample["tide_storage_topics"] == 5
         assert "tide_storage_replication_lag_bytes" not in sample  # no replication given
+        assert sample["tide_storage_queue_locks"] == 2
     finally:
         store.close()

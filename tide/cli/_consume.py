@@ -42,6 +42,7 @@ from tide.cli._common import (
     non_negative_int,
     positive_int,
 )
+from tide.cli._consume_orderly import consume_from, follow_orderly
 from tide.cli._output import MESSAGE_HEADERS, dumps, message_json, message_row, table
 from tide.client import (
     ConsumeFrom,
@@ -111,6 +112,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--no-commit", action="store_true", help="do not commit offsets (browse only)"
+    )
+    parser.add_argument(
+        "--orderly",
+        action="store_true",
+        help="consume as an orderly member of GROUP: its share of the queues, each locked "
+        "at its broker and printed one message at a time in queue order (docs/client.md)",
     )
     parser.set_defaults(handler=guarded(_run))
 
@@ -200,6 +207,21 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.orderly:
+        if args.no_commit:
+            print("tide consume: error: --orderly commits; drop --no-commit", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            consume_from(start.kind, start.value)
+        except InvalidArgument as exc:
+            print(f"tide consume: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        consumed = follow_orderly(args, start.kind, start.value)
+        if args.output is not None:
+            args.output.close()
+        if args.output is not None or not args.json:
+            print(f"consumed {consumed} messages", file=sys.stderr)
+        return EXIT_OK
     reader = GatewayReader(Connection(args.gateway))
     try:
         consumed = _follow(args, reader, start)

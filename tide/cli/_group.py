@@ -66,6 +66,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     delete.add_argument("group", metavar="GROUP")
     delete.set_defaults(handler=guarded(_delete))
+    locks = commands.add_parser(
+        "locks",
+        parents=[parent],
+        help="the queue locks orderly consumers of a group hold on a topic",
+        description='Each unexpired queue lock (docs/client.md, "Ordering"): the queue, '
+        "the member holding it and how long its lease has left unless renewed.",
+    )
+    locks.add_argument("group", metavar="GROUP")
+    locks.add_argument("topic", metavar="TOPIC")
+    locks.set_defaults(handler=guarded(_locks))
 
 
 def _config_parent() -> argparse.ArgumentParser:
@@ -227,3 +237,30 @@ def _text(ms: int) -> str:
         if ms and ms % _UNIT_MS[unit] == 0:
             return f"{ms // _UNIT_MS[unit]}{unit}"
     return f"{ms}ms"
+
+
+def _locks(args: argparse.Namespace) -> int:
+    with Admin(args.gateway) as admin:
+        answer = admin.queue_locks(args.group, args.topic)
+    rows: list[list[str | int]] = [
+        [lock.broker_name, lock.queue_id, lock.client_id, lock.expires_in_ms]
+        for lock in answer.locks
+    ]
+    if args.json:
+        keys = ("broker_name", "queue_id", "client_id", "expires_in_ms")
+        print(
+            dumps(
+                {
+                    "locks": [dict(zip(keys, row, strict=True)) for row in rows],
+                    "in_grace": answer.in_grace,
+                }
+            )
+        )
+        return EXIT_OK
+    if answer.in_grace:
+        print("a broker started less than one lease ago: it grants no lock yet")
+    if not rows:
+        print(f"no queue of {args.topic} is locked by group {args.group}")
+        return EXIT_OK
+    print(table(["BROKER", "QUEUE", "CLIENT ID", "EXPIRES IN MS"], rows))
+    return EXIT_OK

@@ -169,6 +169,17 @@ class Admin:
             f"GetGroup {group!r}",
         )
 
+    def queue_locks(self, group: str, topic: str) -> storage_pb2.GetQueueLocksResponse:
+        """The orderly consumers' unexpired queue locks of ``group`` on ``topic``, from
+        every master serving it (``in_grace``: a storage grants none yet after its start)."""
+        check_group(group)
+        check_topic(topic)
+        return self._connection.call(
+            self._connection.stub.GetQueueLocks,
+            storage_pb2.GetQueueLocksRequest(consumer_group=group, topic=topic),
+            f"GetQueueLocks of {group!r} on {topic!r}",
+        )
+
     def list_groups(self) -> list[storage_pb2.GroupConfig]:
         """Every group with a config, sorted by name."""
         response = self._connection.call(

@@ -26,6 +26,7 @@ from tide.client._allocate import allocate_averagely, owner_gone, owners
 from tide.client._convert import check_group, check_topic
 from tide.client._errors import InvalidArgument, TideError, TopicNotFound
 from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, MAX_PULL_MESSAGES, GatewayReader
+from tide.client._queue_locks import Locker, QueueLease
 from tide.client._queue_worker import Callback, QueueWorker, WorkerSettings
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
 from tide.client._start_offset import ConsumeFrom
@@ -36,6 +37,8 @@ from tide.v1 import storage_pb2
 _log = logging.getLogger("tide.client.consumer")
 
 MAX_QUEUES_LIMIT = 1024
+# Orderly: a queue whose lock another member holds is asked for again this often.
+LOCK_RETRY_MS = 1_000
 MAX_RETRIES_LIMIT = 100
 MAX_RETRY_MAX_TIMES = 1000  # a group's retry_max_times limit (tide.format)
 _client_ids = itertools.count()
@@ -68,9 +71,14 @@ class PushConsumer:
     message consumed again in between: it is never dropped, and its queue does not
     move past it meanwhile.
 
-    ``orderly=True`` keeps a queue's order instead: a failing message suspends its
-    queue and is retried here ``max_retries`` times with that backoff, then sent to the
-    dead-letter queue.
+    ``orderly=True`` keeps a queue's order instead (RocketMQ's orderly consumer,
+    docs/client.md "Ordering"): the member locks each queue at its broker before
+    consuming it and renews its locks every ``lock_interval_ms``; one message of a
+    queue is delivered at a time; a failing message suspends its queue and is retried
+    here ``max_retries`` times with that backoff, then sent to the dead-letter queue
+    (the retry topic is not used). A queue is handed over to another member only after
+    this one's final commit and unlock, or after its lock expired: no two members
+    deliver one queue at once.
 
     ``consume_from`` decides the start in a queue the group has no committed offset for:
     "last" (only messages sent from then on), "first" (the oldest stored), or a time (ms
@@ -101,6 +109,7 @@ class PushConsumer:
         retry: RetryPolicy | None = None,
         orderly: bool = False,
         max_reconsume_times: int = 0,
+        lock_interval_ms: int = 20_000,
     ) -> None:
         check_group(group)
         check_topic(topic)
@@ -121,6 +130,7 @@ class PushConsumer:
         _check_range("retry_backoff_ms", retry_backoff_ms, 0, 600_000)
         _check_range("max_queues", max_queues, 1, MAX_QUEUES_LIMIT)
         _check_range("release_timeout_ms", release_timeout_ms, 0, 600_000)
+        _check_range("lock_interval_ms", lock_interval_ms, 10, 600_000)
         if takeover_delay_ms is None:
             # The other members notice a change within their rebalance interval (assumed
             # equal to ours) and then release (commit) at once.
@@ -159,6 +169,10 @@ class PushConsumer:
         self._reader = GatewayReader(
             Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
         )
+        self._orderly = orderly
+        self._lock_interval_ms = lock_interval_ms
+        self._locker = Locker(self._reader.connection, group, self.client_id)
+        self._leases: dict[MessageQueue, QueueLease] = {}  # orderly: of the workers
         self._workers: dict[MessageQueue, QueueWorker] = {}
         # Queues to take at a monotonic time (their previous owner is still releasing).
         self._pending: dict[MessageQueue, float] = {}
@@ -262,9 +276,15 @@ class PushConsumer:
         now = time.monotonic()
         next_heartbeat = now + self._heartbeat_interval_ms / 1000
         next_rebalance = now + self._rebalance_interval_ms / 1000
+        last_lock = now  # orderly: the last renewal (its interval follows the lease)
         while not self._stop.is_set():
             now = time.monotonic()
+            next_lock = self._next_renewal(last_lock)
             try:
+                if now >= next_lock:
+                    last_lock = now
+                    next_lock = self._next_renewal(last_lock)
+                    self._renew_locks()
                 if now >= next_heartbeat:
                     next_heartbeat = now + self._heartbeat_interval_ms / 1000
                     self._heartbeat()
@@ -279,9 +299,15 @@ class PushConsumer:
                 _log.exception("consumer %s: unexpected error in rebalance", self.client_id)
             with self._lock:
                 due = min(self._pending.values(), default=next_rebalance)
-            wait_s = min(next_heartbeat, next_rebalance, due) - time.monotonic()
+            wait_s = min(next_heartbeat, next_rebalance, due, next_lock) - time.monotonic()
             if wait_s > 0:
                 self._wake.wait(wait_s)
+
+    def _next_renewal(self, last_lock: float) -> float:
+        """When the orderly locks are renewed next (never, when not orderly)."""
+        if not self._orderly:
+            return float("inf")
+        return last_lock + self._locker.renew_interval_ms(self._lock_interval_ms) / 1000
 
     def _heartbeat(self) -> None:
         connection = self._reader.connection
@@ -340,9 +366,11 @@ class PushConsumer:
             )
             self._heartbeat()
         # Each topic's queues are split on their own (RocketMQ rebalances per topic).
+        # Orderly: no retry topic (failures are retried locally, then dead-lettered).
+        topics = (self.topic,) if self._orderly else (self.topic, self.retry_topic)
         mine = [
             queue
-            for topic in (self.topic, self.retry_topic)
+            for topic in topics
             for queue in allocate_averagely(
                 [q for q in queues if q.topic == topic], members, self.client_id
             )
@@ -378,7 +406,8 @@ class PushConsumer:
             for queue in sorted(target):
                 if queue in self._workers or queue in self._pending:
                     continue
-                if owner_gone(queue, self.client_id, previous_owners, members):
+                if self._orderly or owner_gone(queue, self.client_id, previous_owners, members):
+                    # Orderly: the lock decides when it may be taken (_take_due).
                     self._pending[queue] = now
                 else:
                     self._pending[queue] = now + self._takeover_delay_ms / 1000
@@ -390,30 +419,94 @@ class PushConsumer:
             if self._stop.is_set():
                 return
             due = sorted(q for q, at in self._pending.items() if at <= now)
+            if self._orderly and due:
+                for queue in due:
+                    del self._pending[queue]
+        if self._orderly and due:
+            due = self._lock_due(due)
+        with self._lock:
+            if self._stop.is_set():
+                return  # shutdown releases what was taken (an orderly lock expires)
             for queue in due:
-                del self._pending[queue]
+                self._pending.pop(queue, None)
                 settings = (
                     self._retry_settings if queue.topic == self.retry_topic else self._settings
                 )
-                worker = QueueWorker(queue, self._reader, settings, self._callback)
+                lease = self._leases.get(queue)
+                worker = QueueWorker(
+                    queue,
+                    self._reader,
+                    settings,
+                    self._callback,
+                    lease,
+                    self.client_id if lease is not None else "",
+                )
                 self._workers[queue] = worker
                 worker.start()
         if due:
             _log.info("consumer %s takes %s", self.client_id, [str(q) for q in due])
 
+    def _lock_due(self, due: list[MessageQueue]) -> list[MessageQueue]:
+        """Orderly: lock the due queues; those locked get a lease, the others wait
+        (pending again) for their holder's unlock or expiry."""
+        held, until_s = self._locker.lock(due)
+        retry_at = time.monotonic() + min(self._lock_interval_ms, LOCK_RETRY_MS) / 1000
+        with self._lock:
+            for queue in due:
+                if queue in held:
+                    lease = self._leases[queue] = QueueLease()
+                    lease.extend(until_s)
+                else:
+                    self._pending[queue] = retry_at
+        waiting = [str(q) for q in due if q not in held]
+        if waiting:
+            _log.info("consumer %s waits for the locks of %s", self.client_id, waiting)
+        return [queue for queue in due if queue in held]
+
+    def _renew_locks(self) -> None:
+        """Orderly: renew the locks of the queues consumed (RocketMQ's lockAll)."""
+        with self._lock:
+            queues = list(self._leases)
+        if not queues:
+            return
+        held, until_s = self._locker.lock(queues)
+        with self._lock:
+            for queue in queues:
+                lease = self._leases.get(queue)
+                if lease is not None and queue in held:
+                    lease.extend(until_s)
+        lost = [str(q) for q in queues if q not in held]
+        if lost:
+            _log.warning(
+                "consumer %s could not renew the locks of %s: they pause when the lease "
+                "runs out and resume if a later renewal succeeds",
+                self.client_id,
+                lost,
+            )
+
     def _release(self, workers: list[QueueWorker]) -> None:
-        """Stop the workers and wait for their final commits (bounded)."""
+        """Stop the workers and wait for their final commits (bounded); orderly: then
+        unlock the queues whose worker stopped (the others' locks expire)."""
         for worker in workers:
             worker.stop()
         deadline = time.monotonic() + self._release_timeout_ms / 1000
+        stopped: list[MessageQueue] = []
         for worker in workers:
-            if not worker.join(max(0.0, deadline - time.monotonic())):
+            if worker.join(max(0.0, deadline - time.monotonic())):
+                stopped.append(worker.queue)
+            else:
                 _log.error(
                     "consumer of %s did not stop within %d ms (a slow callback?); its final "
                     "commit comes late and the next owner may repeat messages",
                     worker.queue,
                     self._release_timeout_ms,
                 )
+        if self._orderly:
+            with self._lock:
+                for worker in workers:
+                    self._leases.pop(worker.queue, None)
+            if stopped:
+                self._locker.unlock(stopped)
 
 
 def _owners_by_topic(queues: list[MessageQueue], members: list[str]) -> dict[MessageQueue, str]:

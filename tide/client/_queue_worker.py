@@ -22,6 +22,7 @@ import grpc
 from tide.client._convert import from_pull_response
 from tide.client._errors import TideError, error_from_rpc
 from tide.client._pull_consumer import GatewayReader
+from tide.client._queue_locks import QueueLease
 from tide.client._start_offset import ConsumeFrom, start_offset
 from tide.client._types import (
     ConsumeResult,
@@ -35,6 +36,8 @@ from tide.v1 import gateway_pb2
 _log = logging.getLogger("tide.client.consumer")
 
 MAX_ERROR_BACKOFF_MS = 5_000
+# An orderly worker without a valid lease looks again this often (and when renewed).
+LEASE_WAIT_S = 0.2
 # A failed commit is tried again at most this often (even with commit_interval_ms 0).
 MIN_COMMIT_RETRY_MS = 200
 MAX_RETRY_BACKOFF_MS = 60_000
@@ -74,8 +77,14 @@ class QueueWorker:
         reader: GatewayReader,
         settings: WorkerSettings,
         callback: Callback,
+        lease: QueueLease | None = None,
+        client_id: str = "",
     ) -> None:
         self.queue = queue
+        # Orderly with queue locks (_queue_locks.py): deliver and commit only while the
+        # lease is valid; pulls carry the client id (the gateway's lock check).
+        self._lease = lease
+        self._client_id = client_id
         self._reader = reader
         self._settings = settings
         self._callback = callback
@@ -195,6 +204,7 @@ class QueueWorker:
             settings.expression,
             settings.long_poll_timeout_ms,
         )
+        request.client_id = self._client_id
         with self._lock:
             if self._stopping.is_set():
                 return None
@@ -271,6 +281,8 @@ class QueueWorker:
     def _deliver_orderly(self, message: ReceivedMessage) -> bool:
         failures = 0
         while not self._stopping.is_set():
+            if not self._lease_valid():
+                continue
             if self._consumed(message):
                 self.delivered += 1
                 return True
@@ -289,6 +301,12 @@ class QueueWorker:
             if self._stopping.wait(wait_ms / 1000):
                 return False
         return False
+
+    def _lease_valid(self) -> bool:
+        """True when delivering is allowed now (no lease, or a valid one); else waits a
+        little for a renewal (the caller loops until it stops)."""
+        lease = self._lease
+        return lease is None or lease.valid() or lease.wait_valid(LEASE_WAIT_S)
 
     def _dead_letter(self, message: ReceivedMessage, failures: int) -> bool:
         """Past the local retries: to the dead-letter queue, tried until it is there
@@ -362,6 +380,11 @@ class QueueWorker:
     def _commit_if_dirty(self, *, final: bool) -> None:
         position = self._position
         if position is None or position == self._committed:
+            return
+        if self._lease is not None and not self._lease.valid():
+            # Another member may hold the queue by now: its commits, not ours.
+            log = _log.warning if final else _log.debug
+            log("not committing %s at %d: its lock lapsed", self.queue, position)
             return
         if not final and self._commit_failures:
             # Failing: once per commit interval, not before every pull.

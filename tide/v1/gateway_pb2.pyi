@@ -460,6 +460,7 @@ class PullRequest(_message.Message):
     EXPRESSION_FIELD_NUMBER: _builtins.int
     LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     ENCODING_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
     consumer_group: _builtins.str
     topic: _builtins.str
     broker_name: _builtins.str
@@ -472,6 +473,11 @@ class PullRequest(_message.Message):
     long_poll_timeout_ms: _builtins.int
     """0 answers at once; at most 30000."""
     encoding: Global___PullRequest.Encoding.ValueType
+    client_id: _builtins.str
+    """fifo (issue 19): the pulling member of consumer_group. When set and the queue is
+    locked by another member of the group (LockQueues), the pull is refused
+    FAILED_PRECONDITION naming the holder. Unset: no lock check (plain consumers).
+    """
     def __init__(
         self,
         *,
@@ -484,10 +490,11 @@ class PullRequest(_message.Message):
         expression: _builtins.str = ...,
         long_poll_timeout_ms: _builtins.int = ...,
         encoding: Global___PullRequest.Encoding.ValueType = ...,
+        client_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "consumer_group", b"consumer_group", "encoding", b"encoding", "expression", b"expression", "long_poll_timeout_ms", b"long_poll_timeout_ms", "max_messages", b"max_messages", "offset", b"offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "client_id", b"client_id", "consumer_group", b"consumer_group", "encoding", b"encoding", "expression", b"expression", "long_poll_timeout_ms", b"long_poll_timeout_ms", "max_messages", b"max_messages", "offset", b"offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1332,3 +1339,28 @@ class ListTransactionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTransactionsResponse: _TypeAlias = ListTransactionsResponse  # noqa: Y015
+
+@_typing.final
+class BrokerQueueLockRequest(_message.Message):
+    """fifo (issue 19): a lock request for the queues of one broker."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    broker_name: _builtins.str
+    @_builtins.property
+    def request(self) -> _storage_pb2.QueueLockRequest: ...
+    def __init__(
+        self,
+        *,
+        broker_name: _builtins.str = ...,
+        request: _storage_pb2.QueueLockRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "request", b"request"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerQueueLockRequest: _TypeAlias = BrokerQueueLockRequest  # noqa: Y015

@@ -166,6 +166,21 @@ class GatewayStub:
                 request_serializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
+        self.LockQueues = channel.unary_unary(
+                '/tide.v1.Gateway/LockQueues',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.BrokerQueueLockRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.QueueLockResponse.FromString,
+                _registered_method=True)
+        self.UnlockQueues = channel.unary_unary(
+                '/tide.v1.Gateway/UnlockQueues',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.BrokerQueueLockRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.QueueUnlockResponse.FromString,
+                _registered_method=True)
+        self.GetQueueLocks = channel.unary_unary(
+                '/tide.v1.Gateway/GetQueueLocks',
+                request_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -366,6 +381,27 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LockQueues(self, request, context):
+        """fifo (issue 19): queue locks of orderly consumers, forwarded to the broker's master
+        storage (Storage.LockQueues: the queues the client holds now).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnlockQueues(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetQueueLocks(self, request, context):
+        """The unexpired leases of a group on a topic, from every master serving the topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -498,6 +534,21 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ListTransactions,
                     request_deserializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsRequest.FromString,
                     response_serializer=tide_dot_v1_dot_gateway__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'LockQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.LockQueues,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.BrokerQueueLockRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.QueueLockResponse.SerializeToString,
+            ),
+            'UnlockQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnlockQueues,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.BrokerQueueLockRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.QueueUnlockResponse.SerializeToString,
+            ),
+            'GetQueueLocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueueLocks,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1202,6 +1253,87 @@ class Gateway:
             '/tide.v1.Gateway/ListTransactions',
             tide_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
             tide_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LockQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/LockQueues',
+            tide_dot_v1_dot_gateway__pb2.BrokerQueueLockRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.QueueLockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnlockQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/UnlockQueues',
+            tide_dot_v1_dot_gateway__pb2.BrokerQueueLockRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.QueueUnlockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueueLocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/GetQueueLocks',
+            tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

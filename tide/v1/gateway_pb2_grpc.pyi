@@ -120,6 +120,13 @@ class GatewayStub:
     """
     ListTransactions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]
     """Unresolved half messages of every master broker (tide transactions list)."""
+    LockQueues: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueLockResponse]
+    """fifo (issue 19): queue locks of orderly consumers, forwarded to the broker's master
+    storage (Storage.LockQueues: the queues the client holds now).
+    """
+    UnlockQueues: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueUnlockResponse]
+    GetQueueLocks: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]
+    """The unexpired leases of a group on a topic, from every master serving the topic."""
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -198,6 +205,13 @@ class GatewayAsyncStub(GatewayStub):
     """
     ListTransactions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]  # type: ignore[assignment]
     """Unresolved half messages of every master broker (tide transactions list)."""
+    LockQueues: _aio.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueLockResponse]  # type: ignore[assignment]
+    """fifo (issue 19): queue locks of orderly consumers, forwarded to the broker's master
+    storage (Storage.LockQueues: the queues the client holds now).
+    """
+    UnlockQueues: _aio.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueUnlockResponse]  # type: ignore[assignment]
+    GetQueueLocks: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]  # type: ignore[assignment]
+    """The unexpired leases of a group on a topic, from every master serving the topic."""
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -429,5 +443,30 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.ListTransactionsResponse, _abc.Awaitable[_gateway_pb2.ListTransactionsResponse]]:
         """Unresolved half messages of every master broker (tide transactions list)."""
+
+    @_abc_1.abstractmethod
+    def LockQueues(
+        self,
+        request: _gateway_pb2.BrokerQueueLockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.QueueLockResponse, _abc.Awaitable[_storage_pb2.QueueLockResponse]]:
+        """fifo (issue 19): queue locks of orderly consumers, forwarded to the broker's master
+        storage (Storage.LockQueues: the queues the client holds now).
+        """
+
+    @_abc_1.abstractmethod
+    def UnlockQueues(
+        self,
+        request: _gateway_pb2.BrokerQueueLockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.QueueUnlockResponse, _abc.Awaitable[_storage_pb2.QueueUnlockResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetQueueLocks(
+        self,
+        request: _storage_pb2.GetQueueLocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetQueueLocksResponse, _abc.Awaitable[_storage_pb2.GetQueueLocksResponse]]:
+        """The unexpired leases of a group on a topic, from every master serving the topic."""
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

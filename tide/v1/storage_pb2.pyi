@@ -1725,3 +1725,179 @@ class GetMetadataResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetMetadataResponse: _TypeAlias = GetMetadataResponse  # noqa: Y015
+
+@_typing.final
+class LockedQueue(_message.Message):
+    """fifo (issue 19): queue locks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    queue_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        queue_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LockedQueue: _TypeAlias = LockedQueue  # noqa: Y015
+
+@_typing.final
+class QueueLockRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    client_id: _builtins.str
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___LockedQueue]: ...
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        queues: _abc.Iterable[Global___LockedQueue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "consumer_group", b"consumer_group", "queues", b"queues"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueLockRequest: _TypeAlias = QueueLockRequest  # noqa: Y015
+
+@_typing.final
+class QueueLockResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCKED_FIELD_NUMBER: _builtins.int
+    MAX_LIVE_MS_FIELD_NUMBER: _builtins.int
+    max_live_ms: _builtins.int
+    """The lease: the client stops consuming a queue this long after the lock request
+    that answered it (before the broker lets another client take it).
+    """
+    @_builtins.property
+    def locked(self) -> _containers.RepeatedCompositeFieldContainer[Global___LockedQueue]:
+        """The queues of the request the client holds now, in request order."""
+
+    def __init__(
+        self,
+        *,
+        locked: _abc.Iterable[Global___LockedQueue] | None = ...,
+        max_live_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["locked", b"locked", "max_live_ms", b"max_live_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueLockResponse: _TypeAlias = QueueLockResponse  # noqa: Y015
+
+@_typing.final
+class QueueUnlockResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RELEASED_FIELD_NUMBER: _builtins.int
+    released: _builtins.int
+    def __init__(
+        self,
+        *,
+        released: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["released", b"released"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueUnlockResponse: _TypeAlias = QueueUnlockResponse  # noqa: Y015
+
+@_typing.final
+class GetQueueLocksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    """empty: every topic"""
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetQueueLocksRequest: _TypeAlias = GetQueueLocksRequest  # noqa: Y015
+
+@_typing.final
+class QueueLock(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_IN_MS_FIELD_NUMBER: _builtins.int
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    queue_id: _builtins.int
+    client_id: _builtins.str
+    expires_in_ms: _builtins.int
+    broker_name: _builtins.str
+    """set by the gateway"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        queue_id: _builtins.int = ...,
+        client_id: _builtins.str = ...,
+        expires_in_ms: _builtins.int = ...,
+        broker_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "client_id", b"client_id", "expires_in_ms", b"expires_in_ms", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueLock: _TypeAlias = QueueLock  # noqa: Y015
+
+@_typing.final
+class GetQueueLocksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCKS_FIELD_NUMBER: _builtins.int
+    IN_GRACE_FIELD_NUMBER: _builtins.int
+    in_grace: _builtins.bool
+    """True while the storage grants nothing after its start."""
+    @_builtins.property
+    def locks(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueLock]: ...
+    def __init__(
+        self,
+        *,
+        locks: _abc.Iterable[Global___QueueLock] | None = ...,
+        in_grace: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_grace", b"in_grace", "locks", b"locks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetQueueLocksResponse: _TypeAlias = GetQueueLocksResponse  # noqa: Y015

@@ -139,6 +139,21 @@ class StorageStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.GetMetadataRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.GetMetadataResponse.FromString,
                 _registered_method=True)
+        self.LockQueues = channel.unary_unary(
+                '/tide.v1.Storage/LockQueues',
+                request_serializer=tide_dot_v1_dot_storage__pb2.QueueLockRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.QueueLockResponse.FromString,
+                _registered_method=True)
+        self.UnlockQueues = channel.unary_unary(
+                '/tide.v1.Storage/UnlockQueues',
+                request_serializer=tide_dot_v1_dot_storage__pb2.QueueLockRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.QueueUnlockResponse.FromString,
+                _registered_method=True)
+        self.GetQueueLocks = channel.unary_unary(
+                '/tide.v1.Storage/GetQueueLocks',
+                request_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -341,6 +356,32 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LockQueues(self, request, context):
+        """fifo (issue 19): queue locks of orderly consumers (RocketMQ's lockBatchMQ /
+        unlockBatchMQ, RebalanceLockManager), in the master's memory. LockQueues locks or
+        renews each queue for the client and answers the queues it holds now; a queue held
+        by another client whose lease has not expired (--rebalance-lock-max-live-time-ms
+        after its last lock) is left out. Nothing is granted for that long after a start
+        (leases of the previous run may still be in use). FAILED_PRECONDITION on a slave.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnlockQueues(self, request, context):
+        """Releases the queues the client holds among those given.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetQueueLocks(self, request, context):
+        """The unexpired leases of a group (of one topic when given).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -448,6 +489,21 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.GetMetadata,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.GetMetadataRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.GetMetadataResponse.SerializeToString,
+            ),
+            'LockQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.LockQueues,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.QueueLockRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.QueueLockResponse.SerializeToString,
+            ),
+            'UnlockQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnlockQueues,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.QueueLockRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.QueueUnlockResponse.SerializeToString,
+            ),
+            'GetQueueLocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueueLocks,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1017,6 +1073,87 @@ class Storage:
             '/tide.v1.Storage/GetMetadata',
             tide_dot_v1_dot_storage__pb2.GetMetadataRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.GetMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LockQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/LockQueues',
+            tide_dot_v1_dot_storage__pb2.QueueLockRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.QueueLockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnlockQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/UnlockQueues',
+            tide_dot_v1_dot_storage__pb2.QueueLockRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.QueueUnlockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueueLocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/GetQueueLocks',
+            tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

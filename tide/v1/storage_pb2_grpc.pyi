@@ -149,6 +149,18 @@ class StorageStub:
     together (RESOURCE_EXHAUSTED past it, naming each file's size); FAILED_PRECONDITION on
     a slave.
     """
+    LockQueues: _grpc.UnaryUnaryMultiCallable[_storage_pb2.QueueLockRequest, _storage_pb2.QueueLockResponse]
+    """fifo (issue 19): queue locks of orderly consumers (RocketMQ's lockBatchMQ /
+    unlockBatchMQ, RebalanceLockManager), in the master's memory. LockQueues locks or
+    renews each queue for the client and answers the queues it holds now; a queue held
+    by another client whose lease has not expired (--rebalance-lock-max-live-time-ms
+    after its last lock) is left out. Nothing is granted for that long after a start
+    (leases of the previous run may still be in use). FAILED_PRECONDITION on a slave.
+    """
+    UnlockQueues: _grpc.UnaryUnaryMultiCallable[_storage_pb2.QueueLockRequest, _storage_pb2.QueueUnlockResponse]
+    """Releases the queues the client holds among those given."""
+    GetQueueLocks: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]
+    """The unexpired leases of a group (of one topic when given)."""
 
 @_typing.type_check_only
 class StorageAsyncStub(StorageStub):
@@ -254,6 +266,18 @@ class StorageAsyncStub(StorageStub):
     together (RESOURCE_EXHAUSTED past it, naming each file's size); FAILED_PRECONDITION on
     a slave.
     """
+    LockQueues: _aio.UnaryUnaryMultiCallable[_storage_pb2.QueueLockRequest, _storage_pb2.QueueLockResponse]  # type: ignore[assignment]
+    """fifo (issue 19): queue locks of orderly consumers (RocketMQ's lockBatchMQ /
+    unlockBatchMQ, RebalanceLockManager), in the master's memory. LockQueues locks or
+    renews each queue for the client and answers the queues it holds now; a queue held
+    by another client whose lease has not expired (--rebalance-lock-max-live-time-ms
+    after its last lock) is left out. Nothing is granted for that long after a start
+    (leases of the previous run may still be in use). FAILED_PRECONDITION on a slave.
+    """
+    UnlockQueues: _aio.UnaryUnaryMultiCallable[_storage_pb2.QueueLockRequest, _storage_pb2.QueueUnlockResponse]  # type: ignore[assignment]
+    """Releases the queues the client holds among those given."""
+    GetQueueLocks: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]  # type: ignore[assignment]
+    """The unexpired leases of a group (of one topic when given)."""
 
 class StorageServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -482,5 +506,35 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         together (RESOURCE_EXHAUSTED past it, naming each file's size); FAILED_PRECONDITION on
         a slave.
         """
+
+    @_abc_1.abstractmethod
+    def LockQueues(
+        self,
+        request: _storage_pb2.QueueLockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.QueueLockResponse, _abc.Awaitable[_storage_pb2.QueueLockResponse]]:
+        """fifo (issue 19): queue locks of orderly consumers (RocketMQ's lockBatchMQ /
+        unlockBatchMQ, RebalanceLockManager), in the master's memory. LockQueues locks or
+        renews each queue for the client and answers the queues it holds now; a queue held
+        by another client whose lease has not expired (--rebalance-lock-max-live-time-ms
+        after its last lock) is left out. Nothing is granted for that long after a start
+        (leases of the previous run may still be in use). FAILED_PRECONDITION on a slave.
+        """
+
+    @_abc_1.abstractmethod
+    def UnlockQueues(
+        self,
+        request: _storage_pb2.QueueLockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.QueueUnlockResponse, _abc.Awaitable[_storage_pb2.QueueUnlockResponse]]:
+        """Releases the queues the client holds among those given."""
+
+    @_abc_1.abstractmethod
+    def GetQueueLocks(
+        self,
+        request: _storage_pb2.GetQueueLocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetQueueLocksResponse, _abc.Awaitable[_storage_pb2.GetQueueLocksResponse]]:
+        """The unexpired leases of a group (of one topic when given)."""
 
 def add_StorageServicer_to_server(servicer: StorageServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

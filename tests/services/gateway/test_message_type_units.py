@@ -71,7 +71,7 @@ def test_typed_topics() -> None:
     check([pb.ProduceMessage(topic="X", body=b"b", properties={"TRAN_MSG": "true"})], types)
     check([pb.ProduceMessage(topic="M", body=b"b")], types)
     refused([pb.ProduceMessage(topic="D", body=b"b")], types, "takes DELAY", "is NORMAL")
-    refused([pb.ProduceMessage(topic="F", body=b"b", tags="t")], types, "takes FIFO")
+    refused([pb.ProduceMessage(topic="F", body=b"b", tags="t")], types, "no message group")
     refused(
         [pb.ProduceMessage(topic="M", body=b"b"), pb.ProduceMessage(topic="F", body=b"b")],
         types,

@@ -112,7 +112,8 @@ def test_a_message_must_match_its_topic_type(
     expect_error(
         INVALID,
         lambda: produce(cluster, pb.ProduceMessage(topic=fifo, body=b"f", tags="T")),
-        "takes FIFO messages, and this message is NORMAL",
+        "is FIFO and this message has no message group",
+        "sharding_key",
     )
     # A sharding key is still just a route on a NORMAL topic.
     routed = pb.ProduceMessage(topic=normal, body=b"k", sharding_key="order-1")
