@@ -33,6 +33,7 @@ from services.gateway.brokers import UNREACHABLE, BrokerChannels, broker_error
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.message_types import check_message_types, check_produce_topics
 from services.gateway.options import GatewayConfig
+from services.gateway.produce_idempotent import produce_idempotent
 from services.gateway.produce_plain import PlainBatch, PlainGroup
 from services.gateway.produce_results import (
     Written,
@@ -147,6 +148,22 @@ class Producer:
         )
         born_host = self._born_hosts.packed(peer)
         now_ms = time.time_ns() // 1_000_000
+        if request.producer_id:  # idempotent: its own path (produce_idempotent.py)
+            (view,) = views.values() if len(views) == 1 else (None,)
+            if view is None:
+                raise ServiceError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "an idempotent batch goes to one queue: split the batch by topic",
+                )
+            return await produce_idempotent(
+                request,
+                self._routes,
+                self._channels,
+                view,
+                born_host,
+                now_ms,
+                self._config.broker_timeout_s,
+            )
         unique_keys = (
             self._unique_keys.next_many(count)  # none has one of its own
             if check.bodies_only

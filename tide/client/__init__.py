@@ -23,11 +23,13 @@ from tide.client._errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    OutOfRange,
     ResourceExhausted,
     TideError,
     TopicNotFound,
     Unavailable,
 )
+from tide.client._idempotent import IdempotentProducer, IdempotentSend
 from tide.client._producer import MAX_BATCH_MESSAGES, Producer
 from tide.client._pull_consumer import PullConsumer
 from tide.client._push_consumer import PushConsumer
@@ -54,10 +56,13 @@ __all__ = [
     "ConsumeResult",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "IdempotentProducer",
+    "IdempotentSend",
     "InvalidArgument",
     "Message",
     "MessageQueue",
     "NotFound",
+    "OutOfRange",
     "Producer",
     "PullConsumer",
     "PullResult",

@@ -30,3 +30,12 @@ class StoreLockedError(StoreError):
 
 class CorruptStoreError(StoreError):
     """The on-disk layout cannot be opened safely (a gap in the segment chain, bad sizes)."""
+
+
+class SequenceError(StoreError):
+    """An idempotent batch whose first sequence is neither the next one nor a stored
+    batch's (a gap, or older than the window)."""
+
+
+class ProducerLimitError(StoreError):
+    """max_idempotent_producers ids are remembered, none idle long enough to forget."""
