@@ -24,7 +24,14 @@ from services.gateway.produce_routes import explicit_queue
 from services.gateway.records import message_properties
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.scheduled import is_delayed
-from tide.format import PRODUCER_ID, PRODUCER_SEQ, RunWriter, format_sequences, producer_id_error
+from tide.format import (
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    PRODUCER_SEQ,
+    RunWriter,
+    format_sequences,
+    producer_id_error,
+)
 from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -42,6 +49,8 @@ def check_idempotent(request: pb.ProduceRequest) -> None:
         raise _invalid(f"producer_id {quote(request.producer_id)}: {error}")
     if request.first_sequence < 0:
         raise _invalid(f"first_sequence {request.first_sequence} is negative")
+    if request.producer_epoch < 0:
+        raise _invalid(f"producer_epoch {request.producer_epoch} is negative")
     first = request.messages[0]
     for index, message in enumerate(request.messages):
         if message.WhichOneof("route") != "queue":
@@ -87,6 +96,8 @@ def idempotent_run(
         f"{PRODUCER_ID}\x01{request.producer_id}\x02"
         f"{PRODUCER_SEQ}\x01{format_sequences(first_seq, first_seq + count - 1)}\x02"
     ).encode()
+    if request.producer_epoch:
+        extra += f"{PRODUCER_EPOCH}\x01{request.producer_epoch}\x02".encode()
     writer = RunWriter(born_host)
     for message, unique_key in zip(request.messages, unique_keys, strict=True):
         topic = message.topic
@@ -147,7 +158,10 @@ async def _append(
     timeout_s: float,
 ) -> storage_pb.AppendResponse:
     append = storage_pb.AppendRequest(
-        records=[run], producer_id=request.producer_id, first_sequence=request.first_sequence
+        records=[run],
+        producer_id=request.producer_id,
+        first_sequence=request.first_sequence,
+        producer_epoch=request.producer_epoch,
     )
     try:
         return await channels.storage(member.storage).Append(append, timeout=timeout_s)

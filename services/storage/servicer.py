@@ -26,7 +26,9 @@ from services.storage.engine.consumer_manager import (
     Subscription,
 )
 from services.storage.engine.errors import (
+    AlreadyStoredError,
     DiskFullError,
+    FencedProducerError,
     InvalidMessageError,
     NotWritableError,
     ProducerLimitError,
@@ -67,6 +69,8 @@ _ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (ConfigLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (NotWritableError, grpc.StatusCode.FAILED_PRECONDITION),
     (SequenceError, grpc.StatusCode.OUT_OF_RANGE),
+    (AlreadyStoredError, grpc.StatusCode.ALREADY_EXISTS),
+    (FencedProducerError, grpc.StatusCode.FAILED_PRECONDITION),
     (ProducerLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (StoreError, grpc.StatusCode.UNAVAILABLE),
@@ -327,10 +331,13 @@ class StorageServicer(pb_grpc.StorageServicer):
             raise _invalid(f"producer_id {quote(request.producer_id)}: {error}")
         if not request.records or request.messages:
             raise _invalid("an idempotent Append (producer_id) carries records, not messages")
-        if request.first_sequence < 0:
-            raise _invalid(f"first_sequence {request.first_sequence} is negative")
+        if request.first_sequence < 0 or request.producer_epoch < 0:
+            raise _invalid(
+                f"first_sequence {request.first_sequence} and producer_epoch "
+                f"{request.producer_epoch} must not be negative"
+            )
         return store.put_run_idempotent(
-            request.records, request.producer_id, request.first_sequence
+            request.records, request.producer_id, request.producer_epoch, request.first_sequence
         )
 
     @staticmethod

@@ -10,6 +10,8 @@ import pytest
 
 from tests._cluster import RPC_TIMEOUT_S, Cluster
 from tide.client import (
+    AlreadyExists,
+    FailedPrecondition,
     IdempotentProducer,
     InvalidArgument,
     Message,
@@ -71,6 +73,29 @@ def test_a_gap_or_an_overlap_is_out_of_range(cluster: Cluster) -> None:
         with pytest.raises(OutOfRange, match="another size"):
             producer.send_batch(batch(topic, queue, 2, "c"), first_sequence=0)
         assert not producer.send_batch(batch(topic, queue, 1, "d")).duplicate
+
+
+def test_epochs_start_again_and_fence_and_old_batches_are_already_stored(
+    cluster: Cluster,
+) -> None:
+    topic = "IdemEpoch"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    queue = MessageQueue(topic, "broker-a", 0)
+    gateway = cluster.gateway.listen
+    with IdempotentProducer(gateway, producer_id="epoch-1", epoch=1) as producer:
+        for _ in range(7):  # more batches than the broker's window (5)
+            producer.send_batch(batch(topic, queue, 1, "a"))
+        with pytest.raises(AlreadyExists, match="stored before, older than the window"):
+            producer.send_batch(batch(topic, queue, 1, "a"), first_sequence=0)
+    with IdempotentProducer(gateway, producer_id="epoch-1", epoch=2) as newer:
+        fresh = newer.send_batch(batch(topic, queue, 2, "b"))
+        assert not fresh.duplicate and fresh.first_sequence == 0
+        assert fresh.results[0].queue_offset == 7
+    with (
+        IdempotentProducer(gateway, producer_id="epoch-1", epoch=1) as zombie,
+        pytest.raises(FailedPrecondition, match="a newer instance"),
+    ):
+        zombie.send_batch(batch(topic, queue, 1, "z"), first_sequence=7)
 
 
 def test_the_queues_of_the_route_are_taken_in_turn(cluster: Cluster) -> None:

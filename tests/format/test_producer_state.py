@@ -39,10 +39,11 @@ def test_producer_ids() -> None:
 def test_snapshot_round_trip_through_json() -> None:
     batch = BatchEntry(3, 4, 1_700_000_000_000, [100, 180], [3, 4], [80, 81])
     snapshot = ProducerStateSnapshot(
-        4096, {"p-1": ProducerEntry(1_700_000_000_001, {("T", 2): [batch]})}
+        4096, {"p-1": ProducerEntry(1_700_000_000_001, {("T", 2): [batch]}, epoch=7)}
     )
     doc = json.loads(json.dumps(encode_producer_state(snapshot)))
     assert doc["version"] == 1 and doc["commitlogOffset"] == 4096
+    assert doc["producers"]["p-1"]["epoch"] == 7
     assert decode_producer_state(doc) == snapshot
 
 

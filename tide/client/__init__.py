@@ -19,6 +19,7 @@ See docs/client.md.
 from tide.client._admin import Admin, Recalled
 from tide.client._allocate import allocate_averagely
 from tide.client._errors import (
+    AlreadyExists,
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_GATEWAY",
     "MAX_BATCH_MESSAGES",
     "Admin",
+    "AlreadyExists",
     "ConsumeFrom",
     "ConsumeResult",
     "DeadlineExceeded",

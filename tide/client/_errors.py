@@ -54,7 +54,13 @@ class OutOfRange(TideError):
     window); the message says which sequence the broker expects."""
 
 
+class AlreadyExists(TideError):
+    """ALREADY_EXISTS. From an IdempotentProducer: the batch was stored before, but is
+    older than the broker's window, so its results are no longer known."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[TideError]] = {
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,

@@ -48,6 +48,10 @@ class IdempotentProducer:
     sequences of a queue are taken in order under a lock, one batch of a queue at a
     time (a later batch must not reach the broker first: that is a gap).
 
+    ``epoch``: a producer id used again for new work (a stream's next micro-batch) takes
+    a higher epoch: every queue's sequences start again at 0, and the broker refuses the
+    batches of older epochs (FailedPrecondition), as Kafka fences a zombie producer.
+
     ``next_sequences`` continues a producer id after a restart: the next sequence per
     queue (what :meth:`next_sequence` said before the restart), default 0. Resending a
     batch with the sequences it had before is answered with its original results as long
@@ -59,6 +63,7 @@ class IdempotentProducer:
         gateway: str = DEFAULT_GATEWAY,
         *,
         producer_id: str | None = None,
+        epoch: int = 0,
         next_sequences: Mapping[MessageQueue, int] | None = None,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
@@ -67,6 +72,9 @@ class IdempotentProducer:
         error = producer_id_error(self.producer_id)
         if error is not None:
             raise InvalidArgument(f"producer_id {self.producer_id[:80]!r}: {error}")
+        if epoch < 0:
+            raise InvalidArgument(f"epoch is {epoch}; give 0 or more")
+        self.epoch = epoch
         self._next: dict[MessageQueue, int] = dict(next_sequences or {})
         if any(seq < 0 for seq in self._next.values()):
             raise InvalidArgument("next_sequences must be 0 or more")
@@ -103,14 +111,16 @@ class IdempotentProducer:
     ) -> IdempotentSend:
         """One batch to one queue (every message's ``queue``, or none: the topic's next).
         ``first_sequence`` resends a batch sent before (after a restart) with the
-        sequences it had; default: the queue's next. Raises TideError (OutOfRange for a
-        sequence the broker does not take, naming the one it expects)."""
+        sequences it had; default: the queue's next. Raises TideError: OutOfRange for a
+        sequence the broker does not take (naming the one it expects), AlreadyExists for
+        a batch stored before but older than the broker's window."""
         if not messages or len(messages) > MAX_BATCH_MESSAGES:
             raise InvalidArgument(f"give 1..{MAX_BATCH_MESSAGES} messages, not {len(messages)}")
         queue = self._queue_of(messages)
         batch = [dataclasses.replace(m, queue=queue, sharding_key=None) for m in messages]
         request, _, what = _request(batch)
         request.producer_id = self.producer_id
+        request.producer_epoch = self.epoch
         with self._lock:  # one batch of this producer at a time: the sequences stay in order
             first = self._next.get(queue, 0) if first_sequence is None else first_sequence
             request.first_sequence = first

@@ -104,6 +104,7 @@ from tide.format._message_type import (
 )
 from tide.format._msgid import MessageIdError, make_msg_id, msg_id_prefix, parse_msg_id
 from tide.format._producer_state import (
+    PRODUCER_EPOCH,
     PRODUCER_ID,
     PRODUCER_ID_MAX_CHARS,
     PRODUCER_SEQ,
@@ -374,6 +375,7 @@ __all__ = [
     "PGROUP",
     "PRE_BLANK_ENTRY",
     "PRE_BLANK_SIZE",
+    "PRODUCER_EPOCH",
     "PRODUCER_ID",
     "PRODUCER_ID_MAX_CHARS",
     "PRODUCER_SEQ",

@@ -1,10 +1,10 @@
 """Idempotent producers: the record properties and the producer-state snapshot.
 
-A record an idempotent producer wrote carries two properties (docs/formats.md
-"Idempotent producers"): ``__PID`` (the producer id) and ``__PSEQ`` (``first-last``, the
-sequences of the batch it was appended in: the same on every record of that batch, the
-records of one batch being contiguous in the commitlog). The storage rebuilds its
-duplicate window from them after the snapshot's offset.
+A record an idempotent producer wrote carries ``__PID`` (the producer id), ``__PSEQ``
+(``first-last``, the sequences of the batch it was appended in: the same on every record
+of that batch, the records of one batch being contiguous in the commitlog) and, when not
+0, ``__PEPOCH`` (the producer's epoch; docs/formats.md "Idempotent producers"). The
+storage rebuilds its duplicate window from them after the snapshot's offset.
 
 The snapshot ``config/producerState.json`` (JSON, written atomically) holds the window
 as of ``commitlogOffset``: per producer its last append time and, per queue, its last
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 PRODUCER_ID = "__PID"
 PRODUCER_SEQ = "__PSEQ"
+PRODUCER_EPOCH = "__PEPOCH"  # only when the epoch is not 0
 PRODUCER_STATE_FILE = "producerState.json"
 PRODUCER_STATE_VERSION = 1
 PRODUCER_ID_MAX_CHARS = 64
@@ -106,6 +107,8 @@ class ProducerEntry:
     last_append_ms: int
     # (topic, queue id) -> the last batches, oldest first.
     queues: dict[tuple[str, int], list[BatchEntry]] = field(default_factory=dict)
+    # A newer epoch starts every queue's sequences again; an older one is fenced.
+    epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -119,6 +122,7 @@ def encode_producer_state(snapshot: ProducerStateSnapshot) -> dict[str, object]:
     for pid, entry in snapshot.producers.items():
         producers[pid] = {
             "lastAppendMs": entry.last_append_ms,
+            "epoch": entry.epoch,
             "queues": [
                 {"topic": t, "queueId": q, "batches": [b.to_json() for b in batches]}
                 for (t, q), batches in entry.queues.items()
@@ -144,7 +148,9 @@ def decode_producer_state(raw: object) -> ProducerStateSnapshot:
     for pid, entry_raw in producers_raw.items():
         if producer_id_error(pid) is not None or not isinstance(entry_raw, dict):
             raise ProducerStateError(f"{PRODUCER_STATE_FILE}: bad producer {pid[:80]!r}")
-        entry = ProducerEntry(_int(entry_raw.get("lastAppendMs")))
+        entry = ProducerEntry(
+            _int(entry_raw.get("lastAppendMs")), epoch=_int(entry_raw.get("epoch", 0))
+        )
         for queue_raw in _list(entry_raw.get("queues")):
             if not isinstance(queue_raw, dict) or not isinstance(queue_raw.get("topic"), str):
                 raise ProducerStateError(f"{PRODUCER_STATE_FILE}: bad queue of {pid!r}")

@@ -191,6 +191,7 @@ class AppendRequest(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     FIRST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     producer_id: _builtins.str
     """idem: an idempotent producer's batch (docs/client.md "Exactly-once produce"):
     `records` of one queue, each carrying the __PID and __PSEQ properties
@@ -199,6 +200,10 @@ class AppendRequest(_message.Message):
     (`duplicate` set) and nothing is written; a gap or an older batch is OUT_OF_RANGE.
     """
     first_sequence: _builtins.int
+    producer_epoch: _builtins.int
+    """The producer's epoch: a newer one starts every queue's sequences again, an older one
+    is FAILED_PRECONDITION (fenced). Records carry it as __PEPOCH when not 0.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]: ...
     @_builtins.property
@@ -218,10 +223,11 @@ class AppendRequest(_message.Message):
         records: _abc.Iterable[_builtins.bytes] | None = ...,
         producer_id: _builtins.str = ...,
         first_sequence: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_sequence", b"first_sequence", "messages", b"messages", "producer_id", b"producer_id", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_sequence", b"first_sequence", "messages", b"messages", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -37,5 +37,13 @@ class SequenceError(StoreError):
     batch's (a gap, or older than the window)."""
 
 
+class AlreadyStoredError(StoreError):
+    """An idempotent batch stored before, older than the window: its results are gone."""
+
+
+class FencedProducerError(StoreError):
+    """An idempotent batch of an epoch older than the producer's current one."""
+
+
 class ProducerLimitError(StoreError):
     """max_idempotent_producers ids are remembered, none idle long enough to forget."""

@@ -452,7 +452,7 @@ class MessageStore:
         return run
 
     def put_run_idempotent(
-        self, chunks: Sequence[bytes], producer_id: str, first_seq: int
+        self, chunks: Sequence[bytes], producer_id: str, epoch: int, first_seq: int
     ) -> PutResult:
         """An idempotent producer's batch (one queue, sequences ``first_seq`` on): appended
         once; a retry of a batch in the window is answered with the stored original
@@ -462,17 +462,17 @@ class MessageStore:
         run = self._checked_run(chunks)
         key = check_single_queue(run.queue_keys)
         last_seq = first_seq + len(run.sizes) - 1
-        check_producer_properties(run, producer_id, first_seq, last_seq)
+        check_producer_properties(run, producer_id, epoch, first_seq, last_seq)
         table = self.producers
         now_ms = self.commitlog.clock_ms()
 
         def check() -> AppendBatch | None:
             table.check_room(producer_id, now_ms)
-            earlier = table.check(producer_id, key, first_seq, last_seq)
+            earlier = table.check(producer_id, key, epoch, first_seq, last_seq)
             return None if earlier is None else batch_of(earlier)
 
         def appended(batch: AppendBatch) -> None:
-            table.record(producer_id, key, entry_of(batch, first_seq), now_ms)
+            table.record(producer_id, key, epoch, entry_of(batch, first_seq), now_ms)
 
         batch, fresh = self.commitlog.append_checked(run, check, appended)
         result = self._await(batch)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from services.storage.engine.commitlog import AppendBatch
 from services.storage.engine.errors import (
+    AlreadyStoredError,
+    FencedProducerError,
     InvalidMessageError,
     ProducerLimitError,
     SequenceError,
@@ -28,6 +30,7 @@ from services.storage.engine.errors import (
 from services.storage.engine.record_run import RecordRun
 from tide.files import ConfigFormatError, parse_config_json, write_json_bytes_atomically
 from tide.format import (
+    PRODUCER_EPOCH,
     PRODUCER_ID,
     PRODUCER_SEQ,
     PRODUCER_STATE_FILE,
@@ -65,10 +68,22 @@ class ProducerStateTable:
         self._write_lock = threading.Lock()
 
     # -- under the append lock ---------------------------------------------------
-    def check(self, pid: str, key: QueueKey, first: int, last: int) -> BatchEntry | None:
+    def check(
+        self, pid: str, key: QueueKey, epoch: int, first: int, last: int
+    ) -> BatchEntry | None:
         """The stored batch ``first..last`` is a retry of (answer its result), or None when
-        it is the next batch; SequenceError otherwise."""
+        it is the next batch (or the first of a newer epoch). SequenceError for a gap or
+        an overlap, AlreadyStoredError for a batch older than the window (every sequence
+        below the next one was stored: they are taken only in order), FencedProducerError
+        for an older epoch."""
         entry = self._producers.get(pid)
+        if entry is not None and epoch != entry.epoch:
+            if epoch > entry.epoch:
+                return None  # a new epoch: its sequences start afresh (record() resets)
+            raise FencedProducerError(
+                f"producer {pid}: epoch {epoch} is older than its current epoch "
+                f"{entry.epoch}: a newer instance of this producer took over"
+            )
         batches = entry.queues.get(key) if entry is not None else None
         if not batches:
             # Unknown (new, or expired): any start is taken, as Kafka does once a
@@ -84,6 +99,12 @@ class ProducerStateTable:
                     )
                 return batch
         expected = batches[-1].last_seq + 1
+        if last < batches[0].first_seq:
+            raise AlreadyStoredError(
+                f"producer {pid} queue {key[0]}:{key[1]}: sequences {first}-{last} were "
+                f"stored before, older than the window of {len(batches)} batches kept "
+                "(their results are no longer known)"
+            )
         if first != expected:
             kind = "a gap" if first > expected else "older than the window"
             raise SequenceError(
@@ -92,12 +113,15 @@ class ProducerStateTable:
             )
         return None
 
-    def record(self, pid: str, key: QueueKey, batch: BatchEntry, now_ms: int) -> None:
+    def record(self, pid: str, key: QueueKey, epoch: int, batch: BatchEntry, now_ms: int) -> None:
         entry = self._producers.get(pid)
         if entry is None:
             if len(self._producers) >= self.max_producers:
                 self.expire(now_ms)
-            entry = self._producers[pid] = ProducerEntry(now_ms)
+            entry = self._producers[pid] = ProducerEntry(now_ms, epoch=epoch)
+        elif epoch > entry.epoch:
+            entry.queues.clear()
+            entry.epoch = epoch
         entry.last_append_ms = max(entry.last_append_ms, now_ms)
         batches = entry.queues.setdefault(key, [])
         batches.append(batch)
@@ -126,7 +150,7 @@ class ProducerStateTable:
     def copy(self, commitlog_offset: int) -> ProducerStateSnapshot:
         """A copy to write outside the lock (the batches are never changed, only dropped)."""
         producers = {
-            pid: ProducerEntry(e.last_append_ms, {k: list(b) for k, b in e.queues.items()})
+            pid: ProducerEntry(e.last_append_ms, {k: list(b) for k, b in e.queues.items()}, e.epoch)
             for pid, e in self._producers.items()
         }
         return ProducerStateSnapshot(commitlog_offset, producers)
@@ -176,7 +200,7 @@ class ProducerStateTable:
     def replay(self, records: Iterable[tuple[int, int, str, int, int, int, dict[str, str]]]) -> int:
         """Add the batches of ``records`` (offset, size, topic, queue id, queue offset,
         store time, properties) in commitlog order; how many batches."""
-        current: tuple[str, QueueKey, int, int] | None = None
+        current: tuple[str, QueueKey, int, int, int] | None = None
         batch: BatchEntry | None = None
         count = 0
         for offset, size, topic, queue_id, queue_offset, store_ms, props in records:
@@ -188,11 +212,13 @@ class ProducerStateTable:
             except ProducerStateError as exc:
                 log.warning("record at %d: %s; not replayed", offset, exc)
                 continue
-            here = (pid, (topic, queue_id), first, last)
+            epoch_text = props.get(PRODUCER_EPOCH, "0")
+            epoch = int(epoch_text) if epoch_text.isdigit() else 0
+            here = (pid, (topic, queue_id), epoch, first, last)
             if here != current or batch is None or len(batch.sizes) > last - first:
                 batch = BatchEntry(first, last, store_ms, [], [], [])
                 current = here
-                self.record(pid, here[1], batch, store_ms)
+                self.record(pid, here[1], epoch, batch, store_ms)
                 count += 1
             batch.physical_offsets.append(offset)
             batch.queue_offsets.append(queue_offset)
@@ -238,10 +264,13 @@ def entry_of(batch: AppendBatch, first_seq: int) -> BatchEntry:
     )
 
 
-def check_producer_properties(run: RecordRun, pid: str, first: int, last: int) -> None:
-    """The first and last records carry ``__PID`` and ``__PSEQ`` as the request says:
-    recovery rebuilds the window from them (InvalidMessageError otherwise)."""
+def check_producer_properties(run: RecordRun, pid: str, epoch: int, first: int, last: int) -> None:
+    """The first and last records carry ``__PID``, ``__PSEQ`` and ``__PEPOCH`` as the
+    request says: recovery rebuilds the window from them (InvalidMessageError
+    otherwise)."""
     want = {PRODUCER_ID: pid, PRODUCER_SEQ: format_sequences(first, last)}
+    if epoch:
+        want[PRODUCER_EPOCH] = str(epoch)
     ends = {0: run.sizes[0], sum(run.sizes) - run.sizes[-1]: run.sizes[-1]}
     for pos, size in ends.items():
         props = record_properties(run.data, pos, size)
