@@ -129,19 +129,31 @@ class IdempotentProducer:
             self._next[queue] = max(self._next.get(queue, 0), first + len(batch))
         return IdempotentSend(queue, first, results, response.duplicate)
 
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues (from its route when first asked), sorted."""
+        return self._writable_queues(topic)
+
+    def next_queue(self, topic: str) -> MessageQueue:
+        """The topic's next queue in turn (what a batch without a queue goes to)."""
+        queues = self._writable_queues(topic)
+        with self._lock:
+            turn = self._turn.get(topic, 0)
+            self._turn[topic] = turn + 1
+        return queues[turn % len(queues)]
+
+    def skip(self, queue: MessageQueue, count: int) -> None:
+        """Count ``count`` sequences of ``queue`` as used (a batch the broker answered
+        AlreadyExists for: stored before)."""
+        with self._lock:
+            self._next[queue] = self._next.get(queue, 0) + count
+
     def _queue_of(self, messages: Sequence[Message]) -> MessageQueue:
         topic = messages[0].topic
         given = {m.queue for m in messages}
         if len(given) != 1 or any(m.topic != topic for m in messages):
             raise InvalidArgument("an idempotent batch goes to one topic and one queue")
         (queue,) = given
-        if queue is not None:
-            return queue
-        queues = self._writable_queues(topic)
-        with self._lock:
-            turn = self._turn.get(topic, 0)
-            self._turn[topic] = turn + 1
-        return queues[turn % len(queues)]
+        return queue if queue is not None else self.next_queue(topic)
 
     def _writable_queues(self, topic: str) -> list[MessageQueue]:
         queues = self._queues.get(topic)
