@@ -55,9 +55,10 @@ class DroppingProxy:
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()
 
-    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        method: str = details.method  # type: ignore[attr-defined]
-        forward = self._channel.unary_unary(method)
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[bytes, bytes]:
+        method: str = details.method
+        # No serializers: the proxy passes the encoded messages through.
+        forward = self._channel.unary_unary(method, None, None)
 
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
             answer: bytes = forward(request, timeout=FORWARD_TIMEOUT_S)
@@ -154,6 +155,8 @@ def test_the_slave_has_the_producer_state(cluster: Cluster) -> None:
         return None if producer_state is None else producer_state["queues"]
 
     wait_until(lambda: slave_batches() is not None, "the slave has slave-1's state")
-    (queue_state,) = slave_batches()  # type: ignore[misc]
+    queues = slave_batches()
+    assert isinstance(queues, list) and len(queues) == 1
+    queue_state = queues[0]
     assert (queue_state["topic"], queue_state["queueId"]) == (topic, 0)
     assert [(b["firstSeq"], b["lastSeq"]) for b in queue_state["batches"]] == [(0, 3)]
