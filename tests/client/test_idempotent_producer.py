@@ -44,6 +44,24 @@ def test_a_resent_batch_is_answered_with_its_original_results(cluster: Cluster) 
         assert producer.next_sequence(queue) == 5
 
 
+def test_messages_with_tags_keys_and_properties_are_deduplicated_too(
+    cluster: Cluster,
+) -> None:
+    topic = "IdemFields"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    queue = MessageQueue(topic, "broker-a", 0)
+    messages = [
+        Message(topic, b"f", tags="TagA", keys=["k1"], properties={"n": "1"}, queue=queue),
+        Message(topic, b"g", unique_key="0123456789ABCDEF0123456789ABCDEF", queue=queue),
+    ]
+    with IdempotentProducer(cluster.gateway.listen) as producer:
+        first = producer.send_batch(messages)
+        again = producer.send_batch(messages, first_sequence=0)
+    assert again.duplicate
+    assert [r.msg_id for r in again.results] == [r.msg_id for r in first.results]
+    assert first.results[1].unique_key == "0123456789ABCDEF0123456789ABCDEF"
+
+
 def test_a_new_client_with_the_same_id_resends_and_continues(cluster: Cluster) -> None:
     topic = "IdemRestart"
     cluster.create_topic(topic, queues=1, brokers=["broker-b"])
