@@ -22,7 +22,7 @@ from opentelemetry import trace
 
 from services.gateway.bodies_only import field_bytes, varint_bytes
 from services.gateway.brokers import BrokerChannels, broker_error
-from services.gateway.produce_results import produce_response, runs_response, written_rows
+from services.gateway.produce_results import appended_response, produce_response, written_rows
 from services.gateway.produce_routes import explicit_queue
 from services.gateway.records import message_properties
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
@@ -227,9 +227,11 @@ async def produce_idempotent(
             f"broker {member.broker_name} answered {len(response.physical_offsets)} offsets "
             f"for {count} records",
         )
-    rows = written_rows(member.broker_name, [queue.queue_id] * count, response, 0)
-    respond = runs_response if request.compact_results else produce_response
-    answer = respond(unique_keys, rows, [None] * count)
+    if request.compact_results:  # one run, its columns sliced from the Append's answer
+        answer = appended_response(unique_keys, (member.broker_name, queue.queue_id, response, 0))
+    else:
+        rows = written_rows(member.broker_name, [queue.queue_id] * count, response, 0)
+        answer = produce_response(unique_keys, rows, [None] * count)
     answer.duplicate = response.duplicate
     return answer
 
