@@ -61,7 +61,11 @@ def request(phase: str, queue_id: int, sequence: int) -> pb.ProduceRequest:
 
 
 async def phase_rate(
-    stub: pb_grpc.GatewayStub, phase: str, queues: int, duration_s: float, next_seq: list[int]
+    stub: pb_grpc.GatewayAsyncStub,
+    phase: str,
+    queues: int,
+    duration_s: float,
+    next_seq: list[int],
 ) -> float:
     """Messages/s of ``phase`` with one call in flight per queue for ``duration_s``."""
     deadline = time.monotonic() + duration_s
