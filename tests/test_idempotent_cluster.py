@@ -160,3 +160,14 @@ def test_the_slave_has_the_producer_state(cluster: Cluster) -> None:
     queue_state = queues[0]
     assert (queue_state["topic"], queue_state["queueId"]) == (topic, 0)
     assert [(b["firstSeq"], b["lastSeq"]) for b in queue_state["batches"]] == [(0, 3)]
+    # The slave keeps its master's copy as it is (it writes none of its own).
+    master = cluster.broker(BROKER).master
+
+    def same_file() -> bool:
+        try:
+            master_bytes = state_file(master.storage_dir).read_bytes()
+            return state_file(slave.storage_dir).read_bytes() == master_bytes
+        except FileNotFoundError:
+            return False
+
+    wait_until(same_file, "the slave's producerState.json is the master's")

@@ -137,6 +137,7 @@ class MessageStore:
         self._opened = False
         # Why put() refuses (None: it does not): not open, or a slave.
         self._put_refusal: str | None = "the store is not open"
+        self._slave = False  # refuse_puts: its producer state is its master's copy
         # SYNC_MASTER: appends also wait for a slave's ack (set by the replication role).
         self.ha_waiter: SlaveAckWaiter | None = None
         self.recovery: RecoveryReport | None = None
@@ -359,7 +360,10 @@ class MessageStore:
             clock_s=self._clock_s,
         )
         self.producer_state_service = ProducerStateService(
-            self.producers, self.commitlog, cfg.producer_state_snapshot_interval_ms
+            self.producers,
+            self.commitlog,
+            cfg.producer_state_snapshot_interval_ms,
+            is_master=self._is_master,
         )
         self._threads += [
             self.flusher,
@@ -489,9 +493,13 @@ class MessageStore:
             return PutResult(batch, durable, self.ha_waiter.request(batch.end_offset))
         return PutResult(batch, durable)
 
+    def _is_master(self) -> bool:
+        return not self._slave
+
     def refuse_puts(self, reason: str) -> None:
         """Refuse every put with ``reason`` from now on (a slave: produce to the master)."""
         self._put_refusal = reason
+        self._slave = True
 
     def encode(
         self, messages: Sequence[MessageLike], default_born_host: str = ""

@@ -5,7 +5,7 @@ rebuilds the window at open from the snapshot plus the records after it."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from services.storage.engine.commitlog import CommitLog
@@ -19,14 +19,25 @@ log = logging.getLogger("tide.storage.producer_state")
 class ProducerStateService(ServiceThread):
     name = "storage.producer_state"
 
-    def __init__(self, table: ProducerStateTable, commitlog: CommitLog, interval_ms: int) -> None:
+    def __init__(
+        self,
+        table: ProducerStateTable,
+        commitlog: CommitLog,
+        interval_ms: int,
+        is_master: Callable[[], bool],
+    ) -> None:
+        """``is_master``: False on a slave, whose file is its master's copy (installed by
+        the metadata sync): a slave neither writes nor expires anything itself."""
         super().__init__(interval_ms / 1000)
+        self._is_master = is_master
         self._table = table
         self._commitlog = commitlog
         self._written_offset = -1
         self.snapshots_written = 0
 
     def run_once(self) -> None:
+        if not self._is_master():
+            return
         commitlog = self._commitlog
         with commitlog.lock:  # a copy consistent with the commitlog's end
             expired = self._table.expire(commitlog.clock_ms())
