@@ -5,6 +5,8 @@ do not match the request, negative numbers, a gap)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import grpc
 
 from tests.services.storage.conftest import RPC_TIMEOUT_S, StorageProcess, expect_error, message
@@ -64,7 +66,7 @@ def test_what_an_idempotent_append_does_not_take(
         (INVALID, {"records": ok, "producer_id": "p2", "producer_epoch": -1}, "negative"),
     ]
     for code, fields, fragment in cases:
-        expect_error(code, lambda fields=fields: append(shared_storage, **fields), fragment)
+        expect_error(code, partial(append, shared_storage, **fields), fragment)
     append(shared_storage, records=ok, producer_id="p2")
     gap = [run(topic_name, [0], "p2", 3)]
     expect_error(
