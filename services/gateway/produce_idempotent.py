@@ -36,6 +36,7 @@ from tide.format import (
     format_sequences,
     producer_id_error,
 )
+from tide.limits import APPEND_MAX_BYTES, limit_text
 from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -219,6 +220,11 @@ async def produce_idempotent(
         run = idempotent_run(request, queue.queue_id, unique_keys, born_host, now_ms)
     else:
         run = bare_run(request, queue.queue_id, unique_keys, born_host, bare_topic_part, now_ms)
+    if len(run) > APPEND_MAX_BYTES:  # the producer properties are not in the overhead
+        raise _invalid(
+            f"the batch's records are {len(run)} bytes with the producer properties, over "
+            f"{limit_text('APPEND_MAX_BYTES')}: split the batch"
+        )
     response = await _append(channels, member, queue, run, request, timeout_s)
     count = len(request.messages)
     if len(response.physical_offsets) != count or len(response.queue_offsets) != count:
