@@ -28,6 +28,7 @@ from google.protobuf.message import Message
 
 from tide.format import FIXED_BYTES_V4, MAX_DELAY_LEVELS
 from tide.format import MAX_PROPERTIES_BYTES as PROPERTIES_MAX_BYTES
+from tide.format import PRODUCER_ID_MAX_CHARS as FORMAT_PRODUCER_ID_MAX_CHARS
 from tide.naming import CONSUMER_GROUP_MAX_CHARS, TAG_MAX_CHARS, TOPIC_MAX_BYTES
 from tide.quoting import QUOTE_MAX_CHARS, quote
 
@@ -46,6 +47,8 @@ KEYS_MAX_COUNT = 64  # keys per message; the dispatch indexes every one
 KEY_MAX_CHARS = 1_024  # one key, on produce and in a key query alike
 UNIQUE_KEY_MAX_CHARS = 128
 SHARDING_KEY_MAX_CHARS = 1_024
+# An idempotent producer's id (a property value and a JSON key; tide.format's layout).
+PRODUCER_ID_MAX_CHARS = FORMAT_PRODUCER_ID_MAX_CHARS
 MSG_ID_MAX_CHARS = 64  # an offset message id is 32 (IPv4) or 56 (IPv6) hex digits
 # The highest --max-message-body-bytes of any service (gateway and storage): a record of
 # that body, with the longest topic and properties, still fits one gRPC message (64 MiB)
@@ -100,6 +103,7 @@ LIMITS: dict[str, int] = {
     "NAME_MAX_CHARS": NAME_MAX_CHARS,
     "ADDRESS_MAX_CHARS": ADDRESS_MAX_CHARS,
     "CLIENT_ID_MAX_CHARS": CLIENT_ID_MAX_CHARS,
+    "PRODUCER_ID_MAX_CHARS": PRODUCER_ID_MAX_CHARS,
     "PROPERTIES_MAX_BYTES": PROPERTIES_MAX_BYTES,
     "PROPERTIES_MAX_COUNT": PROPERTIES_MAX_COUNT,
     "TAG_MAX_CHARS": TAG_MAX_CHARS,
@@ -143,6 +147,7 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.Message.born_host": "ADDRESS_MAX_CHARS",
     "tide.v1.AppendRequest.messages": BY_OPTION,  # --max-batch-messages
     "tide.v1.AppendRequest.records": BY_OPTION,  # --max-batch-messages (records)
+    "tide.v1.AppendRequest.producer_id": "PRODUCER_ID_MAX_CHARS",
     "tide.v1.ReadRequest.positions": "READ_MAX_POSITIONS",
     "tide.v1.ReadRequest.spans": "READ_MAX_POSITIONS",
     "tide.v1.ReplicateRequest.broker_name": "NAME_MAX_CHARS",
@@ -180,6 +185,7 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.GetTopicRouteRequest.topic": "TOPIC_MAX_BYTES",
     # gateway
     "tide.v1.ProduceRequest.messages": BY_OPTION,  # --max-batch-messages
+    "tide.v1.ProduceRequest.producer_id": "PRODUCER_ID_MAX_CHARS",
     "tide.v1.ProduceMessage.topic": "TOPIC_MAX_BYTES",
     "tide.v1.ProduceMessage.tags": "TAG_MAX_CHARS",
     "tide.v1.ProduceMessage.keys": "KEYS_MAX_COUNT",

@@ -33,6 +33,7 @@ from services.gateway.brokers import UNREACHABLE, BrokerChannels, broker_error
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.message_types import check_message_types, check_produce_topics
 from services.gateway.options import GatewayConfig
+from services.gateway.produce_idempotent import bare_idempotent, produce_idempotent
 from services.gateway.produce_plain import PlainBatch, PlainGroup
 from services.gateway.produce_results import (
     Written,
@@ -57,6 +58,7 @@ from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_messages
 from tide.format import SHARDING_KEY, RunWriter, TopicMessageType, topic_part
 from tide.limits import request_error
+from tide.naming import topic_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -136,6 +138,8 @@ class Producer:
                 f"{count} messages in one Produce; the limit is {limit} "
                 "(--max-produce-messages): split the batch",
             )
+        if request.producer_id:  # idempotent: its own path (produce_idempotent.py)
+            return await self._produce_idempotent(request, peer, request_bytes, internal)
         check = check_produce_messages(
             messages, self._config.max_message_body_bytes, messages_bytes(request, request_bytes)
         )
@@ -210,6 +214,47 @@ class Producer:
         if check.transactional:
             set_transaction_ids(response, messages, unique_keys)
         return response
+
+    async def _produce_idempotent(
+        self, request: pb.ProduceRequest, peer: str, request_bytes: int, internal: bool
+    ) -> pb.ProduceResponse:
+        """An idempotent producer's batch: a bare one (topic, body, queue) is checked by
+        sizes and encoded in one loop, any other message by message."""
+        messages = request.messages
+        max_body_bytes = self._config.max_message_body_bytes
+        topic = messages[0].topic
+        bare = topic_error(topic) is None and bare_idempotent(
+            request, request_bytes, max_body_bytes
+        )
+        if bare:
+            topics, typed = {topic}, False
+        else:
+            check = check_produce_messages(messages, max_body_bytes)
+            topics, typed = check.topics, check.typed
+            if len(topics) != 1:
+                raise ServiceError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "an idempotent batch goes to one queue: split the batch by topic",
+                )
+        if not internal:
+            check_produce_topics(messages, topics)
+        views = await self._views(topics)
+        check_message_types(
+            messages,
+            {name: view.message_type for name, view in views.items()},
+            typed=typed,
+            type_check=self._config.topic_message_type_check and not internal,
+        )
+        return await produce_idempotent(
+            request,
+            self._routes,
+            self._channels,
+            views[topic],
+            self._born_hosts.packed(peer),
+            time.time_ns() // 1_000_000,
+            self._config.broker_timeout_s,
+            self._topic_part(topic) if bare else None,
+        )
 
     def _fill_unique_keys(self, messages: Sequence[pb.ProduceMessage]) -> list[str]:
         """Each message's unique key: its own, or a fresh one (one clock reading)."""

@@ -160,6 +160,35 @@ OPTIONS: tuple[Option, ...] = (
         "write committed consumer offsets at most this often (a crash loses at most this much)",
         unit="ms",
     ),
+    Option(
+        "producer_window_batches",
+        int,
+        5,
+        "idempotent producers: batches remembered per producer and queue (1..1000); a retry "
+        "of an older one is refused",
+    ),
+    Option(
+        "producer_id_expiry_ms",
+        int,
+        86_400_000,
+        "idempotent producers: forget a producer id idle this long (1 s .. 30 days)",
+        unit="ms",
+    ),
+    Option(
+        "max_idempotent_producers",
+        int,
+        10_000,
+        "idempotent producers: ids remembered at most (1..1000000); past it a new id is "
+        "refused with RESOURCE_EXHAUSTED",
+    ),
+    Option(
+        "producer_state_snapshot_interval_ms",
+        int,
+        10_000,
+        "idempotent producers: write config/producerState.json this often (recovery "
+        "replays the commitlog after it)",
+        unit="ms",
+    ),
     Option("cluster_name", str, "DefaultCluster", "cluster this broker belongs to"),
     Option(
         "broker_name",
@@ -402,4 +431,8 @@ def store_config(config: Config, store_host: str) -> StoreConfig:
         disk_refuse_writes_ratio=config.get_float("disk_refuse_writes_ratio"),
         held_segment_force_delete_ms=config.get_int("held_segment_force_delete_ms"),
         consumer_offsets_persist_interval_ms=config.get_int("consumer_offsets_persist_interval_ms"),
+        producer_window_batches=config.get_int("producer_window_batches"),
+        producer_id_expiry_ms=config.get_int("producer_id_expiry_ms"),
+        max_idempotent_producers=config.get_int("max_idempotent_producers"),
+        producer_state_snapshot_interval_ms=config.get_int("producer_state_snapshot_interval_ms"),
     )

@@ -26,19 +26,23 @@ from services.storage.engine.consumer_manager import (
     Subscription,
 )
 from services.storage.engine.errors import (
+    AlreadyStoredError,
     DiskFullError,
+    FencedProducerError,
     InvalidMessageError,
     NotWritableError,
+    ProducerLimitError,
+    SequenceError,
     StoreError,
     TopicNotFoundError,
 )
-from services.storage.engine.message_store import MessageStore
+from services.storage.engine.message_store import MessageStore, PutResult
 from services.storage.engine.queue_locks import QueueLockManager, TooManyLocks
 from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
 from services.storage.retry_topics import ensure_retry_topic
 from tide.files import ConfigLimitError, is_out_of_space
-from tide.format import RecordError, is_hidden_topic, scan_run
+from tide.format import RecordError, is_hidden_topic, producer_id_error, scan_run
 from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
@@ -65,6 +69,10 @@ _ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ConfigLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (NotWritableError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SequenceError, grpc.StatusCode.OUT_OF_RANGE),
+    (AlreadyStoredError, grpc.StatusCode.ALREADY_EXISTS),
+    (FencedProducerError, grpc.StatusCode.FAILED_PRECONDITION),
+    (ProducerLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (StoreError, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.UNAVAILABLE),
@@ -282,7 +290,9 @@ class StorageServicer(pb_grpc.StorageServicer):
         if records and request.messages:
             raise _invalid("set messages or records, not both")
         try:
-            if records:
+            if request.producer_id:
+                result = self._put_idempotent(request, store)
+            elif records:
                 result = store.put_run(records)
             else:
                 self._check_message_count(len(request.messages), store)
@@ -311,8 +321,27 @@ class StorageServicer(pb_grpc.StorageServicer):
         if observer is not None:
             observer(count, result.batch, started)
         if records:
-            return _columns_response(result.batch, status, store.msg_id_prefix)
+            response = _columns_response(result.batch, status, store.msg_id_prefix)
+            if result.duplicate:
+                response.duplicate = True
+            return response
         return _append_response(result.batch, request, status, store.msg_id_prefix)
+
+    @staticmethod
+    def _put_idempotent(request: pb.AppendRequest, store: MessageStore) -> PutResult:
+        error = producer_id_error(request.producer_id)
+        if error is not None:
+            raise _invalid(f"producer_id {quote(request.producer_id)}: {error}")
+        if not request.records or request.messages:
+            raise _invalid("an idempotent Append (producer_id) carries records, not messages")
+        if request.first_sequence < 0 or request.producer_epoch < 0:
+            raise _invalid(
+                f"first_sequence {request.first_sequence} and producer_epoch "
+                f"{request.producer_epoch} must not be negative"
+            )
+        return store.put_run_idempotent(
+            request.records, request.producer_id, request.producer_epoch, request.first_sequence
+        )
 
     @staticmethod
     async def _wait_durable(

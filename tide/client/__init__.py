@@ -19,15 +19,18 @@ See docs/client.md.
 from tide.client._admin import Admin, Recalled
 from tide.client._allocate import allocate_averagely
 from tide.client._errors import (
+    AlreadyExists,
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    OutOfRange,
     ResourceExhausted,
     TideError,
     TopicNotFound,
     Unavailable,
 )
+from tide.client._idempotent import IdempotentProducer, IdempotentSend
 from tide.client._producer import MAX_BATCH_MESSAGES, Producer
 from tide.client._pull_consumer import PullConsumer
 from tide.client._push_consumer import PushConsumer
@@ -51,15 +54,19 @@ __all__ = [
     "DEFAULT_GATEWAY",
     "MAX_BATCH_MESSAGES",
     "Admin",
+    "AlreadyExists",
     "ConsumeFrom",
     "ConsumeResult",
     "DeadlineExceeded",
     "FailedPrecondition",
     "HalfMessage",
+    "IdempotentProducer",
+    "IdempotentSend",
     "InvalidArgument",
     "Message",
     "MessageQueue",
     "NotFound",
+    "OutOfRange",
     "Producer",
     "PullConsumer",
     "PullResult",

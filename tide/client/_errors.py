@@ -48,7 +48,20 @@ class DeadlineExceeded(TideError):
     """The call did not finish within its timeout."""
 
 
+class OutOfRange(TideError):
+    """OUT_OF_RANGE. From an IdempotentProducer: the batch's sequences are neither the
+    next ones of its queue nor those of a batch the broker kept (a gap, or older than its
+    window); the message says which sequence the broker expects."""
+
+
+class AlreadyExists(TideError):
+    """ALREADY_EXISTS. From an IdempotentProducer: the batch was stored before, but is
+    older than the broker's window, so its results are no longer known."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[TideError]] = {
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,

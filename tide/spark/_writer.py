@@ -1,9 +1,11 @@
 """``df.write.format("tide")`` and the streaming sink: batched produce per Spark task.
 
-Delivery is **at-least-once**: a message is never reported written unless the gateway
-said so, but a task that fails after some of its batches were stored leaves those
-messages in the topic, and Spark's retry of the task (or of the micro-batch) sends them
-again. Within a batch, only the messages the gateway answered SEND_FAILED for are sent
+The streaming sink is **exactly-once** (_idempotent_sink.py: an idempotent producer per
+query and partition, the micro-batch id its epoch), unless its option ``idempotent`` is
+``false``. The batch write is **at-least-once**: a message is never reported written
+unless the gateway said so, but a task that fails after some of its batches were stored
+leaves those messages in the topic, and Spark's retry of the task sends them again.
+Within a batch, only the messages the gateway answered SEND_FAILED for are sent
 again, so a partial batch failure does not duplicate the rest.
 """
 
@@ -24,6 +26,7 @@ from pyspark.sql.types import StructType
 
 from tide.client import DEFAULT_GATEWAY, Message, Producer, SendResult, TideError
 from tide.format import KEYS, TAGS, UNIQ_KEY
+from tide.spark._idempotent_sink import pieces_of, stream_identity, write_exactly_once
 from tide.spark._options import OptionError, _lower, topics_of
 
 log = logging.getLogger("tide.spark")
@@ -54,6 +57,8 @@ class WriteOptions:
     gateway: str
     topic: str | None
     batch: int
+    # The streaming sink through idempotent producers (exactly-once); option idempotent.
+    idempotent: bool = True
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], schema: StructType) -> WriteOptions:
@@ -69,7 +74,15 @@ class WriteOptions:
         batch = int(options.get("batchsize", SEND_BATCH))
         if not 1 <= batch <= SEND_BATCH:
             raise OptionError(f"option batchSize is {batch}; give 1..{SEND_BATCH}")
-        return cls(options.get("gateway", DEFAULT_GATEWAY), topics[0] if topics else None, batch)
+        idempotent = options.get("idempotent", "true").lower()
+        if idempotent not in ("true", "false"):
+            raise OptionError(f"option idempotent is {idempotent!r}; give true or false")
+        return cls(
+            options.get("gateway", DEFAULT_GATEWAY),
+            topics[0] if topics else None,
+            batch,
+            idempotent == "true",
+        )
 
 
 def messages_of(batch: pa.RecordBatch, topic: str | None) -> list[Message]:
@@ -174,7 +187,16 @@ class TideStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        return write_batches(self.options, iterator)
+        options = self.options
+        identity = stream_identity() if options.idempotent else None
+        if identity is None:
+            if options.idempotent:
+                log.warning("no streaming query id or batch id: writing at-least-once")
+            return write_batches(options, iterator)
+        report = WriteReport()
+        pieces = pieces_of(iterator, options.batch, options.topic)
+        write_exactly_once(options.gateway, identity, pieces, report.written)
+        return report
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         totals, _ = _summary(messages)
@@ -184,7 +206,8 @@ class TideStreamWriter(DataSourceStreamArrowWriter):
         totals, failed = _summary(messages)
         log.warning(
             "tide sink aborted batch %d: %d task(s) failed; finished tasks wrote %s "
-            "(at-least-once: the batch is sent again when it is retried)",
+            "(sent again when the batch is retried: exactly-once unless option "
+            "idempotent is false)",
             batchId,
             failed,
             totals,

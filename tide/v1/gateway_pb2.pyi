@@ -203,10 +203,28 @@ class ProduceRequest(_message.Message):
 
     MESSAGES_FIELD_NUMBER: _builtins.int
     COMPACT_RESULTS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     compact_results: _builtins.bool
     """Answer with ProduceResponse.runs (a ProduceRun per run of messages that went to one
     queue, or failed alike) instead of a ProduceResult per message: the same facts with
     much less to build and to parse per message, for large batches.
+    """
+    producer_id: _builtins.str
+    """idem: an idempotent producer's batch (docs/client.md "Exactly-once produce"). Every
+    message names the same explicit `queue` (sequences are per producer and queue) and
+    none is delayed; message i gets sequence first_sequence + i. A retry (same id,
+    queue and sequences) of a batch the broker kept is answered with the original
+    results and `duplicate`; a gap or an older batch fails with OUT_OF_RANGE naming the
+    next expected sequence; a batch stored before but older than the broker's window
+    fails with ALREADY_EXISTS (stored, its results no longer known). Never retried on
+    another broker.
+    """
+    first_sequence: _builtins.int
+    producer_epoch: _builtins.int
+    """A newer epoch (e.g. a stream's batch id) starts every queue's sequences again at any
+    value; a batch of an older epoch fails with FAILED_PRECONDITION (fenced).
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceMessage]: ...
@@ -215,10 +233,13 @@ class ProduceRequest(_message.Message):
         *,
         messages: _abc.Iterable[Global___ProduceMessage] | None = ...,
         compact_results: _builtins.bool = ...,
+        producer_id: _builtins.str = ...,
+        first_sequence: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compact_results", b"compact_results", "messages", b"messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compact_results", b"compact_results", "first_sequence", b"first_sequence", "messages", b"messages", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -369,6 +390,9 @@ class ProduceResponse(_message.Message):
 
     RESULTS_FIELD_NUMBER: _builtins.int
     RUNS_FIELD_NUMBER: _builtins.int
+    DUPLICATE_FIELD_NUMBER: _builtins.int
+    duplicate: _builtins.bool
+    """idem: an idempotent retry answered with the original results, nothing stored again."""
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceResult]:
         """One per message (the request's order), unless the request asked for compact_results."""
@@ -382,10 +406,11 @@ class ProduceResponse(_message.Message):
         *,
         results: _abc.Iterable[Global___ProduceResult] | None = ...,
         runs: _abc.Iterable[Global___ProduceRun] | None = ...,
+        duplicate: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "runs", b"runs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate", b"duplicate", "results", b"results", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

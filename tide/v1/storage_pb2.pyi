@@ -189,6 +189,21 @@ class AppendRequest(_message.Message):
 
     MESSAGES_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.str
+    """idem: an idempotent producer's batch (docs/client.md "Exactly-once produce"):
+    `records` of one queue, each carrying the __PID and __PSEQ properties
+    (docs/formats.md "Idempotent producers"); sequences first_sequence.. in order. A
+    retry of a batch in the producer's window is answered with the original result
+    (`duplicate` set) and nothing is written; a gap or an older batch is OUT_OF_RANGE.
+    """
+    first_sequence: _builtins.int
+    producer_epoch: _builtins.int
+    """The producer's epoch: a newer one starts every queue's sequences again, an older one
+    is FAILED_PRECONDITION (fenced). Records carry it as __PEPOCH when not 0.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]: ...
     @_builtins.property
@@ -206,10 +221,13 @@ class AppendRequest(_message.Message):
         *,
         messages: _abc.Iterable[Global___Message] | None = ...,
         records: _abc.Iterable[_builtins.bytes] | None = ...,
+        producer_id: _builtins.str = ...,
+        first_sequence: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_sequence", b"first_sequence", "messages", b"messages", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -264,6 +282,7 @@ class AppendResponse(_message.Message):
     PHYSICAL_OFFSETS_FIELD_NUMBER: _builtins.int
     QUEUE_OFFSETS_FIELD_NUMBER: _builtins.int
     SIZES_FIELD_NUMBER: _builtins.int
+    DUPLICATE_FIELD_NUMBER: _builtins.int
     status: Global___AppendStatus.ValueType
     """For `records`: one status for the whole batch and one entry per record, in order,
     in each column. A record's message id is msg_id_prefix followed by its physical
@@ -271,6 +290,10 @@ class AppendResponse(_message.Message):
     """
     msg_id_prefix: _builtins.str
     store_timestamp_ms: _builtins.int
+    duplicate: _builtins.bool
+    """idem: the batch was stored by an earlier request (an idempotent retry); the
+    columns are that request's result.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendResult]:
         """For `messages`: one result per message, in request order."""
@@ -291,10 +314,11 @@ class AppendResponse(_message.Message):
         physical_offsets: _abc.Iterable[_builtins.int] | None = ...,
         queue_offsets: _abc.Iterable[_builtins.int] | None = ...,
         sizes: _abc.Iterable[_builtins.int] | None = ...,
+        duplicate: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["msg_id_prefix", b"msg_id_prefix", "physical_offsets", b"physical_offsets", "queue_offsets", b"queue_offsets", "results", b"results", "sizes", b"sizes", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate", b"duplicate", "msg_id_prefix", b"msg_id_prefix", "physical_offsets", b"physical_offsets", "queue_offsets", b"queue_offsets", "results", b"results", "sizes", b"sizes", "status", b"status", "store_timestamp_ms", b"store_timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -107,6 +107,10 @@ class CommitLog:
     def remove_listener(self, listener: AppendListener) -> None:
         self._listeners = [x for x in self._listeners if x is not listener]
 
+    def clock_ms(self) -> int:
+        """The store clock (ms since epoch) appends are stamped with."""
+        return self._clock_ms()
+
     @property
     def last_store_timestamp_ms(self) -> int:
         return self._last_store_timestamp_ms
@@ -124,6 +128,26 @@ class CommitLog:
         for listener in self._listeners:
             listener(batch.end_offset)
         return batch
+
+    def append_checked(
+        self,
+        run: RecordRun,
+        check: Callable[[], AppendBatch | None],
+        appended: Callable[[AppendBatch], None],
+    ) -> tuple[AppendBatch, bool]:
+        """An idempotent producer's append: under the lock, ``check`` answers the batch a
+        retry repeats (nothing is written: (it, False)), or None, and then the run is
+        appended and ``appended`` records it before the lock is let go: (batch, True)."""
+        with self.lock:
+            self._check_writable()
+            earlier = check()
+            if earlier is not None:
+                return earlier, False
+            batch = self._append_locked(run)
+            appended(batch)
+        for listener in self._listeners:
+            listener(batch.end_offset)
+        return batch, True
 
     def _check_writable(self) -> None:
         if self.refuse_reason is not None:

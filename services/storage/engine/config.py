@@ -59,6 +59,13 @@ class StoreConfig:
     # Snapshot of the queue offset table with the checkpoint.
     checkpoint_interval_ms: int = 1_000
     consumer_offsets_persist_interval_ms: int = 5_000
+    # Idempotent producers (producer_state.py): batches kept per producer and queue, the
+    # idle time after which a producer id is forgotten, how many ids at most, and how
+    # often the window is snapshotted (recovery replays the records after it).
+    producer_window_batches: int = 5
+    producer_id_expiry_ms: int = 24 * 3_600_000
+    max_idempotent_producers: int = 10_000
+    producer_state_snapshot_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if self.segment_size_bytes < 64 * 1024 or self.segment_size_bytes % PAGE_BYTES:
@@ -76,8 +83,25 @@ class StoreConfig:
             raise ValueError(
                 f"disk ratios must satisfy 0 < clean <= force <= refuse <= 1: {ratios}"
             )
+        self._check_producer_bounds()
         if not 0 <= self.cleanup_hour <= 23:
             raise ValueError(f"cleanup_hour {self.cleanup_hour} must be in 0..23")
+
+    def _check_producer_bounds(self) -> None:
+        bounds = (
+            ("producer_window_batches", self.producer_window_batches, 1, 1_000),
+            ("producer_id_expiry_ms", self.producer_id_expiry_ms, 1_000, 30 * 86_400_000),
+            ("max_idempotent_producers", self.max_idempotent_producers, 1, 1_000_000),
+            (
+                "producer_state_snapshot_interval_ms",
+                self.producer_state_snapshot_interval_ms,
+                100,
+                3_600_000,
+            ),
+        )
+        for name, value, low, high in bounds:
+            if not low <= value <= high:
+                raise ValueError(f"{name} {value} must be in {low}..{high}")
 
     @property
     def commitlog_dir(self) -> Path:

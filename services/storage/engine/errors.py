@@ -30,3 +30,20 @@ class StoreLockedError(StoreError):
 
 class CorruptStoreError(StoreError):
     """The on-disk layout cannot be opened safely (a gap in the segment chain, bad sizes)."""
+
+
+class SequenceError(StoreError):
+    """An idempotent batch whose first sequence is neither the next one nor a stored
+    batch's (a gap, or older than the window)."""
+
+
+class AlreadyStoredError(StoreError):
+    """An idempotent batch stored before, older than the window: its results are gone."""
+
+
+class FencedProducerError(StoreError):
+    """An idempotent batch of an epoch older than the producer's current one."""
+
+
+class ProducerLimitError(StoreError):
+    """max_idempotent_producers ids are remembered, none idle long enough to forget."""

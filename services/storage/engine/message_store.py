@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.storage.engine import system_topics
 from services.storage.engine.allocator import SegmentAllocator
@@ -35,6 +35,17 @@ from services.storage.engine.group_table import SUBSCRIPTION_GROUP_FILE, GroupTa
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
 from services.storage.engine.metadata_files import MetadataFiles
+from services.storage.engine.producer_state import (
+    ProducerStateTable,
+    batch_of,
+    check_producer_properties,
+    check_single_queue,
+    entry_of,
+)
+from services.storage.engine.producer_state_service import (
+    ProducerStateService,
+    rebuild_producer_state,
+)
 from services.storage.engine.queue_offsets import QueueOffsetTable
 from services.storage.engine.record_run import RecordRun, run_from_records
 from services.storage.engine.recovery import RecoveryReport, recover
@@ -51,6 +62,7 @@ from services.storage.engine.topic_table import TOPICS_FILE, TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
 from tide.files import DiskSpace, fsync_dir, is_out_of_space
 from tide.format import (
+    PRODUCER_STATE_FILE,
     SCHEDULE_TOPIC,
     SNAPSHOT_FILE,
     EncodedRecord,
@@ -77,6 +89,8 @@ class PutResult:
     durable: Future[None] | None
     # Completes when a slave acknowledged the batch (SYNC_MASTER); None otherwise.
     replicated: Future[ReplicaOutcome] | None = None
+    # An idempotent producer's retry: ``batch`` is the stored original, nothing written.
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +137,7 @@ class MessageStore:
         self._opened = False
         # Why put() refuses (None: it does not): not open, or a slave.
         self._put_refusal: str | None = "the store is not open"
+        self._slave = False  # refuse_puts: its producer state is its master's copy
         # SYNC_MASTER: appends also wait for a slave's ack (set by the replication role).
         self.ha_waiter: SlaveAckWaiter | None = None
         self.recovery: RecoveryReport | None = None
@@ -185,6 +200,14 @@ class MessageStore:
         )
         self.recovery_truncated_bytes = self.segments.truncate(self.recovery.end_offset)
         self._settle_recovered(offsets)
+        self.producers = ProducerStateTable(
+            cfg.config_dir,
+            window_batches=cfg.producer_window_batches,
+            expiry_ms=cfg.producer_id_expiry_ms,
+            max_producers=cfg.max_idempotent_producers,
+        )
+        rebuild_producer_state(self.producers, cfg.commitlog_dir, self.segments.max_offset)
+        self.metadata.register(PRODUCER_STATE_FILE, self.producers)
         self.pool = (
             WriteBufferPool(cfg.write_buffer_pool_buffers, cfg.segment_size_bytes)
             if cfg.write_buffer_pool_enabled
@@ -336,7 +359,18 @@ class MessageStore:
             prepare_next=self._prepare_next,
             clock_s=self._clock_s,
         )
-        self._threads += [self.flusher, self.checkpoint_service, self.retention]
+        self.producer_state_service = ProducerStateService(
+            self.producers,
+            self.commitlog,
+            cfg.producer_state_snapshot_interval_ms,
+            is_master=self._is_master,
+        )
+        self._threads += [
+            self.flusher,
+            self.checkpoint_service,
+            self.retention,
+            self.producer_state_service,
+        ]
         for thread in self._threads:
             thread.start()
         self.retention.run_once()  # measure the disk before the first append
@@ -412,8 +446,46 @@ class MessageStore:
             grow_schedule_topic(self.topics, max(queue_ids, default=0))
         return self._append(run)
 
+    def _checked_run(self, chunks: Sequence[bytes]) -> RecordRun:
+        data = bytearray().join(chunks)
+        run, missing = self.run_checker.check(
+            data, self._write_queue_count, self.config.default_queue_nums
+        )
+        for topic in missing:
+            self.topics.ensure(topic, self.config.default_queue_nums)
+        return run
+
+    def put_run_idempotent(
+        self, chunks: Sequence[bytes], producer_id: str, epoch: int, first_seq: int
+    ) -> PutResult:
+        """An idempotent producer's batch (one queue, sequences ``first_seq`` on): appended
+        once; a retry of a batch in the window is answered with the stored original
+        (``duplicate``); a gap or an older batch raises SequenceError."""
+        if self._put_refusal is not None:
+            raise NotWritableError(self._put_refusal)
+        run = self._checked_run(chunks)
+        key = check_single_queue(run.queue_keys)
+        last_seq = first_seq + len(run.sizes) - 1
+        check_producer_properties(run, producer_id, epoch, first_seq, last_seq)
+        table = self.producers
+        now_ms = self.commitlog.clock_ms()
+
+        def check() -> AppendBatch | None:
+            table.check_room(producer_id, now_ms)
+            earlier = table.check(producer_id, key, epoch, first_seq, last_seq)
+            return None if earlier is None else batch_of(earlier)
+
+        def appended(batch: AppendBatch) -> None:
+            table.record(producer_id, key, epoch, entry_of(batch, first_seq), now_ms)
+
+        batch, fresh = self.commitlog.append_checked(run, check, appended)
+        result = self._await(batch)
+        return result if fresh else replace(result, duplicate=True)
+
     def _append(self, run: RecordRun) -> PutResult:
-        batch = self.commitlog.append(run)
+        return self._await(self.commitlog.append(run))
+
+    def _await(self, batch: AppendBatch) -> PutResult:
         durable = None
         if self.group_commit is not None and batch.sizes:
             durable = self.group_commit.request(batch.end_offset)
@@ -421,9 +493,13 @@ class MessageStore:
             return PutResult(batch, durable, self.ha_waiter.request(batch.end_offset))
         return PutResult(batch, durable)
 
+    def _is_master(self) -> bool:
+        return not self._slave
+
     def refuse_puts(self, reason: str) -> None:
         """Refuse every put with ``reason`` from now on (a slave: produce to the master)."""
         self._put_refusal = reason
+        self._slave = True
 
     def encode(
         self, messages: Sequence[MessageLike], default_born_host: str = ""

@@ -3,11 +3,12 @@ and a slave installs its master's copies (RocketMQ's SlaveSynchronize), and the 
 progress the master's dispatch hands over (SaveDeliveryProgress).
 
 Files: ``topics.json``, ``consumerOffset.json``, ``subscriptionGroup.json``,
-``delayOffset.json``, ``timercheck`` (docs/formats.md). A table held in memory installs
-its own file (:class:`MetadataTable`: the topic table, the consumer offsets, the group
-table once registered); the others are plain files, checked and written here. Every
-install checks the content whole before writing anything and writes it atomically, so a
-file is never half written and never replaced by one this store could not load.
+``delayOffset.json``, ``timercheck``, ``producerState.json`` (docs/formats.md). A table
+held in memory installs its own file (:class:`MetadataTable`: the topic table, the
+consumer offsets, the producer state, the group table once registered); the others are
+plain files, checked and written here. Every install checks the content whole before
+writing anything and writes it atomically, so a file is never half written and never
+replaced by one this store could not load.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tide.files import (
 )
 from tide.format import (
     DELAY_OFFSET_FILE,
+    PRODUCER_STATE_FILE,
     SUBSCRIPTION_GROUP_FILE,
     TIMER_CHECKPOINT_BYTES,
     TIMER_CHECKPOINT_FILE,
@@ -48,6 +50,7 @@ METADATA_FILES = (
     SUBSCRIPTION_GROUP_FILE,
     DELAY_OFFSET_FILE,
     TIMER_CHECKPOINT_FILE,
+    PRODUCER_STATE_FILE,
 )
 
 

@@ -12,10 +12,12 @@ import pytest
 from services.storage.engine.consumer_offsets import ConsumerOffsets
 from services.storage.engine.group_table import GroupTable
 from services.storage.engine.metadata_files import METADATA_FILES, MetadataFiles
+from services.storage.engine.producer_state import ProducerStateTable
 from services.storage.engine.topic_table import TopicChange, TopicConfig, TopicTable
 from tide.files import ConfigFormatError, ConfigLimitError
 from tide.format import (
     TIMER_CHECKPOINT_FILE_BYTES,
+    BatchEntry,
     DataVersion,
     DelayOffsets,
     SubscriptionGroupConfig,
@@ -46,6 +48,17 @@ class Store:
         self.files.register("consumerOffset.json", self.offsets)
         self.groups = GroupTable(self.dir)
         self.files.register("subscriptionGroup.json", self.groups)
+        self.producers = ProducerStateTable(
+            self.dir, window_batches=5, expiry_ms=60_000, max_producers=10
+        )
+        self.files.register("producerState.json", self.producers)
+
+    def keep_producer_batch(self, pid: str) -> None:
+        """One kept batch of ``pid`` on queue Kept:0, written as the snapshot."""
+        self.producers.record(
+            pid, ("Kept", 0), 0, BatchEntry(0, 1, 5, [0, 90], [0, 1], [90, 90]), 0
+        )
+        self.producers.write(self.producers.copy(180))
 
 
 def test_read_serves_the_files_on_disk_with_unwritten_offsets_persisted(tmp_path: Path) -> None:
@@ -56,7 +69,7 @@ def test_read_serves_the_files_on_disk_with_unwritten_offsets_persisted(tmp_path
     store.files.save_delivery_progress(delay_json({1: 12}), checkpoint(5).pack())
     files = dict(store.files.read())
     assert sorted(files) == sorted(
-        set(METADATA_FILES) - {"subscriptionGroup.json"}
+        set(METADATA_FILES) - {"subscriptionGroup.json", "producerState.json"}
     )  # never written
     for name, content in files.items():
         assert content == (store.dir / name).read_bytes(), name
@@ -85,6 +98,7 @@ def test_install_reloads_the_tables_and_tells_the_topic_listeners(tmp_path: Path
     master.topics.upsert(TopicConfig("B", 1, 1, perm=4))
     master.offsets.commit("g", "A", 3, 17)
     master.groups.upsert(SubscriptionGroupConfig("g", retry_max_times=5))
+    master.keep_producer_batch("p-1")
     for name, content in master.files.read():
         assert slave.files.install(name, content)
         assert (slave.dir / name).read_bytes() == content
@@ -98,6 +112,7 @@ def test_install_reloads_the_tables_and_tells_the_topic_listeners(tmp_path: Path
     ]
     assert slave.offsets.get("g", "A", 3) == 17
     assert slave.groups.table == master.groups.table
+    assert slave.producers.check("p-1", ("Kept", 0), 0, 0, 1) is not None
     # A reopened slave loads what was installed.
     assert ConsumerOffsets(slave.dir).get("g", "A", 3) == 17
     assert TopicTable(slave.dir).get("B") == TopicConfig("B", 1, 1, perm=4)
@@ -113,6 +128,7 @@ def test_install_reloads_the_tables_and_tells_the_topic_listeners(tmp_path: Path
         ("subscriptionGroup.json", b'{"subscriptionGroupTable": []}', "JSON object"),
         ("delayOffset.json", b'{"offsetTable": {"99": 1}}', "1..64"),
         ("timercheck", b"\x00" * 55, "55 bytes"),
+        ("producerState.json", b'{"version": 9}', "version is not 1"),
     ],
 )
 def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
@@ -124,6 +140,7 @@ def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
     store.offsets.persist()
     store.files.save_delivery_progress(delay_json({2: 4}), checkpoint(9).pack())
     store.groups.upsert(SubscriptionGroupConfig("g", retry_max_times=5))
+    store.keep_producer_batch("p-1")
     before = {n: (store.dir / n).read_bytes() for n in METADATA_FILES}
     with pytest.raises((ConfigFormatError, ConfigLimitError)) as info:
         store.files.install(name, content)
@@ -132,6 +149,7 @@ def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
     assert not list(store.dir.glob("*.tmp"))
     assert store.topics.get("Kept") is not None and store.offsets.get("g", "Kept", 0) == 1
     assert store.groups.get("g") == SubscriptionGroupConfig("g", retry_max_times=5)
+    assert store.producers.check("p-1", ("Kept", 0), 0, 0, 1) is not None
 
 
 def test_install_refuses_a_name_that_is_not_a_metadata_file(tmp_path: Path) -> None:

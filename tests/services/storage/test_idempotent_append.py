@@ -1,0 +1,76 @@
+"""An idempotent Append on a real storage process (producer_id, first_sequence,
+producer_epoch): the original result for a retry, and clear statuses for what it does
+not take (bad id, messages instead of records, two queues, records whose __PID/__PSEQ
+do not match the request, negative numbers, a gap)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import grpc
+
+from tests.services.storage.conftest import RPC_TIMEOUT_S, StorageProcess, expect_error, message
+from tide.format import PRODUCER_ID, PRODUCER_SEQ, RunWriter, pack_host, parse_host
+from tide.v1 import storage_pb2 as pb
+
+HOST = pack_host(parse_host("127.0.0.1:1"))
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+def run(topic: str, queues: list[int], pid: str, first: int, seqs: str | None = None) -> bytes:
+    writer = RunWriter(HOST)
+    text = seqs if seqs is not None else f"{first}-{first + len(queues) - 1}"
+    props = f"{PRODUCER_ID}\x01{pid}\x02{PRODUCER_SEQ}\x01{text}\x02".encode()
+    for queue_id in queues:
+        writer.add(topic, topic.encode(), queue_id, b"body", props, 0, 0, 1)
+    return writer.getvalue()
+
+
+def append(storage: StorageProcess, **fields: object) -> pb.AppendResponse:
+    return storage.stub.Append(pb.AppendRequest(**fields), timeout=RPC_TIMEOUT_S)  # type: ignore[arg-type]
+
+
+def test_a_retry_gets_the_original_columns(shared_storage: StorageProcess, topic_name: str) -> None:
+    records = [run(topic_name, [1, 1], "p1", 0)]
+    first = append(shared_storage, records=records, producer_id="p1")
+    again = append(shared_storage, records=records, producer_id="p1")
+    assert not first.duplicate and again.duplicate
+    assert list(again.physical_offsets) == list(first.physical_offsets)
+    assert list(again.queue_offsets) == list(first.queue_offsets) == [0, 1]
+    assert again.store_timestamp_ms == first.store_timestamp_ms
+    nxt = append(
+        shared_storage, records=[run(topic_name, [1], "p1", 2)], producer_id="p1", first_sequence=2
+    )
+    assert list(nxt.queue_offsets) == [2]
+
+
+def test_what_an_idempotent_append_does_not_take(
+    shared_storage: StorageProcess, topic_name: str
+) -> None:
+    ok = [run(topic_name, [0], "p2", 0)]
+    cases: list[tuple[grpc.StatusCode, dict[str, object], str]] = [
+        (INVALID, {"records": ok, "producer_id": "p 2"}, "letters, digits"),
+        (INVALID, {"messages": [message(topic_name)], "producer_id": "p2"}, "carries records"),
+        (
+            INVALID,
+            {"records": [run(topic_name, [0, 1], "p2", 0)], "producer_id": "p2"},
+            "one queue",
+        ),
+        (INVALID, {"records": ok, "producer_id": "other"}, "__PID property"),
+        (
+            INVALID,
+            {"records": [run(topic_name, [0], "p2", 0, "0-5")], "producer_id": "p2"},
+            "__PSEQ",
+        ),
+        (INVALID, {"records": ok, "producer_id": "p2", "first_sequence": -1}, "negative"),
+        (INVALID, {"records": ok, "producer_id": "p2", "producer_epoch": -1}, "negative"),
+    ]
+    for code, fields, fragment in cases:
+        expect_error(code, partial(append, shared_storage, **fields), fragment)
+    append(shared_storage, records=ok, producer_id="p2")
+    gap = [run(topic_name, [0], "p2", 3)]
+    expect_error(
+        grpc.StatusCode.OUT_OF_RANGE,
+        lambda: append(shared_storage, records=gap, producer_id="p2", first_sequence=3),
+        "next expected is 1",
+    )
