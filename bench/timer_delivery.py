@@ -310,13 +310,20 @@ def _produce(sender: _Sender, args: argparse.Namespace, start_ms: int) -> _Produ
 
 
 def _wait_delivered(dispatch: dpb_grpc.DispatchStub, last_due_ms: int, timeout_s: float) -> None:
+    """Until the timer is past the last due time with nothing pending, and the dispatch
+    has dispatched what the storage held then (the last copies are in their queues)."""
     deadline = time.monotonic() + timeout_s
+    delivered_at: int | None = None  # the storage's max offset once all were delivered
     while time.monotonic() < deadline:
         status = dispatch.GetStatus(dpb.GetDispatchStatusRequest(), timeout=RPC_TIMEOUT_S)
         delivery = status.delivery
-        if delivery.timer_pending == 0 and delivery.timer_delivered_to_ms > last_due_ms:
+        if delivered_at is None and (
+            delivery.timer_pending == 0 and delivery.timer_delivered_to_ms > last_due_ms
+        ):
+            delivered_at = status.storage_max_offset
+        if delivered_at is not None and status.dispatched_offset >= delivered_at:
             return
-        time.sleep(1.0)
+        time.sleep(1.0)  # a poll of the dispatch's status, bounded by the deadline
     raise TimeoutError(f"timed messages still pending after {timeout_s:.0f} s")
 
 
