@@ -148,8 +148,8 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_TIMER_PRECISION_MS,
         "timer wheel slot length: a timed message is delivered at or after its time and "
         "less than this after it; rounded down to 100, 200, 500 or 1000 "
-        "(RocketMQ's timerPrecisionMs); keep it while timers are pending (the wheel numbers "
-        "its slots in it)",
+        "(RocketMQ's timerPrecisionMs, 1000 there: Tide's 500 keeps the p99 lateness under "
+        "1 s); keep it while timers are pending (the wheel numbers its slots in it)",
         unit="ms",
     ),
     Option(

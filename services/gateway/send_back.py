@@ -41,6 +41,7 @@ from tide.format import (
     DEFAULT_DELAY_LEVEL_TABLE,
     DEFAULT_RETRY_MAX_TIMES,
     DEFAULT_RETRY_QUEUE_NUMS,
+    DEFAULT_TIMER_PRECISION_MS,
     DLQ_QUEUE_NUMS,
     MAX_RETRY_MAX_TIMES,
     CustomizedRetryPolicy,
@@ -67,7 +68,6 @@ log = logging.getLogger("tide.gateway.send_back")
 
 TABLE_CACHE_S = 30.0
 MAX_CACHED_TABLES = 1024
-DEFAULT_TIMER_PRECISION_MS = 1000
 VALID_TIMER_PRECISIONS_MS = (100, 200, 500, 1000)  # the timer wheel's (tide.format)
 PERM_READ_WRITE = 6
 PERM_WRITE_ONLY = 2  # a dead-letter topic: consumers may not pull it (BrowseQueue may)

@@ -6,8 +6,10 @@ import pytest
 
 from tide.format import (
     DEFAULT_TIMER_MAX_DELAY_S,
+    DEFAULT_TIMER_PRECISION_MS,
     DEFAULT_TIMER_ROLL_WINDOW_SLOTS,
     EMPTY_SLOT,
+    ROCKETMQ_TIMER_PRECISION_MS,
     TIMER_CHECKPOINT_FILE_BYTES,
     TIMER_SLOT_BYTES,
     TIMER_WHEEL_SLOTS_TOTAL,
@@ -29,8 +31,10 @@ from tide.format import (
 )
 
 SLOT_MS = 1_700_000_090_000
-G = TimerWheelGeometry()
-SMALL = TimerWheelGeometry(slots_total=64)  # 128 slots of 1 s
+# RocketMQ's geometry (1 s slots): the worked examples of docs/formats.md use it.
+G = TimerWheelGeometry(ROCKETMQ_TIMER_PRECISION_MS)
+SMALL = TimerWheelGeometry(ROCKETMQ_TIMER_PRECISION_MS, slots_total=64)  # 128 slots of 1 s
+DAY_MS = 86_400_000
 
 
 def test_default_geometry_is_rocketmqs() -> None:
@@ -38,6 +42,25 @@ def test_default_geometry_is_rocketmqs() -> None:
     assert (G.precision_ms, G.wheel_slots, G.file_bytes) == (1000, 1_209_600, 38_707_200)
     assert DEFAULT_TIMER_ROLL_WINDOW_SLOTS == 172_800
     assert DEFAULT_TIMER_MAX_DELAY_S == 259_200
+
+
+def test_tides_default_precision_covers_the_max_delay_and_roll_window() -> None:
+    """Tide's default slot is 500 ms (RocketMQ's 1000 ms): the wheel keeps its slot count,
+    so one lap is 7 days, past the 3-day maximum delay; the roll window (172,800 slots)
+    is then 1 day, and a message due at the maximum is filed at its end, within the lap,
+    to be filed again from there (docs/formats.md, "Timer wheel")."""
+    tide = TimerWheelGeometry()
+    assert tide.precision_ms == DEFAULT_TIMER_PRECISION_MS == 500
+    lap_ms = tide.wheel_slots * tide.precision_ms
+    assert lap_ms == 7 * DAY_MS > DEFAULT_TIMER_MAX_DELAY_S * 1000
+    window_ms = DEFAULT_TIMER_ROLL_WINDOW_SLOTS * tide.precision_ms
+    assert window_ms == DAY_MS
+    now = SLOT_MS
+    farthest = plan_timer_enqueue(
+        tide, now + DEFAULT_TIMER_MAX_DELAY_S * 1000, now, DEFAULT_TIMER_ROLL_WINDOW_SLOTS
+    )
+    assert farthest == TimerEnqueue(now + window_ms, roll=True)
+    assert farthest.slot_time_ms - now < lap_ms  # never on a slot of the next lap
 
 
 def test_worked_example_slot_is_byte_exact() -> None:

@@ -12,6 +12,7 @@ import grpc
 from tests.services.dispatch.conftest import DispatchProcess
 from tests.services.storage.conftest import StorageProcess
 from tide.format import (
+    DEFAULT_TIMER_PRECISION_MS,
     REAL_QID,
     REAL_TOPIC,
     TIMER_DEL_UNIQKEY,
@@ -26,7 +27,7 @@ from tide.format import (
 from tide.v1 import dispatch_pb2 as dpb
 from tide.v1 import storage_pb2 as spb
 
-PRECISION_MS = 1000
+PRECISION_MS = DEFAULT_TIMER_PRECISION_MS  # the dispatch's default, what the tests start
 GEOMETRY = TimerWheelGeometry(PRECISION_MS)
 # What a loaded 2-core box (five engineers' test runs) may add to a delivery's one period
 # of precision: the dispatch's loop waking late, an Append waiting for a sync flush.
