@@ -96,8 +96,9 @@ METADATA_MAX_BYTES = 64 * 1024 * 1024
 # A SaveDeliveryProgress's delayOffset.json (64 levels of int64 offsets need under 3 KiB).
 DELAY_OFFSETS_MAX_BYTES = 64 * 1024
 # A SaveDeliveryProgress's transactionChecks.json (tx, issue 19): one entry per half being
-# checked, at most the transaction service's HALVES_MAX (100,000) of about 20 bytes each.
-TRANSACTION_CHECKS_MAX_BYTES = 4 * 1024 * 1024
+# checked, at most --transaction-halves-max (100,000 by default, at most 1,000,000) of
+# about 20 bytes each.
+TRANSACTION_CHECKS_MAX_BYTES = 32 * 1024 * 1024
 
 # Every named limit above (and the name rules') by name: the docs table lists each.
 LIMITS: dict[str, int] = {

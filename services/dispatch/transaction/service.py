@@ -121,7 +121,7 @@ class TransactionService:
         self.options = options
         self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
-        self._state = TransactionState()
+        self._state = TransactionState(halves_max=options.halves_max)
         self._ready = False
         self._task: asyncio.Task[None] | None = None
 

@@ -13,9 +13,10 @@ from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
 
 HALVES_MAX = 100_000
-"""Most unresolved halves held (about 150 bytes each, with their check counts and due
-entries). The oldest are held, as they are checked first; later ones stay in the half
-queue and are read again once older ones are resolved, discarded or kept."""
+"""Default of --transaction-halves-max: most unresolved halves held (about 150 bytes
+each, with their check counts and due entries). The oldest are held, as they are checked
+first; later ones stay in the half queue and are read again once older ones are
+resolved or discarded."""
 RESOLVED_MAX = 500_000
 """Most resolutions held above the check offset (about 100 bytes each): they accumulate
 behind the oldest half still open. Past it an EndTransaction is refused
@@ -29,6 +30,7 @@ class TransactionOptions:
     check_interval_ms: int = 60_000
     check_max: int = 15
     keep_after_max: bool = False
+    halves_max: int = HALVES_MAX
 
 
 @dataclass(slots=True)
