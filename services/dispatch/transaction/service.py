@@ -19,7 +19,12 @@ TransactionalMessageCheckService, in the dispatch beside the half and op queues
   of the dispatch's store dir) and waits for a gateway holding a TransactionChecks stream
   of its producer group to take it (TakeTransactionChecks). Past ``check_max`` checks a
   half is discarded (an op record ``discard``, logged) or, with ``keep_after_max``, kept
-  unresolved and no longer checked (logged).
+  unresolved and no longer checked (logged). The counts are copied to the storage
+  (SaveDeliveryProgress), so a slave holds them with its other metadata.
+* Bounds (state.py): at most ``--transaction-halves-max`` unresolved halves held (later
+  ones are read from the half queue when older ones go) and RESOLVED_MAX resolutions
+  above the oldest open half (past it: RESOURCE_EXHAUSTED on EndTransaction).
+* Storage: a StorageClient of its own and the delivery services' RoleWatcher.
 """
 
 from __future__ import annotations
