@@ -95,6 +95,10 @@ LOCK_QUEUES_MAX_COUNT = 1_024  # queues one LockQueues / UnlockQueues names (fif
 METADATA_MAX_BYTES = 64 * 1024 * 1024
 # A SaveDeliveryProgress's delayOffset.json (64 levels of int64 offsets need under 3 KiB).
 DELAY_OFFSETS_MAX_BYTES = 64 * 1024
+# A SaveDeliveryProgress's transactionChecks.json (tx, issue 19): one entry per half being
+# checked, at most --transaction-halves-max (100,000 by default, at most 1,000,000) of
+# about 20 bytes each.
+TRANSACTION_CHECKS_MAX_BYTES = 32 * 1024 * 1024
 
 # Every named limit above (and the name rules') by name: the docs table lists each.
 LIMITS: dict[str, int] = {
@@ -130,6 +134,7 @@ LIMITS: dict[str, int] = {
     "LOCK_QUEUES_MAX_COUNT": LOCK_QUEUES_MAX_COUNT,
     "METADATA_MAX_BYTES": METADATA_MAX_BYTES,
     "DELAY_OFFSETS_MAX_BYTES": DELAY_OFFSETS_MAX_BYTES,
+    "TRANSACTION_CHECKS_MAX_BYTES": TRANSACTION_CHECKS_MAX_BYTES,
 }
 
 # A field bounded by a service option, checked by its handler (the option names it).

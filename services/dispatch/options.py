@@ -8,7 +8,7 @@ from services.dispatch.delivery.timer import TimerOptions
 from services.dispatch.delivery.timer_store import TimerSettings
 from services.dispatch.engine.consume_queue import MAX_ENTRIES_PER_SEGMENT
 from services.dispatch.engine.dispatch_store import DispatchConfig
-from services.dispatch.transaction.state import TransactionOptions
+from services.dispatch.transaction.state import HALVES_MAX, TransactionOptions
 from tide.format import (
     DEFAULT_DELAY_LEVELS,
     DEFAULT_INDEX_MAX_ENTRIES,
@@ -134,6 +134,14 @@ OPTIONS: tuple[Option, ...] = (
         "keep a half message unresolved past --transaction-check-max (no more checks) "
         "instead of discarding it",
     ),
+    Option(
+        "transaction_halves_max",
+        int,
+        HALVES_MAX,
+        "unresolved half messages the transaction service holds (the oldest, checked "
+        "first; later ones stay in the half queue and are read when older ones are "
+        "resolved or discarded)",
+    ),
     # -- the timer (docs/delivery.md, "Timed messages") --------------------------------
     Option(
         "timer_enable",
@@ -200,6 +208,7 @@ def transaction_options(config: Config) -> TransactionOptions:
         check_interval_ms=config.get_int("transaction_check_interval_ms"),
         check_max=config.get_int("transaction_check_max"),
         keep_after_max=config.get_bool("transaction_keep_after_max"),
+        halves_max=config.get_int("transaction_halves_max"),
     )
 
 
@@ -220,6 +229,7 @@ def check_config(config: Config) -> str | None:
         "delivery_role_check_interval_ms": (1, 3_600_000),
         "transaction_check_interval_ms": (1_000, 86_400_000),
         "transaction_check_max": (1, 1_000),
+        "transaction_halves_max": (1, 10 * HALVES_MAX),
         "timer_precision_ms": (1, 3_600_000),
         # Further than the roll window is filed again as it nears: a year is no limit of
         # the files, only of sense.

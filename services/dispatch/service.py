@@ -28,7 +28,6 @@ from services.dispatch.options import (
 from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.transaction.service import TransactionService
-from services.dispatch.transaction.tx_storage import TxStorage
 from tide.server import Config, load_config, run_service
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
@@ -92,9 +91,13 @@ class DispatchService:
         dispatcher.start(offset)
         self._writer = writer
         schedule = await self._start_delivery(store, dispatcher)
+        assert self._role is not None  # created by _start_delivery
         transactions = TransactionService(
             queues=store.consume_queues,
-            storage=TxStorage(self._config.get_str("storage")),
+            # A client (so a channel) of its own: a resolution's reads and appends never
+            # wait behind a pull's Read or a burst of due delayed messages.
+            storage=StorageClient(self._config.get_str("storage")),
+            role=self._role,
             store_dir=store.config.store_dir,
             dispatched=lambda: store.dispatched_offset,
             options=transaction_options(self._config),

@@ -1,9 +1,10 @@
 """The dispatch service's client of the storage service: GetStatus, Read, and for the
-delivery services (services/dispatch/delivery/) Append and SaveDeliveryProgress.
+delivery and transaction services (services/dispatch/delivery/, transaction/) Append and
+SaveDeliveryProgress.
 
-One class, two instances in a dispatch (service.py): one for the dispatcher and the reads
-it serves, one for the delivery services. (The commitlog itself is followed by
-``tide.tail.TailFollower``, on channels of its own.)
+One class, three instances in a dispatch (service.py): one for the dispatcher and the
+reads it serves, one for the delivery services, one for the transaction service. (The
+commitlog itself is followed by ``tide.tail.TailFollower``, on channels of its own.)
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class AppendedRun:
     count: int
     store_timestamp_ms: int
     physical_offsets: tuple[int, ...]
+    queue_offsets: tuple[int, ...] = ()
+    msg_id_prefix: str = ""
 
 
 class StorageClient:
@@ -167,15 +170,26 @@ class StorageClient:
                 f"storage {self.target} answered {len(response.physical_offsets)} offsets "
                 f"for {count} records"
             )
-        return AppendedRun(count, response.store_timestamp_ms, tuple(response.physical_offsets))
+        return AppendedRun(
+            count,
+            response.store_timestamp_ms,
+            tuple(response.physical_offsets),
+            tuple(response.queue_offsets),
+            response.msg_id_prefix,
+        )
 
     async def save_delivery_progress(
-        self, delay_offsets_json: bytes = b"", timer_checkpoint: bytes = b""
+        self,
+        delay_offsets_json: bytes = b"",
+        timer_checkpoint: bytes = b"",
+        transaction_checks_json: bytes = b"",
     ) -> None:
-        """Copy the delivery services' progress to the storage (slaves get it from there).
-        Raises grpc.aio.AioRpcError."""
+        """Copy the delivery and transaction services' progress to the storage (slaves get
+        it from there). Raises grpc.aio.AioRpcError."""
         request = pb.SaveDeliveryProgressRequest(
-            delay_offsets_json=delay_offsets_json, timer_checkpoint=timer_checkpoint
+            delay_offsets_json=delay_offsets_json,
+            timer_checkpoint=timer_checkpoint,
+            transaction_checks_json=transaction_checks_json,
         )
         await self._stub.SaveDeliveryProgress(request, timeout=PROGRESS_TIMEOUT_S)
 

@@ -611,8 +611,8 @@ class StorageServicer(pb_grpc.StorageServicer):
         request: pb.SaveDeliveryProgressRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.SaveDeliveryProgressResponse:
-        """The master's dispatch's delayOffset.json and timer checkpoint, written into
-        config/ (engine/metadata_files.py) for the slaves to copy."""
+        """The master's dispatch's delayOffset.json, timer checkpoint and transaction
+        check counts, written into config/ (engine/metadata_files.py) for the slaves to copy."""
         if self.replication is not None:
             self.replication.check_metadata_change("the master's dispatch saves delivery progress")
         store = self._store()
@@ -621,6 +621,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                 store.metadata.save_delivery_progress,
                 request.delay_offsets_json,
                 request.timer_checkpoint,
+                request.transaction_checks_json,
             )
         except Exception as exc:
             _fail(exc, store)

@@ -1653,21 +1653,28 @@ class SaveDeliveryProgressRequest(_message.Message):
 
     DELAY_OFFSETS_JSON_FIELD_NUMBER: _builtins.int
     TIMER_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    TRANSACTION_CHECKS_JSON_FIELD_NUMBER: _builtins.int
     delay_offsets_json: _builtins.bytes
     """config/delayOffset.json's content (docs/formats.md); empty: unchanged."""
     timer_checkpoint: _builtins.bytes
     """config/timercheck's first 56 bytes (docs/formats.md, "Timer checkpoint"); empty:
     unchanged.
     """
+    transaction_checks_json: _builtins.bytes
+    """tx (issue 19): config/transactionChecks.json's content, the dispatch's check count of
+    each half checked (docs/formats.md, "Transactional messages"); at most
+    TRANSACTION_CHECKS_MAX_BYTES; empty: unchanged.
+    """
     def __init__(
         self,
         *,
         delay_offsets_json: _builtins.bytes = ...,
         timer_checkpoint: _builtins.bytes = ...,
+        transaction_checks_json: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_offsets_json", b"delay_offsets_json", "timer_checkpoint", b"timer_checkpoint"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_offsets_json", b"delay_offsets_json", "timer_checkpoint", b"timer_checkpoint", "transaction_checks_json", b"transaction_checks_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

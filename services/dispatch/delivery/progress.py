@@ -44,7 +44,10 @@ class ProgressTarget(Protocol):
     target: str
 
     async def save_delivery_progress(
-        self, delay_offsets_json: bytes = b"", timer_checkpoint: bytes = b""
+        self,
+        delay_offsets_json: bytes = b"",
+        timer_checkpoint: bytes = b"",
+        transaction_checks_json: bytes = b"",
     ) -> None: ...
 
 
@@ -60,14 +63,22 @@ class ProgressCopy:
         self._what = what  # "delay level progress", "timer checkpoint": for the logs
         self._failing = False  # the last copy failed (logged once, until one passes)
 
-    async def copy(self, *, delay_offsets_json: bytes = b"", timer_checkpoint: bytes = b"") -> bool:
+    async def copy(
+        self,
+        *,
+        delay_offsets_json: bytes = b"",
+        timer_checkpoint: bytes = b"",
+        transaction_checks_json: bytes = b"",
+    ) -> bool:
         """Copy to the storage; False when it did not take it (logged, never raised: the
         local copy is what counts, the next save copies again)."""
         if not self._role.active:
             return False
         try:
             await self._storage.save_delivery_progress(
-                delay_offsets_json=delay_offsets_json, timer_checkpoint=timer_checkpoint
+                delay_offsets_json=delay_offsets_json,
+                timer_checkpoint=timer_checkpoint,
+                transaction_checks_json=transaction_checks_json,
             )
         except grpc.aio.AioRpcError as exc:
             if not self._failing:

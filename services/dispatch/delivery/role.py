@@ -48,6 +48,17 @@ class RoleWatcher:
         """Return once the storage is a master (at once when it is)."""
         await self._active.wait()
 
+    async def refresh(self) -> bool:
+        """Ask the storage now (not at the next interval) and return the answer; the last
+        answer when it does not answer. For a caller that must not wait an interval after
+        a master's start (EndTransaction, retried by its producer at once)."""
+        try:
+            status = await self._storage.status(ROLE_STATUS_TIMEOUT_S)
+        except grpc.aio.AioRpcError:
+            return self.active
+        self._set(status.replication.role != SLAVE_ROLE)
+        return self.active
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._watch(), name="delivery-role")
 

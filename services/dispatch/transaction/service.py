@@ -19,13 +19,19 @@ TransactionalMessageCheckService, in the dispatch beside the half and op queues
   of the dispatch's store dir) and waits for a gateway holding a TransactionChecks stream
   of its producer group to take it (TakeTransactionChecks). Past ``check_max`` checks a
   half is discarded (an op record ``discard``, logged) or, with ``keep_after_max``, kept
-  unresolved and no longer checked (logged).
+  unresolved and no longer checked (logged). The counts are copied to the storage
+  (SaveDeliveryProgress), so a slave holds them with its other metadata.
+* Bounds (state.py): at most ``--transaction-halves-max`` unresolved halves held (later
+  ones are read from the half queue when older ones go) and RESOLVED_MAX resolutions
+  above the oldest open half (past it: RESOURCE_EXHAUSTED on EndTransaction).
+* Storage: a StorageClient of its own and the delivery services' RoleWatcher.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -34,8 +40,11 @@ from typing import TypeVar
 
 import grpc
 
+from services.dispatch.delivery.progress import ProgressCopy
+from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
+from services.dispatch.storage_client import AppendedRun, StorageClient
 from services.dispatch.transaction.records import commit_copy, op_record
 from services.dispatch.transaction.state import (
     HalfInfo,
@@ -44,7 +53,6 @@ from services.dispatch.transaction.state import (
     check_half,
     unknown_half,
 )
-from services.dispatch.transaction.tx_storage import TxStorage
 from tide.files import load_json_with_fallback, write_json_atomically
 from tide.format import (
     PGROUP,
@@ -70,7 +78,6 @@ from tide.format import (
 from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
-from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import WaitTimeout, wait_until_async
 
 log = logging.getLogger("tide.dispatch.transaction")
@@ -102,7 +109,8 @@ class TransactionService:
         self,
         *,
         queues: ConsumeQueueStore,
-        storage: TxStorage,
+        storage: StorageClient,
+        role: RoleWatcher,
         store_dir: Path,
         dispatched: Callable[[], int],
         options: TransactionOptions,
@@ -110,12 +118,15 @@ class TransactionService:
     ) -> None:
         self._queues = queues
         self._storage = storage
+        self._role = role
+        # Slaves get the check counts with the rest of the metadata (through the storage).
+        self._copy = ProgressCopy(storage, role, "transaction check counts")
         self._path = store_dir / CONFIG_DIR / TRANSACTION_CHECKS_FILE
         self._dispatched = dispatched
         self.options = options
         self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
-        self._state = TransactionState()
+        self._state = TransactionState(halves_max=options.halves_max)
         self._ready = False
         self._task: asyncio.Task[None] | None = None
 
@@ -144,7 +155,7 @@ class TransactionService:
         self, request: pb.DispatchEndTransactionRequest
     ) -> pb.DispatchEndTransactionResponse:
         # A cached "slave" is asked again: a master just started answers on its first ask.
-        if not await self._storage.is_master() and not await self._storage.is_master(fresh=True):
+        if not self._role.active and not await self._role.refresh():
             raise _error(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "this dispatch follows a slave; end the transaction on the broker's master",
@@ -159,6 +170,7 @@ class TransactionService:
                     f"the transaction of the half message at queue offset {offset} was "
                     f"resolved already{done}; nothing was written again",
                 )
+            self._state.check_room(offset)
             entry = await self._half_entry(offset, request.physical_offset)
             record = await self._read(entry)
             check_half(request, offset, record)
@@ -170,14 +182,14 @@ class TransactionService:
                 except ValueError as exc:  # REAL_TOPIC / REAL_QID missing or wrong
                     raise _error(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
             try:
-                response = await self._append(run)
+                response = await self._append(run, 2 if request.commit else 1)
             except ServiceError:
                 # Perhaps written (a timeout, a lost answer): read the op queue again up to
                 # the storage's end before deciding anything else.
                 self._ready = False
                 raise
             self._state.own_op_written(response.queue_offsets[-1])
-            self._resolved(offset, resolution)
+            await self._resolved(offset, resolution)
         log.log(
             logging.INFO if request.from_check else logging.DEBUG,
             "transaction %s of group %s: half at queue offset %d %s%s",
@@ -203,7 +215,7 @@ class TransactionService:
     async def _catch_up(self) -> None:
         """Every op record written so far is known (see the module doc)."""
         if not self._ready:
-            target = await self._call(self._storage.max_offset())
+            target = (await self._call(self._storage.status())).max_offset
             try:
                 await wait_until_async(
                     lambda: self._dispatched() >= target,
@@ -240,11 +252,11 @@ class TransactionService:
                     log.warning("op record at queue offset %d skipped: %s", entry.queue_offset, exc)
                     continue
                 how = record.properties.get(TRAN_RESOLUTION, RESOLUTION_ROLLBACK)
-                self._resolved(half_offset, how, save=False)
+                await self._resolved(half_offset, how, save=False)
 
-    def _resolved(self, offset: int, how: str, *, save: bool = True) -> None:
+    async def _resolved(self, offset: int, how: str, *, save: bool = True) -> None:
         if self._state.resolve(offset, how) and save:
-            self._save_checks()
+            await self._save_checks()
 
     async def _half_entry(self, offset: int, physical_offset: int) -> Entry:
         queue = self._queues.find(TRANS_HALF_TOPIC, 0)
@@ -272,7 +284,7 @@ class TransactionService:
         return entry
 
     async def _read(self, entry: Entry) -> DecodedRecord:
-        record = await self._call(self._storage.read_record(entry.commitlog_offset, entry.size))
+        record = await self._call(self._read_record(entry.commitlog_offset, entry.size))
         if record is None:
             raise _error(
                 grpc.StatusCode.NOT_FOUND,
@@ -281,8 +293,18 @@ class TransactionService:
             )
         return record
 
-    async def _append(self, run: bytes) -> storage_pb.AppendResponse:
-        return await self._call(self._storage.append(run))
+    async def _append(self, run: bytes, count: int) -> AppendedRun:
+        return await self._call(self._storage.append_run(run, count))
+
+    async def _read_raw(self, physical_offset: int, size: int) -> bytes | None:
+        """The record's bytes, None when the storage no longer has it. Raises AioRpcError."""
+        return (await self._storage.read_records([(physical_offset, size)]))[0]
+
+    async def _read_record(self, physical_offset: int, size: int) -> DecodedRecord | None:
+        data = await self._read_raw(physical_offset, size)
+        if data is None:
+            return None
+        return decode_record(data, 0, len(data), expected_offset=physical_offset)
 
     @staticmethod
     async def _call(call: Awaitable[_T]) -> _T:
@@ -291,9 +313,13 @@ class TransactionService:
         except grpc.aio.AioRpcError as exc:
             raise _error(exc.code(), f"storage: {exc.details()}") from exc
 
-    def _save_checks(self) -> None:
+    async def _save_checks(self) -> None:
+        """Write the check counts locally (the truth), then copy them to the storage for
+        the slaves (a failed copy is logged; the next save copies again)."""
+        document = encode_transaction_checks(self._state.checks)
         # Small (one entry per half checked and unresolved): written in the loop's thread.
-        write_json_atomically(self._path, encode_transaction_checks(self._state.checks))
+        write_json_atomically(self._path, document)
+        await self._copy.copy(transaction_checks_json=json.dumps(document).encode("utf-8"))
 
     # -- check-back --------------------------------------------------------------------
     async def take_checks(self, group: str, max_count: int) -> list[pb.HalfEntry]:
@@ -325,7 +351,7 @@ class TransactionService:
         return listed
 
     async def _entry_of(self, offset: int, half: HalfInfo) -> pb.HalfEntry | None:
-        raw = await self._storage.read_raw(half.physical_offset, half.size)
+        raw = await self._read_raw(half.physical_offset, half.size)
         if raw is None:
             return None
         record = decode_record(raw, 0, len(raw), expected_offset=half.physical_offset)
@@ -345,15 +371,19 @@ class TransactionService:
         state = self._state
         state.half_next = max(state.half_next, state.check_from, queue.min_offset)
         end = min(queue.max_offset, state.half_next + SCAN_MAX_ENTRIES)
-        while state.half_next < end:
+        # Past HALVES_MAX the later halves stay in the half queue: read here again once
+        # older ones are resolved (half_next stays at the first one not held).
+        while state.half_next < end and not state.halves_full():
             entries = queue.get(state.half_next, SCAN_BATCH_ENTRIES)
             if not entries:
                 break
             for entry in entries:
+                if state.halves_full():
+                    break
                 state.half_next = entry.queue_offset + 1
                 if entry.is_pre_blank or entry.queue_offset in state.resolved:
                     continue
-                record = await self._storage.read_record(entry.commitlog_offset, entry.size)
+                record = await self._read_record(entry.commitlog_offset, entry.size)
                 if record is None:
                     continue
                 store_ms = record.store_timestamp_ms
@@ -370,7 +400,7 @@ class TransactionService:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                if await self._storage.is_master():
+                if self._role.active:
                     await self.check_round()
             except (ServiceError, grpc.aio.AioRpcError) as exc:
                 log.warning("transaction check round failed (next round retries): %s", exc)
@@ -399,7 +429,7 @@ class TransactionService:
                 due.add(offset)
                 changed = True
             if changed:
-                self._save_checks()
+                await self._save_checks()
 
     async def _give_up(self, offset: int, half: HalfInfo, checks: int) -> None:
         if self.options.keep_after_max:
@@ -412,12 +442,12 @@ class TransactionService:
                 checks,
             )
             return
-        record = await self._storage.read_record(half.physical_offset, half.size)
+        record = await self._read_record(half.physical_offset, half.size)
         if record is None:
             return
-        response = await self._append(op_record(record, offset, RESOLUTION_DISCARD))
+        response = await self._append(op_record(record, offset, RESOLUTION_DISCARD), 1)
         self._state.own_op_written(response.queue_offsets[-1])
-        self._resolved(offset, RESOLUTION_DISCARD, save=False)
+        await self._resolved(offset, RESOLUTION_DISCARD, save=False)
         log.warning(
             "half message at queue offset %d (group %s, transaction %s) unresolved after %d "
             "checks: discarded",

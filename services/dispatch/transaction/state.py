@@ -12,12 +12,25 @@ from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
 
+HALVES_MAX = 100_000
+"""Default of --transaction-halves-max: most unresolved halves held (about 150 bytes
+each, with their check counts and due entries). The oldest are held, as they are checked
+first; later ones stay in the half queue and are read again once older ones are
+resolved or discarded."""
+RESOLVED_MAX = 500_000
+"""Most resolutions held above the check offset (about 100 bytes each): they accumulate
+behind the oldest half still open. Past it an EndTransaction is refused
+(RESOURCE_EXHAUSTED) until that half is resolved or discarded after its last check:
+refusing keeps "never written twice" true with bounded memory, and the producer's half
+stays pending (its check-back or a retry resolves it later), so nothing is lost."""
+
 
 @dataclass(frozen=True, slots=True)
 class TransactionOptions:
     check_interval_ms: int = 60_000
     check_max: int = 15
     keep_after_max: bool = False
+    halves_max: int = HALVES_MAX
 
 
 @dataclass(slots=True)
@@ -41,6 +54,25 @@ class TransactionState:
     op_next: int = 0  # next op queue offset to read
     half_next: int = 0  # next half queue offset not yet seen
     check_from: int = 0  # every half below is resolved (or kept)
+    halves_max: int = HALVES_MAX
+    resolved_max: int = RESOLVED_MAX
+
+    def halves_full(self) -> bool:
+        return len(self.halves) >= self.halves_max
+
+    def check_room(self, offset: int) -> None:
+        """RESOURCE_EXHAUSTED when resolving the half at ``offset`` would hold one
+        resolution more than ``resolved_max`` (see RESOLVED_MAX)."""
+        # The oldest open half itself (check_from) is always taken: resolving it frees.
+        if offset <= self.check_from or len(self.resolved) < self.resolved_max:
+            return
+        raise ServiceError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{len(self.resolved)} transactions resolved after the oldest open half message "
+            f"(queue offset {self.check_from} of {TRANS_HALF_TOPIC}) are held, the bound "
+            f"RESOLVED_MAX ({self.resolved_max}); retry once it is resolved or discarded "
+            "after its last check (`tide transactions list` shows it); nothing was written",
+        )
 
     def own_op_written(self, op_queue_offset: int) -> None:
         """The service writes every op record (under its lock): the one it just wrote
@@ -89,6 +121,8 @@ class TransactionState:
             return []
         taken = sorted(due)[:max_count]
         due.difference_update(taken)
+        if not due:
+            del self.due[group]  # the groups held stay those with halves due
         return taken
 
 

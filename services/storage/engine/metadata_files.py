@@ -3,7 +3,8 @@ and a slave installs its master's copies (RocketMQ's SlaveSynchronize), and the 
 progress the master's dispatch hands over (SaveDeliveryProgress).
 
 Files: ``topics.json``, ``consumerOffset.json``, ``subscriptionGroup.json``,
-``delayOffset.json``, ``timercheck``, ``producerState.json`` (docs/formats.md). A table
+``delayOffset.json``, ``timercheck``, ``producerState.json``, ``transactionChecks.json``
+(docs/formats.md). A table
 held in memory installs its own file (:class:`MetadataTable`: the topic table, the
 consumer offsets, the producer state, the group table once registered); the others are
 plain files, checked and written here. Every install checks the content whole before
@@ -35,11 +36,18 @@ from tide.format import (
     TIMER_CHECKPOINT_BYTES,
     TIMER_CHECKPOINT_FILE,
     TIMER_CHECKPOINT_FILE_BYTES,
+    TRANSACTION_CHECKS_FILE,
     TimerCheckpoint,
     decode_delay_offsets,
     decode_subscription_groups,
+    decode_transaction_checks,
 )
-from tide.limits import DELAY_OFFSETS_MAX_BYTES, METADATA_MAX_BYTES, limit_text
+from tide.limits import (
+    DELAY_OFFSETS_MAX_BYTES,
+    METADATA_MAX_BYTES,
+    TRANSACTION_CHECKS_MAX_BYTES,
+    limit_text,
+)
 
 log = logging.getLogger("tide.storage.metadata")
 
@@ -51,6 +59,7 @@ METADATA_FILES = (
     DELAY_OFFSET_FILE,
     TIMER_CHECKPOINT_FILE,
     PRODUCER_STATE_FILE,
+    TRANSACTION_CHECKS_FILE,
 )
 
 
@@ -105,6 +114,9 @@ class MetadataFiles:
             ),
             DELAY_OFFSET_FILE: _JsonFile(config_dir / DELAY_OFFSET_FILE, decode_delay_offsets),
             TIMER_CHECKPOINT_FILE: _TimerCheckpointFile(config_dir / TIMER_CHECKPOINT_FILE),
+            TRANSACTION_CHECKS_FILE: _JsonFile(
+                config_dir / TRANSACTION_CHECKS_FILE, _decode_transaction_checks
+            ),
         }
 
     def register(self, name: str, table: MetadataTable) -> None:
@@ -164,13 +176,23 @@ class MetadataFiles:
         except FileNotFoundError:
             return None
 
-    def save_delivery_progress(self, delay_offsets_json: bytes, timer_checkpoint: bytes) -> None:
-        """The dispatch's progress (an empty field: unchanged): both checked before either
-        is written (ValueError says what is wrong)."""
+    def save_delivery_progress(
+        self,
+        delay_offsets_json: bytes,
+        timer_checkpoint: bytes,
+        transaction_checks_json: bytes = b"",
+    ) -> None:
+        """The dispatch's progress (an empty field: unchanged): all checked before any is
+        written (ValueError says what is wrong)."""
         if len(delay_offsets_json) > DELAY_OFFSETS_MAX_BYTES:
             raise ValueError(
                 f"delay_offsets_json is {len(delay_offsets_json)} bytes; the limit is "
                 f"{limit_text('DELAY_OFFSETS_MAX_BYTES')}"
+            )
+        if len(transaction_checks_json) > TRANSACTION_CHECKS_MAX_BYTES:
+            raise ValueError(
+                f"transaction_checks_json is {len(transaction_checks_json)} bytes; the limit "
+                f"is {limit_text('TRANSACTION_CHECKS_MAX_BYTES')}"
             )
         if timer_checkpoint and len(timer_checkpoint) != TIMER_CHECKPOINT_BYTES:
             raise ValueError(
@@ -183,10 +205,17 @@ class MetadataFiles:
                 decode_delay_offsets(doc)
             except ConfigFormatError as exc:
                 raise ConfigFormatError(f"delay_offsets_json: {exc}") from None
+        if transaction_checks_json:
+            doc = parse_config_bytes("transaction_checks_json", transaction_checks_json)
+            try:
+                _decode_transaction_checks(doc)
+            except ConfigFormatError as exc:
+                raise ConfigFormatError(f"transaction_checks_json: {exc}") from None
         updates: Sequence[tuple[str, bytes]] = [
             (DELAY_OFFSET_FILE, delay_offsets_json),
             # The whole 4 KiB page, as RocketMQ's config/timercheck is.
             (TIMER_CHECKPOINT_FILE, _timer_page(timer_checkpoint)),
+            (TRANSACTION_CHECKS_FILE, transaction_checks_json),
         ]
         for name, content in updates:
             if content:
@@ -197,3 +226,11 @@ def _timer_page(checkpoint: bytes) -> bytes:
     if not checkpoint:
         return b""
     return TimerCheckpoint.unpack(checkpoint).pack_file()
+
+
+def _decode_transaction_checks(document: object) -> object:
+    """tide.format's check of the dispatch's check counts, as a ConfigFormatError."""
+    try:
+        return decode_transaction_checks(document)
+    except ValueError as exc:
+        raise ConfigFormatError(str(exc)) from None

@@ -31,7 +31,15 @@ from tests.services.storage.conftest import (
     expect_error,
     message,
 )
-from tide.format import DataVersion, DelayOffsets, TimerCheckpoint, encode_delay_offsets
+from tide.format import (
+    DataVersion,
+    DelayOffsets,
+    TimerCheckpoint,
+    decode_transaction_checks,
+    encode_delay_offsets,
+    encode_transaction_checks,
+)
+from tide.limits import TRANSACTION_CHECKS_MAX_BYTES
 from tide.v1 import storage_pb2 as pb
 from tide.waiting import wait_until
 
@@ -141,6 +149,8 @@ def save_progress(proc: StorageProcess, level_offsets: dict[int, int], read_ms: 
         pb.SaveDeliveryProgressRequest(
             delay_offsets_json=json.dumps(encode_delay_offsets(table)).encode(),
             timer_checkpoint=TimerCheckpoint(read_ms, 0, 3, 3).pack(),
+            # The transaction service's check counts (tx, issue 19): half 7 checked twice.
+            transaction_checks_json=json.dumps(encode_transaction_checks({7: 2})).encode(),
         )
     )
 
@@ -151,12 +161,21 @@ def config_files(proc: StorageProcess, names: tuple[str, ...]) -> dict[str, byte
 
 
 def wait_same_files(master: StorageProcess, slave: StorageProcess, what: str) -> None:
-    names = (*FILES, "timercheck")
+    names = (*FILES, "timercheck", "transactionChecks.json")
     wait_until(
         lambda: config_files(slave, names) == config_files(master, names),
         f"the slave's config files byte-identical to the master's ({what})",
         state=lambda: slave.status().replication.metadata_sync_error,
     )
+
+
+def assert_progress_copied(slave: StorageProcess, timer_read_ms: int) -> None:
+    """The slave holds save_progress's timer page and transaction check counts."""
+    files = config_files(slave, ("timercheck", "transactionChecks.json"))
+    timer_file, checks_file = files["timercheck"], files["transactionChecks.json"]
+    assert timer_file is not None and len(timer_file) == 4096
+    assert TimerCheckpoint.unpack(timer_file).last_read_time_ms == timer_read_ms
+    assert checks_file is not None and decode_transaction_checks(json.loads(checks_file)) == {7: 2}
 
 
 def registered_topic_counts(nameserver: NameServerProcess) -> dict[int, int]:
@@ -179,9 +198,7 @@ def test_slave_gets_the_masters_metadata_and_serves_it_after_a_master_sigkill(
     group = slave.stub.GetGroup(pb.GetGroupRequest(group="g1"))
     assert group.found and group.group.retry_max_times == 3
     assert group.group.retry_policy.type == pb.RetryPolicy.EXPONENTIAL
-    timer_file = config_files(slave, ("timercheck",))["timercheck"]
-    assert timer_file is not None and len(timer_file) == 4096
-    assert TimerCheckpoint.unpack(timer_file).last_read_time_ms == 1_700_000_090_000
+    assert_progress_copied(slave, 1_700_000_090_000)
     status = slave.status().replication
     assert status.metadata_sync_error == "" and status.metadata_synced_at_ms > 0
     assert status.metadata_synced_at_ms >= results[0].store_timestamp_ms
@@ -314,6 +331,16 @@ def test_save_delivery_progress_refuses_bad_input_and_writes_nothing(
             pb.SaveDeliveryProgressRequest(delay_offsets_json=b" " * 65537),
             ("DELAY_OFFSETS_MAX_BYTES",),
         ),
+        (
+            pb.SaveDeliveryProgressRequest(transaction_checks_json=b'{"version": 2}'),
+            ("transaction_checks_json", "version 1"),
+        ),
+        (
+            pb.SaveDeliveryProgressRequest(
+                transaction_checks_json=b" " * (TRANSACTION_CHECKS_MAX_BYTES + 1)
+            ),
+            ("TRANSACTION_CHECKS_MAX_BYTES",),
+        ),
     ):
         expect_error(
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -322,6 +349,7 @@ def test_save_delivery_progress_refuses_bad_input_and_writes_nothing(
         )
     names = [f.name for f in master.stub.GetMetadata(pb.GetMetadataRequest()).files]
     assert "delayOffset.json" not in names and "timercheck" not in names
+    assert "transactionChecks.json" not in names
 
 
 def test_save_delivery_progress_on_a_full_disk_is_resource_exhausted_and_keeps_the_file(

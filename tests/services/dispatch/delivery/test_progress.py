@@ -103,3 +103,27 @@ def test_beside_a_slave_nothing_is_active_and_nothing_copied(
     assert asyncio.run(run()) is False
     assert not messages(caplog, "cannot copy")  # not even tried: a slave refuses it
     assert not (tmp_path / "slave" / "config" / "timercheck").exists()
+
+
+def test_refresh_asks_now_without_waiting_an_interval(launchers: Launchers, tmp_path: Path) -> None:
+    """EndTransaction's case: a watcher that has not asked yet (or asked a storage that was
+    a slave) answers from a fresh GetStatus, and the answer is kept."""
+    launcher = launchers[0]
+    master = launcher.start(tmp_path / "master")
+    slave = launcher.start(
+        tmp_path / "slave", "--role", "SLAVE", "--broker-id", "1", "--master", master.listen
+    )
+
+    async def run() -> list[bool]:
+        answers = []
+        for storage in (master, slave):
+            client = StorageClient(storage.listen)
+            role = RoleWatcher(client, 3600.0)  # never started: only refresh() asks
+            try:
+                before = role.active
+                answers += [before, await role.refresh(), role.active]
+            finally:
+                await client.close()
+        return answers
+
+    assert asyncio.run(run()) == [False, True, True, False, False, False]

@@ -23,13 +23,18 @@ from tide.format import (
     SubscriptionGroupConfig,
     TimerCheckpoint,
     encode_delay_offsets,
+    encode_transaction_checks,
 )
-from tide.limits import DELAY_OFFSETS_MAX_BYTES
+from tide.limits import DELAY_OFFSETS_MAX_BYTES, TRANSACTION_CHECKS_MAX_BYTES
 
 
 def delay_json(level_offsets: dict[int, int]) -> bytes:
     table = DelayOffsets(level_offsets, DataVersion(0, 1_700_000_000_000, 3))
     return json.dumps(encode_delay_offsets(table)).encode()
+
+
+def checks_json(checks: dict[int, int]) -> bytes:
+    return json.dumps(encode_transaction_checks(checks)).encode()
 
 
 def checkpoint(last_read_time_ms: int) -> TimerCheckpoint:
@@ -66,7 +71,9 @@ def test_read_serves_the_files_on_disk_with_unwritten_offsets_persisted(tmp_path
     assert store.files.read() == []  # nothing written yet: nothing served
     store.topics.upsert(TopicConfig("T", 2, 2))
     store.offsets.commit("g", "T", 1, 9)  # in memory only (60 s persist interval)
-    store.files.save_delivery_progress(delay_json({1: 12}), checkpoint(5).pack())
+    store.files.save_delivery_progress(
+        delay_json({1: 12}), checkpoint(5).pack(), checks_json({3: 2})
+    )
     files = dict(store.files.read())
     assert sorted(files) == sorted(
         set(METADATA_FILES) - {"subscriptionGroup.json", "producerState.json"}
@@ -76,6 +83,7 @@ def test_read_serves_the_files_on_disk_with_unwritten_offsets_persisted(tmp_path
     assert json.loads(files["consumerOffset.json"])["offsetTable"] == {"T@g": {"1": 9}}
     assert len(files["timercheck"]) == TIMER_CHECKPOINT_FILE_BYTES  # RocketMQ's 4 KiB page
     assert TimerCheckpoint.unpack(files["timercheck"]) == checkpoint(5)
+    assert json.loads(files["transactionChecks.json"])["checks"] == {"3": 2}
 
 
 def test_read_past_the_limit_names_every_file_and_the_limit(tmp_path: Path) -> None:
@@ -99,6 +107,7 @@ def test_install_reloads_the_tables_and_tells_the_topic_listeners(tmp_path: Path
     master.offsets.commit("g", "A", 3, 17)
     master.groups.upsert(SubscriptionGroupConfig("g", retry_max_times=5))
     master.keep_producer_batch("p-1")
+    master.files.save_delivery_progress(b"", b"", checks_json({7: 4}))
     for name, content in master.files.read():
         assert slave.files.install(name, content)
         assert (slave.dir / name).read_bytes() == content
@@ -129,6 +138,7 @@ def test_install_reloads_the_tables_and_tells_the_topic_listeners(tmp_path: Path
         ("delayOffset.json", b'{"offsetTable": {"99": 1}}', "1..64"),
         ("timercheck", b"\x00" * 55, "55 bytes"),
         ("producerState.json", b'{"version": 9}', "version is not 1"),
+        ("transactionChecks.json", b'{"version": 1, "checks": {"x": 1}}', "offset: count"),
     ],
 )
 def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
@@ -138,7 +148,9 @@ def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
     store.topics.upsert(TopicConfig("Kept", 1, 1))
     store.offsets.commit("g", "Kept", 0, 1)
     store.offsets.persist()
-    store.files.save_delivery_progress(delay_json({2: 4}), checkpoint(9).pack())
+    store.files.save_delivery_progress(
+        delay_json({2: 4}), checkpoint(9).pack(), checks_json({5: 1})
+    )
     store.groups.upsert(SubscriptionGroupConfig("g", retry_max_times=5))
     store.keep_producer_batch("p-1")
     before = {n: (store.dir / n).read_bytes() for n in METADATA_FILES}
@@ -168,6 +180,13 @@ def test_save_delivery_progress_checks_both_before_writing_either(tmp_path: Path
     too_long = b" " * (DELAY_OFFSETS_MAX_BYTES + 1)
     with pytest.raises(ValueError, match="DELAY_OFFSETS_MAX_BYTES"):
         store.files.save_delivery_progress(too_long, b"")
+    with pytest.raises(ValueError, match=r"transaction_checks_json: .*offset: count"):
+        store.files.save_delivery_progress(
+            delay_json({1: 1}), b"", b'{"version": 1, "checks": {"-1": 1}}'
+        )
+    too_long = b" " * (TRANSACTION_CHECKS_MAX_BYTES + 1)
+    with pytest.raises(ValueError, match="TRANSACTION_CHECKS_MAX_BYTES"):
+        store.files.save_delivery_progress(delay_json({1: 1}), b"", too_long)
     assert store.files.read() == []
     # An empty field leaves its file as it is.
     store.files.save_delivery_progress(delay_json({1: 1}), b"")
