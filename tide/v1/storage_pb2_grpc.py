@@ -332,10 +332,11 @@ class StorageServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SaveDeliveryProgress(self, request, context):
-        """The dispatch's delivery progress (delay levels and timer), kept with the broker's
-        config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
-        receive it with the rest of the metadata. Called by the master's dispatch after it
-        recorded its progress locally. Both fields are checked before either file is written
+        """The dispatch's delivery progress (delay levels and timer) and its transaction check
+        counts, kept with the broker's config as RocketMQ keeps config/delayOffset.json and
+        config/timercheck (and config/transactionChecks.json), so that slaves receive them with
+        the rest of the metadata. Called by the master's dispatch after it recorded its
+        progress locally. Every field is checked before any file is written
         (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
         DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
         full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.

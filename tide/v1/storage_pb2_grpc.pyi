@@ -133,10 +133,11 @@ class StorageStub:
     ListGroups: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]
     DeleteGroup: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]
     SaveDeliveryProgress: _grpc.UnaryUnaryMultiCallable[_storage_pb2.SaveDeliveryProgressRequest, _storage_pb2.SaveDeliveryProgressResponse]
-    """The dispatch's delivery progress (delay levels and timer), kept with the broker's
-    config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
-    receive it with the rest of the metadata. Called by the master's dispatch after it
-    recorded its progress locally. Both fields are checked before either file is written
+    """The dispatch's delivery progress (delay levels and timer) and its transaction check
+    counts, kept with the broker's config as RocketMQ keeps config/delayOffset.json and
+    config/timercheck (and config/transactionChecks.json), so that slaves receive them with
+    the rest of the metadata. Called by the master's dispatch after it recorded its
+    progress locally. Every field is checked before any file is written
     (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
     DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
     full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.
@@ -250,10 +251,11 @@ class StorageAsyncStub(StorageStub):
     ListGroups: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListGroupsRequest, _storage_pb2.ListGroupsResponse]  # type: ignore[assignment]
     DeleteGroup: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteGroupRequest, _storage_pb2.DeleteGroupResponse]  # type: ignore[assignment]
     SaveDeliveryProgress: _aio.UnaryUnaryMultiCallable[_storage_pb2.SaveDeliveryProgressRequest, _storage_pb2.SaveDeliveryProgressResponse]  # type: ignore[assignment]
-    """The dispatch's delivery progress (delay levels and timer), kept with the broker's
-    config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
-    receive it with the rest of the metadata. Called by the master's dispatch after it
-    recorded its progress locally. Both fields are checked before either file is written
+    """The dispatch's delivery progress (delay levels and timer) and its transaction check
+    counts, kept with the broker's config as RocketMQ keeps config/delayOffset.json and
+    config/timercheck (and config/transactionChecks.json), so that slaves receive them with
+    the rest of the metadata. Called by the master's dispatch after it recorded its
+    progress locally. Every field is checked before any file is written
     (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
     DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
     full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.
@@ -484,10 +486,11 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         request: _storage_pb2.SaveDeliveryProgressRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.SaveDeliveryProgressResponse, _abc.Awaitable[_storage_pb2.SaveDeliveryProgressResponse]]:
-        """The dispatch's delivery progress (delay levels and timer), kept with the broker's
-        config as RocketMQ keeps config/delayOffset.json and config/timercheck, so that slaves
-        receive it with the rest of the metadata. Called by the master's dispatch after it
-        recorded its progress locally. Both fields are checked before either file is written
+        """The dispatch's delivery progress (delay levels and timer) and its transaction check
+        counts, kept with the broker's config as RocketMQ keeps config/delayOffset.json and
+        config/timercheck (and config/transactionChecks.json), so that slaves receive them with
+        the rest of the metadata. Called by the master's dispatch after it recorded its
+        progress locally. Every field is checked before any file is written
         (INVALID_ARGUMENT naming the field: not a delayOffset.json, over
         DELAY_OFFSETS_MAX_BYTES, a checkpoint not 56 bytes); each is written atomically; a
         full disk is RESOURCE_EXHAUSTED (nothing changed); FAILED_PRECONDITION on a slave.
