@@ -14,13 +14,17 @@ one derived from (producer, queue, sequence), so a retry stores and answers the 
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Sequence
 
 import grpc
 from opentelemetry import trace
 
-from services.gateway.bodies_only import field_bytes, varint_bytes
+from services.gateway.bodies_only import (
+    field_bytes,
+    messages_bytes,
+    only_topic_and_bodies,
+    varint_bytes,
+)
 from services.gateway.brokers import BrokerChannels, broker_error
 from services.gateway.produce_results import appended_response, produce_response, written_rows
 from services.gateway.produce_routes import explicit_queue
@@ -41,8 +45,6 @@ from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
-
-_COMPACT_FLAG_BYTES = 2  # ProduceRequest.compact_results set: its key and a varint
 
 
 def _invalid(message: str) -> ServiceError:
@@ -86,37 +88,27 @@ def bare_idempotent(request: pb.ProduceRequest, request_bytes: int, max_body_byt
         or min(request.first_sequence, request.producer_epoch) < 0
     ):
         return False  # negative numbers are refused by check_idempotent
-    topic, broker, queue_id = first.topic, first.queue.broker_name, first.queue.queue_id
+    broker, queue_id = first.queue.broker_name, first.queue.queue_id
     for message in messages:
         queue = message.queue
         if queue.queue_id != queue_id or queue.broker_name != broker:
             return False
-    lengths = Counter([len(message.body) for message in messages])
-    if min(lengths) < 1 or max(lengths) > max_body_bytes:
-        return False
-    fixed = field_bytes(len(topic.encode())) + _FIELD_KEY_BYTES
-    fixed += _length_prefixed(first.queue.ByteSize())
-    expected = sum(
-        count * _length_prefixed(fixed - _FIELD_KEY_BYTES + field_bytes(body_bytes))
-        for body_bytes, count in lengths.items()
+    return only_topic_and_bodies(
+        messages,
+        first.topic,
+        messages_bytes(request, request_bytes) - _producer_fields_bytes(request),
+        max_body_bytes,
+        same_fields_bytes=field_bytes(first.queue.ByteSize()),  # the queue, field 7
     )
-    expected += _request_fields_bytes(request)
-    return expected == request_bytes
 
 
-_FIELD_KEY_BYTES = 1  # the key of a field numbered below 16
 _HIGH_FIELD_KEY_BYTES = 2  # the key of a field numbered 16..2047 (the idem range, 90-92)
 
 
-def _length_prefixed(length: int) -> int:
-    return _FIELD_KEY_BYTES + varint_bytes(length) + length
-
-
-def _request_fields_bytes(request: pb.ProduceRequest) -> int:
-    """The encoded size of the request's own fields (all but its messages)."""
-    size = _COMPACT_FLAG_BYTES if request.compact_results else 0
+def _producer_fields_bytes(request: pb.ProduceRequest) -> int:
+    """The encoded size of the request's producer fields (producer id, sequence, epoch)."""
     pid = len(request.producer_id.encode())
-    size += _HIGH_FIELD_KEY_BYTES + varint_bytes(pid) + pid
+    size = _HIGH_FIELD_KEY_BYTES + varint_bytes(pid) + pid
     for value in (request.first_sequence, request.producer_epoch):
         if value:
             size += _HIGH_FIELD_KEY_BYTES + varint_bytes(value)
