@@ -79,7 +79,7 @@ def check_idempotent(request: pb.ProduceRequest) -> None:
 def bare_idempotent(request: pb.ProduceRequest, request_bytes: int, max_body_bytes: int) -> bool:
     """True when every message is a topic, a body of 1..``max_body_bytes`` bytes and the
     first message's queue, and nothing else (told from sizes, as bodies_only.py does for
-    the plain path, plus one look at each message's queue): the batch then skips the
+    the plain path, plus one look at each message's queue and topic): the batch then skips the
     field-by-field checks and is encoded in one loop. False says nothing more."""
     messages = request.messages
     first = messages[0]
@@ -88,14 +88,16 @@ def bare_idempotent(request: pb.ProduceRequest, request_bytes: int, max_body_byt
         or min(request.first_sequence, request.producer_epoch) < 0
     ):
         return False  # negative numbers are refused by check_idempotent
-    broker, queue_id = first.queue.broker_name, first.queue.queue_id
+    topic, broker, queue_id = first.topic, first.queue.broker_name, first.queue.queue_id
     for message in messages:
         queue = message.queue
-        if queue.queue_id != queue_id or queue.broker_name != broker:
+        # The sizes cannot tell another topic of the same length: the bare run would
+        # store the message under the first one's.
+        if queue.queue_id != queue_id or queue.broker_name != broker or message.topic != topic:
             return False
     return only_topic_and_bodies(
         messages,
-        first.topic,
+        topic,
         messages_bytes(request, request_bytes) - _producer_fields_bytes(request),
         max_body_bytes,
         same_fields_bytes=field_bytes(first.queue.ByteSize()),  # the queue, field 7
