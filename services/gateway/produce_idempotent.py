@@ -28,7 +28,7 @@ from services.gateway.bodies_only import (
 from services.gateway.brokers import BrokerChannels, broker_error
 from services.gateway.produce_results import appended_response, produce_response, written_rows
 from services.gateway.produce_routes import explicit_queue
-from services.gateway.records import message_properties
+from services.gateway.records import add_message
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.scheduled import is_delayed
 from tide.format import (
@@ -173,17 +173,7 @@ def idempotent_run(
     extra = producer_properties(request).encode()
     writer = RunWriter(born_host)
     for message, unique_key in zip(request.messages, unique_keys, strict=True):
-        topic = message.topic
-        writer.add(
-            topic,
-            topic.encode("utf-8"),
-            queue_id,
-            message.body,
-            message_properties(message, unique_key) + extra,
-            message.flag,
-            0,
-            message.born_timestamp_ms or now_ms,
-        )
+        add_message(writer, message, queue_id, unique_key, now_ms, more_properties=extra)
     return writer.getvalue()
 
 
