@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -47,7 +49,13 @@ LOCK_STATE_TTL_MS = 1_000
 # (broker, group, topic) lock states kept; the least recently fetched are dropped.
 MAX_LOCK_STATES = 10_000
 
+if TYPE_CHECKING:  # the async stub exists in the type stubs only
+    from grpc.aio import UnaryUnaryMultiCallable
+
+    from tide.v1.storage_pb2_grpc import StorageAsyncStub
+
 _StateKey = tuple[str, str, str]  # broker, group, topic
+_R = TypeVar("_R", storage_pb.QueueLockResponse, storage_pb.QueueUnlockResponse)
 
 
 class QueueLocks:
@@ -60,25 +68,26 @@ class QueueLocks:
 
     # -- forwarding ------------------------------------------------------------------
     async def lock(self, request: pb.BrokerQueueLockRequest) -> storage_pb.QueueLockResponse:
-        member = await self._master_for(request)
-        try:
-            answer: storage_pb.QueueLockResponse = await self._channels.storage(
-                member.storage
-            ).LockQueues(request.request, timeout=self._config.broker_timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, f"LockQueues on broker {member.broker_name}") from exc
-        finally:
-            self._forget(request)
-        return answer
+        return await self._forward(request, "LockQueues", lambda stub: stub.LockQueues)
 
     async def unlock(self, request: pb.BrokerQueueLockRequest) -> storage_pb.QueueUnlockResponse:
+        return await self._forward(request, "UnlockQueues", lambda stub: stub.UnlockQueues)
+
+    async def _forward(
+        self,
+        request: pb.BrokerQueueLockRequest,
+        what: str,
+        rpc: Callable[[StorageAsyncStub], UnaryUnaryMultiCallable[storage_pb.QueueLockRequest, _R]],
+    ) -> _R:
+        """``request`` to its broker's master (``rpc`` of its storage stub); the cached
+        lock state of its group and topics is dropped, answered or not."""
         member = await self._master_for(request)
         try:
-            answer: storage_pb.QueueUnlockResponse = await self._channels.storage(
-                member.storage
-            ).UnlockQueues(request.request, timeout=self._config.broker_timeout_s)
+            answer: _R = await rpc(self._channels.storage(member.storage))(
+                request.request, timeout=self._config.broker_timeout_s
+            )
         except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, f"UnlockQueues on broker {member.broker_name}") from exc
+            raise broker_error(exc, f"{what} on broker {member.broker_name}") from exc
         finally:
             self._forget(request)
         return answer
