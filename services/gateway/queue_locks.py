@@ -35,7 +35,6 @@ from services.gateway.routes import Member, RouteCache
 from services.gateway.validate import (
     check_broker_name,
     check_group,
-    check_queue,
     check_topic,
     invalid,
 )
@@ -152,12 +151,12 @@ class QueueLocks:
 
     # -- the pull check --------------------------------------------------------------
     async def check_pull(self, request: pb.PullRequest) -> None:
-        """Refuse a pull by a member that does not hold the queue's lock (module doc)."""
+        """Refuse a pull by a member that does not hold the queue's lock (module doc).
+        Called by the Puller once it checked the request's queue (and group, when set)."""
         client_id = request.client_id
         if not client_id:
             return
-        check_group(request.consumer_group)
-        check_queue(request.topic, request.broker_name, request.queue_id)
+        check_group(request.consumer_group)  # a member's pull names its group
         holder = await self._holder(
             request.broker_name, request.consumer_group, request.topic, request.queue_id
         )
