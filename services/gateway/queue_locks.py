@@ -9,19 +9,20 @@ from another member than the queue's holder is refused FAILED_PRECONDITION namin
 holder. Pulls without a client id are not checked (plain consumers, tools). The check
 must not add an RPC per pull, so the gateway keeps each (broker, group, topic)'s lock
 state for LOCK_STATE_TTL_MS (one GetQueueLocks per broker, group and topic per second at
-most, whatever the pull rate), and drops it whenever a lock or unlock of that group and
-topic passes through it (the usual case: a member locks through the gateway it pulls
-from, so its first pull sees its own lease). A state at most LOCK_STATE_TTL_MS old can be
-wrong only around a hand-over: a new holder locked through another gateway is refused
-for up to that long (its consumer retries the pull), and a member that just released a
-queue could still pull it for that long — which the consumer's own lock discipline
-already excludes (it released only after its last commit). With the master unreachable
-the check is skipped: the leases are gone with it, and orderly consumers stop on their
-own when their renewals fail.
+most, whatever the pull rate: the pulls that find it stale share one fetch), and drops
+it whenever a lock or unlock of that group and topic passes through it (the usual case:
+a member locks through the gateway it pulls from, so its first pull sees its own lease).
+A state at most LOCK_STATE_TTL_MS old can be wrong only around a hand-over: a new holder
+locked through another gateway is refused for up to that long (its consumer retries the
+pull), and a member that just released a queue could still pull it for that long — which
+the consumer's own lock discipline already excludes (it released only after its last
+commit). With the master unreachable the check is skipped: the leases are gone with it,
+and orderly consumers stop on their own when their renewals fail.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -64,6 +65,7 @@ class QueueLocks:
         self._channels = channels
         # (broker, group, topic) -> (fetched at, monotonic ms; queue id -> holder)
         self._states: OrderedDict[_StateKey, tuple[int, dict[int, str]]] = OrderedDict()
+        self._fetching: dict[_StateKey, asyncio.Task[dict[int, str] | None]] = {}
 
     # -- forwarding ------------------------------------------------------------------
     async def lock(self, request: pb.BrokerQueueLockRequest) -> storage_pb.QueueLockResponse:
@@ -170,21 +172,46 @@ class QueueLocks:
             )
 
     async def _holder(self, broker_name: str, group: str, topic: str, queue_id: int) -> str | None:
-        key = (broker_name, group, topic)
-        now_ms = time.monotonic_ns() // 1_000_000
+        holders = await self._holders((broker_name, group, topic))
+        return None if holders is None else holders.get(queue_id)
+
+    async def _holders(self, key: _StateKey) -> dict[int, str] | None:
+        """Queue id -> holder of (broker, group, topic), at most LOCK_STATE_TTL_MS old;
+        None without a reachable master (module doc). One fetch per key at a time, as a
+        task of its own (as RouteCache fetches routes): the pulls meanwhile wait for it."""
         state = self._states.get(key)
-        if state is None or now_ms - state[0] > LOCK_STATE_TTL_MS:
-            view = await self._routes.get(topic)
-            member = view.master(broker_name)
-            if member is None:
-                return None  # module doc: no master, no leases
-            try:
-                answer = await self._fetch(member, group, topic)
-            except ServiceError:
-                return None  # unreachable master: as above
-            state = (now_ms, {lock.queue_id: lock.client_id for lock in answer.locks})
-            self._states[key] = state
-            self._states.move_to_end(key)
-            if len(self._states) > MAX_LOCK_STATES:
-                self._states.popitem(last=False)
-        return state[1].get(queue_id)
+        if state is not None and _now_ms() - state[0] <= LOCK_STATE_TTL_MS:
+            return state[1]
+        task = self._fetching.get(key)
+        if task is None:
+            task = asyncio.create_task(self._fetch_holders(key), name=f"queue-locks-{key}")
+            self._fetching[key] = task
+            task.add_done_callback(lambda done: self._fetched(key, done))
+        return await asyncio.shield(task)
+
+    def _fetched(self, key: _StateKey, task: asyncio.Task[dict[int, str] | None]) -> None:
+        self._fetching.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too: its pulls may all have gone
+
+    async def _fetch_holders(self, key: _StateKey) -> dict[int, str] | None:
+        broker_name, group, topic = key
+        fetched_ms = _now_ms()
+        view = await self._routes.get(topic)
+        member = view.master(broker_name)
+        if member is None:
+            return None  # module doc: no master, no leases
+        try:
+            answer = await self._fetch(member, group, topic)
+        except ServiceError:
+            return None  # unreachable master: as above
+        holders = {lock.queue_id: lock.client_id for lock in answer.locks}
+        self._states[key] = (fetched_ms, holders)
+        self._states.move_to_end(key)
+        if len(self._states) > MAX_LOCK_STATES:
+            self._states.popitem(last=False)
+        return holders
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
