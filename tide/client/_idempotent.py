@@ -130,11 +130,17 @@ class IdempotentProducer:
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues (from its route when first asked), sorted."""
-        return self._writable_queues(topic)
+        queues = self._queues.get(topic)
+        if queues is None:
+            queues = writable_queues(GatewayReader(self._connection).route(topic))
+            if not queues:
+                raise TideError(f"topic {topic!r} has no writable queue")
+            self._queues[topic] = queues
+        return queues
 
     def next_queue(self, topic: str) -> MessageQueue:
         """The topic's next queue in turn (what a batch without a queue goes to)."""
-        queues = self._writable_queues(topic)
+        queues = self.queues(topic)
         with self._lock:
             turn = self._turn.get(topic, 0)
             self._turn[topic] = turn + 1
@@ -153,15 +159,6 @@ class IdempotentProducer:
             raise InvalidArgument("an idempotent batch goes to one topic and one queue")
         (queue,) = given
         return queue if queue is not None else self.next_queue(topic)
-
-    def _writable_queues(self, topic: str) -> list[MessageQueue]:
-        queues = self._queues.get(topic)
-        if queues is None:
-            queues = writable_queues(GatewayReader(self._connection).route(topic))
-            if not queues:
-                raise TideError(f"topic {topic!r} has no writable queue")
-            self._queues[topic] = queues
-        return queues
 
     def close(self) -> None:
         self._connection.close()
