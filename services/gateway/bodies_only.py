@@ -37,19 +37,25 @@ def field_bytes(length: int) -> int:
 
 
 def only_topic_and_bodies(
-    messages: Sequence[pb.ProduceMessage], topic: str, request_bytes: int, max_body_bytes: int
+    messages: Sequence[pb.ProduceMessage],
+    topic: str,
+    request_bytes: int,
+    max_body_bytes: int,
+    same_fields_bytes: int = 0,
 ) -> bool:
     """True when every message has ``topic`` (the caller knows they share it), a body of
     1..``max_body_bytes`` bytes and nothing else, ``request_bytes`` being the encoded size
-    of the request holding just ``messages``. False says nothing more: check each field."""
+    of the request holding just ``messages``. False says nothing more: check each field.
+    ``same_fields_bytes``: the encoded size of other fields every message is known to
+    carry alike (the idempotent path's one queue), counted in each message."""
     assert messages, "a produce request has messages"
     lengths = Counter([len(message.body) for message in messages])
     if min(lengths) < 1 or max(lengths) > max_body_bytes:
         return False
-    topic_field = field_bytes(len(topic.encode()))
+    fixed_bytes = field_bytes(len(topic.encode())) + same_fields_bytes
     expected = 0
     for body_bytes, count in lengths.items():
-        expected += count * field_bytes(topic_field + field_bytes(body_bytes))
+        expected += count * field_bytes(fixed_bytes + field_bytes(body_bytes))
     # Each message's size is at least its topic and body fields; the request's size grows
     # with every message's, so equal totals mean every message is exactly those two.
     return expected == request_bytes

@@ -14,17 +14,21 @@ one derived from (producer, queue, sequence), so a retry stores and answers the 
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Sequence
 
 import grpc
 from opentelemetry import trace
 
-from services.gateway.bodies_only import field_bytes, varint_bytes
+from services.gateway.bodies_only import (
+    field_bytes,
+    messages_bytes,
+    only_topic_and_bodies,
+    varint_bytes,
+)
 from services.gateway.brokers import BrokerChannels, broker_error
 from services.gateway.produce_results import appended_response, produce_response, written_rows
 from services.gateway.produce_routes import explicit_queue
-from services.gateway.records import message_properties
+from services.gateway.records import add_message
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.scheduled import is_delayed
 from tide.format import (
@@ -41,8 +45,6 @@ from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
-
-_COMPACT_FLAG_BYTES = 2  # ProduceRequest.compact_results set: its key and a varint
 
 
 def _invalid(message: str) -> ServiceError:
@@ -77,7 +79,7 @@ def check_idempotent(request: pb.ProduceRequest) -> None:
 def bare_idempotent(request: pb.ProduceRequest, request_bytes: int, max_body_bytes: int) -> bool:
     """True when every message is a topic, a body of 1..``max_body_bytes`` bytes and the
     first message's queue, and nothing else (told from sizes, as bodies_only.py does for
-    the plain path, plus one look at each message's queue): the batch then skips the
+    the plain path, plus one look at each message's queue and topic): the batch then skips the
     field-by-field checks and is encoded in one loop. False says nothing more."""
     messages = request.messages
     first = messages[0]
@@ -89,34 +91,26 @@ def bare_idempotent(request: pb.ProduceRequest, request_bytes: int, max_body_byt
     topic, broker, queue_id = first.topic, first.queue.broker_name, first.queue.queue_id
     for message in messages:
         queue = message.queue
-        if queue.queue_id != queue_id or queue.broker_name != broker:
+        # The sizes cannot tell another topic of the same length: the bare run would
+        # store the message under the first one's.
+        if queue.queue_id != queue_id or queue.broker_name != broker or message.topic != topic:
             return False
-    lengths = Counter([len(message.body) for message in messages])
-    if min(lengths) < 1 or max(lengths) > max_body_bytes:
-        return False
-    fixed = field_bytes(len(topic.encode())) + _FIELD_KEY_BYTES
-    fixed += _length_prefixed(first.queue.ByteSize())
-    expected = sum(
-        count * _length_prefixed(fixed - _FIELD_KEY_BYTES + field_bytes(body_bytes))
-        for body_bytes, count in lengths.items()
+    return only_topic_and_bodies(
+        messages,
+        topic,
+        messages_bytes(request, request_bytes) - _producer_fields_bytes(request),
+        max_body_bytes,
+        same_fields_bytes=field_bytes(first.queue.ByteSize()),  # the queue, field 7
     )
-    expected += _request_fields_bytes(request)
-    return expected == request_bytes
 
 
-_FIELD_KEY_BYTES = 1  # the key of a field numbered below 16
 _HIGH_FIELD_KEY_BYTES = 2  # the key of a field numbered 16..2047 (the idem range, 90-92)
 
 
-def _length_prefixed(length: int) -> int:
-    return _FIELD_KEY_BYTES + varint_bytes(length) + length
-
-
-def _request_fields_bytes(request: pb.ProduceRequest) -> int:
-    """The encoded size of the request's own fields (all but its messages)."""
-    size = _COMPACT_FLAG_BYTES if request.compact_results else 0
+def _producer_fields_bytes(request: pb.ProduceRequest) -> int:
+    """The encoded size of the request's producer fields (producer id, sequence, epoch)."""
     pid = len(request.producer_id.encode())
-    size += _HIGH_FIELD_KEY_BYTES + varint_bytes(pid) + pid
+    size = _HIGH_FIELD_KEY_BYTES + varint_bytes(pid) + pid
     for value in (request.first_sequence, request.producer_epoch):
         if value:
             size += _HIGH_FIELD_KEY_BYTES + varint_bytes(value)
@@ -179,17 +173,7 @@ def idempotent_run(
     extra = producer_properties(request).encode()
     writer = RunWriter(born_host)
     for message, unique_key in zip(request.messages, unique_keys, strict=True):
-        topic = message.topic
-        writer.add(
-            topic,
-            topic.encode("utf-8"),
-            queue_id,
-            message.body,
-            message_properties(message, unique_key) + extra,
-            message.flag,
-            0,
-            message.born_timestamp_ms or now_ms,
-        )
+        add_message(writer, message, queue_id, unique_key, now_ms, more_properties=extra)
     return writer.getvalue()
 
 

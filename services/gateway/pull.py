@@ -49,6 +49,7 @@ from services.gateway.pull_records import (
     found_records,
     matching_records,
 )
+from services.gateway.queue_locks import QueueLocks
 from services.gateway.readers import ReadMembers, is_slave
 from services.gateway.routes import PERM_READ, Member, RouteCache, TopicView
 from services.gateway.validate import check_group, check_queue, invalid
@@ -175,8 +176,11 @@ class Puller:
         channels: BrokerChannels,
         held: HeldPulls,
         members: ReadMembers,
+        queue_locks: QueueLocks | None = None,
     ) -> None:
         self._config = config
+        # Orderly consumers' locks: a pull by a member that is not the holder is refused.
+        self._queue_locks = queue_locks
         self._routes = routes
         self._channels = channels
         self._held = held
@@ -231,6 +235,8 @@ class Puller:
             require_read=not browse,
         )
         await self._gate.check(request.consumer_group, target.broker_name, target.members)
+        if self._queue_locks is not None and not browse:
+            await self._queue_locks.check_pull(request)
         deadline = time.monotonic() + timeout_ms / 1000
         offset = request.offset
         while True:

@@ -9,21 +9,24 @@ from another member than the queue's holder is refused FAILED_PRECONDITION namin
 holder. Pulls without a client id are not checked (plain consumers, tools). The check
 must not add an RPC per pull, so the gateway keeps each (broker, group, topic)'s lock
 state for LOCK_STATE_TTL_MS (one GetQueueLocks per broker, group and topic per second at
-most, whatever the pull rate), and drops it whenever a lock or unlock of that group and
-topic passes through it (the usual case: a member locks through the gateway it pulls
-from, so its first pull sees its own lease). A state at most LOCK_STATE_TTL_MS old can be
-wrong only around a hand-over: a new holder locked through another gateway is refused
-for up to that long (its consumer retries the pull), and a member that just released a
-queue could still pull it for that long — which the consumer's own lock discipline
-already excludes (it released only after its last commit). With the master unreachable
-the check is skipped: the leases are gone with it, and orderly consumers stop on their
-own when their renewals fail.
+most, whatever the pull rate: the pulls that find it stale share one fetch), and drops
+it whenever a lock or unlock of that group and topic passes through it (the usual case:
+a member locks through the gateway it pulls from, so its first pull sees its own lease).
+A state at most LOCK_STATE_TTL_MS old can be wrong only around a hand-over: a new holder
+locked through another gateway is refused for up to that long (its consumer retries the
+pull), and a member that just released a queue could still pull it for that long — which
+the consumer's own lock discipline already excludes (it released only after its last
+commit). With the master unreachable the check is skipped: the leases are gone with it,
+and orderly consumers stop on their own when their renewals fail.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -33,7 +36,6 @@ from services.gateway.routes import Member, RouteCache
 from services.gateway.validate import (
     check_broker_name,
     check_group,
-    check_queue,
     check_topic,
     invalid,
 )
@@ -47,7 +49,13 @@ LOCK_STATE_TTL_MS = 1_000
 # (broker, group, topic) lock states kept; the least recently fetched are dropped.
 MAX_LOCK_STATES = 10_000
 
+if TYPE_CHECKING:  # the async stub exists in the type stubs only
+    from grpc.aio import UnaryUnaryMultiCallable
+
+    from tide.v1.storage_pb2_grpc import StorageAsyncStub
+
 _StateKey = tuple[str, str, str]  # broker, group, topic
+_R = TypeVar("_R", storage_pb.QueueLockResponse, storage_pb.QueueUnlockResponse)
 
 
 class QueueLocks:
@@ -57,28 +65,30 @@ class QueueLocks:
         self._channels = channels
         # (broker, group, topic) -> (fetched at, monotonic ms; queue id -> holder)
         self._states: OrderedDict[_StateKey, tuple[int, dict[int, str]]] = OrderedDict()
+        self._fetching: dict[_StateKey, asyncio.Task[dict[int, str] | None]] = {}
 
     # -- forwarding ------------------------------------------------------------------
     async def lock(self, request: pb.BrokerQueueLockRequest) -> storage_pb.QueueLockResponse:
-        member = await self._master_for(request)
-        try:
-            answer: storage_pb.QueueLockResponse = await self._channels.storage(
-                member.storage
-            ).LockQueues(request.request, timeout=self._config.broker_timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, f"LockQueues on broker {member.broker_name}") from exc
-        finally:
-            self._forget(request)
-        return answer
+        return await self._forward(request, "LockQueues", lambda stub: stub.LockQueues)
 
     async def unlock(self, request: pb.BrokerQueueLockRequest) -> storage_pb.QueueUnlockResponse:
+        return await self._forward(request, "UnlockQueues", lambda stub: stub.UnlockQueues)
+
+    async def _forward(
+        self,
+        request: pb.BrokerQueueLockRequest,
+        what: str,
+        rpc: Callable[[StorageAsyncStub], UnaryUnaryMultiCallable[storage_pb.QueueLockRequest, _R]],
+    ) -> _R:
+        """``request`` to its broker's master (``rpc`` of its storage stub); the cached
+        lock state of its group and topics is dropped, answered or not."""
         member = await self._master_for(request)
         try:
-            answer: storage_pb.QueueUnlockResponse = await self._channels.storage(
-                member.storage
-            ).UnlockQueues(request.request, timeout=self._config.broker_timeout_s)
+            answer: _R = await rpc(self._channels.storage(member.storage))(
+                request.request, timeout=self._config.broker_timeout_s
+            )
         except grpc.aio.AioRpcError as exc:
-            raise broker_error(exc, f"UnlockQueues on broker {member.broker_name}") from exc
+            raise broker_error(exc, f"{what} on broker {member.broker_name}") from exc
         finally:
             self._forget(request)
         return answer
@@ -143,12 +153,12 @@ class QueueLocks:
 
     # -- the pull check --------------------------------------------------------------
     async def check_pull(self, request: pb.PullRequest) -> None:
-        """Refuse a pull by a member that does not hold the queue's lock (module doc)."""
+        """Refuse a pull by a member that does not hold the queue's lock (module doc).
+        Called by the Puller once it checked the request's queue (and group, when set)."""
         client_id = request.client_id
         if not client_id:
             return
-        check_group(request.consumer_group)
-        check_queue(request.topic, request.broker_name, request.queue_id)
+        check_group(request.consumer_group)  # a member's pull names its group
         holder = await self._holder(
             request.broker_name, request.consumer_group, request.topic, request.queue_id
         )
@@ -162,21 +172,46 @@ class QueueLocks:
             )
 
     async def _holder(self, broker_name: str, group: str, topic: str, queue_id: int) -> str | None:
-        key = (broker_name, group, topic)
-        now_ms = time.monotonic_ns() // 1_000_000
+        holders = await self._holders((broker_name, group, topic))
+        return None if holders is None else holders.get(queue_id)
+
+    async def _holders(self, key: _StateKey) -> dict[int, str] | None:
+        """Queue id -> holder of (broker, group, topic), at most LOCK_STATE_TTL_MS old;
+        None without a reachable master (module doc). One fetch per key at a time, as a
+        task of its own (as RouteCache fetches routes): the pulls meanwhile wait for it."""
         state = self._states.get(key)
-        if state is None or now_ms - state[0] > LOCK_STATE_TTL_MS:
-            view = await self._routes.get(topic)
-            member = view.master(broker_name)
-            if member is None:
-                return None  # module doc: no master, no leases
-            try:
-                answer = await self._fetch(member, group, topic)
-            except ServiceError:
-                return None  # unreachable master: as above
-            state = (now_ms, {lock.queue_id: lock.client_id for lock in answer.locks})
-            self._states[key] = state
-            self._states.move_to_end(key)
-            if len(self._states) > MAX_LOCK_STATES:
-                self._states.popitem(last=False)
-        return state[1].get(queue_id)
+        if state is not None and _now_ms() - state[0] <= LOCK_STATE_TTL_MS:
+            return state[1]
+        task = self._fetching.get(key)
+        if task is None:
+            task = asyncio.create_task(self._fetch_holders(key), name=f"queue-locks-{key}")
+            self._fetching[key] = task
+            task.add_done_callback(lambda done: self._fetched(key, done))
+        return await asyncio.shield(task)
+
+    def _fetched(self, key: _StateKey, task: asyncio.Task[dict[int, str] | None]) -> None:
+        self._fetching.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too: its pulls may all have gone
+
+    async def _fetch_holders(self, key: _StateKey) -> dict[int, str] | None:
+        broker_name, group, topic = key
+        fetched_ms = _now_ms()
+        view = await self._routes.get(topic)
+        member = view.master(broker_name)
+        if member is None:
+            return None  # module doc: no master, no leases
+        try:
+            answer = await self._fetch(member, group, topic)
+        except ServiceError:
+            return None  # unreachable master: as above
+        holders = {lock.queue_id: lock.client_id for lock in answer.locks}
+        self._states[key] = (fetched_ms, holders)
+        self._states.move_to_end(key)
+        if len(self._states) > MAX_LOCK_STATES:
+            self._states.popitem(last=False)
+        return holders
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000

@@ -27,16 +27,19 @@ def add_message(
     unique_key: str,
     now_ms: int,
     group: str = "",
+    more_properties: bytes = b"",
 ) -> None:
     """``message`` as the next record of ``writer``'s run (born now unless it says when);
-    ``group``: its message group on a FIFO topic, stored as ``__SHARDINGKEY``."""
+    ``group``: its message group on a FIFO topic, stored as ``__SHARDINGKEY``;
+    ``more_properties``: encoded properties after the message's (an idempotent
+    producer's)."""
     topic = message.topic
     writer.add(
         topic,
         topic.encode("utf-8"),
         queue_id,
         message.body,
-        message_properties(message, unique_key, group),
+        message_properties(message, unique_key, group) + more_properties,
         message.flag,
         0,
         message.born_timestamp_ms or now_ms,

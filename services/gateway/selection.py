@@ -18,15 +18,13 @@ from collections.abc import Collection, Sequence
 
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.routes import QueueRef
-from tide.format import java_string_hashcode
+from tide.format import sharding_key_index
 
 # Topics with a round-robin counter (the least recently used are dropped past this).
 MAX_COUNTERS = 100_000
 
 
-def hash_index(key: str, count: int) -> int:
-    """RocketMQ's ``Math.abs(key.hashCode() % count)`` (Java's remainder keeps the sign)."""
-    return abs(java_string_hashcode(key)) % count  # abs(a % n) == abs(a) % n
+hash_index = sharding_key_index  # RocketMQ's Math.abs(key.hashCode() % count)
 
 
 def by_sharding_key(

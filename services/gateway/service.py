@@ -66,7 +66,8 @@ class GatewayService:
             fault,
             admin.auto_create if config.auto_create_topics else None,
         )
-        puller = Puller(config, self._routes, self._channels, self._held, members)
+        queue_locks = QueueLocks(config, self._routes, self._channels)
+        puller = Puller(config, self._routes, self._channels, self._held, members, queue_locks)
         send_backs = SendBacks(config, self._routes, self._channels)
         querier = Querier(config, self._routes, self._channels, members)
         self._servicer = GatewayServicer(
@@ -80,7 +81,7 @@ class GatewayService:
             config.max_produce_stream_in_flight_bytes,
             recaller=Recaller(config, self._routes, self._channels, querier),
             transactions=Transactions(config, self._routes, self._channels),
-            queue_locks=QueueLocks(config, self._routes, self._channels),
+            queue_locks=queue_locks,
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(

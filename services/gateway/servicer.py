@@ -79,7 +79,6 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             yield response
 
     async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
-        await self._queue_locks.check_pull(request)
         return await self._puller.pull(request)
 
     async def BrowseQueue(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:

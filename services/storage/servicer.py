@@ -645,12 +645,15 @@ class StorageServicer(pb_grpc.StorageServicer):
 
     # -- consumer group configs -----------------------------------------------------
     def _check_group_change(self) -> None:
+        self._check_master("change group configs on the master")
+
+    def _check_master(self, what_to_do: str) -> None:
+        """FAILED_PRECONDITION on a slave, saying ``what_to_do`` instead."""
         replication = self.replication
         if replication is not None and replication.slave is not None:
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"this storage is a slave of {replication.settings.master_address}; change "
-                "group configs on the master",
+                f"this storage is a slave of {replication.settings.master_address}; {what_to_do}",
             )
 
     async def UpsertGroup(
@@ -732,14 +735,8 @@ class StorageServicer(pb_grpc.StorageServicer):
 
     # -- queue locks (fifo, issue 19) ------------------------------------------------
     def _check_lock_request(self, request: pb.QueueLockRequest) -> list[tuple[str, int]]:
-        if self.replication is not None and self.replication.slave is not None:
-            raise ServiceError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                "this storage is a slave; queue locks are held by the master",
-            )
-        error = consumer_group_error(request.consumer_group)
-        if error is not None:
-            raise _invalid(f"consumer_group: {error}")
+        self._check_master("queue locks are held by the master")
+        _check_group_name(request.consumer_group, "consumer_group")
         if not request.client_id:
             raise _invalid("client_id is empty: name the consumer group member locking")
         return [(queue.topic, queue.queue_id) for queue in request.queues]
@@ -783,10 +780,10 @@ class StorageServicer(pb_grpc.StorageServicer):
         )
 
 
-def _check_group_name(group: str) -> None:
+def _check_group_name(group: str, field: str = "group") -> None:
     error = consumer_group_error(group)
     if error is not None:
-        raise _invalid(f"group: {error}")
+        raise _invalid(f"{field}: {error}")
 
 
 def _member_pb(member: Member) -> pb.ConsumerMember:

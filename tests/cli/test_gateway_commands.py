@@ -282,14 +282,14 @@ def test_ctrl_c_right_after_printing_commits_what_was_printed(
     topic, group = "T_cli_ctrl_c", "G_cli_ctrl_c"
     cluster.create_topic(topic, queues=1, brokers=["broker-a"])
     ok(tide(cluster, "produce", topic, "--count", "3"))
-    print_lines = _consume._Printer.message_lines
+    print_lines = _consume._print_result
 
     def print_then_interrupt(printer: Any, result: Any, limit: int | None) -> int:
         printed: int = print_lines(printer, result, limit)
         signal.raise_signal(signal.SIGINT)  # its handler runs before this returns
         return printed
 
-    monkeypatch.setattr(_consume._Printer, "message_lines", print_then_interrupt)
+    monkeypatch.setattr(_consume, "_print_result", print_then_interrupt)
     argv = ["consume", group, topic, "--json", "--from", "first"]
     code = main([*argv, "--gateway", cluster.gateway.listen])
     out, err = capsys.readouterr()

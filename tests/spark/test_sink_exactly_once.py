@@ -21,6 +21,8 @@ from tests._cluster import Cluster
 from tests.services.storage.conftest import REPO
 from tests.spark.test_batch import produce
 from tests.spark.test_stream import last_batch
+from tide.client import IdempotentProducer, Message, Producer
+from tide.spark._idempotent_sink import queue_batches
 from tide.waiting import wait_until
 
 
@@ -135,3 +137,20 @@ def test_sigkill_mid_stream_then_restart_stores_each_message_once(
     bodies = target_bodies(spark, gateway, topics[1])
     assert set(bodies) == {f"m-{i}".encode() for i in range(600)}
     assert max(bodies.values()) == 1
+
+
+def test_a_sharding_key_goes_to_the_queue_the_gateway_picks(cluster: Cluster) -> None:
+    """The sink picks a keyed row's queue itself; a key it writes and one a plain
+    producer sends stay on one queue (one hash: RocketMQ's SelectMessageQueueByHash)."""
+    topic = "SinkKeyed"
+    cluster.create_topic(topic, queues=4)
+    keys = [f"order-{i}" for i in range(12)]
+    with (
+        IdempotentProducer(cluster.gateway.listen) as idempotent,
+        Producer(cluster.gateway.listen) as plain,
+    ):
+        planned = queue_batches(idempotent, [Message(topic, b"b", sharding_key=k) for k in keys])
+        for key in keys:
+            [(queue, _)] = queue_batches(idempotent, [Message(topic, b"b", sharding_key=key)])
+            assert plain.send(topic, b"p", sharding_key=key).queue == queue, key
+        assert len({queue for queue, _ in planned}) > 1  # the keys spread over queues

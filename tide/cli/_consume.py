@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import TextIO
 
 import grpc
 
@@ -43,7 +42,7 @@ from tide.cli._common import (
     positive_int,
 )
 from tide.cli._consume_orderly import consume_from, follow_orderly
-from tide.cli._output import MESSAGE_HEADERS, dumps, message_json, message_row, table
+from tide.cli._output import MessagePrinter
 from tide.client import (
     ConsumeFrom,
     FailedPrecondition,
@@ -172,66 +171,47 @@ def start_position(
     return min(max(search(start.value), low), high)
 
 
-class _Printer:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.json_out: TextIO | None = args.output or (sys.stdout if args.json else None)
-        self.header_printed = False
-
-    def message_lines(self, result: PullResult, limit: int | None) -> int:
-        """Print up to ``limit`` of the result's messages; how many were printed."""
-        messages = result.messages if limit is None else result.messages[:limit]
-        for message in messages:
-            if self.json_out is not None:
-                self.json_out.write(dumps(message_json(message)) + "\n")
-            else:
-                lines = table(MESSAGE_HEADERS, [message_row(message)]).splitlines()
-                if not self.header_printed:
-                    print(lines[0])
-                    self.header_printed = True
-                print(lines[1])
-        out = self.json_out or sys.stdout
-        out.flush()
-        return len(messages)
+def _print_result(printer: MessagePrinter, result: PullResult, limit: int | None) -> int:
+    """Print up to ``limit`` of the result's messages; how many were printed."""
+    messages = result.messages if limit is None else result.messages[:limit]
+    for message in messages:
+        printer.write(message)
+    printer.flush()
+    return len(messages)
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
         start = parse_start(args.start)
         check_group(args.group)
+        if args.long_poll_ms > MAX_LONG_POLL_TIMEOUT_MS:
+            raise InvalidArgument(f"--long-poll-ms is over {MAX_LONG_POLL_TIMEOUT_MS}")
+        if args.orderly and args.no_commit:
+            raise InvalidArgument("--orderly commits; drop --no-commit")
+        if args.orderly:
+            consume_from(start.kind, start.value)  # --from as the orderly member takes it
     except InvalidArgument as exc:
         print(f"tide consume: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.long_poll_ms > MAX_LONG_POLL_TIMEOUT_MS:
-        print(
-            f"tide consume: error: --long-poll-ms is over {MAX_LONG_POLL_TIMEOUT_MS}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    if args.orderly:
-        if args.no_commit:
-            print("tide consume: error: --orderly commits; drop --no-commit", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            consume_from(start.kind, start.value)
-        except InvalidArgument as exc:
-            print(f"tide consume: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        consumed = follow_orderly(args, start.kind, start.value)
-        if args.output is not None:
-            args.output.close()
-        if args.output is not None or not args.json:
-            print(f"consumed {consumed} messages", file=sys.stderr)
-        return EXIT_OK
-    reader = GatewayReader(Connection(args.gateway))
     try:
-        consumed = _follow(args, reader, start)
+        if args.orderly:
+            consumed = follow_orderly(args, start.kind, start.value)
+        else:
+            consumed = _follow_plain(args, start)
     finally:
-        reader.connection.close()
         if args.output is not None:
             args.output.close()
     if args.output is not None or not args.json:
         print(f"consumed {consumed} messages", file=sys.stderr)
     return EXIT_OK
+
+
+def _follow_plain(args: argparse.Namespace, start: Start) -> int:
+    reader = GatewayReader(Connection(args.gateway))
+    try:
+        return _follow(args, reader, start)
+    finally:
+        reader.connection.close()
 
 
 def _start_positions(
@@ -339,7 +319,7 @@ def _follow_from(
     positions: dict[MessageQueue, int],
     interrupt: _Interrupt,
 ) -> int:
-    printer = _Printer(args)
+    printer = MessagePrinter(args.output or (sys.stdout if args.json else None))
     done: queue_module.Queue[tuple[MessageQueue, grpc.Future[gateway_pb2.PullResponse]]]
     done = queue_module.Queue()
     in_flight: dict[MessageQueue, grpc.Future[gateway_pb2.PullResponse]] = {}
@@ -380,7 +360,7 @@ def _follow_from(
                 continue
             failures.pop(mq, None)
             limit = None if args.count is None else args.count - consumed
-            printed = printer.message_lines(result, limit)
+            printed = _print_result(printer, result, limit)
             consumed += printed
             positions[mq] = _next_position(result, printed, positions[mq])
             if not args.no_commit:

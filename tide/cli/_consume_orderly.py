@@ -14,7 +14,7 @@ import argparse
 import sys
 import threading
 
-from tide.cli._output import MESSAGE_HEADERS, dumps, message_json, message_row, table
+from tide.cli._output import MessagePrinter
 from tide.client import ConsumeResult, InvalidArgument, PushConsumer, ReceivedMessage
 
 # Ctrl-C and --count are looked at this often.
@@ -36,10 +36,9 @@ class _Printer:
     """Prints messages from the queue workers' threads, one at a time, up to a count."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self._json = args.output or (sys.stdout if args.json else None)
+        self._out = MessagePrinter(args.output or (sys.stdout if args.json else None))
         self._count: int | None = args.count
         self._lock = threading.Lock()
-        self._header = False
         self.printed = 0
         self.done = threading.Event()
 
@@ -48,15 +47,8 @@ class _Printer:
             if self._count is not None and self.printed >= self._count:
                 self.done.set()
                 return ConsumeResult.RECONSUME_LATER  # not committed (module doc)
-            if self._json is not None:
-                self._json.write(dumps(message_json(message)) + "\n")
-                self._json.flush()
-            else:
-                lines = table(MESSAGE_HEADERS, [message_row(message)]).splitlines()
-                if not self._header:
-                    print(lines[0])
-                    self._header = True
-                print(lines[1], flush=True)
+            self._out.write(message)
+            self._out.flush()
             self.printed += 1
             if self._count is not None and self.printed >= self._count:
                 self.done.set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -108,6 +109,28 @@ def message_row(message: ReceivedMessage) -> list[Cell]:
         " ".join(message.keys),
         body_preview(message.body),
     ]
+
+
+class MessagePrinter:
+    """Messages as JSON lines to ``json_out``, or else as table rows on stdout under one
+    header (``tide consume``, plain and orderly)."""
+
+    def __init__(self, json_out: TextIO | None) -> None:
+        self.json_out = json_out
+        self._header_printed = False
+
+    def write(self, message: ReceivedMessage) -> None:
+        if self.json_out is not None:
+            self.json_out.write(dumps(message_json(message)) + "\n")
+            return
+        lines = table(MESSAGE_HEADERS, [message_row(message)]).splitlines()
+        if not self._header_printed:
+            print(lines[0])
+            self._header_printed = True
+        print(lines[1])
+
+    def flush(self) -> None:
+        (self.json_out or sys.stdout).flush()
 
 
 class ProgressBar:

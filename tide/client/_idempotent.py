@@ -22,12 +22,11 @@ from types import TracebackType
 
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._producer import MAX_BATCH_MESSAGES, _request, _results
+from tide.client._pull_consumer import GatewayReader, writable_queues
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
 from tide.client._types import Message, MessageQueue, SendResult
 from tide.format import producer_id_error
-from tide.v1 import nameserver_pb2
 
-PERM_WRITE = 2
 # Idempotent retries are safe, so a producer retries longer than a plain one by default.
 DEFAULT_IDEMPOTENT_RETRY = RetryPolicy(max_attempts=8, max_backoff_ms=5_000)
 
@@ -131,11 +130,17 @@ class IdempotentProducer:
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues (from its route when first asked), sorted."""
-        return self._writable_queues(topic)
+        queues = self._queues.get(topic)
+        if queues is None:
+            queues = writable_queues(GatewayReader(self._connection).route(topic))
+            if not queues:
+                raise TideError(f"topic {topic!r} has no writable queue")
+            self._queues[topic] = queues
+        return queues
 
     def next_queue(self, topic: str) -> MessageQueue:
         """The topic's next queue in turn (what a batch without a queue goes to)."""
-        queues = self._writable_queues(topic)
+        queues = self.queues(topic)
         with self._lock:
             turn = self._turn.get(topic, 0)
             self._turn[topic] = turn + 1
@@ -154,25 +159,6 @@ class IdempotentProducer:
             raise InvalidArgument("an idempotent batch goes to one topic and one queue")
         (queue,) = given
         return queue if queue is not None else self.next_queue(topic)
-
-    def _writable_queues(self, topic: str) -> list[MessageQueue]:
-        queues = self._queues.get(topic)
-        if queues is None:
-            route = self._connection.call(
-                self._connection.stub.GetTopicRoute,
-                nameserver_pb2.GetTopicRouteRequest(topic=topic),
-                f"GetTopicRoute of {topic!r}",
-            )
-            queues = sorted(
-                MessageQueue(topic, data.broker_name, queue_id)
-                for data in route.queue_datas
-                if data.perm & PERM_WRITE
-                for queue_id in range(data.write_queue_nums)
-            )
-            if not queues:
-                raise TideError(f"topic {topic!r} has no writable queue")
-            self._queues[topic] = queues
-        return queues
 
     def close(self) -> None:
         self._connection.close()

@@ -21,6 +21,7 @@ from tide.v1 import gateway_pb2, nameserver_pb2
 
 MAX_PULL_MESSAGES = PULL_MAX_MESSAGES  # the gateway's limit (tide.limits)
 MAX_LONG_POLL_TIMEOUT_MS = 30_000
+PERM_WRITE = 2
 PERM_READ = 4
 
 
@@ -31,6 +32,17 @@ def readable_queues(route: nameserver_pb2.TopicRoute) -> list[MessageQueue]:
         for data in route.queue_datas
         if data.perm & PERM_READ
         for queue_id in range(data.read_queue_nums)
+    ]
+    return sorted(set(queues))
+
+
+def writable_queues(route: nameserver_pb2.TopicRoute) -> list[MessageQueue]:
+    """The route's writable queues (write queue count per broker), sorted."""
+    queues = [
+        MessageQueue(route.topic, data.broker_name, queue_id)
+        for data in route.queue_datas
+        if data.perm & PERM_WRITE
+        for queue_id in range(data.write_queue_nums)
     ]
     return sorted(set(queues))
 

@@ -17,6 +17,9 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from typing import TypeVar
+
+import grpc
 
 from tide.client._errors import TideError
 from tide.client._rpc import Connection
@@ -25,6 +28,7 @@ from tide.limits import LOCK_QUEUES_MAX_COUNT
 from tide.v1 import gateway_pb2, storage_pb2
 
 _log = logging.getLogger("tide.client.consumer")
+_R = TypeVar("_R", storage_pb2.QueueLockResponse, storage_pb2.QueueUnlockResponse)
 
 # The part of the broker's lease a member uses (module doc).
 CLIENT_LEASE_FRACTION = 0.5
@@ -106,8 +110,12 @@ class Locker:
                 _log.warning("unlocking queues of %s failed: %s (they expire)", broker_name, exc)
 
     def _call(
-        self, method: object, broker_name: str, batch: list[MessageQueue], what: str
-    ) -> storage_pb2.QueueLockResponse:
+        self,
+        method: grpc.UnaryUnaryMultiCallable[gateway_pb2.BrokerQueueLockRequest, _R],
+        broker_name: str,
+        batch: list[MessageQueue],
+        what: str,
+    ) -> _R:
         request = gateway_pb2.BrokerQueueLockRequest(
             broker_name=broker_name,
             request=storage_pb2.QueueLockRequest(
@@ -116,13 +124,12 @@ class Locker:
                 queues=[storage_pb2.LockedQueue(topic=q.topic, queue_id=q.queue_id) for q in batch],
             ),
         )
-        answer: storage_pb2.QueueLockResponse = self._connection.call(
-            method,  # type: ignore[arg-type]
+        return self._connection.call(
+            method,
             request,
             f"{what}Queues of {len(batch)} queues of {broker_name} for {self._client_id}",
             retry=False,  # the caller's next round is the retry
         )
-        return answer
 
 
 def _by_broker(queues: Iterable[MessageQueue]) -> list[tuple[str, list[MessageQueue]]]:

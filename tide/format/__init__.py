@@ -92,7 +92,12 @@ from tide.format._index_file import (
     unpack_index_entry,
     unpack_index_header,
 )
-from tide.format._javahash import index_key_hash, java_string_hashcode, tags_code
+from tide.format._javahash import (
+    index_key_hash,
+    java_string_hashcode,
+    sharding_key_index,
+    tags_code,
+)
 from tide.format._message_type import (
     DELAYED_TRANSACTION_ERROR,
     TOPIC_MESSAGE_TYPE_ATTRIBUTE,
@@ -608,6 +613,7 @@ __all__ = [
     "segment_name",
     "segment_start_for",
     "select_phy_offsets",
+    "sharding_key_index",
     "should_dead_letter",
     "slot_for",
     "store_timestamp_pos",

@@ -49,6 +49,13 @@ def java_string_hashcode(s: str) -> int:
     return h - (1 << 32) if h & _SIGN else h
 
 
+def sharding_key_index(key: str, count: int) -> int:
+    """The queue of a sharding key among ``count`` queues sorted by (broker, queue id):
+    RocketMQ's SelectMessageQueueByHash, ``Math.abs(key.hashCode() % count)`` (Java's
+    remainder keeps the sign)."""
+    return abs(java_string_hashcode(key)) % count  # abs(a % n) == abs(a) % n
+
+
 def tags_code(tags: str) -> int:
     """The consume queue's tags code: ``hashCode(tags)`` widened to 64 bits, 0 when empty."""
     return java_string_hashcode(tags) if tags else 0

@@ -9,20 +9,21 @@ twice. The next micro-batch takes a higher epoch: the sequences start again at 0
 the broker fences any straggler of an older one.
 
 Queues are chosen deterministically (a replay must make the same batches): a row with a
-sharding key goes to the queue its key hashes to, the others to the topic's writable
-queues in turn, one batch each.
+sharding key goes to the queue its key hashes to (as the gateway hashes it: a key
+written by this sink and by a plain producer stays on one queue), the others to the
+topic's writable queues in turn, one batch each.
 """
 
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
 
 from tide.client import AlreadyExists, IdempotentProducer, Message, MessageQueue
+from tide.format import sharding_key_index
 
 log = logging.getLogger("tide.spark")
 
@@ -53,7 +54,7 @@ def queue_batches(
     for message in messages:
         if message.sharding_key:
             queues = producer.queues(message.topic)
-            index = zlib.crc32(message.sharding_key.encode()) % len(queues)
+            index = sharding_key_index(message.sharding_key, len(queues))
             keyed.setdefault(queues[index], []).append(replace(message, sharding_key=None))
         else:
             rest.setdefault(message.topic, []).append(message)

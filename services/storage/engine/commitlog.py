@@ -64,6 +64,14 @@ class OffsetBelowMinError(Exception):
     """The offset was deleted by retention."""
 
 
+def _no_earlier() -> AppendBatch | None:
+    return None  # a plain append repeats nothing
+
+
+def _ignore(batch: AppendBatch) -> None:
+    pass
+
+
 class CommitLog:
     def __init__(
         self,
@@ -119,14 +127,7 @@ class CommitLog:
     def append(self, run: RecordRun) -> AppendBatch:
         if not run.sizes:
             return AppendBatch(self._last_store_timestamp_ms, [], [], [], self.segments.max_offset)
-        asked = time.perf_counter()
-        with self.lock:
-            self.lock_wait_s += time.perf_counter() - asked
-            self.lock_acquisitions += 1
-            self._check_writable()
-            batch = self._append_locked(run)
-        for listener in self._listeners:
-            listener(batch.end_offset)
+        batch, _ = self.append_checked(run, _no_earlier, _ignore)
         return batch
 
     def append_checked(
@@ -135,10 +136,14 @@ class CommitLog:
         check: Callable[[], AppendBatch | None],
         appended: Callable[[AppendBatch], None],
     ) -> tuple[AppendBatch, bool]:
-        """An idempotent producer's append: under the lock, ``check`` answers the batch a
+        """An append (an idempotent producer's; a plain one checks nothing): under the
+        lock, ``check`` answers the batch a
         retry repeats (nothing is written: (it, False)), or None, and then the run is
         appended and ``appended`` records it before the lock is let go: (batch, True)."""
+        asked = time.perf_counter()
         with self.lock:
+            self.lock_wait_s += time.perf_counter() - asked
+            self.lock_acquisitions += 1
             self._check_writable()
             earlier = check()
             if earlier is not None:

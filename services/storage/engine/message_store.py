@@ -429,27 +429,28 @@ class MessageStore:
         ``chunks`` are runs, appended as one batch in order."""
         if self._put_refusal is not None:
             raise NotWritableError(self._put_refusal)
-        data = bytearray().join(chunks)  # one copy: the store patches it in place
         looked_up: list[str] = []
 
         def write_queue_count(topic: str) -> int | None:
             looked_up.append(topic)  # once per topic of the run
             return self._write_queue_count(topic)
 
-        run, missing = self.run_checker.check(
-            data, write_queue_count, self.config.default_queue_nums
-        )
-        for topic in missing:
-            self.topics.ensure(topic, self.config.default_queue_nums)
+        run = self._checked_run(chunks, write_queue_count)
         if SCHEDULE_TOPIC in looked_up:
             queue_ids = [k[1] for k in run.queue_keys if k is not None and k[0] == SCHEDULE_TOPIC]
             grow_schedule_topic(self.topics, max(queue_ids, default=0))
         return self._append(run)
 
-    def _checked_run(self, chunks: Sequence[bytes]) -> RecordRun:
-        data = bytearray().join(chunks)
+    def _checked_run(
+        self,
+        chunks: Sequence[bytes],
+        write_queue_count: Callable[[str], int | None] | None = None,
+    ) -> RecordRun:
+        """``chunks`` joined and checked (topics it names created); ``write_queue_count``
+        looks up a topic's write queues (default: the topic table's)."""
+        data = bytearray().join(chunks)  # one copy: the store patches it in place
         run, missing = self.run_checker.check(
-            data, self._write_queue_count, self.config.default_queue_nums
+            data, write_queue_count or self._write_queue_count, self.config.default_queue_nums
         )
         for topic in missing:
             self.topics.ensure(topic, self.config.default_queue_nums)

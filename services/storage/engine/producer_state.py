@@ -28,7 +28,7 @@ from services.storage.engine.errors import (
     SequenceError,
 )
 from services.storage.engine.record_run import RecordRun
-from tide.files import ConfigFormatError, parse_config_json, write_json_bytes_atomically
+from tide.files import ConfigFormatError, parse_config_bytes, write_json_bytes_atomically
 from tide.format import (
     PRODUCER_EPOCH,
     PRODUCER_ID,
@@ -178,8 +178,8 @@ class ProducerStateTable:
         except FileNotFoundError:
             return 0
         try:
-            snapshot = decode_producer_state(parse_config_json(content.decode("utf-8")))
-        except (ValueError, ProducerStateError) as exc:
+            snapshot = _snapshot_of(content)
+        except ConfigFormatError as exc:
             # Rebuilt from the whole commitlog instead: slower, never wrong.
             log.warning("%s unreadable (%s): replaying the whole commitlog", self._path, exc)
             return 0
@@ -188,10 +188,7 @@ class ProducerStateTable:
 
     def install(self, content: bytes) -> None:
         """A master's copy (a slave): checked whole, written, served."""
-        try:
-            snapshot = decode_producer_state(parse_config_json(content.decode("utf-8")))
-        except (ValueError, ProducerStateError) as exc:
-            raise ConfigFormatError(f"{PRODUCER_STATE_FILE}: {exc}") from None
+        snapshot = _snapshot_of(content)
         with self._write_lock:
             write_json_bytes_atomically(self._path, content)
         self._producers = snapshot.producers
@@ -224,6 +221,16 @@ class ProducerStateTable:
             batch.queue_offsets.append(queue_offset)
             batch.sizes.append(size)
         return count
+
+
+def _snapshot_of(content: bytes) -> ProducerStateSnapshot:
+    """The snapshot in a ``producerState.json``'s bytes; ConfigFormatError when they are
+    not one (not UTF-8 JSON, or not the layout)."""
+    raw = parse_config_bytes(PRODUCER_STATE_FILE, content)
+    try:
+        return decode_producer_state(raw)
+    except ProducerStateError as exc:
+        raise ConfigFormatError(f"{PRODUCER_STATE_FILE}: {exc}") from None
 
 
 def check_single_queue(keys: Iterable[QueueKey | None]) -> QueueKey:

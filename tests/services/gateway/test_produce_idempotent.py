@@ -47,6 +47,7 @@ def test_bare_batches_whatever_the_request_fields(fields: dict[str, object]) -> 
         pb.ProduceMessage(topic="T", body=b"x", queue=pb.QueueRef(broker_name="broker-a")),
         pb.ProduceMessage(topic="T", body=b"x", sharding_key="k"),
         pb.ProduceMessage(topic="T", body=b""),
+        pb.ProduceMessage(topic="U", body=b"x", queue=REF),  # as long as "T": sizes agree
     ],
 )
 def test_anything_more_is_not_bare(other: pb.ProduceMessage) -> None:
