@@ -34,13 +34,20 @@ TIMER_QUEUE_NUMS = 1
 TRANSACTION_QUEUE_NUMS = 1  # RocketMQ's half and op topics have one queue each
 
 
+# The system topics every store keeps from its start, and their queues.
+KEPT_TOPICS: tuple[tuple[str, int], ...] = (
+    (SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS),
+    (TIMER_TOPIC, TIMER_QUEUE_NUMS),
+    (TRANS_HALF_TOPIC, TRANSACTION_QUEUE_NUMS),
+    (TRANS_OP_HALF_TOPIC, TRANSACTION_QUEUE_NUMS),
+)
+
+
 def ensure_system_topics(topics: TopicTable) -> None:
-    """Create the schedule and timer topics when absent (an existing one is kept as it
-    is: an operator may have changed it, or it grew)."""
-    topics.ensure(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS)
-    topics.ensure(TIMER_TOPIC, TIMER_QUEUE_NUMS)
-    topics.ensure(TRANS_HALF_TOPIC, TRANSACTION_QUEUE_NUMS)
-    topics.ensure(TRANS_OP_HALF_TOPIC, TRANSACTION_QUEUE_NUMS)
+    """Create the schedule, timer and transaction topics when absent (an existing one is
+    kept as it is: an operator may have changed it, or it grew)."""
+    for topic, queue_nums in KEPT_TOPICS:
+        topics.ensure(topic, queue_nums)
 
 
 def write_queue_count(cfg: TopicConfig) -> int:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.system_topics import KEPT_TOPICS
 from tests.services.storage.engine.conftest import (
     BLANK_BYTES,
     BLANK_MAGIC,
@@ -36,7 +37,7 @@ SYSFLAG_ROLLBACK = 3 << 2
 SYSFLAG_BORN_V6 = 1 << 4
 SYSFLAG_STORE_V6 = 1 << 5
 
-SYSTEM_TOPIC_COUNT = 2  # a store holds SCHEDULE_TOPIC_XXXX and rmq_sys_wheel_timer
+SYSTEM_TOPIC_COUNT = len(KEPT_TOPICS)  # the schedule, timer and transaction topics
 
 
 def packed_host(ip: str, port: int) -> bytes:
@@ -396,7 +397,7 @@ def test_empty_store_status(make_store: StoreFactory) -> None:
     assert (status.committed_offset, status.flushed_offset) == (0, 0)
     assert status.segment_count == 1  # prepared at open, empty
     assert status.writable
-    assert status.topic_count == SYSTEM_TOPIC_COUNT  # the schedule and timer topics
+    assert status.topic_count == SYSTEM_TOPIC_COUNT == 4
     assert status.disk_usage_ratio == 0.10
     assert store.commitlog.read_raw(0, 4096) == (0, b"")
 
