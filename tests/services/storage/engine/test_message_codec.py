@@ -17,6 +17,7 @@ from services.storage.engine.errors import (
 )
 from services.storage.engine.message_codec import MessageInput
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.system_topics import KEPT_TOPICS
 from services.storage.engine.topic_table import TopicConfig
 from tests.services.storage.engine.conftest import (
     FIXED_RECORD_BYTES_V4,
@@ -231,7 +232,7 @@ def test_auto_create_uses_default_queue_nums(make_store: StoreFactory, store_dir
         InvalidMessageError, match=re.escape("3 write queues of topic 'Fresh' (0..2)")
     ):
         store.put([msg("Fresh", 3, b"x")])
-    assert store.status().topic_count == 3  # and the schedule and timer topics
+    assert store.status().topic_count == 1 + len(KEPT_TOPICS)  # and the system topics
 
 
 def test_rejected_batch_does_not_auto_create_topics(store: MessageStore) -> None:
