@@ -143,6 +143,7 @@ class DispatchService:
                 role,
                 Reput(storage, KIND_TIMER),
                 store.consume_queues.find,
+                dispatcher.tail_cache,
             )
             await timer.start()
         return schedule

@@ -43,6 +43,7 @@ from services.gateway.produce_results import (
     written_rows,
 )
 from services.gateway.produce_routes import explicit_queue, no_writable_queue
+from services.gateway.produce_timed import encode_timed, timed_deliveries, within_bounds
 from services.gateway.records import BornHosts, add_message
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.scheduled import (
@@ -56,7 +57,7 @@ from services.gateway.selection import QueueSelector, by_sharding_key
 from services.gateway.transactions import add_half, set_transaction_ids
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_messages
-from tide.format import SHARDING_KEY, RunWriter, TopicMessageType, topic_part
+from tide.format import SHARDING_KEY, TIMER_TOPIC, RunWriter, TopicMessageType, topic_part
 from tide.limits import request_error
 from tide.naming import topic_error
 from tide.server import ServiceError
@@ -140,6 +141,10 @@ class Producer:
             )
         if request.producer_id:  # idempotent: its own path (produce_idempotent.py)
             return await self._produce_idempotent(request, peer, request_bytes, internal)
+        if messages[0].deliver_at_ms or messages[0].delay_ms:  # maybe a timed batch
+            timed = await self._produce_timed(request, peer, request_bytes, internal)
+            if timed is not None:
+                return timed
         check = check_produce_messages(
             messages, self._config.max_message_body_bytes, messages_bytes(request, request_bytes)
         )
@@ -181,27 +186,7 @@ class Producer:
                 compact=request.compact_results,
             )
             await self._send_plain(plain, born_host, now_ms)
-            if plain.appended is not None:  # compact, and written by one append
-                return appended_response(unique_keys, plain.appended)
-            if plain.unsent and self._config.produce_retries:
-                pending = [
-                    _Pending(
-                        index,
-                        messages[index],
-                        view,
-                        None,
-                        "",
-                        unique_keys[index],
-                        {broker_name},
-                        plain.errors[index],
-                    )
-                    for index, broker_name in plain.unsent
-                ]
-                await self._send(pending, born_host, now_ms, self._config.produce_retries)
-                for item in pending:
-                    plain.rows[item.index] = item.written if item.error is None else None
-                    plain.errors[item.index] = item.error
-            return respond(unique_keys, plain.rows, plain.errors)
+            return await self._plain_response(plain, born_host, now_ms)
         pending = await self._pending(messages, unique_keys, views)
         if check.delayed:
             await self._check_delays(pending, now_ms)
@@ -214,6 +199,97 @@ class Producer:
         if check.transactional:
             set_transaction_ids(response, messages, unique_keys)
         return response
+
+    async def _plain_response(
+        self, plain: PlainBatch, born_host: bytes, now_ms: int, *, delayed: bool = False
+    ) -> pb.ProduceResponse:
+        """The answer for a batch sent by one append; what its broker did not take first
+        goes again the general way (``delayed``: its messages are, so checked first)."""
+        if plain.appended is not None:  # compact, and written by one append
+            return appended_response(plain.unique_keys, plain.appended)
+        if plain.unsent and self._config.produce_retries:
+            messages, unique_keys = plain.messages, plain.unique_keys
+            pending = [
+                _Pending(
+                    index,
+                    messages[index],
+                    plain.view,
+                    None,
+                    "",
+                    unique_keys[index],
+                    {broker_name},
+                    plain.errors[index],
+                )
+                for index, broker_name in plain.unsent
+            ]
+            if delayed:
+                await self._check_delays(pending, now_ms)
+            await self._send(pending, born_host, now_ms, self._config.produce_retries)
+            for item in pending:
+                plain.rows[item.index] = item.written if item.error is None else None
+                plain.errors[item.index] = item.error
+        respond = runs_response if plain.compact else produce_response
+        return respond(plain.unique_keys, plain.rows, plain.errors)
+
+    async def _produce_timed(
+        self, request: pb.ProduceRequest, peer: str, request_bytes: int, internal: bool
+    ) -> pb.ProduceResponse | None:
+        """A batch of timed messages of one topic with bodies only (produce_timed.py),
+        sent as one run to the topic's next queue; None: not such a batch (nothing was
+        sent), the general path takes it."""
+        messages = request.messages
+        topic = messages[0].topic
+        now_ms = time.time_ns() // 1_000_000
+        deliveries = timed_deliveries(
+            messages,
+            topic,
+            messages_bytes(request, request_bytes),
+            self._config.max_message_body_bytes,
+            now_ms,
+        )
+        if deliveries is None or topic_error(topic) is not None:
+            return None
+        if not internal:
+            check_produce_topics(messages, {topic})
+        view = (await self._views({topic}))[topic]
+        check_message_types(
+            messages,
+            {topic: view.message_type},
+            typed=True,
+            type_check=self._config.topic_message_type_check and not internal,
+        )
+        if view.message_type is TopicMessageType.FIFO or not view.writable:
+            return None
+        members = [
+            member
+            for name in sorted({queue.broker_name for queue in view.writable})
+            if (member := view.master(name)) is not None
+        ]
+        bounds = await self._delivery_bounds.bounds_of(members)
+        if not within_bounds(deliveries, list(bounds.values()), now_ms):
+            return None
+        queue = self._selector.round_robin(view.topic, view.writable)
+        member = None if queue is None else view.master(queue.broker_name)
+        if queue is None or member is None:
+            return None
+        unique_keys = self._unique_keys.next_many(len(messages))
+        plain = PlainBatch(
+            messages, unique_keys, view, bodies_only=False, compact=request.compact_results
+        )
+        group = PlainGroup(member, RunWriter(self._born_hosts.packed(peer)), queue.queue_id)
+        encode_timed(
+            group.writer,
+            self._topic_part(TIMER_TOPIC),
+            [message.body for message in messages],
+            unique_keys,
+            deliveries,
+            (topic, queue.queue_id),
+            bounds[member.dispatch].timer_precision_ms,
+            now_ms,
+        )
+        await self._append_plain(plain, group)
+        born_host = group.writer.born_host
+        return await self._plain_response(plain, born_host, now_ms, delayed=True)
 
     async def _produce_idempotent(
         self, request: pb.ProduceRequest, peer: str, request_bytes: int, internal: bool

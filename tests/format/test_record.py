@@ -29,6 +29,7 @@ from tide.format import (
     patch_record,
     record_properties,
     record_size,
+    record_topic_and_properties,
     scan_record,
     write_blank,
 )
@@ -206,5 +207,6 @@ def test_record_properties_reads_only_the_properties(
     props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U"}
     buf = _placed(_encode(topic=topic, props=props, sys_flag=flags, born=born, store=store), 7)
     assert record_properties(buf, 7, len(buf) - 7) == props
+    assert record_topic_and_properties(buf, 7, len(buf) - 7) == (topic, props)
     with pytest.raises(RecordError, match="size is"):
         record_properties(buf, 7, len(buf) - 8)

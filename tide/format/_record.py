@@ -402,15 +402,24 @@ def decode_record(
 def record_properties(buf: Buffer, pos: int, size: int) -> dict[str, str]:
     """The properties of the (already scanned) record at ``buf[pos:pos+size]``, read
     through the length fields without decoding the rest (dispatch's hot path)."""
+    return record_topic_and_properties(buf, pos, size)[1]
+
+
+def record_topic_and_properties(buf: Buffer, pos: int, size: int) -> tuple[str, dict[str, str]]:
+    """The topic and properties of the (already scanned) record at ``buf[pos:pos+size]``,
+    read through the length fields without decoding the body or checking its CRC."""
     view = memoryview(buf)
     sys_flag = _I32.unpack_from(view, pos + 36)[0]
     body_len_pos = pos + body_length_pos(sys_flag)
     topic_len_pos = body_len_pos + 4 + _I32.unpack_from(view, body_len_pos)[0]
     if _I32.unpack_from(view, pos + 4)[0] == MESSAGE_MAGIC_V1:
-        props_len_pos = topic_len_pos + 1 + view[topic_len_pos]
+        topic_pos = topic_len_pos + 1
+        props_len_pos = topic_pos + view[topic_len_pos]
     else:
-        props_len_pos = topic_len_pos + 2 + _U16.unpack_from(view, topic_len_pos)[0]
+        topic_pos = topic_len_pos + 2
+        props_len_pos = topic_pos + _U16.unpack_from(view, topic_len_pos)[0]
     props_end = props_len_pos + 2 + _U16.unpack_from(view, props_len_pos)[0]
     if props_end != pos + size:
         raise RecordError(f"record at {pos}: fields end at {props_end - pos}, size is {size}")
-    return decode_properties(bytes(view[props_len_pos + 2 : props_end]))
+    topic = bytes(view[topic_pos:props_len_pos]).decode("utf-8", errors="replace")
+    return topic, decode_properties(bytes(view[props_len_pos + 2 : props_end]))

@@ -28,6 +28,7 @@ from services.dispatch.delivery.timer_enqueue import Enqueuer
 from services.dispatch.delivery.timer_store import TimerSettings, TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue
 from services.dispatch.storage_client import StorageClient
+from services.dispatch.tail_cache import TailCache
 from tide.format import TIMER_LOG_UNIT_BYTES, TIMER_TOPIC, TimerCheckpoint
 from tide.tail import Backoff
 from tide.tasks import cancel_and_wait
@@ -62,6 +63,7 @@ class TimerService:
         role: RoleWatcher,
         reput: Reput,
         find_queue: Callable[[str, int], ConsumeQueue | None],
+        tail_cache: TailCache | None = None,
     ) -> None:
         self.options = options
         self.store = TimerStore(store_dir, options.settings)
@@ -69,7 +71,7 @@ class TimerService:
         self._role = role
         self._progress = ProgressCopy(storage, role, "timer checkpoint")
         self._stopping = False
-        self.enqueuer = Enqueuer(self.store, storage, find_queue)
+        self.enqueuer = Enqueuer(self.store, storage, find_queue, tail_cache)
         self.dequeuer = Dequeuer(self.store, storage, reput)
         self._tasks: list[asyncio.Task[None]] = []
         self._syncing: asyncio.Future[TimerCheckpoint] | None = None

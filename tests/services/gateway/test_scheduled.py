@@ -7,11 +7,22 @@ short. "No earlier than due" compares store timestamps, never the test's clock.
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from tests._cluster import Cluster, cluster_fixture
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
-from tide.format import SCHEDULE_TOPIC, decode_record
+from tide.format import (
+    SCHEDULE_TOPIC,
+    TIMER_DELIVER_MS,
+    TIMER_TOPIC,
+    UNIQ_KEY,
+    decode_record,
+    encode_properties,
+    make_msg_id,
+    timer_properties,
+)
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import wait_until
@@ -115,6 +126,48 @@ def test_a_time_in_the_past_is_delivered_now(cluster: Cluster, topic_name: str) 
     assert (stored.message.topic, stored.message.queue_id) == (topic_name, 0)
     assert result.queue_offset == 0
     assert not any(name.startswith("TIMER_") for name in stored.message.properties)
+
+
+def test_a_batch_of_timed_bodies_is_stored_as_each_message_alone_would_be(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """The gateway's shorter path for a batch of timed messages with bodies only
+    (produce_timed.py): every record is what the general path stores, the properties of
+    tide.format.timer_properties in the timer topic, and the answer names the real queue."""
+    cluster.create_topic(topic_name, queues=2, message_type="DELAY")
+    precision_ms = cluster.brokers[0].dispatch.status().delivery.timer_precision_ms
+    start_ms = time.time_ns() // 1_000_000
+    at_ms = [start_ms + 3_600_000 + 137 * i for i in range(10)]
+    messages = [
+        pb.ProduceMessage(topic=topic_name, body=b"b%d" % i, deliver_at_ms=at)
+        for i, at in enumerate(at_ms)
+    ]
+    messages += [
+        pb.ProduceMessage(topic=topic_name, body=b"d", delay_ms=600_000 + i) for i in range(5)
+    ]
+    reply = cluster.gateway.stub.Produce(
+        pb.ProduceRequest(messages=messages, compact_results=True), timeout=RPC_TIMEOUT_S
+    )
+    end_ms = time.time_ns() // 1_000_000
+    (run,) = reply.runs
+    assert run.count == len(messages) and run.status == pb.ProduceResult.SEND_OK
+    for index, (sent, key) in enumerate(zip(messages, run.unique_keys, strict=True)):
+        msg_id = make_msg_id(run.msg_id_prefix, run.physical_offsets[index])
+        (stored,) = query(cluster, msg_id=msg_id)
+        message = stored.message
+        assert (message.topic, message.queue_id) == (TIMER_TOPIC, 0)
+        assert message.queue_offset == run.first_queue_offset + index
+        raw = raw_record(cluster, message.physical_offset, message.size)
+        record = decode_record(raw, 0, len(raw))
+        assert record.body == sent.body
+        deliver_ms = sent.deliver_at_ms or int(record.properties[TIMER_DELIVER_MS])
+        if sent.delay_ms:  # counted from the gateway's clock during the call
+            assert start_ms + sent.delay_ms <= deliver_ms <= end_ms + sent.delay_ms
+        expected = timer_properties(
+            {UNIQ_KEY: key}, topic_name, run.queue_id, deliver_ms, 0, precision_ms
+        )
+        assert raw.endswith(encode_properties(expected))
+        assert list(record.properties) == list(expected)
 
 
 def test_bad_delays_are_refused_naming_the_fix(cluster: Cluster, topic_name: str) -> None:
