@@ -89,6 +89,14 @@ BROKER_NAMES_MAX_COUNT = 1_024  # brokers one CreateTopic names
 QUEUE_NUMS_MAX = 1_024  # read/write queues of a topic
 RETRY_DELAYS_MAX_COUNT = MAX_DELAY_LEVELS  # a CUSTOMIZED retry policy's delays (a level table)
 LOCK_QUEUES_MAX_COUNT = 1_024  # queues one LockQueues / UnlockQueues names (fifo, issue 19)
+# -- POP consumption (issue 20, docs/pop.md) ----------------------------------------------
+RECEIPT_HANDLE_MAX_CHARS = 512  # a receipt handle the gateway gave out is well under it
+ACK_ENTRIES_MAX_COUNT = 1_024  # receipt handles one Ack names (a Receive's most, and more)
+# A received message's invisible duration, as RocketMQ 5's proxy bounds it: at least 10 s
+# (a shorter one redelivers messages still being consumed), at most 12 h (the revive
+# service holds the checkpoint that long).
+POP_INVISIBLE_MIN_MS = 10_000
+POP_INVISIBLE_MAX_MS = 12 * 3_600_000
 # -- broker metadata (slave sync, delivery progress) ---------------------------------------
 # The metadata files one GetMetadata returns, together (a master answers RESOURCE_EXHAUSTED
 # past it, naming each file's size): the topic and offset tables at their own limits fit.
@@ -132,6 +140,10 @@ LIMITS: dict[str, int] = {
     "QUEUE_NUMS_MAX": QUEUE_NUMS_MAX,
     "RETRY_DELAYS_MAX_COUNT": RETRY_DELAYS_MAX_COUNT,
     "LOCK_QUEUES_MAX_COUNT": LOCK_QUEUES_MAX_COUNT,
+    "RECEIPT_HANDLE_MAX_CHARS": RECEIPT_HANDLE_MAX_CHARS,
+    "ACK_ENTRIES_MAX_COUNT": ACK_ENTRIES_MAX_COUNT,
+    "POP_INVISIBLE_MIN_MS": POP_INVISIBLE_MIN_MS,
+    "POP_INVISIBLE_MAX_MS": POP_INVISIBLE_MAX_MS,
     "METADATA_MAX_BYTES": METADATA_MAX_BYTES,
     "DELAY_OFFSETS_MAX_BYTES": DELAY_OFFSETS_MAX_BYTES,
     "TRANSACTION_CHECKS_MAX_BYTES": TRANSACTION_CHECKS_MAX_BYTES,
@@ -249,6 +261,23 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.ListHalfMessagesRequest.producer_group": "CONSUMER_GROUP_MAX_CHARS",
     # fifo (issue 19): queue locks, the puller's client id
     "tide.v1.PullRequest.client_id": "CLIENT_ID_MAX_CHARS",
+    # pop (issue 20)
+    "tide.v1.ReceiveRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.ReceiveRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.ReceiveRequest.expression": "EXPRESSION_MAX_CHARS",
+    "tide.v1.ReceiveRequest.client_id": "CLIENT_ID_MAX_CHARS",
+    "tide.v1.AckRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.AckRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.AckRequest.entries": "ACK_ENTRIES_MAX_COUNT",
+    "tide.v1.AckEntry.receipt_handle": "RECEIPT_HANDLE_MAX_CHARS",
+    "tide.v1.ChangeInvisibleDurationRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.ChangeInvisibleDurationRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.ChangeInvisibleDurationRequest.receipt_handle": "RECEIPT_HANDLE_MAX_CHARS",
+    "tide.v1.ForwardToDeadLetterRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.ForwardToDeadLetterRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.ForwardToDeadLetterRequest.receipt_handle": "RECEIPT_HANDLE_MAX_CHARS",
+    "tide.v1.GetGroupLagRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.GetGroupLagRequest.topic": "TOPIC_MAX_BYTES",
     "tide.v1.LockedQueue.topic": "TOPIC_MAX_BYTES",
     "tide.v1.QueueLockRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
     "tide.v1.QueueLockRequest.client_id": "CLIENT_ID_MAX_CHARS",

@@ -51,6 +51,32 @@ COMMIT: TransactionResolution.ValueType  # 1
 ROLLBACK: TransactionResolution.ValueType  # 2
 Global___TransactionResolution: _TypeAlias = TransactionResolution  # noqa: Y015
 
+class _PopErrorReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PopErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PopErrorReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    POP_ERROR_NONE: _PopErrorReason.ValueType  # 0
+    POP_ERROR_INVALID_RECEIPT_HANDLE: _PopErrorReason.ValueType  # 1
+    """Not a handle this cluster gave out, or for another group or topic."""
+    POP_ERROR_RECEIPT_HANDLE_EXPIRED: _PopErrorReason.ValueType  # 2
+    """Its invisible time passed: the message is (or will be) delivered again."""
+    POP_ERROR_UNAVAILABLE: _PopErrorReason.ValueType  # 3
+    """The broker that gave it out is not reachable now; retry."""
+
+class PopErrorReason(_PopErrorReason, metaclass=_PopErrorReasonEnumTypeWrapper):
+    """Why a POP call on one receipt handle failed (ReceiveError of the gateway's POP module)."""
+
+POP_ERROR_NONE: PopErrorReason.ValueType  # 0
+POP_ERROR_INVALID_RECEIPT_HANDLE: PopErrorReason.ValueType  # 1
+"""Not a handle this cluster gave out, or for another group or topic."""
+POP_ERROR_RECEIPT_HANDLE_EXPIRED: PopErrorReason.ValueType  # 2
+"""Its invisible time passed: the message is (or will be) delivered again."""
+POP_ERROR_UNAVAILABLE: PopErrorReason.ValueType  # 3
+"""The broker that gave it out is not reachable now; retry."""
+Global___PopErrorReason: _TypeAlias = PopErrorReason  # noqa: Y015
+
 @_typing.final
 class QueueRef(_message.Message):
     """An explicit queue of a topic."""
@@ -1389,3 +1415,402 @@ class BrokerQueueLockRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BrokerQueueLockRequest: _TypeAlias = BrokerQueueLockRequest  # noqa: Y015
+
+@_typing.final
+class ReceiveRequest(_message.Message):
+    """pop (issue 20): POP consumption (docs/pop.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    EXPRESSION_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_FIELD_NUMBER: _builtins.int
+    INVISIBLE_DURATION_MS_FIELD_NUMBER: _builtins.int
+    LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    expression: _builtins.str
+    """Tag expression, as Pull's ("*" or empty: every message; "a || b")."""
+    max_messages: _builtins.int
+    """1 .. the gateway's max_pull_messages."""
+    invisible_duration_ms: _builtins.int
+    """How long received messages stay invisible to the group: 10 s .. 12 h
+    (POP_INVISIBLE_MIN_MS / POP_INVISIBLE_MAX_MS in tide.limits).
+    """
+    long_poll_timeout_ms: _builtins.int
+    """Hold the call this long when nothing is ready (bounded by the call's deadline)."""
+    client_id: _builtins.str
+    @_builtins.property
+    def queue(self) -> Global___QueueRef:
+        """Receive from this broker only (queue_id -1: any of its queues), or from every broker
+        serving the topic when unset.
+        """
+
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        expression: _builtins.str = ...,
+        max_messages: _builtins.int = ...,
+        invisible_duration_ms: _builtins.int = ...,
+        long_poll_timeout_ms: _builtins.int = ...,
+        client_id: _builtins.str = ...,
+        queue: Global___QueueRef | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "consumer_group", b"consumer_group", "expression", b"expression", "invisible_duration_ms", b"invisible_duration_ms", "long_poll_timeout_ms", b"long_poll_timeout_ms", "max_messages", b"max_messages", "queue", b"queue", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReceiveRequest: _TypeAlias = ReceiveRequest  # noqa: Y015
+
+@_typing.final
+class ReceivedMessage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    RECEIPT_HANDLE_FIELD_NUMBER: _builtins.int
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _builtins.int
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _builtins.int
+    broker_name: _builtins.str
+    receipt_handle: _builtins.str
+    """Opaque; names the delivery. Ack / ChangeInvisibleDuration / ForwardToDeadLetter take it."""
+    delivery_attempt: _builtins.int
+    """1 on the first delivery, + 1 on each redelivery."""
+    invisible_until_ms: _builtins.int
+    """When the message becomes visible again unless acked, ms since epoch."""
+    @_builtins.property
+    def message(self) -> _storage_pb2.StoredMessage:
+        """The message as stored, shown as its original: for a message delivered again through
+        the group's POP retry topic, topic, queue_id, queue_offset and msg_id are the
+        original's (as Pull shows retried messages).
+        """
+
+    def __init__(
+        self,
+        *,
+        message: _storage_pb2.StoredMessage | None = ...,
+        broker_name: _builtins.str = ...,
+        receipt_handle: _builtins.str = ...,
+        delivery_attempt: _builtins.int = ...,
+        invisible_until_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "delivery_attempt", b"delivery_attempt", "invisible_until_ms", b"invisible_until_ms", "message", b"message", "receipt_handle", b"receipt_handle"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReceivedMessage: _TypeAlias = ReceivedMessage  # noqa: Y015
+
+@_typing.final
+class ReceiveResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    DELIVERY_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    delivery_timestamp_ms: _builtins.int
+    """When the brokers took the messages (or answered empty), ms since epoch."""
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReceivedMessage]: ...
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___ReceivedMessage] | None = ...,
+        delivery_timestamp_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_timestamp_ms", b"delivery_timestamp_ms", "messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReceiveResponse: _TypeAlias = ReceiveResponse  # noqa: Y015
+
+@_typing.final
+class AckEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECEIPT_HANDLE_FIELD_NUMBER: _builtins.int
+    receipt_handle: _builtins.str
+    def __init__(
+        self,
+        *,
+        receipt_handle: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["receipt_handle", b"receipt_handle"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckEntry: _TypeAlias = AckEntry  # noqa: Y015
+
+@_typing.final
+class AckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AckEntry]: ...
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        entries: _abc.Iterable[Global___AckEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "entries", b"entries", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckRequest: _TypeAlias = AckRequest  # noqa: Y015
+
+@_typing.final
+class AckResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECEIPT_HANDLE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    receipt_handle: _builtins.str
+    error: Global___PopErrorReason.ValueType
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        receipt_handle: _builtins.str = ...,
+        error: Global___PopErrorReason.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "receipt_handle", b"receipt_handle"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckResult: _TypeAlias = AckResult  # noqa: Y015
+
+@_typing.final
+class AckResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AckResult]:
+        """One per entry, in the request's order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___AckResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckResponse: _TypeAlias = AckResponse  # noqa: Y015
+
+@_typing.final
+class ChangeInvisibleDurationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    RECEIPT_HANDLE_FIELD_NUMBER: _builtins.int
+    INVISIBLE_DURATION_MS_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    receipt_handle: _builtins.str
+    invisible_duration_ms: _builtins.int
+    """From now; 10 s .. 12 h as Receive's, except that 0 .. 10 s is allowed here (a push
+    consumer's retry backoff: RocketMQ's proxy accepts it).
+    """
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        receipt_handle: _builtins.str = ...,
+        invisible_duration_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "invisible_duration_ms", b"invisible_duration_ms", "receipt_handle", b"receipt_handle", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeInvisibleDurationRequest: _TypeAlias = ChangeInvisibleDurationRequest  # noqa: Y015
+
+@_typing.final
+class ChangeInvisibleDurationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECEIPT_HANDLE_FIELD_NUMBER: _builtins.int
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _builtins.int
+    receipt_handle: _builtins.str
+    invisible_until_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        receipt_handle: _builtins.str = ...,
+        invisible_until_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["invisible_until_ms", b"invisible_until_ms", "receipt_handle", b"receipt_handle"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeInvisibleDurationResponse: _TypeAlias = ChangeInvisibleDurationResponse  # noqa: Y015
+
+@_typing.final
+class ForwardToDeadLetterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    RECEIPT_HANDLE_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    receipt_handle: _builtins.str
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        receipt_handle: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "receipt_handle", b"receipt_handle", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForwardToDeadLetterRequest: _TypeAlias = ForwardToDeadLetterRequest  # noqa: Y015
+
+@_typing.final
+class ForwardToDeadLetterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    MSG_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """%DLQ%<group>, and the dead letter's offset message id there."""
+    msg_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        msg_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["msg_id", b"msg_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForwardToDeadLetterResponse: _TypeAlias = ForwardToDeadLetterResponse  # noqa: Y015
+
+@_typing.final
+class GetGroupLagRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetGroupLagRequest: _TypeAlias = GetGroupLagRequest  # noqa: Y015
+
+@_typing.final
+class QueueLag(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_NAME_FIELD_NUMBER: _builtins.int
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    CONSUMER_OFFSET_FIELD_NUMBER: _builtins.int
+    READY_FIELD_NUMBER: _builtins.int
+    INFLIGHT_FIELD_NUMBER: _builtins.int
+    broker_name: _builtins.str
+    queue_id: _builtins.int
+    max_offset: _builtins.int
+    consumer_offset: _builtins.int
+    """The group's consume offset (pull groups: the committed offset; POP groups: the
+    next offset a Receive takes).
+    """
+    ready: _builtins.int
+    inflight: _builtins.int
+    def __init__(
+        self,
+        *,
+        broker_name: _builtins.str = ...,
+        queue_id: _builtins.int = ...,
+        max_offset: _builtins.int = ...,
+        consumer_offset: _builtins.int = ...,
+        ready: _builtins.int = ...,
+        inflight: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "consumer_offset", b"consumer_offset", "inflight", b"inflight", "max_offset", b"max_offset", "queue_id", b"queue_id", "ready", b"ready"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueLag: _TypeAlias = QueueLag  # noqa: Y015
+
+@_typing.final
+class GetGroupLagResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    READY_FIELD_NUMBER: _builtins.int
+    INFLIGHT_FIELD_NUMBER: _builtins.int
+    DELAYED_FIELD_NUMBER: _builtins.int
+    ready: _builtins.int
+    inflight: _builtins.int
+    delayed: _builtins.int
+    """Waiting in the group's POP retry topic to be delivered again."""
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueLag]: ...
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[Global___QueueLag] | None = ...,
+        ready: _builtins.int = ...,
+        inflight: _builtins.int = ...,
+        delayed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delayed", b"delayed", "inflight", b"inflight", "queues", b"queues", "ready", b"ready"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetGroupLagResponse: _TypeAlias = GetGroupLagResponse  # noqa: Y015

@@ -181,6 +181,31 @@ class GatewayStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
                 _registered_method=True)
+        self.Receive = channel.unary_unary(
+                '/tide.v1.Gateway/Receive',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.ReceiveRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.ReceiveResponse.FromString,
+                _registered_method=True)
+        self.Ack = channel.unary_unary(
+                '/tide.v1.Gateway/Ack',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.AckRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.AckResponse.FromString,
+                _registered_method=True)
+        self.ChangeInvisibleDuration = channel.unary_unary(
+                '/tide.v1.Gateway/ChangeInvisibleDuration',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.ChangeInvisibleDurationRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.ChangeInvisibleDurationResponse.FromString,
+                _registered_method=True)
+        self.ForwardToDeadLetter = channel.unary_unary(
+                '/tide.v1.Gateway/ForwardToDeadLetter',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.ForwardToDeadLetterRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.ForwardToDeadLetterResponse.FromString,
+                _registered_method=True)
+        self.GetGroupLag = channel.unary_unary(
+                '/tide.v1.Gateway/GetGroupLag',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -402,6 +427,50 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Receive(self, request, context):
+        """pop (issue 20): POP consumption, RocketMQ 5's broker-side consumption (docs/pop.md).
+        The brokers hand a group messages from a topic's queues without client-side
+        rebalancing. Each received message is invisible to the group for the invisible
+        duration and carries a receipt handle; Ack removes it for the group; a message not
+        acked in time is delivered again (delivery attempt + 1) and, past the group's retry
+        maximum, stored in %DLQ%<group>. With nothing to receive and long_poll_timeout_ms > 0
+        the call is held until a message arrives or the timeout passes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Ack(self, request, context):
+        """Acknowledge received messages; each entry is answered on its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeInvisibleDuration(self, request, context):
+        """Make a received message invisible for a new duration from now; answers a new receipt
+        handle (the old one is spent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardToDeadLetter(self, request, context):
+        """Store a received message in %DLQ%<group> now and ack it (the client gave up on it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGroupLag(self, request, context):
+        """Per queue of a topic, a group's lag: ready (stored, not yet received), inflight
+        (received, not acked, not yet due again) and delayed (waiting in the group's POP retry
+        topic), for POP and pull groups alike.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -549,6 +618,31 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetQueueLocks,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.SerializeToString,
+            ),
+            'Receive': grpc.unary_unary_rpc_method_handler(
+                    servicer.Receive,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.ReceiveRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.ReceiveResponse.SerializeToString,
+            ),
+            'Ack': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ack,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.AckRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.AckResponse.SerializeToString,
+            ),
+            'ChangeInvisibleDuration': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeInvisibleDuration,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.ChangeInvisibleDurationRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.ChangeInvisibleDurationResponse.SerializeToString,
+            ),
+            'ForwardToDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardToDeadLetter,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.ForwardToDeadLetterRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.ForwardToDeadLetterResponse.SerializeToString,
+            ),
+            'GetGroupLag': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroupLag,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1334,6 +1428,141 @@ class Gateway:
             '/tide.v1.Gateway/GetQueueLocks',
             tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Receive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/Receive',
+            tide_dot_v1_dot_gateway__pb2.ReceiveRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.ReceiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/Ack',
+            tide_dot_v1_dot_gateway__pb2.AckRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeInvisibleDuration(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/ChangeInvisibleDuration',
+            tide_dot_v1_dot_gateway__pb2.ChangeInvisibleDurationRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.ChangeInvisibleDurationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForwardToDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/ForwardToDeadLetter',
+            tide_dot_v1_dot_gateway__pb2.ForwardToDeadLetterRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.ForwardToDeadLetterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroupLag(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/GetGroupLag',
+            tide_dot_v1_dot_gateway__pb2.GetGroupLagRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.GetGroupLagResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -127,6 +127,28 @@ class GatewayStub:
     UnlockQueues: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueUnlockResponse]
     GetQueueLocks: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]
     """The unexpired leases of a group on a topic, from every master serving the topic."""
+    Receive: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ReceiveRequest, _gateway_pb2.ReceiveResponse]
+    """pop (issue 20): POP consumption, RocketMQ 5's broker-side consumption (docs/pop.md).
+    The brokers hand a group messages from a topic's queues without client-side
+    rebalancing. Each received message is invisible to the group for the invisible
+    duration and carries a receipt handle; Ack removes it for the group; a message not
+    acked in time is delivered again (delivery attempt + 1) and, past the group's retry
+    maximum, stored in %DLQ%<group>. With nothing to receive and long_poll_timeout_ms > 0
+    the call is held until a message arrives or the timeout passes.
+    """
+    Ack: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.AckRequest, _gateway_pb2.AckResponse]
+    """Acknowledge received messages; each entry is answered on its own."""
+    ChangeInvisibleDuration: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ChangeInvisibleDurationRequest, _gateway_pb2.ChangeInvisibleDurationResponse]
+    """Make a received message invisible for a new duration from now; answers a new receipt
+    handle (the old one is spent).
+    """
+    ForwardToDeadLetter: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ForwardToDeadLetterRequest, _gateway_pb2.ForwardToDeadLetterResponse]
+    """Store a received message in %DLQ%<group> now and ack it (the client gave up on it)."""
+    GetGroupLag: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetGroupLagRequest, _gateway_pb2.GetGroupLagResponse]
+    """Per queue of a topic, a group's lag: ready (stored, not yet received), inflight
+    (received, not acked, not yet due again) and delayed (waiting in the group's POP retry
+    topic), for POP and pull groups alike.
+    """
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -212,6 +234,28 @@ class GatewayAsyncStub(GatewayStub):
     UnlockQueues: _aio.UnaryUnaryMultiCallable[_gateway_pb2.BrokerQueueLockRequest, _storage_pb2.QueueUnlockResponse]  # type: ignore[assignment]
     GetQueueLocks: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]  # type: ignore[assignment]
     """The unexpired leases of a group on a topic, from every master serving the topic."""
+    Receive: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ReceiveRequest, _gateway_pb2.ReceiveResponse]  # type: ignore[assignment]
+    """pop (issue 20): POP consumption, RocketMQ 5's broker-side consumption (docs/pop.md).
+    The brokers hand a group messages from a topic's queues without client-side
+    rebalancing. Each received message is invisible to the group for the invisible
+    duration and carries a receipt handle; Ack removes it for the group; a message not
+    acked in time is delivered again (delivery attempt + 1) and, past the group's retry
+    maximum, stored in %DLQ%<group>. With nothing to receive and long_poll_timeout_ms > 0
+    the call is held until a message arrives or the timeout passes.
+    """
+    Ack: _aio.UnaryUnaryMultiCallable[_gateway_pb2.AckRequest, _gateway_pb2.AckResponse]  # type: ignore[assignment]
+    """Acknowledge received messages; each entry is answered on its own."""
+    ChangeInvisibleDuration: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ChangeInvisibleDurationRequest, _gateway_pb2.ChangeInvisibleDurationResponse]  # type: ignore[assignment]
+    """Make a received message invisible for a new duration from now; answers a new receipt
+    handle (the old one is spent).
+    """
+    ForwardToDeadLetter: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ForwardToDeadLetterRequest, _gateway_pb2.ForwardToDeadLetterResponse]  # type: ignore[assignment]
+    """Store a received message in %DLQ%<group> now and ack it (the client gave up on it)."""
+    GetGroupLag: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetGroupLagRequest, _gateway_pb2.GetGroupLagResponse]  # type: ignore[assignment]
+    """Per queue of a topic, a group's lag: ready (stored, not yet received), inflight
+    (received, not acked, not yet due again) and delayed (waiting in the group's POP retry
+    topic), for POP and pull groups alike.
+    """
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -468,5 +512,57 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.GetQueueLocksResponse, _abc.Awaitable[_storage_pb2.GetQueueLocksResponse]]:
         """The unexpired leases of a group on a topic, from every master serving the topic."""
+
+    @_abc_1.abstractmethod
+    def Receive(
+        self,
+        request: _gateway_pb2.ReceiveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ReceiveResponse, _abc.Awaitable[_gateway_pb2.ReceiveResponse]]:
+        """pop (issue 20): POP consumption, RocketMQ 5's broker-side consumption (docs/pop.md).
+        The brokers hand a group messages from a topic's queues without client-side
+        rebalancing. Each received message is invisible to the group for the invisible
+        duration and carries a receipt handle; Ack removes it for the group; a message not
+        acked in time is delivered again (delivery attempt + 1) and, past the group's retry
+        maximum, stored in %DLQ%<group>. With nothing to receive and long_poll_timeout_ms > 0
+        the call is held until a message arrives or the timeout passes.
+        """
+
+    @_abc_1.abstractmethod
+    def Ack(
+        self,
+        request: _gateway_pb2.AckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AckResponse, _abc.Awaitable[_gateway_pb2.AckResponse]]:
+        """Acknowledge received messages; each entry is answered on its own."""
+
+    @_abc_1.abstractmethod
+    def ChangeInvisibleDuration(
+        self,
+        request: _gateway_pb2.ChangeInvisibleDurationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ChangeInvisibleDurationResponse, _abc.Awaitable[_gateway_pb2.ChangeInvisibleDurationResponse]]:
+        """Make a received message invisible for a new duration from now; answers a new receipt
+        handle (the old one is spent).
+        """
+
+    @_abc_1.abstractmethod
+    def ForwardToDeadLetter(
+        self,
+        request: _gateway_pb2.ForwardToDeadLetterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ForwardToDeadLetterResponse, _abc.Awaitable[_gateway_pb2.ForwardToDeadLetterResponse]]:
+        """Store a received message in %DLQ%<group> now and ack it (the client gave up on it)."""
+
+    @_abc_1.abstractmethod
+    def GetGroupLag(
+        self,
+        request: _gateway_pb2.GetGroupLagRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.GetGroupLagResponse, _abc.Awaitable[_gateway_pb2.GetGroupLagResponse]]:
+        """Per queue of a topic, a group's lag: ready (stored, not yet received), inflight
+        (received, not acked, not yet due again) and delayed (waiting in the group's POP retry
+        topic), for POP and pull groups alike.
+        """
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
