@@ -41,6 +41,7 @@ class ConsumeGate:
         self._answers: OrderedDict[_Key, tuple[float, bool]] = OrderedDict()
         self._fetching: SingleFlight[_Key, bool] = SingleFlight("group-config")
         self._failing: set[str] = set()  # brokers whose failure was logged
+        self.refused = 0  # a metric (tide_gateway_pulls_refused_total)
 
     async def check(self, group: str, broker_name: str, members: Sequence[Member]) -> None:
         """Raise FAILED_PRECONDITION when ``group`` may not consume on the broker."""
@@ -53,6 +54,7 @@ class ConsumeGate:
         else:
             enabled = await self._fetch_shared(key, members)
         if not enabled:
+            self.refused += 1
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"consumer group {quote(group)} may not consume on broker "

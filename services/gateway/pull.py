@@ -168,6 +168,10 @@ def _unknown_broker(view: TopicView, broker_name: str) -> ServiceError:
     )
 
 
+REFUSED_QUEUE_LOCKED = "queue_locked"
+REFUSED_CONSUME_DISABLED = "consume_disabled"
+
+
 class Puller:
     def __init__(
         self,
@@ -196,6 +200,15 @@ class Puller:
         )
         # Held records pulls answered with the entries their wake-up notice carried.
         self.arrival_answers = 0
+
+    def refused(self) -> dict[str, int]:
+        """Pulls refused so far by reason (a metric): by the queue lock check (another
+        member holds the queue) or because the group may not consume."""
+        locks = self._queue_locks
+        return {
+            REFUSED_QUEUE_LOCKED: 0 if locks is None else locks.refused_pulls,
+            REFUSED_CONSUME_DISABLED: self._gate.refused,
+        }
 
     async def pull(self, request: pb.PullRequest, *, browse: bool = False) -> pb.PullResponse:
         """A Pull; with ``browse`` an operator's BrowseQueue: the queue's read permission

@@ -65,6 +65,7 @@ class QueueLocks:
         self._channels = channels
         # (broker, group, topic) -> (fetched at, monotonic ms; queue id -> holder)
         self._states: OrderedDict[_StateKey, tuple[int, dict[int, str]]] = OrderedDict()
+        self.refused_pulls = 0  # a metric (tide_gateway_pulls_refused_total)
         self._fetching: SingleFlight[_StateKey, dict[int, str] | None] = SingleFlight("queue-locks")
 
     # -- forwarding ------------------------------------------------------------------
@@ -163,6 +164,7 @@ class QueueLocks:
             request.broker_name, request.consumer_group, request.topic, request.queue_id
         )
         if holder is not None and holder != client_id:
+            self.refused_pulls += 1
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"queue {quote(request.topic)} {request.broker_name}/{request.queue_id} is "

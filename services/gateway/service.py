@@ -16,7 +16,7 @@ from services.gateway.brokers import BrokerChannels
 from services.gateway.consumers import Consumers
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.long_poll import HeldPulls
-from services.gateway.metrics import GatewayMetrics
+from services.gateway.metrics import GatewayMetrics, OrderingTotals
 from services.gateway.namesrv import NameServerClient
 from services.gateway.options import OPTIONS, GatewayConfig, check_config, gateway_config
 from services.gateway.produce import Producer
@@ -67,6 +67,7 @@ class GatewayService:
             admin.auto_create if config.auto_create_topics else None,
         )
         queue_locks = QueueLocks(config, self._routes, self._channels)
+        transactions = Transactions(config, self._routes, self._channels)
         puller = Puller(config, self._routes, self._channels, self._held, members, queue_locks)
         send_backs = SendBacks(config, self._routes, self._channels)
         querier = Querier(config, self._routes, self._channels, members)
@@ -80,7 +81,7 @@ class GatewayService:
             config.max_produce_in_flight_bytes,
             config.max_produce_stream_in_flight_bytes,
             recaller=Recaller(config, self._routes, self._channels, querier),
-            transactions=Transactions(config, self._routes, self._channels),
+            transactions=transactions,
             queue_locks=queue_locks,
         )
         # Wraps some handlers.
@@ -92,6 +93,11 @@ class GatewayService:
             self._servicer.produce_streams,
             puller.budget,
             lambda: send_backs.totals,
+            OrderingTotals(
+                puller.refused,
+                lambda: producer.halves_stored,
+                lambda: transactions.checks_sent,
+            ),
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:

@@ -10,6 +10,11 @@ writable, replication lag) is sampled on the event loop from the state ``GetStat
 reports, and the Append bytes in flight (``tide_storage_append_in_flight_bytes``,
 ``..._peak_bytes``, bounded by ``max_append_in_flight_bytes``; refusals in
 ``tide_storage_append_refused_total``) from the servicer's budget.
+
+Queue locks of orderly consumers (engine/queue_locks.py): ``tide_storage_queue_locks``
+(unexpired leases, sampled) and ``tide_storage_queue_lock_handovers_total{reason}``
+(a queue locked by another member than its last holder: ``released`` after an unlock,
+``expired`` after its holder stopped renewing).
 """
 
 from __future__ import annotations
@@ -113,6 +118,14 @@ class StorageMetrics:
             lambda: self._sync_stat("failures"),
             "a slave's metadata syncs that failed (the reason: GetStatus "
             "replication.metadata_sync_error and the log)",
+        )
+        observable_total(
+            meter,
+            "tide_storage_queue_lock_handovers_total",
+            lambda: queue_locks.handovers if queue_locks is not None else {},
+            "queues locked by another consumer than their last holder, after it released "
+            "them (reason=released) or its lock expired (reason=expired)",
+            label="reason",
         )
         self._latency = meter.create_histogram(
             "tide_storage_append_latency_seconds",
