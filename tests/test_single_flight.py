@@ -127,7 +127,7 @@ def test_a_caller_during_the_fetch_does_not_start_another() -> None:
         second = asyncio.create_task(flight.run("k", late.fetch))
         await _until_waiting(flight, [first, second])
         fetcher.release.set()
-        assert await asyncio.gather(first, second) == ["answer", "answer"]
+        assert list(await asyncio.gather(first, second)) == ["answer", "answer"]
         assert late.started == 0
 
     asyncio.run(main())

@@ -42,11 +42,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def metrics_of(cluster: Cluster, service: str) -> dict[str, float]:
-    process = {
-        "gateway": cluster.gateway,
-        "storage": cluster.brokers[0].storage,
-        "dispatch": cluster.brokers[0].dispatch,
-    }[service]
+    broker = cluster.brokers[0]
+    if service == "gateway":
+        return scrape(cluster.gateway.ready["metrics"])
+    process = broker.storage if service == "storage" else broker.dispatch
     return scrape(process.ready["metrics"])
 
 
