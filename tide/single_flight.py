@@ -29,7 +29,7 @@ V = TypeVar("V")
 
 class SingleFlight(Generic[K, V]):
     def __init__(self, name: str) -> None:
-        self._name = name  # names the fetch tasks (debugging, asyncio's task dumps)
+        self._name = name  # names the fetch tasks (asyncio's task dumps)
         self._fetching: dict[K, asyncio.Task[V]] = {}
 
     def __len__(self) -> int:
@@ -41,7 +41,8 @@ class SingleFlight(Generic[K, V]):
         now (called only then)."""
         task = self._fetching.get(key)
         if task is None:
-            task = asyncio.create_task(fetch(), name=f"{self._name}-{key}")
+            # Named without the key: formatting it would cost every fetch (a pull's key).
+            task = asyncio.create_task(fetch(), name=self._name)
             self._fetching[key] = task
             task.add_done_callback(lambda done: self._done(key, done))
         return await asyncio.shield(task)
