@@ -75,12 +75,12 @@ def ack(stub: pb_grpc.GatewayStub, group: str, topic: str, handles: list[str]) -
 
 
 def receive_all(
-    stub: pb_grpc.GatewayStub, group: str, topic: str, count: int
+    stub: pb_grpc.GatewayStub, group: str, topic: str, count: int, max_messages: int = 32
 ) -> list[pb.ReceivedMessage]:
     """Receive until ``count`` messages came (each Receive may take a part)."""
     got: list[pb.ReceivedMessage] = []
     wait_until(
-        lambda: len(got.__iadd__(receive(stub, group, topic))) >= count,
+        lambda: len(got.__iadd__(receive(stub, group, topic, max_messages))) >= count,
         f"{count} messages received",
         state=lambda: len(got),
     )
@@ -268,3 +268,55 @@ def test_lag_and_pull_offsets_beside_pop_offsets(cluster: Cluster) -> None:
         pb.GetGroupLagRequest(consumer_group=group, topic=topic), timeout=RPC_TIMEOUT_S
     )
     assert (lag.ready, lag.inflight) == (2, 0)
+
+
+def test_forward_to_dead_letter_stores_the_message_and_acks_it(cluster: Cluster) -> None:
+    topic, group = "T_pop_forward", "G_pop_forward"
+    cluster.create_topic(topic, queues=1)
+    (msg_id,) = produce(cluster.gateway.stub, topic, 1)
+    (got,) = receive_all(cluster.gateway.stub, group, topic, 1)
+    reply = cluster.gateway.stub.ForwardToDeadLetter(
+        pb.ForwardToDeadLetterRequest(
+            consumer_group=group, topic=topic, receipt_handle=got.receipt_handle
+        ),
+        timeout=RPC_TIMEOUT_S,
+    )
+    assert reply.topic == f"%DLQ%{group}" and reply.msg_id
+    wait_until(lambda: _browse(cluster, reply.topic), "the dead letter")
+    (dead,) = _browse(cluster, reply.topic)
+    assert dead.properties["DLQ_ORIGIN_MESSAGE_ID"] == msg_id
+    assert ack(cluster.gateway.stub, group, topic, [got.receipt_handle]).results[0].error != 0
+
+
+def test_fifo_one_message_group_in_flight_and_redelivery_in_place(cluster: Cluster) -> None:
+    """A FIFO topic consumed by an orderly group: the queue's next message only after the
+    previous one is acked; one not acked in time comes again at its place (attempt + 1)
+    before any later one."""
+    topic, group = "T_pop_fifo", "G_pop_fifo"
+    cluster.create_topic(topic, queues=1, message_type="FIFO")
+    config = storage_pb.GroupConfig(
+        group_name=group, consume_enable=True, consume_message_orderly=True, retry_max_times=16
+    )
+    cluster.gateway.stub.CreateGroup(pb.CreateGroupRequest(group=config), timeout=RPC_TIMEOUT_S)
+    stub = cluster.gateway.stub
+    messages = [
+        pb.ProduceMessage(topic=topic, body=f"o{i}".encode(), sharding_key="order-1")
+        for i in range(3)
+    ]
+    stub.Produce(pb.ProduceRequest(messages=messages), timeout=RPC_TIMEOUT_S)
+    cluster.wait_dispatched(topic, 3)
+    consumer_a = receive(stub, group, topic, max_messages=1)
+    assert [m.message.body for m in consumer_a] == [b"o0"]
+    # Consumer B: nothing while o0 is in flight.
+    assert receive(stub, group, topic, max_messages=1) == []
+    ack(stub, group, topic, [consumer_a[0].receipt_handle])
+    (first,) = receive(stub, group, topic, max_messages=1)
+    assert (first.message.body, first.delivery_attempt) == (b"o1", 1)
+    shorten(stub, group, topic, first.receipt_handle)
+    (again,) = receive_all(stub, group, topic, 1, max_messages=1)
+    assert (again.message.body, again.delivery_attempt) == (b"o1", 2)
+    assert again.message.queue_offset == first.message.queue_offset
+    assert again.message.topic == topic  # in place: not through a retry topic
+    ack(stub, group, topic, [again.receipt_handle])
+    (last,) = receive_all(stub, group, topic, 1, max_messages=1)
+    assert last.message.body == b"o2"
