@@ -1,0 +1,174 @@
+"""POP state survives SIGKILL of the dispatch, the storage and the gateway (issue 20):
+a consumer receives and acks in a loop while each process is killed in turn and
+restarted. Every message is acked in the end (nothing lost); no message is handed out
+again after its ack succeeded (checkpoints and acks are in the commitlog before the
+calls answer); messages received but not acked when a process died (the answer or the
+ack lost) are delivered again once their invisible time passes: at-least-once, counted
+and printed."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from tests._cluster import Cluster
+from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until
+
+MESSAGES = 600
+BATCH = 100
+RPC_TIMEOUT_S = 10.0
+WAIT_S = 240.0
+INVISIBLE_MS = 10_000  # the least a Receive may ask
+
+
+class Loop:
+    """Receive + ack until stopped; what was delivered and acked, per key."""
+
+    def __init__(self, stub: Callable[[], object], topic: str, group: str) -> None:
+        self._stub = stub
+        self._topic, self._group = topic, group
+        self._lock = threading.Lock()
+        self.delivered: Counter[str] = Counter()
+        self.acked: set[str] = set()
+        self.after_ack: Counter[str] = Counter()  # deliveries of a key already acked
+        # Keys of an Ack whose answer was lost (a process died): acked or not, unknown.
+        self.maybe_acked: set[str] = set()
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def acked_count(self) -> int:
+        with self._lock:
+            return len(self.acked)
+
+    def settled_count(self) -> int:
+        with self._lock:
+            return len(self.acked | self.maybe_acked)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._round()
+            except (grpc.RpcError, AssertionError):  # AssertionError: no gateway (restarting)
+                with self._lock:
+                    self.errors += 1
+                self._stop.wait(0.2)  # a process is down: back off before asking again
+
+    def _round(self) -> None:
+        stub = self._stub()
+        reply = stub.Receive(  # type: ignore[attr-defined]
+            pb.ReceiveRequest(
+                consumer_group=self._group,
+                topic=self._topic,
+                max_messages=16,
+                invisible_duration_ms=INVISIBLE_MS,
+                long_poll_timeout_ms=1_000,
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        with self._lock:
+            for message in reply.messages:
+                key = message.message.keys[0]
+                self.delivered[key] += 1
+                if key in self.acked:
+                    self.after_ack[key] += 1
+        if not reply.messages:
+            return
+        try:
+            answer = stub.Ack(  # type: ignore[attr-defined]
+                pb.AckRequest(
+                    consumer_group=self._group,
+                    topic=self._topic,
+                    entries=[pb.AckEntry(receipt_handle=m.receipt_handle) for m in reply.messages],
+                ),
+                timeout=RPC_TIMEOUT_S,
+            )
+        except grpc.RpcError:
+            with self._lock:
+                self.maybe_acked.update(m.message.keys[0] for m in reply.messages)
+            raise
+        with self._lock:
+            for message, result in zip(reply.messages, answer.results, strict=True):
+                if result.error == pb.POP_ERROR_NONE:
+                    self.acked.add(message.message.keys[0])
+
+
+def test_pop_state_survives_sigkill_of_each_process(tmp_path: Path) -> None:
+    with Cluster(
+        tmp_path,
+        brokers=1,
+        storage_args=("--flush", "sync"),
+        dispatch_args=("--pop-revive-interval-ms", "200", "--pop-offset-flush-interval-ms", "200"),
+    ) as cluster:
+        topic, group = "T_pop_crash", "G_pop_crash"
+        cluster.create_topic(topic, queues=2)
+        keys = [f"k{i}" for i in range(MESSAGES)]
+        for start in range(0, MESSAGES, BATCH):
+            cluster.gateway.stub.Produce(
+                pb.ProduceRequest(
+                    messages=[
+                        pb.ProduceMessage(topic=topic, body=b"m", keys=[key])
+                        for key in keys[start : start + BATCH]
+                    ]
+                ),
+                timeout=RPC_TIMEOUT_S,
+            )
+        loop = Loop(lambda: cluster.gateway.stub, topic, group)
+        member = cluster.brokers[0].master
+        crashes: list[tuple[str, Callable[[], object]]] = [
+            ("dispatch", lambda: (member.dispatch.kill(), cluster.restart_dispatch(member))),
+            ("storage", lambda: (member.kill(), cluster.restart(member))),
+            ("gateway", lambda: cluster.restart_gateway(kill=True)),
+        ]
+        loop.start()
+        try:
+            for index, (name, crash) in enumerate(crashes, start=1):
+                wait_until(
+                    lambda index=index: loop.acked_count() >= index * MESSAGES // 5,
+                    f"{index * MESSAGES // 5} messages acked before the {name} crash",
+                    WAIT_S,
+                    state=loop.acked_count,
+                )
+                crash()
+            wait_until(
+                lambda: loop.settled_count() == MESSAGES,
+                "every message acked (or its ack's answer lost)",
+                WAIT_S,
+                state=loop.settled_count,
+            )
+            # Nothing left for the group: none ready, in flight or waiting to come again.
+            wait_until(
+                lambda: _lag(cluster, topic, group) == (0, 0, 0),
+                "the group's lag to reach zero",
+                WAIT_S,
+                state=lambda: _lag(cluster, topic, group),
+            )
+        finally:
+            loop.stop()
+        assert loop.acked | loop.maybe_acked == set(keys)
+        assert not loop.after_ack, f"acked messages handed out again: {dict(loop.after_ack)}"
+        again = sum(loop.delivered.values()) - MESSAGES
+        print(
+            f"{MESSAGES} messages, 3 crashes (dispatch, storage, gateway): {again} delivered "
+            f"again (received, not acked when a process died), {len(loop.maybe_acked)} acks "
+            f"whose answer was lost, {loop.errors} failed calls"
+        )
+
+
+def _lag(cluster: Cluster, topic: str, group: str) -> tuple[int, int, int]:
+    lag = cluster.gateway.stub.GetGroupLag(
+        pb.GetGroupLagRequest(consumer_group=group, topic=topic), timeout=RPC_TIMEOUT_S
+    )
+    return lag.ready, lag.inflight, lag.delayed
