@@ -106,8 +106,11 @@ class PopConsumers:
             )
         try:
             tag_filter = parse_expression(request.expression)
+            pop_retry_topic(request.consumer_group, request.topic)  # the two names fit one
         except ExpressionError as exc:
             raise invalid(f"expression: {exc}") from exc
+        except ValueError as exc:
+            raise invalid(str(exc)) from exc
         return sorted(tag_filter.tags)
 
     def _masters(

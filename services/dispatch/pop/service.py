@@ -286,7 +286,7 @@ class PopService:
             queue = self.queues.find(request.topic, queue_id)
             response.max_offsets.append(queue.max_offset if queue is not None else 0)
         if request.with_retry:
-            retry = self.queues.find(pop_retry_topic(request.consumer_group, request.topic), 0)
+            retry = self.queues.find(retry_topic_of(request.consumer_group, request.topic), 0)
             response.retry_max_offset = retry.max_offset if retry is not None else 0
         return response
 
@@ -306,7 +306,7 @@ class PopService:
         turn = self._pops % len(ids)
         sources = [(request.topic, False, ids[turn:] + ids[:turn])]
         if request.with_retry and not request.fifo:
-            retry = (pop_retry_topic(request.consumer_group, request.topic), True, [0])
+            retry = (retry_topic_of(request.consumer_group, request.topic), True, [0])
             if self._pops % RETRY_FIRST_EVERY == 0:
                 sources.insert(0, retry)
             else:
@@ -477,7 +477,7 @@ class PopService:
                         inflight=self.state.inflight(key),
                     )
                 )
-            retry_key = (group, pop_retry_topic(group, topic), 0)
+            retry_key = (group, retry_topic_of(group, topic), 0)
             retry = self.queues.find(retry_key[1], 0)
             if retry is not None:
                 offset = self.state.next.get(retry_key)
@@ -502,6 +502,15 @@ class PopService:
             return await call
         except grpc.aio.AioRpcError as exc:
             raise ServiceError(exc.code(), f"storage: {exc.details()}") from exc
+
+
+def retry_topic_of(group: str, topic: str) -> str:
+    """The group's POP retry topic of ``topic``; INVALID_ARGUMENT when the two names are
+    too long together for one."""
+    try:
+        return pop_retry_topic(group, topic)
+    except ValueError as exc:
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
 
 
 def _check_pop(request: pb.PopMessagesRequest) -> None:
