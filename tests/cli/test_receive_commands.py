@@ -53,3 +53,10 @@ def test_receive_no_ack_leaves_messages_in_flight(cluster: Cluster) -> None:
     assert "x" in out
     lag = _lag(cluster, "G_cli_no_ack", topic)
     assert (lag["ready"], lag["inflight"]) == (0, 1)
+
+
+def test_group_create_consume_orderly(cluster: Cluster) -> None:
+    shown = json.loads(
+        ok(tide(cluster, "group", "create", "G_cli_fifo", "--consume-orderly", "--json"))
+    )
+    assert shown["group"]["consume_message_orderly"] is True

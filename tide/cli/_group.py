@@ -125,6 +125,13 @@ def _config_parent() -> argparse.ArgumentParser:
         help="whether the group may consume (--no-consume-enable stops it)",
     )
     parser.add_argument(
+        "--consume-orderly",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether the group consumes FIFO topics in order (POP: one message group in "
+        "flight at a time; docs/pop.md)",
+    )
+    parser.add_argument(
         "--broker", action="append", default=[], metavar="NAME", help="a broker (repeatable)"
     )
     parser.add_argument("--cluster", default="", metavar="NAME", help="every master of a cluster")
@@ -141,6 +148,7 @@ def _create(args: argparse.Namespace) -> int:
         "retry_multiplier": args.retry_multiplier,
         "retry_queue_nums": args.retry_queue_nums,
         "consume_enable": args.consume_enable,
+        "consume_orderly": args.consume_orderly,
     }
     with Admin(args.gateway) as admin:
         change = admin.update_group if args.update else admin.create_group
