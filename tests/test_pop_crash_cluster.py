@@ -127,17 +127,30 @@ def test_pop_state_survives_sigkill_of_each_process(tmp_path: Path) -> None:
             )
         loop = Loop(lambda: cluster.gateway.stub, topic, group)
         member = cluster.brokers[0].master
-        crashes: list[tuple[str, Callable[[], object]]] = [
-            ("dispatch", lambda: (member.dispatch.kill(), cluster.restart_dispatch(member))),
-            ("storage", lambda: (member.kill(), cluster.restart(member))),
-            ("gateway", lambda: cluster.restart_gateway(kill=True)),
+
+        def crash_dispatch() -> None:
+            member.dispatch.kill()
+            cluster.restart_dispatch(member)
+
+        def crash_storage() -> None:  # and its dispatch: a broker crash
+            member.kill()
+            cluster.restart(member)
+
+        def crash_gateway() -> None:
+            cluster.restart_gateway(kill=True)
+
+        crashes = [
+            ("dispatch", crash_dispatch),
+            ("storage", crash_storage),
+            ("gateway", crash_gateway),
         ]
         loop.start()
         try:
             for index, (name, crash) in enumerate(crashes, start=1):
+                target = index * MESSAGES // 5
                 wait_until(
-                    lambda index=index: loop.acked_count() >= index * MESSAGES // 5,
-                    f"{index * MESSAGES // 5} messages acked before the {name} crash",
+                    lambda target=target: loop.acked_count() >= target,  # type: ignore[misc]
+                    f"{target} messages acked before the {name} crash",
                     WAIT_S,
                     state=loop.acked_count,
                 )

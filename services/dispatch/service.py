@@ -26,6 +26,7 @@ from services.dispatch.options import (
     timer_options,
     transaction_options,
 )
+from services.dispatch.pop.handles import PopHandles
 from services.dispatch.pop.revive import Reviver
 from services.dispatch.pop.service import PopService
 from services.dispatch.servicer import DispatchServicer, Running
@@ -124,6 +125,7 @@ class DispatchService:
             timer=self._timer,
             transactions=transactions,
             pop=pop,
+            pop_handles=PopHandles(pop),
             reviver=reviver,
         )
         # Created once telemetry is configured (the meters come from its provider).

@@ -24,6 +24,7 @@ from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
+from services.dispatch.pop.handles import PopHandles
 from services.dispatch.pop.revive import Reviver
 from services.dispatch.pop.service import PopService
 from services.dispatch.storage_client import StorageClient
@@ -85,6 +86,7 @@ class Running:
     timer: TimerService | None = None  # the timed messages' delivery (--timer-enable)
     transactions: TransactionService | None = None  # half / op queues (issue 19)
     pop: PopService | None = None  # POP consumption (issue 20)
+    pop_handles: PopHandles | None = None
     reviver: Reviver | None = None
 
 
@@ -523,11 +525,11 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         return pb.ListHalfMessagesResponse(halves=listed)
 
     # -- pop (issue 20) ----------------------------------------------------------------
-    def _pop(self) -> tuple[PopService, Reviver]:
+    def _pop(self) -> tuple[PopService, PopHandles, Reviver]:
         running = self._running()
-        if running.pop is None or running.reviver is None:
+        if running.pop is None or running.pop_handles is None or running.reviver is None:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "this dispatch runs no POP service yet")
-        return running.pop, running.reviver
+        return running.pop, running.pop_handles, running.reviver
 
     async def PopMessages(
         self,
@@ -556,7 +558,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                 f"entries has {len(request.entries)} entries; at most {ACK_ENTRIES_MAX_COUNT} "
                 "(ACK_ENTRIES_MAX_COUNT)"
             )
-        return await self._pop()[0].ack(request)
+        return await self._pop()[1].ack(request)
 
     async def PopChangeInvisible(
         self,
@@ -569,7 +571,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                 f"invisible_duration_ms must be in 0..{POP_INVISIBLE_MAX_MS} "
                 f"(got {request.invisible_duration_ms})"
             )
-        return await self._pop()[0].change_invisible(request)
+        return await self._pop()[1].change_invisible(request)
 
     async def PopDeadLetter(
         self,
@@ -577,11 +579,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.PopDeadLetterResponse:
         _check_pop_names(request.consumer_group, request.topic)
-        pop, reviver = self._pop()
-        async with pop.lock:
-            await pop.ready()
-            ck = pop.held_checkpoint(request.consumer_group, request.topic, request.entry)
-            topic, msg_id = await reviver.dead_letter_now(request.entry.checkpoint_offset, ck)
+        topic, msg_id = await self._pop()[2].dead_letter_now(request)
         return pb.PopDeadLetterResponse(topic=topic, msg_id=msg_id)
 
     async def GetPopLag(
@@ -594,7 +592,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             raise _invalid(
                 f"queue_ids names {len(request.queue_ids)} queues; at most {MAX_POP_QUEUES}"
             )
-        return await self._pop()[0].lag(request, list(request.queue_ids))
+        return await self._pop()[1].lag(request)
 
 
 def _check_pop_names(group: str, topic: str) -> None:

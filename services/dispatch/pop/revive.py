@@ -23,6 +23,7 @@ import time
 
 import grpc
 
+from services.dispatch.pop.handles import held_checkpoint
 from services.dispatch.pop.records import ack_record, dead_letter_copy, retry_copy
 from services.dispatch.pop.service import PopService
 from services.dispatch.pop.state import key_of
@@ -41,6 +42,7 @@ from tide.format import (
 )
 from tide.quoting import quote
 from tide.server import ServiceError
+from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.dispatch.pop.revive")
@@ -121,8 +123,16 @@ class Reviver:
         )
         return topic, make_msg_id(appended.msg_id_prefix, appended.physical_offsets[0])
 
-    async def dead_letter_now(self, offset: int, ck: PopCheckpoint) -> tuple[str, str]:
-        """ForwardToDeadLetter: the client gave up on the message (lock held)."""
+    async def dead_letter_now(self, request: pb.PopDeadLetterRequest) -> tuple[str, str]:
+        """ForwardToDeadLetter: the client gave up on the message."""
+        service = self._service
+        async with service.lock:
+            await service.ready()
+            group, topic = request.consumer_group, request.topic
+            ck = held_checkpoint(service, group, topic, request.entry)
+            return await self._forward(request.entry.checkpoint_offset, ck)
+
+    async def _forward(self, offset: int, ck: PopCheckpoint) -> tuple[str, str]:
         stored = await self._read(ck)
         if stored is None:
             raise ServiceError(

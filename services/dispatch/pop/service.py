@@ -17,7 +17,8 @@ PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor).
   every ``offset_flush_interval_ms`` (offsets first: the progress never passes a
   checkpoint whose pop offset is not written back) and on stop.
 * One lock orders every change (pops, acks, revives): simple and safe; a busy broker's
-  pops wait for each other's Append (docs/pop.md, "Limits").
+  pops wait for each other's Append (docs/pop.md, "Known limits"). Acks, changes and lag:
+  handles.py; redelivery: revive.py.
 """
 
 from __future__ import annotations
@@ -34,18 +35,16 @@ import grpc
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
-from services.dispatch.pop.records import ack_record, checkpoint_record
+from services.dispatch.pop.records import checkpoint_record
 from services.dispatch.pop.state import PopOptions, PopState, QueueKey, key_of
 from services.dispatch.storage_client import AppendedRun, StorageClient
 from tide.format import (
     ACK_REASON_ACK,
-    ACK_REASON_CHANGE,
     ACK_TAG,
     CHECKPOINT_TAG,
     REVIVE_GROUP,
     REVIVE_QUEUE_ID,
     REVIVE_TOPIC,
-    PopAck,
     PopCheckpoint,
     PopRecordError,
     decode_ack,
@@ -53,7 +52,6 @@ from tide.format import (
     pop_retry_topic,
     tags_code,
 )
-from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -184,7 +182,7 @@ class PopService:
             offset = entries[-1].queue_offset + 1
             state.revive_end = offset
         for key, end in raised.items():
-            stored = await self._stored_offset(key)
+            stored = await self.stored_offset(key)
             state.next[key] = max(stored, end)
         for key, acked in state.fifo_acked.items():
             low = min((state.held[o].queue_offset for o in state.by_queue.get(key, ())), default=0)
@@ -208,14 +206,14 @@ class PopService:
         except PopRecordError as exc:
             log.warning("revive log record at queue offset %d skipped: %s", offset, exc)
 
-    async def _stored_offset(self, key: QueueKey) -> int:
+    async def stored_offset(self, key: QueueKey) -> int:
         group, topic, queue_id = key
         return await self.call(self.storage.get_offset(group, topic, queue_id))
 
     async def next_offset(self, key: QueueKey, min_offset: int) -> int:
         offset = self.state.next.get(key)
         if offset is None:
-            stored = await self._stored_offset(key)
+            stored = await self.stored_offset(key)
             # A group new to the queue starts at its first message (docs/pop.md).
             offset = stored if stored >= 0 else min_offset
             self.state.next[key] = offset
@@ -374,123 +372,6 @@ class PopService:
             fifo=request.fifo,
             origin_topic=request.topic,
         )
-
-    # -- ack, change, dead letter -------------------------------------------------------
-    def held_checkpoint(self, group: str, topic: str, entry: pb.PopAckEntry) -> PopCheckpoint:
-        """The checkpoint an entry names, checked: NOT_FOUND (not held),
-        INVALID_ARGUMENT (another group's, topic's or position), FAILED_PRECONDITION
-        (its invisible time passed)."""
-        ck = self.state.held.get(entry.checkpoint_offset)
-        if ck is None:
-            raise ServiceError(
-                grpc.StatusCode.NOT_FOUND,
-                f"no message received with checkpoint {entry.checkpoint_offset} is waiting for "
-                "an ack (acked already, delivered again, or never received)",
-            )
-        if (ck.group, ck.origin_topic, ck.queue_offset) != (group, topic, entry.queue_offset):
-            raise ServiceError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the receipt handle is not one of group {quote(group)} on topic {quote(topic)}",
-            )
-        if ck.invisible_until_ms <= self.clock_ms():
-            raise ServiceError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"the message's invisible time passed at {ck.invisible_until_ms} ms: it is "
-                "delivered again; ack the new delivery",
-            )
-        return ck
-
-    async def ack(self, request: pb.PopAckRequest) -> pb.PopAckResponse:
-        async with self.lock:
-            await self.ready()
-            results: list[pb.PopAckResult] = []
-            acked: list[int] = []
-            for entry in request.entries:
-                try:
-                    self.held_checkpoint(request.consumer_group, request.topic, entry)
-                except ServiceError as exc:
-                    results.append(pb.PopAckResult(code=exc.code.value[0], message=exc.message))
-                    continue
-                if entry.checkpoint_offset not in acked:
-                    acked.append(entry.checkpoint_offset)
-                results.append(pb.PopAckResult())
-            if acked:
-                now = self.clock_ms()
-                run = b"".join(ack_record(PopAck(o, ACK_REASON_ACK), now) for o in acked)
-                await self.append(run, len(acked))
-                for offset in acked:
-                    self._acked(offset)
-            return pb.PopAckResponse(results=results)
-
-    def _acked(self, offset: int) -> None:
-        ck = self.state.resolve(offset)
-        if ck is not None and ck.fifo:
-            self.state.fifo_acked.setdefault(key_of(ck), set()).add(ck.queue_offset)
-
-    async def change_invisible(
-        self, request: pb.PopChangeInvisibleRequest
-    ) -> pb.PopChangeInvisibleResponse:
-        async with self.lock:
-            await self.ready()
-            old = self.held_checkpoint(request.consumer_group, request.topic, request.entry)
-            now = self.clock_ms()
-            until = now + request.invisible_duration_ms
-            new = PopCheckpoint(
-                old.group,
-                old.topic,
-                old.queue_id,
-                old.queue_offset,
-                old.physical_offset,
-                old.size,
-                old.attempt,
-                until,
-                old.fifo,
-                old.origin_topic,
-            )
-            offset = request.entry.checkpoint_offset
-            run = checkpoint_record(new, now) + ack_record(PopAck(offset, ACK_REASON_CHANGE), now)
-            appended = await self.append(run, 2)
-            self.state.resolve(offset)
-            self.state.add(appended.queue_offsets[0], new)
-            return pb.PopChangeInvisibleResponse(
-                checkpoint_offset=appended.queue_offsets[0], invisible_until_ms=until
-            )
-
-    # -- lag -----------------------------------------------------------------------------
-    async def lag(self, request: pb.GetPopLagRequest, queue_ids: list[int]) -> pb.GetPopLagResponse:
-        async with self.lock:
-            await self.ready()
-            response = pb.GetPopLagResponse()
-            group, topic = request.consumer_group, request.topic
-            for queue_id in queue_ids:
-                key = (group, topic, queue_id)
-                queue = self.queues.find(topic, queue_id)
-                max_offset = queue.max_offset if queue is not None else 0
-                offset = self.state.next.get(key)
-                if offset is None:
-                    offset = await self._stored_offset(key)
-                response.queues.append(
-                    pb.PopQueueLag(
-                        queue_id=queue_id,
-                        max_offset=max_offset,
-                        consumer_offset=offset,
-                        inflight=self.state.inflight(key),
-                    )
-                )
-            retry_key = (group, retry_topic_of(group, topic), 0)
-            retry = self.queues.find(retry_key[1], 0)
-            if retry is not None:
-                offset = self.state.next.get(retry_key)
-                if offset is None:
-                    offset = max(await self._stored_offset(retry_key), retry.min_offset)
-                response.delayed = max(0, retry.max_offset - offset) + sum(
-                    1
-                    for ck in self.state.held.values()
-                    if ck.group == group
-                    and ck.origin_topic == topic
-                    and ck.invisible_until_ms <= self.clock_ms()
-                )
-            return response
 
     # -- storage -------------------------------------------------------------------------
     async def append(self, run: bytes, count: int) -> AppendedRun:

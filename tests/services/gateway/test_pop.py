@@ -161,7 +161,7 @@ def test_past_the_retry_maximum_a_message_goes_to_the_dead_letter_queue(cluster:
     assert receive(cluster.gateway.stub, group, topic) == []
 
 
-def _browse(cluster: Cluster, topic: str) -> list[object]:
+def _browse(cluster: Cluster, topic: str) -> list[storage_pb.StoredMessage]:
     try:
         reply = cluster.gateway.stub.BrowseQueue(
             pb.PullRequest(topic=topic, broker_name=BROKER, queue_id=0, offset=0, max_messages=8),
