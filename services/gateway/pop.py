@@ -72,9 +72,8 @@ class PopConsumers:
         tags = self._check_receive(request)
         view = await self._routes.get(request.topic)
         masters = self._masters(view, request)
-        fifo = view.message_type is TopicMessageType.FIFO and await self._groups.orderly(
-            request.consumer_group, masters
-        )
+        orderly = await self._groups.orderly(request.consumer_group, masters)
+        fifo = view.message_type is TopicMessageType.FIFO and orderly
         wait_until_ms = _wait_end(request.long_poll_timeout_ms, deadline_ms)
         while True:
             since = self._held.sequence

@@ -1,6 +1,8 @@
-"""Whether a POP group consumes in order (GroupConfig.consume_message_orderly: RocketMQ 5
-takes ``fifo`` from the group), from the storage of a broker serving the topic, cached
-for CACHE_TTL_S. A broker that cannot answer counts as not orderly (logged once)."""
+"""What a Receive needs of its group's config, from the storage of a broker serving the
+topic, cached for CACHE_TTL_S: whether it consumes in order
+(GroupConfig.consume_message_orderly: RocketMQ 5 takes ``fifo`` from the group) and
+whether it may consume at all (consume_enable false: FAILED_PRECONDITION, as a Pull's
+consume gate). A broker that cannot answer counts as enabled, not orderly (logged)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import grpc
 from services.gateway.brokers import BrokerChannels, rpc_problem
 from services.gateway.routes import Member
 from tide.quoting import quote
+from tide.server import ServiceError
 from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.gateway.pop")
@@ -25,13 +28,26 @@ class PopGroups:
     def __init__(self, channels: BrokerChannels, timeout_s: float) -> None:
         self._channels = channels
         self._timeout_s = timeout_s
-        self._orderly: dict[str, tuple[float, bool]] = {}  # group -> (expires at, orderly)
+        # group -> (expires at, orderly, enabled)
+        self._groups: dict[str, tuple[float, bool, bool]] = {}
 
     async def orderly(self, group: str, masters: Sequence[tuple[Member, list[int]]]) -> bool:
-        cached = self._orderly.get(group)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
-        orderly = False
+        """Whether ``group`` consumes in order; FAILED_PRECONDITION when it may not consume."""
+        cached = self._groups.get(group)
+        if cached is None or cached[0] <= time.monotonic():
+            cached = await self._fetch(group, masters)
+        if not cached[2]:
+            raise ServiceError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"consumer group {quote(group)} may not consume: its config has consume_enable "
+                f"false (`tide group update {group} --consume-enable` allows it again)",
+            )
+        return cached[1]
+
+    async def _fetch(
+        self, group: str, masters: Sequence[tuple[Member, list[int]]]
+    ) -> tuple[float, bool, bool]:
+        orderly, enabled = False, True
         for master, _ in masters:
             try:
                 answer: storage_pb.GetGroupResponse = await self._channels.storage(
@@ -46,8 +62,9 @@ class PopGroups:
                 )
                 continue
             orderly = answer.found and answer.group.consume_message_orderly
+            enabled = not answer.found or answer.group.consume_enable
             break
-        if len(self._orderly) >= MAX_CACHED_GROUPS:
-            self._orderly.clear()
-        self._orderly[group] = (time.monotonic() + CACHE_TTL_S, orderly)
-        return orderly
+        if len(self._groups) >= MAX_CACHED_GROUPS:
+            self._groups.clear()
+        cached = self._groups[group] = (time.monotonic() + CACHE_TTL_S, orderly, enabled)
+        return cached

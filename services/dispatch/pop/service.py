@@ -63,6 +63,10 @@ CATCH_UP_TIMEOUT_S = 30.0
 SCAN_BATCH_ENTRIES = 256  # revive log entries read per Read at recovery
 MIN_FILTER_SCAN_ENTRIES = 800  # entries a tag-filtered pop looks at per queue at least
 MAX_POP_MESSAGES = 1_024
+# Record bytes one PopMessages answers at most (the first message always): the answer is
+# built in memory and must fit gRPC's message limit with room (a Pull's --max-pull-bytes
+# default is 4 MiB; a Receive asks for fewer, larger batches).
+POP_ANSWER_MAX_BYTES = 8 << 20
 RETRY_FIRST_EVERY = 2  # every 2nd pop reads the POP retry topic first (docs/pop.md)
 _T = TypeVar("_T")
 Candidate = tuple[QueueKey, Entry, storage_pb.StoredMessage, int, bool]
@@ -252,7 +256,12 @@ class PopService:
                     if remaining <= 0:
                         break
                     key = (request.consumer_group, topic, queue_id)
-                    taken.extend(await self._take(key, request, remaining, retry, passed))
+                    room_bytes = POP_ANSWER_MAX_BYTES - sum(c[1].size for c in taken)
+                    taken.extend(
+                        await self._take(
+                            key, request, remaining, retry, passed, room_bytes, not taken
+                        )
+                    )
             response = self._ends(request, now)
             if not taken:
                 self._pass(passed)
@@ -263,6 +272,7 @@ class PopService:
             appended = await self.append(run, len(cks))
             for candidate, ck, offset in zip(taken, cks, appended.queue_offsets, strict=True):
                 key, entry, stored, attempt, retry = candidate
+                self.state.fifo_attempts.pop((key, entry.queue_offset), None)
                 self.state.add(offset, ck)
                 if entry.queue_offset + 1 > self.state.next.get(key, 0):
                     self.state.advance(key, entry.queue_offset + 1)
@@ -318,9 +328,13 @@ class PopService:
         remaining: int,
         retry: bool,
         passed: dict[QueueKey, int],
+        room_bytes: int,
+        first: bool,
     ) -> list[Candidate]:
-        """Up to ``remaining`` messages of one queue matching the tags; the queue's pop
-        offset moves past those passed over (a mismatched tag: never handed out)."""
+        """Up to ``remaining`` messages of one queue matching the tags, of at most
+        ``room_bytes`` of records (one at least when ``first``: the call's first); the
+        queue's pop offset moves past those passed over (a mismatched tag: never handed
+        out)."""
         queue = self.queues.find(key[1], key[2])
         if queue is None or (request.fifo and self.state.inflight(key)):
             return []
@@ -334,25 +348,27 @@ class PopService:
         entries = queue.get(offset, scan)
         if not entries:
             return []
-        picked = [
-            e
-            for e in entries
-            if not e.is_pre_blank
-            and (not codes or e.tags_code in codes)
-            and not (acked and e.queue_offset in acked)
-        ]
+        picked: list[Entry] = []
+        end = entries[-1].queue_offset + 1
+        for entry in entries:
+            if entry.is_pre_blank or (codes and entry.tags_code not in codes):
+                continue
+            if acked and entry.queue_offset in acked:
+                continue
+            full = len(picked) == remaining or room_bytes - entry.size < 0
+            if full and (picked or not first):
+                end = entry.queue_offset  # the rest: the next pop
+                break
+            picked.append(entry)
+            room_bytes -= entry.size
         results = await self.call(self.storage.read([(e.commitlog_offset, e.size) for e in picked]))
         taken: list[Candidate] = []
-        end = entries[-1].queue_offset + 1
         for entry, result in zip(picked, results, strict=True):
             if result.status != storage_pb.FOUND or (wanted and result.message.tags not in wanted):
-                continue
-            if len(taken) == remaining:
-                end = entry.queue_offset
-                break
+                continue  # removed by retention, or another tag of the same hash code
             attempt = result.message.reconsume_times + 1
             if request.fifo:
-                attempt = self.state.fifo_attempts.pop((key, entry.queue_offset), 0) + 1
+                attempt = self.state.fifo_attempts.get((key, entry.queue_offset), 0) + 1
             taken.append((key, entry, result.message, attempt, retry))
         passed[key] = end  # the entries looked at and not taken: never handed out
         return taken

@@ -320,3 +320,31 @@ def test_fifo_one_message_group_in_flight_and_redelivery_in_place(cluster: Clust
     ack(stub, group, topic, [again.receipt_handle])
     (last,) = receive_all(stub, group, topic, 1, max_messages=1)
     assert last.message.body == b"o2"
+
+
+def test_a_tag_expression_passes_other_messages_over(cluster: Cluster) -> None:
+    topic, group = "T_pop_tags", "G_pop_tags"
+    cluster.create_topic(topic, queues=1)
+    produce(cluster.gateway.stub, topic, 3, tags="TagA")
+    wanted = produce(cluster.gateway.stub, topic, 2, tags="TagB")
+    cluster.wait_dispatched(topic, 5)
+    got = receive(cluster.gateway.stub, group, topic, expression="TagB || TagC")
+    assert sorted(m.message.msg_id for m in got) == sorted(wanted)
+    # The TagA messages were passed over for good: the group's offset is past them.
+    lag = cluster.gateway.stub.GetGroupLag(
+        pb.GetGroupLagRequest(consumer_group=group, topic=topic), timeout=RPC_TIMEOUT_S
+    )
+    assert (lag.ready, lag.inflight) == (0, 2)
+    assert receive(cluster.gateway.stub, group, topic) == []
+
+
+def test_a_group_that_may_not_consume_is_refused(cluster: Cluster) -> None:
+    topic, group = "T_pop_disabled", "G_pop_disabled"
+    cluster.create_topic(topic, queues=1)
+    config = storage_pb.GroupConfig(group_name=group, consume_enable=False, retry_max_times=-1)
+    cluster.gateway.stub.CreateGroup(pb.CreateGroupRequest(group=config), timeout=RPC_TIMEOUT_S)
+    expect_error(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        lambda: receive(cluster.gateway.stub, group, topic),
+        "consume_enable",
+    )
