@@ -348,3 +348,44 @@ def test_a_group_that_may_not_consume_is_refused(cluster: Cluster) -> None:
         lambda: receive(cluster.gateway.stub, group, topic),
         "consume_enable",
     )
+
+
+def test_change_invisible_duration_out_of_range_is_refused(cluster: Cluster) -> None:
+    topic, group = "T_pop_change_bad", "G_pop_change_bad"
+    cluster.create_topic(topic, queues=1)
+    produce(cluster.gateway.stub, topic, 1)
+    (got,) = receive_all(cluster.gateway.stub, group, topic, 1)
+
+    def change(duration: int) -> object:
+        return cluster.gateway.stub.ChangeInvisibleDuration(
+            pb.ChangeInvisibleDurationRequest(
+                consumer_group=group,
+                topic=topic,
+                receipt_handle=got.receipt_handle,
+                invisible_duration_ms=duration,
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, lambda: change(-1), "invisible_duration_ms")
+    too_long = 12 * 3_600_000 + 1
+    expect_error(
+        grpc.StatusCode.INVALID_ARGUMENT, lambda: change(too_long), "invisible_duration_ms"
+    )
+    assert ack(cluster.gateway.stub, group, topic, [got.receipt_handle]).results[0].error == 0
+
+
+def test_held_receives_past_the_limit_are_refused(cluster: Cluster) -> None:
+    """Last in this module: it replaces the gateway (and puts a default one back)."""
+    topic, group = "T_pop_held_limit", "G_pop_held_limit"
+    cluster.create_topic(topic, queues=1)
+    cluster.restart_gateway("--max-held-receives", "0")
+    try:
+        expect_error(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            lambda: receive(cluster.gateway.stub, group, topic, long_poll_ms=5_000),
+            "--max-held-receives",
+        )
+        assert receive(cluster.gateway.stub, group, topic) == []  # no wait: not held
+    finally:
+        cluster.restart_gateway()
