@@ -114,6 +114,7 @@ class DispatchService:
             role=self._role,
             dispatched=lambda: store.dispatched_offset,
             options=pop_options(self._config),
+            tail_cache=dispatcher.tail_cache,
         )
         reviver = Reviver(pop)
         await pop.start(reviver.round)

@@ -37,7 +37,9 @@ from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
 from services.dispatch.pop.records import checkpoint_record
 from services.dispatch.pop.state import PopOptions, PopState, QueueKey, key_of
+from services.dispatch.pop.stored import read_messages
 from services.dispatch.storage_client import AppendedRun, StorageClient
+from services.dispatch.tail_cache import TailCache
 from tide.format import (
     ACK_REASON_ACK,
     ACK_TAG,
@@ -85,9 +87,11 @@ class PopService:
         role: RoleWatcher,
         dispatched: Callable[[], int],
         options: PopOptions,
+        tail_cache: TailCache | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.queues = queues
+        self.tail_cache = tail_cache
         self.storage = storage
         self.role = role
         self._dispatched = dispatched
@@ -361,15 +365,15 @@ class PopService:
                 break
             picked.append(entry)
             room_bytes -= entry.size
-        results = await self.call(self.storage.read([(e.commitlog_offset, e.size) for e in picked]))
+        messages = await self.call(read_messages(picked, self.tail_cache, self.storage))
         taken: list[Candidate] = []
-        for entry, result in zip(picked, results, strict=True):
-            if result.status != storage_pb.FOUND or (wanted and result.message.tags not in wanted):
+        for entry, message in zip(picked, messages, strict=True):
+            if message is None or (wanted and message.tags not in wanted):
                 continue  # removed by retention, or another tag of the same hash code
-            attempt = result.message.reconsume_times + 1
+            attempt = message.reconsume_times + 1
             if request.fifo:
                 attempt = self.state.fifo_attempts.get((key, entry.queue_offset), 0) + 1
-            taken.append((key, entry, result.message, attempt, retry))
+            taken.append((key, entry, message, attempt, retry))
         passed[key] = end  # the entries looked at and not taken: never handed out
         return taken
 
