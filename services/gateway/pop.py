@@ -38,6 +38,7 @@ from tide.format import (
     ReceiptHandle,
     TopicMessageType,
     encode_handle,
+    is_hidden_topic,
     pop_retry_topic,
 )
 from tide.limits import POP_INVISIBLE_MAX_MS, POP_INVISIBLE_MIN_MS, PULL_MAX_MESSAGES
@@ -87,6 +88,11 @@ class PopConsumers:
     def _check_receive(self, request: pb.ReceiveRequest) -> list[str]:
         check_group(request.consumer_group)
         check_topic(request.topic)
+        if is_hidden_topic(request.topic):
+            raise invalid(
+                f"topic {quote(request.topic)} is a system, retry or dead-letter topic; receive "
+                "from the topic the messages were produced to (its retries come with it)"
+            )
         if not 1 <= request.max_messages <= PULL_MAX_MESSAGES:
             raise invalid(
                 f"max_messages must be in 1..{PULL_MAX_MESSAGES} (got {request.max_messages})"

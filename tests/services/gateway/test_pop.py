@@ -216,6 +216,11 @@ def test_bad_input_is_refused_with_what_to_fix(cluster: Cluster) -> None:
     )
     expect_error(grpc.StatusCode.NOT_FOUND, lambda: call_receive(topic="T_pop_no_such_topic"))
     expect_error(grpc.StatusCode.INVALID_ARGUMENT, lambda: call_receive(consumer_group=""))
+    expect_error(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: call_receive(topic="rmq_sys_REVIVE_LOG"),
+        "system, retry or dead-letter",
+    )
     expect_error(grpc.StatusCode.INVALID_ARGUMENT, lambda: call_receive(max_messages=0))
     garbled = ack(stub, group, topic, ["P1.1.0.0.99999999999999.0.broker-a.00000000"])
     assert garbled.results[0].error == pb.POP_ERROR_INVALID_RECEIPT_HANDLE
