@@ -381,7 +381,7 @@ def test_change_invisible_duration_out_of_range_is_refused(cluster: Cluster) -> 
 
 
 def test_held_receives_past_the_limit_are_refused(cluster: Cluster) -> None:
-    """Last in this module: it replaces the gateway (and puts a default one back)."""
+    """Replaces the gateway (and puts one with the default flags back)."""
     topic, group = "T_pop_held_limit", "G_pop_held_limit"
     cluster.create_topic(topic, queues=1)
     cluster.restart_gateway("--max-held-receives", "0")
@@ -394,3 +394,27 @@ def test_held_receives_past_the_limit_are_refused(cluster: Cluster) -> None:
         assert receive(cluster.gateway.stub, group, topic) == []  # no wait: not held
     finally:
         cluster.restart_gateway()
+
+
+def test_fifo_past_the_retry_maximum_dead_letters_and_moves_on(cluster: Cluster) -> None:
+    topic, group = "T_pop_fifo_dlq", "G_pop_fifo_dlq"
+    cluster.create_topic(topic, queues=1, message_type="FIFO")
+    config = storage_pb.GroupConfig(
+        group_name=group, consume_enable=True, consume_message_orderly=True, retry_max_times=1
+    )
+    cluster.gateway.stub.CreateGroup(pb.CreateGroupRequest(group=config), timeout=RPC_TIMEOUT_S)
+    stub = cluster.gateway.stub
+    messages = [pb.ProduceMessage(topic=topic, body=b, sharding_key="k") for b in (b"p0", b"p1")]
+    stub.Produce(pb.ProduceRequest(messages=messages), timeout=RPC_TIMEOUT_S)
+    cluster.wait_dispatched(topic, 2)
+    attempts = []
+    for _ in range(2):  # retry_max_times 1: two deliveries in place, then the DLQ
+        (got,) = receive_all(stub, group, topic, 1, max_messages=1)
+        assert got.message.body == b"p0"
+        attempts.append(got.delivery_attempt)
+        shorten(stub, group, topic, got.receipt_handle)
+    assert attempts == [1, 2]
+    (after,) = receive_all(stub, group, topic, 1, max_messages=1)
+    assert after.message.body == b"p1"
+    (dead,) = _browse(cluster, f"%DLQ%{group}")
+    assert dead.body == b"p0"
