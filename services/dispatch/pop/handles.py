@@ -97,6 +97,17 @@ class PopHandles:
                 for (_, future), _ in taken:
                     _fail(future, exc)
                 return
+            except BaseException:
+                # Anything else (this call cancelled mid-Append, a bad answer): the other
+                # calls of the run must not wait forever; whether it was written is unknown.
+                unknown = ServiceError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    "the ack's Append did not complete; ack again (an ack of a handle "
+                    "acked already is refused as not held)",
+                )
+                for (_, future), _ in taken:
+                    _fail(future, unknown)
+                raise
             self.runs += 1
             for offset in offsets:
                 self._acked(offset)

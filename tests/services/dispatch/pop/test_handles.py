@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import grpc
 import pytest
 
 from services.dispatch.pop.handles import PopHandles
@@ -111,3 +112,31 @@ def test_the_checkpoint_limit_is_refused_with_its_option() -> None:
     state.add(0, checkpoint(0))
     with pytest.raises(ServiceError, match="--pop-checkpoints-max 1"):
         state.check_room(1)
+
+
+def test_a_failed_append_fails_every_call_of_its_run_and_resolves_nothing() -> None:
+    async def run() -> None:
+        fake = FakeService()
+        for offset in range(3):
+            fake.state.add(offset, checkpoint(offset))
+        handles = PopHandles(cast(PopService, cast(Any, fake)))
+        first = asyncio.create_task(handles.ack(ack_request(0)))
+        while not fake.appends:
+            await asyncio.sleep(0)
+        others = [asyncio.create_task(handles.ack(ack_request(o))) for o in (1, 2)]
+        await asyncio.sleep(0)
+
+        async def refuse(run: bytes, count: int) -> AppendedRun:
+            fake.appends.append(count)
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, "storage: down")
+
+        fake.append = refuse  # type: ignore[method-assign]
+        fake.release.set()
+        assert (await first).results[0].code == 0
+        for task in others:
+            with pytest.raises(ServiceError, match="storage: down"):
+                await task
+        assert fake.appends == [1, 2]
+        assert sorted(fake.state.held) == [1, 2]  # still waiting for an ack
+
+    asyncio.run(run())
