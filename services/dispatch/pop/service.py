@@ -133,6 +133,8 @@ class PopService:
                         self.state.clear()
             except (ServiceError, grpc.aio.AioRpcError) as exc:
                 log.warning("pop background work failed (next round retries): %s", exc)
+            except Exception:  # a bug must not end the revives and flushes for good
+                log.exception("pop background work failed (next round retries)")
 
     # -- recovery --------------------------------------------------------------------
     async def ready(self) -> None:
