@@ -19,6 +19,7 @@ from services.gateway.long_poll import HeldPulls
 from services.gateway.metrics import GatewayMetrics, OrderingTotals
 from services.gateway.namesrv import NameServerClient
 from services.gateway.options import OPTIONS, GatewayConfig, check_config, gateway_config
+from services.gateway.pop import PopConsumers
 from services.gateway.produce import Producer
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
@@ -83,6 +84,7 @@ class GatewayService:
             recaller=Recaller(config, self._routes, self._channels, querier),
             transactions=transactions,
             queue_locks=queue_locks,
+            pop=PopConsumers(config, self._routes, self._channels, self._held),
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(
