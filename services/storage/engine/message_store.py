@@ -35,6 +35,12 @@ from services.storage.engine.group_table import SUBSCRIPTION_GROUP_FILE, GroupTa
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
 from services.storage.engine.metadata_files import MetadataFiles
+from services.storage.engine.producer_runs import (
+    ProducerBatch,
+    check_batches,
+    place_batches,
+    record_batches,
+)
 from services.storage.engine.producer_state import (
     ProducerStateTable,
     batch_of,
@@ -467,7 +473,7 @@ class MessageStore:
         run = self._checked_run(chunks)
         key = check_single_queue(run.queue_keys)
         last_seq = first_seq + len(run.sizes) - 1
-        check_producer_properties(run, producer_id, epoch, first_seq, last_seq)
+        check_producer_properties(run.data, 0, run.sizes, producer_id, epoch, first_seq, last_seq)
         table = self.producers
         now_ms = self.commitlog.clock_ms()
 
@@ -482,6 +488,32 @@ class MessageStore:
         batch, fresh = self.commitlog.append_checked(run, check, appended)
         result = self._await(batch)
         return result if fresh else replace(result, duplicate=True)
+
+    def put_producer_runs(
+        self, chunks: Sequence[bytes], batches: Sequence[ProducerBatch]
+    ) -> PutResult:
+        """Several idempotent producers' batches (``chunks[i]`` is ``batches[i]``'s),
+        checked, then appended as one (producer_runs.py); CoalescedRetryError when one
+        of them is a retry. One batch is :meth:`put_run_idempotent`."""
+        if len(chunks) == 1 and len(batches) == 1:
+            one = batches[0]
+            return self.put_run_idempotent(chunks, one.producer_id, one.epoch, one.first_seq)
+        if self._put_refusal is not None:
+            raise NotWritableError(self._put_refusal)
+        run = self._checked_run(chunks)
+        placed = place_batches(run, [len(chunk) for chunk in chunks], batches)
+        table = self.producers
+        now_ms = self.commitlog.clock_ms()
+
+        def check() -> AppendBatch | None:
+            check_batches(table, placed, now_ms)
+            return None
+
+        def appended(batch: AppendBatch) -> None:
+            record_batches(table, placed, batch, now_ms)
+
+        batch, _ = self.commitlog.append_checked(run, check, appended)
+        return self._await(batch)
 
     def _append(self, run: RecordRun) -> PutResult:
         return self._await(self.commitlog.append(run))

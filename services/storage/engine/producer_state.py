@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from services.storage.engine.commitlog import AppendBatch
@@ -27,7 +27,6 @@ from services.storage.engine.errors import (
     ProducerLimitError,
     SequenceError,
 )
-from services.storage.engine.record_run import RecordRun
 from tide.files import ConfigFormatError, parse_config_bytes, write_json_bytes_atomically
 from tide.format import (
     PRODUCER_EPOCH,
@@ -137,6 +136,19 @@ class ProducerStateTable:
                 f"{len(self._producers)} idempotent producers are active, the "
                 f"max_idempotent_producers limit: wait for idle ids to expire "
                 f"({self.expiry_ms} ms) or raise the limit"
+            )
+
+    def check_room_for(self, pids: Sequence[str], now_ms: int) -> None:
+        """:meth:`check_room` for several producers' batches appended together."""
+        new = len({pid for pid in pids if pid not in self._producers})
+        if len(self._producers) + new <= self.max_producers:
+            return
+        self.expire(now_ms)
+        if len(self._producers) + new > self.max_producers:
+            raise ProducerLimitError(
+                f"{len(self._producers)} idempotent producers are active and {new} more "
+                f"would pass the max_idempotent_producers limit ({self.max_producers}): "
+                f"wait for idle ids to expire ({self.expiry_ms} ms) or raise the limit"
             )
 
     def expire(self, now_ms: int) -> int:
@@ -271,16 +283,18 @@ def entry_of(batch: AppendBatch, first_seq: int) -> BatchEntry:
     )
 
 
-def check_producer_properties(run: RecordRun, pid: str, epoch: int, first: int, last: int) -> None:
-    """The first and last records carry ``__PID``, ``__PSEQ`` and ``__PEPOCH`` as the
-    request says: recovery rebuilds the window from them (InvalidMessageError
-    otherwise)."""
+def check_producer_properties(
+    data: bytearray, start: int, sizes: Sequence[int], pid: str, epoch: int, first: int, last: int
+) -> None:
+    """The first and last records of the batch at ``start`` in ``data`` (of ``sizes``)
+    carry ``__PID``, ``__PSEQ`` and ``__PEPOCH`` as the request says: recovery rebuilds
+    the window from them (InvalidMessageError otherwise)."""
     want = {PRODUCER_ID: pid, PRODUCER_SEQ: format_sequences(first, last)}
     if epoch:
         want[PRODUCER_EPOCH] = str(epoch)
-    ends = {0: run.sizes[0], sum(run.sizes) - run.sizes[-1]: run.sizes[-1]}
+    ends = {start: sizes[0], start + sum(sizes) - sizes[-1]: sizes[-1]}
     for pos, size in ends.items():
-        props = record_properties(run.data, pos, size)
+        props = record_properties(data, pos, size)
         for name, value in want.items():
             if props.get(name) != value:
                 raise InvalidMessageError(
