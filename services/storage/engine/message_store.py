@@ -11,6 +11,7 @@ unmap, remove the abort file, release the lock; the next open takes the normal p
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -212,7 +213,11 @@ class MessageStore:
             expiry_ms=cfg.producer_id_expiry_ms,
             max_producers=cfg.max_idempotent_producers,
         )
-        rebuild_producer_state(self.producers, cfg.commitlog_dir, self.segments.max_offset)
+        # The offset the window's rebuild read the commitlog from (a snapshot's, or the
+        # expiry's floor: producer_state_service.replay_floor).
+        self.producer_replay_from = rebuild_producer_state(
+            self.producers, cfg.commitlog_dir, self.segments.max_offset, self._now_ms()
+        )
         self.metadata.register(PRODUCER_STATE_FILE, self.producers)
         self.pool = (
             WriteBufferPool(cfg.write_buffer_pool_buffers, cfg.segment_size_bytes)
@@ -525,6 +530,10 @@ class MessageStore:
         if self.ha_waiter is not None and batch.sizes:
             return PutResult(batch, durable, self.ha_waiter.request(batch.end_offset))
         return PutResult(batch, durable)
+
+    def _now_ms(self) -> int:
+        """The store clock before the commitlog (which keeps it) exists."""
+        return self._clock_ms() if self._clock_ms is not None else time.time_ns() // 1_000_000
 
     def _is_master(self) -> bool:
         return not self._slave

@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from services.storage.engine.commitlog import AppendBatch
@@ -63,7 +64,12 @@ class ProducerStateTable:
         self.expiry_ms = expiry_ms
         self.max_producers = max_producers
         self._producers: dict[str, ProducerEntry] = {}
-        # Snapshots are written outside the append lock from a copy taken under it.
+        # Snapshots are written outside the append lock from the changes taken under it
+        # (take_changes): the producers recorded and those expired since the last one,
+        # or everything after the table was replaced (load, install, a crash's cut).
+        self._changed: set[str] = set()
+        self._removed: set[str] = set()
+        self._all_changed = True
         self._write_lock = threading.Lock()
 
     # -- under the append lock ---------------------------------------------------
@@ -122,6 +128,7 @@ class ProducerStateTable:
             entry.queues.clear()
             entry.epoch = epoch
         entry.last_append_ms = max(entry.last_append_ms, now_ms)
+        self._changed.add(pid)
         batches = entry.queues.setdefault(key, [])
         batches.append(batch)
         del batches[: -self.window_batches]
@@ -157,18 +164,33 @@ class ProducerStateTable:
         idle = [pid for pid, e in self._producers.items() if e.last_append_ms < cutoff]
         for pid in idle:
             del self._producers[pid]
+            self._changed.discard(pid)
+            self._removed.add(pid)
         return len(idle)
 
     def copy(self, commitlog_offset: int) -> ProducerStateSnapshot:
-        """A copy to write outside the lock (the batches are never changed, only dropped)."""
-        producers = {
-            pid: ProducerEntry(e.last_append_ms, {k: list(b) for k, b in e.queues.items()}, e.epoch)
-            for pid, e in self._producers.items()
-        }
+        """A copy of the whole table (the batches are never changed, only dropped)."""
+        producers = {pid: _copy_entry(e) for pid, e in self._producers.items()}
         return ProducerStateSnapshot(commitlog_offset, producers)
+
+    def take_changes(self) -> ProducerChanges | None:
+        """What changed since the last call, copied (O(changed producers): this runs
+        under the append lock), and forgotten here; None when nothing did."""
+        if self._all_changed:
+            self._all_changed = False
+            self._changed.clear()
+            self._removed.clear()
+            return ProducerChanges(self.copy(0).producers, set(), everything=True)
+        if not self._changed and not self._removed:
+            return None
+        changed = {pid: _copy_entry(self._producers[pid]) for pid in self._changed}
+        removed = self._removed
+        self._changed, self._removed = set(), set()
+        return ProducerChanges(changed, removed, everything=False)
 
     def drop_from(self, end: int) -> None:
         """Forget the batches at or past ``end`` (a crash cut them off the commitlog)."""
+        self._all_changed = True
         for entry in self._producers.values():
             for key, batches in entry.queues.items():
                 entry.queues[key] = [b for b in batches if b.physical_offsets[-1] < end]
@@ -196,7 +218,13 @@ class ProducerStateTable:
             log.warning("%s unreadable (%s): replaying the whole commitlog", self._path, exc)
             return 0
         self._producers = snapshot.producers
+        self._all_changed = True
         return snapshot.commitlog_offset
+
+    def clear(self) -> None:
+        """Forget every producer (a snapshot older than the commitlog replayed instead)."""
+        self._producers = {}
+        self._all_changed = True
 
     def install(self, content: bytes) -> None:
         """A master's copy (a slave): checked whole, written, served."""
@@ -204,6 +232,7 @@ class ProducerStateTable:
         with self._write_lock:
             write_json_bytes_atomically(self._path, content)
         self._producers = snapshot.producers
+        self._all_changed = True
 
     # -- recovery ----------------------------------------------------------------
     def replay(self, records: Iterable[tuple[int, int, str, int, int, int, dict[str, str]]]) -> int:
@@ -233,6 +262,22 @@ class ProducerStateTable:
             batch.queue_offsets.append(queue_offset)
             batch.sizes.append(size)
         return count
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerChanges:
+    """The producers changed since the last snapshot (copies), those dropped, or (with
+    ``everything``) the whole table in ``changed``."""
+
+    changed: dict[str, ProducerEntry]
+    removed: set[str]
+    everything: bool
+
+
+def _copy_entry(entry: ProducerEntry) -> ProducerEntry:
+    """A copy a snapshot can keep: its own lists of the (never changed) batches."""
+    queues = {key: list(batches) for key, batches in entry.queues.items()}
+    return ProducerEntry(entry.last_append_ms, queues, entry.epoch)
 
 
 def _snapshot_of(content: bytes) -> ProducerStateSnapshot:
