@@ -215,6 +215,8 @@ class MessageStore:
         )
         # The offset the window's rebuild read the commitlog from (a snapshot's, or the
         # expiry's floor: producer_state_service.replay_floor).
+        # Idempotent batches answered with their original result (tide_storage_...).
+        self.idempotent_duplicates = 0
         self.producer_replay_from = rebuild_producer_state(
             self.producers, cfg.commitlog_dir, self.segments.max_offset, self._now_ms()
         )
@@ -485,7 +487,10 @@ class MessageStore:
         def check() -> AppendBatch | None:
             table.check_room(producer_id, now_ms)
             earlier = table.check(producer_id, key, epoch, first_seq, last_seq)
-            return None if earlier is None else batch_of(earlier)
+            if earlier is None:
+                return None
+            self.idempotent_duplicates += 1  # under the append lock
+            return batch_of(earlier)
 
         def appended(batch: AppendBatch) -> None:
             table.record(producer_id, key, epoch, entry_of(batch, first_seq), now_ms)

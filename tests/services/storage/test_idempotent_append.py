@@ -2,17 +2,27 @@
 producer_epoch): the original result for a retry, and clear statuses for what it does
 not take (bad id, messages instead of records, two queues, records whose __PID/__PSEQ
 do not match the request, negative numbers, a gap); and several producers' batches in one
-Append (producer_runs), as the gateway coalesces them."""
+Append (producer_runs), as the gateway coalesces them; the duplicates answered and the
+producers tracked as metrics."""
 
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import grpc
 
-from tests.services.storage.conftest import RPC_TIMEOUT_S, StorageProcess, expect_error, message
+from tests._metrics import scrape, total
+from tests.services.storage.conftest import (
+    RPC_TIMEOUT_S,
+    StorageLauncher,
+    StorageProcess,
+    expect_error,
+    message,
+)
 from tide.format import PRODUCER_ID, PRODUCER_SEQ, RunWriter, pack_host, parse_host
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 HOST = pack_host(parse_host("127.0.0.1:1"))
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -139,3 +149,24 @@ def test_what_producer_runs_do_not_take(shared_storage: StorageProcess, topic_na
     # Nothing of the refused appends was written: both producers start at 0.
     ok = append(shared_storage, records=[a, b], producer_runs=two)
     assert list(ok.queue_offsets) == [0, 0]
+
+
+def test_duplicates_answered_and_producers_tracked_are_metrics(
+    launcher: StorageLauncher, tmp_path: Path
+) -> None:
+    storage = launcher.start(tmp_path / "store", "--metrics-listen", "127.0.0.1:0")
+
+    def metric(name: str) -> float:
+        return total(scrape(str(storage.ready["metrics"])), name)
+
+    topic = "MetricsTopic"
+    first = [run(topic, [0], "m1", 0)]
+    append(storage, records=first, producer_id="m1")
+    append(storage, records=[run(topic, [0], "m2", 0)], producer_id="m2")
+    assert append(storage, records=first, producer_id="m1").duplicate
+    assert append(storage, records=first, producer_id="m1").duplicate
+    wait_until(
+        lambda: metric("tide_storage_idempotent_duplicates_total") == 2,
+        "two duplicates answered",
+    )
+    wait_until(lambda: metric("tide_storage_idempotent_producers") == 2, "two producers tracked")
