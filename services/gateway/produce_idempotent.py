@@ -118,17 +118,21 @@ def _producer_fields_bytes(request: pb.ProduceRequest) -> int:
     return size
 
 
-def derived_unique_keys(request: pb.ProduceRequest) -> list[str]:
+def derived_unique_keys(request: pb.ProduceRequest, *, bare: bool = False) -> list[str]:
     """Each message's own key, or one derived from (producer, queue, sequence): the
     same on every retry. 32 hex digits, as a UNIQ_KEY is: 16 of a hash of the producer
-    and queue (one hash per request), then the sequence's 16."""
-    first = request.messages[0]
+    and queue (one hash per request), then the sequence's 16. ``bare``: no message has
+    a key of its own (:func:`bare_idempotent`), so none is read."""
+    messages = request.messages
+    first = messages[0]
     where = f"{request.producer_id}/{first.topic}/{first.queue.broker_name}/{first.queue.queue_id}"
     prefix = hashlib.blake2b(where.encode(), digest_size=8).hexdigest().upper()
     seq = request.first_sequence
+    if bare:
+        return [f"{prefix}{sequence:016X}" for sequence in range(seq, seq + len(messages))]
     return [
         message.unique_key or f"{prefix}{seq + index:016X}"
-        for index, message in enumerate(request.messages)
+        for index, message in enumerate(messages)
     ]
 
 
@@ -200,7 +204,7 @@ async def produce_idempotent(
             grpc.StatusCode.UNAVAILABLE,
             f"broker {quote(queue.broker_name)} has no master now: retry the same batch later",
         )
-    unique_keys = derived_unique_keys(request)
+    unique_keys = derived_unique_keys(request, bare=bare_topic_part is not None)
     if bare_topic_part is None:
         run = idempotent_run(request, queue.queue_id, unique_keys, born_host, now_ms)
     else:

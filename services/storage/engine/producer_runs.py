@@ -13,8 +13,10 @@ each gets its own answer.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from services.storage.engine.commitlog import AppendBatch
 from services.storage.engine.errors import InvalidMessageError, StoreError
@@ -66,14 +68,13 @@ def place_batches(
         )
     placed: list[_Placed] = []
     seen: set[tuple[str, QueueKey]] = set()
-    index = pos = 0
     sizes = run.sizes
+    ends = list(accumulate(sizes))  # where each record ends in the run
+    start = start_pos = 0
     for chunk_bytes, fields in zip(chunk_sizes, batches, strict=True):
-        start, start_pos, end_pos = index, pos, pos + chunk_bytes
-        while pos < end_pos and index < len(sizes):
-            pos += sizes[index]
-            index += 1
-        if pos != end_pos or index == start:
+        end_pos = start_pos + chunk_bytes
+        index = bisect_left(ends, end_pos, start) + 1  # past the record ending there
+        if index > len(ends) or ends[index - 1] != end_pos or index == start:
             raise InvalidMessageError(
                 f"records entry {len(placed)} does not hold whole records: "
                 "a producer run is one or more whole records"
@@ -98,6 +99,7 @@ def place_batches(
             )
         seen.add((fields.producer_id, key))
         placed.append(_Placed(fields, key, start, index))
+        start, start_pos = index, end_pos
     return placed
 
 
