@@ -27,7 +27,7 @@ from tide.format import (
 
 HOST = pack_host(parse_host("127.0.0.1:1"))
 # The service's own thread never runs a round during a test: rounds are called here.
-QUIET = {"producer_state_snapshot_interval_ms": 3_600_000}
+QUIET_MS = 3_600_000
 EXPIRY_MS = 60_000
 
 
@@ -52,7 +52,7 @@ def file_producers(store: MessageStore) -> dict[str, list[tuple[int, int]]]:
 
 
 def test_a_snapshot_copies_only_what_changed(make_store: StoreFactory) -> None:
-    store = make_store(**QUIET)
+    store = make_store(producer_state_snapshot_interval_ms=QUIET_MS)
     service = store.producer_state_service
     for index in range(50):
         send(store, f"p{index}", 0)
@@ -74,7 +74,11 @@ def test_a_snapshot_copies_only_what_changed(make_store: StoreFactory) -> None:
 
 def test_an_expired_producer_leaves_the_snapshot(make_store: StoreFactory) -> None:
     now = [1_000_000]
-    store = make_store(clock_ms=lambda: now[0], producer_id_expiry_ms=EXPIRY_MS, **QUIET)
+    store = make_store(
+        clock_ms=lambda: now[0],
+        producer_id_expiry_ms=EXPIRY_MS,
+        producer_state_snapshot_interval_ms=QUIET_MS,
+    )
     service = store.producer_state_service
     send(store, "old", 0)
     service.run_once()
@@ -89,11 +93,11 @@ def test_an_expired_producer_leaves_the_snapshot(make_store: StoreFactory) -> No
 def test_the_snapshot_after_a_reopen_holds_the_whole_table(
     make_store: StoreFactory, store_dir: Path
 ) -> None:
-    store = make_store(**QUIET)
+    store = make_store(producer_state_snapshot_interval_ms=QUIET_MS)
     for index in range(3):
         send(store, f"p{index}", 0)
     store.close()  # the final snapshot
-    reopened = make_store(**QUIET)
+    reopened = make_store(producer_state_snapshot_interval_ms=QUIET_MS)
     send(reopened, "p1", 2)
     reopened.producer_state_service.run_once()
     assert reopened.producer_state_service.entries_copied == 3  # everything once after load
@@ -104,7 +108,11 @@ def test_without_a_snapshot_only_the_expiry_window_is_replayed(
     make_store: StoreFactory, store_dir: Path
 ) -> None:
     now = [10_000_000]
-    store = make_store(clock_ms=lambda: now[0], producer_id_expiry_ms=EXPIRY_MS, **QUIET)
+    store = make_store(
+        clock_ms=lambda: now[0],
+        producer_id_expiry_ms=EXPIRY_MS,
+        producer_state_snapshot_interval_ms=QUIET_MS,
+    )
     started_ms = now[0]
     send(store, "old", 0)
     fill_segment(store, leave_bytes=50)  # too little left: the next record starts segment 1
@@ -124,7 +132,11 @@ def test_without_a_snapshot_only_the_expiry_window_is_replayed(
     cutoff_ms = now[0] - EXPIRY_MS
     assert replay_floor(store.config.commitlog_dir, started_ms, 3 * SEGMENT_BYTES) == 0
     assert replay_floor(store.config.commitlog_dir, cutoff_ms, 3 * SEGMENT_BYTES) == SEGMENT_BYTES
-    reopened = make_store(clock_ms=lambda: now[0], producer_id_expiry_ms=EXPIRY_MS, **QUIET)
+    reopened = make_store(
+        clock_ms=lambda: now[0],
+        producer_id_expiry_ms=EXPIRY_MS,
+        producer_state_snapshot_interval_ms=QUIET_MS,
+    )
     assert reopened.producer_replay_from == SEGMENT_BYTES
     table = reopened.producers.copy(0).producers
     assert sorted(table) == ["mid", "new"]
@@ -134,12 +146,12 @@ def test_without_a_snapshot_only_the_expiry_window_is_replayed(
 
 
 def test_a_snapshot_newer_than_the_floor_is_replayed_from(make_store: StoreFactory) -> None:
-    store = make_store(**QUIET)
+    store = make_store(producer_state_snapshot_interval_ms=QUIET_MS)
     send(store, "p", 0)
     store.producer_state_service.run_once()
     offset = store.status().max_offset
     store.put([msg()])
     store.close()
-    reopened = make_store(**QUIET)
+    reopened = make_store(producer_state_snapshot_interval_ms=QUIET_MS)
     assert reopened.producer_replay_from >= offset  # the final snapshot's, not 0
     assert reopened.producers.check("p", ("T", 0), 0, 0, 1) is not None
