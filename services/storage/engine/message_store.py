@@ -218,7 +218,7 @@ class MessageStore:
         # Idempotent batches answered with their original result (tide_storage_...).
         self.idempotent_duplicates = 0
         self.producer_replay_from = rebuild_producer_state(
-            self.producers, cfg.commitlog_dir, self.segments.max_offset, self._now_ms()
+            self.producers, cfg.commitlog_dir, self.segments.max_offset, self._now_ms
         )
         self.metadata.register(PRODUCER_STATE_FILE, self.producers)
         self.pool = (

@@ -91,23 +91,25 @@ class ProducerStateService(ServiceThread):
 
 
 def rebuild_producer_state(
-    table: ProducerStateTable, commitlog_dir: Path, end: int, now_ms: int
+    table: ProducerStateTable, commitlog_dir: Path, end: int, clock_ms: Callable[[], int]
 ) -> int:
     """Load the snapshot, drop what a crash cut off (batches at or past the recovered
     ``end``), and replay the records from the snapshot's offset to ``end``, or from
     :func:`replay_floor` when that is later (a store without a snapshot, or an old one):
     the producers of the records before it would be expired anyway. The offset the
-    replay started from."""
+    replay started from. ``clock_ms``: the store clock, read only when there is a
+    commitlog to replay."""
     start = min(table.load(), end)
     table.drop_from(end)
+    if start >= end:
+        return start
+    now_ms = clock_ms()
     floor = replay_floor(commitlog_dir, now_ms - table.expiry_ms, end)
     if floor > start:
         # Every producer the snapshot (if any) holds appended before the floor, so it
         # is idle past the expiry: only the records from the floor on matter.
         table.clear()
-        start = floor
-    if start >= end:
-        return start
+        start = floor  # below end: the floor is a segment's start before it
     batches = table.replay(_records(commitlog_dir, start, end))
     expired = table.expire(now_ms)  # those of the floor's segment older than the expiry
     log.info(
