@@ -215,3 +215,39 @@ def test_a_sigkill_after_dirty_only_snapshots_rebuilds_every_producer(cluster: C
         for producer in producers:
             producer.close()
     assert len(bodies(cluster, queue, 10)) == 10
+
+
+def test_concurrent_producers_are_each_stored_once(cluster: Cluster) -> None:
+    """Idempotent batches of many producers at once (the gateway coalesces them into
+    shared Appends, producer_runs): each stored once, at consecutive queue offsets, and a
+    retry sent while the others still send is answered with its original results."""
+    topic = "IdemConcurrent"
+    cluster.create_topic(topic, queues=4)
+    queues = [MessageQueue(topic, BROKER, queue_id) for queue_id in range(4)]
+    batches, size = 8, 5
+    start = threading.Barrier(8)
+
+    def work(index: int) -> list[list[int]]:
+        queue = queues[index % 4]
+        with IdempotentProducer(cluster.gateway.listen, producer_id=f"many-{index}") as producer:
+            start.wait()
+            sent = [
+                producer.send_batch(batch(topic, queue, size, f"{index}")) for _ in range(batches)
+            ]
+            last = sent[-1]
+            again = producer.send_batch(
+                batch(topic, queue, size, f"{index}"), first_sequence=last.first_sequence
+            )
+            assert again.duplicate
+            assert [r.msg_id for r in again.results] == [r.msg_id for r in last.results]
+        return [[r.queue_offset for r in s.results] for s in sent]
+
+    with futures.ThreadPoolExecutor(max_workers=8) as pool:
+        offsets = list(pool.map(work, range(8)))
+    per_queue: dict[int, list[int]] = {}
+    for index, sent in enumerate(offsets):
+        for batch_offsets in sent:
+            assert batch_offsets == list(range(batch_offsets[0], batch_offsets[0] + size))
+            per_queue.setdefault(index % 4, []).extend(batch_offsets)
+    for queue_offsets in per_queue.values():  # two producers a queue, nothing twice
+        assert sorted(queue_offsets) == list(range(2 * batches * size))
