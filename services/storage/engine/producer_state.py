@@ -6,9 +6,11 @@ Checked and updated under the commitlog's append lock (the storage is the only w
 so no two appends of one producer and queue race). Durable through SIGKILL without a
 write per append: the records carry ``__PID`` / ``__PSEQ`` (tide.format), so recovery
 loads the last snapshot (``config/producerState.json``, written every
-``producer_state_snapshot_interval_ms`` and at close) and replays the records after its
-offset. Bounded: ``producer_window_batches`` batches per producer and queue,
-``max_idempotent_producers`` producers, ids idle for ``producer_id_expiry_ms`` dropped.
+``producer_state_snapshot_interval_ms`` when producers changed, from the changes taken
+under the lock: :meth:`ProducerStateTable.take_changes`, and at close) and replays the
+records after its offset (producer_state_service.py). Bounded:
+``producer_window_batches`` batches per producer and queue, ``max_idempotent_producers``
+producers, ids idle for ``producer_id_expiry_ms`` dropped.
 """
 
 from __future__ import annotations
