@@ -165,6 +165,8 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.AppendRequest.messages": BY_OPTION,  # --max-batch-messages
     "tide.v1.AppendRequest.records": BY_OPTION,  # --max-batch-messages (records)
     "tide.v1.AppendRequest.producer_id": "PRODUCER_ID_MAX_CHARS",
+    "tide.v1.AppendRequest.producer_runs": BY_OPTION,  # one per records entry (checked)
+    "tide.v1.ProducerRun.producer_id": "PRODUCER_ID_MAX_CHARS",
     "tide.v1.ReadRequest.positions": "READ_MAX_POSITIONS",
     "tide.v1.ReadRequest.spans": "READ_MAX_POSITIONS",
     "tide.v1.ReplicateRequest.broker_name": "NAME_MAX_CHARS",

@@ -127,6 +127,13 @@ class StorageMetrics:
             "them (reason=released) or its lock expired (reason=expired)",
             label="reason",
         )
+        observable_total(
+            meter,
+            "tide_storage_idempotent_duplicates_total",
+            self._idempotent_duplicates,
+            "idempotent producers' batches answered with their original result (a retry "
+            "of a stored batch: nothing written again)",
+        )
         self._latency = meter.create_histogram(
             "tide_storage_append_latency_seconds",
             unit="s",
@@ -167,6 +174,11 @@ class StorageMetrics:
                 "By",
             ),
             ("tide_storage_queue_locks", "unexpired queue locks of orderly consumers", "1"),
+            (
+                "tide_storage_idempotent_producers",
+                "idempotent producer ids in the duplicate window (not yet expired)",
+                "1",
+            ),
         ):
             self.gauges.gauge(name, description, unit)
 
@@ -189,6 +201,10 @@ class StorageMetrics:
         store = self._store()
         return 0 if store is None else store.retention.unconsumed_deleted
 
+    def _idempotent_duplicates(self) -> int:
+        store = self._store()
+        return 0 if store is None else store.idempotent_duplicates
+
     def flushed(self, seconds: float, synced: int) -> None:
         """One flush pass that synced ``synced`` segments (from the flush thread)."""
         self.flush_latency.record(seconds)
@@ -209,6 +225,7 @@ class StorageMetrics:
             "tide_storage_disk_usage_ratio": status.disk_usage_ratio,
             "tide_storage_writable": int(status.writable),
             "tide_storage_topics": status.topic_count,
+            "tide_storage_idempotent_producers": store.producers.producer_count,
         }
         if self._queue_locks is not None:
             values["tide_storage_queue_locks"] = self._queue_locks.held()
