@@ -9,11 +9,14 @@ TransactionalMessageCheckService, in the dispatch beside the half and op queues
   service reads every op record once (after a start, only once the dispatch has caught
   up with the storage's end as it was then: op records written before a crash are in
   the op queue before any new resolution is decided) and adds its own as it writes them.
-  Resolutions are decided one at a time (a lock), so a half is resolved once.
+  Resolutions are decided one batch at a time (a lock; batch.py): the EndTransactions
+  that arrive while a batch is written form the next, a batch takes a half at most once,
+  so a half is resolved once.
 * A commit writes the real copy (REAL_TOPIC / REAL_QID removed, sys_flag COMMIT, the
-  half's commitlog offset as prepared transaction offset) and the op record in ONE
-  Append: the store writes a run whole or not at all, so after any crash either both
-  exist (the half reads as resolved: no second copy) or neither (it is still pending).
+  half's commitlog offset as prepared transaction offset) and the op record; a batch
+  reads its halves in one Read and writes every copy and op record in ONE Append: the
+  store writes a run whole or not at all, so after any crash either all exist (each
+  half reads as resolved: no second copy) or none (they are still pending).
 * Check-back: every half unresolved for ``check_interval_ms`` since it was stored (or
   last checked) gets its check count raised (saved in ``config/transactionChecks.json``
   of the dispatch's store dir) and waits for a gateway holding a TransactionChecks stream
@@ -34,6 +37,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -45,20 +49,25 @@ from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
 from services.dispatch.storage_client import AppendedRun, StorageClient
-from services.dispatch.transaction.records import commit_copy, op_record
+from services.dispatch.transaction.batch import (
+    END_BATCH_MAX_BYTES,
+    END_BATCH_MAX_COUNT,
+    END_PENDING_MAX,
+    Ending,
+    EndRun,
+    Resolved,
+    end_response,
+)
+from services.dispatch.transaction.records import op_record
 from services.dispatch.transaction.state import (
     HalfInfo,
     TransactionOptions,
     TransactionState,
-    check_half,
     unknown_half,
 )
 from tide.files import load_json_with_fallback, write_json_atomically
 from tide.format import (
     PGROUP,
-    REAL_QID,
-    REAL_TOPIC,
-    RESOLUTION_COMMIT,
     RESOLUTION_DISCARD,
     RESOLUTION_ROLLBACK,
     TRAN_RESOLUTION,
@@ -66,7 +75,6 @@ from tide.format import (
     TRANS_OP_HALF_TOPIC,
     TRANSACTION_CHECKS_FILE,
     TRANSACTION_ID,
-    UNIQ_KEY,
     DecodedRecord,
     decode_record,
     decode_transaction_checks,
@@ -104,6 +112,27 @@ def _error(code: grpc.StatusCode, message: str) -> ServiceError:
     return ServiceError(code, message)
 
 
+def _gone(entry: Entry) -> ServiceError:
+    return _error(
+        grpc.StatusCode.NOT_FOUND,
+        f"the record at commitlog offset {entry.commitlog_offset} is no longer stored "
+        "(retention removed it)",
+    )
+
+
+def _log_resolution(resolved: Resolved) -> None:
+    request = resolved.ending.request
+    log.log(
+        logging.INFO if request.from_check else logging.DEBUG,
+        "transaction %s of group %s: half at queue offset %d %s%s",
+        quote(request.transaction_id),
+        quote(request.producer_group),
+        request.queue_offset,
+        resolved.resolution,
+        " (answer to a check)" if request.from_check else "",
+    )
+
+
 class TransactionService:
     def __init__(
         self,
@@ -126,6 +155,8 @@ class TransactionService:
         self.options = options
         self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
+        self._pending: deque[Ending] = deque()  # EndTransactions waiting for a batch
+        self._resolver: asyncio.Task[None] | None = None
         self._state = TransactionState(halves_max=options.halves_max)
         self._ready = False
         self._task: asyncio.Task[None] | None = None
@@ -144,6 +175,10 @@ class TransactionService:
         )
 
     async def stop(self) -> None:
+        if self._resolver is not None:
+            self._resolver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._resolver
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -160,57 +195,118 @@ class TransactionService:
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "this dispatch follows a slave; end the transaction on the broker's master",
             )
-        async with self._lock:
-            await self._catch_up()
-            offset = request.queue_offset
-            done = self._state.resolution(offset)
-            if done is not None:
-                raise _error(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"the transaction of the half message at queue offset {offset} was "
-                    f"resolved already{done}; nothing was written again",
-                )
-            self._state.check_room(offset)
-            entry = await self._half_entry(offset, request.physical_offset)
-            record = await self._read(entry)
-            check_half(request, offset, record)
-            resolution = RESOLUTION_COMMIT if request.commit else RESOLUTION_ROLLBACK
-            run = op_record(record, offset, resolution)
-            if request.commit:
-                try:
-                    run = commit_copy(record, entry.commitlog_offset) + run
-                except ValueError as exc:  # REAL_TOPIC / REAL_QID missing or wrong
-                    raise _error(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
+        if len(self._pending) >= END_PENDING_MAX:
+            raise _error(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{len(self._pending)} EndTransactions wait on this broker, the bound "
+                f"END_PENDING_MAX ({END_PENDING_MAX}); retry shortly (nothing was written)",
+            )
+        ending = Ending(request, asyncio.get_running_loop().create_future())
+        self._pending.append(ending)
+        if self._resolver is None or self._resolver.done():
+            self._resolver = asyncio.create_task(self._resolve_pending())
+        return await ending.future
+
+    async def _resolve_pending(self) -> None:
+        """Resolve the waiting EndTransactions batch after batch (see batch.py): those that
+        arrive while one batch is written form the next."""
+        while self._pending:
+            batch: list[Ending] = []
             try:
-                response = await self._append(run, 2 if request.commit else 1)
-            except ServiceError:
-                # Perhaps written (a timeout, a lost answer): read the op queue again up to
-                # the storage's end before deciding anything else.
-                self._ready = False
-                raise
-            self._state.own_op_written(response.queue_offsets[-1])
-            await self._resolved(offset, resolution)
-        log.log(
-            logging.INFO if request.from_check else logging.DEBUG,
-            "transaction %s of group %s: half at queue offset %d %s%s",
-            quote(request.transaction_id),
-            quote(request.producer_group),
-            offset,
-            resolution,
-            " (answer to a check)" if request.from_check else "",
-        )
-        if not request.commit:
-            return pb.DispatchEndTransactionResponse()
-        props = record.properties
-        return pb.DispatchEndTransactionResponse(
-            topic=props.get(REAL_TOPIC, ""),
-            queue_id=int(props.get(REAL_QID, "0")),  # checked by commit_copy
-            queue_offset=response.queue_offsets[0],
-            physical_offset=response.physical_offsets[0],
-            store_timestamp_ms=response.store_timestamp_ms,
-            unique_key=props.get(UNIQ_KEY, ""),
-            msg_id=make_msg_id(response.msg_id_prefix, response.physical_offsets[0]),
-        )
+                async with self._lock:
+                    batch = self._take_batch()
+                    if batch:
+                        self._pending.extendleft(reversed(await self._resolve_batch(batch)))
+            except BaseException as exc:
+                for ending in batch:
+                    ending.fail(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    for ending in self._pending:
+                        ending.fail(_error(grpc.StatusCode.UNAVAILABLE, "the dispatch stops"))
+                    self._pending.clear()
+                    raise
+                if not isinstance(exc, Exception):
+                    raise
+
+    def _take_batch(self) -> list[Ending]:
+        batch: list[Ending] = []
+        while self._pending and len(batch) < END_BATCH_MAX_COUNT:
+            ending = self._pending.popleft()
+            if not ending.future.done():  # its caller gave up before anything was written
+                batch.append(ending)
+        return batch
+
+    async def _resolve_batch(self, batch: list[Ending]) -> list[Ending]:
+        """Resolve what the batch can (one Read, one Append); the endings left for the next
+        batch (a half already taken by this one, or past its bytes) are returned."""
+        await self._catch_up()
+        later: list[Ending] = []
+        taken: list[tuple[Ending, Entry]] = []
+        offsets: set[int] = set()
+        batch_bytes = 0
+        for ending in batch:
+            if ending.offset in offsets:  # decided by this batch: the next one refuses it
+                later.append(ending)
+                continue
+            try:
+                entry = await self._open_half(ending, pending=len(offsets))
+            except ServiceError as exc:
+                ending.fail(exc)
+                continue
+            if taken and batch_bytes + entry.size > END_BATCH_MAX_BYTES:
+                later.append(ending)
+                continue
+            batch_bytes += entry.size
+            offsets.add(ending.offset)
+            taken.append((ending, entry))
+        if taken:
+            await self._write_batch(taken)
+        return later
+
+    async def _open_half(self, ending: Ending, *, pending: int) -> Entry:
+        """The entry of the unresolved half the ending names; ServiceError if resolved,
+        unknown or past the bounds."""
+        offset = ending.offset
+        done = self._state.resolution(offset)
+        if done is not None:
+            raise _error(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the transaction of the half message at queue offset {offset} was "
+                f"resolved already{done}; nothing was written again",
+            )
+        self._state.check_room(offset, pending=pending)
+        return await self._half_entry(offset, ending.request.physical_offset)
+
+    async def _write_batch(self, taken: list[tuple[Ending, Entry]]) -> None:
+        positions = [(entry.commitlog_offset, entry.size) for _, entry in taken]
+        records = await self._call(self._storage.read_records(positions))
+        run = EndRun()
+        for (ending, entry), data in zip(taken, records, strict=True):
+            try:
+                if data is None:
+                    raise _gone(entry)
+                record = decode_record(data, 0, len(data), expected_offset=entry.commitlog_offset)
+                run.add(ending, record, entry.commitlog_offset)
+            except ServiceError as exc:
+                ending.fail(exc)
+        if not run.resolved:
+            return
+        try:
+            appended = await self._append(run.data(), run.count)
+        except ServiceError:
+            # Perhaps written (a timeout, a lost answer): read the op queue again up to
+            # the storage's end before deciding anything else.
+            self._ready = False
+            raise
+        counted = False
+        for resolved in run.resolved:  # op records in run order: consecutive op offsets
+            self._state.own_op_written(appended.queue_offsets[resolved.op_index])
+            counted |= self._state.resolve(resolved.ending.offset, resolved.resolution)
+        if counted:
+            await self._save_checks()
+        for resolved in run.resolved:
+            _log_resolution(resolved)
+            resolved.ending.answer(end_response(resolved, appended))
 
     async def _catch_up(self) -> None:
         """Every op record written so far is known (see the module doc)."""
@@ -286,11 +382,7 @@ class TransactionService:
     async def _read(self, entry: Entry) -> DecodedRecord:
         record = await self._call(self._read_record(entry.commitlog_offset, entry.size))
         if record is None:
-            raise _error(
-                grpc.StatusCode.NOT_FOUND,
-                f"the record at commitlog offset {entry.commitlog_offset} is no longer stored "
-                "(retention removed it)",
-            )
+            raise _gone(entry)
         return record
 
     async def _append(self, run: bytes, count: int) -> AppendedRun:
