@@ -16,7 +16,8 @@ TransactionalMessageCheckService, in the dispatch beside the half and op queues
   half's commitlog offset as prepared transaction offset) and the op record; a batch
   reads its halves in one Read and writes every copy and op record in ONE Append: the
   store writes a run whole or not at all, so after any crash either all exist (each
-  half reads as resolved: no second copy) or none (they are still pending).
+  half reads as resolved: no second copy) or none (they are still pending). A half just
+  written is read from the dispatch's tail cache, not the storage.
 * Check-back: every half unresolved for ``check_interval_ms`` since it was stored (or
   last checked) gets its check count raised (saved in ``config/transactionChecks.json``
   of the dispatch's store dir) and waits for a gateway holding a TransactionChecks stream
@@ -49,6 +50,7 @@ from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
 from services.dispatch.storage_client import AppendedRun, StorageClient
+from services.dispatch.tail_cache import TailCache
 from services.dispatch.transaction.batch import (
     END_BATCH_MAX_BYTES,
     END_BATCH_MAX_COUNT,
@@ -143,9 +145,12 @@ class TransactionService:
         store_dir: Path,
         dispatched: Callable[[], int],
         options: TransactionOptions,
+        tail_cache: TailCache | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self._queues = queues
+        # (an empty cache is falsy: it has a length)
+        self._tail_cache = TailCache(0) if tail_cache is None else tail_cache
         self._storage = storage
         self._role = role
         # Slaves get the check counts with the rest of the metadata (through the storage).
@@ -277,9 +282,25 @@ class TransactionService:
         self._state.check_room(offset, pending=pending)
         return await self._half_entry(offset, ending.request.physical_offset)
 
+    async def _halves(self, entries: list[Entry]) -> list[bytes | None]:
+        """Each half's record: from the tail cache when it holds it (a half just written,
+        the common case: no Read), the rest in one storage Read."""
+        found: list[bytes | None] = []
+        missing: list[int] = []
+        for index, entry in enumerate(entries):
+            held = self._tail_cache.get(entry.commitlog_offset, entry.size)
+            found.append(None if held is None else bytes(held))
+            if held is None:
+                missing.append(index)
+        if missing:
+            positions = [(entries[i].commitlog_offset, entries[i].size) for i in missing]
+            read = await self._call(self._storage.read_records(positions))
+            for index, data in zip(missing, read, strict=True):
+                found[index] = data
+        return found
+
     async def _write_batch(self, taken: list[tuple[Ending, Entry]]) -> None:
-        positions = [(entry.commitlog_offset, entry.size) for _, entry in taken]
-        records = await self._call(self._storage.read_records(positions))
+        records = await self._halves([entry for _, entry in taken])
         run = EndRun()
         for (ending, entry), data in zip(taken, records, strict=True):
             try:
