@@ -7,10 +7,13 @@ Starts real processes on a fresh store (a name server, one broker: storage + dis
 a gateway), creates a NORMAL and a FIFO topic of ``--queues`` queues, then:
 
 * produce: ``--count`` 128-byte messages in batches of 100 through ``tide.client``'s
-  Producer, to the NORMAL topic (round robin) and to the FIFO topic (each message with
+  Producer, to the NORMAL topic (round robin), to the FIFO topic (each message with
   one of ``--groups`` message groups, routed by its hash and stored with
-  ``__SHARDINGKEY``), alternating batch by batch so that both see the same load:
-  messages/s of each and the ratio FIFO / normal;
+  ``__SHARDINGKEY``: a batch spread over every queue, the gateway's general path) and
+  to a second FIFO topic in batches whose groups all hash to one queue (batch ``i`` to
+  queue ``i % --queues``, as a producer batching per queue sends: the gateway's plain
+  path), alternating batch by batch so that all see the same load: messages/s of each
+  and the ratios FIFO / normal;
 * consume: one PushConsumer member per topic, concurrently (default) on the NORMAL
   topic and ``orderly=True`` (queue locks, one message of a queue at a time) on the
   FIFO topic, one after the other, each from the first message: messages/s from its
@@ -35,9 +38,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.gateway_produce_pull import free_port, service
+from bench.gateway_produce_pull import free_port, loadavg, service
 from tide.client import Admin, Message, Producer, PushConsumer, ReceivedMessage
 from tide.client._rpc import Connection
+from tide.format import sharding_key_index
 from tide.v1 import gateway_pb2, storage_pb2
 
 BROKER = "broker-a"
@@ -77,18 +81,29 @@ def _cluster(stack: ExitStack, root: Path, lock_live_ms: int) -> str:
     )
 
 
-def produce(gateway: str, count: int, groups: int) -> dict[str, float]:
-    """Alternating batches to both topics; messages/s of the call time of each."""
-    spent_s = {"normal": 0.0, "fifo": 0.0}
+def produce(gateway: str, count: int, groups: int, queues: int) -> dict[str, float]:
+    """Alternating batches to the three topics; messages/s of the call time of each."""
+    spent_s = {"normal": 0.0, "fifo": 0.0, "fifo_grouped": 0.0}
+    names = [f"group-{i}" for i in range(groups)]
+    by_queue = [
+        [name for name in names if sharding_key_index(name, queues) == q] for q in range(queues)
+    ]
+    if not all(by_queue):
+        raise RuntimeError(f"--groups {groups} leave a queue of {queues} without a group")
     with Producer(gateway) as producer:
         for start in range(0, count, BATCH):
             size = min(BATCH, count - start)
             normal = [Message("BenchNormal", BODY) for _ in range(size)]
             fifo = [
-                Message("BenchFifo", BODY, sharding_key=f"group-{(start + i) % groups}")
+                Message("BenchFifo", BODY, sharding_key=names[(start + i) % groups])
                 for i in range(size)
             ]
-            for kind, batch in (("normal", normal), ("fifo", fifo)):
+            sharing = by_queue[(start // BATCH) % queues]
+            grouped = [
+                Message("BenchFifoGrouped", BODY, sharding_key=sharing[i % len(sharing)])
+                for i in range(size)
+            ]
+            for kind, batch in (("normal", normal), ("fifo", fifo), ("fifo_grouped", grouped)):
                 began = time.perf_counter()
                 producer.send_batch(batch)
                 spent_s[kind] += time.perf_counter() - began
@@ -163,24 +178,28 @@ def pull_check(gateway: str, pulls: int) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="tide-fifo-bench-"))
+    before = loadavg()
     try:
         with ExitStack() as stack:
             gateway = _cluster(stack, root, args.lock_live_ms)
             with Admin(gateway) as admin:
                 admin.create_topic("BenchNormal", read_queue_nums=args.queues)
-                admin.create_topic("BenchFifo", read_queue_nums=args.queues, message_type="FIFO")
-            produced = produce(gateway, args.count, args.groups)
+                for fifo in ("BenchFifo", "BenchFifoGrouped"):
+                    admin.create_topic(fifo, read_queue_nums=args.queues, message_type="FIFO")
+            produced = produce(gateway, args.count, args.groups, args.queues)
             normal_rate = consume(gateway, "BenchNormal", args.count, orderly=False)
             orderly_rate = consume(gateway, "BenchFifo", args.count, orderly=True)
             checked = pull_check(gateway, args.pulls)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {
+        "loadavg": {"before": before, "after": loadavg()},
         "count": args.count,
         "queues": args.queues,
         "groups": args.groups,
         "produce_msgs_per_s": produced,
         "produce_ratio": produced["fifo"] / produced["normal"],
+        "produce_grouped_ratio": produced["fifo_grouped"] / produced["normal"],
         "consume_msgs_per_s": {"normal": normal_rate, "orderly": orderly_rate},
         "consume_ratio": orderly_rate / normal_rate,
         "pulls_per_s": checked,
@@ -205,7 +224,8 @@ def main() -> None:
     print(f"{args.count} messages of 128 bytes, {args.queues} queues, {args.groups} groups")
     print(
         f"produce: normal {produced['normal']:,.0f}/s, FIFO {produced['fifo']:,.0f}/s "
-        f"(ratio {result['produce_ratio']:.2f})"
+        f"(ratio {result['produce_ratio']:.2f}), FIFO batches of one queue "
+        f"{produced['fifo_grouped']:,.0f}/s (ratio {result['produce_grouped_ratio']:.2f})"
     )
     print(
         f"consume: concurrent {consumed['normal']:,.0f}/s, orderly {consumed['orderly']:,.0f}/s "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from services.gateway.produce_results import Appended, Written
 from services.gateway.records import add_message
 from services.gateway.routes import Member, QueueRef, TopicView
-from tide.format import UNIQ_KEY, RunWriter, TopicMessageType
+from tide.format import SHARDING_KEY, UNIQ_KEY, RunWriter, TopicMessageType
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 
@@ -43,7 +43,8 @@ class PlainBatch:
         compact: bool = False,
         queue: QueueRef | None = None,
     ) -> None:
-        """``bodies_only``: no message has more than a topic and a body (validate.py);
+        """``bodies_only``: no message has more than a topic and a body (validate.py), or
+        than a topic, a body and its sharding key (with ``queue``);
         ``compact``: the request asked for compact results, so a batch written by one
         append keeps that append's answer (:attr:`appended`) instead of rows;
         ``queue``: every message has a sharding key hashing to this queue (else the
@@ -69,7 +70,13 @@ class PlainBatch:
         messages, keys, queue_id = self.messages, self.unique_keys, group.queue_id
         if self.bodies_only:  # one loop over whole columns
             bodies = [m.body for m in messages]
-            properties = [f"{UNIQ_KEY}\x01{key}\x02".encode() for key in keys]
+            if self.groups:  # message_properties' order: UNIQ_KEY, then the group
+                properties = [
+                    f"{UNIQ_KEY}\x01{key}\x02{SHARDING_KEY}\x01{m.sharding_key}\x02".encode()
+                    for m, key in zip(messages, keys, strict=True)
+                ]
+            else:
+                properties = [f"{UNIQ_KEY}\x01{key}\x02".encode() for key in keys]
             queue_ids = [queue_id] * len(messages)
             group.writer.add_many(magic, topic_part, queue_ids, bodies, properties, now_ms)
             return

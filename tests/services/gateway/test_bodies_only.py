@@ -11,6 +11,7 @@ from services.gateway.bodies_only import (
     field_bytes,
     messages_bytes,
     only_topic_and_bodies,
+    only_topic_bodies_and_keys,
     varint_bytes,
 )
 from services.gateway.validate import check_produce_messages
@@ -131,3 +132,45 @@ def test_the_compact_flag_is_not_counted_as_a_message_field() -> None:
     compact_bytes = messages_bytes(compact, compact.ByteSize())
     assert compact_bytes == messages_bytes(plain, plain.ByteSize()) == plain.ByteSize()
     assert only_topic_and_bodies(messages, TOPIC, compact_bytes, MAX_BODY_BYTES)
+
+
+def keyed(keys: list[str], body_bytes: int = 10) -> list[pb.ProduceMessage]:
+    return [
+        pb.ProduceMessage(topic=TOPIC, body=b"b" * body_bytes, sharding_key=key) for key in keys
+    ]
+
+
+def keyed_says(messages: list[pb.ProduceMessage]) -> bool:
+    request_bytes = pb.ProduceRequest(messages=messages).ByteSize()
+    return only_topic_bodies_and_keys(messages, TOPIC, request_bytes, MAX_BODY_BYTES)
+
+
+@pytest.mark.parametrize("key_chars", [1, 5, 127, 128, 1024])
+@pytest.mark.parametrize("body_bytes", [1, 100, 127, 128, 16_384])
+def test_keyed_messages_are_told_from_their_size(key_chars: int, body_bytes: int) -> None:
+    assert keyed_says(keyed(["k" * key_chars, "é" * key_chars, "g"], body_bytes))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tags": "A"},
+        {"keys": ["k"]},
+        {"flag": 1},
+        {"born_timestamp_ms": 5},
+        {"unique_key": "U" * 32},
+        {"delay_level": 1},
+        {"body": b""},
+    ],
+)
+def test_keyed_messages_with_anything_else_are_not(change: dict[str, object]) -> None:
+    messages = keyed(["g1", "g2", "g3"])
+    for name, value in change.items():
+        if name == "keys":
+            messages[1].keys.extend(["k"])
+        else:
+            setattr(messages[1], name, value)
+    assert not keyed_says(messages)
+    messages = keyed(["g1"])
+    messages[0].properties["p"] = "v"
+    assert not keyed_says(messages)

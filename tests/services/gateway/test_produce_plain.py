@@ -50,19 +50,24 @@ def _view(message_type: TopicMessageType) -> Any:
     return SimpleNamespace(message_type=message_type)
 
 
+@pytest.mark.parametrize("bodies_only", [True, False])
 @pytest.mark.parametrize("message_type", [TopicMessageType.FIFO, TopicMessageType.NORMAL])
 def test_a_sharded_batch_encodes_what_the_general_path_encodes(
-    message_type: TopicMessageType,
+    message_type: TopicMessageType, bodies_only: bool
 ) -> None:
     """A FIFO topic's records carry their group (``__SHARDINGKEY``), a normal topic's
-    do not (the key only routed them), as produce.py's general path writes them."""
+    do not (the key only routed them), as produce.py's general path writes them, in the
+    column loop (messages of a topic, a body and a key only) or one by one."""
     messages = [
-        pb.ProduceMessage(topic="T", body=b"m", sharding_key=key, tags="A")
-        for key in ("g1", "g1", "g2")
+        pb.ProduceMessage(topic="T", body=b"m" * n, sharding_key=key)
+        for n, key in ((1, "g1"), (2, "g1"), (3, "g2"))
     ]
+    if not bodies_only:
+        messages[1].tags = "A"
     keys = [f"{i:032X}" for i in range(3)]
     queue = QueueRef("broker-a", 1)
-    plain = PlainBatch(messages, keys, _view(message_type), bodies_only=False, queue=queue)
+    view = _view(message_type)
+    plain = PlainBatch(messages, keys, view, bodies_only=bodies_only, queue=queue)
     group = PlainGroup(cast(Any, None), RunWriter(BORN), queue.queue_id)
     magic, part = topic_part(b"T")
     plain.encode(group, magic, part, NOW_MS)
