@@ -65,12 +65,14 @@ def only_topic_bodies_and_keys(
     messages: Sequence[pb.ProduceMessage], topic: str, request_bytes: int, max_body_bytes: int
 ) -> bool:
     """:func:`only_topic_and_bodies` for messages that each have a sharding key besides
-    (the caller knows they do: a FIFO batch of one queue): True when nothing else is set."""
+    (FIFO produce): True when every message has one and nothing else is set."""
     topic_bytes = field_bytes(len(topic.encode()))
     expected = 0
     for message in messages:
         body_bytes = len(message.body)
-        if not 1 <= body_bytes <= max_body_bytes:
+        # Every message at least its three fields, or a missing key could hide another
+        # field of the same size in the total.
+        if not 1 <= body_bytes <= max_body_bytes or not message.HasField("sharding_key"):
             return False
         key_bytes = field_bytes(len(message.sharding_key.encode()))
         expected += field_bytes(topic_bytes + field_bytes(body_bytes) + key_bytes)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from services.gateway.append_queue import Outcome
-from services.gateway.bodies_only import messages_bytes, only_topic_bodies_and_keys
+from services.gateway.bodies_only import messages_bytes
 from services.gateway.brokers import UNREACHABLE, BrokerChannels, broker_error
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.message_types import check_message_types, check_produce_topics
@@ -174,7 +174,7 @@ class Producer:
             else self._fill_unique_keys(messages)
         )
         if not check.delayed and not check.transactional and len(views) == 1:
-            plain = self._plain_batch(messages, unique_keys, views, check, request, request_bytes)
+            plain = self._plain_batch(messages, unique_keys, views, check, request)
             if plain is not None:
                 await self._send_plain(plain, born_host, now_ms)
                 return await self._plain_response(plain, born_host, now_ms)
@@ -198,7 +198,6 @@ class Producer:
         views: dict[str, TopicView],
         check: ProduceCheck,
         request: pb.ProduceRequest,
-        request_bytes: int,
     ) -> PlainBatch | None:
         """The batch of one topic's messages for one queue (the plain path), or None:
         the general path takes it."""
@@ -213,14 +212,13 @@ class Producer:
         queue = one_sharding_queue(messages, view.writable)
         if queue is None:  # an explicit queue, or keys of several queues
             return None
-        keyed_bodies = only_topic_bodies_and_keys(
-            messages,
-            view.topic,
-            messages_bytes(request, request_bytes),
-            self._config.max_message_body_bytes,
-        )
         return PlainBatch(
-            messages, unique_keys, view, bodies_only=keyed_bodies, compact=compact, queue=queue
+            messages,
+            unique_keys,
+            view,
+            bodies_only=check.keyed_bodies,
+            compact=compact,
+            queue=queue,
         )
 
     async def _plain_response(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import grpc
 import pytest
 
 from services.gateway.bodies_only import (
@@ -15,6 +16,7 @@ from services.gateway.bodies_only import (
     varint_bytes,
 )
 from services.gateway.validate import check_produce_messages
+from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 
 MAX_BODY_BYTES = 70_000
@@ -174,3 +176,48 @@ def test_keyed_messages_with_anything_else_are_not(change: dict[str, object]) ->
     messages = keyed(["g1"])
     messages[0].properties["p"] = "v"
     assert not keyed_says(messages)
+
+
+def test_the_keyed_check_agrees_with_the_field_by_field_one() -> None:
+    """Random requests of keyed messages (some with more, some without a key): the
+    answer told from the size is the field-by-field one, ``keyed_bodies`` exactly when
+    every message is a topic, a body and a key."""
+    rng = random.Random(7)
+    options: list[dict[str, object]] = [
+        {"tags": "A"},
+        {"flag": 1},  # 2 bytes, as a missing key's field
+        {"born_timestamp_ms": 9},
+        {"unique_key": "U1"},
+        {"no_key": True},
+    ]
+    for _ in range(300):
+        messages, exact = [], True
+        for _ in range(rng.randint(1, 4)):
+            extra = dict(rng.choice(options)) if rng.random() < 0.2 else {}
+            exact = exact and not extra
+            key = rng.choice(["", "g", "group-17", "é" * 70])
+            if extra.pop("no_key", False):
+                message = pb.ProduceMessage(topic=TOPIC, body=b"x" * rng.choice([1, 127, 300]))
+            else:
+                message = pb.ProduceMessage(topic=TOPIC, body=b"x" * 5, sharding_key=key)
+            for name, value in extra.items():
+                setattr(message, name, value)
+            messages.append(message)
+        request_bytes = pb.ProduceRequest(messages=messages).ByteSize()
+        by_fields = check_produce_messages(messages, MAX_BODY_BYTES)
+        by_size = check_produce_messages(messages, MAX_BODY_BYTES, request_bytes)
+        assert by_size.keyed_bodies is exact
+        assert by_size._replace(keyed_bodies=False) == by_fields
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [("a\x01b", "messages[1].sharding_key"), ("k" * 1025, "messages[1].sharding_key")],
+)
+def test_a_bad_key_of_a_keyed_request_is_named(key: str, text: str) -> None:
+    messages = keyed(["g", key, "h"])
+    request_bytes = pb.ProduceRequest(messages=messages).ByteSize()
+    with pytest.raises(ServiceError) as raised:
+        check_produce_messages(messages, MAX_BODY_BYTES, request_bytes)
+    assert raised.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert text in raised.value.message
