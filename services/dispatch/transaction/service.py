@@ -222,16 +222,15 @@ class TransactionService:
                     batch = self._take_batch()
                     if batch:
                         self._pending.extendleft(reversed(await self._resolve_batch(batch)))
-            except BaseException as exc:
+            except asyncio.CancelledError:  # stop(): a future cannot take a cancellation
+                stopping = _error(grpc.StatusCode.UNAVAILABLE, "the dispatch stops; retry")
+                for ending in (*batch, *self._pending):
+                    ending.fail(stopping)
+                self._pending.clear()
+                raise
+            except Exception as exc:  # the batch's answer; the next batch goes on
                 for ending in batch:
                     ending.fail(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    for ending in self._pending:
-                        ending.fail(_error(grpc.StatusCode.UNAVAILABLE, "the dispatch stops"))
-                    self._pending.clear()
-                    raise
-                if not isinstance(exc, Exception):
-                    raise
 
     def _take_batch(self) -> list[Ending]:
         batch: list[Ending] = []
