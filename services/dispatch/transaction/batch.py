@@ -15,6 +15,7 @@ failed), and a half resolved before the batch is refused as before.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 
 import grpc
@@ -31,8 +32,11 @@ from tide.format import (
     DecodedRecord,
     make_msg_id,
 )
+from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
+
+log = logging.getLogger("tide.dispatch.transaction")
 
 END_BATCH_MAX_COUNT = 256
 """Most EndTransactions resolved in one batch (within one storage Read's positions)."""
@@ -120,4 +124,17 @@ def end_response(resolved: Resolved, appended: AppendedRun) -> pb.DispatchEndTra
         store_timestamp_ms=appended.store_timestamp_ms,
         unique_key=props.get(UNIQ_KEY, ""),
         msg_id=make_msg_id(appended.msg_id_prefix, physical_offset),
+    )
+
+
+def log_resolution(resolved: Resolved) -> None:
+    request = resolved.ending.request
+    log.log(
+        logging.INFO if request.from_check else logging.DEBUG,
+        "transaction %s of group %s: half at queue offset %d %s%s",
+        quote(request.transaction_id),
+        quote(request.producer_group),
+        request.queue_offset,
+        resolved.resolution,
+        " (answer to a check)" if request.from_check else "",
     )

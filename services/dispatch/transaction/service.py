@@ -39,9 +39,8 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import grpc
 
@@ -49,7 +48,7 @@ from services.dispatch.delivery.progress import ProgressCopy
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
-from services.dispatch.storage_client import AppendedRun, StorageClient
+from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from services.dispatch.transaction.batch import (
     END_BATCH_MAX_BYTES,
@@ -57,8 +56,8 @@ from services.dispatch.transaction.batch import (
     END_PENDING_MAX,
     Ending,
     EndRun,
-    Resolved,
     end_response,
+    log_resolution,
 )
 from services.dispatch.transaction.records import op_record
 from services.dispatch.transaction.state import (
@@ -67,6 +66,7 @@ from services.dispatch.transaction.state import (
     TransactionState,
     unknown_half,
 )
+from services.dispatch.transaction.storage_io import HalfStore, call_storage, gone
 from tide.files import load_json_with_fallback, write_json_atomically
 from tide.format import (
     PGROUP,
@@ -77,7 +77,6 @@ from tide.format import (
     TRANS_OP_HALF_TOPIC,
     TRANSACTION_CHECKS_FILE,
     TRANSACTION_ID,
-    DecodedRecord,
     decode_record,
     decode_transaction_checks,
     encode_transaction_checks,
@@ -103,7 +102,6 @@ DUE_MAX_PER_GROUP = 10_000
 """Most halves waiting for a producer group's check stream (more wait a round)."""
 CHECK_ROUND_MAX_S = 1.0
 CONFIG_DIR = "config"
-_T = TypeVar("_T")
 
 
 def now_ms() -> int:
@@ -112,27 +110,6 @@ def now_ms() -> int:
 
 def _error(code: grpc.StatusCode, message: str) -> ServiceError:
     return ServiceError(code, message)
-
-
-def _gone(entry: Entry) -> ServiceError:
-    return _error(
-        grpc.StatusCode.NOT_FOUND,
-        f"the record at commitlog offset {entry.commitlog_offset} is no longer stored "
-        "(retention removed it)",
-    )
-
-
-def _log_resolution(resolved: Resolved) -> None:
-    request = resolved.ending.request
-    log.log(
-        logging.INFO if request.from_check else logging.DEBUG,
-        "transaction %s of group %s: half at queue offset %d %s%s",
-        quote(request.transaction_id),
-        quote(request.producer_group),
-        request.queue_offset,
-        resolved.resolution,
-        " (answer to a check)" if request.from_check else "",
-    )
 
 
 class TransactionService:
@@ -150,7 +127,7 @@ class TransactionService:
     ) -> None:
         self._queues = queues
         # (an empty cache is falsy: it has a length)
-        self._tail_cache = TailCache(0) if tail_cache is None else tail_cache
+        self._io = HalfStore(storage, TailCache(0) if tail_cache is None else tail_cache)
         self._storage = storage
         self._role = role
         # Slaves get the check counts with the rest of the metadata (through the storage).
@@ -281,30 +258,13 @@ class TransactionService:
         self._state.check_room(offset, pending=pending)
         return await self._half_entry(offset, ending.request.physical_offset)
 
-    async def _halves(self, entries: list[Entry]) -> list[bytes | None]:
-        """Each half's record: from the tail cache when it holds it (a half just written,
-        the common case: no Read), the rest in one storage Read."""
-        found: list[bytes | None] = []
-        missing: list[int] = []
-        for index, entry in enumerate(entries):
-            held = self._tail_cache.get(entry.commitlog_offset, entry.size)
-            found.append(None if held is None else bytes(held))
-            if held is None:
-                missing.append(index)
-        if missing:
-            positions = [(entries[i].commitlog_offset, entries[i].size) for i in missing]
-            read = await self._call(self._storage.read_records(positions))
-            for index, data in zip(missing, read, strict=True):
-                found[index] = data
-        return found
-
     async def _write_batch(self, taken: list[tuple[Ending, Entry]]) -> None:
-        records = await self._halves([entry for _, entry in taken])
+        records = await self._io.halves([entry for _, entry in taken])
         run = EndRun()
         for (ending, entry), data in zip(taken, records, strict=True):
             try:
                 if data is None:
-                    raise _gone(entry)
+                    raise gone(entry)
                 record = decode_record(data, 0, len(data), expected_offset=entry.commitlog_offset)
                 run.add(ending, record, entry.commitlog_offset)
             except ServiceError as exc:
@@ -312,7 +272,7 @@ class TransactionService:
         if not run.resolved:
             return
         try:
-            appended = await self._append(run.data(), run.count)
+            appended = await self._io.append(run.data(), run.count)
         except ServiceError:
             # Perhaps written (a timeout, a lost answer): read the op queue again up to
             # the storage's end before deciding anything else.
@@ -325,13 +285,13 @@ class TransactionService:
         if counted:
             await self._save_checks()
         for resolved in run.resolved:
-            _log_resolution(resolved)
+            log_resolution(resolved)
             resolved.ending.answer(end_response(resolved, appended))
 
     async def _catch_up(self) -> None:
         """Every op record written so far is known (see the module doc)."""
         if not self._ready:
-            target = (await self._call(self._storage.status())).max_offset
+            target = (await call_storage(self._storage.status())).max_offset
             try:
                 await wait_until_async(
                     lambda: self._dispatched() >= target,
@@ -361,7 +321,7 @@ class TransactionService:
                 state.op_next = entry.queue_offset + 1
                 if entry.is_pre_blank:
                     continue
-                record = await self._read(entry)
+                record = await self._io.read(entry)
                 try:
                     half_offset = parse_op_body(record.body)
                 except ValueError as exc:
@@ -398,32 +358,6 @@ class TransactionService:
                 "ProduceResult as it was returned",
             )
         return entry
-
-    async def _read(self, entry: Entry) -> DecodedRecord:
-        record = await self._call(self._read_record(entry.commitlog_offset, entry.size))
-        if record is None:
-            raise _gone(entry)
-        return record
-
-    async def _append(self, run: bytes, count: int) -> AppendedRun:
-        return await self._call(self._storage.append_run(run, count))
-
-    async def _read_raw(self, physical_offset: int, size: int) -> bytes | None:
-        """The record's bytes, None when the storage no longer has it. Raises AioRpcError."""
-        return (await self._storage.read_records([(physical_offset, size)]))[0]
-
-    async def _read_record(self, physical_offset: int, size: int) -> DecodedRecord | None:
-        data = await self._read_raw(physical_offset, size)
-        if data is None:
-            return None
-        return decode_record(data, 0, len(data), expected_offset=physical_offset)
-
-    @staticmethod
-    async def _call(call: Awaitable[_T]) -> _T:
-        try:
-            return await call
-        except grpc.aio.AioRpcError as exc:
-            raise _error(exc.code(), f"storage: {exc.details()}") from exc
 
     async def _save_checks(self) -> None:
         """Write the check counts locally (the truth), then copy them to the storage for
@@ -463,7 +397,7 @@ class TransactionService:
         return listed
 
     async def _entry_of(self, offset: int, half: HalfInfo) -> pb.HalfEntry | None:
-        raw = await self._read_raw(half.physical_offset, half.size)
+        raw = await self._io.read_raw(half.physical_offset, half.size)
         if raw is None:
             return None
         record = decode_record(raw, 0, len(raw), expected_offset=half.physical_offset)
@@ -495,7 +429,7 @@ class TransactionService:
                 state.half_next = entry.queue_offset + 1
                 if entry.is_pre_blank or entry.queue_offset in state.resolved:
                     continue
-                record = await self._read_record(entry.commitlog_offset, entry.size)
+                record = await self._io.read_record(entry.commitlog_offset, entry.size)
                 if record is None:
                     continue
                 store_ms = record.store_timestamp_ms
@@ -554,10 +488,10 @@ class TransactionService:
                 checks,
             )
             return
-        record = await self._read_record(half.physical_offset, half.size)
+        record = await self._io.read_record(half.physical_offset, half.size)
         if record is None:
             return
-        response = await self._append(op_record(record, offset, RESOLUTION_DISCARD), 1)
+        response = await self._io.append(op_record(record, offset, RESOLUTION_DISCARD), 1)
         self._state.own_op_written(response.queue_offsets[-1])
         await self._resolved(offset, RESOLUTION_DISCARD, save=False)
         log.warning(
