@@ -170,7 +170,7 @@ class Producer:
         now_ms = time.time_ns() // 1_000_000
         unique_keys = (
             self._unique_keys.next_many(count)  # none has one of its own
-            if check.bodies_only
+            if check.bodies_only or check.keyed_bodies
             else self._fill_unique_keys(messages)
         )
         if not check.delayed and not check.transactional and len(views) == 1:
