@@ -342,6 +342,13 @@ class Cluster:
         )
         return member
 
+    def restart_storage(self, member: Replica) -> StorageProcess:
+        """SIGKILL the member's storage alone and start it again (same port and store);
+        its dispatch keeps running and reconnects to it."""
+        member.storage.kill()
+        member.storage = self._storage_launcher.start(member.storage_dir, *member.storage_args)
+        return member.storage
+
     def _start_gateway(self, args: Sequence[str], *, listen: str = "127.0.0.1:0") -> GatewayProcess:
         workdir = self.root / f"gateway{len(self._gateways)}"
         workdir.mkdir(parents=True)

@@ -161,6 +161,7 @@ class TransactionService:
             self._resolver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._resolver
+        self._io.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

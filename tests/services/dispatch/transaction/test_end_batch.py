@@ -138,3 +138,36 @@ def test_a_run_holds_each_ending_s_records_in_order() -> None:
         topics.append(record.topic)
         position += record.total_size
     assert topics == ["T", TRANS_OP_HALF_TOPIC, TRANS_OP_HALF_TOPIC, "T", TRANS_OP_HALF_TOPIC]
+
+
+def commit_one(producer: Producer, topic: str, body: str) -> TransactionOutcome:
+    return producer.send_transaction(
+        Message(topic, body), lambda m, h: TransactionResolution.COMMIT
+    )
+
+
+def test_resolutions_go_on_after_the_storage_restarts(batch_cluster: Cluster) -> None:
+    """The service appends over one AppendStream (storage_io.py): a storage SIGKILLed
+    and started again ends it, and the next resolution opens another."""
+    topic, group = "T_tx_restart", "PG_restart"
+    gateway = batch_cluster.gateway.listen
+    with Admin(gateway) as admin:
+        admin.create_topic(topic, read_queue_nums=1, message_type="TRANSACTION")
+    with Producer(gateway, producer_group=group) as producer:
+        before = commit_one(producer, topic, "before")
+        assert before.committed is not None, before.error
+    member = batch_cluster.broker("broker-a").master
+    batch_cluster.restart_storage(member)
+    batch_cluster.wait_dispatched(topic, 1)  # the dispatch follows the new storage
+
+    with Admin(gateway) as admin, Producer(gateway, producer_group=group) as producer:
+        # A produce may find the broker not registered again yet: retried by the client.
+        after = commit_one(producer, topic, "after")
+        assert after.committed is not None, after.error
+        keys = [before.half.unique_key, after.half.unique_key]
+        wait_until(
+            lambda: all(admin.query_unique_key(topic, key) for key in keys),
+            "both committed copies",
+        )
+        assert [len(admin.query_unique_key(topic, key)) for key in keys] == [1, 1]
+        assert not admin.list_transactions(group)
