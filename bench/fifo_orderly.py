@@ -7,10 +7,13 @@ Starts real processes on a fresh store (a name server, one broker: storage + dis
 a gateway), creates a NORMAL and a FIFO topic of ``--queues`` queues, then:
 
 * produce: ``--count`` 128-byte messages in batches of 100 through ``tide.client``'s
-  Producer, to the NORMAL topic (round robin) and to the FIFO topic (each message with
+  Producer, to the NORMAL topic (round robin), to the FIFO topic (each message with
   one of ``--groups`` message groups, routed by its hash and stored with
-  ``__SHARDINGKEY``), alternating batch by batch so that both see the same load:
-  messages/s of each and the ratio FIFO / normal;
+  ``__SHARDINGKEY``: a batch spread over every queue, the gateway's general path) and
+  to a second FIFO topic in batches whose groups all hash to one queue (batch ``i`` to
+  queue ``i % --queues``, as a producer batching per queue sends: the gateway's plain
+  path), alternating batch by batch so that all see the same load: messages/s of each,
+  the ratios FIFO / normal, and each process's CPU per message of each kind;
 * consume: one PushConsumer member per topic, concurrently (default) on the NORMAL
   topic and ``orderly=True`` (queue locks, one message of a queue at a time) on the
   FIFO topic, one after the other, each from the first message: messages/s from its
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -35,9 +39,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.gateway_produce_pull import free_port, service
+from bench.gateway_produce_pull import PROCESSES, free_port, loadavg, process_cpu_s, service
 from tide.client import Admin, Message, Producer, PushConsumer, ReceivedMessage
 from tide.client._rpc import Connection
+from tide.format import sharding_key_index
 from tide.v1 import gateway_pb2, storage_pb2
 
 BROKER = "broker-a"
@@ -77,22 +82,57 @@ def _cluster(stack: ExitStack, root: Path, lock_live_ms: int) -> str:
     )
 
 
-def produce(gateway: str, count: int, groups: int) -> dict[str, float]:
-    """Alternating batches to both topics; messages/s of the call time of each."""
-    spent_s = {"normal": 0.0, "fifo": 0.0}
+def produce(
+    gateway: str, count: int, groups: int, queues: int, cpu_us: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """Alternating batches to the three topics; messages/s of the call time of each (and
+    into ``cpu_us``, each process's CPU per message of each kind, us)."""
+    spent_s = {"normal": 0.0, "fifo": 0.0, "fifo_grouped": 0.0}
+    cpu_spent_s: dict[str, dict[str, float]] = {kind: {} for kind in spent_s}
+    names = [f"group-{i}" for i in range(groups)]
+    by_queue = [
+        [name for name in names if sharding_key_index(name, queues) == q] for q in range(queues)
+    ]
+    if not all(by_queue):
+        raise RuntimeError(f"--groups {groups} leave a queue of {queues} without a group")
     with Producer(gateway) as producer:
         for start in range(0, count, BATCH):
             size = min(BATCH, count - start)
             normal = [Message("BenchNormal", BODY) for _ in range(size)]
             fifo = [
-                Message("BenchFifo", BODY, sharding_key=f"group-{(start + i) % groups}")
+                Message("BenchFifo", BODY, sharding_key=names[(start + i) % groups])
                 for i in range(size)
             ]
-            for kind, batch in (("normal", normal), ("fifo", fifo)):
+            sharing = by_queue[(start // BATCH) % queues]
+            grouped = [
+                Message("BenchFifoGrouped", BODY, sharding_key=sharing[i % len(sharing)])
+                for i in range(size)
+            ]
+            for kind, batch in (("normal", normal), ("fifo", fifo), ("fifo_grouped", grouped)):
+                cpu_before = cpu_s()
                 began = time.perf_counter()
                 producer.send_batch(batch)
                 spent_s[kind] += time.perf_counter() - began
+                for name, used_s in cpu_s().items():
+                    cpu_spent_s[kind][name] = (
+                        cpu_spent_s[kind].get(name, 0.0) + used_s - cpu_before[name]
+                    )
+    cpu_us.update(
+        {
+            kind: {name: round(used_s / count * 1e6, 1) for name, used_s in used.items()}
+            for kind, used in cpu_spent_s.items()
+        }
+    )
     return {kind: count / spent for kind, spent in spent_s.items()}
+
+
+def cpu_s() -> dict[str, float]:
+    """CPU seconds used so far by each service process and by this client process
+    (/proc/<pid>/stat: 10 ms ticks, so per batch a sample, exact over many batches)."""
+    used = {name: process_cpu_s(proc.pid) for name, proc in PROCESSES.items()}
+    times = os.times()
+    used["client"] = times.user + times.system
+    return used
 
 
 def consume(gateway: str, topic: str, count: int, *, orderly: bool) -> float:
@@ -163,24 +203,30 @@ def pull_check(gateway: str, pulls: int) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="tide-fifo-bench-"))
+    before = loadavg()
     try:
         with ExitStack() as stack:
             gateway = _cluster(stack, root, args.lock_live_ms)
             with Admin(gateway) as admin:
                 admin.create_topic("BenchNormal", read_queue_nums=args.queues)
-                admin.create_topic("BenchFifo", read_queue_nums=args.queues, message_type="FIFO")
-            produced = produce(gateway, args.count, args.groups)
+                for fifo in ("BenchFifo", "BenchFifoGrouped"):
+                    admin.create_topic(fifo, read_queue_nums=args.queues, message_type="FIFO")
+            cpu_us: dict[str, dict[str, float]] = {}
+            produced = produce(gateway, args.count, args.groups, args.queues, cpu_us)
             normal_rate = consume(gateway, "BenchNormal", args.count, orderly=False)
             orderly_rate = consume(gateway, "BenchFifo", args.count, orderly=True)
             checked = pull_check(gateway, args.pulls)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {
+        "loadavg": {"before": before, "after": loadavg()},
         "count": args.count,
         "queues": args.queues,
         "groups": args.groups,
         "produce_msgs_per_s": produced,
         "produce_ratio": produced["fifo"] / produced["normal"],
+        "produce_grouped_ratio": produced["fifo_grouped"] / produced["normal"],
+        "produce_cpu_us_per_msg": cpu_us,
         "consume_msgs_per_s": {"normal": normal_rate, "orderly": orderly_rate},
         "consume_ratio": orderly_rate / normal_rate,
         "pulls_per_s": checked,
@@ -205,7 +251,8 @@ def main() -> None:
     print(f"{args.count} messages of 128 bytes, {args.queues} queues, {args.groups} groups")
     print(
         f"produce: normal {produced['normal']:,.0f}/s, FIFO {produced['fifo']:,.0f}/s "
-        f"(ratio {result['produce_ratio']:.2f})"
+        f"(ratio {result['produce_ratio']:.2f}), FIFO batches of one queue "
+        f"{produced['fifo_grouped']:,.0f}/s (ratio {result['produce_grouped_ratio']:.2f})"
     )
     print(
         f"consume: concurrent {consumed['normal']:,.0f}/s, orderly {consumed['orderly']:,.0f}/s "

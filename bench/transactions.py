@@ -13,7 +13,8 @@ Producer send 128-byte messages one at a time:
   at once (a Produce of the half, then an EndTransaction that writes the commit copy and
   the op record in one Append).
 
-Reported: messages per second of each, their ratio, and that every transaction committed.
+Reported: messages per second of each, their ratio, each process's CPU per message
+(``/proc/<pid>/stat``), and that every transaction committed.
 The phases alternate normal, transactional, normal, transactional (``--rounds`` 2) on the
 same cluster, so both rates come from the same run and the same load.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -31,7 +33,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.gateway_produce_pull import free_port, loadavg, service
+from bench.gateway_produce_pull import PROCESSES, free_port, loadavg, process_cpu_s, service
 from tide.client import Admin, Message, Producer, SendResult, TransactionResolution
 
 TOPIC = "T_bench_tx"
@@ -46,8 +48,24 @@ def _commit(message: Message, half: SendResult) -> TransactionResolution:
     return TransactionResolution.COMMIT
 
 
-def phase(producer: Producer, threads: int, duration_s: float, transactional: bool) -> float:
-    """Messages per second sent by ``threads`` threads for ``duration_s``."""
+def cpu_s() -> dict[str, float]:
+    """CPU seconds used so far by each service process and by this client process."""
+    used = {name: process_cpu_s(proc.pid) for name, proc in PROCESSES.items()}
+    times = os.times()
+    used["client"] = times.user + times.system
+    return used
+
+
+def phase(
+    producer: Producer,
+    threads: int,
+    duration_s: float,
+    transactional: bool,
+    cpu_us: dict[str, list[float]] | None = None,
+) -> float:
+    """Messages per second sent by ``threads`` threads for ``duration_s``; with
+    ``cpu_us``, each process's CPU per message (us) is appended to it."""
+    before = cpu_s()
     counts = [0] * threads
     failures: list[str] = []
     deadline = time.monotonic() + duration_s
@@ -80,7 +98,13 @@ def phase(producer: Producer, threads: int, duration_s: float, transactional: bo
     elapsed_s = time.monotonic() - started
     if failures:
         raise RuntimeError(f"{len(failures)} transactions not committed: {failures[0]}")
-    return sum(counts) / elapsed_s
+    sent = sum(counts)
+    if cpu_us is not None and sent:
+        after = cpu_s()
+        for name, used_s in after.items():
+            spent_s = used_s - before.get(name, used_s)
+            cpu_us.setdefault(name, []).append(round(spent_s / sent * 1e6))
+    return sent / elapsed_s
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
@@ -130,13 +154,18 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             with Admin(gateway) as admin:
                 admin.create_topic(TOPIC, read_queue_nums=4, message_type="MIXED")
             rates: dict[str, list[float]] = {"normal": [], "transactional": []}
+            cpu: dict[str, dict[str, list[float]]] = {"normal": {}, "transactional": {}}
             with Producer(gateway, producer_group=GROUP) as producer:
                 phase(producer, args.threads, 2.0, transactional=True)  # warm up both paths
                 phase(producer, args.threads, 2.0, transactional=False)
                 for _ in range(args.rounds):
                     for name in ("normal", "transactional"):
                         rate = phase(
-                            producer, args.threads, args.duration_s, name == "transactional"
+                            producer,
+                            args.threads,
+                            args.duration_s,
+                            name == "transactional",
+                            cpu[name],
                         )
                         rates[name].append(rate)
     finally:
@@ -150,6 +179,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "normal_msgs_per_s": [round(rate) for rate in rates["normal"]],
         "transactional_msgs_per_s": [round(rate) for rate in rates["transactional"]],
         "transactional_to_normal": round(transactional / normal, 3),
+        # CPU per message of each process, us, per round (/proc/<pid>/stat; the client:
+        # this process).
+        "cpu_us_per_msg": cpu,
         "loadavg": {"before": before, "after": loadavg()},
     }
 

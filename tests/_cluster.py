@@ -353,7 +353,14 @@ class Cluster:
         )
         return member
 
-    def _start_gateway(self, args: Sequence[str]) -> GatewayProcess:
+    def restart_storage(self, member: Replica) -> StorageProcess:
+        """SIGKILL the member's storage alone and start it again (same port and store);
+        its dispatch keeps running and reconnects to it."""
+        member.storage.kill()
+        member.storage = self._storage_launcher.start(member.storage_dir, *member.storage_args)
+        return member.storage
+
+    def _start_gateway(self, args: Sequence[str], *, listen: str = "127.0.0.1:0") -> GatewayProcess:
         workdir = self.root / f"gateway{len(self._gateways)}"
         workdir.mkdir(parents=True)
         command = (
@@ -361,7 +368,7 @@ class Cluster:
             "-m",
             "services.gateway",
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--namesrv",
             self.namesrv,
             "--route-refresh-interval-ms",
@@ -378,6 +385,11 @@ class Cluster:
         self._gateways.append(gateway)
         gateway.wait_ready()
         return gateway
+
+    def add_gateway(self, *args: str, listen: str = "127.0.0.1:0") -> GatewayProcess:
+        """Start another gateway beside the current one (``gateway`` stays the current;
+        both serve; ``close`` reaps both)."""
+        return self._start_gateway(args, listen=listen)
 
     def restart_gateway(self, *args: str, kill: bool = False) -> GatewayProcess:
         """Stop (``kill``: SIGKILL, a crash) the gateway and start another with these

@@ -105,6 +105,7 @@ class DispatchService:
             store_dir=store.config.store_dir,
             dispatched=lambda: store.dispatched_offset,
             options=transaction_options(self._config),
+            tail_cache=dispatcher.tail_cache,
         )
         await transactions.start()
         pop = PopService(

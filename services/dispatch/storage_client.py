@@ -165,6 +165,15 @@ class StorageClient:
         one batch. Raises grpc.aio.AioRpcError; the store writes all of it or none."""
         request = pb.AppendRequest(records=[run])
         response: pb.AppendResponse = await self._stub.Append(request, timeout=APPEND_TIMEOUT_S)
+        return self.appended_run(response, count)
+
+    def open_append_stream(self) -> Any:
+        """A new ``Storage.AppendStream`` call (its requests answered one by one, in
+        order; errors in-band): for a caller that appends often, one at a time."""
+        return self._stub.AppendStream(None)  # requests: write()
+
+    def appended_run(self, response: pb.AppendResponse, count: int) -> AppendedRun:
+        """What the store answered for a run of ``count`` records."""
         if len(response.physical_offsets) != count:
             raise RuntimeError(
                 f"storage {self.target} answered {len(response.physical_offsets)} offsets "

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from tide.v1 import gateway_pb2 as pb
 
-_KEY_BYTES = 1  # field numbers 1 (topic, messages) and 2 (body)
+_KEY_BYTES = 1  # field numbers 1 (topic, messages), 2 (body) and 6 (sharding_key)
 # ProduceRequest.compact_results set: its key and a one-byte varint.
 _COMPACT_FLAG_BYTES = 2
 
@@ -58,6 +58,24 @@ def only_topic_and_bodies(
         expected += count * field_bytes(fixed_bytes + field_bytes(body_bytes))
     # Each message's size is at least its topic and body fields; the request's size grows
     # with every message's, so equal totals mean every message is exactly those two.
+    return expected == request_bytes
+
+
+def only_topic_bodies_and_keys(
+    messages: Sequence[pb.ProduceMessage], topic: str, request_bytes: int, max_body_bytes: int
+) -> bool:
+    """:func:`only_topic_and_bodies` for messages that each have a sharding key besides
+    (FIFO produce): True when every message has one and nothing else is set."""
+    topic_bytes = field_bytes(len(topic.encode()))
+    expected = 0
+    for message in messages:
+        body_bytes = len(message.body)
+        # Every message at least its three fields, or a missing key could hide another
+        # field of the same size in the total.
+        if not 1 <= body_bytes <= max_body_bytes or not message.HasField("sharding_key"):
+            return False
+        key_bytes = field_bytes(len(message.sharding_key.encode()))
+        expected += field_bytes(topic_bytes + field_bytes(body_bytes) + key_bytes)
     return expected == request_bytes
 
 

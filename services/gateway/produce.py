@@ -11,7 +11,9 @@ are sent again to another broker, up to ``--produce-retries`` times.
 
 The common request (one topic, no explicit queue or sharding key) takes a shorter path
 (:class:`PlainBatch`): one queue for the whole batch, its records encoded in one run;
-what it could not write goes the general way for its retries.
+what it could not write goes the general way for its retries. So does a batch of one
+topic whose sharding keys all hash to one queue (FIFO produce of one message group, or
+of groups sharing a queue).
 
 Outcome: every message written -> their results; none written -> the call fails with the
 first failure's status; some written -> the others are SEND_FAILED with their error.
@@ -53,10 +55,10 @@ from services.gateway.scheduled import (
     is_delayed,
     scheduled_record,
 )
-from services.gateway.selection import QueueSelector, by_sharding_key
+from services.gateway.selection import QueueSelector, by_sharding_key, one_sharding_queue
 from services.gateway.transactions import add_half, set_transaction_ids
 from services.gateway.uniq import UniqueKeyGenerator
-from services.gateway.validate import check_produce_messages
+from services.gateway.validate import ProduceCheck, check_produce_messages
 from tide.format import SHARDING_KEY, TIMER_TOPIC, RunWriter, TopicMessageType, topic_part
 from tide.limits import request_error
 from tide.naming import topic_error
@@ -169,25 +171,14 @@ class Producer:
         now_ms = time.time_ns() // 1_000_000
         unique_keys = (
             self._unique_keys.next_many(count)  # none has one of its own
-            if check.bodies_only
+            if check.bodies_only or check.keyed_bodies
             else self._fill_unique_keys(messages)
         )
-        if (
-            not check.routed
-            and not check.delayed
-            and len(views) == 1
-            and next(iter(views.values())).message_type is not TopicMessageType.FIFO
-        ):
-            (view,) = views.values()
-            plain = PlainBatch(
-                messages,
-                unique_keys,
-                view,
-                bodies_only=check.bodies_only,
-                compact=request.compact_results,
-            )
-            await self._send_plain(plain, born_host, now_ms)
-            return await self._plain_response(plain, born_host, now_ms)
+        if not check.delayed and not check.transactional and len(views) == 1:
+            plain = self._plain_batch(messages, unique_keys, views, check, request)
+            if plain is not None:
+                await self._send_plain(plain, born_host, now_ms)
+                return await self._plain_response(plain, born_host, now_ms)
         pending = await self._pending(messages, unique_keys, views)
         if check.delayed:
             await self._check_delays(pending, now_ms)
@@ -205,6 +196,36 @@ class Producer:
             )
         return response
 
+    def _plain_batch(
+        self,
+        messages: Sequence[pb.ProduceMessage],
+        unique_keys: list[str],
+        views: dict[str, TopicView],
+        check: ProduceCheck,
+        request: pb.ProduceRequest,
+    ) -> PlainBatch | None:
+        """The batch of one topic's messages for one queue (the plain path), or None:
+        the general path takes it."""
+        (view,) = views.values()
+        compact = request.compact_results
+        if not check.routed:  # round robin (a FIFO topic refuses messages without a group)
+            if view.message_type is TopicMessageType.FIFO:
+                return None
+            return PlainBatch(
+                messages, unique_keys, view, bodies_only=check.bodies_only, compact=compact
+            )
+        queue = one_sharding_queue(messages, view.writable)
+        if queue is None:  # an explicit queue, or keys of several queues
+            return None
+        return PlainBatch(
+            messages,
+            unique_keys,
+            view,
+            bodies_only=check.keyed_bodies,
+            compact=compact,
+            queue=queue,
+        )
+
     async def _plain_response(
         self, plain: PlainBatch, born_host: bytes, now_ms: int, *, delayed: bool = False
     ) -> pb.ProduceResponse:
@@ -212,15 +233,18 @@ class Producer:
         goes again the general way (``delayed``: its messages are, so checked first)."""
         if plain.appended is not None:  # compact, and written by one append
             return appended_response(plain.unique_keys, plain.appended)
-        if plain.unsent and self._config.produce_retries:
+        # A FIFO topic's messages never move to another broker (the general path's rule):
+        # their group's order would break.
+        if plain.unsent and self._config.produce_retries and not plain.groups:
             messages, unique_keys = plain.messages, plain.unique_keys
+            sharded = plain.queue is not None  # hashed again over the other brokers' queues
             pending = [
                 _Pending(
                     index,
                     messages[index],
                     plain.view,
                     None,
-                    "",
+                    messages[index].sharding_key if sharded else "",
                     unique_keys[index],
                     {broker_name},
                     plain.errors[index],
@@ -423,7 +447,7 @@ class Producer:
         view = plain.view
         if not view.writable:
             raise no_writable_queue(view)
-        queue = self._selector.round_robin(view.topic, view.writable)
+        queue = plain.queue or self._selector.round_robin(view.topic, view.writable)
         assert queue is not None  # nothing excluded, and the topic has writable queues
         count = len(plain.messages)
         member = view.master(queue.broker_name)

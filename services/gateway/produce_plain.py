@@ -4,6 +4,10 @@ Its messages all take the topic's next round robin queue (a batch, as RocketMQ's
 send) and are encoded into one record run; the outcome is kept per message index. When
 the queue's broker could not be reached (or had no master) they are listed in
 :attr:`PlainBatch.unsent` for the general path's retries (produce.py).
+
+A batch whose messages all have a sharding key hashing to one queue (one message group,
+or groups sharing a queue: FIFO produce) takes the same path to that queue
+(``sharded``); on a FIFO topic each record carries its group as ``__SHARDINGKEY``.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from dataclasses import dataclass
 
 from services.gateway.produce_results import Appended, Written
 from services.gateway.records import add_message
-from services.gateway.routes import Member, TopicView
-from tide.format import UNIQ_KEY, RunWriter
+from services.gateway.routes import Member, QueueRef, TopicView
+from tide.format import SHARDING_KEY, UNIQ_KEY, RunWriter, TopicMessageType
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 
@@ -37,12 +41,19 @@ class PlainBatch:
         *,
         bodies_only: bool,
         compact: bool = False,
+        queue: QueueRef | None = None,
     ) -> None:
-        """``bodies_only``: no message has more than a topic and a body (validate.py);
+        """``bodies_only``: no message has more than a topic and a body (validate.py), or
+        than a topic, a body and its sharding key (with ``queue``);
         ``compact``: the request asked for compact results, so a batch written by one
-        append keeps that append's answer (:attr:`appended`) instead of rows."""
+        append keeps that append's answer (:attr:`appended`) instead of rows;
+        ``queue``: every message has a sharding key hashing to this queue (else the
+        topic's next round robin queue is taken)."""
         self.messages = messages
         self.bodies_only = bodies_only
+        self.queue = queue
+        # A FIFO topic's messages keep their group (the general path's rule).
+        self.groups = queue is not None and view.message_type is TopicMessageType.FIFO
         self.compact = compact
         self.appended: Appended | None = None
         self.unique_keys = unique_keys
@@ -59,9 +70,19 @@ class PlainBatch:
         messages, keys, queue_id = self.messages, self.unique_keys, group.queue_id
         if self.bodies_only:  # one loop over whole columns
             bodies = [m.body for m in messages]
-            properties = [f"{UNIQ_KEY}\x01{key}\x02".encode() for key in keys]
+            if self.groups:  # message_properties' order: UNIQ_KEY, then the group
+                properties = [
+                    f"{UNIQ_KEY}\x01{key}\x02{SHARDING_KEY}\x01{m.sharding_key}\x02".encode()
+                    for m, key in zip(messages, keys, strict=True)
+                ]
+            else:
+                properties = [f"{UNIQ_KEY}\x01{key}\x02".encode() for key in keys]
             queue_ids = [queue_id] * len(messages)
             group.writer.add_many(magic, topic_part, queue_ids, bodies, properties, now_ms)
+            return
+        if self.groups:
+            for message, key in zip(messages, keys, strict=True):
+                add_message(group.writer, message, queue_id, key, now_ms, message.sharding_key)
             return
         for message, key in zip(messages, keys, strict=True):
             add_message(group.writer, message, queue_id, key, now_ms)

@@ -19,6 +19,7 @@ from collections.abc import Collection, Sequence
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.routes import QueueRef
 from tide.format import sharding_key_index
+from tide.v1 import gateway_pb2 as pb
 
 # Topics with a round-robin counter (the least recently used are dropped past this).
 MAX_COUNTERS = 100_000
@@ -36,6 +37,31 @@ def by_sharding_key(
     if not queues:
         return None
     return queues[hash_index(key, len(queues))]
+
+
+def one_sharding_queue(
+    messages: Sequence[pb.ProduceMessage], queues: Sequence[QueueRef]
+) -> QueueRef | None:
+    """The queue every message's sharding key hashes to, when every message has a
+    sharding key and they all hash to one queue (one message group, or groups that
+    share a queue); else None. A key repeated back to back is hashed once."""
+    if not queues:
+        return None
+    count = len(queues)
+    index, previous = -1, None
+    for message in messages:
+        if message.WhichOneof("route") != "sharding_key":
+            return None
+        key = message.sharding_key
+        if key == previous:
+            continue
+        previous = key
+        found = hash_index(key, count)
+        if index < 0:
+            index = found
+        elif found != index:
+            return None
+    return queues[index]
 
 
 class QueueSelector:

@@ -8,9 +8,9 @@
   queue offset (tide.format.is_queue_less) and would never reach the half queue. Its
   ProduceResult is the half's, plus the transaction id EndTransaction checks.
 * EndTransaction goes to the dispatch of the broker's master (``Dispatch.EndTransaction``),
-  which serializes the resolutions of its halves and writes the commit copy and op record
-  (services/dispatch/transaction): the gateway keeps no state, any gateway may end any
-  transaction.
+  which resolves its halves in batches (one Read, one Append a batch), each once,
+  writing the commit copy and op record (services/dispatch/transaction): the gateway
+  keeps no state, any gateway may end any transaction.
 * TransactionChecks: while a producer holds the stream of its group, this gateway asks
   every master's dispatch for the group's due halves every ``CHECK_POLL_S``
   (``Dispatch.TakeTransactionChecks``, which counts the check) and sends each on the

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import grpc
 
-from services.gateway.bodies_only import only_topic_and_bodies
+from services.gateway.bodies_only import only_topic_and_bodies, only_topic_bodies_and_keys
 from services.gateway.scheduled import is_delayed, static_delay_error
 from tide.format import (
     KEYS,
@@ -23,6 +23,7 @@ from tide.limits import (
     NAME_MAX_CHARS,
     PRODUCE_MAX_BYTES,
     PROPERTIES_MAX_BYTES,
+    SHARDING_KEY_MAX_CHARS,
     UNIQUE_KEY_MAX_CHARS,
     limit_text,
     message_error,
@@ -96,6 +97,8 @@ class ProduceCheck(NamedTuple):
     typed: bool = True
     # Some message is transactional (a half message: transactions.py).
     transactional: bool = False
+    # Every message is only a topic, a body and a sharding key (FIFO produce).
+    keyed_bodies: bool = False
 
 
 def check_produce_messages(
@@ -115,6 +118,12 @@ def check_produce_messages(
         (topic,) = topics
         if only_topic_and_bodies(messages, topic, request_bytes, max_body_bytes):
             return ProduceCheck(topics, routed=False, bodies_only=True, typed=False)
+        if only_topic_bodies_and_keys(
+            messages, topic, request_bytes, max_body_bytes
+        ) and _sharding_keys_fine(messages):
+            return ProduceCheck(
+                topics, routed=True, bodies_only=False, typed=False, keyed_bodies=True
+            )
     routed = delayed = transactional = False
     bodies_only = True
     typed = False
@@ -149,6 +158,22 @@ def check_produce_messages(
         elif bodies_only and (message.flag or message.born_timestamp_ms):
             bodies_only = False
     return ProduceCheck(topics, routed, bodies_only, delayed, typed, transactional)
+
+
+def _sharding_keys_fine(messages: Sequence[pb.ProduceMessage]) -> bool:
+    """Every sharding key within its bound and storable as a property, the only checks
+    a message of a topic, a body and a key needs beyond its topic's (False: the
+    field-by-field check names the first bad one). A key repeated back to back is
+    checked once."""
+    previous = None
+    for message in messages:
+        key = message.sharding_key
+        if key == previous:
+            continue
+        previous = key
+        if len(key) > SHARDING_KEY_MAX_CHARS or property_error(SHARDING_KEY, key):
+            return False
+    return True
 
 
 def check_produce_message(index: int, message: pb.ProduceMessage, max_body_bytes: int) -> None:

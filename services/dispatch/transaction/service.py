@@ -9,11 +9,15 @@ TransactionalMessageCheckService, in the dispatch beside the half and op queues
   service reads every op record once (after a start, only once the dispatch has caught
   up with the storage's end as it was then: op records written before a crash are in
   the op queue before any new resolution is decided) and adds its own as it writes them.
-  Resolutions are decided one at a time (a lock), so a half is resolved once.
+  Resolutions are decided one batch at a time (a lock; batch.py): the EndTransactions
+  that arrive while a batch is written form the next, a batch takes a half at most once,
+  so a half is resolved once.
 * A commit writes the real copy (REAL_TOPIC / REAL_QID removed, sys_flag COMMIT, the
-  half's commitlog offset as prepared transaction offset) and the op record in ONE
-  Append: the store writes a run whole or not at all, so after any crash either both
-  exist (the half reads as resolved: no second copy) or neither (it is still pending).
+  half's commitlog offset as prepared transaction offset) and the op record; a batch
+  reads its halves in one Read and writes every copy and op record in ONE Append: the
+  store writes a run whole or not at all, so after any crash either all exist (each
+  half reads as resolved: no second copy) or none (they are still pending). A half just
+  written is read from the dispatch's tail cache, not the storage.
 * Check-back: every half unresolved for ``check_interval_ms`` since it was stored (or
   last checked) gets its check count raised (saved in ``config/transactionChecks.json``
   of the dispatch's store dir) and waits for a gateway holding a TransactionChecks stream
@@ -37,9 +41,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import grpc
 
@@ -47,20 +51,28 @@ from services.dispatch.delivery.progress import ProgressCopy
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
-from services.dispatch.storage_client import AppendedRun, StorageClient
-from services.dispatch.transaction.records import commit_copy, op_record
+from services.dispatch.storage_client import StorageClient
+from services.dispatch.tail_cache import TailCache
+from services.dispatch.transaction.batch import (
+    END_BATCH_MAX_BYTES,
+    END_BATCH_MAX_COUNT,
+    END_PENDING_MAX,
+    Ending,
+    EndRun,
+    end_response,
+    log_resolution,
+)
+from services.dispatch.transaction.records import op_record
 from services.dispatch.transaction.state import (
     HalfInfo,
     TransactionOptions,
     TransactionState,
-    check_half,
     unknown_half,
 )
+from services.dispatch.transaction.storage_io import HalfStore, call_storage, gone
 from tide.files import load_json_with_fallback, write_json_atomically
 from tide.format import (
     PGROUP,
-    REAL_QID,
-    REAL_TOPIC,
     RESOLUTION_COMMIT,
     RESOLUTION_DISCARD,
     RESOLUTION_ROLLBACK,
@@ -69,8 +81,6 @@ from tide.format import (
     TRANS_OP_HALF_TOPIC,
     TRANSACTION_CHECKS_FILE,
     TRANSACTION_ID,
-    UNIQ_KEY,
-    DecodedRecord,
     decode_record,
     decode_transaction_checks,
     encode_transaction_checks,
@@ -96,7 +106,6 @@ DUE_MAX_PER_GROUP = 10_000
 """Most halves waiting for a producer group's check stream (more wait a round)."""
 CHECK_ROUND_MAX_S = 1.0
 CONFIG_DIR = "config"
-_T = TypeVar("_T")
 
 
 def now_ms() -> int:
@@ -117,9 +126,12 @@ class TransactionService:
         store_dir: Path,
         dispatched: Callable[[], int],
         options: TransactionOptions,
+        tail_cache: TailCache | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self._queues = queues
+        # (an empty cache is falsy: it has a length)
+        self._io = HalfStore(storage, TailCache(0) if tail_cache is None else tail_cache)
         self._storage = storage
         self._role = role
         # Slaves get the check counts with the rest of the metadata (through the storage).
@@ -129,6 +141,8 @@ class TransactionService:
         self.options = options
         self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
+        self._pending: deque[Ending] = deque()  # EndTransactions waiting for a batch
+        self._resolver: asyncio.Task[None] | None = None
         self._state = TransactionState(halves_max=options.halves_max)
         self._ready = False
         self._task: asyncio.Task[None] | None = None
@@ -150,6 +164,11 @@ class TransactionService:
         )
 
     async def stop(self) -> None:
+        if self._resolver is not None:
+            self._resolver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._resolver
+        self._io.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -166,63 +185,122 @@ class TransactionService:
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "this dispatch follows a slave; end the transaction on the broker's master",
             )
-        async with self._lock:
-            await self._catch_up()
-            offset = request.queue_offset
-            done = self._state.resolution(offset)
-            if done is not None:
-                raise _error(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"the transaction of the half message at queue offset {offset} was "
-                    f"resolved already{done}; nothing was written again",
-                )
-            self._state.check_room(offset)
-            entry = await self._half_entry(offset, request.physical_offset)
-            record = await self._read(entry)
-            check_half(request, offset, record)
-            resolution = RESOLUTION_COMMIT if request.commit else RESOLUTION_ROLLBACK
-            run = op_record(record, offset, resolution)
-            if request.commit:
-                try:
-                    run = commit_copy(record, entry.commitlog_offset) + run
-                except ValueError as exc:  # REAL_TOPIC / REAL_QID missing or wrong
-                    raise _error(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
+        if len(self._pending) >= END_PENDING_MAX:
+            raise _error(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{len(self._pending)} EndTransactions wait on this broker, the bound "
+                f"END_PENDING_MAX ({END_PENDING_MAX}); retry shortly (nothing was written)",
+            )
+        ending = Ending(request, asyncio.get_running_loop().create_future())
+        self._pending.append(ending)
+        if self._resolver is None or self._resolver.done():
+            self._resolver = asyncio.create_task(self._resolve_pending())
+        return await ending.future
+
+    async def _resolve_pending(self) -> None:
+        """Resolve the waiting EndTransactions batch after batch (see batch.py): those that
+        arrive while one batch is written form the next."""
+        while self._pending:
+            batch: list[Ending] = []
             try:
-                response = await self._append(run, 2 if request.commit else 1)
-            except ServiceError:
-                # Perhaps written (a timeout, a lost answer): read the op queue again up to
-                # the storage's end before deciding anything else.
-                self._ready = False
+                async with self._lock:
+                    batch = self._take_batch()
+                    if batch:
+                        self._pending.extendleft(reversed(await self._resolve_batch(batch)))
+            except asyncio.CancelledError:  # stop(): a future cannot take a cancellation
+                stopping = _error(grpc.StatusCode.UNAVAILABLE, "the dispatch stops; retry")
+                for ending in (*batch, *self._pending):
+                    ending.fail(stopping)
+                self._pending.clear()
                 raise
-            self._state.own_op_written(response.queue_offsets[-1])
-            self.resolved[resolution] += 1
-            await self._resolved(offset, resolution)
-        log.log(
-            logging.INFO if request.from_check else logging.DEBUG,
-            "transaction %s of group %s: half at queue offset %d %s%s",
-            quote(request.transaction_id),
-            quote(request.producer_group),
-            offset,
-            resolution,
-            " (answer to a check)" if request.from_check else "",
-        )
-        if not request.commit:
-            return pb.DispatchEndTransactionResponse()
-        props = record.properties
-        return pb.DispatchEndTransactionResponse(
-            topic=props.get(REAL_TOPIC, ""),
-            queue_id=int(props.get(REAL_QID, "0")),  # checked by commit_copy
-            queue_offset=response.queue_offsets[0],
-            physical_offset=response.physical_offsets[0],
-            store_timestamp_ms=response.store_timestamp_ms,
-            unique_key=props.get(UNIQ_KEY, ""),
-            msg_id=make_msg_id(response.msg_id_prefix, response.physical_offsets[0]),
-        )
+            except Exception as exc:  # the batch's answer; the next batch goes on
+                for ending in batch:
+                    ending.fail(exc)
+
+    def _take_batch(self) -> list[Ending]:
+        batch: list[Ending] = []
+        while self._pending and len(batch) < END_BATCH_MAX_COUNT:
+            ending = self._pending.popleft()
+            if not ending.future.done():  # its caller gave up before anything was written
+                batch.append(ending)
+        return batch
+
+    async def _resolve_batch(self, batch: list[Ending]) -> list[Ending]:
+        """Resolve what the batch can (one Read, one Append); the endings left for the next
+        batch (a half already taken by this one, or past its bytes) are returned."""
+        await self._catch_up()
+        later: list[Ending] = []
+        taken: list[tuple[Ending, Entry]] = []
+        offsets: set[int] = set()
+        batch_bytes = 0
+        for ending in batch:
+            if ending.offset in offsets:  # decided by this batch: the next one refuses it
+                later.append(ending)
+                continue
+            try:
+                entry = await self._open_half(ending, pending=len(offsets))
+            except ServiceError as exc:
+                ending.fail(exc)
+                continue
+            if taken and batch_bytes + entry.size > END_BATCH_MAX_BYTES:
+                later.append(ending)
+                continue
+            batch_bytes += entry.size
+            offsets.add(ending.offset)
+            taken.append((ending, entry))
+        if taken:
+            await self._write_batch(taken)
+        return later
+
+    async def _open_half(self, ending: Ending, *, pending: int) -> Entry:
+        """The entry of the unresolved half the ending names; ServiceError if resolved,
+        unknown or past the bounds."""
+        offset = ending.offset
+        done = self._state.resolution(offset)
+        if done is not None:
+            raise _error(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the transaction of the half message at queue offset {offset} was "
+                f"resolved already{done}; nothing was written again",
+            )
+        self._state.check_room(offset, pending=pending)
+        return await self._half_entry(offset, ending.request.physical_offset)
+
+    async def _write_batch(self, taken: list[tuple[Ending, Entry]]) -> None:
+        records = await self._io.halves([entry for _, entry in taken])
+        run = EndRun()
+        for (ending, entry), data in zip(taken, records, strict=True):
+            try:
+                if data is None:
+                    raise gone(entry)
+                record = decode_record(data, 0, len(data), expected_offset=entry.commitlog_offset)
+                run.add(ending, record, entry.commitlog_offset)
+            except ServiceError as exc:
+                ending.fail(exc)
+        if not run.resolved:
+            return
+        try:
+            appended = await self._io.append(run.data(), run.count)
+        except ServiceError:
+            # Perhaps written (a timeout, a lost answer): read the op queue again up to
+            # the storage's end before deciding anything else.
+            self._ready = False
+            raise
+        counted = False
+        for resolved in run.resolved:  # op records in run order: consecutive op offsets
+            self._state.own_op_written(appended.queue_offsets[resolved.op_index])
+            self.resolved[resolved.resolution] += 1
+            counted |= self._state.resolve(resolved.ending.offset, resolved.resolution)
+        if counted:
+            await self._save_checks()
+        for resolved in run.resolved:
+            log_resolution(resolved)
+            resolved.ending.answer(end_response(resolved, appended))
 
     async def _catch_up(self) -> None:
         """Every op record written so far is known (see the module doc)."""
         if not self._ready:
-            target = (await self._call(self._storage.status())).max_offset
+            target = (await call_storage(self._storage.status())).max_offset
             try:
                 await wait_until_async(
                     lambda: self._dispatched() >= target,
@@ -252,7 +330,7 @@ class TransactionService:
                 state.op_next = entry.queue_offset + 1
                 if entry.is_pre_blank:
                     continue
-                record = await self._read(entry)
+                record = await self._io.read(entry)
                 try:
                     half_offset = parse_op_body(record.body)
                 except ValueError as exc:
@@ -289,36 +367,6 @@ class TransactionService:
                 "ProduceResult as it was returned",
             )
         return entry
-
-    async def _read(self, entry: Entry) -> DecodedRecord:
-        record = await self._call(self._read_record(entry.commitlog_offset, entry.size))
-        if record is None:
-            raise _error(
-                grpc.StatusCode.NOT_FOUND,
-                f"the record at commitlog offset {entry.commitlog_offset} is no longer stored "
-                "(retention removed it)",
-            )
-        return record
-
-    async def _append(self, run: bytes, count: int) -> AppendedRun:
-        return await self._call(self._storage.append_run(run, count))
-
-    async def _read_raw(self, physical_offset: int, size: int) -> bytes | None:
-        """The record's bytes, None when the storage no longer has it. Raises AioRpcError."""
-        return (await self._storage.read_records([(physical_offset, size)]))[0]
-
-    async def _read_record(self, physical_offset: int, size: int) -> DecodedRecord | None:
-        data = await self._read_raw(physical_offset, size)
-        if data is None:
-            return None
-        return decode_record(data, 0, len(data), expected_offset=physical_offset)
-
-    @staticmethod
-    async def _call(call: Awaitable[_T]) -> _T:
-        try:
-            return await call
-        except grpc.aio.AioRpcError as exc:
-            raise _error(exc.code(), f"storage: {exc.details()}") from exc
 
     async def _save_checks(self) -> None:
         """Write the check counts locally (the truth), then copy them to the storage for
@@ -363,7 +411,7 @@ class TransactionService:
         return listed
 
     async def _entry_of(self, offset: int, half: HalfInfo) -> pb.HalfEntry | None:
-        raw = await self._read_raw(half.physical_offset, half.size)
+        raw = await self._io.read_raw(half.physical_offset, half.size)
         if raw is None:
             return None
         record = decode_record(raw, 0, len(raw), expected_offset=half.physical_offset)
@@ -395,7 +443,7 @@ class TransactionService:
                 state.half_next = entry.queue_offset + 1
                 if entry.is_pre_blank or entry.queue_offset in state.resolved:
                     continue
-                record = await self._read_record(entry.commitlog_offset, entry.size)
+                record = await self._io.read_record(entry.commitlog_offset, entry.size)
                 if record is None:
                     continue
                 store_ms = record.store_timestamp_ms
@@ -455,10 +503,10 @@ class TransactionService:
                 checks,
             )
             return
-        record = await self._read_record(half.physical_offset, half.size)
+        record = await self._io.read_record(half.physical_offset, half.size)
         if record is None:
             return
-        response = await self._append(op_record(record, offset, RESOLUTION_DISCARD), 1)
+        response = await self._io.append(op_record(record, offset, RESOLUTION_DISCARD), 1)
         self._state.own_op_written(response.queue_offsets[-1])
         self.resolved[RESOLUTION_DISCARD] += 1
         await self._resolved(offset, RESOLUTION_DISCARD, save=False)

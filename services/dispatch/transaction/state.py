@@ -60,11 +60,12 @@ class TransactionState:
     def halves_full(self) -> bool:
         return len(self.halves) >= self.halves_max
 
-    def check_room(self, offset: int) -> None:
-        """RESOURCE_EXHAUSTED when resolving the half at ``offset`` would hold one
-        resolution more than ``resolved_max`` (see RESOLVED_MAX)."""
+    def check_room(self, offset: int, *, pending: int = 0) -> None:
+        """RESOURCE_EXHAUSTED when resolving the half at ``offset`` (after ``pending``
+        others of its batch) would hold one resolution more than ``resolved_max`` (see
+        RESOLVED_MAX)."""
         # The oldest open half itself (check_from) is always taken: resolving it frees.
-        if offset <= self.check_from or len(self.resolved) < self.resolved_max:
+        if offset <= self.check_from or len(self.resolved) + pending < self.resolved_max:
             return
         raise ServiceError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,

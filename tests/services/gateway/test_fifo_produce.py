@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import grpc
 
+from services.gateway.selection import hash_index
 from tests._cluster import Cluster
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
 from tide.format import SHARDING_KEY
@@ -124,3 +125,33 @@ def test_a_normal_topic_takes_a_sharding_key_as_a_route_only(
     wait_until(lambda: _pull_all(cluster, topic_name), "the message pullable")
     ((_, stored),) = _pull_all(cluster, topic_name)
     assert SHARDING_KEY not in stored.properties
+
+
+def test_a_batch_of_groups_sharing_a_queue_is_stored_there_in_send_order(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """Such a batch takes the plain path (one queue, one run: produce_plain.py), with each
+    record's group stored as the general path stores it."""
+    _create(cluster, topic_name, "FIFO")
+    queues = 6  # 3 on each of the two brokers
+    groups = [key for key in (f"order-{i}" for i in range(200)) if hash_index(key, queues) == 4]
+    groups = groups[:4]
+    messages = [
+        pb.ProduceMessage(topic=topic_name, body=f"{group}/{n}".encode(), sharding_key=group)
+        for n in range(PER_GROUP)
+        for group in groups
+    ]
+    results = _produce(cluster, messages).results
+    assert {(r.status, r.broker_name, r.queue_id) for r in results} == {
+        (pb.ProduceResult.SEND_OK, "broker-b", 1)  # queue 4 of (a 0..2, b 0..2)
+    }
+    offsets = [r.queue_offset for r in results]
+    assert offsets == list(range(offsets[0], offsets[0] + len(messages)))  # one run, in order
+    wait_until(
+        lambda: len(_pull_all(cluster, topic_name)) == len(messages), "every message pullable"
+    )
+    stored = _pull_all(cluster, topic_name)
+    assert [message.body for _, message in stored] == [m.body for m in messages]
+    assert [message.properties[SHARDING_KEY] for _, message in stored] == [
+        m.sharding_key for m in messages
+    ]

@@ -108,6 +108,7 @@ def test_batch_check_passes_valid_messages() -> None:
         False,
         False,
         False,
+        False,
     )
     sized = size_of(messages)
     assert check_produce_messages(messages, 1_000, sized) == (
@@ -117,15 +118,25 @@ def test_batch_check_passes_valid_messages() -> None:
         False,
         False,
         False,
+        False,
     )
 
 
 def test_batch_check_says_when_no_message_is_routed() -> None:
     messages = [pb.ProduceMessage(topic="T1", body=b"x", tags="A") for _ in range(3)]
-    assert check_produce_messages(messages, 1_000) == ({"T1"}, False, False, False, False, False)
+    assert check_produce_messages(messages, 1_000) == (
+        {"T1"},
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+    )
     sized = size_of(messages)
     assert check_produce_messages(messages, 1_000, sized) == (
         {"T1"},
+        False,
         False,
         False,
         False,
@@ -145,7 +156,7 @@ def test_batch_check_says_when_messages_are_bodies_only(
     messages.append(pb.ProduceMessage(topic="T", body=b"y", **extra))  # type: ignore[arg-type]
     assert check_produce_messages(messages, 1_000).bodies_only is bodies_only
     sized = check_produce_messages(messages, 1_000, size_of(messages))
-    assert sized == ({"T"}, False, bodies_only, False, False, False)  # none is typed
+    assert sized == ({"T"}, False, bodies_only, False, False, False, False)  # none is typed
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,18 @@
-"""The plain produce path encodes what the general path encodes."""
+"""The plain produce path encodes what the general path encodes; a batch takes it with
+sharding keys only when they all hash to one queue."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from services.gateway.produce_plain import PlainBatch, PlainGroup
-from services.gateway.records import message_properties
-from tide.format import RunWriter, scan_run, topic_part
+from services.gateway.records import add_message, message_properties
+from services.gateway.routes import QueueRef
+from services.gateway.selection import hash_index, one_sharding_queue
+from tide.format import RunWriter, TopicMessageType, scan_run, topic_part
 from tide.v1 import gateway_pb2 as pb
 
 BORN = bytes([10, 0, 0, 1, 0, 0, 0x13, 0x88])
@@ -40,3 +44,62 @@ def test_both_encodings_give_the_same_run(queue_id: int, bodies_only: bool) -> N
     run = group.writer.getvalue()
     assert run == _one_by_one(messages, keys, queue_id)
     assert scan_run(run, 1 << 20).count == len(messages)
+
+
+def _view(message_type: TopicMessageType) -> Any:
+    return SimpleNamespace(message_type=message_type)
+
+
+@pytest.mark.parametrize("bodies_only", [True, False])
+@pytest.mark.parametrize("message_type", [TopicMessageType.FIFO, TopicMessageType.NORMAL])
+def test_a_sharded_batch_encodes_what_the_general_path_encodes(
+    message_type: TopicMessageType, bodies_only: bool
+) -> None:
+    """A FIFO topic's records carry their group (``__SHARDINGKEY``), a normal topic's
+    do not (the key only routed them), as produce.py's general path writes them, in the
+    column loop (messages of a topic, a body and a key only) or one by one."""
+    messages = [
+        pb.ProduceMessage(topic="T", body=b"m" * n, sharding_key=key)
+        for n, key in ((1, "g1"), (2, "g1"), (3, "g2"))
+    ]
+    if not bodies_only:
+        messages[1].tags = "A"
+    keys = [f"{i:032X}" for i in range(3)]
+    queue = QueueRef("broker-a", 1)
+    view = _view(message_type)
+    plain = PlainBatch(messages, keys, view, bodies_only=bodies_only, queue=queue)
+    group = PlainGroup(cast(Any, None), RunWriter(BORN), queue.queue_id)
+    magic, part = topic_part(b"T")
+    plain.encode(group, magic, part, NOW_MS)
+    expected = RunWriter(BORN)
+    fifo = message_type is TopicMessageType.FIFO
+    for message, key in zip(messages, keys, strict=True):
+        add_message(expected, message, 1, key, NOW_MS, message.sharding_key if fifo else "")
+    assert group.writer.getvalue() == expected.getvalue()
+    assert plain.groups is fifo
+
+
+def test_one_sharding_queue_only_when_every_key_hashes_to_one_queue() -> None:
+    queues = [QueueRef("broker-a", 0), QueueRef("broker-a", 1), QueueRef("broker-b", 0)]
+    keys = [f"k{i}" for i in range(30)]
+    by_queue: dict[int, list[str]] = {}
+    for key in keys:
+        by_queue.setdefault(hash_index(key, 3), []).append(key)
+    index, sharing = next((i, found) for i, found in by_queue.items() if len(found) >= 2)
+    other = next(key for key in keys if hash_index(key, 3) != index)
+
+    def batch(*routes: str | None) -> list[pb.ProduceMessage]:
+        return [
+            pb.ProduceMessage(topic="T", body=b"x")
+            if key is None
+            else pb.ProduceMessage(topic="T", body=b"x", sharding_key=key)
+            for key in routes
+        ]
+
+    assert one_sharding_queue(batch(sharing[0], sharing[0]), queues) == queues[index]
+    assert one_sharding_queue(batch(*sharing), queues) == queues[index]  # groups share it
+    assert one_sharding_queue(batch(sharing[0], other), queues) is None  # two queues
+    assert one_sharding_queue(batch(sharing[0], None), queues) is None  # one unkeyed
+    explicit = pb.ProduceMessage(topic="T", body=b"x", queue=pb.QueueRef(queue_id=0))
+    assert one_sharding_queue([explicit], queues) is None
+    assert one_sharding_queue(batch(sharing[0]), []) is None
