@@ -57,6 +57,7 @@ class PopHandles:
         self._service = service
         self._waiting: deque[_Waiting] = deque()
         self.runs = 0  # ack Appends written (calls / runs: how much coalescing helps)
+        self.acked = 0  # checkpoints resolved by Ack (metrics)
 
     # -- Ack -------------------------------------------------------------------------
     async def ack(self, request: pb.PopAckRequest) -> pb.PopAckResponse:
@@ -109,6 +110,7 @@ class PopHandles:
                     _fail(future, unknown)
                 raise
             self.runs += 1
+            self.acked += len(offsets)
             for offset in offsets:
                 self._acked(offset)
         for (_, future), results in taken:

@@ -102,6 +102,7 @@ class PopService:
         self._ready = False
         self._saved_progress = -1
         self._pops = 0
+        self.received = 0  # messages handed out (metrics)
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -----------------------------------------------------------------
@@ -292,6 +293,7 @@ class PopService:
                     )
                 )
             self._pass(passed)
+            self.received += len(taken)
             return response
 
     def _ends(self, request: pb.PopMessagesRequest, now: int) -> pb.PopMessagesResponse:
