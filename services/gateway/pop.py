@@ -8,10 +8,10 @@ masters of the brokers serving the topic concurrently, each for a share of
 that filled their share while messages are still wanted; the dispatch writes the
 checkpoints and answers the stored messages. This module checks the request at the edge,
 builds the receipt handles (tide.format's ReceiptHandle: the broker name, the
-checkpoint, the queue position) and holds a Receive with nothing to receive on the arrivals of the topic's
-queues and of the group's POP retry topic (long_poll.py's HeldPulls: a future per queue
-watched, no thread), until an arrival, the request's long_poll_timeout_ms or the call's
-deadline, whichever is first. Handle calls are in pop_handles.py.
+checkpoint, the queue position) and holds a Receive with nothing to receive on the
+arrivals of the topic's queues and of the group's POP retry topic (long_poll.py's
+HeldPulls: a future per queue watched, no thread), until an arrival, the request's
+long_poll_timeout_ms or the call's deadline, whichever is first. Handle calls are in pop_handles.py.
 """
 
 from __future__ import annotations
