@@ -11,7 +11,8 @@ builds the receipt handles (tide.format's ReceiptHandle: the broker name, the
 checkpoint, the queue position) and holds a Receive with nothing to receive on the
 arrivals of the topic's queues and of the group's POP retry topic (long_poll.py's
 HeldPulls: a future per queue watched, no thread), until an arrival, the request's
-long_poll_timeout_ms or the call's deadline, whichever is first. Handle calls are in pop_handles.py.
+long_poll_timeout_ms or the call's deadline, whichever is first. Handle calls are in
+pop_handles.py.
 """
 
 from __future__ import annotations
