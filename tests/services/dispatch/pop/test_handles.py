@@ -161,3 +161,12 @@ def test_an_ack_record_resolves_at_most_ack_record_max_offsets_checkpoints() -> 
         assert not fake.state.held
 
     asyncio.run(run())
+
+
+def test_revive_lag_is_how_long_the_oldest_due_checkpoint_has_waited() -> None:
+    state = PopState(checkpoints_max=10)
+    assert state.revive_lag_ms(NOW_MS) == 0
+    state.add(0, checkpoint(0))  # invisible until NOW_MS + 60 s
+    state.add(1, checkpoint(1))
+    assert state.revive_lag_ms(NOW_MS) == 0  # none due yet
+    assert state.revive_lag_ms(NOW_MS + 60_250) == 250
