@@ -112,9 +112,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def service(name: str, args: list[str], run_dir: Path, metrics: bool = False) -> Iterator[str]:
+def service(
+    name: str, args: list[str], run_dir: Path, metrics: bool = False, profile: Path | None = None
+) -> Iterator[str]:
+    """``profile``: run the service under cProfile, its stats written to
+    ``profile/<name>.prof`` when it stops."""
     ready = run_dir / f"{name}.ready"
-    cmd = [sys.executable, "-m", f"services.{name}", *args, "--log-level", "warning"]
+    runner = ["-m", "cProfile", "-o", str(profile / f"{name}.prof")] if profile else []
+    cmd = [sys.executable, *runner, "-m", f"services.{name}", *args, "--log-level", "warning"]
     if metrics:
         cmd += ["--metrics-listen", "127.0.0.1:0"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}

@@ -13,8 +13,12 @@ see the same load:
 * pull: ``PullConsumer.pull(queue, offset, --batch)`` of the queues in turn, then
   ``commit`` of the queue's next offset (group ``bench-pull``);
 
-and reports messages/s of each (call time only) and the ratio POP / pull. Every message is
-consumed once by each (checked by msg id). Results go to stdout (``--json``: one document).
+and reports messages/s of each (call time only), the ratio POP / pull, and the CPU each
+service process spent per message consumed by each (``cpu_us_per_msg``: /proc utime +
+stime read around each batch's calls). Every message is consumed once by each (checked by
+msg id). Results go to stdout (``--json``: one document). ``--profile DIR`` runs the
+services under cProfile (DIR/<service>.prof when they stop; slower, for finding where the
+time goes, not for the figures).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.gateway_produce_pull import free_port, service
+from bench.gateway_produce_pull import PROCESSES, free_port, process_cpu_s, service
 from tide.client import Admin, Message, Producer, PullConsumer, SimpleConsumer
 
 BROKER = "broker-a"
@@ -38,7 +42,7 @@ BODY = b"x" * 128
 INVISIBLE_MS = 60_000
 
 
-def _cluster(stack: ExitStack, root: Path) -> str:
+def _cluster(stack: ExitStack, root: Path, profile: Path | None = None) -> str:
     namesrv = stack.enter_context(service("nameserver", ["--listen", "127.0.0.1:0"], root))
     storage_port, dispatch_port = free_port(), free_port()
     store = root / "store"
@@ -51,6 +55,7 @@ def _cluster(stack: ExitStack, root: Path) -> str:
                 *("--dispatch-address", f"127.0.0.1:{dispatch_port}"),
             ],
             root,
+            profile=profile,
         )
     )
     stack.enter_context(
@@ -61,10 +66,11 @@ def _cluster(stack: ExitStack, root: Path) -> str:
                 *("--storage", f"127.0.0.1:{storage_port}"),
             ],
             root,
+            profile=profile,
         )
     )
     return stack.enter_context(
-        service("gateway", ["--listen", "127.0.0.1:0", "--namesrv", namesrv], root)
+        service("gateway", ["--listen", "127.0.0.1:0", "--namesrv", namesrv], root, profile=profile)
     )
 
 
@@ -74,6 +80,7 @@ def measure(gateway: str, count: int, batch: int) -> dict[str, Any]:
             size = min(PRODUCE_BATCH, count - start)
             producer.send_batch([Message(TOPIC, BODY) for _ in range(size)])
     spent_s = {"pop": 0.0, "pull": 0.0}
+    cpu_s: dict[str, dict[str, float]] = {"pop": {}, "pull": {}}
     seen: dict[str, set[str]] = {"pop": set(), "pull": set()}
     with (
         SimpleConsumer("bench-pop", TOPIC, gateway=gateway, await_duration_ms=0) as pop,
@@ -84,6 +91,7 @@ def measure(gateway: str, count: int, batch: int) -> dict[str, Any]:
         turn = 0
         while len(seen["pop"]) < count or len(seen["pull"]) < count:
             if len(seen["pop"]) < count:
+                cpu_before = _cpu()
                 began = time.perf_counter()
                 received = pop.receive(batch, INVISIBLE_MS)
                 if received:
@@ -91,15 +99,18 @@ def measure(gateway: str, count: int, batch: int) -> dict[str, Any]:
                     if any(errors):
                         raise RuntimeError(f"ack failed: {next(e for e in errors if e)}")
                 spent_s["pop"] += time.perf_counter() - began
+                _add_cpu(cpu_s["pop"], cpu_before)
                 seen["pop"].update(m.msg_id for m in received)
             if len(seen["pull"]) < count:
                 queue = queues[turn % len(queues)]
                 turn += 1
+                cpu_before = _cpu()
                 began = time.perf_counter()
                 result = pull.pull(queue, offsets[queue], batch)
                 if result.messages:
                     pull.commit(queue, result.next_offset)
                 spent_s["pull"] += time.perf_counter() - began
+                _add_cpu(cpu_s["pull"], cpu_before)
                 offsets[queue] = result.next_offset
                 seen["pull"].update(m.msg_id for m in result.messages)
     rates = {kind: count / spent for kind, spent in spent_s.items()}
@@ -109,7 +120,21 @@ def measure(gateway: str, count: int, batch: int) -> dict[str, Any]:
         "pop_msgs_per_s": round(rates["pop"]),
         "pull_msgs_per_s": round(rates["pull"]),
         "ratio_pop_to_pull": round(rates["pop"] / rates["pull"], 2),
+        "cpu_us_per_msg": {
+            kind: {name: round(1e6 * spent / count, 1) for name, spent in sorted(by.items())}
+            for kind, by in cpu_s.items()
+        },
     }
+
+
+def _cpu() -> dict[str, float]:
+    """CPU seconds of each service process so far (the name server's too)."""
+    return {name: process_cpu_s(proc.pid) for name, proc in PROCESSES.items()}
+
+
+def _add_cpu(into: dict[str, float], before: dict[str, float]) -> None:
+    for name, spent in _cpu().items():
+        into[name] = into.get(name, 0.0) + spent - before.get(name, spent)
 
 
 def main() -> None:
@@ -118,11 +143,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", type=Path, default=None, help="cProfile the services here")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tide-bench-pop-"))
     try:
         with ExitStack() as stack:
-            gateway = _cluster(stack, root)
+            if args.profile is not None:
+                args.profile.mkdir(parents=True, exist_ok=True)
+            gateway = _cluster(stack, root, args.profile)
             with Admin(gateway) as admin:
                 admin.create_topic(TOPIC, read_queue_nums=args.queues)
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -21,6 +21,16 @@ Transactional messages (transaction/service.py, master only):
 (check-backs made: a half's check count raised and offered to its producer group's
 streams), ``tide_dispatch_transaction_halves_unresolved`` (the unresolved halves held, at
 most ``--transaction-halves-max``) and ``..._kept`` (of them, kept past the last check).
+
+POP consumption (pop/, master only; no group or topic label: a broker may serve
+thousands of groups, GetGroupLag / ``tide group lag`` break it down):
+``tide_dispatch_pop_checkpoints_held`` (messages received and not acked yet, at most
+``--pop-checkpoints-max``), ``tide_dispatch_pop_received_total`` (messages handed out),
+``..._acked_total`` (resolved by Ack), ``..._revived_total`` (delivered again: retry
+copies and FIFO messages moved back), ``..._dead_lettered_total`` (by revive or
+ForwardToDeadLetter), and ``tide_dispatch_pop_revive_lag_milliseconds``: how long the
+oldest checkpoint past its invisible time has waited for its revive (0: none due; a
+healthy broker stays below ``--pop-revive-interval-ms`` + a round's work).
 """
 
 from __future__ import annotations
@@ -95,6 +105,7 @@ class DispatchMetrics:
         if tail_cache is not None:
             self._declare_tail_cache(meter, tail_cache)
         self._declare_transactions(meter)
+        self._declare_pop(meter)
 
     def _declare_tail_cache(self, meter: Meter, cache: TailCache) -> None:
         observable_total(
@@ -141,6 +152,51 @@ class DispatchMetrics:
             "transaction check-backs made (a half's check count raised)",
         )
 
+    def _declare_pop(self, meter: Meter) -> None:
+        def totals() -> tuple[int, int, int, int]:
+            running = self._running()
+            if running is None or running.pop is None:
+                return 0, 0, 0, 0
+            acked = running.pop_handles.acked if running.pop_handles is not None else 0
+            reviver = running.reviver
+            revived = reviver.revived if reviver is not None else 0
+            dead = reviver.dead_lettered if reviver is not None else 0
+            return running.pop.received, acked, revived, dead
+
+        for index, (name, description) in enumerate(
+            (
+                ("tide_dispatch_pop_received_total", "POP messages handed out (checkpoints)"),
+                ("tide_dispatch_pop_acked_total", "POP messages acked"),
+                (
+                    "tide_dispatch_pop_revived_total",
+                    "POP messages delivered again after their invisible time",
+                ),
+                ("tide_dispatch_pop_dead_lettered_total", "POP messages dead-lettered"),
+            )
+        ):
+            observable_total(meter, name, _nth(totals, index), description)
+        self.gauges.gauge(
+            "tide_dispatch_pop_checkpoints_held",
+            "POP messages received and not acked yet (at most --pop-checkpoints-max)",
+            "1",
+        )
+        self.gauges.gauge(
+            "tide_dispatch_pop_revive_lag_milliseconds",
+            "how long the oldest POP checkpoint past its invisible time has waited for revive",
+            "ms",
+        )
+
+    @staticmethod
+    def _pop_sample(running: Running) -> Sample:
+        pop = running.pop
+        if pop is None:
+            return {}
+        state = pop.state
+        return {
+            "tide_dispatch_pop_checkpoints_held": len(state.held),
+            "tide_dispatch_pop_revive_lag_milliseconds": state.revive_lag_ms(pop.clock_ms()),
+        }
+
     def sample(self) -> Sample:
         running = self._running()
         if running is None:
@@ -170,6 +226,7 @@ class DispatchMetrics:
             **self._tail_cache_sample(),
             **self._delivery_sample(running),
             **self._transaction_sample(running),
+            **self._pop_sample(running),
         }
 
     @staticmethod
@@ -196,3 +253,7 @@ class DispatchMetrics:
     def _tail_cache_sample(self) -> Sample:
         cache = self._tail_cache
         return {} if cache is None else {"tide_dispatch_tail_cache_bytes": cache.held_bytes}
+
+
+def _nth(read: Callable[[], tuple[int, ...]], index: int) -> Callable[[], int]:
+    return lambda: read()[index]

@@ -16,7 +16,9 @@ latency is one histogram record), and its trace attributes.
 * ``tide_gateway_send_back_total{group,outcome}``: SendBack calls that stored a retry
   (``outcome="retry"``) or a dead letter (``"dlq"``), per consumer group (at most
   send_back.MAX_COUNTED_GROUPS groups by name, the rest as ``"other"``);
-* ``tide_gateway_held_pulls`` (long polls waiting now),
+* ``tide_gateway_held_pulls`` (long polls waiting now: a held POP Receive counts once per
+  queue it watches), ``tide_gateway_held_receives`` (POP Receives held now, at most
+  ``--max-held-receives``),
   ``tide_gateway_pulls_answered_from_arrivals_total`` (held pulls answered with the
   entries and records their arrival notice carried, without a GetQueueEntries call);
 * ``tide_gateway_consumer_lag_messages{group,topic,broker,queue}``: for the queues whose
@@ -94,6 +96,7 @@ class GatewayMetrics:
         pull_budget: ByteBudget | None = None,
         send_backs: Callable[[], dict[tuple[str, str], int]] | None = None,
         ordering: OrderingTotals | None = None,
+        held_receives: Callable[[], int] = lambda: 0,
     ) -> None:
         """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)
         and the request handler of ``streams`` (its ProduceStream calls); ``written_bytes``
@@ -106,6 +109,7 @@ class GatewayMetrics:
         self._arrival_answers = arrival_answers
         self._send_backs = send_backs
         self._ordering = ordering
+        self._held_receives = held_receives
         self._get_offset: Handler = servicer.GetOffset
         self._queue_offsets: Handler = servicer.GetQueueOffsets
         self._produce_latency: Histogram | None = None
@@ -183,6 +187,7 @@ class GatewayMetrics:
         )
         held = SampledGauges(meter, self._sample_held)
         held.gauge("tide_gateway_held_pulls", "long polls held now")
+        held.gauge("tide_gateway_held_receives", "POP Receives held now (--max-held-receives)")
         streams = SampledGauges(meter, self._sample_streams)
         streams.gauge("tide_gateway_produce_streams", "ProduceStream calls open now")
         streams.gauge(
@@ -296,7 +301,10 @@ class GatewayMetrics:
 
     # -- gauges ------------------------------------------------------------------
     def _sample_held(self) -> Sample:
-        return {"tide_gateway_held_pulls": self._held.held}
+        return {
+            "tide_gateway_held_pulls": self._held.held,
+            "tide_gateway_held_receives": self._held_receives(),
+        }
 
     def _sample_pulls(self) -> Sample:
         budget = self._pull_budget

@@ -3,14 +3,16 @@ point both wire APIs call (tide.v1's Receive / Ack / ChangeInvisibleDuration /
 ForwardToDeadLetter / GetGroupLag, and the v2 API's).
 
 The brokers' dispatches hold the state (services/dispatch/pop/): a Receive asks the
-master of each broker serving the topic (a broker turn that moves each call) for
-messages until it has ``max_messages``; the dispatch writes the checkpoints and answers
-the stored messages. This module checks the request at the edge, builds the receipt
-handles (tide.format's ReceiptHandle: the broker name, the checkpoint, the queue
-position) and holds a Receive with nothing to receive on the arrivals of the topic's
-queues and of the group's POP retry topic (long_poll.py's HeldPulls: a future per queue
-watched, no thread), until an arrival, the request's long_poll_timeout_ms or the call's
-deadline, whichever is first. Handle calls are in pop_handles.py.
+masters of the brokers serving the topic concurrently, each for a share of
+``max_messages`` (receive_shares; a broker turn moves each call), and asks again those
+that filled their share while messages are still wanted; the dispatch writes the
+checkpoints and answers the stored messages. This module checks the request at the edge,
+builds the receipt handles (tide.format's ReceiptHandle: the broker name, the
+checkpoint, the queue position) and holds a Receive with nothing to receive on the
+arrivals of the topic's queues and of the group's POP retry topic (long_poll.py's
+HeldPulls: a future per queue watched, no thread), until an arrival, the request's
+long_poll_timeout_ms or the call's deadline, whichever is first. Handle calls are in
+pop_handles.py.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from tide.v1 import gateway_pb2 as pb
 # A held Receive answers this long before the call's deadline (the answer must arrive).
 DEADLINE_MARGIN_MS = 200
 ANY_QUEUE = -1
+# Brokers one Receive asks at once (a round); the others are asked in the next rounds.
+POP_BROKERS_AT_ONCE = 16
 
 
 class PopConsumers:
@@ -162,43 +166,87 @@ class PopConsumers:
         tags: list[str],
         fifo: bool,
     ) -> tuple[list[pb.ReceivedMessage], list[tuple[QueueKey, int]], int]:
-        """The messages of every master in turn (until max_messages), the queues'
-        max offsets seen (to hold on), and the time of the first answer."""
+        """The messages of every master, asked concurrently (until max_messages), the
+        queues' max offsets seen (to hold on), and the time of the first answer.
+
+        The share rule (docs/pop.md): each round splits what is still wanted among the
+        brokers still worth asking (receive_shares), so the answers of one round never
+        add up to more than max_messages and no message a broker handed out is dropped.
+        A broker that answered less than its share has no more now and is not asked
+        again (nor one that failed); one that filled it, or got no share yet, is asked
+        in the next round. A round ends with nothing more wanted or at least one broker
+        dropped, so there are at most len(masters) + 1 rounds."""
         messages: list[pb.ReceivedMessage] = []
         ends: list[tuple[QueueKey, int]] = []
         first_ms = 0
         failure: ServiceError | None = None
-        retry_topic = pop_retry_topic(request.consumer_group, request.topic)
-        for master, queue_ids in masters:
-            remaining = request.max_messages - len(messages)
-            if remaining <= 0:
-                break
-            pop = dispatch_pb.PopMessagesRequest(
-                consumer_group=request.consumer_group,
-                topic=request.topic,
-                queue_ids=queue_ids,
-                max_messages=remaining,
-                invisible_duration_ms=request.invisible_duration_ms,
-                tags=tags,
-                fifo=fifo,
-                with_retry=not fifo,
+        asking = list(masters)
+        while asking and len(messages) < request.max_messages:
+            shares = receive_shares(request.max_messages - len(messages), len(asking))
+            asked = [(m, share) for m, share in zip(asking, shares, strict=True) if share]
+            answers = await asyncio.gather(
+                *(self._pop_one(request, master, share, tags, fifo) for master, share in asked)
             )
-            try:
-                answer: dispatch_pb.PopMessagesResponse = await self._channels.dispatch(
-                    master.dispatch
-                ).PopMessages(pop, timeout=self._config.broker_timeout_s)
-            except grpc.aio.AioRpcError as exc:
-                failure = broker_error(exc, f"PopMessages on broker {quote(master.broker_name)}")
-                continue
-            first_ms = first_ms or answer.pop_timestamp_ms
-            messages.extend(_received(m, master.broker_name) for m in answer.messages)
-            for queue_id, end in zip(queue_ids, answer.max_offsets, strict=False):
-                ends.append(((master.dispatch, request.topic, queue_id), end))
-            if not fifo:
-                ends.append(((master.dispatch, retry_topic, 0), answer.retry_max_offset))
+            still = [m for m, share in zip(asking, shares, strict=True) if not share]
+            for (master, share), answer in zip(asked, answers, strict=True):
+                if isinstance(answer, ServiceError):
+                    failure = answer
+                    continue
+                first_ms = first_ms or answer.pop_timestamp_ms
+                messages.extend(_received(m, master[0].broker_name) for m in answer.messages)
+                ends.extend(self._ends(request, master, answer, fifo))
+                if len(answer.messages) >= share:
+                    still.append(master)
+            asking = still
         if not messages and failure is not None and not ends:
             raise failure
         return messages, ends, first_ms or _now_ms()
+
+    async def _pop_one(
+        self,
+        request: pb.ReceiveRequest,
+        master: tuple[Member, list[int]],
+        share: int,
+        tags: list[str],
+        fifo: bool,
+    ) -> dispatch_pb.PopMessagesResponse | ServiceError:
+        """One broker's PopMessages for ``share`` messages, or the error it gave."""
+        member, queue_ids = master
+        pop = dispatch_pb.PopMessagesRequest(
+            consumer_group=request.consumer_group,
+            topic=request.topic,
+            queue_ids=queue_ids,
+            max_messages=share,
+            invisible_duration_ms=request.invisible_duration_ms,
+            tags=tags,
+            fifo=fifo,
+            with_retry=not fifo,
+        )
+        try:
+            async with self._channels.limit(member.dispatch):
+                answer: dispatch_pb.PopMessagesResponse = await self._channels.dispatch(
+                    member.dispatch
+                ).PopMessages(pop, timeout=self._config.broker_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            return broker_error(exc, f"PopMessages on broker {quote(member.broker_name)}")
+        return answer
+
+    @staticmethod
+    def _ends(
+        request: pb.ReceiveRequest,
+        master: tuple[Member, list[int]],
+        answer: dispatch_pb.PopMessagesResponse,
+        fifo: bool,
+    ) -> list[tuple[QueueKey, int]]:
+        member, queue_ids = master
+        ends: list[tuple[QueueKey, int]] = [
+            ((member.dispatch, request.topic, queue_id), end)
+            for queue_id, end in zip(queue_ids, answer.max_offsets, strict=False)
+        ]
+        if not fifo:
+            retry_topic = pop_retry_topic(request.consumer_group, request.topic)
+            ends.append(((member.dispatch, retry_topic, 0), answer.retry_max_offset))
+        return ends
 
     async def _hold(self, ends: list[tuple[QueueKey, int]], since: int, timeout_s: float) -> bool:
         """Wait for an arrival past any of the ends (True) or the timeout (False)."""
@@ -272,6 +320,17 @@ def _received(popped: dispatch_pb.PoppedMessage, broker_name: str) -> pb.Receive
         delivery_attempt=popped.delivery_attempt,
         invisible_until_ms=popped.invisible_until_ms,
     )
+
+
+def receive_shares(wanted: int, brokers: int) -> list[int]:
+    """``wanted`` split among the first (at most POP_BROKERS_AT_ONCE) of ``brokers`` in
+    turn order: as even as can be, the first ones one more; with fewer wanted than
+    brokers the last ones get 0 (asked in a next round if the first ones run short).
+    The shares add up to ``wanted``."""
+    asked = min(brokers, POP_BROKERS_AT_ONCE)
+    base, extra = divmod(wanted, asked)
+    shares = [base + (1 if i < extra else 0) for i in range(asked)]
+    return shares + [0] * (brokers - asked)
 
 
 def _now_ms() -> int:

@@ -72,6 +72,7 @@ class GatewayService:
         puller = Puller(config, self._routes, self._channels, self._held, members, queue_locks)
         send_backs = SendBacks(config, self._routes, self._channels)
         querier = Querier(config, self._routes, self._channels, members)
+        pop = PopConsumers(config, self._routes, self._channels, self._held)
         self._servicer = GatewayServicer(
             producer,
             puller,
@@ -84,7 +85,7 @@ class GatewayService:
             recaller=Recaller(config, self._routes, self._channels, querier),
             transactions=transactions,
             queue_locks=queue_locks,
-            pop=PopConsumers(config, self._routes, self._channels, self._held),
+            pop=pop,
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(
@@ -100,6 +101,7 @@ class GatewayService:
                 lambda: producer.halves_stored,
                 lambda: transactions.checks_sent,
             ),
+            held_receives=lambda: pop.holding,
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:

@@ -10,6 +10,7 @@ import pytest
 from tide.format import (
     ACK_REASON_ACK,
     ACK_REASON_REVIVE,
+    ACK_RECORD_MAX_OFFSETS,
     PopAck,
     PopCheckpoint,
     PopRecordError,
@@ -82,6 +83,22 @@ def test_ack_round_trip_and_refusals() -> None:
     assert decode_ack(encode_ack(ack)) == ack
     assert decode_ack(b'{"c":0,"r":"ack"}') == PopAck(0, ACK_REASON_ACK)
     for body in (b'{"c":17}', b'{"c":17,"r":"gone"}', b'{"c":-1,"r":"ack"}', b'{"c":1'):
+        with pytest.raises(PopRecordError):
+            decode_ack(body)
+
+
+def test_an_ack_record_lists_the_checkpoints_of_a_run() -> None:
+    ack = PopAck(5, ACK_REASON_ACK, (6, 9))
+    assert encode_ack(ack) == b'{"c":5,"m":[6,9],"r":"ack"}'
+    assert decode_ack(encode_ack(ack)) == ack and ack.offsets == (5, 6, 9)
+    most = PopAck(0, ACK_REASON_ACK, tuple(range(1, ACK_RECORD_MAX_OFFSETS)))
+    assert decode_ack(encode_ack(most)).offsets == tuple(range(ACK_RECORD_MAX_OFFSETS))
+    with pytest.raises(ValueError):
+        encode_ack(PopAck(0, ACK_REASON_ACK, tuple(range(1, ACK_RECORD_MAX_OFFSETS + 1))))
+    too_many = (
+        b'{"c":0,"m":[' + b",".join(b"1" for _ in range(ACK_RECORD_MAX_OFFSETS)) + b'],"r":"ack"}'
+    )
+    for body in (b'{"c":1,"m":7,"r":"ack"}', b'{"c":1,"m":[-2],"r":"ack"}', too_many):
         with pytest.raises(PopRecordError):
             decode_ack(body)
 

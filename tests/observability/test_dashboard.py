@@ -37,7 +37,7 @@ def test_dashboard_queries_only_defined_metrics() -> None:
     assert queried <= defined_metrics(), queried - defined_metrics()
 
 
-def test_dashboard_covers_throughput_latency_lag_disk_replication_delivery_and_ordering() -> None:
+def test_dashboard_covers_every_area_including_pop() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     rows = {panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"}
     assert rows >= {
@@ -48,6 +48,7 @@ def test_dashboard_covers_throughput_latency_lag_disk_replication_delivery_and_o
         "Replication",
         "Delivery",
         "Ordering and transactions",
+        "POP",
     }
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))

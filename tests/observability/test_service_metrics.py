@@ -40,7 +40,7 @@ def dispatch_state(dispatched: int, storage_max: int) -> Any:
         storage_max_seen=storage_max, tail_reconnects=2, follower_state="connected"
     )
     return SimpleNamespace(
-        store=store, dispatcher=dispatcher, schedule=None, timer=None, transactions=None
+        store=store, dispatcher=dispatcher, schedule=None, timer=None, transactions=None, pop=None
     )
 
 
@@ -174,7 +174,7 @@ def test_gateway_wrappers_count_calls_and_the_lag_scan_reports_committed_queues(
     assert metrics.produced_messages == 3
     assert metrics.pulled_messages == 6 + 3
     assert metrics.pull_results == {"FOUND": 2, "NO_NEW_MESSAGE": 1}
-    assert metrics._sample_held() == {"tide_gateway_held_pulls": 4}
+    assert metrics._sample_held() == {"tide_gateway_held_pulls": 4, "tide_gateway_held_receives": 0}
     assert lag["tide_gateway_consumer_lag_queues"] == 2
     # The unreachable broker's queue is left out of this scan.
     assert lag["tide_gateway_consumer_lag_messages"] == [

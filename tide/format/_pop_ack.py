@@ -6,8 +6,12 @@ says how: ``ack`` (the consumer acked it, or its tag did not match and it was ne
 handed out), ``revive`` (its invisible time passed and it was re-put into the retry
 topic, written in the same Append as the re-put), ``dlq`` (stored in %DLQ%<group>, in the
 same Append), ``change`` (ChangeInvisibleDuration: a new checkpoint, in the same Append).
+An Ack's record resolves every checkpoint of the run (``m``: the others, at most
+ACK_RECORD_MAX_OFFSETS in all: one record instead of one per message).
 
-    {"c": checkpoint revive offset, "r": reason}
+    {"c": checkpoint revive offset, "m": [more checkpoint revive offsets], "r": reason}
+
+``m`` is left out when empty.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import json
 from dataclasses import dataclass
 
 from tide.format._pop_checkpoint import PopRecordError, _json_object, _number
+
+ACK_RECORD_MAX_OFFSETS = 256  # checkpoints one ack record resolves at most
+MAX_ACK_BODY_BYTES = 8_192  # 256 offsets of up to 19 digits and their commas fit
 
 ACK_TAG = "ack"
 ACK_REASON_ACK = "ack"
@@ -29,16 +36,26 @@ ACK_REASONS = frozenset({ACK_REASON_ACK, ACK_REASON_REVIVE, ACK_REASON_DLQ, ACK_
 class PopAck:
     checkpoint_offset: int
     reason: str
+    more: tuple[int, ...] = ()  # further checkpoints resolved by the same record
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        return (self.checkpoint_offset, *self.more)
 
 
 def encode_ack(ack: PopAck) -> bytes:
-    document = {"c": ack.checkpoint_offset, "r": ack.reason}
+    if len(ack.more) >= ACK_RECORD_MAX_OFFSETS:
+        raise ValueError(f"an ack record resolves at most {ACK_RECORD_MAX_OFFSETS} checkpoints")
+    document: dict[str, object] = {"c": ack.checkpoint_offset}
+    if ack.more:
+        document["m"] = list(ack.more)
+    document["r"] = ack.reason
     return json.dumps(document, separators=(",", ":")).encode("utf-8")
 
 
 def decode_ack(body: bytes) -> PopAck:
     """PopRecordError when ``body`` is not a whole ack of this layout."""
-    document = _json_object(body, "ack")
+    document = _json_object(body, "ack", MAX_ACK_BODY_BYTES)
     try:
         offset = _number(document, "c")
         reason = document["r"]
@@ -46,4 +63,13 @@ def decode_ack(body: bytes) -> PopAck:
         raise PopRecordError(f"ack lacks field {exc}") from None
     if reason not in ACK_REASONS:
         raise PopRecordError(f"ack reason {reason!r} is not one of {sorted(ACK_REASONS)}")
-    return PopAck(offset, reason)
+    more = document.get("m", [])
+    if (
+        not isinstance(more, list)
+        or len(more) >= ACK_RECORD_MAX_OFFSETS
+        or not all(type(o) is int and o >= 0 for o in more)
+    ):
+        raise PopRecordError(
+            f"ack field 'm' is not a list of fewer than {ACK_RECORD_MAX_OFFSETS} integers >= 0"
+        )
+    return PopAck(offset, reason, tuple(more))

@@ -88,11 +88,11 @@ def decode_checkpoint(body: bytes) -> PopCheckpoint:
     return ck
 
 
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
-    if len(body) > MAX_CHECKPOINT_BODY_BYTES:
-        raise PopRecordError(
-            f"{what} body is {len(body)} bytes (at most {MAX_CHECKPOINT_BODY_BYTES})"
-        )
+def _json_object(
+    body: bytes, what: str, max_bytes: int = MAX_CHECKPOINT_BODY_BYTES
+) -> dict[str, Any]:
+    if len(body) > max_bytes:
+        raise PopRecordError(f"{what} body is {len(body)} bytes (at most {max_bytes})")
     try:
         document = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

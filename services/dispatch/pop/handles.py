@@ -3,8 +3,10 @@
 
 Acks of many calls share an Append: a PopAck queues its request and waits; whichever
 call holds the POP lock next checks every request queued (at most ACK_RUN_MAX_RECORDS
-ack records together, the rest go in the next run) and writes their ack records as one
-run. A failed Append fails every call of that run (none of their acks is resolved)."""
+checkpoints together, the rest go in the next run) and writes their acks as one run:
+one ack record per ACK_RECORD_MAX_OFFSETS checkpoints (docs/formats.md: an ack record
+lists the checkpoints it resolves), not one per message. A failed Append fails every
+call of that run (none of their acks is resolved)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,19 @@ import grpc
 from services.dispatch.pop.records import ack_record, checkpoint_record
 from services.dispatch.pop.service import PopService, retry_topic_of
 from services.dispatch.pop.state import key_of
-from tide.format import ACK_REASON_ACK, ACK_REASON_CHANGE, PopAck, PopCheckpoint
+from tide.format import (
+    ACK_REASON_ACK,
+    ACK_REASON_CHANGE,
+    ACK_RECORD_MAX_OFFSETS,
+    PopAck,
+    PopCheckpoint,
+)
 from tide.quoting import quote
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
 
-ACK_RUN_MAX_RECORDS = 4_096  # ack records one Append carries at most (~150 bytes each)
+# Checkpoints one run resolves at most: 16 ack records of ACK_RECORD_MAX_OFFSETS each.
+ACK_RUN_MAX_RECORDS = 4_096
 _Waiting = tuple[pb.PopAckRequest, "asyncio.Future[pb.PopAckResponse]"]
 
 
@@ -57,6 +66,7 @@ class PopHandles:
         self._service = service
         self._waiting: deque[_Waiting] = deque()
         self.runs = 0  # ack Appends written (calls / runs: how much coalescing helps)
+        self.acked = 0  # checkpoints resolved by Ack (metrics)
 
     # -- Ack -------------------------------------------------------------------------
     async def ack(self, request: pb.PopAckRequest) -> pb.PopAckResponse:
@@ -90,9 +100,16 @@ class PopHandles:
             taken.append(((request, future), results))
         if offsets:
             now = service.clock_ms()
-            run = b"".join(ack_record(PopAck(o, ACK_REASON_ACK), now) for o in offsets)
+            records = [
+                offsets[i : i + ACK_RECORD_MAX_OFFSETS]
+                for i in range(0, len(offsets), ACK_RECORD_MAX_OFFSETS)
+            ]
+            run = b"".join(
+                ack_record(PopAck(part[0], ACK_REASON_ACK, tuple(part[1:])), now)
+                for part in records
+            )
             try:
-                await service.append(run, len(offsets))
+                await service.append(run, len(records))
             except ServiceError as exc:
                 for (_, future), _ in taken:
                     _fail(future, exc)
@@ -109,6 +126,7 @@ class PopHandles:
                     _fail(future, unknown)
                 raise
             self.runs += 1
+            self.acked += len(offsets)
             for offset in offsets:
                 self._acked(offset)
         for (_, future), results in taken:

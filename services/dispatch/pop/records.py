@@ -48,8 +48,13 @@ def ack_record(ack: PopAck, now_ms: int) -> bytes:
     return _revive_record(encode_ack(ack), ACK_TAG, now_ms)
 
 
+# The revive log records' properties: their tag only (encoded once, not per record: two
+# records a message are written, bench/pop_consume.py).
+_REVIVE_PROPERTIES = {tag: encode_properties({TAGS: tag}) for tag in (CHECKPOINT_TAG, ACK_TAG)}
+
+
 def _revive_record(body: bytes, tag: str, now_ms: int) -> bytes:
-    properties = encode_properties({TAGS: tag})
+    properties = _REVIVE_PROPERTIES[tag]
     return encode_record(
         REVIVE_TOPIC,
         _REVIVE_TOPIC_BYTES,

@@ -59,8 +59,8 @@ class Reviver:
         self._service = service
         self._topics: set[str] = set()  # created on this storage by this process
         self._groups: dict[str, tuple[float, int]] = {}
-        self.revived = 0
-        self.dead_lettered = 0
+        self.revived = 0  # deliveries again: retry copies and FIFO messages moved back
+        self.dead_lettered = 0  # by revive and by ForwardToDeadLetter
 
     async def round(self) -> None:
         service = self._service
@@ -148,7 +148,7 @@ class Reviver:
             stored = await self._read(ck)
             if stored is not None:
                 await self._dead_letter(offset, ck, stored, max_times)
-        self._service.state.fifo_expired(key_of(ck))
+        self.revived += len(self._service.state.fifo_expired(key_of(ck)))
 
     async def _read(self, ck: PopCheckpoint) -> storage_pb.StoredMessage | None:
         service = self._service

@@ -102,6 +102,7 @@ class PopService:
         self._ready = False
         self._saved_progress = -1
         self._pops = 0
+        self.received = 0  # messages handed out (metrics)
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -----------------------------------------------------------------
@@ -209,10 +210,11 @@ class PopService:
                 raised[key] = max(raised.get(key, 0), ck.queue_offset + 1)
             elif message.tags == ACK_TAG:
                 ack = decode_ack(message.body)
-                ck_or_none = self.state.resolve(ack.checkpoint_offset)
-                if ck_or_none is not None and ck_or_none.fifo and ack.reason == ACK_REASON_ACK:
-                    acked = self.state.fifo_acked.setdefault(key_of(ck_or_none), set())
-                    acked.add(ck_or_none.queue_offset)
+                for resolved in ack.offsets:
+                    ck_or_none = self.state.resolve(resolved)
+                    if ck_or_none is not None and ck_or_none.fifo and ack.reason == ACK_REASON_ACK:
+                        acked = self.state.fifo_acked.setdefault(key_of(ck_or_none), set())
+                        acked.add(ck_or_none.queue_offset)
         except PopRecordError as exc:
             log.warning("revive log record at queue offset %d skipped: %s", offset, exc)
 
@@ -292,6 +294,7 @@ class PopService:
                     )
                 )
             self._pass(passed)
+            self.received += len(taken)
             return response
 
     def _ends(self, request: pb.PopMessagesRequest, now: int) -> pb.PopMessagesResponse:

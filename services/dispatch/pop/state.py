@@ -85,6 +85,12 @@ class PopState:
     def inflight(self, key: QueueKey) -> int:
         return len(self.by_queue.get(key, ()))
 
+    def revive_lag_ms(self, now_ms: int) -> int:
+        """How long the oldest checkpoint past its invisible time has waited for its
+        revive (0: none is due). O(checkpoints held): for a metrics sample only."""
+        due = min((ck.invisible_until_ms for ck in self.held.values()), default=now_ms)
+        return max(0, now_ms - due)
+
     def progress(self) -> int:
         """Where a recovery reads the revive log from: the oldest checkpoint held, else
         past everything known."""

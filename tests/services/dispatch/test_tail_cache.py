@@ -258,6 +258,8 @@ def test_metrics_report_the_tail_cache() -> None:
         dispatcher=dispatcher,
         schedule=None,
         timer=None,
+        transactions=None,
+        pop=None,
     )
     metrics = DispatchMetrics(lambda: cast(Running, running), ArrivalHub(), tail_cache=cache)
     sample = cast(dict[str, Any], metrics.sample())

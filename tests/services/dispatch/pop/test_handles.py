@@ -14,7 +14,7 @@ from services.dispatch.pop.handles import PopHandles
 from services.dispatch.pop.service import PopService
 from services.dispatch.pop.state import PopState
 from services.dispatch.storage_client import AppendedRun
-from tide.format import PopCheckpoint
+from tide.format import ACK_RECORD_MAX_OFFSETS, PopCheckpoint
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
 
@@ -34,6 +34,7 @@ class FakeService:
         self.lock = asyncio.Lock()
         self.state = PopState(checkpoints_max=1_000)
         self.appends: list[int] = []
+        self.runs: list[bytes] = []
         self.release = asyncio.Event()
 
     def clock_ms(self) -> int:
@@ -44,6 +45,7 @@ class FakeService:
 
     async def append(self, run: bytes, count: int) -> AppendedRun:
         self.appends.append(count)
+        self.runs.append(run)
         await self.release.wait()
         return AppendedRun(count, NOW_MS, tuple(range(count)), tuple(range(count)))
 
@@ -66,7 +68,9 @@ def test_acks_of_calls_waiting_share_one_append() -> None:
         await asyncio.sleep(0)
         fake.release.set()
         answers = await asyncio.gather(first, *others)
-        assert fake.appends == [1, 10]  # the ten calls that waited: one Append
+        # The ten calls that waited: one Append of one ack record listing their checkpoints.
+        assert fake.appends == [1, 1]
+        assert b'{"c":1,"m":[2,3,4,5,6,7,8,9,10],"r":"ack"}' in fake.runs[1]
         assert all(a.results[0].code == 0 for a in answers)
         assert not fake.state.held
         again = await handles.ack(ack_request(3))
@@ -136,7 +140,33 @@ def test_a_failed_append_fails_every_call_of_its_run_and_resolves_nothing() -> N
         for task in others:
             with pytest.raises(ServiceError, match="storage: down"):
                 await task
-        assert fake.appends == [1, 2]
+        assert fake.appends == [1, 1]  # the two calls' acks: one record in one Append
         assert sorted(fake.state.held) == [1, 2]  # still waiting for an ack
 
     asyncio.run(run())
+
+
+def test_an_ack_record_resolves_at_most_ack_record_max_offsets_checkpoints() -> None:
+    async def run() -> None:
+        fake = FakeService()
+        count = ACK_RECORD_MAX_OFFSETS + 10
+        for offset in range(count):
+            fake.state.add(offset, checkpoint(offset))
+        handles = PopHandles(cast(PopService, cast(Any, fake)))
+        fake.release.set()
+        answer = await handles.ack(ack_request(*range(count)))
+        assert [r.code for r in answer.results] == [0] * count
+        assert fake.appends == [2]  # two ack records in one Append
+        assert f'{{"c":{ACK_RECORD_MAX_OFFSETS},"m":['.encode() in fake.runs[0]
+        assert not fake.state.held
+
+    asyncio.run(run())
+
+
+def test_revive_lag_is_how_long_the_oldest_due_checkpoint_has_waited() -> None:
+    state = PopState(checkpoints_max=10)
+    assert state.revive_lag_ms(NOW_MS) == 0
+    state.add(0, checkpoint(0))  # invisible until NOW_MS + 60 s
+    state.add(1, checkpoint(1))
+    assert state.revive_lag_ms(NOW_MS) == 0  # none due yet
+    assert state.revive_lag_ms(NOW_MS + 60_250) == 250
