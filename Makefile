@@ -35,6 +35,7 @@ typecheck: $(STAMP)
 ## Regenerate the committed gRPC/protobuf code under tide/v1 from protos/.
 protos: $(STAMP)
 	$(PY) -m tide._protogen tide/v1
+	$(PY) -m tide._protogen tide/rocketmq_v2 apache/rocketmq/v2
 
 ## The benchmarks of docs/benchmarks.md (several minutes; run on a quiet machine).
 bench: $(STAMP)
