@@ -338,6 +338,13 @@ from tide.format._transaction import (
     op_properties,
     parse_op_body,
 )
+from tide.format._v2_transaction_id import (
+    V2_TRANSACTION_ID_SEPARATOR,
+    HalfLocation,
+    V2TransactionIdError,
+    encode_v2_transaction_id,
+    parse_v2_transaction_id,
+)
 
 __all__ = [
     "ABORT_FILE",
@@ -471,6 +478,7 @@ __all__ = [
     "TRAN_MSG",
     "TRAN_RESOLUTION",
     "UNIQ_KEY",
+    "V2_TRANSACTION_ID_SEPARATOR",
     "WAIT",
     "BatchEntry",
     "Buffer",
@@ -485,6 +493,7 @@ __all__ = [
     "EncodedRecord",
     "ExponentialRetryPolicy",
     "GroupRetryPolicy",
+    "HalfLocation",
     "HostAddress",
     "IndexEntry",
     "IndexGeometry",
@@ -512,6 +521,7 @@ __all__ = [
     "TimerSlot",
     "TimerWheelGeometry",
     "TopicMessageType",
+    "V2TransactionIdError",
     "WritableBuffer",
     "abort_file_exists",
     "body_length_pos",
@@ -536,6 +546,7 @@ __all__ = [
     "encode_record",
     "encode_subscription_groups",
     "encode_transaction_checks",
+    "encode_v2_transaction_id",
     "entry_is_written",
     "find_blank_marker",
     "find_data_after",
@@ -587,6 +598,7 @@ __all__ = [
     "parse_op_body",
     "parse_segment_name",
     "parse_sequences",
+    "parse_v2_transaction_id",
     "patch_record",
     "plan_timer_enqueue",
     "position_in_segment",
