@@ -117,7 +117,7 @@ async def get_offset(consumers: Consumers, request: v2s.GetOffsetRequest) -> v2s
             )
         )
     except Exception as exc:
-        return v2s.GetOffsetResponse(status=status_of(exc, v2.OFFSET_NOT_FOUND))
+        return v2s.GetOffsetResponse(status=status_of(exc, v2.TOPIC_NOT_FOUND))
     if found.offset < 0:
         return v2s.GetOffsetResponse(
             status=status(v2.OFFSET_NOT_FOUND, f"group {group} has no offset for this queue")
