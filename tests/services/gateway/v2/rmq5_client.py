@@ -33,6 +33,7 @@ from rocketmq import (  # type: ignore[import-not-found]
 )
 
 DEADLINE_S = 120.0  # every program gives up (exit 1) past this
+RETRY_S = 0.5  # between calls that failed
 DELAY_S = 3  # the client's delivery_timestamp is in seconds
 
 
@@ -115,27 +116,46 @@ def transaction(args: argparse.Namespace) -> None:
 
 
 def simple(args: argparse.Namespace) -> None:
+    """Receive until ``count`` distinct messages are done (acked, or received with
+    --no-ack). Errors (a gateway or broker restarting) are printed and retried until
+    the deadline: at-least-once, as an application would."""
     consumer = SimpleConsumer(
         config(args.endpoint), args.group, {args.topic: FilterExpression()}, await_duration=5
     )
     consumer.startup()
-    taken = 0
+    done: set[str] = set()
     deadline = time.monotonic() + DEADLINE_S
     try:
-        while taken < args.count and time.monotonic() < deadline:
-            for message in consumer.receive(min(16, args.count - taken), args.invisible_s):
-                taken += 1
+        while len(done) < args.count and time.monotonic() < deadline:
+            try:
+                messages = consumer.receive(16, args.invisible_s)
+            except Exception as exc:
+                emit(event="error", call="receive", error=str(exc)[:300])
+                time.sleep(RETRY_S)
+                continue
+            for message in messages:
                 emit(event="received", **described(message))
-                if args.change_s:
-                    consumer.change_invisible_duration(message, args.change_s)
-                    emit(event="changed", message_id=message.message_id)
-                if not args.no_ack:
-                    consumer.ack(message)
-                    emit(event="acked", message_id=message.message_id)
+                settle(consumer, message, args, done)
     finally:
         consumer.shutdown()
-    if taken < args.count:
+    if len(done) < args.count:
         sys.exit(1)
+
+
+def settle(consumer: Any, message: Any, args: argparse.Namespace, done: set[str]) -> None:
+    try:
+        if args.change_s:
+            consumer.change_invisible_duration(message, args.change_s)
+            emit(event="changed", message_id=message.message_id)
+        if args.no_ack:
+            done.add(message.message_id)
+            return
+        consumer.ack(message)
+    except Exception as exc:
+        emit(event="error", call="ack", message_id=message.message_id, error=str(exc)[:300])
+        return
+    emit(event="acked", message_id=message.message_id)
+    done.add(message.message_id)
 
 
 class Listener(MessageListener):  # type: ignore[misc]

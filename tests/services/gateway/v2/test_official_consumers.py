@@ -1,0 +1,236 @@
+"""The official RocketMQ 5 Python client's consumers against the gateway's POP
+consumption (services/gateway/pop.py, the pop part of issue 20): SimpleConsumer receive
+and ack, change of invisible duration, redelivery after expiry; PushConsumer success
+and failure -> retry -> dead letter; SIGKILL of the gateway and of the storage during a
+SimpleConsumer run (nothing lost; an acked message is never received again).
+
+Messages are produced through tide.v1: what the consumer receives has the produced id
+(UNIQ_KEY), tags, keys and user properties (one message model, two APIs)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests._cluster import RPC_TIMEOUT_S, Cluster
+from tests.services.gateway.v2.rmq5 import of, parse, run_client, start_client
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
+from tide.waiting import wait_until
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("services.gateway.pop") is None,
+    reason="needs PopConsumers (services/gateway/pop.py, the pop part of issue 20)",
+)
+INVISIBLE_S = 10  # the shortest invisible duration (POP_INVISIBLE_MIN_MS)
+
+
+def _produce(cluster: Cluster, topic: str, count: int) -> dict[str, int]:
+    """``count`` messages through tide.v1: unique key -> index."""
+    reply = cluster.gateway.stub.Produce(
+        pb.ProduceRequest(
+            messages=[
+                pb.ProduceMessage(
+                    topic=topic,
+                    body=f"body-{i}".encode(),
+                    tags="TagA",
+                    keys=[f"key-{i}"],
+                    properties={"index": str(i)},
+                )
+                for i in range(count)
+            ]
+        ),
+        timeout=RPC_TIMEOUT_S,
+    )
+    return {result.unique_key: i for i, result in enumerate(reply.results)}
+
+
+def _lag(cluster: Cluster, group: str, topic: str) -> pb.GetGroupLagResponse:
+    return cluster.gateway.stub.GetGroupLag(
+        pb.GetGroupLagRequest(consumer_group=group, topic=topic), timeout=RPC_TIMEOUT_S
+    )
+
+
+def _check_identity(event: dict[str, Any], produced: dict[str, int]) -> None:
+    index = produced[event["message_id"]]
+    assert event["body"] == f"body-{index}"
+    assert event["tag"] == "TagA"
+    assert event["keys"] == [f"key-{index}"]
+    assert event["properties"] == {"index": str(index)}
+
+
+def _simple(
+    cluster: Cluster, home: Path, topic: str, group: str, count: int, *more: str
+) -> list[dict[str, Any]]:
+    args = ("simple", cluster.gateway.listen, topic, group, "--count", str(count), *more)
+    return run_client(home, *args)
+
+
+def test_simple_consumer_receives_and_acks_what_tide_v1_produced(
+    cluster: Cluster, topic_name: str, home: Path
+) -> None:
+    cluster.create_topic(topic_name, queues=2)
+    produced = _produce(cluster, topic_name, 10)
+    group = f"{topic_name}_G"
+    events = _simple(cluster, home, topic_name, group, 10)
+    received = of(events, "received")
+    assert {e["message_id"] for e in of(events, "acked")} == set(produced)
+    for event in received:
+        _check_identity(event, produced)
+        assert event["delivery_attempt"] == 1
+    wait_until(
+        lambda: _lag(cluster, group, topic_name).inflight == 0,
+        "no message in flight once all are acked",
+        state=lambda: _lag(cluster, group, topic_name),
+    )
+    assert _lag(cluster, group, topic_name).ready == 0
+
+
+def test_unacked_messages_come_back_with_the_next_attempt(
+    cluster: Cluster, topic_name: str, home: Path
+) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    produced = _produce(cluster, topic_name, 1)
+    group = f"{topic_name}_G"
+    first = _simple(
+        cluster, home, topic_name, group, 1, "--no-ack", "--invisible-s", str(INVISIBLE_S)
+    )
+    assert [e["delivery_attempt"] for e in of(first, "received")] == [1]
+    again = _simple(cluster, home, topic_name, group, 1)  # after the invisible time passed
+    redelivered = of(again, "received")
+    assert [e["message_id"] for e in redelivered] == list(produced)
+    assert redelivered[0]["delivery_attempt"] == 2
+    _check_identity(redelivered[0], produced)
+
+
+def test_change_invisible_duration_gives_a_handle_the_ack_takes(
+    cluster: Cluster, topic_name: str, home: Path
+) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    produced = _produce(cluster, topic_name, 3)
+    group = f"{topic_name}_G"
+    events = _simple(cluster, home, topic_name, group, 3, "--change-s", "30")
+    assert {e["message_id"] for e in of(events, "changed")} == set(produced)
+    assert {e["message_id"] for e in of(events, "acked")} == set(produced)
+    assert not of(events, "error")
+    wait_until(
+        lambda: _lag(cluster, group, topic_name).inflight == 0,
+        "acked with the changed handles: nothing in flight",
+        state=lambda: _lag(cluster, group, topic_name),
+    )
+
+
+def test_push_consumer_consumes_each_message(cluster: Cluster, topic_name: str, home: Path) -> None:
+    cluster.create_topic(topic_name, queues=2)
+    produced = _produce(cluster, topic_name, 6)
+    group = f"{topic_name}_G"
+    events = run_client(home, "push", cluster.gateway.listen, topic_name, group, "--count", "6")
+    consumed = of(events, "consumed")
+    assert {e["message_id"] for e in consumed} == set(produced)
+    for event in consumed:
+        _check_identity(event, produced)
+    wait_until(
+        lambda: _lag(cluster, group, topic_name).inflight == 0,
+        "the push consumer acked what it consumed",
+        state=lambda: _lag(cluster, group, topic_name),
+    )
+
+
+def test_push_consumer_failures_are_retried_then_dead_lettered(
+    cluster: Cluster, topic_name: str, home: Path
+) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    group = f"{topic_name}_G"
+    cluster.gateway.stub.CreateGroup(
+        pb.CreateGroupRequest(
+            group=storage_pb.GroupConfig(
+                group_name=group,
+                consume_enable=True,
+                retry_queue_nums=1,
+                retry_max_times=1,  # two attempts in all
+                retry_policy=storage_pb.RetryPolicy(
+                    type=storage_pb.RetryPolicy.CUSTOMIZED, delays_ms=[1000, 1000, 1000]
+                ),
+            )
+        ),
+        timeout=RPC_TIMEOUT_S,
+    )
+    produced = _produce(cluster, topic_name, 1)
+    (message_id,) = produced
+    args = ("push", cluster.gateway.listen, topic_name, group, "--count", "2", "--fail")
+    consumed = of(run_client(home, *args), "consumed")
+    assert [e["delivery_attempt"] for e in consumed] == [1, 2]
+    assert {e["message_id"] for e in consumed} == {message_id}
+    dead = f"%DLQ%{group}"
+
+    def dead_letters() -> list[str]:
+        try:
+            reply = cluster.gateway.stub.Pull(
+                pb.PullRequest(
+                    consumer_group=f"{group}_dlq_reader",
+                    topic=dead,
+                    broker_name="broker-a",
+                    queue_id=0,
+                    offset=0,
+                    max_messages=8,
+                ),
+                timeout=RPC_TIMEOUT_S,
+            )
+        except Exception:
+            return []  # the dead-letter topic is created with its first message
+        return [m.properties.get("UNIQ_KEY", "") for m in reply.messages]
+
+    wait_until(lambda: message_id in dead_letters(), f"{message_id} in {dead}", state=dead_letters)
+
+
+@pytest.mark.parametrize("victim", ["gateway", "storage"])
+def test_sigkill_during_a_simple_consumer_run_loses_nothing(
+    cluster: Cluster, topic_name: str, home: Path, victim: str
+) -> None:
+    topic = f"{topic_name}"[:90]
+    cluster.create_topic(topic, queues=2)
+    count = 40
+    produced = _produce(cluster, topic, count)
+    group = f"{topic}_G"
+    endpoint = cluster.gateway.listen
+    process = start_client(
+        home,
+        "simple",
+        endpoint,
+        topic,
+        group,
+        "--count",
+        str(count),
+        "--invisible-s",
+        str(INVISIBLE_S),
+    )
+    try:
+        wait_until(
+            lambda: _lag(cluster, group, topic).ready < count,
+            "the consumer started receiving",
+            state=lambda: _lag(cluster, group, topic),
+        )
+        if victim == "gateway":
+            cluster.restart_gateway("--listen", endpoint, kill=True)  # same port
+        else:
+            master = cluster.brokers[0].master
+            master.kill()  # SIGKILL its storage (and the dispatch beside it)
+            cluster.restart(master)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-4000:]
+    events = parse(stdout)
+    acked = {e["message_id"] for e in of(events, "acked")}
+    assert acked == set(produced)  # nothing lost
+    acked_so_far: set[str] = set()
+    for event in events:  # an acked message is never received again
+        if event["event"] == "received":
+            assert event["message_id"] not in acked_so_far, event
+        elif event["event"] == "acked":
+            acked_so_far.add(event["message_id"])
