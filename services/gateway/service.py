@@ -139,6 +139,7 @@ class GatewayService:
     def drain(self) -> None:
         self._held.close()  # held pulls answer NO_NEW_MESSAGE now, not at their timeout
         self._servicer.drain()  # ProduceStream calls end once they answered what they read
+        self._v2.drain()  # and the v2 clients' Telemetry streams
 
     async def stop(self) -> None:
         await self._metrics.stop()

@@ -64,6 +64,10 @@ class MessagingServicer(v2_grpc.MessagingServiceServicer):
         self._consumers = consumers
         self._pop = pop
 
+    def drain(self) -> None:
+        """Shutdown has begun: end the open Telemetry streams."""
+        self._telemetry.drain()
+
     async def QueryRoute(
         self, request: v2s.QueryRouteRequest, context: Context
     ) -> v2s.QueryRouteResponse:

@@ -69,6 +69,16 @@ class Telemetry:
         self._transactions = transactions
         self._max_body_bytes = max_body_bytes
         self._type_check = type_check
+        # The open streams' outboxes: shutdown ends them (drain) instead of letting them
+        # hold the grace period.
+        self._outboxes: set[asyncio.Queue[v2s.TelemetryCommand | None]] = set()
+
+    def drain(self) -> None:
+        """Shutdown: end every open stream after what it has already answered."""
+        for outbox in self._outboxes:
+            while not outbox.empty():
+                outbox.get_nowait()  # commands not yet written: a client asks again
+            outbox.put_nowait(None)
 
     async def serve(
         self, requests: AsyncIterator[v2s.TelemetryCommand]
@@ -77,10 +87,12 @@ class Telemetry:
         outbox: asyncio.Queue[v2s.TelemetryCommand | None] = asyncio.Queue(OUTBOX_COMMANDS)
         checks: dict[str, asyncio.Task[None]] = {}
         reader = asyncio.create_task(self._read(requests, outbox, checks))
+        self._outboxes.add(outbox)
         try:
             while (command := await outbox.get()) is not None:
                 yield command
         finally:
+            self._outboxes.discard(outbox)
             reader.cancel()
             for task in checks.values():
                 task.cancel()
