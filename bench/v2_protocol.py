@@ -16,8 +16,9 @@ client library:
 
 The receive phases need POP consumption (services/gateway/pop.py): without it they are
 reported as not run. Phases alternate ABCD, DCBA, ... over ``--rounds`` so that drift of
-a shared box falls on each alike. Reports messages/s per phase (median over rounds) and
-``v2 / v1`` for produce and for receive+ack; also ``bench/results/v2_protocol.json``.
+a shared box falls on each alike. Reports messages/s per phase (median over rounds),
+``v2 / v1`` of the medians and of each round (its two phases back to back) for produce
+and for receive+ack; also ``bench/results/v2_protocol.json``.
 """
 
 from __future__ import annotations
@@ -215,6 +216,12 @@ def _ratio(medians: dict[str, float], kind: str) -> float | None:
     return v2_rate / v1_rate if v1_rate and v2_rate else None
 
 
+def _round_ratios(rates: dict[str, list[float]], kind: str) -> list[float]:
+    """v2 / v1 of each round: the two phases ran back to back, so a box whose load drifts
+    over the run weighs on both alike (more robust than the ratio of medians)."""
+    return [v2 / v1 for v1, v2 in zip(rates[f"v1_{kind}"], rates[f"v2_{kind}"], strict=False) if v1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--duration-s", type=float, default=10.0)
@@ -236,6 +243,8 @@ def main() -> None:
         "median_msg_s": medians,
         "v2_over_v1_produce": _ratio(medians, "produce"),
         "v2_over_v1_receive_ack": _ratio(medians, "receive_ack"),
+        "round_ratios_produce": _round_ratios(rates, "produce"),
+        "round_ratios_receive_ack": _round_ratios(rates, "receive_ack"),
         "not_run": [phase for phase, values in rates.items() if not values],
         "loadavg": {"before": load_before, "after": loadavg()},
     }

@@ -111,7 +111,9 @@ def test_an_assigned_queue_receives_from_its_broker_only() -> None:
         (RuntimeError("bug"), v2.NOT_FOUND, v2.INTERNAL_ERROR),
     ],
 )
-def test_errors_map_to_the_proxys_codes(error: Exception, not_found: int, code: int) -> None:
+def test_errors_map_to_the_proxys_codes(
+    error: Exception, not_found: v2.Code.ValueType, code: v2.Code.ValueType
+) -> None:
     assert status_of(error, not_found).code == code
 
 
