@@ -98,7 +98,12 @@ class GatewayService:
         self._v2 = MessagingServicer(
             V2Routes(self._routes, self._own_endpoint),
             V2Sender(
-                producer, recaller, self._servicer.produce_budget, config.max_message_body_bytes
+                producer,
+                recaller,
+                self._servicer.produce_budget,
+                config.max_message_body_bytes,
+                self._routes,
+                config.topic_message_type_check,
             ),
             Telemetry(
                 admin.groups,

@@ -28,6 +28,11 @@ _ACCEPTED: dict[TopicMessageType, list[v2.MessageType.ValueType]] = {
 }
 
 
+def accepted_types(topic_type: TopicMessageType) -> list[v2.MessageType.ValueType]:
+    """The message types a topic of ``topic_type`` takes."""
+    return _ACCEPTED.get(topic_type, [v2.NORMAL])
+
+
 def endpoints_of(address: str) -> v2.Endpoints:
     """``HOST:PORT`` (``[::1]:PORT``) as v2 endpoints with the scheme the host is."""
     host, _, port = address.rpartition(":")
@@ -75,7 +80,7 @@ class V2Routes:
             return v2s.QueryRouteResponse(status=status_of(exc, v2.TOPIC_NOT_FOUND))
         endpoints = _endpoints(request.endpoints, self._own())
         queues = []
-        accepted = _ACCEPTED.get(view.message_type, [v2.NORMAL])
+        accepted = accepted_types(view.message_type)
         for broker_name in sorted(view.queue_data):
             data = view.queue_data[broker_name]
             if view.master(broker_name) is None:
@@ -122,7 +127,7 @@ class V2Routes:
                 id=-1,
                 permission=v2.READ_WRITE,
                 broker=v2.Broker(name=broker_name, id=MASTER_ID, endpoints=endpoints),
-                accept_message_types=_ACCEPTED.get(view.message_type, [v2.NORMAL]),
+                accept_message_types=accepted_types(view.message_type),
             )
             assignments.append(v2.Assignment(message_queue=queue))
         if not assignments:

@@ -13,7 +13,9 @@ import grpc
 
 from services.gateway.produce import Producer
 from services.gateway.recall import Recaller
+from services.gateway.routes import RouteCache
 from services.gateway.v2.messages import body_of, timestamp_ms
+from services.gateway.v2.routes import accepted_types
 from services.gateway.v2.status import OK, V2Error, status, status_of, topic_of
 from tide.format import HalfLocation, encode_v2_transaction_id
 from tide.limits import UNIQUE_KEY_MAX_CHARS
@@ -40,8 +42,12 @@ class V2Sender:
         recaller: Recaller,
         budget: ByteBudget,
         max_body_bytes: int,
+        routes: RouteCache,
+        type_check: bool,
     ) -> None:
         self._producer = producer
+        self._routes = routes
+        self._type_check = type_check  # the gateway's --topic-message-type-check
         self._recaller = recaller
         # The same in-flight budget as tide.v1's Produce: past it, TOO_MANY_REQUESTS.
         self._budget = budget
@@ -50,6 +56,8 @@ class V2Sender:
     async def send(self, request: v2s.SendMessageRequest, peer: str) -> v2s.SendMessageResponse:
         try:
             produce = self._produce_request(request)
+            if self._type_check:
+                await self._check_types(request)
             size_bytes = produce.ByteSize()
             with self._budget.held(size_bytes):
                 produced = await self._producer.produce(produce, peer, size_bytes)
@@ -61,6 +69,27 @@ class V2Sender:
         except Exception as exc:
             return v2s.SendMessageResponse(status=status_of(exc, v2.TOPIC_NOT_FOUND))
         return _response(produce, produced)
+
+    async def _check_types(self, request: v2s.SendMessageRequest) -> None:
+        """A message whose type its topic does not accept: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        as the proxy answers (the Producer's own check would say BAD_REQUEST)."""
+        for index, message in enumerate(request.messages):
+            try:
+                view = await self._routes.get(message.topic.name)
+            except ServiceError as exc:
+                if exc.code is grpc.StatusCode.NOT_FOUND:
+                    continue  # the Producer answers it (or creates the topic: auto-create)
+                raise
+            accepted = accepted_types(view.message_type)
+            message_type = message_type_of(message)
+            if message_type not in accepted:
+                raise V2Error(
+                    v2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    f"messages[{index}] is {v2.MessageType.Name(message_type)} and topic "
+                    f"{quote(view.topic)} takes "
+                    f"{', '.join(v2.MessageType.Name(t) for t in accepted)} messages: send it "
+                    "to a topic of its type (or MIXED)",
+                )
 
     def _produce_request(self, request: v2s.SendMessageRequest) -> pb.ProduceRequest:
         if not request.messages:
@@ -101,6 +130,16 @@ class V2Sender:
             produced.transactional = True
             produced.producer_group = topic  # RocketMQ 5's proxy: producers go by topic
         return produced
+
+
+def message_type_of(message: v2.Message) -> v2.MessageType.ValueType:
+    """The type the client gave, else the one its fields make it."""
+    system = message.system_properties
+    if system.message_type != v2.MESSAGE_TYPE_UNSPECIFIED:
+        return system.message_type
+    if system.HasField("delivery_timestamp"):
+        return v2.DELAY
+    return v2.FIFO if system.HasField("message_group") else v2.NORMAL
 
 
 def _check_message_id(where: str, message_id: str) -> None:

@@ -57,6 +57,12 @@ def _message(topic: str, body: bytes = b"hello", message_id: str = "01AB") -> di
     }
 
 
+def _fifo_message(topic: str) -> dict[str, Any]:
+    message = _message(topic)
+    message["system_properties"].update(message_type="FIFO", message_group="g")
+    return message
+
+
 def test_bad_input_is_answered_in_band_with_the_proxys_codes(
     cluster: Cluster, topic_name: str
 ) -> None:
@@ -77,6 +83,12 @@ def test_bad_input_is_answered_in_band_with_the_proxys_codes(
             "ILLEGAL_MESSAGE_ID",
         ),
         ("SendMessage", {"messages": [_message(unknown)]}, "unary", "TOPIC_NOT_FOUND"),
+        (
+            "SendMessage",
+            {"messages": [_fifo_message(topic_name)]},
+            "unary",
+            "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        ),
         (
             "SendMessage",
             {"messages": [_message(topic_name, b"x" * FOUR_MIB_PLUS_BYTES)]},
