@@ -68,6 +68,9 @@ HIDDEN_PROPERTIES = frozenset(
         fmt.PGROUP,
     }
 )
+# POP's bookkeeping on a redelivered message (POP_CK, POP_ORIGIN_QID, ...: RocketMQ's
+# names), never a user's.
+POP_PROPERTY_PREFIX = "POP_"
 MESSAGE_TYPES: dict[TopicMessageType, v2.MessageType.ValueType] = {
     TopicMessageType.NORMAL: v2.NORMAL,
     TopicMessageType.FIFO: v2.FIFO,
@@ -143,7 +146,11 @@ def v2_message(
         system.delivery_timestamp.CopyFrom(to_timestamp(int(deliver_ms)))
     return v2.Message(
         topic=v2.Resource(name=stored.topic),
-        user_properties={k: v for k, v in properties.items() if k not in HIDDEN_PROPERTIES},
+        user_properties={
+            k: v
+            for k, v in properties.items()
+            if k not in HIDDEN_PROPERTIES and not k.startswith(POP_PROPERTY_PREFIX)
+        },
         system_properties=system,
         body=stored.body,
     )

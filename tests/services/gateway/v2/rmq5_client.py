@@ -34,6 +34,7 @@ from rocketmq import (  # type: ignore[import-not-found]
 
 DEADLINE_S = 120.0  # every program gives up (exit 1) past this
 RETRY_S = 0.5  # between calls that failed
+SETTLE_S = 10  # past a failed ack's invisible time: no redelivery means it was taken
 DELAY_S = 3  # the client's delivery_timestamp is in seconds
 
 
@@ -116,17 +117,20 @@ def transaction(args: argparse.Namespace) -> None:
 
 
 def simple(args: argparse.Namespace) -> None:
-    """Receive until ``count`` distinct messages are done (acked, or received with
-    --no-ack). Errors (a gateway or broker restarting) are printed and retried until
-    the deadline: at-least-once, as an application would."""
+    """Receive until ``count`` distinct messages came and were settled (acked, or left
+    with --no-ack). Errors (a gateway or broker restarting) are printed and retried until
+    the deadline, as an application would. An ack that failed may still have been taken
+    by the server: such a message is waited for (redelivered, acked again) for its
+    invisible time and a margin, then taken as acked."""
     consumer = SimpleConsumer(
         config(args.endpoint), args.group, {args.topic: FilterExpression()}, await_duration=5
     )
     consumer.startup()
-    done: set[str] = set()
+    seen: set[str] = set()
+    unsure: dict[str, float] = {}  # message id -> when its ack failed
     deadline = time.monotonic() + DEADLINE_S
     try:
-        while len(done) < args.count and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not settled(seen, unsure, args):
             try:
                 messages = consumer.receive(16, args.invisible_s)
             except Exception as exc:
@@ -135,27 +139,34 @@ def simple(args: argparse.Namespace) -> None:
                 continue
             for message in messages:
                 emit(event="received", **described(message))
-                settle(consumer, message, args, done)
+                seen.add(message.message_id)
+                settle(consumer, message, args, unsure)
     finally:
         consumer.shutdown()
-    if len(done) < args.count:
+    if not settled(seen, unsure, args):
         sys.exit(1)
 
 
-def settle(consumer: Any, message: Any, args: argparse.Namespace, done: set[str]) -> None:
+def settled(seen: set[str], unsure: dict[str, float], args: argparse.Namespace) -> bool:
+    wait_s = args.invisible_s + SETTLE_S
+    now = time.monotonic()
+    return len(seen) >= args.count and all(now - at > wait_s for at in unsure.values())
+
+
+def settle(consumer: Any, message: Any, args: argparse.Namespace, unsure: dict[str, float]) -> None:
     try:
         if args.change_s:
             consumer.change_invisible_duration(message, args.change_s)
             emit(event="changed", message_id=message.message_id)
         if args.no_ack:
-            done.add(message.message_id)
             return
         consumer.ack(message)
     except Exception as exc:
         emit(event="error", call="ack", message_id=message.message_id, error=str(exc)[:300])
+        unsure.setdefault(message.message_id, time.monotonic())
         return
     emit(event="acked", message_id=message.message_id)
-    done.add(message.message_id)
+    unsure.pop(message.message_id, None)
 
 
 class Listener(MessageListener):  # type: ignore[misc]
