@@ -194,7 +194,7 @@ def test_push_consumer_failures_are_retried_then_dead_lettered(
                 timeout=RPC_TIMEOUT_S,
             )
         except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
                 return []  # the dead-letter topic is created with its first message
             raise
         return [m.properties.get("UNIQ_KEY", "") for m in reply.messages]
