@@ -14,6 +14,7 @@ the tide.v1 Receive / Ack / ... calls), with the proxy's checks and codes:
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -43,7 +44,9 @@ class PopApi(Protocol):
 
     async def receive(
         self, request: pb.ReceiveRequest, *, deadline_ms: int | None
-    ) -> pb.ReceiveResponse: ...
+    ) -> pb.ReceiveResponse:
+        """``deadline_ms``: the call's deadline, ms since the epoch (None: none)."""
+        ...
 
     async def ack(self, request: pb.AckRequest) -> pb.AckResponse: ...
 
@@ -147,7 +150,8 @@ async def receive_message(
     """status, then the messages, then the delivery timestamp (module doc)."""
     try:
         receive = receive_request(request, remaining_ms, client_id)
-        received = await _pop(pop).receive(receive, deadline_ms=remaining_ms)
+        deadline_ms = None if remaining_ms is None else time.time_ns() // 1_000_000 + remaining_ms
+        received = await _pop(pop).receive(receive, deadline_ms=deadline_ms)
     except Exception as exc:
         yield v2s.ReceiveMessageResponse(status=status_of(exc, v2.TOPIC_NOT_FOUND))
         return
