@@ -16,7 +16,9 @@ messages of 128 bytes per call:
   and the queue (produce_idempotent.py; the storage checks the window under its lock).
 
 Reports messages/s per phase (the median over the rounds) and ``idempotent / plain`` and
-``idempotent / plain_queue``; results also go to ``bench/results/idempotent_produce.json``.
+``idempotent / plain_queue``, and each process's CPU microseconds per message per phase
+(``cpu_us_per_msg``: where a phase's cost is); results also go to
+``bench/results/idempotent_produce.json``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.gateway_produce_pull import free_port, loadavg, service
+from bench.gateway_produce_pull import cpu_snapshot, free_port, loadavg, service
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -86,6 +88,12 @@ async def phase_rate(
     return sum(sent) / (time.monotonic() - started)
 
 
+# Per phase and process (and the bench client): CPU microseconds per message, summed
+# over the rounds, to tell where a phase's cost is.
+CPU_US: dict[str, dict[str, float]] = {}
+SENT: dict[str, float] = {}
+
+
 async def run(gateway: str, args: argparse.Namespace) -> dict[str, list[float]]:
     rates: dict[str, list[float]] = {phase: [] for phase in PHASES}
     next_seq = [0] * args.queues
@@ -101,7 +109,13 @@ async def run(gateway: str, args: argparse.Namespace) -> dict[str, list[float]]:
         for round_index in range(args.rounds):
             order = PHASES if round_index % 2 == 0 else tuple(reversed(PHASES))
             for phase in order:
+                cpu_before, started = cpu_snapshot(), time.monotonic()
                 rate = await phase_rate(stub, phase, args.queues, args.duration_s, next_seq)
+                cpu_after = cpu_snapshot()
+                SENT[phase] = SENT.get(phase, 0) + rate * (time.monotonic() - started)
+                spent = CPU_US.setdefault(phase, {})
+                for name, seconds in cpu_after.items():
+                    spent[name] = spent.get(name, 0) + (seconds - cpu_before[name]) * 1e6
                 rates[phase].append(rate)
                 print(f"round {round_index + 1} {phase}: {rate:,.0f} msg/s", flush=True)
     return rates
@@ -165,6 +179,10 @@ def main() -> None:
         "median_msg_s": medians,
         "idempotent_over_plain": medians["idempotent"] / medians["plain"],
         "idempotent_over_plain_queue": medians["idempotent"] / medians["plain_queue"],
+        "cpu_us_per_msg": {
+            phase: {name: round(us / SENT[phase], 2) for name, us in spent.items()}
+            for phase, spent in CPU_US.items()
+        },
         "loadavg": {"before": load_before, "after": loadavg()},
     }
     RESULTS.parent.mkdir(exist_ok=True)

@@ -26,7 +26,8 @@ or directly: ``with Cluster(tmp_path, brokers=2) as cluster: ...``.
   ``broker.master`` and ``broker.slaves[i]`` are :class:`Replica` objects with
   ``.storage``, ``.dispatch``, ``.stop()``, ``.kill()``, ``.running``;
   ``cluster.restart(replica)`` starts a stopped or killed one again on the same ports and
-  store, and ``cluster.add_slave(broker)`` starts one more slave (an empty store).
+  store (``cluster.restart_dispatch(replica)`` its dispatch alone), and
+  ``cluster.add_slave(broker)`` starts one more slave (an empty store).
   ``cluster.registered_members()`` lists (broker name, id) pairs the name server knows.
 * Intervals are short for tests: brokers register every ``REGISTER_INTERVAL_MS`` and
   expire ``BROKER_HEARTBEAT_TIMEOUT_MS`` after their last registration; consumer group
@@ -337,6 +338,16 @@ class Cluster:
         if member.storage.proc.poll() is None or member.dispatch.proc.poll() is None:
             raise AssertionError(f"{member.broker_name} id {member.broker_id} still runs")
         member.storage = self._storage_launcher.start(member.storage_dir, *member.storage_args)
+        member.dispatch = self._dispatch_launcher.start(
+            member.dispatch_dir, member.storage.listen, *member.dispatch_args
+        )
+        return member
+
+    def restart_dispatch(self, member: Replica) -> Replica:
+        """Start a stopped or killed dispatch of a running member again (same port and
+        store) and wait until it serves."""
+        if member.dispatch.proc.poll() is None:
+            raise AssertionError(f"the dispatch of {member.broker_name} id {member.broker_id} runs")
         member.dispatch = self._dispatch_launcher.start(
             member.dispatch_dir, member.storage.listen, *member.dispatch_args
         )

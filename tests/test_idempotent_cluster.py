@@ -171,3 +171,83 @@ def test_the_slave_has_the_producer_state(cluster: Cluster) -> None:
             return False
 
     wait_until(same_file, "the slave's producerState.json is the master's")
+
+
+def snapshot_producers(store_dir: Path) -> set[str]:
+    try:
+        return set(json.loads(state_file(store_dir).read_text())["producers"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return set()
+
+
+def test_a_sigkill_after_dirty_only_snapshots_rebuilds_every_producer(cluster: Cluster) -> None:
+    """Snapshots copy only the producers changed since the last one: after a SIGKILL the
+    window of every producer (those of earlier snapshots, and one changed after them) is
+    rebuilt exactly: each last batch retried is answered with its original results."""
+    topic = "IdemDirtySnapshots"
+    cluster.create_topic(topic, queues=1)
+    queue = MessageQueue(topic, BROKER, 0)
+    master = cluster.broker(BROKER).master
+    names = [f"dirty-{index}" for index in range(3)]
+    producers = [IdempotentProducer(cluster.gateway.listen, producer_id=name) for name in names]
+    try:
+        last = [
+            p.send_batch(batch(topic, queue, 2, f"{n}-a"))
+            for p, n in zip(producers, names, strict=True)
+        ]
+        wait_until(
+            lambda: snapshot_producers(master.storage_dir) >= set(names),
+            "a snapshot holds the three producers",
+        )
+        last[1] = producers[1].send_batch(batch(topic, queue, 3, "dirty-1-b"))  # after it
+        master.kill()
+        cluster.restart(master)
+        for producer, name, sent in zip(producers, names, last, strict=True):
+            tag = "dirty-1-b" if name == "dirty-1" else f"{name}-a"
+            again = producer.send_batch(
+                batch(topic, queue, len(sent.results), tag), first_sequence=sent.first_sequence
+            )
+            assert again.duplicate, name
+            assert [r.msg_id for r in again.results] == [r.msg_id for r in sent.results]
+        after = producers[0].send_batch(batch(topic, queue, 1, "dirty-0-c"))
+        assert after.first_sequence == 2 and after.results[0].queue_offset == 9
+    finally:
+        for producer in producers:
+            producer.close()
+    assert len(bodies(cluster, queue, 10)) == 10
+
+
+def test_concurrent_producers_are_each_stored_once(cluster: Cluster) -> None:
+    """Idempotent batches of many producers at once (the gateway coalesces them into
+    shared Appends, producer_runs): each stored once, at consecutive queue offsets, and a
+    retry sent while the others still send is answered with its original results."""
+    topic = "IdemConcurrent"
+    cluster.create_topic(topic, queues=4)
+    queues = [MessageQueue(topic, BROKER, queue_id) for queue_id in range(4)]
+    batches, size = 8, 5
+    start = threading.Barrier(8)
+
+    def work(index: int) -> list[list[int]]:
+        queue = queues[index % 4]
+        with IdempotentProducer(cluster.gateway.listen, producer_id=f"many-{index}") as producer:
+            start.wait()
+            sent = [
+                producer.send_batch(batch(topic, queue, size, f"{index}")) for _ in range(batches)
+            ]
+            last = sent[-1]
+            again = producer.send_batch(
+                batch(topic, queue, size, f"{index}"), first_sequence=last.first_sequence
+            )
+            assert again.duplicate
+            assert [r.msg_id for r in again.results] == [r.msg_id for r in last.results]
+        return [[r.queue_offset for r in s.results] for s in sent]
+
+    with futures.ThreadPoolExecutor(max_workers=8) as pool:
+        offsets = list(pool.map(work, range(8)))
+    per_queue: dict[int, list[int]] = {}
+    for index, sent in enumerate(offsets):
+        for batch_offsets in sent:
+            assert batch_offsets == list(range(batch_offsets[0], batch_offsets[0] + size))
+            per_queue.setdefault(index % 4, []).extend(batch_offsets)
+    for queue_offsets in per_queue.values():  # two producers a queue, nothing twice
+        assert sorted(queue_offsets) == list(range(2 * batches * size))

@@ -108,7 +108,11 @@ def _limit(field: FieldDescriptor, element: bool) -> int | None:
         name = "KEY_MAX_CHARS" if field.name == "keys" else None
         name = name or ("PROPERTIES_MAX_BYTES" if _is_map(field) else None)
         if name is None:
-            name = {"topics": "TOPIC_MAX_BYTES", "broker_names": "NAME_MAX_CHARS"}[field.name]
+            name = {
+                "topics": "TOPIC_MAX_BYTES",
+                "broker_names": "NAME_MAX_CHARS",
+                "tags": "TAG_MAX_CHARS",
+            }[field.name]
         return LIMITS[name]
     name = FIELD_LIMITS[field.full_name]
     return None if name == BY_OPTION else LIMITS[name]

@@ -165,6 +165,8 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.AppendRequest.messages": BY_OPTION,  # --max-batch-messages
     "tide.v1.AppendRequest.records": BY_OPTION,  # --max-batch-messages (records)
     "tide.v1.AppendRequest.producer_id": "PRODUCER_ID_MAX_CHARS",
+    "tide.v1.AppendRequest.producer_runs": BY_OPTION,  # one per records entry (checked)
+    "tide.v1.ProducerRun.producer_id": "PRODUCER_ID_MAX_CHARS",
     "tide.v1.ReadRequest.positions": "READ_MAX_POSITIONS",
     "tide.v1.ReadRequest.spans": "READ_MAX_POSITIONS",
     "tide.v1.ReplicateRequest.broker_name": "NAME_MAX_CHARS",
@@ -278,6 +280,21 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.ForwardToDeadLetterRequest.receipt_handle": "RECEIPT_HANDLE_MAX_CHARS",
     "tide.v1.GetGroupLagRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
     "tide.v1.GetGroupLagRequest.topic": "TOPIC_MAX_BYTES",
+    # pop (issue 20): the dispatch's POP calls (the gateway's, checked again there)
+    "tide.v1.PopMessagesRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.PopMessagesRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.PopMessagesRequest.queue_ids": "QUEUE_NUMS_MAX",
+    "tide.v1.PopMessagesRequest.tags": "EXPRESSION_MAX_TAGS",
+    "tide.v1.PopAckRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.PopAckRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.PopAckRequest.entries": "ACK_ENTRIES_MAX_COUNT",
+    "tide.v1.PopChangeInvisibleRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.PopChangeInvisibleRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.PopDeadLetterRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.PopDeadLetterRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.GetPopLagRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
+    "tide.v1.GetPopLagRequest.topic": "TOPIC_MAX_BYTES",
+    "tide.v1.GetPopLagRequest.queue_ids": "QUEUE_NUMS_MAX",
     "tide.v1.LockedQueue.topic": "TOPIC_MAX_BYTES",
     "tide.v1.QueueLockRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
     "tide.v1.QueueLockRequest.client_id": "CLIENT_ID_MAX_CHARS",
@@ -315,6 +332,7 @@ _ELEMENT_LIMITS: dict[str, str] = {
     "tide.v1.CreateGroupRequest.broker_names": "NAME_MAX_CHARS",
     "tide.v1.TopicConfig.attributes": "PROPERTIES_MAX_BYTES",
     "tide.v1.GroupConfig.attributes": "PROPERTIES_MAX_BYTES",
+    "tide.v1.PopMessagesRequest.tags": "TAG_MAX_CHARS",
 }
 
 

@@ -14,6 +14,13 @@ to; ``tide_dispatch_tail_cache_bytes`` is the memory it holds.
 The delivery services (docs/delivery.md): ``tide_dispatch_delay_pending{level}`` and
 ``tide_dispatch_timer_pending``, the messages each holds not delivered yet. (Their
 lateness and undeliverable counts are recorded as they deliver: delivery/metrics.py.)
+
+Transactional messages (transaction/service.py, master only):
+``tide_dispatch_transactions_resolved_total{resolution}`` (``commit``, ``rollback``, and
+``discard`` for a half dropped after its last check), ``tide_dispatch_transaction_checks_total``
+(check-backs made: a half's check count raised and offered to its producer group's
+streams), ``tide_dispatch_transaction_halves_unresolved`` (the unresolved halves held, at
+most ``--transaction-halves-max``) and ``..._kept`` (of them, kept past the last check).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from opentelemetry.metrics import Meter
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.servicer import Running
 from services.dispatch.tail_cache import TailCache
+from services.dispatch.transaction.service import TransactionService
 from tide.server._metrics import (
     GaugeValue,
     Sample,
@@ -72,10 +80,21 @@ class DispatchMetrics:
             # The delivery services' (docs/delivery.md): per level, and the timer's.
             ("tide_dispatch_delay_pending", "delay level messages not delivered yet", "1"),
             ("tide_dispatch_timer_pending", "timed messages filed, not delivered yet", "1"),
+            (
+                "tide_dispatch_transaction_halves_unresolved",
+                "unresolved half messages held (at most --transaction-halves-max)",
+                "1",
+            ),
+            (
+                "tide_dispatch_transaction_halves_kept",
+                "unresolved half messages kept past their last check (no longer checked)",
+                "1",
+            ),
         ):
             self.gauges.gauge(name, description, unit)
         if tail_cache is not None:
             self._declare_tail_cache(meter, tail_cache)
+        self._declare_transactions(meter)
 
     def _declare_tail_cache(self, meter: Meter, cache: TailCache) -> None:
         observable_total(
@@ -92,6 +111,34 @@ class DispatchMetrics:
         )
         self.gauges.gauge(
             "tide_dispatch_tail_cache_bytes", "memory the tail cache holds (records)", "By"
+        )
+
+    def _declare_transactions(self, meter: Meter) -> None:
+        def service() -> TransactionService | None:
+            running = self._running()
+            return None if running is None else running.transactions
+
+        def resolved() -> dict[str, int]:
+            found = service()
+            return {} if found is None else found.resolved
+
+        def checks() -> int:
+            found = service()
+            return 0 if found is None else found.checks
+
+        observable_total(
+            meter,
+            "tide_dispatch_transactions_resolved_total",
+            resolved,
+            "half messages resolved by this dispatch: commit, rollback, or discard (after "
+            "the last check)",
+            label="resolution",
+        )
+        observable_total(
+            meter,
+            "tide_dispatch_transaction_checks_total",
+            checks,
+            "transaction check-backs made (a half's check count raised)",
         )
 
     def sample(self) -> Sample:
@@ -122,6 +169,17 @@ class DispatchMetrics:
             "tide_dispatch_disk_full": int(bool(status.disk_full)),
             **self._tail_cache_sample(),
             **self._delivery_sample(running),
+            **self._transaction_sample(running),
+        }
+
+    @staticmethod
+    def _transaction_sample(running: Running) -> Sample:
+        if running.transactions is None:
+            return {}
+        unresolved, kept = running.transactions.held()
+        return {
+            "tide_dispatch_transaction_halves_unresolved": unresolved,
+            "tide_dispatch_transaction_halves_kept": kept,
         }
 
     @staticmethod

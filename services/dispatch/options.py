@@ -8,6 +8,7 @@ from services.dispatch.delivery.timer import TimerOptions
 from services.dispatch.delivery.timer_store import TimerSettings
 from services.dispatch.engine.consume_queue import MAX_ENTRIES_PER_SEGMENT
 from services.dispatch.engine.dispatch_store import DispatchConfig
+from services.dispatch.pop.state import PopOptions
 from services.dispatch.transaction.state import HALVES_MAX, TransactionOptions
 from tide.format import (
     DEFAULT_DELAY_LEVELS,
@@ -142,6 +143,30 @@ OPTIONS: tuple[Option, ...] = (
         "first; later ones stay in the half queue and are read when older ones are "
         "resolved or discarded)",
     ),
+    # -- POP consumption (docs/pop.md) --------------------------------------------------
+    Option(
+        "pop_revive_interval_ms",
+        int,
+        1_000,
+        "how often received messages past their invisible time are delivered again "
+        "(RocketMQ's revive scan)",
+        unit="ms",
+    ),
+    Option(
+        "pop_checkpoints_max",
+        int,
+        100_000,
+        "received messages not yet acked the broker holds at most; past it a Receive is "
+        "refused (RESOURCE_EXHAUSTED) until some are acked or delivered again",
+        unit="checkpoints",
+    ),
+    Option(
+        "pop_offset_flush_interval_ms",
+        int,
+        1_000,
+        "how often POP groups' offsets and the revive progress are written to the storage",
+        unit="ms",
+    ),
     # -- the timer (docs/delivery.md, "Timed messages") --------------------------------
     Option(
         "timer_enable",
@@ -212,6 +237,14 @@ def transaction_options(config: Config) -> TransactionOptions:
     )
 
 
+def pop_options(config: Config) -> PopOptions:
+    return PopOptions(
+        revive_interval_ms=config.get_int("pop_revive_interval_ms"),
+        checkpoints_max=config.get_int("pop_checkpoints_max"),
+        offset_flush_interval_ms=config.get_int("pop_offset_flush_interval_ms"),
+    )
+
+
 def check_config(config: Config) -> str | None:
     """What is wrong with the option values (None: nothing), checked before starting."""
     storage = config.get_str("storage")
@@ -229,6 +262,9 @@ def check_config(config: Config) -> str | None:
         "delivery_role_check_interval_ms": (1, 3_600_000),
         "transaction_check_interval_ms": (1_000, 86_400_000),
         "transaction_check_max": (1, 1_000),
+        "pop_revive_interval_ms": (10, 60_000),
+        "pop_checkpoints_max": (1, 10_000_000),
+        "pop_offset_flush_interval_ms": (10, 60_000),
         "transaction_halves_max": (1, 10 * HALVES_MAX),
         "timer_precision_ms": (1, 3_600_000),
         # Further than the roll window is filed again as it nears: a year is no limit of

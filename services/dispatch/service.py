@@ -22,9 +22,13 @@ from services.dispatch.options import (
     OPTIONS,
     check_config,
     dispatch_config,
+    pop_options,
     timer_options,
     transaction_options,
 )
+from services.dispatch.pop.handles import PopHandles
+from services.dispatch.pop.revive import Reviver
+from services.dispatch.pop.service import PopService
 from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.transaction.service import TransactionService
@@ -103,8 +107,27 @@ class DispatchService:
             options=transaction_options(self._config),
         )
         await transactions.start()
+        pop = PopService(
+            queues=store.consume_queues,
+            # Its own channel too: receives and acks never wait behind pulls' reads.
+            storage=StorageClient(self._config.get_str("storage")),
+            role=self._role,
+            dispatched=lambda: store.dispatched_offset,
+            options=pop_options(self._config),
+            tail_cache=dispatcher.tail_cache,
+        )
+        reviver = Reviver(pop)
+        await pop.start(reviver.round)
         self._running = Running(
-            store, storage, dispatcher, schedule, timer=self._timer, transactions=transactions
+            store,
+            storage,
+            dispatcher,
+            schedule,
+            timer=self._timer,
+            transactions=transactions,
+            pop=pop,
+            pop_handles=PopHandles(pop),
+            reviver=reviver,
         )
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
@@ -167,6 +190,8 @@ class DispatchService:
         await self._stop_delivery(running.schedule)
         if running.transactions is not None:
             await running.transactions.stop()
+        if running.pop is not None:
+            await running.pop.stop()  # writes the pop offsets and revive progress back
         await running.dispatcher.stop()
         await self._servicer.stop_readers()
         await writer.run(running.store.close)  # after any batch still being applied

@@ -24,10 +24,21 @@ from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
 from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
+from services.dispatch.pop.handles import PopHandles
+from services.dispatch.pop.revive import Reviver
+from services.dispatch.pop.service import PopService
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.transaction.service import TransactionService
-from tide.limits import PULL_MAX_MESSAGES, WATCH_MAX_TOPICS
-from tide.naming import topic_error
+from tide.limits import (
+    ACK_ENTRIES_MAX_COUNT,
+    EXPRESSION_MAX_TAGS,
+    POP_INVISIBLE_MAX_MS,
+    PULL_MAX_MESSAGES,
+    QUEUE_NUMS_MAX,
+    WATCH_MAX_TOPICS,
+)
+from tide.naming import TAG_MAX_CHARS, consumer_group_error, topic_error
+from tide.quoting import quote
 from tide.server import MAX_MESSAGE_BYTES, ServiceError, StreamSlots
 from tide.server._request_streams import RequestStreams
 from tide.v1 import dispatch_pb2 as pb
@@ -59,6 +70,7 @@ _NO_CODES: frozenset[int] = frozenset()
 # Queues whose waiting reader is remembered (deleted topics' queues stay until then);
 # forgotten all at once past it (their next notices carry no entries, once).
 MAX_CAUGHT_UP_QUEUES = 100_000
+MAX_POP_QUEUES = QUEUE_NUMS_MAX  # queues one PopMessages / GetPopLag names
 MAX_HALVES_ANSWERED = 10_000  # half messages in one TakeTransactionChecks / ListHalfMessages
 _T = TypeVar("_T")
 
@@ -73,6 +85,9 @@ class Running:
     schedule: ScheduleService | None = None  # the delay levels' delivery
     timer: TimerService | None = None  # the timed messages' delivery (--timer-enable)
     transactions: TransactionService | None = None  # half / op queues (issue 19)
+    pop: PopService | None = None  # POP consumption (issue 20)
+    pop_handles: PopHandles | None = None
+    reviver: Reviver | None = None
 
 
 def _delivery_status(running: Running) -> pb.DeliveryStatus:
@@ -508,6 +523,82 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         count = _list_count(request.max_count)
         listed = await self._transactions().list_halves(request.producer_group, count)
         return pb.ListHalfMessagesResponse(halves=listed)
+
+    # -- pop (issue 20) ----------------------------------------------------------------
+    def _pop(self) -> tuple[PopService, PopHandles, Reviver]:
+        running = self._running()
+        if running.pop is None or running.pop_handles is None or running.reviver is None:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, "this dispatch runs no POP service yet")
+        return running.pop, running.pop_handles, running.reviver
+
+    async def PopMessages(
+        self,
+        request: pb.PopMessagesRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.PopMessagesResponse:
+        _check_pop_names(request.consumer_group, request.topic)
+        if len(request.queue_ids) > MAX_POP_QUEUES or len(request.tags) > EXPRESSION_MAX_TAGS:
+            raise _invalid(
+                f"queue_ids names {len(request.queue_ids)} queues (at most {MAX_POP_QUEUES}) "
+                f"and tags {len(request.tags)} tags (at most {EXPRESSION_MAX_TAGS})"
+            )
+        for tag in request.tags:
+            if len(tag) > TAG_MAX_CHARS:
+                raise _invalid(f"tag {quote(tag)} is over {TAG_MAX_CHARS} characters")
+        return await self._pop()[0].pop(request)
+
+    async def PopAck(
+        self,
+        request: pb.PopAckRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.PopAckResponse:
+        _check_pop_names(request.consumer_group, request.topic)
+        if len(request.entries) > ACK_ENTRIES_MAX_COUNT:
+            raise _invalid(
+                f"entries has {len(request.entries)} entries; at most {ACK_ENTRIES_MAX_COUNT} "
+                "(ACK_ENTRIES_MAX_COUNT)"
+            )
+        return await self._pop()[1].ack(request)
+
+    async def PopChangeInvisible(
+        self,
+        request: pb.PopChangeInvisibleRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.PopChangeInvisibleResponse:
+        _check_pop_names(request.consumer_group, request.topic)
+        if not 0 <= request.invisible_duration_ms <= POP_INVISIBLE_MAX_MS:
+            raise _invalid(
+                f"invisible_duration_ms must be in 0..{POP_INVISIBLE_MAX_MS} "
+                f"(got {request.invisible_duration_ms})"
+            )
+        return await self._pop()[1].change_invisible(request)
+
+    async def PopDeadLetter(
+        self,
+        request: pb.PopDeadLetterRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.PopDeadLetterResponse:
+        _check_pop_names(request.consumer_group, request.topic)
+        topic, msg_id = await self._pop()[2].dead_letter_now(request)
+        return pb.PopDeadLetterResponse(topic=topic, msg_id=msg_id)
+
+    async def GetPopLag(
+        self,
+        request: pb.GetPopLagRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.GetPopLagResponse:
+        _check_pop_names(request.consumer_group, request.topic)
+        if len(request.queue_ids) > MAX_POP_QUEUES:
+            raise _invalid(
+                f"queue_ids names {len(request.queue_ids)} queues; at most {MAX_POP_QUEUES}"
+            )
+        return await self._pop()[1].lag(request)
+
+
+def _check_pop_names(group: str, topic: str) -> None:
+    error = consumer_group_error(group) or topic_error(topic)
+    if error:
+        raise _invalid(error)
 
 
 def _list_count(max_count: int) -> int:

@@ -178,6 +178,34 @@ class StorageClient:
             response.msg_id_prefix,
         )
 
+    # -- POP (issue 20): offsets, group configs, retry and dead-letter topics -------------
+    async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset of the queue, -1 for none. Raises AioRpcError."""
+        request = pb.GetOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id)
+        response: pb.GetOffsetResponse = await self._stub.GetOffset(request, timeout=RPC_TIMEOUT_S)
+        return response.offset
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Raises AioRpcError."""
+        request = pb.CommitOffsetRequest(
+            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset
+        )
+        await self._stub.CommitOffset(request, timeout=RPC_TIMEOUT_S)
+
+    async def get_group(self, group: str) -> pb.GroupConfig:
+        """The group's config (the defaults when it has none). Raises AioRpcError."""
+        response: pb.GetGroupResponse = await self._stub.GetGroup(
+            pb.GetGroupRequest(group=group), timeout=RPC_TIMEOUT_S
+        )
+        return response.group
+
+    async def upsert_topic(self, topic: str, queue_nums: int, perm: int) -> None:
+        """Raises AioRpcError."""
+        config = pb.TopicConfig(
+            topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm
+        )
+        await self._stub.UpsertTopic(pb.UpsertTopicRequest(topic=config), timeout=RPC_TIMEOUT_S)
+
     async def save_delivery_progress(
         self,
         delay_offsets_json: bytes = b"",

@@ -16,6 +16,13 @@ and every group is sent again on its own: one producer's bad message never fails
 another's. A failure to reach the storage fails every group of the call (they are
 retried elsewhere by the producer).
 
+Requests of idempotent producers (``AppendRequest.producer_runs``: one entry per
+``records`` entry) concatenate only with each other, as plain requests do with plain
+ones (``kind``): a concatenation of both would pair the producer fields with the wrong
+runs. A call takes the waiting groups in order while they are of its first group's kind.
+When a batch of a coalesced idempotent call is a retry the storage writes nothing and
+answers ABORTED, and each group is sent on its own, as for any failure of its own.
+
 The queue does not know how a call travels: ``RawAppend`` is given by brokers.py, which
 sends it over one of the storage's AppendStream streams (append_streams.py; one stream
 per call slot) or, inside a sampled trace, as a unary ``Append``.
@@ -66,6 +73,9 @@ DEFAULT_APPENDS_IN_FLIGHT = 1
 MAX_APPENDS_IN_FLIGHT = 16
 MAX_COALESCED_MESSAGES = 2_000
 MAX_COALESCED_BYTES = 4 << 20
+# What a group's serialized AppendRequest carries (only groups of one kind concatenate).
+PLAIN = 0  # records (or messages)
+PRODUCER_RUNS = 1  # records with producer_runs: idempotent producers' batches
 
 
 @dataclass(slots=True)
@@ -73,6 +83,7 @@ class _Waiting:
     data: bytes
     count: int
     future: asyncio.Future[Outcome]
+    kind: int
     # The caller's context: a coalesced call is sent in its first group's, so the Append
     # continues that produce's trace (tracing) rather than whichever call finished last.
     context: contextvars.Context
@@ -101,9 +112,11 @@ class AppendQueue:
     def in_flight(self) -> int:
         return self._in_flight
 
-    async def append(self, data: bytes, count: int, timeout_s: float) -> Outcome:
-        """Append the serialized request ``data`` of ``count`` messages (or records);
-        raises the call's ``grpc.aio.AioRpcError``."""
+    async def append(
+        self, data: bytes, count: int, timeout_s: float, *, kind: int = PLAIN
+    ) -> Outcome:
+        """Append the serialized request ``data`` of ``count`` messages (or records) of
+        ``kind`` (PLAIN or PRODUCER_RUNS); raises the call's ``grpc.aio.AioRpcError``."""
         if self._in_flight < self._max_in_flight and not self._waiting:
             self._in_flight += 1
             try:
@@ -112,7 +125,7 @@ class AppendQueue:
                 self._in_flight -= 1
                 self._next(timeout_s)
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._waiting.append(_Waiting(data, count, future, contextvars.copy_context()))
+        self._waiting.append(_Waiting(data, count, future, kind, contextvars.copy_context()))
         return await future
 
     async def _call(self, data: bytes, count: int, timeout_s: float) -> Outcome:
@@ -132,7 +145,8 @@ class AppendQueue:
                     self._waiting.popleft()
                     continue
                 if batch and (
-                    messages + first.count > self._max_messages
+                    first.kind != batch[0].kind
+                    or messages + first.count > self._max_messages
                     or size + len(first.data) > self._max_bytes
                 ):
                     break

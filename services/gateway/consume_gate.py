@@ -12,7 +12,6 @@ per broker.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -24,6 +23,7 @@ from services.gateway.brokers import BrokerChannels
 from services.gateway.routes import Member
 from tide.quoting import quote
 from tide.server import ServiceError
+from tide.single_flight import SingleFlight
 from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.gateway.consume_gate")
@@ -39,8 +39,9 @@ class ConsumeGate:
         self._timeout_s = timeout_s
         # (broker, group) -> (expires at, monotonic s; consume enabled), oldest first.
         self._answers: OrderedDict[_Key, tuple[float, bool]] = OrderedDict()
-        self._fetching: dict[_Key, asyncio.Future[bool]] = {}
+        self._fetching: SingleFlight[_Key, bool] = SingleFlight("group-config")
         self._failing: set[str] = set()  # brokers whose failure was logged
+        self.refused = 0  # a metric (tide_gateway_pulls_refused_total)
 
     async def check(self, group: str, broker_name: str, members: Sequence[Member]) -> None:
         """Raise FAILED_PRECONDITION when ``group`` may not consume on the broker."""
@@ -53,6 +54,7 @@ class ConsumeGate:
         else:
             enabled = await self._fetch_shared(key, members)
         if not enabled:
+            self.refused += 1
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"consumer group {quote(group)} may not consume on broker "
@@ -61,20 +63,12 @@ class ConsumeGate:
             )
 
     async def _fetch_shared(self, key: _Key, members: Sequence[Member]) -> bool:
-        """One GetGroup per (broker, group) at a time, however many pulls wait for it."""
-        pending = self._fetching.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._fetching[key] = future
-        try:
-            enabled = await self._fetch(key, members)
-            future.set_result(enabled)
-        except BaseException:
-            future.set_result(True)  # the waiters go on as enabled (this pull was cancelled)
-            raise
-        finally:
-            del self._fetching[key]
+        """One GetGroup per (broker, group) at a time, however many pulls wait for it
+        (tide.single_flight: a pull that goes away does not cancel it for the others)."""
+        return await self._fetching.run(key, lambda: self._fetch_and_keep(key, members))
+
+    async def _fetch_and_keep(self, key: _Key, members: Sequence[Member]) -> bool:
+        enabled = await self._fetch(key, members)
         self._answers[key] = (time.monotonic() + CACHE_TTL_S, enabled)
         self._answers.move_to_end(key)
         while len(self._answers) > MAX_CACHED_GROUPS:

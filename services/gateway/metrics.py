@@ -23,6 +23,12 @@ latency is one histogram record), and its trace attributes.
   offsets a group committed through this gateway (at most ``MAX_LAG_QUEUES``, forgotten
   after ``LAG_FORGET_S`` without a commit), max offset - committed offset, scanned every
   ``LAG_SCAN_INTERVAL_S`` with the gateway's own GetOffset / GetQueueOffsets;
+* ordering and transactions: ``tide_gateway_pulls_refused_total{reason}`` (pulls refused
+  FAILED_PRECONDITION: ``queue_locked``, another member holds the queue's lock;
+  ``consume_disabled``, the group's config has consume_enable false),
+  ``tide_gateway_transaction_halves_total`` (transactional messages stored as half
+  messages), ``tide_gateway_transaction_checks_sent_total`` (check-backs sent on
+  producers' TransactionChecks streams);
 * errors by method and status code: ``tide_gateway_rpc_errors_total`` (the server
   interceptor, as for every service).
 
@@ -35,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -62,6 +69,17 @@ LAG_CALL_CONCURRENCY = 8
 _PULL_STATUS_NAMES = {number: name for name, number in pb.PullResponse.Status.items() if number}
 
 LagKey = tuple[str, str, str, int]  # (group, topic, broker, queue id)
+
+
+@dataclass(frozen=True)
+class OrderingTotals:
+    """Readers of the ordering and transaction totals their owners keep."""
+
+    refused_pulls: Callable[[], dict[str, int]]  # by reason
+    halves_stored: Callable[[], int]
+    checks_sent: Callable[[], int]
+
+
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
@@ -75,6 +93,7 @@ class GatewayMetrics:
         streams: ProduceStreams | None = None,
         pull_budget: ByteBudget | None = None,
         send_backs: Callable[[], dict[tuple[str, str], int]] | None = None,
+        ordering: OrderingTotals | None = None,
     ) -> None:
         """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)
         and the request handler of ``streams`` (its ProduceStream calls); ``written_bytes``
@@ -86,6 +105,7 @@ class GatewayMetrics:
         self._written_bytes = written_bytes
         self._arrival_answers = arrival_answers
         self._send_backs = send_backs
+        self._ordering = ordering
         self._get_offset: Handler = servicer.GetOffset
         self._queue_offsets: Handler = servicer.GetQueueOffsets
         self._produce_latency: Histogram | None = None
@@ -152,6 +172,8 @@ class GatewayMetrics:
         )
         if self._send_backs is not None:
             send_back_total(meter, self._send_backs)
+        if self._ordering is not None:
+            _ordering_totals(meter, self._ordering)
         self._produce_latency = meter.create_histogram(
             "tide_gateway_produce_latency_seconds",
             unit="s",
@@ -352,4 +374,27 @@ def send_back_total(meter: Meter, totals: Callable[[], dict[tuple[str, str], int
         callbacks=[observe],
         unit="1",
         description="messages sent back by consumers: stored for a retry or dead-lettered",
+    )
+
+
+def _ordering_totals(meter: Meter, totals: OrderingTotals) -> None:
+    observable_total(
+        meter,
+        "tide_gateway_pulls_refused_total",
+        totals.refused_pulls,
+        "pulls refused FAILED_PRECONDITION: queue_locked (another member holds the queue's "
+        "lock), consume_disabled (the group's consume_enable is false)",
+        label="reason",
+    )
+    observable_total(
+        meter,
+        "tide_gateway_transaction_halves_total",
+        totals.halves_stored,
+        "transactional messages stored as half messages",
+    )
+    observable_total(
+        meter,
+        "tide_gateway_transaction_checks_sent_total",
+        totals.checks_sent,
+        "transaction check-backs sent on producers' TransactionChecks streams",
     )

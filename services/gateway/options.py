@@ -121,6 +121,14 @@ OPTIONS: tuple[Option, ...] = (
         unit="pulls",
     ),
     Option(
+        "max_held_receives",
+        int,
+        10_000,
+        "POP Receives held at once waiting for messages (each watches its topic's queues); "
+        "more get RESOURCE_EXHAUSTED",
+        unit="receives",
+    ),
+    Option(
         "max_long_poll_ms",
         int,
         30_000,
@@ -200,6 +208,7 @@ class GatewayConfig:
     send_latency_fault: bool
     fault_isolation_ms: int
     max_held_pulls: int
+    max_held_receives: int
     max_long_poll_ms: int
     long_poll_recheck_interval_s: float
     max_pull_bytes: int
@@ -245,6 +254,7 @@ def check_config(config: Config) -> str | None:
         "max_produce_stream_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "fault_isolation_ms": (0, 3_600_000),
         "max_held_pulls": (0, 10_000_000),
+        "max_held_receives": (0, 1_000_000),
         "max_long_poll_ms": (0, 3_600_000),
         "long_poll_recheck_interval_ms": (10, 600_000),
         "max_pull_bytes": (1, MESSAGE_BODY_MAX_BYTES),
@@ -272,6 +282,7 @@ def gateway_config(config: Config) -> GatewayConfig:
         send_latency_fault=config.get_bool("send_latency_fault"),
         fault_isolation_ms=config.get_int("fault_isolation_ms"),
         max_held_pulls=config.get_int("max_held_pulls"),
+        max_held_receives=config.get_int("max_held_receives"),
         max_long_poll_ms=config.get_int("max_long_poll_ms"),
         long_poll_recheck_interval_s=config.get_int("long_poll_recheck_interval_ms") / 1000,
         max_pull_bytes=config.get_int("max_pull_bytes"),

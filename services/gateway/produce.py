@@ -116,6 +116,7 @@ class Producer:
         self._delivery_bounds = DeliveryBoundsCache(channels)
         # Record bytes sent to storages and written (metrics).
         self.written_bytes = 0
+        self.halves_stored = 0  # transactional messages stored as half messages (a metric)
 
     async def produce(
         self, request: pb.ProduceRequest, peer: str, request_bytes: int, *, internal: bool = False
@@ -198,6 +199,10 @@ class Producer:
         )
         if check.transactional:
             set_transaction_ids(response, messages, unique_keys)
+            self.halves_stored += sum(
+                message.transactional and item.error is None
+                for message, item in zip(messages, pending, strict=True)
+            )
         return response
 
     async def _plain_response(

@@ -3,12 +3,13 @@ to its one explicit queue in one ``Storage.Append`` carrying the producer id and
 sequence, which the storage checks under its append lock (a retry is answered with the
 original result, nothing written again).
 
-Kept off the common path: the plain produce only tests ``producer_id`` once. Not
-coalesced with other producers' appends (the append queue concatenates requests, and
-these fields are per request), never retried on another broker (the sequences belong
-to the queue). Each record carries ``__PID`` and ``__PSEQ`` (docs/formats.md), from which
-the storage rebuilds its window after a crash. A message without its own unique key gets
-one derived from (producer, queue, sequence), so a retry stores and answers the same one.
+Kept off the common path: the plain produce only tests ``producer_id`` once. The
+Append carries the producer fields per record run (``producer_runs``), so it coalesces
+with other idempotent producers' appends in the storage's append queue as plain ones do
+(append_queue.py); never retried on another broker (the sequences belong to the queue).
+Each record carries ``__PID`` and ``__PSEQ`` (docs/formats.md), from which the storage
+rebuilds its window after a crash. A message without its own unique key gets one derived
+from (producer, queue, sequence), so a retry stores and answers the same one.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import hashlib
 from collections.abc import Sequence
 
 import grpc
-from opentelemetry import trace
 
+from services.gateway.append_queue import PRODUCER_RUNS, Outcome
 from services.gateway.bodies_only import (
     field_bytes,
     messages_bytes,
@@ -117,17 +118,21 @@ def _producer_fields_bytes(request: pb.ProduceRequest) -> int:
     return size
 
 
-def derived_unique_keys(request: pb.ProduceRequest) -> list[str]:
+def derived_unique_keys(request: pb.ProduceRequest, *, bare: bool = False) -> list[str]:
     """Each message's own key, or one derived from (producer, queue, sequence): the
     same on every retry. 32 hex digits, as a UNIQ_KEY is: 16 of a hash of the producer
-    and queue (one hash per request), then the sequence's 16."""
-    first = request.messages[0]
+    and queue (one hash per request), then the sequence's 16. ``bare``: no message has
+    a key of its own (:func:`bare_idempotent`), so none is read."""
+    messages = request.messages
+    first = messages[0]
     where = f"{request.producer_id}/{first.topic}/{first.queue.broker_name}/{first.queue.queue_id}"
     prefix = hashlib.blake2b(where.encode(), digest_size=8).hexdigest().upper()
     seq = request.first_sequence
+    if bare:
+        return [f"{prefix}{sequence:016X}" for sequence in range(seq, seq + len(messages))]
     return [
         message.unique_key or f"{prefix}{seq + index:016X}"
-        for index, message in enumerate(request.messages)
+        for index, message in enumerate(messages)
     ]
 
 
@@ -199,7 +204,7 @@ async def produce_idempotent(
             grpc.StatusCode.UNAVAILABLE,
             f"broker {quote(queue.broker_name)} has no master now: retry the same batch later",
         )
-    unique_keys = derived_unique_keys(request)
+    unique_keys = derived_unique_keys(request, bare=bare_topic_part is not None)
     if bare_topic_part is None:
         run = idempotent_run(request, queue.queue_id, unique_keys, born_host, now_ms)
     else:
@@ -209,19 +214,24 @@ async def produce_idempotent(
             f"the batch's records are {len(run)} bytes with the producer properties, over "
             f"{limit_text('APPEND_MAX_BYTES')}: split the batch"
         )
-    response = await _append(channels, member, queue, run, request, timeout_s)
     count = len(request.messages)
-    if len(response.physical_offsets) != count or len(response.queue_offsets) != count:
+    outcome = await _append(channels, member, queue, run, request, timeout_s)
+    response, start = outcome.response, outcome.start
+    if outcome.end - start != count or len(response.physical_offsets) < outcome.end:
         raise ServiceError(
             grpc.StatusCode.INTERNAL,
             f"broker {member.broker_name} answered {len(response.physical_offsets)} offsets "
             f"for {count} records",
         )
     if request.compact_results:  # one run, its columns sliced from the Append's answer
-        answer = appended_response(unique_keys, (member.broker_name, queue.queue_id, response, 0))
+        answer = appended_response(
+            unique_keys, (member.broker_name, queue.queue_id, response, start)
+        )
     else:
-        rows = written_rows(member.broker_name, [queue.queue_id] * count, response, 0)
+        rows = written_rows(member.broker_name, [queue.queue_id] * count, response, start)
         answer = produce_response(unique_keys, rows, [None] * count)
+    # Only an Append of this batch alone says duplicate (a coalesced one with a retry
+    # among its batches is ABORTED and each sent alone).
     answer.duplicate = response.duplicate
     return answer
 
@@ -233,22 +243,21 @@ async def _append(
     run: bytes,
     request: pb.ProduceRequest,
     timeout_s: float,
-) -> storage_pb.AppendResponse:
+) -> Outcome:
     append = storage_pb.AppendRequest(
         records=[run],
-        producer_id=request.producer_id,
-        first_sequence=request.first_sequence,
-        producer_epoch=request.producer_epoch,
+        producer_runs=[
+            storage_pb.ProducerRun(
+                producer_id=request.producer_id,
+                first_sequence=request.first_sequence,
+                producer_epoch=request.producer_epoch,
+            )
+        ],
     )
     try:
-        channels.appends(member.storage)  # opens the storage's AppendStream pool
-        streams = channels.append_streams(member.storage)
-        if streams is None or trace.get_current_span().is_recording():
-            # A sampled trace takes the unary call: a stream carries no trace context.
-            return await channels.storage(member.storage).Append(append, timeout=timeout_s)
-        # One of the pool's streams, not the coalescing queue: requests concatenated
-        # into one would merge their producer fields.
-        return await streams.call(append.SerializeToString(), timeout_s)
+        return await channels.appends(member.storage).append(
+            append.SerializeToString(), len(request.messages), timeout_s, kind=PRODUCER_RUNS
+        )
     except grpc.aio.AioRpcError as exc:
         what = f"idempotent Append to broker {member.broker_name} queue {queue.queue_id}"
         raise broker_error(exc, what) from exc

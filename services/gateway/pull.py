@@ -30,7 +30,6 @@ deliver messages twice.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from services.gateway.validate import check_group, check_queue, invalid
 from tide.limits import PULL_MAX_MESSAGES
 from tide.quoting import quote
 from tide.server import ByteBudget, ServiceError
+from tide.single_flight import SingleFlight
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -168,6 +168,10 @@ def _unknown_broker(view: TopicView, broker_name: str) -> ServiceError:
     )
 
 
+REFUSED_QUEUE_LOCKED = "queue_locked"
+REFUSED_CONSUME_DISABLED = "consume_disabled"
+
+
 class Puller:
     def __init__(
         self,
@@ -186,7 +190,7 @@ class Puller:
         self._held = held
         self._members = members
         self._gate = ConsumeGate(channels, config.broker_timeout_s)
-        self._inflight: dict[_ReadKey, asyncio.Task[pb.PullResponse]] = {}
+        self._inflight: SingleFlight[_ReadKey, pb.PullResponse] = SingleFlight("pull")
         # Each read counts --max-pull-bytes (what its answer may carry) while it runs: the
         # answers being built at once stay under max_pull_in_flight_bytes plus one pull's.
         self.budget = ByteBudget(
@@ -196,6 +200,15 @@ class Puller:
         )
         # Held records pulls answered with the entries their wake-up notice carried.
         self.arrival_answers = 0
+
+    def refused(self) -> dict[str, int]:
+        """Pulls refused so far by reason (a metric): by the queue lock check (another
+        member holds the queue) or because the group may not consume."""
+        locks = self._queue_locks
+        return {
+            REFUSED_QUEUE_LOCKED: 0 if locks is None else locks.refused_pulls,
+            REFUSED_CONSUME_DISABLED: self._gate.refused,
+        }
 
     async def pull(self, request: pb.PullRequest, *, browse: bool = False) -> pb.PullResponse:
         """A Pull; with ``browse`` an operator's BrowseQueue: the queue's read permission
@@ -278,15 +291,11 @@ class Puller:
         """One read for every identical pull in flight at once (e.g. the many consumers of
         a queue woken by the same arrival): they share the answer (nobody changes it)."""
         key = (member, target.topic, target.queue_id, offset, max_messages, tag_filter, records)
-        task = self._inflight.get(key)
-        if task is None:
-            pull = self._pull_records if records else self._pull_once
-            task = asyncio.create_task(
-                self._budgeted(lambda: pull(member, target, offset, max_messages, tag_filter))
-            )
-            self._inflight[key] = task
-            task.add_done_callback(lambda done: self._read_done(key, done))
-        return await asyncio.shield(task)
+        pull = self._pull_records if records else self._pull_once
+        return await self._inflight.run(
+            key,
+            lambda: self._budgeted(lambda: pull(member, target, offset, max_messages, tag_filter)),
+        )
 
     async def _budgeted(self, read: Callable[[], Awaitable[pb.PullResponse]]) -> pb.PullResponse:
         """``read()`` once the pull budget has room (backpressure: a pull waits, it is not
@@ -300,11 +309,6 @@ class Puller:
             return await read()
         finally:
             budget.give(reserve)
-
-    def _read_done(self, key: _ReadKey, task: asyncio.Task[pb.PullResponse]) -> None:
-        self._inflight.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved here too: its callers may all have gone
 
     async def _pull_once(
         self,

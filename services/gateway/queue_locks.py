@@ -22,7 +22,6 @@ and orderly consumers stop on their own when their renewals fail.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from services.gateway.validate import (
 )
 from tide.quoting import quote
 from tide.server import ServiceError
+from tide.single_flight import SingleFlight
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 
@@ -65,7 +65,8 @@ class QueueLocks:
         self._channels = channels
         # (broker, group, topic) -> (fetched at, monotonic ms; queue id -> holder)
         self._states: OrderedDict[_StateKey, tuple[int, dict[int, str]]] = OrderedDict()
-        self._fetching: dict[_StateKey, asyncio.Task[dict[int, str] | None]] = {}
+        self.refused_pulls = 0  # a metric (tide_gateway_pulls_refused_total)
+        self._fetching: SingleFlight[_StateKey, dict[int, str] | None] = SingleFlight("queue-locks")
 
     # -- forwarding ------------------------------------------------------------------
     async def lock(self, request: pb.BrokerQueueLockRequest) -> storage_pb.QueueLockResponse:
@@ -163,6 +164,7 @@ class QueueLocks:
             request.broker_name, request.consumer_group, request.topic, request.queue_id
         )
         if holder is not None and holder != client_id:
+            self.refused_pulls += 1
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"queue {quote(request.topic)} {request.broker_name}/{request.queue_id} is "
@@ -177,22 +179,12 @@ class QueueLocks:
 
     async def _holders(self, key: _StateKey) -> dict[int, str] | None:
         """Queue id -> holder of (broker, group, topic), at most LOCK_STATE_TTL_MS old;
-        None without a reachable master (module doc). One fetch per key at a time, as a
-        task of its own (as RouteCache fetches routes): the pulls meanwhile wait for it."""
+        None without a reachable master (module doc). One fetch per key at a time
+        (tide.single_flight): the pulls meanwhile wait for it."""
         state = self._states.get(key)
         if state is not None and _now_ms() - state[0] <= LOCK_STATE_TTL_MS:
             return state[1]
-        task = self._fetching.get(key)
-        if task is None:
-            task = asyncio.create_task(self._fetch_holders(key), name=f"queue-locks-{key}")
-            self._fetching[key] = task
-            task.add_done_callback(lambda done: self._fetched(key, done))
-        return await asyncio.shield(task)
-
-    def _fetched(self, key: _StateKey, task: asyncio.Task[dict[int, str] | None]) -> None:
-        self._fetching.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved here too: its pulls may all have gone
+        return await self._fetching.run(key, lambda: self._fetch_holders(key))
 
     async def _fetch_holders(self, key: _StateKey) -> dict[int, str] | None:
         broker_name, group, topic = key

@@ -22,6 +22,7 @@ import grpc
 from services.gateway.namesrv import NameServerClient
 from tide.format import TopicMessageType
 from tide.server import ServiceError
+from tide.single_flight import SingleFlight
 from tide.v1 import nameserver_pb2 as ns_pb
 
 log = logging.getLogger("tide.gateway.routes")
@@ -132,7 +133,7 @@ class RouteCache:
         self._refresh_interval_s = refresh_interval_s
         self._max_topics = max_topics
         self._views: OrderedDict[str, _Cached] = OrderedDict()
-        self._fetching: dict[str, asyncio.Task[TopicView]] = {}
+        self._fetching: SingleFlight[str, TopicView] = SingleFlight("route")
         self._cluster: ns_pb.ClusterInfo | None = None
         self._cluster_fetched_s = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -160,19 +161,9 @@ class RouteCache:
         return await self._fetch(topic)
 
     async def _fetch(self, topic: str) -> TopicView:
-        """One fetch per topic at a time, as a task of its own: a caller that goes away
-        (a cancelled call) does not cancel it for the others."""
-        task = self._fetching.get(topic)
-        if task is None:
-            task = asyncio.create_task(self._fetch_now(topic), name=f"route-{topic}")
-            self._fetching[topic] = task
-            task.add_done_callback(lambda done: self._fetched(topic, done))
-        return await asyncio.shield(task)
-
-    def _fetched(self, topic: str, task: asyncio.Task[TopicView]) -> None:
-        self._fetching.pop(topic, None)
-        if not task.cancelled():
-            task.exception()  # retrieved here too: its callers may all have gone
+        """One fetch per topic at a time (tide.single_flight: a caller that goes away,
+        a cancelled call, does not cancel it for the others)."""
+        return await self._fetching.run(topic, lambda: self._fetch_now(topic))
 
     async def _fetch_now(self, topic: str) -> TopicView:
         try:

@@ -16,9 +16,10 @@ from services.gateway.brokers import BrokerChannels
 from services.gateway.consumers import Consumers
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.long_poll import HeldPulls
-from services.gateway.metrics import GatewayMetrics
+from services.gateway.metrics import GatewayMetrics, OrderingTotals
 from services.gateway.namesrv import NameServerClient
 from services.gateway.options import OPTIONS, GatewayConfig, check_config, gateway_config
+from services.gateway.pop import PopConsumers
 from services.gateway.produce import Producer
 from services.gateway.pull import Puller
 from services.gateway.query import Querier
@@ -74,12 +75,14 @@ class GatewayService:
             admin.auto_create if config.auto_create_topics else None,
         )
         queue_locks = QueueLocks(config, self._routes, self._channels)
+        transactions = Transactions(config, self._routes, self._channels)
         puller = Puller(config, self._routes, self._channels, self._held, members, queue_locks)
         send_backs = SendBacks(config, self._routes, self._channels)
         querier = Querier(config, self._routes, self._channels, members)
         consumers = Consumers(config, self._routes, self._channels, members)
         recaller = Recaller(config, self._routes, self._channels, querier)
-        transactions = Transactions(config, self._routes, self._channels)
+        # POP consumption, for both wire APIs (tide.v1 Receive..., v2 ReceiveMessage...).
+        pop = PopConsumers(config, self._routes, self._channels, self._held)
         self._servicer = GatewayServicer(
             producer,
             puller,
@@ -92,6 +95,7 @@ class GatewayService:
             recaller=recaller,
             transactions=transactions,
             queue_locks=queue_locks,
+            pop=pop,
         )
         # The endpoint routes name when a client does not say how it reached us (start).
         self._own_endpoint: list[str] = []
@@ -115,7 +119,7 @@ class GatewayService:
             recaller,
             puller,
             consumers,
-            pop=None,  # POP consumption: PopConsumers (services/gateway/pop.py) once merged
+            pop=pop,
         )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(
@@ -126,6 +130,11 @@ class GatewayService:
             self._servicer.produce_streams,
             puller.budget,
             lambda: send_backs.totals,
+            OrderingTotals(
+                puller.refused,
+                lambda: producer.halves_stored,
+                lambda: transactions.checks_sent,
+            ),
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import grpc
 
 from services.gateway.admin import Admin
 from services.gateway.consumers import Consumers
+from services.gateway.pop import PopConsumers
 from services.gateway.produce import Producer
 from services.gateway.produce_stream import ProduceStreams
 from services.gateway.pull import Puller
@@ -40,6 +42,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         recaller: Recaller,
         transactions: Transactions,
         queue_locks: QueueLocks,
+        pop: PopConsumers,
     ) -> None:
         self._producer = producer
         self._puller = puller
@@ -50,6 +53,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._recaller = recaller
         self._transactions = transactions
         self._queue_locks = queue_locks
+        self._pop = pop
         # The bytes of the produce requests being processed (Produce and ProduceStream):
         # past it, RESOURCE_EXHAUSTED naming max_produce_in_flight_bytes.
         self.produce_budget = ByteBudget(
@@ -208,3 +212,29 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self, request: storage_pb.GetQueueLocksRequest, context: Context
     ) -> storage_pb.GetQueueLocksResponse:
         return await self._queue_locks.locks(request)
+
+    # -- pop (issue 20) ------------------------------------------------------------------
+    async def Receive(self, request: pb.ReceiveRequest, context: Context) -> pb.ReceiveResponse:
+        remaining_s = context.time_remaining()
+        deadline_ms = None
+        if remaining_s is not None:
+            deadline_ms = time.time_ns() // 1_000_000 + int(remaining_s * 1000)
+        return await self._pop.receive(request, deadline_ms=deadline_ms)
+
+    async def Ack(self, request: pb.AckRequest, context: Context) -> pb.AckResponse:
+        return await self._pop.ack(request)
+
+    async def ChangeInvisibleDuration(
+        self, request: pb.ChangeInvisibleDurationRequest, context: Context
+    ) -> pb.ChangeInvisibleDurationResponse:
+        return await self._pop.change_invisible_duration(request)
+
+    async def ForwardToDeadLetter(
+        self, request: pb.ForwardToDeadLetterRequest, context: Context
+    ) -> pb.ForwardToDeadLetterResponse:
+        return await self._pop.forward_to_dead_letter(request)
+
+    async def GetGroupLag(
+        self, request: pb.GetGroupLagRequest, context: Context
+    ) -> pb.GetGroupLagResponse:
+        return await self._pop.group_lag(request)

@@ -109,6 +109,7 @@ class Transactions:
         self._config = config
         self._routes = routes
         self._channels = channels
+        self.checks_sent = 0  # a metric: checks sent on producers' streams
 
     async def end(self, request: pb.EndTransactionRequest) -> pb.EndTransactionResponse:
         _check_group(request.producer_group, "producer_group")
@@ -178,6 +179,7 @@ class Transactions:
                     log.debug("broker %s: no checks taken (%s)", live.broker_name, exc.code().name)
                     continue
                 for entry in taken.halves:
+                    self.checks_sent += 1
                     yield pb.TransactionCheck(half=_half(live, entry))
             await asyncio.sleep(CHECK_POLL_S)
 

@@ -10,6 +10,11 @@ writable, replication lag) is sampled on the event loop from the state ``GetStat
 reports, and the Append bytes in flight (``tide_storage_append_in_flight_bytes``,
 ``..._peak_bytes``, bounded by ``max_append_in_flight_bytes``; refusals in
 ``tide_storage_append_refused_total``) from the servicer's budget.
+
+Queue locks of orderly consumers (engine/queue_locks.py): ``tide_storage_queue_locks``
+(unexpired leases, sampled) and ``tide_storage_queue_lock_handovers_total{reason}``
+(a queue locked by another member than its last holder: ``released`` after an unlock,
+``expired`` after its holder stopped renewing).
 """
 
 from __future__ import annotations
@@ -114,6 +119,21 @@ class StorageMetrics:
             "a slave's metadata syncs that failed (the reason: GetStatus "
             "replication.metadata_sync_error and the log)",
         )
+        observable_total(
+            meter,
+            "tide_storage_queue_lock_handovers_total",
+            lambda: queue_locks.handovers if queue_locks is not None else {},
+            "queues locked by another consumer than their last holder, after it released "
+            "them (reason=released) or its lock expired (reason=expired)",
+            label="reason",
+        )
+        observable_total(
+            meter,
+            "tide_storage_idempotent_duplicates_total",
+            self._idempotent_duplicates,
+            "idempotent producers' batches answered with their original result (a retry "
+            "of a stored batch: nothing written again)",
+        )
         self._latency = meter.create_histogram(
             "tide_storage_append_latency_seconds",
             unit="s",
@@ -154,6 +174,11 @@ class StorageMetrics:
                 "By",
             ),
             ("tide_storage_queue_locks", "unexpired queue locks of orderly consumers", "1"),
+            (
+                "tide_storage_idempotent_producers",
+                "idempotent producer ids in the duplicate window (not yet expired)",
+                "1",
+            ),
         ):
             self.gauges.gauge(name, description, unit)
 
@@ -176,6 +201,10 @@ class StorageMetrics:
         store = self._store()
         return 0 if store is None else store.retention.unconsumed_deleted
 
+    def _idempotent_duplicates(self) -> int:
+        store = self._store()
+        return 0 if store is None else store.idempotent_duplicates
+
     def flushed(self, seconds: float, synced: int) -> None:
         """One flush pass that synced ``synced`` segments (from the flush thread)."""
         self.flush_latency.record(seconds)
@@ -196,6 +225,7 @@ class StorageMetrics:
             "tide_storage_disk_usage_ratio": status.disk_usage_ratio,
             "tide_storage_writable": int(status.writable),
             "tide_storage_topics": status.topic_count,
+            "tide_storage_idempotent_producers": store.producers.producer_count,
         }
         if self._queue_locks is not None:
             values["tide_storage_queue_locks"] = self._queue_locks.held()

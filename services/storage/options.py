@@ -171,7 +171,8 @@ OPTIONS: tuple[Option, ...] = (
         "producer_id_expiry_ms",
         int,
         86_400_000,
-        "idempotent producers: forget a producer id idle this long (1 s .. 30 days)",
+        "idempotent producers: forget a producer id idle this long (1 s .. 30 days); "
+        "recovery without a recent snapshot replays only this much commitlog",
         unit="ms",
     ),
     Option(
@@ -185,8 +186,8 @@ OPTIONS: tuple[Option, ...] = (
         "producer_state_snapshot_interval_ms",
         int,
         10_000,
-        "idempotent producers: write config/producerState.json this often (recovery "
-        "replays the commitlog after it)",
+        "idempotent producers: write config/producerState.json this often when a "
+        "producer changed (recovery replays the commitlog after it)",
         unit="ms",
     ),
     Option("cluster_name", str, "DefaultCluster", "cluster this broker belongs to"),

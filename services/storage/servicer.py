@@ -37,6 +37,7 @@ from services.storage.engine.errors import (
     TopicNotFoundError,
 )
 from services.storage.engine.message_store import MessageStore, PutResult
+from services.storage.engine.producer_runs import CoalescedRetryError, ProducerBatch
 from services.storage.engine.queue_locks import QueueLockManager, TooManyLocks
 from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CHUNK_BYTES
 from services.storage.replication.node import Replication, wait_replicated
@@ -73,6 +74,7 @@ _ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (AlreadyStoredError, grpc.StatusCode.ALREADY_EXISTS),
     (FencedProducerError, grpc.StatusCode.FAILED_PRECONDITION),
     (ProducerLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (CoalescedRetryError, grpc.StatusCode.ABORTED),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (StoreError, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.UNAVAILABLE),
@@ -290,7 +292,9 @@ class StorageServicer(pb_grpc.StorageServicer):
         if records and request.messages:
             raise _invalid("set messages or records, not both")
         try:
-            if request.producer_id:
+            if request.producer_runs:
+                result = self._put_producer_runs(request, store)
+            elif request.producer_id:
                 result = self._put_idempotent(request, store)
             elif records:
                 result = store.put_run(records)
@@ -342,6 +346,29 @@ class StorageServicer(pb_grpc.StorageServicer):
         return store.put_run_idempotent(
             request.records, request.producer_id, request.producer_epoch, request.first_sequence
         )
+
+    @staticmethod
+    def _put_producer_runs(request: pb.AppendRequest, store: MessageStore) -> PutResult:
+        if request.producer_id or request.messages:
+            raise _invalid(
+                "producer_runs carries each run's producer fields: not with producer_id or messages"
+            )
+        batches: list[ProducerBatch] = []
+        for index, entry in enumerate(request.producer_runs):
+            error = producer_id_error(entry.producer_id)
+            if error is not None:
+                raise _invalid(
+                    f"producer_runs[{index}].producer_id {quote(entry.producer_id)}: {error}"
+                )
+            if entry.first_sequence < 0 or entry.producer_epoch < 0:
+                raise _invalid(
+                    f"producer_runs[{index}]: first_sequence {entry.first_sequence} and "
+                    f"producer_epoch {entry.producer_epoch} must not be negative"
+                )
+            batches.append(
+                ProducerBatch(entry.producer_id, entry.producer_epoch, entry.first_sequence)
+            )
+        return store.put_producer_runs(request.records, batches)
 
     @staticmethod
     async def _wait_durable(

@@ -1,7 +1,8 @@
 """IdempotentProducer against a real cluster (docs/client.md "Exactly-once produce"): a
 batch resent with the sequences it had is answered with the original results and stored
 once, also from a new client with the same producer id; a gap or an old batch is
-OUT_OF_RANGE naming the expected sequence; bad idempotent requests are refused."""
+OUT_OF_RANGE naming the expected sequence; message groups keep their queue on a FIFO
+topic; bad idempotent requests are refused."""
 
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ from tide.client import (
     Message,
     MessageQueue,
     OutOfRange,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
 )
+from tide.format import SHARDING_KEY
 from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until
 
 
 def batch(topic: str, queue: MessageQueue, count: int, tag: str) -> list[Message]:
@@ -123,6 +129,72 @@ def test_the_queues_of_the_route_are_taken_in_turn(cluster: Cluster) -> None:
         queues = {producer.send_batch([Message(topic, b"m")]).queue for _ in range(4)}
         assert len(queues) == 4  # two brokers, two queues each
         assert all(producer.next_sequence(q) == 1 for q in queues)
+
+
+def test_message_groups_keep_their_queue_on_a_fifo_topic(cluster: Cluster) -> None:
+    """A message group (sharding_key) goes to the queue its key hashes to, the one a
+    plain producer's sharding key goes to; the FIFO topic's check passes (the group is
+    stored as __SHARDINGKEY); a retry is answered with the original results."""
+    topic = "IdemFifo"
+    cluster.create_topic(topic, queues=2, message_type="FIFO")
+    groups = [f"order-{index}" for index in range(8)]
+    with (
+        IdempotentProducer(cluster.gateway.listen) as producer,
+        Producer(cluster.gateway.listen) as plain,
+    ):
+        sent = {}
+        for group in groups:
+            messages = [
+                Message(topic, f"{group}-{i}".encode(), sharding_key=group) for i in range(3)
+            ]
+            sent[group] = producer.send_batch(messages)
+            assert sent[group].queue == producer.queue_for(topic, group)
+            assert plain.send(topic, b"p", sharding_key=group).queue == sent[group].queue, group
+        assert len({s.queue for s in sent.values()}) > 1  # the groups spread over queues
+        one = producer.send(topic, b"single", sharding_key=groups[0])
+        assert one.queue == sent[groups[0]].queue
+        retried = producer.send_batch(
+            [Message(topic, f"{groups[1]}-{i}".encode(), sharding_key=groups[1]) for i in range(3)],
+            first_sequence=sent[groups[1]].first_sequence,
+        )
+        assert retried.duplicate
+        assert [r.msg_id for r in retried.results] == [r.msg_id for r in sent[groups[1]].results]
+        with pytest.raises(InvalidArgument, match="no message group"):
+            producer.send_batch([Message(topic, b"no group")])
+        apart = next(g for g in groups if sent[g].queue != sent[groups[0]].queue)
+        with pytest.raises(InvalidArgument, match="hash to several"):
+            producer.send_batch(
+                [
+                    Message(topic, b"a", sharding_key=groups[0]),
+                    Message(topic, b"b", sharding_key=apart),
+                ]
+            )
+        with pytest.raises(InvalidArgument, match="none a queue"):
+            producer.send_batch(
+                [Message(topic, b"a", sharding_key=groups[0]), Message(topic, b"b")]
+            )
+    queue = sent[groups[2]].queue
+    prefix = groups[2].encode()
+
+    def pulled() -> list[ReceivedMessage]:
+        with PullConsumer("idem-fifo-check", cluster.gateway.listen) as consumer:
+            found = consumer.pull(queue, 0, max_messages=100).messages
+        return [m for m in found if m.body.startswith(prefix)]
+
+    wait_until(lambda: len(pulled()) == 3, "the group's messages are dispatched")
+    mine = pulled()
+    assert [m.body for m in mine] == [f"{groups[2]}-{i}".encode() for i in range(3)]
+    assert all(m.properties.get(SHARDING_KEY) == groups[2] for m in mine)
+
+
+def test_a_sharding_key_on_a_normal_topic_is_only_a_route(cluster: Cluster) -> None:
+    """As for a plain producer: the key picks the queue, nothing of it is stored (a
+    __SHARDINGKEY property would make the message FIFO, which a NORMAL topic refuses)."""
+    topic = "IdemNormalKeyed"
+    cluster.create_topic(topic, queues=2)
+    with IdempotentProducer(cluster.gateway.listen) as producer:
+        sent = producer.send(topic, b"keyed", sharding_key="order-1")
+        assert sent.queue == producer.queue_for(topic, "order-1")
 
 
 def produce_error(cluster: Cluster, request: pb.ProduceRequest) -> grpc.RpcError:

@@ -24,7 +24,13 @@ from tide.client import (
     Unavailable,
 )
 from tide.client._pull_consumer import GatewayReader
-from tide.client._queue_worker import QueueWorker, WorkerSettings, retry_wait_ms
+from tide.client._queue_worker import (
+    MAX_SEND_BACK_RETRY_MS,
+    QueueWorker,
+    WorkerSettings,
+    retry_wait_ms,
+    send_back_wait_ms,
+)
 from tide.client._rpc import Connection
 from tide.v1 import gateway_pb2, storage_pb2
 from tide.waiting import wait_until
@@ -286,6 +292,18 @@ def test_stop_cancels_a_long_poll_at_once() -> None:
 @pytest.mark.parametrize(("failures", "expected"), [(1, 100), (2, 200), (3, 400), (30, 60_000)])
 def test_retry_wait_doubles_and_is_capped(failures: int, expected: int) -> None:
     assert retry_wait_ms(settings(retry_backoff_ms=100), failures) == expected
+
+
+@pytest.mark.parametrize(("failures", "expected"), [(1, 50), (2, 100), (7, 3_200), (8, 5_000)])
+def test_a_failed_send_back_is_tried_again_within_seconds_however_long_the_outage(
+    failures: int, expected: int
+) -> None:
+    """The queue stands still until the send-back goes through: its retries stay a few
+    seconds apart (not the local retries' 60 s), so the end of an outage is seen soon."""
+    assert send_back_wait_ms(settings(retry_backoff_ms=50), failures) == expected
+    assert send_back_wait_ms(settings(retry_backoff_ms=50), 30) == MAX_SEND_BACK_RETRY_MS
+    # A retry_backoff_ms above the ceiling is the user's wait: kept, not doubled.
+    assert send_back_wait_ms(settings(retry_backoff_ms=8_000), 3) == 8_000
 
 
 def test_reader_type() -> None:

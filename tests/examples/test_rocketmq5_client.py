@@ -3,11 +3,8 @@ with the official client in .venv-rmq5: sends three messages, receives and acks 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from tests._cluster import Cluster, cluster_fixture
 from tests.services.gateway.v2.rmq5 import CLIENT_TIMEOUT_S, ROOT, client_env, client_python
@@ -16,10 +13,6 @@ cluster = cluster_fixture(brokers=1)
 EXAMPLE = ROOT / "examples" / "rocketmq5_client.py"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("services.gateway.pop") is None,
-    reason="its SimpleConsumer needs PopConsumers (services/gateway/pop.py, issue 20's pop)",
-)
 def test_the_example_sends_receives_and_acks(cluster: Cluster, tmp_path: Path) -> None:
     cluster.create_topic("Orders", queues=2, message_type="NORMAL")
     done = subprocess.run(

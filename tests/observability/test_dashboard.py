@@ -37,9 +37,17 @@ def test_dashboard_queries_only_defined_metrics() -> None:
     assert queried <= defined_metrics(), queried - defined_metrics()
 
 
-def test_dashboard_covers_throughput_latency_lag_disk_replication_and_delivery() -> None:
+def test_dashboard_covers_throughput_latency_lag_disk_replication_delivery_and_ordering() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     rows = {panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"}
-    assert rows >= {"Throughput", "Latency", "Lag", "Disk", "Replication", "Delivery"}
+    assert rows >= {
+        "Throughput",
+        "Latency",
+        "Lag",
+        "Disk",
+        "Replication",
+        "Delivery",
+        "Ordering and transactions",
+    }
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))

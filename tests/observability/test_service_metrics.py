@@ -39,7 +39,9 @@ def dispatch_state(dispatched: int, storage_max: int) -> Any:
     dispatcher = SimpleNamespace(
         storage_max_seen=storage_max, tail_reconnects=2, follower_state="connected"
     )
-    return SimpleNamespace(store=store, dispatcher=dispatcher, schedule=None, timer=None)
+    return SimpleNamespace(
+        store=store, dispatcher=dispatcher, schedule=None, timer=None, transactions=None
+    )
 
 
 def test_dispatch_lag_in_bytes_and_time_behind() -> None:
@@ -77,6 +79,16 @@ def test_dispatch_delay_and_timer_pending() -> None:
         (7, {"level": 3}),
     ]
     assert sample["tide_dispatch_timer_pending"] == 42
+
+
+def test_dispatch_transaction_gauges() -> None:
+    running = dispatch_state(100, 100)
+    sample = cast(dict[str, Any], DispatchMetrics(lambda: running, ArrivalHub()).sample())
+    assert "tide_dispatch_transaction_halves_unresolved" not in sample  # no service
+    running.transactions = SimpleNamespace(held=lambda: (7, 2))
+    sample = cast(dict[str, Any], DispatchMetrics(lambda: running, ArrivalHub()).sample())
+    assert sample["tide_dispatch_transaction_halves_unresolved"] == 7
+    assert sample["tide_dispatch_transaction_halves_kept"] == 2
 
 
 def test_dispatch_reports_nothing_before_it_runs() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, non_negative_int
 from tide.cli._output import dumps, table
-from tide.client import Admin
+from tide.client import Admin, SimpleConsumer
 from tide.v1 import storage_pb2
 
 _DURATION = re.compile(r"([0-9]{1,12})(ms|s|m|h|d)")
@@ -76,6 +76,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     locks.add_argument("group", metavar="GROUP")
     locks.add_argument("topic", metavar="TOPIC")
     locks.set_defaults(handler=guarded(_locks))
+    lag = commands.add_parser(
+        "lag",
+        parents=[parent],
+        help="a group's lag on a topic: ready, in flight, delayed (POP and pull groups)",
+        description="Per queue of TOPIC on every master: the group's consumer offset (a POP "
+        "group's next offset, a pull group's committed one), ready (stored, not yet "
+        "consumed), in flight (received by POP, not acked) and, in total, delayed (waiting "
+        'in the group\'s POP retry topic to be delivered again). docs/pop.md, "Lag".',
+    )
+    lag.add_argument("group", metavar="GROUP")
+    lag.add_argument("topic", metavar="TOPIC")
+    lag.set_defaults(handler=guarded(_lag))
 
 
 def _config_parent() -> argparse.ArgumentParser:
@@ -113,6 +125,13 @@ def _config_parent() -> argparse.ArgumentParser:
         help="whether the group may consume (--no-consume-enable stops it)",
     )
     parser.add_argument(
+        "--consume-orderly",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether the group consumes FIFO topics in order (POP: one message group in "
+        "flight at a time; docs/pop.md)",
+    )
+    parser.add_argument(
         "--broker", action="append", default=[], metavar="NAME", help="a broker (repeatable)"
     )
     parser.add_argument("--cluster", default="", metavar="NAME", help="every master of a cluster")
@@ -129,6 +148,7 @@ def _create(args: argparse.Namespace) -> int:
         "retry_multiplier": args.retry_multiplier,
         "retry_queue_nums": args.retry_queue_nums,
         "consume_enable": args.consume_enable,
+        "consume_orderly": args.consume_orderly,
     }
     with Admin(args.gateway) as admin:
         change = admin.update_group if args.update else admin.create_group
@@ -264,3 +284,53 @@ def _locks(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(table(["BROKER", "QUEUE", "CLIENT ID", "EXPIRES IN MS"], rows))
     return EXIT_OK
+
+
+def _lag(args: argparse.Namespace) -> int:
+    with SimpleConsumer(args.group, args.topic, gateway=args.gateway) as consumer:
+        lag = consumer.lag()
+    if args.json:
+        print(
+            dumps(
+                {
+                    "group": args.group,
+                    "topic": args.topic,
+                    "ready": lag.ready,
+                    "inflight": lag.inflight,
+                    "delayed": lag.delayed,
+                    "queues": [
+                        {
+                            "broker_name": q.broker_name,
+                            "queue_id": q.queue_id,
+                            "max_offset": q.max_offset,
+                            "consumer_offset": q.consumer_offset
+                            if q.consumer_offset >= 0
+                            else None,
+                            "ready": q.ready,
+                            "inflight": q.inflight,
+                        }
+                        for q in lag.queues
+                    ],
+                }
+            )
+        )
+        return EXIT_OK
+    rows: list[list[str | int | None]] = [
+        [
+            q.broker_name,
+            q.queue_id,
+            q.max_offset,
+            _offset(q.consumer_offset),
+            q.ready,
+            q.inflight,
+        ]
+        for q in lag.queues
+    ]
+    rows.append(["total", None, None, None, lag.ready, lag.inflight])
+    print(table(["BROKER", "QUEUE", "MAX", "GROUP OFFSET", "READY", "INFLIGHT"], rows))
+    print(f"delayed (waiting to be delivered again): {lag.delayed}")
+    return EXIT_OK
+
+
+def _offset(offset: int) -> int | None:
+    return offset if offset >= 0 else None  # -1: the group has none for the queue

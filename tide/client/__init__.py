@@ -35,6 +35,7 @@ from tide.client._producer import MAX_BATCH_MESSAGES, Producer
 from tide.client._pull_consumer import PullConsumer
 from tide.client._push_consumer import PushConsumer
 from tide.client._rpc import DEFAULT_GATEWAY, RetryPolicy
+from tide.client._simple_consumer import GroupLag, PopMessage, SimpleConsumer
 from tide.client._start_offset import ConsumeFrom
 from tide.client._transactions import HalfMessage, TransactionOutcome, TransactionResolution
 from tide.client._types import (
@@ -59,6 +60,7 @@ __all__ = [
     "ConsumeResult",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "GroupLag",
     "HalfMessage",
     "IdempotentProducer",
     "IdempotentSend",
@@ -67,6 +69,7 @@ __all__ = [
     "MessageQueue",
     "NotFound",
     "OutOfRange",
+    "PopMessage",
     "Producer",
     "PullConsumer",
     "PullResult",
@@ -80,6 +83,7 @@ __all__ = [
     "SendBackResult",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "TideError",
     "TopicNotFound",
     "TransactionOutcome",

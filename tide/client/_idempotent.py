@@ -9,7 +9,11 @@ answer was lost, the gateway failed over, the client restarted and sends it agai
 the same id and sequences) is answered with the original result and written nothing.
 
 Sequences are per queue, so the producer picks the queue itself: the message's
-``queue``, or the topic's writable queues from its route in turn, one queue per batch.
+``queue``; for a message group (``sharding_key``) the queue its key hashes to over the
+topic's writable queues, as the gateway hashes a sharding key (RocketMQ's
+SelectMessageQueueByHash: a group keeps its queue while the route does not change), the
+group going with the message as ``__SHARDINGKEY`` (a FIFO topic's message group); else
+the topic's writable queues from its route in turn, one queue per batch.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from tide.client._producer import MAX_BATCH_MESSAGES, _request, _results
 from tide.client._pull_consumer import GatewayReader, writable_queues
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
 from tide.client._types import Message, MessageQueue, SendResult
-from tide.format import producer_id_error
+from tide.format import SHARDING_KEY, producer_id_error, sharding_key_index
+
+FIFO = "FIFO"  # TopicRoute.message_type of a FIFO topic
 
 # Idempotent retries are safe, so a producer retries longer than a plain one by default.
 DEFAULT_IDEMPOTENT_RETRY = RetryPolicy(max_attempts=8, max_backoff_ms=5_000)
@@ -40,6 +46,17 @@ class IdempotentSend:
     first_sequence: int
     results: list[SendResult]
     duplicate: bool
+
+
+def _to_queue(message: Message, queue: MessageQueue, fifo: bool) -> Message:
+    """The message as sent: to ``queue``; on a FIFO topic with its group (if any) as
+    ``__SHARDINGKEY``, as the gateway stores a sharding key there (an idempotent batch
+    names its queue, so the group travels as the property the topic checks and
+    consumers see). Elsewhere a sharding key is only a route, as for a plain producer."""
+    if message.sharding_key is None or not fifo:
+        return dataclasses.replace(message, queue=queue, sharding_key=None)
+    properties = {**message.properties, SHARDING_KEY: message.sharding_key}
+    return dataclasses.replace(message, queue=queue, sharding_key=None, properties=properties)
 
 
 class IdempotentProducer:
@@ -82,6 +99,7 @@ class IdempotentProducer:
         )
         self._lock = threading.Lock()
         self._queues: dict[str, list[MessageQueue]] = {}
+        self._fifo: dict[str, bool] = {}  # from the route, with the queues
         self._turn: dict[str, int] = {}
 
     def next_sequence(self, queue: MessageQueue) -> int:
@@ -97,10 +115,17 @@ class IdempotentProducer:
         keys: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         queue: MessageQueue | None = None,
+        sharding_key: str | None = None,
     ) -> SendResult:
-        """One message, as a batch of one."""
+        """One message, as a batch of one (``sharding_key``: its message group)."""
         message = Message(
-            topic, body, tags=tags, keys=keys, properties=properties or {}, queue=queue
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties or {},
+            queue=queue,
+            sharding_key=sharding_key,
         )
         (result,) = self.send_batch([message]).results
         return result
@@ -108,15 +133,18 @@ class IdempotentProducer:
     def send_batch(
         self, messages: Sequence[Message], *, first_sequence: int | None = None
     ) -> IdempotentSend:
-        """One batch to one queue (every message's ``queue``, or none: the topic's next).
-        ``first_sequence`` resends a batch sent before (after a restart) with the
-        sequences it had; default: the queue's next. Raises TideError: OutOfRange for a
-        sequence the broker does not take (naming the one it expects), AlreadyExists for
-        a batch stored before but older than the broker's window."""
+        """One batch to one queue: every message's ``queue``, or the queue of every
+        message's group (``sharding_key``: :meth:`queue_for`; groups of one batch must
+        share a queue), or none of them: the topic's next. ``first_sequence`` resends a
+        batch sent before (after a restart) with the sequences it had; default: the
+        queue's next. Raises TideError: OutOfRange for a sequence the broker does not take
+        (naming the one it expects), AlreadyExists for a batch stored before but older
+        than the broker's window."""
         if not messages or len(messages) > MAX_BATCH_MESSAGES:
             raise InvalidArgument(f"give 1..{MAX_BATCH_MESSAGES} messages, not {len(messages)}")
         queue = self._queue_of(messages)
-        batch = [dataclasses.replace(m, queue=queue, sharding_key=None) for m in messages]
+        fifo = self._fifo.get(queue.topic, False)  # known when a group chose the queue
+        batch = [_to_queue(m, queue, fifo) for m in messages]
         request, _, what = _request(batch)
         request.producer_id = self.producer_id
         request.producer_epoch = self.epoch
@@ -132,9 +160,11 @@ class IdempotentProducer:
         """The topic's writable queues (from its route when first asked), sorted."""
         queues = self._queues.get(topic)
         if queues is None:
-            queues = writable_queues(GatewayReader(self._connection).route(topic))
+            route = GatewayReader(self._connection).route(topic)
+            queues = writable_queues(route)
             if not queues:
                 raise TideError(f"topic {topic!r} has no writable queue")
+            self._fifo[topic] = route.message_type == FIFO
             self._queues[topic] = queues
         return queues
 
@@ -146,6 +176,12 @@ class IdempotentProducer:
             self._turn[topic] = turn + 1
         return queues[turn % len(queues)]
 
+    def queue_for(self, topic: str, sharding_key: str) -> MessageQueue:
+        """The queue of a message group: its key hashed over the topic's writable queues
+        sorted by (broker, queue id), as the gateway and RocketMQ hash a sharding key."""
+        queues = self.queues(topic)
+        return queues[sharding_key_index(sharding_key, len(queues))]
+
     def skip(self, queue: MessageQueue, count: int) -> None:
         """Count ``count`` sequences of ``queue`` as used (a batch the broker answered
         AlreadyExists for: stored before)."""
@@ -154,8 +190,25 @@ class IdempotentProducer:
 
     def _queue_of(self, messages: Sequence[Message]) -> MessageQueue:
         topic = messages[0].topic
+        if any(m.topic != topic for m in messages):
+            raise InvalidArgument("an idempotent batch goes to one topic and one queue")
+        keys = {m.sharding_key for m in messages}
+        if keys != {None}:
+            if None in keys or any(m.queue is not None for m in messages):
+                raise InvalidArgument(
+                    "give every message of an idempotent batch a sharding_key (its "
+                    "message group) and none a queue, or none a sharding_key"
+                )
+            found = {key: self.queue_for(topic, key) for key in keys if key is not None}
+            if len(set(found.values())) != 1:
+                where = ", ".join(f"{key!r:.40} -> {queue}" for key, queue in found.items())
+                raise InvalidArgument(
+                    "an idempotent batch goes to one queue, and these message groups "
+                    f"hash to several ({where[:300]}): split the batch by queue_for()"
+                )
+            return next(iter(found.values()))
         given = {m.queue for m in messages}
-        if len(given) != 1 or any(m.topic != topic for m in messages):
+        if len(given) != 1:
             raise InvalidArgument("an idempotent batch goes to one topic and one queue")
         (queue,) = given
         return queue if queue is not None else self.next_queue(topic)

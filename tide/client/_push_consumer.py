@@ -67,9 +67,9 @@ class PushConsumer:
     original topic and ``message.attempt`` 2, 3, ...; after the group's
     ``retry_max_times`` (or ``max_reconsume_times``, when > 0) it goes to the
     dead-letter queue ``%DLQ%<group>`` instead. A send-back that fails (gateway or
-    broker down) is tried again with a doubling backoff from ``retry_backoff_ms``, the
-    message consumed again in between: it is never dropped, and its queue does not
-    move past it meanwhile.
+    broker down) is tried again with a doubling backoff from ``retry_backoff_ms`` (at
+    most 5 s apart, or ``retry_backoff_ms`` when longer), the message consumed again in
+    between: it is never dropped, and its queue does not move past it meanwhile.
 
     ``orderly=True`` keeps a queue's order instead (RocketMQ's orderly consumer,
     docs/client.md "Ordering"): the member locks each queue at its broker before

@@ -41,6 +41,12 @@ LEASE_WAIT_S = 0.2
 # A failed commit is tried again at most this often (even with commit_interval_ms 0).
 MIN_COMMIT_RETRY_MS = 200
 MAX_RETRY_BACKOFF_MS = 60_000
+# A failed send-back is tried again at most this far apart (unless retry_backoff_ms is
+# longer): it failed on an outage (gateway or master down) and the queue stands still
+# until it goes through, so the end of the outage must be noticed soon, not one doubled
+# wait (up to MAX_RETRY_BACKOFF_MS) later. RocketMQ's consumer tries a failed
+# sendMessageBack again after 5 s (ConsumeMessageConcurrentlyService).
+MAX_SEND_BACK_RETRY_MS = 5_000
 DELAY_BY_POLICY = 0  # SendBack's delay level: the group's retry policy
 DEAD_LETTER = -1  # SendBack's delay level: the dead-letter queue at once
 
@@ -68,6 +74,14 @@ def retry_wait_ms(settings: WorkerSettings, failures: int) -> int:
     """The wait before delivering a message again after its ``failures``-th failure."""
     wait = settings.retry_backoff_ms << min(max(0, failures - 1), 32)
     return min(wait, MAX_RETRY_BACKOFF_MS)
+
+
+def send_back_wait_ms(settings: WorkerSettings, failures: int) -> int:
+    """The wait before a send-back is tried again after its ``failures``-th failure:
+    doubling from ``retry_backoff_ms``, at most MAX_SEND_BACK_RETRY_MS (or
+    ``retry_backoff_ms`` when longer)."""
+    ceiling_ms = max(settings.retry_backoff_ms, MAX_SEND_BACK_RETRY_MS)
+    return min(retry_wait_ms(settings, failures), ceiling_ms)
 
 
 class QueueWorker:
@@ -265,7 +279,7 @@ class QueueWorker:
             if self._sent_back(message, DELAY_BY_POLICY):
                 return True
             failures += 1
-            wait_ms = retry_wait_ms(self._settings, failures)
+            wait_ms = send_back_wait_ms(self._settings, failures)
             _log.warning(
                 "message %s of %s offset %d neither consumed nor sent back yet; consuming "
                 "it again in %d ms",
@@ -323,7 +337,7 @@ class QueueWorker:
                 )
                 return True
             attempts += 1
-            if self._stopping.wait(retry_wait_ms(self._settings, attempts) / 1000):
+            if self._stopping.wait(send_back_wait_ms(self._settings, attempts) / 1000):
                 return False
         return False
 

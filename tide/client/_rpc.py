@@ -27,6 +27,12 @@ MAX_RETRY_ATTEMPTS = 10
 GATEWAY_MAX_MESSAGE_BYTES = 64 << 20
 MAX_RECEIVE_BYTES = GATEWAY_MAX_MESSAGE_BYTES + (1 << 20)
 MAX_SEND_BYTES = GATEWAY_MAX_MESSAGE_BYTES
+# gRPC reconnects a channel whose gateway went away with a backoff growing to 120 s by
+# default: calls made meanwhile fail at once (UNAVAILABLE) even after the gateway is back,
+# so a client learnt of a gateway's return up to about half the outage's length late
+# (measured: 11 s after a 30 s outage). Capped, it reconnects within a few seconds.
+INITIAL_RECONNECT_BACKOFF_MS = 500
+MAX_RECONNECT_BACKOFF_MS = 2_000
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -88,6 +94,8 @@ class Connection:
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                 ("grpc.max_send_message_length", MAX_SEND_BYTES),
+                ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
+                ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
             ],
         )
         self.stub = gateway_pb2_grpc.GatewayStub(self._channel)

@@ -16,7 +16,12 @@ from tide.commitlog._layout import (
     tail_marks_for,
 )
 from tide.commitlog._mapped import TornTail
-from tide.commitlog._reader import CommitlogCorruptionError, RecordAt, iter_records
+from tide.commitlog._reader import (
+    CommitlogCorruptionError,
+    RecordAt,
+    first_store_timestamp_ms,
+    iter_records,
+)
 from tide.commitlog._verify import Finding, ProgressFn, VerifyReport, verify
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "TornTail",
     "VerifyReport",
     "find_commitlog_dir",
+    "first_store_timestamp_ms",
     "iter_records",
     "open_segments",
     "scan_layout",

@@ -7,9 +7,16 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tide.commitlog._layout import SegmentFile, open_segments
+from tide.commitlog._layout import CommitlogLayoutError, SegmentFile, open_segments
 from tide.commitlog._mapped import TornTail, classify_stop, map_segment
-from tide.format import DecodedRecord, ScanKind, TailMarks, decode_record, scan_record
+from tide.format import (
+    DecodedRecord,
+    RecordError,
+    ScanKind,
+    TailMarks,
+    decode_record,
+    scan_record,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,4 +137,14 @@ class _SegmentWalk:
             raise CommitlogCorruptionError(self.segment.start_offset + pos, stop.corruption)
         if stop.torn is not None and self.on_torn_tail is not None:
             self.on_torn_tail(stop.torn)
+        return None
+
+
+def first_store_timestamp_ms(segment: SegmentFile) -> int | None:
+    """The store time of the segment's first record (one record read), None when it
+    holds none (empty, or not a record where one starts)."""
+    try:
+        with map_segment(segment) as mm:
+            return decode_record(mm, 0, len(mm), check_crc=False).store_timestamp_ms
+    except (RecordError, CommitlogLayoutError, OSError):
         return None

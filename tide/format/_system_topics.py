@@ -28,6 +28,14 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SCHEDULE_CONSUMER_GROUP = "SCHEDULE_CONSUMER"  # MixAll: the group the schedule service reads as
+# POP (issue 20): checkpoints and acks (RocketMQ's rmq_sys_REVIVE_LOG_<cluster>; one store
+# is one broker here, so no cluster suffix), one queue: an ack follows its checkpoint.
+REVIVE_TOPIC = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG"
+REVIVE_QUEUE_ID = 0
+# The revive service's progress is this group's offset of the revive queue (RocketMQ's
+# PopAckConstants.REVIVE_GROUP), in the storage's offset table: slaves hold it too.
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+POP_RETRY_QUEUE_NUMS = 1  # a POP retry topic's queues
 
 RETRY_OR_DLQ_TOPIC_MAX_CHARS = 255
 """Longest ``%RETRY%<group>`` / ``%DLQ%<group>`` (TopicValidator.RETRY_OR_DLQ_TOPIC_MAX_LENGTH).
@@ -86,6 +94,18 @@ def retry_topic(group: str) -> str:
 def dlq_topic(group: str) -> str:
     """``%DLQ%<group>``; ValueError past :data:`RETRY_OR_DLQ_TOPIC_MAX_CHARS`."""
     return _group_topic(DLQ_TOPIC_PREFIX, group)
+
+
+def pop_retry_topic(group: str, topic: str) -> str:
+    """The group's POP retry topic of ``topic``: ``%RETRY%<group>_<topic>`` (RocketMQ 5's
+    KeyBuilder.buildPopRetryTopicV1). ValueError past the topic name limit (127 bytes)."""
+    name = f"{RETRY_TOPIC_PREFIX}{group}_{topic}"
+    if len(name.encode("utf-8")) > 127:
+        raise ValueError(
+            f"the POP retry topic of group {_show(group)} and topic {_show(topic)} would be "
+            f"{len(name)} characters; POP needs group and topic names of at most 119 together"
+        )
+    return name
 
 
 def group_of_retry_topic(topic: str) -> str | None:

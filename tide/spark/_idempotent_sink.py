@@ -9,8 +9,9 @@ twice. The next micro-batch takes a higher epoch: the sequences start again at 0
 the broker fences any straggler of an older one.
 
 Queues are chosen deterministically (a replay must make the same batches): a row with a
-sharding key goes to the queue its key hashes to (as the gateway hashes it: a key
-written by this sink and by a plain producer stays on one queue), the others to the
+sharding key goes to the queue its key hashes to (IdempotentProducer.queue_for, as the
+gateway hashes it: a key written by this sink and by a plain producer stays on one
+queue) with the key as its message group (so a FIFO topic takes it), the others to the
 topic's writable queues in turn, one batch each.
 """
 
@@ -23,7 +24,6 @@ from dataclasses import replace
 import pyarrow as pa
 
 from tide.client import AlreadyExists, IdempotentProducer, Message, MessageQueue
-from tide.format import sharding_key_index
 
 log = logging.getLogger("tide.spark")
 
@@ -53,9 +53,9 @@ def queue_batches(
     rest: dict[str, list[Message]] = {}
     for message in messages:
         if message.sharding_key:
-            queues = producer.queues(message.topic)
-            index = sharding_key_index(message.sharding_key, len(queues))
-            keyed.setdefault(queues[index], []).append(replace(message, sharding_key=None))
+            # The producer sends the key as the message group, to this queue (same hash).
+            queue = producer.queue_for(message.topic, message.sharding_key)
+            keyed.setdefault(queue, []).append(message)
         else:
             rest.setdefault(message.topic, []).append(message)
     batches = list(keyed.items())
@@ -69,7 +69,7 @@ def send_exactly_once(
 ) -> None:
     for queue, batch in queue_batches(producer, messages):
         try:
-            producer.send_batch([replace(m, queue=queue) for m in batch])
+            producer.send_batch([m if m.sharding_key else replace(m, queue=queue) for m in batch])
         except AlreadyExists:  # stored by an earlier attempt, older than the window
             producer.skip(queue, len(batch))
             log.info("%d messages to %s were stored by an earlier attempt", len(batch), queue)

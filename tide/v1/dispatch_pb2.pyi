@@ -812,3 +812,403 @@ class ListHalfMessagesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListHalfMessagesResponse: _TypeAlias = ListHalfMessagesResponse  # noqa: Y015
+
+@_typing.final
+class PopMessagesRequest(_message.Message):
+    """pop (issue 20)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    QUEUE_IDS_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_FIELD_NUMBER: _builtins.int
+    INVISIBLE_DURATION_MS_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    FIFO_FIELD_NUMBER: _builtins.int
+    WITH_RETRY_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    max_messages: _builtins.int
+    """1 .. 1024 (a Pull's most)."""
+    invisible_duration_ms: _builtins.int
+    fifo: _builtins.bool
+    """FIFO delivery (a FIFO topic consumed by an orderly group): a queue with a message in
+    flight gives no more until it is acked; an expired one is delivered again in place.
+    """
+    with_retry: _builtins.bool
+    """Also read the group's POP retry topic (%RETRY%<group>_<topic>)."""
+    @_builtins.property
+    def queue_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Queues of the topic to take from, in this order; empty: every read queue."""
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tags wanted (exact); empty: every message. A message of another tag is passed over
+        and never handed out (as acked at once).
+        """
+
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        queue_ids: _abc.Iterable[_builtins.int] | None = ...,
+        max_messages: _builtins.int = ...,
+        invisible_duration_ms: _builtins.int = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        fifo: _builtins.bool = ...,
+        with_retry: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "fifo", b"fifo", "invisible_duration_ms", b"invisible_duration_ms", "max_messages", b"max_messages", "queue_ids", b"queue_ids", "tags", b"tags", "topic", b"topic", "with_retry", b"with_retry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopMessagesRequest: _TypeAlias = PopMessagesRequest  # noqa: Y015
+
+@_typing.final
+class PoppedMessage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_OFFSET_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _builtins.int
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
+    checkpoint_offset: _builtins.int
+    """The revive queue offset of the message's checkpoint (the receipt handle's key)."""
+    delivery_attempt: _builtins.int
+    invisible_until_ms: _builtins.int
+    retry: _builtins.bool
+    """Read from the POP retry topic (message.topic is then the retry topic's)."""
+    @_builtins.property
+    def message(self) -> _storage_pb2.StoredMessage: ...
+    def __init__(
+        self,
+        *,
+        checkpoint_offset: _builtins.int = ...,
+        message: _storage_pb2.StoredMessage | None = ...,
+        delivery_attempt: _builtins.int = ...,
+        invisible_until_ms: _builtins.int = ...,
+        retry: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_offset", b"checkpoint_offset", "delivery_attempt", b"delivery_attempt", "invisible_until_ms", b"invisible_until_ms", "message", b"message", "retry", b"retry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PoppedMessage: _TypeAlias = PoppedMessage  # noqa: Y015
+
+@_typing.final
+class PopMessagesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    POP_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    MAX_OFFSETS_FIELD_NUMBER: _builtins.int
+    RETRY_MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    pop_timestamp_ms: _builtins.int
+    retry_max_offset: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PoppedMessage]: ...
+    @_builtins.property
+    def max_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Each request queue's max offset as the pop saw it (in queue_ids' order), and the
+        POP retry topic's (with_retry): a caller with nothing holds until a queue passes it.
+        """
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___PoppedMessage] | None = ...,
+        pop_timestamp_ms: _builtins.int = ...,
+        max_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        retry_max_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_offsets", b"max_offsets", "messages", b"messages", "pop_timestamp_ms", b"pop_timestamp_ms", "retry_max_offset", b"retry_max_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopMessagesResponse: _TypeAlias = PopMessagesResponse  # noqa: Y015
+
+@_typing.final
+class PopAckEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_OFFSET_FIELD_NUMBER: _builtins.int
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    checkpoint_offset: _builtins.int
+    queue_id: _builtins.int
+    queue_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        checkpoint_offset: _builtins.int = ...,
+        queue_id: _builtins.int = ...,
+        queue_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_offset", b"checkpoint_offset", "queue_id", b"queue_id", "queue_offset", b"queue_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopAckEntry: _TypeAlias = PopAckEntry  # noqa: Y015
+
+@_typing.final
+class PopAckResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """A grpc.StatusCode number: 0 acked, NOT_FOUND (5) no such checkpoint held,
+    FAILED_PRECONDITION (9) its invisible time passed, INVALID_ARGUMENT (3) another
+    group's, topic's or queue's.
+    """
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopAckResult: _TypeAlias = PopAckResult  # noqa: Y015
+
+@_typing.final
+class PopAckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___PopAckEntry]: ...
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        entries: _abc.Iterable[Global___PopAckEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "entries", b"entries", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopAckRequest: _TypeAlias = PopAckRequest  # noqa: Y015
+
+@_typing.final
+class PopAckResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PopAckResult]: ...
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___PopAckResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopAckResponse: _TypeAlias = PopAckResponse  # noqa: Y015
+
+@_typing.final
+class PopChangeInvisibleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ENTRY_FIELD_NUMBER: _builtins.int
+    INVISIBLE_DURATION_MS_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    invisible_duration_ms: _builtins.int
+    @_builtins.property
+    def entry(self) -> Global___PopAckEntry: ...
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        entry: Global___PopAckEntry | None = ...,
+        invisible_duration_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "entry", b"entry", "invisible_duration_ms", b"invisible_duration_ms", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopChangeInvisibleRequest: _TypeAlias = PopChangeInvisibleRequest  # noqa: Y015
+
+@_typing.final
+class PopChangeInvisibleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_OFFSET_FIELD_NUMBER: _builtins.int
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _builtins.int
+    checkpoint_offset: _builtins.int
+    invisible_until_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        checkpoint_offset: _builtins.int = ...,
+        invisible_until_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_offset", b"checkpoint_offset", "invisible_until_ms", b"invisible_until_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopChangeInvisibleResponse: _TypeAlias = PopChangeInvisibleResponse  # noqa: Y015
+
+@_typing.final
+class PopDeadLetterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ENTRY_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    @_builtins.property
+    def entry(self) -> Global___PopAckEntry: ...
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        entry: Global___PopAckEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "entry", b"entry", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopDeadLetterRequest: _TypeAlias = PopDeadLetterRequest  # noqa: Y015
+
+@_typing.final
+class PopDeadLetterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    MSG_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    msg_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        msg_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["msg_id", b"msg_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopDeadLetterResponse: _TypeAlias = PopDeadLetterResponse  # noqa: Y015
+
+@_typing.final
+class GetPopLagRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    QUEUE_IDS_FIELD_NUMBER: _builtins.int
+    consumer_group: _builtins.str
+    topic: _builtins.str
+    @_builtins.property
+    def queue_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The topic's read queues on this broker (the gateway knows them from the route)."""
+
+    def __init__(
+        self,
+        *,
+        consumer_group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        queue_ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "queue_ids", b"queue_ids", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPopLagRequest: _TypeAlias = GetPopLagRequest  # noqa: Y015
+
+@_typing.final
+class PopQueueLag(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_ID_FIELD_NUMBER: _builtins.int
+    MAX_OFFSET_FIELD_NUMBER: _builtins.int
+    CONSUMER_OFFSET_FIELD_NUMBER: _builtins.int
+    INFLIGHT_FIELD_NUMBER: _builtins.int
+    queue_id: _builtins.int
+    max_offset: _builtins.int
+    consumer_offset: _builtins.int
+    """The group's next offset (POP), else its committed offset (pull); -1: none."""
+    inflight: _builtins.int
+    def __init__(
+        self,
+        *,
+        queue_id: _builtins.int = ...,
+        max_offset: _builtins.int = ...,
+        consumer_offset: _builtins.int = ...,
+        inflight: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_offset", b"consumer_offset", "inflight", b"inflight", "max_offset", b"max_offset", "queue_id", b"queue_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PopQueueLag: _TypeAlias = PopQueueLag  # noqa: Y015
+
+@_typing.final
+class GetPopLagResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    DELAYED_FIELD_NUMBER: _builtins.int
+    delayed: _builtins.int
+    """Messages in the group's POP retry topic not yet received again."""
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___PopQueueLag]: ...
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[Global___PopQueueLag] | None = ...,
+        delayed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delayed", b"delayed", "queues", b"queues"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPopLagResponse: _TypeAlias = GetPopLagResponse  # noqa: Y015

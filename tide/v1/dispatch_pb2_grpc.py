@@ -84,6 +84,31 @@ class DispatchStub:
                 request_serializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesResponse.FromString,
                 _registered_method=True)
+        self.PopMessages = channel.unary_unary(
+                '/tide.v1.Dispatch/PopMessages',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.PopMessagesRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.PopMessagesResponse.FromString,
+                _registered_method=True)
+        self.PopAck = channel.unary_unary(
+                '/tide.v1.Dispatch/PopAck',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.PopAckRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.PopAckResponse.FromString,
+                _registered_method=True)
+        self.PopChangeInvisible = channel.unary_unary(
+                '/tide.v1.Dispatch/PopChangeInvisible',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.PopChangeInvisibleRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.PopChangeInvisibleResponse.FromString,
+                _registered_method=True)
+        self.PopDeadLetter = channel.unary_unary(
+                '/tide.v1.Dispatch/PopDeadLetter',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.PopDeadLetterRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.PopDeadLetterResponse.FromString,
+                _registered_method=True)
+        self.GetPopLag = channel.unary_unary(
+                '/tide.v1.Dispatch/GetPopLag',
+                request_serializer=tide_dot_v1_dot_dispatch__pb2.GetPopLagRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_dispatch__pb2.GetPopLagResponse.FromString,
+                _registered_method=True)
 
 
 class DispatchServicer:
@@ -170,6 +195,46 @@ class DispatchServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PopMessages(self, request, context):
+        """pop (issue 20): POP consumption beside the consume queues (master only; docs/pop.md).
+        Hand a group messages of a topic's queues on this broker (and of its POP retry
+        topic), each invisible to the group until acked or its invisible time passes; the
+        checkpoints are in the storage (rmq_sys_REVIVE_LOG) before the call answers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopAck(self, request, context):
+        """Resolve checkpoints (each entry answered on its own); the acks share an Append.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopChangeInvisible(self, request, context):
+        """A new checkpoint for the message and an ack of the old one, in one Append.
+        NOT_FOUND: no such checkpoint held (acked, revived or never given out);
+        FAILED_PRECONDITION: its invisible time passed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopDeadLetter(self, request, context):
+        """Store the message in %DLQ%<group> and resolve its checkpoint, in one Append.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPopLag(self, request, context):
+        """A group's POP offsets and checkpoints held, per queue of a topic on this broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatchServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -222,6 +287,31 @@ def add_DispatchServicer_to_server(servicer, server):
                     servicer.ListHalfMessages,
                     request_deserializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesRequest.FromString,
                     response_serializer=tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesResponse.SerializeToString,
+            ),
+            'PopMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopMessages,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.PopMessagesRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.PopMessagesResponse.SerializeToString,
+            ),
+            'PopAck': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopAck,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.PopAckRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.PopAckResponse.SerializeToString,
+            ),
+            'PopChangeInvisible': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopChangeInvisible,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.PopChangeInvisibleRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.PopChangeInvisibleResponse.SerializeToString,
+            ),
+            'PopDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopDeadLetter,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.PopDeadLetterRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.PopDeadLetterResponse.SerializeToString,
+            ),
+            'GetPopLag': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPopLag,
+                    request_deserializer=tide_dot_v1_dot_dispatch__pb2.GetPopLagRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_dispatch__pb2.GetPopLagResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -494,6 +584,141 @@ class Dispatch:
             '/tide.v1.Dispatch/ListHalfMessages',
             tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesRequest.SerializeToString,
             tide_dot_v1_dot_dispatch__pb2.ListHalfMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/PopMessages',
+            tide_dot_v1_dot_dispatch__pb2.PopMessagesRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.PopMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopAck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/PopAck',
+            tide_dot_v1_dot_dispatch__pb2.PopAckRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.PopAckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopChangeInvisible(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/PopChangeInvisible',
+            tide_dot_v1_dot_dispatch__pb2.PopChangeInvisibleRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.PopChangeInvisibleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/PopDeadLetter',
+            tide_dot_v1_dot_dispatch__pb2.PopDeadLetterRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.PopDeadLetterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPopLag(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Dispatch/GetPopLag',
+            tide_dot_v1_dot_dispatch__pb2.GetPopLagRequest.SerializeToString,
+            tide_dot_v1_dot_dispatch__pb2.GetPopLagResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -81,6 +81,23 @@ class DispatchStub:
     gateway holding a TransactionChecks stream of the group polls this.
     """
     ListHalfMessages: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.ListHalfMessagesRequest, _dispatch_pb2.ListHalfMessagesResponse]
+    PopMessages: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.PopMessagesRequest, _dispatch_pb2.PopMessagesResponse]
+    """pop (issue 20): POP consumption beside the consume queues (master only; docs/pop.md).
+    Hand a group messages of a topic's queues on this broker (and of its POP retry
+    topic), each invisible to the group until acked or its invisible time passes; the
+    checkpoints are in the storage (rmq_sys_REVIVE_LOG) before the call answers.
+    """
+    PopAck: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.PopAckRequest, _dispatch_pb2.PopAckResponse]
+    """Resolve checkpoints (each entry answered on its own); the acks share an Append."""
+    PopChangeInvisible: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.PopChangeInvisibleRequest, _dispatch_pb2.PopChangeInvisibleResponse]
+    """A new checkpoint for the message and an ack of the old one, in one Append.
+    NOT_FOUND: no such checkpoint held (acked, revived or never given out);
+    FAILED_PRECONDITION: its invisible time passed.
+    """
+    PopDeadLetter: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.PopDeadLetterRequest, _dispatch_pb2.PopDeadLetterResponse]
+    """Store the message in %DLQ%<group> and resolve its checkpoint, in one Append."""
+    GetPopLag: _grpc.UnaryUnaryMultiCallable[_dispatch_pb2.GetPopLagRequest, _dispatch_pb2.GetPopLagResponse]
+    """A group's POP offsets and checkpoints held, per queue of a topic on this broker."""
 
 @_typing.type_check_only
 class DispatchAsyncStub(DispatchStub):
@@ -121,6 +138,23 @@ class DispatchAsyncStub(DispatchStub):
     gateway holding a TransactionChecks stream of the group polls this.
     """
     ListHalfMessages: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.ListHalfMessagesRequest, _dispatch_pb2.ListHalfMessagesResponse]  # type: ignore[assignment]
+    PopMessages: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.PopMessagesRequest, _dispatch_pb2.PopMessagesResponse]  # type: ignore[assignment]
+    """pop (issue 20): POP consumption beside the consume queues (master only; docs/pop.md).
+    Hand a group messages of a topic's queues on this broker (and of its POP retry
+    topic), each invisible to the group until acked or its invisible time passes; the
+    checkpoints are in the storage (rmq_sys_REVIVE_LOG) before the call answers.
+    """
+    PopAck: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.PopAckRequest, _dispatch_pb2.PopAckResponse]  # type: ignore[assignment]
+    """Resolve checkpoints (each entry answered on its own); the acks share an Append."""
+    PopChangeInvisible: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.PopChangeInvisibleRequest, _dispatch_pb2.PopChangeInvisibleResponse]  # type: ignore[assignment]
+    """A new checkpoint for the message and an ack of the old one, in one Append.
+    NOT_FOUND: no such checkpoint held (acked, revived or never given out);
+    FAILED_PRECONDITION: its invisible time passed.
+    """
+    PopDeadLetter: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.PopDeadLetterRequest, _dispatch_pb2.PopDeadLetterResponse]  # type: ignore[assignment]
+    """Store the message in %DLQ%<group> and resolve its checkpoint, in one Append."""
+    GetPopLag: _aio.UnaryUnaryMultiCallable[_dispatch_pb2.GetPopLagRequest, _dispatch_pb2.GetPopLagResponse]  # type: ignore[assignment]
+    """A group's POP offsets and checkpoints held, per queue of a topic on this broker."""
 
 class DispatchServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -218,5 +252,52 @@ class DispatchServicer(metaclass=_abc_1.ABCMeta):
         request: _dispatch_pb2.ListHalfMessagesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_dispatch_pb2.ListHalfMessagesResponse, _abc.Awaitable[_dispatch_pb2.ListHalfMessagesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PopMessages(
+        self,
+        request: _dispatch_pb2.PopMessagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.PopMessagesResponse, _abc.Awaitable[_dispatch_pb2.PopMessagesResponse]]:
+        """pop (issue 20): POP consumption beside the consume queues (master only; docs/pop.md).
+        Hand a group messages of a topic's queues on this broker (and of its POP retry
+        topic), each invisible to the group until acked or its invisible time passes; the
+        checkpoints are in the storage (rmq_sys_REVIVE_LOG) before the call answers.
+        """
+
+    @_abc_1.abstractmethod
+    def PopAck(
+        self,
+        request: _dispatch_pb2.PopAckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.PopAckResponse, _abc.Awaitable[_dispatch_pb2.PopAckResponse]]:
+        """Resolve checkpoints (each entry answered on its own); the acks share an Append."""
+
+    @_abc_1.abstractmethod
+    def PopChangeInvisible(
+        self,
+        request: _dispatch_pb2.PopChangeInvisibleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.PopChangeInvisibleResponse, _abc.Awaitable[_dispatch_pb2.PopChangeInvisibleResponse]]:
+        """A new checkpoint for the message and an ack of the old one, in one Append.
+        NOT_FOUND: no such checkpoint held (acked, revived or never given out);
+        FAILED_PRECONDITION: its invisible time passed.
+        """
+
+    @_abc_1.abstractmethod
+    def PopDeadLetter(
+        self,
+        request: _dispatch_pb2.PopDeadLetterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.PopDeadLetterResponse, _abc.Awaitable[_dispatch_pb2.PopDeadLetterResponse]]:
+        """Store the message in %DLQ%<group> and resolve its checkpoint, in one Append."""
+
+    @_abc_1.abstractmethod
+    def GetPopLag(
+        self,
+        request: _dispatch_pb2.GetPopLagRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dispatch_pb2.GetPopLagResponse, _abc.Awaitable[_dispatch_pb2.GetPopLagResponse]]:
+        """A group's POP offsets and checkpoints held, per queue of a topic on this broker."""
 
 def add_DispatchServicer_to_server(servicer: DispatchServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -192,6 +192,7 @@ class AppendRequest(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     FIRST_SEQUENCE_FIELD_NUMBER: _builtins.int
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    PRODUCER_RUNS_FIELD_NUMBER: _builtins.int
     producer_id: _builtins.str
     """idem: an idempotent producer's batch (docs/client.md "Exactly-once produce"):
     `records` of one queue, each carrying the __PID and __PSEQ properties
@@ -216,6 +217,16 @@ class AppendRequest(_message.Message):
         order (so serialized requests concatenate). Answered in the response's columns.
         """
 
+    @_builtins.property
+    def producer_runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProducerRun]:
+        """idem: the producer fields per record run, so that idempotent batches of several
+        producers coalesce into one Append as plain runs do (requests concatenate):
+        `producer_runs[i]` describes `records[i]`, one producer's batch of one queue, so both
+        have as many entries. Not with `producer_id`. Each run is checked as the single form
+        checks its batch, all before anything is written; when one of them is a retry (or
+        fails its check) nothing is written and the Append is ABORTED: send the runs alone.
+        """
+
     def __init__(
         self,
         *,
@@ -224,14 +235,42 @@ class AppendRequest(_message.Message):
         producer_id: _builtins.str = ...,
         first_sequence: _builtins.int = ...,
         producer_epoch: _builtins.int = ...,
+        producer_runs: _abc.Iterable[Global___ProducerRun] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_sequence", b"first_sequence", "messages", b"messages", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_sequence", b"first_sequence", "messages", b"messages", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "producer_runs", b"producer_runs", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AppendRequest: _TypeAlias = AppendRequest  # noqa: Y015
+
+@_typing.final
+class ProducerRun(_message.Message):
+    """idem: an idempotent producer's batch in a coalesced Append (AppendRequest.producer_runs)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.str
+    first_sequence: _builtins.int
+    producer_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.str = ...,
+        first_sequence: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_sequence", b"first_sequence", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProducerRun: _TypeAlias = ProducerRun  # noqa: Y015
 
 @_typing.final
 class AppendResult(_message.Message):

@@ -25,6 +25,9 @@ TransactionalMessageCheckService, in the dispatch beside the half and op queues
   ones are read from the half queue when older ones go) and RESOLVED_MAX resolutions
   above the oldest open half (past it: RESOURCE_EXHAUSTED on EndTransaction).
 * Storage: a StorageClient of its own and the delivery services' RoleWatcher.
+* Metrics (services/dispatch/metrics.py): ``resolved`` counts the resolutions this
+  service wrote since start (commit, rollback, discard), ``checks`` the check counts it
+  raised; :meth:`held` the unresolved halves it holds and those kept past the maximum.
 """
 
 from __future__ import annotations
@@ -129,6 +132,9 @@ class TransactionService:
         self._state = TransactionState(halves_max=options.halves_max)
         self._ready = False
         self._task: asyncio.Task[None] | None = None
+        # Metrics: resolutions written (not those read back from the op queue), checks.
+        self.resolved = {RESOLUTION_COMMIT: 0, RESOLUTION_ROLLBACK: 0, RESOLUTION_DISCARD: 0}
+        self.checks = 0
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -189,6 +195,7 @@ class TransactionService:
                 self._ready = False
                 raise
             self._state.own_op_written(response.queue_offsets[-1])
+            self.resolved[resolution] += 1
             await self._resolved(offset, resolution)
         log.log(
             logging.INFO if request.from_check else logging.DEBUG,
@@ -321,6 +328,11 @@ class TransactionService:
         write_json_atomically(self._path, document)
         await self._copy.copy(transaction_checks_json=json.dumps(document).encode("utf-8"))
 
+    def held(self) -> tuple[int, int]:
+        """(unresolved halves held, of them kept past their last check): a metric. At
+        most --transaction-halves-max are held; later ones wait in the half queue."""
+        return len(self._state.halves), len(self._state.kept)
+
     # -- check-back --------------------------------------------------------------------
     async def take_checks(self, group: str, max_count: int) -> list[pb.HalfEntry]:
         """The group's halves due for a check, read now (the due list holds offsets only:
@@ -425,6 +437,7 @@ class TransactionService:
                     changed = True
                     continue
                 state.checks[offset] = checks + 1
+                self.checks += 1
                 half.due_from_ms = now
                 due.add(offset)
                 changed = True
@@ -447,6 +460,7 @@ class TransactionService:
             return
         response = await self._append(op_record(record, offset, RESOLUTION_DISCARD), 1)
         self._state.own_op_written(response.queue_offsets[-1])
+        self.resolved[RESOLUTION_DISCARD] += 1
         await self._resolved(offset, RESOLUTION_DISCARD, save=False)
         log.warning(
             "half message at queue offset %d (group %s, transaction %s) unresolved after %d "

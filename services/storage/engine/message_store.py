@@ -11,6 +11,7 @@ unmap, remove the abort file, release the lock; the next open takes the normal p
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -35,6 +36,12 @@ from services.storage.engine.group_table import SUBSCRIPTION_GROUP_FILE, GroupTa
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.message_codec import MessageCodec, MessageLike
 from services.storage.engine.metadata_files import MetadataFiles
+from services.storage.engine.producer_runs import (
+    ProducerBatch,
+    check_batches,
+    place_batches,
+    record_batches,
+)
 from services.storage.engine.producer_state import (
     ProducerStateTable,
     batch_of,
@@ -206,7 +213,13 @@ class MessageStore:
             expiry_ms=cfg.producer_id_expiry_ms,
             max_producers=cfg.max_idempotent_producers,
         )
-        rebuild_producer_state(self.producers, cfg.commitlog_dir, self.segments.max_offset)
+        # The offset the window's rebuild read the commitlog from (a snapshot's, or the
+        # expiry's floor: producer_state_service.replay_floor).
+        # Idempotent batches answered with their original result (tide_storage_...).
+        self.idempotent_duplicates = 0
+        self.producer_replay_from = rebuild_producer_state(
+            self.producers, cfg.commitlog_dir, self.segments.max_offset, self._now_ms
+        )
         self.metadata.register(PRODUCER_STATE_FILE, self.producers)
         self.pool = (
             WriteBufferPool(cfg.write_buffer_pool_buffers, cfg.segment_size_bytes)
@@ -467,14 +480,17 @@ class MessageStore:
         run = self._checked_run(chunks)
         key = check_single_queue(run.queue_keys)
         last_seq = first_seq + len(run.sizes) - 1
-        check_producer_properties(run, producer_id, epoch, first_seq, last_seq)
+        check_producer_properties(run.data, 0, run.sizes, producer_id, epoch, first_seq, last_seq)
         table = self.producers
         now_ms = self.commitlog.clock_ms()
 
         def check() -> AppendBatch | None:
             table.check_room(producer_id, now_ms)
             earlier = table.check(producer_id, key, epoch, first_seq, last_seq)
-            return None if earlier is None else batch_of(earlier)
+            if earlier is None:
+                return None
+            self.idempotent_duplicates += 1  # under the append lock
+            return batch_of(earlier)
 
         def appended(batch: AppendBatch) -> None:
             table.record(producer_id, key, epoch, entry_of(batch, first_seq), now_ms)
@@ -482,6 +498,32 @@ class MessageStore:
         batch, fresh = self.commitlog.append_checked(run, check, appended)
         result = self._await(batch)
         return result if fresh else replace(result, duplicate=True)
+
+    def put_producer_runs(
+        self, chunks: Sequence[bytes], batches: Sequence[ProducerBatch]
+    ) -> PutResult:
+        """Several idempotent producers' batches (``chunks[i]`` is ``batches[i]``'s),
+        checked, then appended as one (producer_runs.py); CoalescedRetryError when one
+        of them is a retry. One batch is :meth:`put_run_idempotent`."""
+        if len(chunks) == 1 and len(batches) == 1:
+            one = batches[0]
+            return self.put_run_idempotent(chunks, one.producer_id, one.epoch, one.first_seq)
+        if self._put_refusal is not None:
+            raise NotWritableError(self._put_refusal)
+        run = self._checked_run(chunks)
+        placed = place_batches(run, [len(chunk) for chunk in chunks], batches)
+        table = self.producers
+        now_ms = self.commitlog.clock_ms()
+
+        def check() -> AppendBatch | None:
+            check_batches(table, placed, now_ms)
+            return None
+
+        def appended(batch: AppendBatch) -> None:
+            record_batches(table, placed, batch, now_ms)
+
+        batch, _ = self.commitlog.append_checked(run, check, appended)
+        return self._await(batch)
 
     def _append(self, run: RecordRun) -> PutResult:
         return self._await(self.commitlog.append(run))
@@ -493,6 +535,10 @@ class MessageStore:
         if self.ha_waiter is not None and batch.sizes:
             return PutResult(batch, durable, self.ha_waiter.request(batch.end_offset))
         return PutResult(batch, durable)
+
+    def _now_ms(self) -> int:
+        """The store clock before the commitlog (which keeps it) exists."""
+        return self._clock_ms() if self._clock_ms is not None else time.time_ns() // 1_000_000
 
     def _is_master(self) -> bool:
         return not self._slave

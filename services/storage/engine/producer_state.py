@@ -6,9 +6,11 @@ Checked and updated under the commitlog's append lock (the storage is the only w
 so no two appends of one producer and queue race). Durable through SIGKILL without a
 write per append: the records carry ``__PID`` / ``__PSEQ`` (tide.format), so recovery
 loads the last snapshot (``config/producerState.json``, written every
-``producer_state_snapshot_interval_ms`` and at close) and replays the records after its
-offset. Bounded: ``producer_window_batches`` batches per producer and queue,
-``max_idempotent_producers`` producers, ids idle for ``producer_id_expiry_ms`` dropped.
+``producer_state_snapshot_interval_ms`` when producers changed, from the changes taken
+under the lock: :meth:`ProducerStateTable.take_changes`, and at close) and replays the
+records after its offset (producer_state_service.py). Bounded:
+``producer_window_batches`` batches per producer and queue, ``max_idempotent_producers``
+producers, ids idle for ``producer_id_expiry_ms`` dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from services.storage.engine.commitlog import AppendBatch
@@ -27,7 +30,6 @@ from services.storage.engine.errors import (
     ProducerLimitError,
     SequenceError,
 )
-from services.storage.engine.record_run import RecordRun
 from tide.files import ConfigFormatError, parse_config_bytes, write_json_bytes_atomically
 from tide.format import (
     PRODUCER_EPOCH,
@@ -64,7 +66,12 @@ class ProducerStateTable:
         self.expiry_ms = expiry_ms
         self.max_producers = max_producers
         self._producers: dict[str, ProducerEntry] = {}
-        # Snapshots are written outside the append lock from a copy taken under it.
+        # Snapshots are written outside the append lock from the changes taken under it
+        # (take_changes): the producers recorded and those expired since the last one,
+        # or everything after the table was replaced (load, install, a crash's cut).
+        self._changed: set[str] = set()
+        self._removed: set[str] = set()
+        self._all_changed = True
         self._write_lock = threading.Lock()
 
     # -- under the append lock ---------------------------------------------------
@@ -123,6 +130,7 @@ class ProducerStateTable:
             entry.queues.clear()
             entry.epoch = epoch
         entry.last_append_ms = max(entry.last_append_ms, now_ms)
+        self._changed.add(pid)
         batches = entry.queues.setdefault(key, [])
         batches.append(batch)
         del batches[: -self.window_batches]
@@ -139,24 +147,52 @@ class ProducerStateTable:
                 f"({self.expiry_ms} ms) or raise the limit"
             )
 
+    def check_room_for(self, pids: Sequence[str], now_ms: int) -> None:
+        """:meth:`check_room` for several producers' batches appended together."""
+        new = len({pid for pid in pids if pid not in self._producers})
+        if len(self._producers) + new <= self.max_producers:
+            return
+        self.expire(now_ms)
+        if len(self._producers) + new > self.max_producers:
+            raise ProducerLimitError(
+                f"{len(self._producers)} idempotent producers are active and {new} more "
+                f"would pass the max_idempotent_producers limit ({self.max_producers}): "
+                f"wait for idle ids to expire ({self.expiry_ms} ms) or raise the limit"
+            )
+
     def expire(self, now_ms: int) -> int:
         """Drop the producers idle for expiry_ms; how many."""
         cutoff = now_ms - self.expiry_ms
         idle = [pid for pid, e in self._producers.items() if e.last_append_ms < cutoff]
         for pid in idle:
             del self._producers[pid]
+            self._changed.discard(pid)
+            self._removed.add(pid)
         return len(idle)
 
     def copy(self, commitlog_offset: int) -> ProducerStateSnapshot:
-        """A copy to write outside the lock (the batches are never changed, only dropped)."""
-        producers = {
-            pid: ProducerEntry(e.last_append_ms, {k: list(b) for k, b in e.queues.items()}, e.epoch)
-            for pid, e in self._producers.items()
-        }
+        """A copy of the whole table (the batches are never changed, only dropped)."""
+        producers = {pid: _copy_entry(e) for pid, e in self._producers.items()}
         return ProducerStateSnapshot(commitlog_offset, producers)
+
+    def take_changes(self) -> ProducerChanges | None:
+        """What changed since the last call, copied (O(changed producers): this runs
+        under the append lock), and forgotten here; None when nothing did."""
+        if self._all_changed:
+            self._all_changed = False
+            self._changed.clear()
+            self._removed.clear()
+            return ProducerChanges(self.copy(0).producers, set(), everything=True)
+        if not self._changed and not self._removed:
+            return None
+        changed = {pid: _copy_entry(self._producers[pid]) for pid in self._changed}
+        removed = self._removed
+        self._changed, self._removed = set(), set()
+        return ProducerChanges(changed, removed, everything=False)
 
     def drop_from(self, end: int) -> None:
         """Forget the batches at or past ``end`` (a crash cut them off the commitlog)."""
+        self._all_changed = True
         for entry in self._producers.values():
             for key, batches in entry.queues.items():
                 entry.queues[key] = [b for b in batches if b.physical_offsets[-1] < end]
@@ -184,7 +220,13 @@ class ProducerStateTable:
             log.warning("%s unreadable (%s): replaying the whole commitlog", self._path, exc)
             return 0
         self._producers = snapshot.producers
+        self._all_changed = True
         return snapshot.commitlog_offset
+
+    def clear(self) -> None:
+        """Forget every producer (a snapshot older than the commitlog replayed instead)."""
+        self._producers = {}
+        self._all_changed = True
 
     def install(self, content: bytes) -> None:
         """A master's copy (a slave): checked whole, written, served."""
@@ -192,6 +234,7 @@ class ProducerStateTable:
         with self._write_lock:
             write_json_bytes_atomically(self._path, content)
         self._producers = snapshot.producers
+        self._all_changed = True
 
     # -- recovery ----------------------------------------------------------------
     def replay(self, records: Iterable[tuple[int, int, str, int, int, int, dict[str, str]]]) -> int:
@@ -221,6 +264,22 @@ class ProducerStateTable:
             batch.queue_offsets.append(queue_offset)
             batch.sizes.append(size)
         return count
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerChanges:
+    """The producers changed since the last snapshot (copies), those dropped, or (with
+    ``everything``) the whole table in ``changed``."""
+
+    changed: dict[str, ProducerEntry]
+    removed: set[str]
+    everything: bool
+
+
+def _copy_entry(entry: ProducerEntry) -> ProducerEntry:
+    """A copy a snapshot can keep: its own lists of the (never changed) batches."""
+    queues = {key: list(batches) for key, batches in entry.queues.items()}
+    return ProducerEntry(entry.last_append_ms, queues, entry.epoch)
 
 
 def _snapshot_of(content: bytes) -> ProducerStateSnapshot:
@@ -271,16 +330,18 @@ def entry_of(batch: AppendBatch, first_seq: int) -> BatchEntry:
     )
 
 
-def check_producer_properties(run: RecordRun, pid: str, epoch: int, first: int, last: int) -> None:
-    """The first and last records carry ``__PID``, ``__PSEQ`` and ``__PEPOCH`` as the
-    request says: recovery rebuilds the window from them (InvalidMessageError
-    otherwise)."""
+def check_producer_properties(
+    data: bytearray, start: int, sizes: Sequence[int], pid: str, epoch: int, first: int, last: int
+) -> None:
+    """The first and last records of the batch at ``start`` in ``data`` (of ``sizes``)
+    carry ``__PID``, ``__PSEQ`` and ``__PEPOCH`` as the request says: recovery rebuilds
+    the window from them (InvalidMessageError otherwise)."""
     want = {PRODUCER_ID: pid, PRODUCER_SEQ: format_sequences(first, last)}
     if epoch:
         want[PRODUCER_EPOCH] = str(epoch)
-    ends = {0: run.sizes[0], sum(run.sizes) - run.sizes[-1]: run.sizes[-1]}
+    ends = {start: sizes[0], start + sum(sizes) - sizes[-1]: sizes[-1]}
     for pos, size in ends.items():
-        props = record_properties(run.data, pos, size)
+        props = record_properties(data, pos, size)
         for name, value in want.items():
             if props.get(name) != value:
                 raise InvalidMessageError(

@@ -18,6 +18,12 @@ that broker's queues pauses for up to ``max_live_ms`` after a storage restart: s
 
 Bounded: at most ``max_locks`` leases in all (expired ones are dropped first), past
 it a lock request gets RESOURCE_EXHAUSTED naming MAX_QUEUE_LOCKS.
+
+Hand-overs (a metric, ``handovers``): a queue locked by another client than its last
+holder, after that one released it (``released``: a rebalance as designed) or after its
+lease expired (``expired``: the holder died or could not renew). An unlock therefore
+keeps the lease, marked released (it counts as expired everywhere), until the queue is
+locked again or the bound needs the room.
 """
 
 from __future__ import annotations
@@ -37,10 +43,15 @@ MAX_MAX_LIVE_MS = 600_000
 QueueKey = tuple[str, int]  # (topic, queue id)
 
 
+HANDOVER_RELEASED = "released"
+HANDOVER_EXPIRED = "expired"
+
+
 @dataclass(slots=True)
 class Lease:
     client_id: str
     last_update_ms: int
+    released: bool = False  # unlocked by its holder: free, kept to see a hand-over
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +87,8 @@ class QueueLockManager:
         self._leases: dict[str, dict[QueueKey, Lease]] = {}  # group -> queue -> lease
         self._count = 0
         self._lock = threading.Lock()  # servicer threads and the event loop
+        # Queues locked by another client than their last holder, by how (module doc).
+        self.handovers = {HANDOVER_RELEASED: 0, HANDOVER_EXPIRED: 0}
 
     def in_grace(self) -> bool:
         return self._clock_ms() <= self._grant_from_ms
@@ -92,12 +105,16 @@ class QueueLockManager:
             for queue in queues:
                 lease = leases.get(queue)
                 if lease is None:
-                    self._make_room(now_ms)
+                    self._make_room(now_ms, group)
                     leases[queue] = Lease(client_id, now_ms)
                     self._count += 1
                 elif lease.client_id == client_id or self._expired(lease, now_ms):
+                    if lease.client_id != client_id:
+                        how = HANDOVER_RELEASED if lease.released else HANDOVER_EXPIRED
+                        self.handovers[how] += 1
                     lease.client_id = client_id
                     lease.last_update_ms = now_ms
+                    lease.released = False
                 else:
                     continue
                 locked.append(queue)
@@ -112,12 +129,9 @@ class QueueLockManager:
             released = 0
             for queue in queues:
                 lease = leases.get(queue)
-                if lease is not None and lease.client_id == client_id:
-                    del leases[queue]
-                    self._count -= 1
+                if lease is not None and lease.client_id == client_id and not lease.released:
+                    lease.released = True  # kept: the next lock by another is a hand-over
                     released += 1
-            if not leases:
-                del self._leases[group]
             return released
 
     def holder(self, group: str, topic: str, queue_id: int) -> str | None:
@@ -156,10 +170,11 @@ class QueueLockManager:
             )
 
     def _expired(self, lease: Lease, now_ms: int) -> bool:
-        return now_ms - lease.last_update_ms > self.max_live_ms
+        return lease.released or now_ms - lease.last_update_ms > self.max_live_ms
 
-    def _make_room(self, now_ms: int) -> None:
-        """Drop expired leases when full; TooManyLocks when none is."""
+    def _make_room(self, now_ms: int, locking_group: str) -> None:
+        """Drop expired leases when full; TooManyLocks when none is. The group being
+        locked keeps its (perhaps empty) table: the caller adds to it."""
         if self._count < self._max_locks:
             return
         for group in list(self._leases):
@@ -167,7 +182,7 @@ class QueueLockManager:
             for queue in [q for q, lease in leases.items() if self._expired(lease, now_ms)]:
                 del leases[queue]
                 self._count -= 1
-            if not leases:
+            if not leases and group != locking_group:
                 del self._leases[group]
         if self._count >= self._max_locks:
             raise TooManyLocks(

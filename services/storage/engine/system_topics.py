@@ -6,6 +6,7 @@
 * ``rmq_sys_wheel_timer``: the timer's one queue.
 * ``RMQ_SYS_TRANS_HALF_TOPIC`` and ``RMQ_SYS_TRANS_OP_HALF_TOPIC``: one queue each, the
   half messages of transactions and the op records resolving them (issue 19).
+* ``rmq_sys_REVIVE_LOG``: one queue, POP checkpoints and acks (issue 20, docs/pop.md).
 
 They are ordinary topics to the store (appends, consume queues, registration); the
 gateway keeps ordinary producers off them and listings leave them out
@@ -20,6 +21,7 @@ from services.storage.engine.topic_table import TopicConfig, TopicTable
 from tide.format import (
     DEFAULT_DELAY_LEVEL_TABLE,
     MAX_DELAY_LEVELS,
+    REVIVE_TOPIC,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
     TRANS_HALF_TOPIC,
@@ -32,6 +34,7 @@ SCHEDULE_QUEUE_NUMS = len(DEFAULT_DELAY_LEVEL_TABLE.delays_ms)  # 18
 SCHEDULE_MAX_QUEUE_NUMS = MAX_DELAY_LEVELS  # 64: the longest level table
 TIMER_QUEUE_NUMS = 1
 TRANSACTION_QUEUE_NUMS = 1  # RocketMQ's half and op topics have one queue each
+REVIVE_QUEUE_NUMS = 1  # POP checkpoints and acks (issue 20): an ack follows its checkpoint
 
 
 # The system topics every store keeps from its start, and their queues.
@@ -40,6 +43,7 @@ KEPT_TOPICS: tuple[tuple[str, int], ...] = (
     (TIMER_TOPIC, TIMER_QUEUE_NUMS),
     (TRANS_HALF_TOPIC, TRANSACTION_QUEUE_NUMS),
     (TRANS_OP_HALF_TOPIC, TRANSACTION_QUEUE_NUMS),
+    (REVIVE_TOPIC, REVIVE_QUEUE_NUMS),
 )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from services.gateway import append_queue
 from services.gateway.append_queue import AppendQueue, Outcome
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import check_produce_message, check_produce_messages
@@ -281,3 +282,27 @@ async def _a_cancelled_waiting_group_is_not_sent_and_limits_hold() -> None:
     outcomes = await asyncio.gather(*kept)
     assert [_offsets(outcome) for outcome in outcomes] == [[3, 3], [4, 4]]
     assert storage.calls == [[1], [3, 3], [4, 4]]  # 2 was cancelled; 3 messages at most
+
+
+def test_plain_and_idempotent_groups_never_share_a_call() -> None:
+    asyncio.run(_plain_and_idempotent_groups_never_share_a_call())
+
+
+async def _plain_and_idempotent_groups_never_share_a_call() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1)
+    first = asyncio.ensure_future(queue.append(_request(1), 1, 5.0))
+    await asyncio.sleep(0)
+    runs, plain = append_queue.PRODUCER_RUNS, append_queue.PLAIN
+    kinds = [runs, runs, plain, runs]
+    waiting = [
+        asyncio.ensure_future(queue.append(_request(n), 1, 5.0, kind=kind))
+        for n, kind in zip((2, 3, 4, 5), kinds, strict=True)
+    ]
+    await asyncio.sleep(0)
+    storage.gate.set()
+    await first
+    outcomes = await asyncio.gather(*waiting)
+    # In order, a call taking the waiting groups while they are of its first one's kind.
+    assert storage.calls == [[1], [2, 3], [4], [5]]
+    assert [_offsets(outcome) for outcome in outcomes] == [[2], [3], [4], [5]]

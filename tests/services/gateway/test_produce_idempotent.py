@@ -64,6 +64,7 @@ def test_derived_unique_keys_are_stable_and_per_sequence() -> None:
     req = request(bare(), bare(), bare(), producer_id="p", first_sequence=7)
     keys = derived_unique_keys(req)
     assert keys == derived_unique_keys(req)
+    assert keys == derived_unique_keys(req, bare=True)  # read none: the same keys
     assert len(set(keys)) == 3 and all(len(k) == 32 for k in keys)
     assert keys[0][16:] == f"{7:016X}"
     other = request(bare(), producer_id="q", first_sequence=7)

@@ -1,17 +1,28 @@
 """An idempotent Append on a real storage process (producer_id, first_sequence,
 producer_epoch): the original result for a retry, and clear statuses for what it does
 not take (bad id, messages instead of records, two queues, records whose __PID/__PSEQ
-do not match the request, negative numbers, a gap)."""
+do not match the request, negative numbers, a gap); and several producers' batches in one
+Append (producer_runs), as the gateway coalesces them; the duplicates answered and the
+producers tracked as metrics."""
 
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import grpc
 
-from tests.services.storage.conftest import RPC_TIMEOUT_S, StorageProcess, expect_error, message
+from tests._metrics import scrape, total
+from tests.services.storage.conftest import (
+    RPC_TIMEOUT_S,
+    StorageLauncher,
+    StorageProcess,
+    expect_error,
+    message,
+)
 from tide.format import PRODUCER_ID, PRODUCER_SEQ, RunWriter, pack_host, parse_host
 from tide.v1 import storage_pb2 as pb
+from tide.waiting import wait_until
 
 HOST = pack_host(parse_host("127.0.0.1:1"))
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -74,3 +85,88 @@ def test_what_an_idempotent_append_does_not_take(
         lambda: append(shared_storage, records=gap, producer_id="p2", first_sequence=3),
         "next expected is 1",
     )
+
+
+# -- producer_runs: several producers' batches in one Append (the gateway coalesces) --
+def runs(*batches: tuple[str, int, int]) -> list[pb.ProducerRun]:
+    return [pb.ProducerRun(producer_id=pid, first_sequence=first) for pid, _, first in batches]
+
+
+def test_batches_of_several_producers_go_in_one_append(
+    shared_storage: StorageProcess, topic_name: str
+) -> None:
+    a, b = run(topic_name, [0, 0], "ra", 0), run(topic_name, [1], "rb", 5)
+    both = append(shared_storage, records=[a, b], producer_runs=runs(("ra", 0, 0), ("rb", 1, 5)))
+    assert not both.duplicate and list(both.queue_offsets) == [0, 1, 0]
+    # Each batch is in its producer's window: alone, a retry gets its own columns.
+    again = append(shared_storage, records=[b], producer_runs=runs(("rb", 1, 5)))
+    assert again.duplicate and list(again.physical_offsets) == list(both.physical_offsets[2:])
+    # A retry among coalesced batches: nothing written, ABORTED (the gateway sends alone).
+    c = run(topic_name, [0], "ra", 2)
+    expect_error(
+        grpc.StatusCode.ABORTED,
+        lambda: append(
+            shared_storage, records=[c, b], producer_runs=runs(("ra", 0, 2), ("rb", 1, 5))
+        ),
+        "send the batches alone",
+    )
+    nxt = append(shared_storage, records=[c], producer_runs=runs(("ra", 0, 2)))
+    assert not nxt.duplicate and list(nxt.queue_offsets) == [2]  # c was not written before
+
+
+def test_what_producer_runs_do_not_take(shared_storage: StorageProcess, topic_name: str) -> None:
+    a, b = run(topic_name, [0], "rc", 0), run(topic_name, [1], "rd", 0)
+    two = runs(("rc", 0, 0), ("rd", 1, 0))
+    cases: list[tuple[grpc.StatusCode, dict[str, object], str]] = [
+        (INVALID, {"records": [a], "producer_runs": two}, "2 producer_runs for 1 records"),
+        (INVALID, {"records": [a, b], "producer_runs": two, "producer_id": "rc"}, "not with"),
+        (
+            INVALID,
+            {"records": [a, b], "producer_runs": runs(("rc", 0, 0), ("r d", 1, 0))},
+            "producer_runs[1].producer_id",
+        ),
+        (
+            INVALID,
+            {"records": [a, b], "producer_runs": runs(("rc", 0, 0), ("rc", 1, 0))},
+            "__PID property",
+        ),
+        (
+            INVALID,
+            {"records": [a + b, b], "producer_runs": two},
+            "one queue",
+        ),
+        (
+            grpc.StatusCode.ABORTED,
+            {
+                "records": [a, run(topic_name, [0], "rc", 1)],
+                "producer_runs": runs(("rc", 0, 0), ("rc", 0, 1)),
+            },
+            "two batches of producer rc for one queue",
+        ),
+    ]
+    for code, fields, fragment in cases:
+        expect_error(code, partial(append, shared_storage, **fields), fragment)
+    # Nothing of the refused appends was written: both producers start at 0.
+    ok = append(shared_storage, records=[a, b], producer_runs=two)
+    assert list(ok.queue_offsets) == [0, 0]
+
+
+def test_duplicates_answered_and_producers_tracked_are_metrics(
+    launcher: StorageLauncher, tmp_path: Path
+) -> None:
+    storage = launcher.start(tmp_path / "store", "--metrics-listen", "127.0.0.1:0")
+
+    def metric(name: str) -> float:
+        return total(scrape(str(storage.ready["metrics"])), name)
+
+    topic = "MetricsTopic"
+    first = [run(topic, [0], "m1", 0)]
+    append(storage, records=first, producer_id="m1")
+    append(storage, records=[run(topic, [0], "m2", 0)], producer_id="m2")
+    assert append(storage, records=first, producer_id="m1").duplicate
+    assert append(storage, records=first, producer_id="m1").duplicate
+    wait_until(
+        lambda: metric("tide_storage_idempotent_duplicates_total") == 2,
+        "two duplicates answered",
+    )
+    wait_until(lambda: metric("tide_storage_idempotent_producers") == 2, "two producers tracked")

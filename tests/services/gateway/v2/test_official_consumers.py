@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,6 @@ from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("services.gateway.pop") is None,
-    reason="needs PopConsumers (services/gateway/pop.py, the pop part of issue 20)",
-)
 INVISIBLE_S = 10  # the shortest invisible duration (POP_INVISIBLE_MIN_MS)
 
 

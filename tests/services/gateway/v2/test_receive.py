@@ -4,11 +4,9 @@ message's arrival, which it then carries: status, message, delivery timestamp.""
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 
 import grpc
-import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from tests._cluster import RPC_TIMEOUT_S, Cluster
@@ -16,11 +14,6 @@ from tide.rocketmq_v2 import definition_pb2 as v2
 from tide.rocketmq_v2 import service_pb2 as v2s
 from tide.rocketmq_v2 import service_pb2_grpc as v2_grpc
 from tide.v1 import gateway_pb2 as pb
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("services.gateway.pop") is None,
-    reason="needs PopConsumers (services/gateway/pop.py, the pop part of issue 20)",
-)
 
 
 def test_an_empty_receive_is_held_until_a_message_arrives(

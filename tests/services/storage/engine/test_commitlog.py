@@ -37,7 +37,7 @@ SYSFLAG_ROLLBACK = 3 << 2
 SYSFLAG_BORN_V6 = 1 << 4
 SYSFLAG_STORE_V6 = 1 << 5
 
-SYSTEM_TOPIC_COUNT = len(KEPT_TOPICS)  # the schedule, timer and transaction topics
+SYSTEM_TOPIC_COUNT = len(KEPT_TOPICS)  # the schedule, timer, transaction and revive topics
 
 
 def packed_host(ip: str, port: int) -> bytes:
@@ -397,7 +397,7 @@ def test_empty_store_status(make_store: StoreFactory) -> None:
     assert (status.committed_offset, status.flushed_offset) == (0, 0)
     assert status.segment_count == 1  # prepared at open, empty
     assert status.writable
-    assert status.topic_count == SYSTEM_TOPIC_COUNT == 4
+    assert status.topic_count == SYSTEM_TOPIC_COUNT == 5
     assert status.disk_usage_ratio == 0.10
     assert store.commitlog.read_raw(0, 4096) == (0, b"")
 

@@ -77,3 +77,31 @@ def test_the_bound_drops_expired_leases_first() -> None:
     assert locks.lock("g", "a", [Q0]) == [Q0]  # a renewal takes no room
     clock.now_ms += LIVE_MS + 1
     assert locks.lock("h", "b", [("T", 2)]) == [("T", 2)]  # expired ones made room
+    assert locks.holder("h", "T", 2) == "b"  # in the table (a new group, made room for)
+
+
+def test_handovers_are_counted_by_how_the_last_holder_let_go() -> None:
+    clock = Clock()
+    locks = manager(clock)
+    assert locks.lock("g", "a", [Q0, Q1]) == [Q0, Q1]
+    assert locks.lock("g", "a", [Q0]) == [Q0]  # a renewal: no hand-over
+    assert locks.unlock("g", "a", [Q0]) == 1
+    assert locks.unlock("g", "a", [Q0]) == 0  # released once
+    assert locks.held() == 1
+    assert locks.lock("g", "a", [Q0]) == [Q0]  # its own queue again: no hand-over
+    assert locks.handovers == {"released": 0, "expired": 0}
+    locks.unlock("g", "a", [Q0])
+    assert locks.lock("g", "b", [Q0]) == [Q0]  # a rebalance
+    clock.now_ms += LIVE_MS + 1
+    assert locks.lock("g", "c", [Q1]) == [Q1]  # a's lease on Q1 expired
+    assert locks.handovers == {"released": 1, "expired": 1}
+    assert [(v.queue_id, v.client_id) for v in locks.locks("g")] == [(1, "c")]
+
+
+def test_released_leases_give_their_room_to_new_ones() -> None:
+    clock = Clock()
+    locks = manager(clock, max_locks=2)
+    locks.lock("g", "a", [Q0, Q1])
+    locks.unlock("g", "a", [Q0, Q1])  # kept, marked released
+    assert locks.lock("h", "b", [("T", 2), ("T", 3)]) == [("T", 2), ("T", 3)]
+    assert locks.held() == 2

@@ -1,0 +1,1 @@
+"""POP consumption beside the consume queues (issue 20, docs/pop.md)."""
