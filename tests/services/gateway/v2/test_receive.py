@@ -1,6 +1,7 @@
-"""ReceiveMessage's long polling on the gateway's POP consumption (needs
-services/gateway/pop.py): an empty receive is held (not answered at once) and woken by a
-message's arrival, which it then carries: status, message, delivery timestamp."""
+"""ReceiveMessage on the gateway's POP consumption: an empty receive is held (not
+answered at once) and woken by a message's arrival, which it then carries (status,
+message, delivery timestamp); an expired or forged receipt handle is
+INVALID_RECEIPT_HANDLE for AckMessage and ChangeInvisibleDuration."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tide.rocketmq_v2 import definition_pb2 as v2
 from tide.rocketmq_v2 import service_pb2 as v2s
 from tide.rocketmq_v2 import service_pb2_grpc as v2_grpc
 from tide.v1 import gateway_pb2 as pb
+from tide.waiting import wait_until
 
 
 def test_an_empty_receive_is_held_until_a_message_arrives(
@@ -53,3 +55,61 @@ def test_an_empty_receive_is_held_until_a_message_arrives(
     message = answers[1].message
     assert message.system_properties.message_id == produced.results[0].unique_key
     assert message.body == b"wake" and message.system_properties.delivery_attempt == 1
+
+
+def _receive_one(stub: v2_grpc.MessagingServiceStub, topic: str, group: str) -> v2.Message:
+    request = v2s.ReceiveMessageRequest(
+        group=v2.Resource(name=group),
+        message_queue=v2.MessageQueue(topic=v2.Resource(name=topic)),
+        batch_size=1,
+        invisible_duration=Duration(seconds=10),  # the shortest: it expires soon
+        long_polling_timeout=Duration(seconds=5),
+    )
+    answers = list(stub.ReceiveMessage(request, timeout=RPC_TIMEOUT_S))
+    (message,) = [a.message for a in answers if a.WhichOneof("content") == "message"]
+    return message
+
+
+def test_expired_and_forged_receipt_handles_are_invalid(
+    cluster: Cluster, topic_name: str, v2_stub: v2_grpc.MessagingServiceStub
+) -> None:
+    cluster.create_topic(topic_name, queues=1)
+    group = "G_expired"
+    cluster.gateway.stub.Produce(
+        pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic_name, body=b"late")]),
+        timeout=RPC_TIMEOUT_S,
+    )
+    cluster.wait_dispatched(topic_name, 1)
+    message = _receive_one(v2_stub, topic_name, group)
+    handle = message.system_properties.receipt_handle
+
+    def inflight() -> int:
+        lag = cluster.gateway.stub.GetGroupLag(
+            pb.GetGroupLagRequest(consumer_group=group, topic=topic_name), timeout=RPC_TIMEOUT_S
+        )
+        return int(lag.inflight)
+
+    wait_until(lambda: inflight() == 0, "the invisible time passed (revived)", state=inflight)
+    group_resource, topic_resource = v2.Resource(name=group), v2.Resource(name=topic_name)
+    for receipt_handle in (handle, "P1.forged"):
+        acked = v2_stub.AckMessage(
+            v2s.AckMessageRequest(
+                group=group_resource,
+                topic=topic_resource,
+                entries=[v2s.AckMessageEntry(message_id="x", receipt_handle=receipt_handle)],
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        assert acked.status.code == v2.INVALID_RECEIPT_HANDLE, acked
+        assert acked.entries[0].status.code == v2.INVALID_RECEIPT_HANDLE
+        changed = v2_stub.ChangeInvisibleDuration(
+            v2s.ChangeInvisibleDurationRequest(
+                group=group_resource,
+                topic=topic_resource,
+                receipt_handle=receipt_handle,
+                invisible_duration=Duration(seconds=30),
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        assert changed.status.code == v2.INVALID_RECEIPT_HANDLE, changed
+        assert changed.status.message
