@@ -1,7 +1,8 @@
 """ReceiveMessage on the gateway's POP consumption: an empty receive is held (not
 answered at once) and woken by a message's arrival, which it then carries (status,
 message, delivery timestamp); an expired or forged receipt handle is
-INVALID_RECEIPT_HANDLE for AckMessage and ChangeInvisibleDuration."""
+INVALID_RECEIPT_HANDLE for AckMessage and ChangeInvisibleDuration; a receive past the
+gateway's held-receive budget is TOO_MANY_REQUESTS."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from tests._cluster import RPC_TIMEOUT_S, Cluster
+from tests._cluster import RPC_TIMEOUT_S, Cluster, cluster_fixture
 from tide.rocketmq_v2 import definition_pb2 as v2
 from tide.rocketmq_v2 import service_pb2 as v2s
 from tide.rocketmq_v2 import service_pb2_grpc as v2_grpc
@@ -113,3 +114,27 @@ def test_expired_and_forged_receipt_handles_are_invalid(
         )
         assert changed.status.code == v2.INVALID_RECEIPT_HANDLE, changed
         assert changed.status.message
+
+
+no_held = cluster_fixture(
+    name="no_held", brokers=1, scope="function", gateway_args=("--max-held-receives", "0")
+)
+
+
+def test_a_receive_past_the_held_budget_is_too_many_requests(
+    no_held: Cluster, topic_name: str
+) -> None:
+    no_held.create_topic(topic_name, queues=1)
+    request = v2s.ReceiveMessageRequest(
+        group=v2.Resource(name="G_budget"),
+        message_queue=v2.MessageQueue(topic=v2.Resource(name=topic_name)),
+        batch_size=1,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=5),
+    )
+    with grpc.insecure_channel(no_held.gateway.listen) as channel:
+        stub = v2_grpc.MessagingServiceStub(channel)
+        answers = list(stub.ReceiveMessage(request, timeout=RPC_TIMEOUT_S))
+    assert len(answers) == 1, answers  # the status alone, at once
+    assert answers[0].status.code == v2.TOO_MANY_REQUESTS, answers[0]
+    assert "--max-held-receives" in answers[0].status.message
