@@ -4,7 +4,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: up test lint typecheck protos check-protos venv clean bench
+# The official RocketMQ 5 Python client, in a virtual environment of its own: its
+# generated protobuf code registers apache.rocketmq.v2 as ours does, so the two never
+# share a process. The tests and examples/rocketmq5 run it as a subprocess (docs/rocketmq5.md).
+RMQ5_VENV  := .venv-rmq5
+RMQ5_STAMP := $(RMQ5_VENV)/.installed
+RMQ5_CLIENT := rocketmq-python-client==5.1.2
+
+.PHONY: up test lint typecheck protos check-protos venv rmq5-venv clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,12 +21,20 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+$(RMQ5_STAMP): Makefile
+	$(PYTHON) -m venv $(RMQ5_VENV)
+	$(RMQ5_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RMQ5_VENV)/bin/python -m pip install --quiet '$(RMQ5_CLIENT)'
+	touch $(RMQ5_STAMP)
+
+rmq5-venv: $(RMQ5_STAMP)
+
 ## Start a local cluster on 127.0.0.1 with an embedded store under ./.tide (Ctrl-C stops it).
-up: $(STAMP)
+up: $(STAMP) $(RMQ5_STAMP)
 	$(VENV)/bin/tide up --store-dir ./.tide
 
 ## Lint, type-check and run the whole test suite.
-test: $(STAMP)
+test: $(STAMP) $(RMQ5_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -35,6 +50,7 @@ typecheck: $(STAMP)
 ## Regenerate the committed gRPC/protobuf code under tide/v1 from protos/.
 protos: $(STAMP)
 	$(PY) -m tide._protogen tide/v1
+	$(PY) -m tide._protogen tide/rocketmq_v2 apache/rocketmq/v2
 
 ## The benchmarks of docs/benchmarks.md (several minutes; run on a quiet machine).
 bench: $(STAMP)
@@ -45,4 +61,4 @@ bench: $(STAMP)
 	$(PY) -m bench.hop_ceiling
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(RMQ5_VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -30,7 +30,12 @@ from services.gateway.routes import RouteCache
 from services.gateway.send_back import SendBacks
 from services.gateway.servicer import GatewayServicer
 from services.gateway.transactions import Transactions
+from services.gateway.v2.routes import V2Routes
+from services.gateway.v2.send import V2Sender
+from services.gateway.v2.servicer import MessagingServicer
+from services.gateway.v2.telemetry import Telemetry
 from tide.limits import APPEND_MAX_BYTES
+from tide.rocketmq_v2 import service_pb2_grpc as v2_grpc
 from tide.server import Config, load_config, run_service
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -39,6 +44,8 @@ log = logging.getLogger("tide.gateway")
 
 class GatewayService:
     name = "tide.v1.Gateway"
+    # RocketMQ 5's protocol on the same port (services/gateway/v2, docs/rocketmq5.md).
+    more_service_names = ("apache.rocketmq.v2.MessagingService",)
 
     def __init__(self, config: GatewayConfig) -> None:
         self._config = config
@@ -72,19 +79,46 @@ class GatewayService:
         puller = Puller(config, self._routes, self._channels, self._held, members, queue_locks)
         send_backs = SendBacks(config, self._routes, self._channels)
         querier = Querier(config, self._routes, self._channels, members)
+        consumers = Consumers(config, self._routes, self._channels, members)
+        recaller = Recaller(config, self._routes, self._channels, querier)
+        # POP consumption, for both wire APIs (tide.v1 Receive..., v2 ReceiveMessage...).
         pop = PopConsumers(config, self._routes, self._channels, self._held)
         self._servicer = GatewayServicer(
             producer,
             puller,
             querier,
-            Consumers(config, self._routes, self._channels, members),
+            consumers,
             admin,
             send_backs,
             config.max_produce_in_flight_bytes,
             config.max_produce_stream_in_flight_bytes,
-            recaller=Recaller(config, self._routes, self._channels, querier),
+            recaller=recaller,
             transactions=transactions,
             queue_locks=queue_locks,
+            pop=pop,
+        )
+        # The endpoint routes name when a client does not say how it reached us (start).
+        self._own_endpoint: list[str] = []
+        self._v2 = MessagingServicer(
+            V2Routes(self._routes, self._own_endpoint),
+            V2Sender(
+                producer,
+                recaller,
+                self._servicer.produce_budget,
+                config.max_message_body_bytes,
+                self._routes,
+                config.topic_message_type_check,
+            ),
+            Telemetry(
+                admin.groups,
+                transactions,
+                config.max_message_body_bytes,
+                config.topic_message_type_check,
+            ),
+            transactions,
+            recaller,
+            puller,
+            consumers,
             pop=pop,
         )
         # Wraps some handlers.
@@ -106,10 +140,12 @@ class GatewayService:
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_GatewayServicer_to_server(self._servicer, server)
+        v2_grpc.add_MessagingServiceServicer_to_server(self._v2, server)
 
     async def start(self, endpoint: str) -> None:
         """Start the route refresh and the long-poll recheck. The name servers need not be
         up yet: calls answer UNAVAILABLE until one is."""
+        self._own_endpoint[:] = [endpoint]
         self._routes.start()
         self._held.start()
         self._metrics.start()
@@ -118,6 +154,7 @@ class GatewayService:
     def drain(self) -> None:
         self._held.close()  # held pulls answer NO_NEW_MESSAGE now, not at their timeout
         self._servicer.drain()  # ProduceStream calls end once they answered what they read
+        self._v2.drain()  # and the v2 clients' Telemetry streams
 
     async def stop(self) -> None:
         await self._metrics.stop()

@@ -369,6 +369,13 @@ from tide.format._transaction import (
     op_properties,
     parse_op_body,
 )
+from tide.format._v2_transaction_id import (
+    V2_TRANSACTION_ID_SEPARATOR,
+    HalfLocation,
+    V2TransactionIdError,
+    encode_v2_transaction_id,
+    parse_v2_transaction_id,
+)
 
 __all__ = [
     "ABORT_FILE",
@@ -515,6 +522,7 @@ __all__ = [
     "TRAN_MSG",
     "TRAN_RESOLUTION",
     "UNIQ_KEY",
+    "V2_TRANSACTION_ID_SEPARATOR",
     "WAIT",
     "BatchEntry",
     "Buffer",
@@ -529,6 +537,7 @@ __all__ = [
     "EncodedRecord",
     "ExponentialRetryPolicy",
     "GroupRetryPolicy",
+    "HalfLocation",
     "HostAddress",
     "IndexEntry",
     "IndexGeometry",
@@ -561,6 +570,7 @@ __all__ = [
     "TimerSlot",
     "TimerWheelGeometry",
     "TopicMessageType",
+    "V2TransactionIdError",
     "WritableBuffer",
     "abort_file_exists",
     "body_length_pos",
@@ -591,6 +601,7 @@ __all__ = [
     "encode_record",
     "encode_subscription_groups",
     "encode_transaction_checks",
+    "encode_v2_transaction_id",
     "entry_is_written",
     "find_blank_marker",
     "find_data_after",
@@ -642,6 +653,7 @@ __all__ = [
     "parse_op_body",
     "parse_segment_name",
     "parse_sequences",
+    "parse_v2_transaction_id",
     "patch_record",
     "plan_timer_enqueue",
     "pop_retry_topic",

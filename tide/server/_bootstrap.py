@@ -117,7 +117,7 @@ async def serve(
     Raises :class:`ListenError` if ``listen`` is malformed or cannot be bound.
     """
     host, port = parse_listen(listen)
-    readiness = Readiness(service.name)
+    readiness = Readiness(service.name, served_names(service)[1:])
     rpc_metrics = RpcMetrics(short_service_name(service.name))
     options = [*SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
     server = grpc.aio.server(
@@ -227,13 +227,20 @@ def write_ready_file(path: str, info: Mapping[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def served_names(service: Service) -> tuple[str, ...]:
+    """The gRPC services a Service serves: its ``name`` and, when it serves more on the
+    same port, its optional ``more_service_names`` (the gateway's RocketMQ 5 API)."""
+    more: tuple[str, ...] = tuple(getattr(service, "more_service_names", ()))
+    return (service.name, *more)
+
+
 async def _add_services(server: grpc.aio.Server, service: Service) -> HealthServicer:
     service.add_to_server(server)
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (service.name, HEALTH_SERVICE_NAME, REFLECTION_SERVICE_NAME)
+    names = (*served_names(service), HEALTH_SERVICE_NAME, REFLECTION_SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
-    for name in ("", service.name):
+    for name in ("", *served_names(service)):
         await health_servicer.set(name, NOT_SERVING)
     return health_servicer
 
@@ -275,7 +282,7 @@ async def _mark_serving(
 ) -> None:
     readiness.state = "serving"
     tune_gc_for_serving()
-    for name in ("", readiness.service_name):
+    for name in ("", *readiness.names):
         await health_servicer.set(name, SERVING)
     _log.info("listening on %s", endpoint, extra={"grpc_service": readiness.service_name})
     if ready_callback is not None:

@@ -72,15 +72,17 @@ class ServiceError(Exception):
 
 
 class Readiness:
-    """Refuses calls to ``service_name``'s methods with UNAVAILABLE unless it is serving."""
+    """Refuses calls to ``service_name``'s methods (and those of ``more_names``, served
+    on the same port) with UNAVAILABLE unless it is serving."""
 
-    def __init__(self, service_name: str) -> None:
+    def __init__(self, service_name: str, more_names: tuple[str, ...] = ()) -> None:
         self.service_name = service_name
+        self.names = (service_name, *more_names)
         self.state = "starting"
-        self._prefix = f"/{service_name}/"
+        self._prefixes = tuple(f"/{name}/" for name in self.names)
 
     def refusal(self, method: str) -> str | None:
-        if self.state == "serving" or not method.startswith(self._prefix):
+        if self.state == "serving" or not method.startswith(self._prefixes):
             return None
         return f"{self.service_name} is {self.state}"
 

@@ -1,0 +1,67 @@
+"""Run rmq5_client.py (the official RocketMQ 5 Python client) against a cluster: in
+.venv-rmq5 (``make rmq5-venv``, made here when missing), with a HOME of its own (the
+client logs under ~/logs), answering the JSON lines it printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[4]
+PROGRAM = Path(__file__).with_name("rmq5_client.py")
+RMQ5_PYTHON = ROOT / ".venv-rmq5" / "bin" / "python"
+CLIENT_TIMEOUT_S = 180.0  # past the program's own deadline: a hang fails, not blocks
+
+
+def client_python() -> Path:
+    if not RMQ5_PYTHON.exists():
+        subprocess.run(["make", "-C", str(ROOT), "rmq5-venv"], check=True)
+    return RMQ5_PYTHON
+
+
+def client_env(home: Path) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["HOME"] = str(home)
+    return env
+
+
+def run_client(home: Path, *args: str, check: bool = True) -> list[dict[str, Any]]:
+    """Run one program to its end; its printed objects (exit status checked)."""
+    done = subprocess.run(
+        [str(client_python()), str(PROGRAM), *args],
+        env=client_env(home),
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
+    )
+    events = parse(done.stdout)
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"rmq5_client {' '.join(args)} exited {done.returncode}\n"
+            f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
+        )
+    return events
+
+
+def start_client(home: Path, *args: str) -> subprocess.Popen[str]:
+    """Start one program; read its lines with ``parse(process.stdout.read())``."""
+    return subprocess.Popen(
+        [str(client_python()), str(PROGRAM), *args],
+        env=client_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def parse(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [event for event in events if event.get("event") == kind]
