@@ -35,6 +35,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -61,6 +62,7 @@ START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 TIDE_BENCH_TIMEOUT_S = 300.0
 SPAWN_S = 2.0  # a spawned process imports its client first: the warm-up starts after
+DRAIN_TIMEOUT_S = 60.0  # the longest a consumer may take to drain after the window
 
 
 # -- timing ------------------------------------------------------------------------------
@@ -285,7 +287,9 @@ def nats_consumer(port: int, subject: str, start_s: float, duration_s: float, ou
         while True:
             try:
                 messages = await subscription.fetch(READ_COUNT, timeout=READ_BLOCK_MS / 1000)
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either
+                messages = []
+            if not messages:  # nothing within the wait (nats-py may also answer empty)
                 if time.monotonic() >= stop_s:
                     break
                 continue
@@ -402,7 +406,10 @@ def with_consumer(
     consumer.start()
     with context.Pool(1) as pool:
         rate = pool.apply(produce, (*produce_args, start_s, duration_s))
-    report = out.get(timeout=duration_s + warmup_s + 60)
+    try:
+        report = out.get(timeout=DRAIN_TIMEOUT_S)  # it stops once drained after the window
+    except queue.Empty:
+        report = {"error": f"the consumer gave no report (exit code {consumer.exitcode})"}
     consumer.join(STOP_TIMEOUT_S)
     return {"publish_msgs_per_s": round(rate), **report}
 
@@ -439,8 +446,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if system in skipped:
                         continue
                     say(f"round {round_index + 1}: {shape} {system} ...")
-                    figures = {"round": round_index + 1, "shape": shape, "system": system}
-                    figures.update(case())
+                    figures: dict[str, Any] = {
+                        "round": round_index + 1,
+                        "shape": shape,
+                        "system": system,
+                    }
+                    try:
+                        figures.update(case())
+                    except Exception as exc:  # one failed case: say so, run the others
+                        figures.update(publish_msgs_per_s=None, error=repr(exc))
                     say(f"  {figures}")
                     results.append(figures)
     return {
@@ -461,7 +475,9 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         for peer in results:
             same = peer["round"] == row["round"] and peer["shape"] == row["shape"]
-            if same and peer["system"] != "tide" and peer["publish_msgs_per_s"]:
+            rates = row["publish_msgs_per_s"] and peer["publish_msgs_per_s"]
+            failed = "error" in row or "error" in peer
+            if same and peer["system"] != "tide" and rates and not failed:
                 ratio = row["publish_msgs_per_s"] / peer["publish_msgs_per_s"]
                 out.append(
                     {

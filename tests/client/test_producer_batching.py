@@ -172,9 +172,14 @@ def test_batching_options_are_checked(option: str, value: int, error: str) -> No
         Producer(**{option: value})  # type: ignore[arg-type]
 
 
-def test_a_message_over_batch_max_bytes_is_refused_at_once(cluster: Cluster) -> None:
-    with (
-        Producer(cluster.gateway.listen, batch_max_bytes=1024) as producer,
-        pytest.raises(InvalidArgument, match="batch_max_bytes is 1024"),
-    ):
-        producer.send_async("T_batching_big", b"x" * 2000)
+def test_a_message_over_batch_max_bytes_goes_alone(cluster: Cluster) -> None:
+    topic = "T_batching_big"
+    create(cluster, topic)
+    with Producer(
+        cluster.gateway.listen, linger_ms=LONG_LINGER_MS, batch_max_bytes=1024
+    ) as producer:
+        small = producer.send_async(topic, b"x" * 600)
+        big = producer.send_async(topic, b"y" * 2000)  # closes the small one's batch
+        assert big.result(RESULT_TIMEOUT_S).written
+        assert small.result(RESULT_TIMEOUT_S).written
+        assert producer._accumulator.calls_sent == 2

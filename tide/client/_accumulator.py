@@ -3,8 +3,9 @@
 Kafka's ``linger.ms`` / ``batch.size`` and RocketMQ's autoBatch: each ``send`` or
 ``send_async`` adds its message to its topic's open batch and gets a future. One sender
 thread hands a batch to a carrier (a unary call on the producer's threads, or a request
-on its ProduceStream) when the batch is full (``batch_max_messages`` or
-``batch_max_bytes``), or ``linger_ms`` after its first message, and while fewer than
+on its ProduceStream) when the batch is full (``batch_max_messages``, or
+``batch_max_bytes``: a message that does not fit starts the next batch, one larger than
+that goes alone), or ``linger_ms`` after its first message, and while fewer than
 ``max_calls`` of its calls are unanswered; until then the batch keeps filling. A lone
 message therefore waits at most ``linger_ms`` (plus a free call).
 
@@ -35,6 +36,7 @@ import grpc
 
 from tide.client._errors import InvalidArgument, TideError, Unavailable
 from tide.client._in_flight import InFlight
+from tide.client._rpc import MAX_SEND_BYTES
 from tide.client._types import Message, SendResult
 from tide.v1 import gateway_pb2
 
@@ -130,10 +132,10 @@ class Accumulator:
         """Queue one checked message; waits while the in-flight bound is reached
         (ResourceExhausted after the RPC timeout)."""
         size = produce.ByteSize() + _FIELD_OVERHEAD_BYTES
-        if size > self._limits.batch_max_bytes:
+        if size > MAX_SEND_BYTES:  # what send_batch refuses too
             raise InvalidArgument(
-                f"a message of {size} bytes; batch_max_bytes is {self._limits.batch_max_bytes}"
-                ": send a smaller message or raise batch_max_bytes"
+                f"a message of {size} bytes; the gateway takes requests up to "
+                f"{MAX_SEND_BYTES} bytes: send a smaller message"
             )
         entry = _Entry(message, produce, size)
         self._in_flight.acquire(size, self._timeout_s, "send")
@@ -159,7 +161,8 @@ class Accumulator:
                 batch = self._open[topic] = _Batch(topic)
             batch.entries.append(entry)
             batch.size_bytes += entry.size_bytes
-            if len(batch.entries) >= limits.batch_max_messages:
+            full = batch.size_bytes >= limits.batch_max_bytes  # a larger message goes alone
+            if full or len(batch.entries) >= limits.batch_max_messages:
                 self._ready.append(self._open.pop(topic))
             self._start_sender()
             self._changed.notify_all()
