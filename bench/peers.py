@@ -25,6 +25,9 @@ cluster (``tide up``). Each figure: messages per second over the measured window
 a warm-up; publish rates count acknowledged messages only.
 
     python -m bench.peers --gateway 127.0.0.1:8081 --rounds 2 --json > peers.json
+
+With ``--tide-pid gateway=PID`` (and storage=, dispatch=) the single shape also reports
+the CPU per message of those processes and of the client (``/proc/PID/stat``).
 """
 
 from __future__ import annotations
@@ -349,8 +352,25 @@ def tide_batch(gateway: str, warmup_s: float, duration_s: float) -> dict[str, An
     }
 
 
+def cpu_s(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each named process, and of this one ("client")."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    spent = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        spent[name] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    own = os.times()
+    spent["client"] = own.user + own.system
+    return spent
+
+
 def tide_single(
-    gateway: str, warmup_s: float, duration_s: float, *, accumulate: bool
+    gateway: str,
+    warmup_s: float,
+    duration_s: float,
+    *,
+    accumulate: bool,
+    pids: dict[str, int],
 ) -> dict[str, Any]:
     from tide.client import Admin, Producer
 
@@ -366,13 +386,21 @@ def tide_single(
                     producer.send(topic, body(SINGLE_BODY_BYTES))
                     window.add(1)
 
+            before = cpu_s(pids)
             rate = threads_rate(send, warmup_s, duration_s)
+            after = cpu_s(pids)
             calls = producer._accumulator.calls_sent
             messages = producer._accumulator.messages_sent
     finally:
         with Admin(gateway) as admin:
             admin.delete_topic(topic)
-    return {"publish_msgs_per_s": rate, "messages_per_call": round(messages / max(1, calls), 1)}
+    # CPU per message of each process over the whole case (warm-up too: all its messages)
+    cpu_us = {k: round((after[k] - before[k]) / max(1, messages) * 1e6) for k in after}
+    return {
+        "publish_msgs_per_s": rate,
+        "messages_per_call": round(messages / max(1, calls), 1),
+        "cpu_us_per_msg": cpu_us,
+    }
 
 
 # -- drivers -----------------------------------------------------------------------------
@@ -421,6 +449,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         say(f"skipping {peer}: {why}")
     results: list[dict[str, Any]] = []
     warm, dur = args.warmup_s, args.duration_s
+    pids = {name: int(pid) for name, pid in (item.split("=", 1) for item in args.tide_pid)}
     with tempfile.TemporaryDirectory(prefix="tide-peers-") as tmp, contextlib.ExitStack() as stack:
         ports = {}
         if "redis" not in skipped:
@@ -434,8 +463,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ("nats", lambda: nats_batch(ports["nats"], warm, dur)),
             ],
             "single": [
-                ("tide", lambda: tide_single(args.gateway, warm, dur, accumulate=True)),
-                ("tide-unbatched", lambda: tide_single(args.gateway, warm, dur, accumulate=False)),
+                ("tide", lambda: tide_single(args.gateway, warm, dur, accumulate=True, pids=pids)),
+                (
+                    "tide-unbatched",
+                    lambda: tide_single(args.gateway, warm, dur, accumulate=False, pids=pids),
+                ),
                 ("redis", lambda: redis_single(ports["redis"], warm, dur)),
                 ("nats", lambda: nats_single(ports["nats"], warm, dur)),
             ],
@@ -498,6 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--tide-pid",
+        action="append",
+        default=[],
+        metavar="NAME=PID",
+        help="a Tide process on this machine (e.g. gateway=1234; repeatable): the single "
+        "shape reports its CPU per message, and the client's",
+    )
     args = parser.parse_args(argv)
     report = run(args)
     if args.json:
