@@ -60,7 +60,7 @@ class Producer:
     """Sends messages to topics through one gateway.
 
     ``send`` and ``send_async`` accumulate: the single messages sent from any number of
-    threads share Produce calls, one per topic at a time, a batch going when it holds
+    threads share Produce calls (a batch per topic), a batch going when it holds
     ``batch_max_messages`` or ``batch_max_bytes``, or ``linger_ms`` after its first
     message, with at most ``async_threads`` calls unanswered (docs/client.md, "Batching
     and linger"); each message's result or error is its own. ``send`` and ``send_batch``
@@ -71,9 +71,10 @@ class Producer:
     ``rpc_timeout_ms``, then ResourceExhausted. Calls are retried on UNAVAILABLE as
     ``retry`` says.
 
-    With ``stream=True`` the async sends are pipelined on one ``ProduceStream`` (much less
-    gRPC work per send than a call each; the gateway processes up to 32 of them at once,
-    in any order, so use ``send``/``send_batch`` for ordered messages); UNAVAILABLE is
+    With ``stream=True`` the accumulated calls and the ``send_batch_async`` sends are
+    pipelined on one ``ProduceStream`` (much less gRPC work per send than a call each;
+    the gateway processes up to 32 of them at once, in any order, so wait for each
+    ``send`` or use ``send_batch`` for ordered messages); UNAVAILABLE is
     retried as for the calls, on the current or a new stream. Thread-safe; not fork-safe
     (its channel and threads stay in the parent: make one in each process after a fork).
     Close it (or use ``with``): that sends what is accumulated, waits for every answer
