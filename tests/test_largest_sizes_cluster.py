@@ -36,7 +36,7 @@ from tide.limits import (
     RECORD_MAX_BYTES,
 )
 from tide.server import MAX_MESSAGE_BYTES
-from tide.tail import MAX_CHUNK_BYTES
+from tide.tail.follower import MAX_CHUNK_BYTES
 from tide.v1 import gateway_pb2 as pb
 from tide.v1.gateway_pb2_grpc import GatewayStub
 from tide.waiting import wait_until

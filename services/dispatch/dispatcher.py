@@ -51,14 +51,8 @@ from services.dispatch.engine.dispatch_store import (
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import tags_code
-from tide.tail import (
-    Backoff,
-    RecordBatch,
-    TailError,
-    TailFollower,
-    TailOutOfRangeError,
-    insecure_channel,
-)
+from tide.tail import Backoff, RecordBatch, TailError, TailOutOfRangeError
+from tide.tail.follower import TailFollower, insecure_channel
 from tide.v1 import storage_pb2 as pb
 
 log = logging.getLogger("tide.dispatch")

@@ -4,7 +4,7 @@ SaveDeliveryProgress.
 
 One class, three instances in a dispatch (service.py): one for the dispatcher and the
 reads it serves, one for the delivery services, one for the transaction service. (The
-commitlog itself is followed by ``tide.tail.TailFollower``, on channels of its own.)
+commitlog itself is followed by ``tide.tail.follower.TailFollower``, on channels of its own.)
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from tide.registration import (
     name_error,
 )
 from tide.server import Config, Option
-from tide.tail import MAX_CHUNK_BYTES
+from tide.tail.follower import MAX_CHUNK_BYTES
 
 DEFAULT_LISTEN = "127.0.0.1:10911"
 DEFAULT_TAIL_CHUNK_BYTES = 256 * 1024

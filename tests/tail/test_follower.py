@@ -26,14 +26,13 @@ from tests.services.storage.conftest import (
 )
 from tide.format import decode_record, segment_name
 from tide.tail import (
-    CHANNEL_OPTIONS,
     Backoff,
     RecordAt,
     TailCorruptionError,
-    TailFollower,
     TailOutOfRangeError,
     TailUnavailableError,
 )
+from tide.tail.follower import CHANNEL_OPTIONS, TailFollower
 from tide.v1 import storage_pb2 as pb
 from tide.waiting import wait_until_async
 

@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
+from tide.client._accumulator import Accumulator, Limits
 from tide.client._convert import from_produce_result, from_produce_runs, to_produce_message
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._in_flight import InFlight, message_bytes
@@ -44,22 +45,40 @@ MIN_IN_FLIGHT_BYTES = 1 << 20
 MAX_IN_FLIGHT_BYTES_LIMIT = 64 << 30
 DEFAULT_ASYNC_THREADS = 4
 MAX_ASYNC_THREADS = 64
+# Accumulation of single sends (send, send_async): how long a batch waits for company,
+# and how much it carries.
+DEFAULT_LINGER_MS = 2
+MAX_LINGER_MS = 60_000
+DEFAULT_BATCH_MAX_MESSAGES = 256
+DEFAULT_BATCH_MAX_BYTES = 1 << 20
+MIN_BATCH_MAX_BYTES = 1 << 10
+# Closing waits this long beyond the sends' own retries for their answers.
+CLOSE_EXTRA_S = 5.0
 
 
 class Producer:
     """Sends messages to topics through one gateway.
 
-    ``send`` and ``send_batch`` block until the gateway answers; ``send_async`` and
-    ``send_batch_async`` return a future and block only while ``max_in_flight`` async sends
-    are unfinished, or their messages hold ``max_in_flight_bytes`` (a larger send goes
-    alone), for up to ``rpc_timeout_ms``, then ResourceExhausted. Calls are retried on
-    UNAVAILABLE as ``retry`` says.
+    ``send`` and ``send_async`` accumulate: the single messages sent from any number of
+    threads share Produce calls (a batch per topic), a batch going when it holds
+    ``batch_max_messages`` or ``batch_max_bytes``, or ``linger_ms`` after its first
+    message, with at most ``async_threads`` calls unanswered (docs/client.md, "Batching
+    and linger"); each message's result or error is its own. ``send`` and ``send_batch``
+    block until the gateway answers; ``send_async`` and ``send_batch_async`` return a
+    future. Every send blocks only while ``max_in_flight`` sends (messages of
+    ``send``/``send_async``, batches of ``send_batch_async``) are unfinished, or their
+    messages hold ``max_in_flight_bytes`` (a larger send goes alone), for up to
+    ``rpc_timeout_ms``, then ResourceExhausted. Calls are retried on UNAVAILABLE as
+    ``retry`` says.
 
-    With ``stream=True`` the async sends are pipelined on one ``ProduceStream`` (much less
-    gRPC work per send than a call each; the gateway processes up to 32 of them at once,
-    in any order, so use ``send``/``send_batch`` for ordered messages); UNAVAILABLE is
-    retried as for the calls, on the current or a new stream. Thread-safe. Close it (or
-    use ``with``) to release the channel.
+    With ``stream=True`` the accumulated calls and the ``send_batch_async`` sends are
+    pipelined on one ``ProduceStream`` (much less gRPC work per send than a call each;
+    the gateway processes up to 32 of them at once, in any order, so wait for each
+    ``send`` or use ``send_batch`` for ordered messages); UNAVAILABLE is
+    retried as for the calls, on the current or a new stream. Thread-safe; not fork-safe
+    (its channel and threads stay in the parent: make one in each process after a fork).
+    Close it (or use ``with``): that sends what is accumulated, waits for every answer
+    and releases the channel.
     """
 
     def __init__(
@@ -74,6 +93,9 @@ class Producer:
         stream: bool = False,
         producer_group: str = "",
         transaction_checker: TransactionChecker | None = None,
+        linger_ms: int = DEFAULT_LINGER_MS,
+        batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES,
+        batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
     ) -> None:
         if not 1 <= max_in_flight <= MAX_IN_FLIGHT_LIMIT:
             raise InvalidArgument(
@@ -86,12 +108,23 @@ class Producer:
             )
         if not 1 <= async_threads <= MAX_ASYNC_THREADS:
             raise InvalidArgument(f"async_threads is {async_threads}; give 1..{MAX_ASYNC_THREADS}")
+        limits = _limits(linger_ms, batch_max_messages, batch_max_bytes, async_threads)
         self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
         self._in_flight = InFlight(max_in_flight, max_in_flight_bytes)
         self._async_threads = async_threads
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._stream = ProduceStream(self._connection) if stream else None
+        retry = self._connection.retry
+        self._accumulator = Accumulator(
+            limits,
+            self._in_flight,
+            self._carry,
+            _results,
+            timeout_s=rpc_timeout_ms / 1000,
+            close_timeout_s=retry.max_attempts * (rpc_timeout_ms + retry.max_backoff_ms) / 1000
+            + CLOSE_EXTRA_S,
+        )
         if producer_group or transaction_checker is not None:
             check_producer_group(producer_group)
         self._group = producer_group
@@ -136,10 +169,7 @@ class Producer:
             deliver_at_ms=deliver_at_ms,
             delay_ms=delay_ms,
         )
-        result = self.send_batch([message])[0]
-        if not result.written:
-            raise TideError(f"send to {topic!r} failed: {result.error}")
-        return result
+        return self._accumulate(message).result()
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Send up to ``MAX_BATCH_MESSAGES`` messages in one call; results in order.
@@ -170,45 +200,35 @@ class Producer:
         deliver_at_ms: int = 0,
         delay_ms: int = 0,
     ) -> Future[SendResult]:
-        """Like ``send``, in the background: the future holds the result or the error."""
-        if self._stream is not None:
-            message = Message(
-                topic,
-                body,
-                tags=tags,
-                keys=keys,
-                properties=properties or {},
-                sharding_key=sharding_key,
-                queue=queue,
-                delay_level=delay_level,
-                deliver_at_ms=deliver_at_ms,
-                delay_ms=delay_ms,
-            )
-            return self._pipelined([message], _single)
-        executor = self._executor_or_start()
-        size = message_bytes(
-            [Message(topic, body, tags=tags, keys=keys, properties=properties or {})]
+        """Like ``send``, in the background: the future holds the result or the error
+        (cancelling it before its batch goes keeps the message from being sent)."""
+        message = Message(
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties or {},
+            sharding_key=sharding_key,
+            queue=queue,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
         )
-        self._acquire_in_flight(size, "send_async")
-        try:
-            future = executor.submit(
-                self.send,
-                topic,
-                body,
-                tags=tags,
-                keys=keys,
-                properties=properties,
-                sharding_key=sharding_key,
-                queue=queue,
-                delay_level=delay_level,
-                deliver_at_ms=deliver_at_ms,
-                delay_ms=delay_ms,
-            )
-        except BaseException:
-            self._in_flight.release(size)
-            raise
-        future.add_done_callback(lambda _: self._in_flight.release(size))
-        return future
+        return self._accumulate(message)
+
+    def _accumulate(self, message: Message) -> Future[SendResult]:
+        if self._connection.closed:
+            raise TideError("the producer is closed")
+        return self._accumulator.add(message, to_produce_message(message))
+
+    def _carry(
+        self, request: gateway_pb2.ProduceRequest, what: str
+    ) -> Future[gateway_pb2.ProduceResponse]:
+        """Send one accumulated batch: on the stream, or as a call on a thread."""
+        if self._stream is not None:
+            return self._stream.submit(request, what)
+        executor = self._executor_or_start()
+        return executor.submit(self._connection.call, self._connection.stub.Produce, request, what)
 
     def send_transaction(
         self, message: Message, local_transaction: LocalTransaction
@@ -284,7 +304,9 @@ class Producer:
             return self._executor
 
     def close(self) -> None:
-        """Wait for async sends to finish, then close the channel. Idempotent."""
+        """Send what is accumulated, wait for async sends to finish, then close the
+        channel. Idempotent."""
+        self._accumulator.close()
         with self._lock:
             executor, self._executor = self._executor, None
         if executor is not None:
@@ -353,9 +375,17 @@ def _results(
     return results
 
 
-def _single(results: list[SendResult]) -> SendResult:
-    """``send``'s rule for one message: not written raises."""
-    (result,) = results
-    if not result.written:
-        raise TideError(f"send to {result.queue.topic!r} failed: {result.error}")
-    return result
+def _limits(
+    linger_ms: int, batch_max_messages: int, batch_max_bytes: int, async_threads: int
+) -> Limits:
+    if not 0 <= linger_ms <= MAX_LINGER_MS:
+        raise InvalidArgument(f"linger_ms is {linger_ms}; give 0..{MAX_LINGER_MS}")
+    if not 1 <= batch_max_messages <= MAX_BATCH_MESSAGES:
+        raise InvalidArgument(
+            f"batch_max_messages is {batch_max_messages}; give 1..{MAX_BATCH_MESSAGES}"
+        )
+    if not MIN_BATCH_MAX_BYTES <= batch_max_bytes <= MAX_SEND_BYTES:
+        raise InvalidArgument(
+            f"batch_max_bytes is {batch_max_bytes}; give {MIN_BATCH_MAX_BYTES}..{MAX_SEND_BYTES}"
+        )
+    return Limits(linger_ms, batch_max_messages, batch_max_bytes, async_threads)

@@ -2,11 +2,13 @@
 
 * :class:`RecordAssembler` (pure): Tail chunks in, complete checked records out, as
   :class:`RecordAt` objects or column-wise as a :class:`RecordBatch`.
-* :class:`TailFollower` (asyncio): ``async for batch in follower.records()`` (or
-  ``follower.batches()``) over gRPC, reconnecting with backoff from the last complete
-  record.
+* :class:`TailFollower` (asyncio, in :mod:`tide.tail.follower`): ``async for batch in
+  follower.records()`` (or ``follower.batches()``) over gRPC, reconnecting with backoff
+  from the last complete record.
 
-Used by the dispatch service and by slave replication.
+Used by the dispatch service and by slave replication. This package loads no gRPC and no
+``tide.v1`` (the dispatch engine uses its records: pyproject.toml's import contracts);
+the follower does.
 """
 
 from tide.tail._assembler import DEFAULT_MAX_RECORD_BYTES, RecordAssembler
@@ -20,32 +22,18 @@ from tide.tail._errors import (
     TailRpcError,
     TailUnavailableError,
 )
-from tide.tail._follower import (
-    CHANNEL_OPTIONS,
-    MAX_CHUNK_BYTES,
-    RETRYABLE_CODES,
-    ChannelFactory,
-    TailFollower,
-    insecure_channel,
-)
 
 __all__ = [
-    "CHANNEL_OPTIONS",
     "DEFAULT_MAX_RECORD_BYTES",
-    "MAX_CHUNK_BYTES",
-    "RETRYABLE_CODES",
     "Backoff",
-    "ChannelFactory",
     "RecordAssembler",
     "RecordAt",
     "RecordBatch",
     "TailCorruptionError",
     "TailError",
-    "TailFollower",
     "TailOutOfRangeError",
     "TailProtocolError",
     "TailRpcError",
     "TailUnavailableError",
     "gc_paused",
-    "insecure_channel",
 ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import grpc
+if TYPE_CHECKING:  # annotations only: tide.tail itself loads no gRPC (engines use it)
+    import grpc
 
-if TYPE_CHECKING:
     from tide.tail._batch import RecordAt, RecordBatch
 
 

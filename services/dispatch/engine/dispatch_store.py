@@ -2,7 +2,7 @@
 
 RocketMQ's ReputMessageService / CommitLogDispatcher as a library. One writer thread
 calls :meth:`DispatchStore.apply` with records in commitlog order (from a
-``tide.tail.TailFollower``); a flush thread makes the files durable and then records the
+``tide.tail.follower.TailFollower``); a flush thread makes the files durable and then records the
 commitlog offset they cover in ``dispatch_progress.json``. So after a crash:
 
 * every record below the recorded offset has its entries on disk;

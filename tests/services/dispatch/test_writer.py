@@ -15,7 +15,8 @@ from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.dispatcher import INLINE_APPLY_MAX_RECORDS, Dispatcher, Writer
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.storage_client import StorageClient
-from tide.tail import RecordBatch, TailFollower
+from tide.tail import RecordBatch
+from tide.tail.follower import TailFollower
 from tide.waiting import wait_until_async
 
 

@@ -1,0 +1,155 @@
+"""The accumulator's bookkeeping with a carrier that answers as a gateway would in the
+cases a running cluster does not produce on demand: a call that wrote some messages and
+not others, a call that fails outright. (Against real processes:
+test_producer_batching.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import grpc
+import pytest
+
+from tide.client import Message, SendResult, TideError, Unavailable
+from tide.client._accumulator import Accumulator, Limits
+from tide.client._convert import to_produce_message
+from tide.client._in_flight import InFlight
+from tide.client._producer import _results
+from tide.v1 import gateway_pb2
+
+RESULT_TIMEOUT_S = 10.0
+LONG_LINGER_MS = 60_000
+
+
+Answer = Callable[[gateway_pb2.ProduceRequest], gateway_pb2.ProduceResponse | BaseException]
+
+
+class Gateway:
+    """Answers each request with ``answer(request)`` (a response or an exception)."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: list[gateway_pb2.ProduceRequest] = []
+
+    def __call__(
+        self, request: gateway_pb2.ProduceRequest, what: str
+    ) -> Future[gateway_pb2.ProduceResponse]:
+        self.requests.append(request)
+        future: Future[gateway_pb2.ProduceResponse] = Future()
+        answer = self.answer(request)
+        if isinstance(answer, BaseException):
+            future.set_exception(answer)
+        else:
+            future.set_result(answer)
+        return future
+
+
+def accumulator(gateway: Gateway, batch_max_messages: int) -> tuple[Accumulator, InFlight]:
+    in_flight = InFlight(256, 1 << 20)
+    limits = Limits(LONG_LINGER_MS, batch_max_messages, 1 << 20, 4)
+    return Accumulator(
+        limits, in_flight, gateway, _results, timeout_s=1.0, close_timeout_s=10.0
+    ), in_flight
+
+
+def send(acc: Accumulator, topic: str, count: int) -> list[Future[SendResult]]:
+    messages = [Message(topic, f"m{i}") for i in range(count)]
+    return [acc.add(message, to_produce_message(message)) for message in messages]
+
+
+def partly_written(request: gateway_pb2.ProduceRequest) -> gateway_pb2.ProduceResponse:
+    """The first two written to broker-a queue 1, the third refused by its broker."""
+    assert len(request.messages) == 3
+    return gateway_pb2.ProduceResponse(
+        runs=[
+            gateway_pb2.ProduceRun(
+                first_index=0,
+                count=2,
+                broker_name="broker-a",
+                queue_id=1,
+                first_queue_offset=40,
+                msg_id_prefix="7F00000100002A9F",
+                physical_offsets=[100, 200],
+                unique_keys=["u0", "u1"],
+            ),
+            gateway_pb2.ProduceRun(
+                first_index=2,
+                count=1,
+                status=gateway_pb2.ProduceResult.SEND_FAILED,
+                broker_name="broker-b",
+                unique_keys=["u2"],
+                error="broker-b: the disk is full",
+            ),
+        ]
+    )
+
+
+def test_a_partly_written_call_gives_each_message_its_own_outcome() -> None:
+    gateway = Gateway(partly_written)
+    acc, in_flight = accumulator(gateway, batch_max_messages=3)
+    first, second, third = send(acc, "T", 3)  # full: one call
+    a, b = first.result(RESULT_TIMEOUT_S), second.result(RESULT_TIMEOUT_S)
+    assert (a.queue_offset, a.unique_key, b.queue_offset, b.unique_key) == (40, "u0", 41, "u1")
+    assert a.msg_id.endswith("0000000000000064") and b.msg_id.endswith("00000000000000C8")
+    with pytest.raises(TideError, match="broker-b: the disk is full"):
+        third.result(RESULT_TIMEOUT_S)
+    assert len(gateway.requests) == 1
+    acc.close()
+    assert in_flight.sends == 0 and in_flight.bytes == 0
+
+
+def test_a_failed_call_fails_each_of_its_messages_with_the_cause() -> None:
+    cause = Unavailable(
+        "Produce to 'T' failed: every broker is unreachable", grpc.StatusCode.UNAVAILABLE
+    )
+    gateway = Gateway(lambda _: cause)
+    acc, in_flight = accumulator(gateway, batch_max_messages=4)
+    futures = send(acc, "T", 4)
+    for future in futures:
+        assert future.exception(RESULT_TIMEOUT_S) is cause
+    assert len(gateway.requests) == 1  # not split: the cause is not about one message
+    acc.close()
+    assert in_flight.sends == 0
+
+
+def test_a_refusal_naming_one_message_is_resent_message_by_message() -> None:
+    def refuse_the_second(
+        request: gateway_pb2.ProduceRequest,
+    ) -> gateway_pb2.ProduceResponse | BaseException:
+        bodies = [m.body for m in request.messages]
+        if b"m1" in bodies:
+            index = bodies.index(b"m1")
+            return TideError(
+                f"Produce to 'T' failed: messages[{index}].tags: bad",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
+        return partly_written_single(request)
+
+    gateway = Gateway(refuse_the_second)
+    acc, _ = accumulator(gateway, batch_max_messages=3)
+    futures = send(acc, "T", 3)
+    assert futures[0].result(RESULT_TIMEOUT_S).queue_offset == 7
+    with pytest.raises(TideError, match=r"messages\[0\]\.tags: bad"):  # as if sent alone
+        futures[1].result(RESULT_TIMEOUT_S)
+    assert futures[2].result(RESULT_TIMEOUT_S).queue_offset == 7
+    assert [len(r.messages) for r in gateway.requests] == [3, 1, 1, 1]
+    acc.close()
+
+
+def partly_written_single(request: gateway_pb2.ProduceRequest) -> gateway_pb2.ProduceResponse:
+    assert len(request.messages) == 1
+    return gateway_pb2.ProduceResponse(
+        runs=[
+            gateway_pb2.ProduceRun(
+                first_index=0,
+                count=1,
+                broker_name="broker-a",
+                queue_id=0,
+                first_queue_offset=7,
+                msg_id_prefix="7F00000100002A9F",
+                physical_offsets=[1],
+                unique_keys=["u"],
+            )
+        ]
+    )
