@@ -9,9 +9,11 @@ made here with ``cryptography`` (tide.certs).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -169,3 +171,35 @@ def test_cli_over_tls_by_flag_and_by_env(cluster: Cluster, certs: dict[str, TlsF
     plain = tide_cli("produce", "T_tls_cli", "--count", "1", "--gateway", gateway, env=env)
     assert plain.returncode != 0
     assert "unavailable" in plain.stderr.lower(), plain.stderr
+
+
+BENCH_WORKLOAD = """\
+description: TLS smoke run
+topics: 1
+queues_per_topic: 1
+message_size: 64
+batch_size: 5
+producers_per_topic: 2
+producer_processes: 2
+inflight: 2
+consumers_per_topic: 1
+rate: 100
+warmup_s: 0.2
+duration_s: 1
+"""
+
+
+def test_bench_over_tls(cluster: Cluster, certs: dict[str, TlsFiles], tmp_path: Path) -> None:
+    workload = tmp_path / "tls.yaml"
+    workload.write_text(BENCH_WORKLOAD)
+    ca_file = str(certs["cluster"].ca_file)
+    gateway = cluster.gateway.listen
+    result = tide_cli(
+        "bench", "run", str(workload), "--gateway", gateway, "--tls-ca-file", ca_file, "--json",
+        env=child_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["totals"]["published"] > 0, report["totals"]
+    assert report["totals"]["published"] == report["totals"]["consumed"], report["totals"]
+    assert report["errors"] == 0, report["last_error"]

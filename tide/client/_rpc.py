@@ -171,14 +171,23 @@ class Connection:
         self._channel.close()
 
 
-def open_channel(gateway: str, tls: ClientTls = False) -> grpc.Channel:
-    """The one channel builder of tide.client (and the CLI, ``tide bench``): plaintext, or
-    TLS as ``tls`` says (:data:`ClientTls`)."""
+def tls_credentials(tls: ClientTls) -> grpc.ChannelCredentials | None:
+    """The channel credentials of ``tls=`` (None: plaintext); a file that cannot be read
+    is InvalidArgument naming it."""
     if tls is False:
-        return grpc.insecure_channel(gateway, options=list(CHANNEL_OPTIONS))
+        return None
     files = TlsFiles() if tls is True else tls
     try:
-        credentials = channel_credentials(files)
+        return channel_credentials(files)
     except TlsError as exc:
         raise InvalidArgument(f"tls: {exc}") from exc
+
+
+def open_channel(gateway: str, tls: ClientTls = False) -> grpc.Channel:
+    """The one channel builder of tide.client (and the CLI): plaintext, or TLS as ``tls``
+    says (:data:`ClientTls`). ``tide bench`` opens its asyncio channels with the same
+    :func:`tls_credentials`."""
+    credentials = tls_credentials(tls)
+    if credentials is None:
+        return grpc.insecure_channel(gateway, options=list(CHANNEL_OPTIONS))
     return grpc.secure_channel(gateway, credentials, options=list(CHANNEL_OPTIONS))
