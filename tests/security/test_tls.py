@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests._cluster import Cluster
 from tests._service_process import REPO_ROOT, child_env
+from tests.services.gateway.v2.rmq5 import of, run_client
 from tide.certs import LeafFiles, make_ca, make_leaf
 from tide.client import Producer, SimpleConsumer, TlsFiles
 from tide.tls import channel_credentials
@@ -203,3 +204,29 @@ def test_bench_over_tls(cluster: Cluster, certs: dict[str, TlsFiles], tmp_path: 
     assert report["totals"]["published"] > 0, report["totals"]
     assert report["totals"]["published"] == report["totals"]["consumed"], report["totals"]
     assert report["errors"] == 0, report["last_error"]
+
+
+def test_official_rocketmq5_client_over_tls(
+    cluster: Cluster, certs: dict[str, TlsFiles], tmp_path: Path
+) -> None:
+    """The official client's tls_enable=True verifies the gateway against gRPC's default
+    roots; GRPC_DEFAULT_SSL_ROOTS_FILE_PATH points them at the cluster CA. Without it the
+    handshake fails (the client does verify)."""
+    topic = "T_tls_rmq5"
+    cluster.create_topic(topic, queues=2, message_type="NORMAL")
+    gateway = cluster.gateway.listen
+    trust = {"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(certs["cluster"].ca_file)}
+    home = tmp_path / "home"
+    sent = of(
+        run_client(home, "produce", gateway, topic, "--count", "3", "--tls", env=trust), "sent"
+    )
+    assert len(sent) == 3
+    received = of(
+        run_client(
+            home, "simple", gateway, topic, "G_tls_rmq5", "--count", "3", "--tls", env=trust
+        ),
+        "received",
+    )
+    assert {event["message_id"] for event in received} >= {event["message_id"] for event in sent}
+    untrusted = run_client(home, "produce", gateway, topic, "--tls", check=False)
+    assert not of(untrusted, "sent"), untrusted
