@@ -50,14 +50,19 @@ class TlsFiles:
         return self.cert_file is not None and self.key_file is not None
 
     def check(self, *, prefix: str = "--tls-") -> None:
-        """Raise :class:`TlsError` for a half-given pair or a file that cannot be read."""
+        """Raise :class:`TlsError` for a half-given pair or a file that cannot be read;
+        the message names the files as options (``--tls-cert-file``) or, with another
+        ``prefix`` such as ``"TlsFiles."``, as fields (``TlsFiles.cert_file``)."""
+        cert, key, ca = (_label(prefix, name) for name in ("cert", "key", "ca"))
         if (self.cert_file is None) != (self.key_file is None):
-            raise TlsError(f"{prefix}cert-file and {prefix}key-file go together: give both")
-        for name, path in (("cert", self.cert_file), ("key", self.key_file)):
+            raise TlsError(f"{cert} and {key} go together: give both")
+        for label, path in ((cert, self.cert_file), (key, self.key_file), (ca, self.ca_file)):
             if path is not None:
-                _read(path, f"{prefix}{name}-file")
-        if self.ca_file is not None:
-            _read(self.ca_file, f"{prefix}ca-file")
+                _read(path, label)
+
+
+def _label(prefix: str, name: str) -> str:
+    return f"{prefix}{name}-file" if prefix.startswith("--") else f"{prefix}{name}_file"
 
 
 def _read(path: str, option: str) -> bytes:
@@ -68,10 +73,11 @@ def _read(path: str, option: str) -> bytes:
         raise TlsError(f"{option}: cannot read {path}: {exc.strerror}") from exc
 
 
-def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
+def channel_credentials(files: TlsFiles, *, prefix: str = "--tls-") -> grpc.ChannelCredentials:
     """Credentials for a channel: ``ca_file`` verifies the server (the system roots when
-    None); ``cert_file``/``key_file``, when given, are the client certificate."""
-    files.check()
+    None); ``cert_file``/``key_file``, when given, are the client certificate. Errors
+    name the files as ``PREFIX{cert,key,ca}-file``."""
+    files.check(prefix=prefix)
     return grpc.ssl_channel_credentials(
         root_certificates=_read(files.ca_file, "ca_file") if files.ca_file else None,
         private_key=_read(files.key_file, "key_file") if files.key_file else None,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tide.certs import make_ca, make_leaf
+from tide.client import Admin, InvalidArgument, Producer
 from tide.server import load_config
 from tide.server._bootstrap import ServerTls, tls_from_config
 from tide.tls import TlsError, TlsFiles
@@ -68,3 +69,11 @@ def test_bad_combinations_name_the_option(argv: list[str], message: str) -> None
     config = load_config("storage", (), argv)
     with pytest.raises(TlsError, match=message):
         tls_from_config(config)
+
+
+def test_client_tls_errors_name_the_field(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.pem")
+    with pytest.raises(InvalidArgument, match=r"TlsFiles\.ca_file: cannot read .*missing\.pem"):
+        Producer("127.0.0.1:1", tls=TlsFiles(ca_file=missing))
+    with pytest.raises(InvalidArgument, match=r"TlsFiles\.cert_file and TlsFiles\.key_file"):
+        Admin("127.0.0.1:1", tls=TlsFiles(cert_file=missing))

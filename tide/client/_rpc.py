@@ -178,7 +178,7 @@ def tls_credentials(tls: ClientTls) -> grpc.ChannelCredentials | None:
         return None
     files = TlsFiles() if tls is True else tls
     try:
-        return channel_credentials(files)
+        return channel_credentials(files, prefix="TlsFiles.")
     except TlsError as exc:
         raise InvalidArgument(f"tls: {exc}") from exc
 
