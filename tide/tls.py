@@ -97,7 +97,6 @@ class CertificateFiles:
         self._lock = threading.Lock()
         self._next_check = 0.0
         self._stamp = self._stamps()
-        self.loads = 0
 
     def _paths(self) -> list[str]:
         return [p for p in (self._files.cert_file, self._files.key_file, self._files.ca_file) if p]
@@ -119,7 +118,6 @@ class CertificateFiles:
         assert files.cert_file is not None and files.key_file is not None
         pair = (_read(files.key_file, "--tls-key-file"), _read(files.cert_file, "--tls-cert-file"))
         roots = _read(files.ca_file, "--tls-ca-file") if files.ca_file else None
-        self.loads += 1
         return grpc.ssl_server_certificate_configuration([pair], root_certificates=roots)
 
     def __call__(self) -> Any:
