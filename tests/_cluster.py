@@ -369,6 +369,8 @@ class Cluster:
         member.dispatch = self._dispatch_launcher.start(
             member.dispatch_dir, member.storage.listen, *member.dispatch_args
         )
+        self._secure(member.storage)
+        self._secure(member.dispatch)
         return member
 
     def restart_dispatch(self, member: Replica) -> Replica:
@@ -379,6 +381,8 @@ class Cluster:
         member.dispatch = self._dispatch_launcher.start(
             member.dispatch_dir, member.storage.listen, *member.dispatch_args
         )
+        self._secure(member.storage)
+        self._secure(member.dispatch)
         return member
 
     def restart_storage(self, member: Replica) -> StorageProcess:
@@ -386,6 +390,7 @@ class Cluster:
         its dispatch keeps running and reconnects to it."""
         member.storage.kill()
         member.storage = self._storage_launcher.start(member.storage_dir, *member.storage_args)
+        self._secure(member.storage)
         return member.storage
 
     def _start_gateway(self, args: Sequence[str], *, listen: str = "127.0.0.1:0") -> GatewayProcess:
