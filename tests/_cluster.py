@@ -59,12 +59,30 @@ from tests._service_process import ServiceProcess, free_port, spawn
 from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
 from tests.services.nameserver.process import NameServerLauncher, NameServerProcess
 from tests.services.storage.conftest import StorageLauncher, StorageProcess
+from tide.tls import TlsFiles
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
 from tide.v1 import nameserver_pb2 as ns_pb
 from tide.waiting import wait_until
 
 CLUSTER_NAME = "TestCluster"
+
+
+def tls_flags(tls: TlsFiles | None) -> tuple[str, ...]:
+    """The ``--tls-*`` flags of a service using ``tls`` (none: plaintext)."""
+    if tls is None:
+        return ()
+    assert tls.cert_file and tls.key_file and tls.ca_file, tls
+    return (
+        "--tls-cert-file",
+        tls.cert_file,
+        "--tls-key-file",
+        tls.key_file,
+        "--tls-ca-file",
+        tls.ca_file,
+    )
+
+
 REGISTER_INTERVAL_MS = 500
 BROKER_HEARTBEAT_TIMEOUT_MS = 3_000
 CONSUMER_EXPIRY_MS = 5_000
@@ -192,6 +210,7 @@ class Cluster:
         replicas: int = 1,
         master_role: str = "ASYNC_MASTER",
         dispatch_args: Sequence[str] = (),
+        tls: TlsFiles | None = None,
     ) -> None:
         if not 1 <= brokers <= MAX_BROKERS or not 1 <= nameservers <= 8:
             raise ValueError(f"brokers in 1..{MAX_BROKERS}, nameservers in 1..8")
@@ -202,9 +221,14 @@ class Cluster:
         self._master_role = master_role
         self._broker_count = brokers
         self._nameserver_count = nameservers
-        self._gateway_args = tuple(gateway_args)
-        self._storage_args = tuple(storage_args)
-        self._dispatch_args = tuple(dispatch_args)
+        # TLS on every service (its certificate also the client certificate of the links
+        # between them and of the harness's stubs): docs/security.md.
+        self.tls = tls
+        tls_args = tls_flags(tls)
+        self._gateway_args = (*gateway_args, *tls_args)
+        self._storage_args = (*storage_args, *tls_args)
+        self._dispatch_args = (*dispatch_args, *tls_args)
+        self._nameserver_args = tls_args
         self._nameserver_launcher = NameServerLauncher(root / "nameservers")
         self._storage_launcher = StorageLauncher(root / "storage")
         self._dispatch_launcher = DispatchLauncher(root / "dispatch")
@@ -216,9 +240,11 @@ class Cluster:
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> Cluster:
         for _ in range(self._nameserver_count):
-            self.nameservers.append(
-                self._nameserver_launcher.start("--scan-interval-ms", str(SCAN_INTERVAL_MS))
+            nameserver = self._nameserver_launcher.start(
+                "--scan-interval-ms", str(SCAN_INTERVAL_MS), *self._nameserver_args
             )
+            self._secure(nameserver)
+            self.nameservers.append(nameserver)
         names = [f"broker-{letter}" for letter in string.ascii_lowercase[: self._broker_count]]
         self.start_brokers(names)
         self._gateway = self._start_gateway(self._gateway_args)
@@ -310,6 +336,7 @@ class Cluster:
         ]
         for storage in storages:
             storage.wait_ready()
+            self._secure(storage)
         members = []
         for (name, broker_id, store_dir, dispatch_dir, storage_args, dispatch_args), storage in zip(
             plans, storages, strict=True
@@ -329,6 +356,7 @@ class Cluster:
             )
         for member in members:
             member.dispatch.wait_ready()
+            self._secure(member.dispatch)
         return members
 
     def restart(self, member: Replica) -> Replica:
@@ -341,6 +369,8 @@ class Cluster:
         member.dispatch = self._dispatch_launcher.start(
             member.dispatch_dir, member.storage.listen, *member.dispatch_args
         )
+        self._secure(member.storage)
+        self._secure(member.dispatch)
         return member
 
     def restart_dispatch(self, member: Replica) -> Replica:
@@ -351,6 +381,8 @@ class Cluster:
         member.dispatch = self._dispatch_launcher.start(
             member.dispatch_dir, member.storage.listen, *member.dispatch_args
         )
+        self._secure(member.storage)
+        self._secure(member.dispatch)
         return member
 
     def restart_storage(self, member: Replica) -> StorageProcess:
@@ -358,6 +390,7 @@ class Cluster:
         its dispatch keeps running and reconnects to it."""
         member.storage.kill()
         member.storage = self._storage_launcher.start(member.storage_dir, *member.storage_args)
+        self._secure(member.storage)
         return member.storage
 
     def _start_gateway(self, args: Sequence[str], *, listen: str = "127.0.0.1:0") -> GatewayProcess:
@@ -384,7 +417,12 @@ class Cluster:
         gateway = GatewayProcess(proc, workdir, workdir, command)
         self._gateways.append(gateway)
         gateway.wait_ready()
+        self._secure(gateway)
         return gateway
+
+    def _secure(self, process: ServiceProcess[Any]) -> None:
+        if self.tls is not None:
+            process.use_tls(self.tls)
 
     def add_gateway(self, *args: str, listen: str = "127.0.0.1:0") -> GatewayProcess:
         """Start another gateway beside the current one (``gateway`` stays the current;

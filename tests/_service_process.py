@@ -20,6 +20,7 @@ import pytest
 
 from tide.spawn import NotReadyError, wait_ready
 from tide.spawn import spawn as tide_spawn
+from tide.tls import TlsFiles, channel_credentials
 
 READY_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 30.0
@@ -136,6 +137,15 @@ class ServiceProcess(Generic[StubT]):
         assert self.ready["pid"] == self.proc.pid, self.ready
         self.listen = str(self.ready["listen"])
         self._channel = grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS)
+        self._stub = self.make_stub(self._channel)
+
+    def use_tls(self, files: TlsFiles) -> None:
+        """From now on ``channel``/``stub`` speak TLS, presenting ``files`` as the client
+        certificate (the services of a cluster started with TLS require one)."""
+        self.close_channel()
+        self._channel = grpc.secure_channel(
+            self.listen, channel_credentials(files), options=CHANNEL_OPTIONS
+        )
         self._stub = self.make_stub(self._channel)
 
     def close_channel(self) -> None:

@@ -52,7 +52,8 @@ from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import tags_code
 from tide.tail import Backoff, RecordBatch, TailError, TailOutOfRangeError
-from tide.tail.follower import TailFollower, insecure_channel
+from tide.tail.follower import CHANNEL_OPTIONS, TailFollower
+from tide.tls import internal_channel
 from tide.v1 import storage_pb2 as pb
 
 log = logging.getLogger("tide.dispatch")
@@ -255,7 +256,7 @@ class Dispatcher:
 
     # -- following ---------------------------------------------------------------
     def _channel_factory(self, target: str) -> grpc.aio.Channel:
-        channel = insecure_channel(target)
+        channel = internal_channel(target, options=CHANNEL_OPTIONS)
         self._tail_channel = channel
         return channel
 

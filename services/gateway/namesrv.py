@@ -17,6 +17,7 @@ import grpc
 from services.gateway.brokers import CHANNEL_OPTIONS, rpc_problem
 from tide.quoting import quote
 from tide.server import ServiceError
+from tide.tls import internal_channel
 from tide.v1 import nameserver_pb2 as ns_pb
 from tide.v1 import nameserver_pb2_grpc as ns_grpc
 
@@ -60,8 +61,7 @@ class NameServerClient:
     def _connect(self) -> list[ns_grpc.NameServerAsyncStub]:
         if not self._stubs:
             self._channels = [
-                grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
-                for address in self.addresses
+                internal_channel(address, options=CHANNEL_OPTIONS) for address in self.addresses
             ]
             self._stubs = [ns_grpc.NameServerStub(channel) for channel in self._channels]
         return self._stubs

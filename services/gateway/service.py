@@ -46,6 +46,9 @@ class GatewayService:
     name = "tide.v1.Gateway"
     # RocketMQ 5's protocol on the same port (services/gateway/v2, docs/rocketmq5.md).
     more_service_names = ("apache.rocketmq.v2.MessagingService",)
+    # The front door: with TLS on, clients need no certificate here (they authenticate by
+    # signature); storage, dispatch and name servers require one (docs/security.md).
+    public_port = True
 
     def __init__(self, config: GatewayConfig) -> None:
         self._config = config

@@ -32,7 +32,10 @@ from tide.server._config import merge_options
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
-OVERLAYS = ("dev", "production")
+OVERLAYS = ("dev", "production", "dev-tls")
+# Overlays with the TLS component (deploy/k8s/components/tls): probes run over TLS.
+TLS_OVERLAYS = frozenset({"dev-tls"})
+TLS_DIR = "/etc/tide-tls"
 DOCKERFILE = DEPLOY / "Dockerfile"
 SERVICES = ("nameserver", "storage", "dispatch", "gateway")
 # What each service's gRPC health service reports besides "" (its full service name).

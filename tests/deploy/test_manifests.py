@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+import yaml
 
 from tests.deploy._manifests import (
     ENTRYPOINT,
     GRPC_SERVICE_NAMES,
+    K8S,
     OVERLAYS,
+    TLS_DIR,
+    TLS_OVERLAYS,
     Container,
     Doc,
     all_env_names,
@@ -130,6 +134,21 @@ def test_statefulsets_have_a_headless_governing_service(overlay: str) -> None:
         assert not any(matches(service["spec"]["selector"], pod_labels(w)) for w in others)
 
 
+def probe_target(container: Container, probe: Doc) -> tuple[int, str]:
+    """(port, health service) of a probe: the kubelet's gRPC probe, or with TLS (which
+    that probe cannot speak) an exec of ``python -m tide.health_probe`` over TLS."""
+    if container.overlay not in TLS_OVERLAYS:
+        grpc = probe.get("grpc")
+        assert grpc, f"{container.where}: not a gRPC probe"
+        return grpc["port"], grpc.get("service", "")
+    assert "grpc" not in probe, f"{container.where}: a plaintext gRPC probe with TLS on"
+    command = probe["exec"]["command"]
+    assert command[:3] == ["python", "-m", "tide.health_probe"], container.where
+    assert command[-2:] == ["--tls-dir", TLS_DIR], container.where
+    args = command[3:-2]
+    return int(args[0]), args[1] if len(args) > 1 else ""
+
+
 def test_probes_are_grpc_health_checks_on_a_container_port(overlay: str) -> None:
     for container in tide_containers(overlay):
         spec = container.spec
@@ -141,11 +160,26 @@ def test_probes_are_grpc_health_checks_on_a_container_port(overlay: str) -> None
             if kind not in spec:
                 assert kind == "startupProbe", f"{container.where}: no {kind}"
                 continue
-            grpc = spec[kind].get("grpc")
-            assert grpc, f"{container.where}: {kind} is not a gRPC probe"
-            assert grpc["port"] == listen_port, f"{container.where}: {kind} port {grpc['port']}"
-            assert grpc.get("service", "") in ("", full_name), f"{container.where}: {kind}"
-        assert spec["readinessProbe"]["grpc"]["service"] == full_name, container.where
+            port, service = probe_target(container, spec[kind])
+            assert port == listen_port, f"{container.where}: {kind} port {port}"
+            assert service in ("", full_name), f"{container.where}: {kind}"
+        assert probe_target(container, spec["readinessProbe"])[1] == full_name, container.where
+
+
+def test_tls_overlays_mount_the_secret_and_set_every_tls_option(overlay: str) -> None:
+    for container in tide_containers(overlay):
+        config = container.config()
+        if overlay not in TLS_OVERLAYS:
+            assert config.get_optional_str("tls_cert_file") is None, container.where
+            continue
+        assert config.get_optional_str("tls_cert_file") == f"{TLS_DIR}/tls.crt"
+        assert config.get_optional_str("tls_key_file") == f"{TLS_DIR}/tls.key"
+        assert config.get_optional_str("tls_ca_file") == f"{TLS_DIR}/ca.crt"
+        mounts = {m["mountPath"]: m for m in container.spec["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod_spec(container.workload)["volumes"]}
+        volume = volumes[mounts[TLS_DIR]["name"]]
+        assert volume["secret"]["secretName"] == "tide-tls", container.where
+        assert mounts[TLS_DIR].get("readOnly") is True, container.where
 
 
 # -- Prometheus metrics ------------------------------------------------------------------
@@ -510,3 +544,20 @@ def test_storage_pods_roll_only_when_deleted(overlay: str) -> None:
         assert sts["spec"]["updateStrategy"]["type"] == "OnDelete", sts["metadata"]["name"]
         retention = sts["spec"]["persistentVolumeClaimRetentionPolicy"]
         assert retention == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+
+
+def test_cert_manager_certificate_names_every_address_of_the_cluster(overlay: str) -> None:
+    """The documented cert-manager Certificate covers every host a Tide service or the
+    probes connect to in the overlay: each headless Service's pods, 127.0.0.1."""
+    path = K8S / "components" / "tls" / "cert-manager-certificate.yaml"
+    certificate = next(
+        d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "Certificate"
+    )
+    spec = certificate["spec"]
+    assert spec["secretName"] == "tide-tls"
+    assert {"server auth", "client auth"} <= set(spec["usages"])
+    assert "127.0.0.1" in spec["ipAddresses"]
+    names = set(spec["dnsNames"])
+    for service in docs(overlay, "Service"):
+        name = service["metadata"]["name"]
+        assert f"*.{name}.tide.svc.cluster.local" in names, name

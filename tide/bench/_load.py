@@ -27,6 +27,7 @@ import grpc
 
 from tide.bench._stats import Latency
 from tide.bench._workload import STAMP_BYTES, Workload
+from tide.client._rpc import ClientTls, tls_credentials
 from tide.format import body_length_pos
 from tide.v1 import gateway_pb2 as pb
 
@@ -178,8 +179,12 @@ class LoadState:
             self.counters.last_error = repr(error)
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+def open_channel(target: str, tls: ClientTls = False) -> grpc.aio.Channel:
+    """A channel to the gateway: plaintext, or TLS as tide.client's ``tls=`` says."""
+    credentials = tls_credentials(tls)
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
 
 
 class Pacer:

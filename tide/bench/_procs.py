@@ -46,6 +46,7 @@ from tide.bench._load import (
 )
 from tide.bench._stats import Latency
 from tide.bench._workload import Workload
+from tide.client._rpc import ClientTls
 
 REPORT_INTERVAL_S = 0.2
 READY_TIMEOUT_S = 60.0  # a spawned process imports grpc and the protos first
@@ -77,25 +78,34 @@ class WorkerPlan:
     topics: tuple[str, ...] = ()
     consumers: tuple[tuple[QueueRef, ...], ...] = ()
     group: str = ""
+    tls: ClientTls = False
 
     @property
     def name(self) -> str:
         return f"{self.role} process {self.index}"
 
 
-def producer_plans(workload: Workload, target: str, topics: list[str]) -> list[WorkerPlan]:
+def producer_plans(
+    workload: Workload, target: str, topics: list[str], tls: ClientTls = False
+) -> list[WorkerPlan]:
     """The run's producers (``producers_per_topic`` per topic, in topic order) dealt
     round robin to ``producer_processes`` processes."""
     producers = [topic for topic in topics for _ in range(workload.producers_per_topic)]
     count = workload.producer_processes
     return [
-        WorkerPlan(PRODUCER, index, target, workload, topics=tuple(producers[index::count]))
+        WorkerPlan(
+            PRODUCER, index, target, workload, topics=tuple(producers[index::count]), tls=tls
+        )
         for index in range(count)
     ]
 
 
 def consumer_plans(
-    workload: Workload, target: str, queues: list[list[QueueRef]], group: str
+    workload: Workload,
+    target: str,
+    queues: list[list[QueueRef]],
+    group: str,
+    tls: ClientTls = False,
 ) -> list[WorkerPlan]:
     """The run's consumers (``consumers_per_topic`` per topic, each with its share of the
     topic's queues) dealt round robin to ``consumer_processes`` processes."""
@@ -108,7 +118,13 @@ def consumer_plans(
     count = workload.consumer_processes
     return [
         WorkerPlan(
-            CONSUMER, index, target, workload, consumers=tuple(consumers[index::count]), group=group
+            CONSUMER,
+            index,
+            target,
+            workload,
+            consumers=tuple(consumers[index::count]),
+            group=group,
+            tls=tls,
         )
         for index in range(count)
     ]
@@ -199,7 +215,7 @@ def _start_producers(
     rate = workload.rate / workload.producers
     tasks = []
     for topic in plan.topics:
-        channel = open_channel(plan.target)
+        channel = open_channel(plan.target, plan.tls)
         channels.append(channel)
         template = request_template(topic, workload.message_size, workload.batch_size)
         tasks.append(asyncio.create_task(produce(channel, state, template, workload, rate)))
@@ -215,7 +231,7 @@ async def _start_consumers(
     positioned = asyncio.Semaphore(0)
     tasks: list[asyncio.Task[None]] = []
     for consumer in plan.consumers:
-        channel = open_channel(plan.target)
+        channel = open_channel(plan.target, plan.tls)
         channels.append(channel)
         tasks.extend(
             asyncio.create_task(

@@ -35,6 +35,7 @@ from tide.bench._load import (
 from tide.bench._procs import START_DELAY_S, WorkerPool, consumer_plans, producer_plans
 from tide.bench._workload import Workload
 from tide.client import Admin
+from tide.client._rpc import ClientTls
 from tide.spawn import running
 
 DRAIN_TIMEOUT_S = 60.0
@@ -113,6 +114,7 @@ def run_workload(
     *,
     keep_topics: bool = False,
     progress: Progress | None = None,
+    tls: ClientTls = False,
 ) -> dict[str, Any]:
     """Run ``workload`` against ``gateway``: create its topics (on every master broker),
     consume and produce, drain, delete the topics (unless ``keep_topics``); the report as
@@ -121,7 +123,7 @@ def run_workload(
     run_id = secrets.token_hex(3)
     topics = topic_names(workload, run_id)
     started_at = dt.datetime.now(dt.UTC)
-    with Admin(gateway) as admin:
+    with Admin(gateway, tls=tls) as admin:
         created: list[str] = []
         try:
             queues: list[list[QueueRef]] = []
@@ -131,7 +133,7 @@ def run_workload(
                 say(f"created topic {topic} on {', '.join(brokers)}")
                 queues.append(readable_queues(admin, topic))
             window, state = asyncio.run(
-                _drive(workload, gateway, topics, queues, f"bench-{run_id}", say)
+                _drive(workload, gateway, topics, queues, f"bench-{run_id}", say, tls)
             )
         finally:
             if not keep_topics:
@@ -152,6 +154,7 @@ class _Load:
     consumer_pool: WorkerPool | None = None
     channels: list[Any] = field(default_factory=list)
     schedule: tuple[float, float, float] = (0.0, 0.0, 0.0)  # start, measure, end (monotonic)
+    tls: ClientTls = False  # tide.client's tls= for every channel to the gateway
 
     @property
     def local_tasks(self) -> list[asyncio.Task[None]]:
@@ -171,10 +174,11 @@ async def _drive(
     queues: list[list[QueueRef]],
     group: str,
     say: Progress,
+    tls: ClientTls = False,
 ) -> tuple[_Window, LoadState]:
     state = LoadState()
     window = _Window()
-    load = _Load()
+    load = _Load(tls=tls)
     try:
         # Consumers first, from the end of every queue; their long polls are held before
         # the first message goes out.
@@ -202,12 +206,14 @@ async def _start_consumers(
 ) -> None:
     if queues and workload.consumer_processes > 1:
         say(f"starting {workload.consumer_processes} consumer processes")
-        load.consumer_pool = WorkerPool(consumer_plans(workload, target, queues, group), state)
+        load.consumer_pool = WorkerPool(
+            consumer_plans(workload, target, queues, group, load.tls), state
+        )
         await load.consumer_pool.start()  # every queue positioned
         return
     for topic_queues in queues:
         for consumer in range(workload.consumers_per_topic):
-            channel = open_channel(target)
+            channel = open_channel(target, load.tls)
             load.channels.append(channel)
             mine = topic_queues[consumer :: workload.consumers_per_topic]
             load.consumers.extend(
@@ -229,7 +235,7 @@ async def _start_producers(
     on one schedule a moment ahead."""
     if workload.producer_processes > 1:
         say(f"starting {workload.producer_processes} producer processes")
-        load.producer_pool = WorkerPool(producer_plans(workload, target, topics), state)
+        load.producer_pool = WorkerPool(producer_plans(workload, target, topics, load.tls), state)
         await load.producer_pool.start()
     start = time.monotonic() + (START_DELAY_S if load.pools() else 0.0)
     measure = start + workload.warmup_s
@@ -244,7 +250,7 @@ async def _start_producers(
     for topic in topics:
         template = request_template(topic, workload.message_size, workload.batch_size)
         for _ in range(workload.producers_per_topic):
-            channel = open_channel(target)
+            channel = open_channel(target, load.tls)
             load.channels.append(channel)
             load.producers.append(
                 asyncio.create_task(produce(channel, state, template, workload, rate))

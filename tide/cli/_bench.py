@@ -9,7 +9,14 @@ from typing import Any
 
 import grpc
 
-from tide.cli._common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, gateway_parent, guarded
+from tide.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    client_tls,
+    gateway_parent,
+    guarded,
+)
 from tide.cli._output import dumps, table
 
 WORKLOAD_DIR = Path("bench") / "workloads"
@@ -175,7 +182,13 @@ def _run(args: argparse.Namespace) -> int:
     baseline = None
     if args.baseline:
         baseline = run_baseline(workload, duration_s=args.baseline_duration_s, progress=progress)
-    report = run_workload(workload, args.gateway, keep_topics=args.keep_topics, progress=progress)
+    report = run_workload(
+        workload,
+        args.gateway,
+        keep_topics=args.keep_topics,
+        progress=progress,
+        tls=client_tls(args),
+    )
     if baseline is not None:
         report = with_baseline(report, baseline)
     if args.plot is not None:

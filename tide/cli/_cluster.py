@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from tide.cli._common import EXIT_OK, gateway_parent, guarded
+from tide.cli._common import EXIT_OK, client_tls, gateway_parent, guarded
 from tide.cli._output import Cell, dumps, table, utc_time
 from tide.client import Admin
 from tide.v1 import nameserver_pb2
@@ -65,7 +65,7 @@ def cluster_json(info: nameserver_pb2.ClusterInfo) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         info = admin.cluster()
     if args.json:
         print(dumps(cluster_json(info)))

@@ -8,13 +8,25 @@ import os
 import sys
 from collections.abc import Callable
 
-from tide.client import DEFAULT_GATEWAY, TideError, Unavailable
+from tide.client import DEFAULT_GATEWAY, ClientTls, TideError, TlsFiles, Unavailable
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 GATEWAY_ENV = "TIDE_GATEWAY"
+# TLS to the gateway (docs/security.md): TIDE_TLS=1 or any of the files turns it on.
+TLS_ENV = "TIDE_TLS"
+TLS_FILE_ENVS = {
+    "ca_file": "TIDE_TLS_CA_FILE",
+    "cert_file": "TIDE_TLS_CERT_FILE",
+    "key_file": "TIDE_TLS_KEY_FILE",
+}
+TLS_FILE_HELP = {
+    "ca_file": "PEM CA bundle that verifies the gateway (default: the system's roots)",
+    "cert_file": "PEM client certificate (with --tls-key-file), when the gateway asks one",
+    "key_file": "PEM private key of --tls-cert-file",
+}
 
 
 def default_gateway() -> str:
@@ -31,7 +43,35 @@ def gateway_parent() -> argparse.ArgumentParser:
         help=f"the gateway (default: ${GATEWAY_ENV} or {DEFAULT_GATEWAY})",
     )
     parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_tls_arguments(parent)
     return parent
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """--tls and --tls-ca-file / --tls-cert-file / --tls-key-file (and their TIDE_TLS* env)."""
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        default=os.environ.get(TLS_ENV, "").lower() in ("1", "true", "yes", "on"),
+        help=f"connect with TLS (default: ${TLS_ENV}; implied by any --tls-*-file)",
+    )
+    for name, env in TLS_FILE_ENVS.items():
+        parser.add_argument(
+            "--tls-" + name.replace("_", "-"),
+            default=os.environ.get(env) or None,
+            metavar="PATH",
+            help=f"{TLS_FILE_HELP[name]} (default: ${env})",
+        )
+
+
+def client_tls(args: argparse.Namespace) -> ClientTls:
+    """The ``tls=`` of tide.client from the --tls* arguments."""
+    files = TlsFiles(
+        cert_file=args.tls_cert_file, key_file=args.tls_key_file, ca_file=args.tls_ca_file
+    )
+    if files != TlsFiles():
+        return files
+    return bool(args.tls)
 
 
 def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

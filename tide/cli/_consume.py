@@ -36,6 +36,7 @@ import grpc
 from tide.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
+    client_tls,
     gateway_parent,
     guarded,
     non_negative_int,
@@ -207,7 +208,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _follow_plain(args: argparse.Namespace, start: Start) -> int:
-    reader = GatewayReader(Connection(args.gateway))
+    reader = GatewayReader(Connection(args.gateway, tls=client_tls(args)))
     try:
         return _follow(args, reader, start)
     finally:

@@ -14,6 +14,7 @@ import argparse
 import sys
 import threading
 
+from tide.cli._common import client_tls
 from tide.cli._output import MessagePrinter
 from tide.client import ConsumeResult, InvalidArgument, PushConsumer, ReceivedMessage
 
@@ -64,6 +65,7 @@ def follow_orderly(args: argparse.Namespace, start_kind: str, start_value: int) 
         args.expression,
         printer,
         args.gateway,
+        tls=client_tls(args),
         orderly=True,
         consume_from=consume_from(start_kind, start_value),
         long_poll_timeout_ms=args.long_poll_ms,

@@ -13,7 +13,14 @@ import argparse
 import sys
 from collections.abc import Iterator, Sequence
 
-from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, positive_int
+from tide.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    client_tls,
+    gateway_parent,
+    guarded,
+    positive_int,
+)
 from tide.cli._output import Cell, ProgressBar, body_preview, dumps, message_json, table, utc_time
 from tide.client import (
     Admin,
@@ -133,7 +140,7 @@ def _list(args: argparse.Namespace) -> int:
         print(f"tide dlq list: --max {args.max} is past {MAX_LIST_MAX}", file=sys.stderr)
         return EXIT_FAILURE
     limit = args.max
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         messages = list(dead_letters(admin, args.group, limit))
     if args.json:
         print(dumps({"group": args.group, "dead_letters": [_json(m) for m in messages]}))
@@ -146,7 +153,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         message = _find(admin, args.group, args.msg_id)
     if args.json:
         print(dumps(_json(message)))
@@ -173,7 +180,7 @@ def _resend(args: argparse.Namespace) -> int:
     if args.all == bool(args.msg_ids):
         print("tide dlq resend: give --all or one or more MSG_IDs (not both)", file=sys.stderr)
         return EXIT_FAILURE
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         if args.all:
             messages = list(dead_letters(admin, args.group, MAX_LIST_MAX))
             if len(messages) == MAX_LIST_MAX:
@@ -197,7 +204,7 @@ def _resend(args: argparse.Namespace) -> int:
 def _produce_all(args: argparse.Namespace, messages: Sequence[ReceivedMessage]) -> tuple[int, int]:
     bar = ProgressBar(sys.stderr, len(messages), enabled=args.progress or sys.stderr.isatty())
     resent = failed = 0
-    with Producer(args.gateway) as producer:
+    with Producer(args.gateway, tls=client_tls(args)) as producer:
         for message in messages:
             topic = original_topic(message)
             try:

@@ -8,7 +8,14 @@ import argparse
 import re
 from typing import Any
 
-from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, non_negative_int
+from tide.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    client_tls,
+    gateway_parent,
+    guarded,
+    non_negative_int,
+)
 from tide.cli._output import dumps, table
 from tide.client import Admin, SimpleConsumer
 from tide.v1 import storage_pb2
@@ -150,7 +157,7 @@ def _create(args: argparse.Namespace) -> int:
         "consume_enable": args.consume_enable,
         "consume_orderly": args.consume_orderly,
     }
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         change = admin.update_group if args.update else admin.create_group
         brokers = change(args.group, broker_names=args.broker, cluster_name=args.cluster, **fields)
         answer = admin.get_group(args.group)
@@ -164,7 +171,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         answer = admin.get_group(args.group)
     if args.json:
         print(dumps({"found": answer.found, "group": group_json(answer.group)}))
@@ -176,7 +183,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         groups = admin.list_groups()
     if args.json:
         print(dumps({"groups": [group_json(g) for g in groups]}))
@@ -197,7 +204,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         existed = admin.delete_group(args.group)
     if args.json:
         print(dumps({"group": args.group, "existed": existed}))
@@ -260,7 +267,7 @@ def _text(ms: int) -> str:
 
 
 def _locks(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         answer = admin.queue_locks(args.group, args.topic)
     rows: list[list[str | int]] = [
         [lock.broker_name, lock.queue_id, lock.client_id, lock.expires_in_ms]
@@ -287,7 +294,9 @@ def _locks(args: argparse.Namespace) -> int:
 
 
 def _lag(args: argparse.Namespace) -> int:
-    with SimpleConsumer(args.group, args.topic, gateway=args.gateway) as consumer:
+    with SimpleConsumer(
+        args.group, args.topic, gateway=args.gateway, tls=client_tls(args)
+    ) as consumer:
         lag = consumer.lag()
     if args.json:
         print(

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from tide.cli._common import EXIT_OK, gateway_parent, guarded
+from tide.cli._common import EXIT_OK, client_tls, gateway_parent, guarded
 from tide.cli._output import Cell, dumps, table
 from tide.client import MessageQueue, PullConsumer
 
@@ -78,7 +78,9 @@ def render_table(reports: list[QueueReport], group: str | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    with PullConsumer(args.group or _READ_ONLY_GROUP, args.gateway) as consumer:
+    with PullConsumer(
+        args.group or _READ_ONLY_GROUP, args.gateway, tls=client_tls(args)
+    ) as consumer:
         reports = []
         for queue in consumer.queues(args.topic):
             offsets = consumer.offsets(queue)

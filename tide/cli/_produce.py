@@ -9,7 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, positive_int
+from tide.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    client_tls,
+    gateway_parent,
+    guarded,
+    positive_int,
+)
 from tide.cli._delay import add_delay_options
 from tide.cli._output import Cell, ProgressBar, dumps, table
 from tide.client import MAX_BATCH_MESSAGES, Message, Producer, SendResult
@@ -185,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
     summary = Summary()
     bar = ProgressBar(sys.stderr, args.count, enabled=args.progress or sys.stderr.isatty())
     started = time.monotonic()
-    with Producer(args.gateway) as producer:
+    with Producer(args.gateway, tls=client_tls(args)) as producer:
         try:
             for first in range(0, args.count, args.batch):
                 if args.rate is not None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, positive_int
+from tide.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    client_tls,
+    gateway_parent,
+    guarded,
+    positive_int,
+)
 from tide.cli._output import (
     MESSAGE_HEADERS,
     Cell,
@@ -74,7 +81,7 @@ def detail_rows(message: ReceivedMessage) -> list[list[Cell]]:
 
 
 def _by_id(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         message = admin.query_id(args.msg_id)
     if args.json:
         print(dumps(message_json(message)))
@@ -86,7 +93,7 @@ def _by_id(args: argparse.Namespace) -> int:
 def _by_key(args: argparse.Namespace) -> int:
     begin = ConsumeFrom.parse(args.begin).timestamp_ms if args.begin else 0
     end = ConsumeFrom.parse(args.end).timestamp_ms if args.end else 0
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         messages = admin.query_key(
             args.topic, args.key, max_count=args.max, begin_ms=begin, end_ms=end
         )
@@ -94,7 +101,7 @@ def _by_key(args: argparse.Namespace) -> int:
 
 
 def _by_uniq(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         messages = admin.query_unique_key(args.topic, args.unique_key)
     return _print_messages(args, messages, f"unique key {args.unique_key!r}")
 

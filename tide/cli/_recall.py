@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tide.cli._common import EXIT_OK, gateway_parent, guarded
+from tide.cli._common import EXIT_OK, client_tls, gateway_parent, guarded
 from tide.cli._output import dumps, utc_time
 from tide.client import Admin
 
@@ -20,7 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _recall(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         recalled = admin.recall(args.msg_id)
     if args.json:
         print(dumps({"unique_key": recalled.unique_key, "deliver_at_ms": recalled.deliver_at_ms}))

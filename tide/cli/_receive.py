@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from tide.cli._common import EXIT_OK, gateway_parent, guarded, non_negative_int, positive_int
+from tide.cli._common import (
+    EXIT_OK,
+    client_tls,
+    gateway_parent,
+    guarded,
+    non_negative_int,
+    positive_int,
+)
 from tide.cli._output import MessagePrinter
 from tide.client import SimpleConsumer
 from tide.client._simple_consumer import MAX_AWAIT_DURATION_MS
@@ -63,7 +70,12 @@ def _run(args: argparse.Namespace) -> int:
     printer = MessagePrinter(args.output)
     done = 0
     with SimpleConsumer(
-        args.group, args.topic, args.expression, args.gateway, await_duration_ms=args.await_ms
+        args.group,
+        args.topic,
+        args.expression,
+        args.gateway,
+        await_duration_ms=args.await_ms,
+        tls=client_tls(args),
     ) as consumer:
         while args.count is None or done < args.count:
             wanted = RECEIVE_BATCH if args.count is None else min(RECEIVE_BATCH, args.count - done)

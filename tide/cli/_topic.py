@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, positive_int
+from tide.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    client_tls,
+    gateway_parent,
+    guarded,
+    positive_int,
+)
 from tide.cli._output import dumps, table
 from tide.client import Admin
 from tide.v1 import nameserver_pb2
@@ -76,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _create(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         brokers = admin.create_topic(
             args.topic,
             read_queue_nums=args.read_queues or args.queues,
@@ -95,7 +102,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         existed = admin.delete_topic(args.topic)
     if args.json:
         print(dumps({"topic": args.topic, "existed": existed}))
@@ -107,7 +114,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         types = admin.topic_types(include_hidden=args.all)
     if args.json:
         print(dumps({"topics": list(types), "message_types": types}))
@@ -173,7 +180,7 @@ def _perm_text(perm: int) -> str:
 
 
 def _route(args: argparse.Namespace) -> int:
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         route = admin.route(args.topic)
     if args.json:
         print(dumps(route_json(route)))

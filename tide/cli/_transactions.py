@@ -7,7 +7,14 @@ import argparse
 import sys
 import time
 
-from tide.cli._common import EXIT_FAILURE, EXIT_OK, gateway_parent, guarded, positive_int
+from tide.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    client_tls,
+    gateway_parent,
+    guarded,
+    positive_int,
+)
 from tide.cli._output import Cell, dumps, table, utc_time
 from tide.client import Admin, HalfMessage
 
@@ -42,7 +49,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.max > MAX_LIST_MAX:
         print(f"tide transactions list: --max {args.max} is past {MAX_LIST_MAX}", file=sys.stderr)
         return EXIT_FAILURE
-    with Admin(args.gateway) as admin:
+    with Admin(args.gateway, tls=client_tls(args)) as admin:
         halves = admin.list_transactions(args.group, args.max)
     now_ms = time.time_ns() // 1_000_000
     if args.json:

@@ -45,6 +45,7 @@ from pathlib import Path
 from types import FrameType
 
 from tide.spawn import NotReadyError, WaitCancelled, spawn, wait_ready
+from tide.tls import TlsFiles
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
@@ -94,6 +95,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument("--store-dir", default="./.tide", help="root of the embedded stores")
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS everywhere (mutual TLS between the services) with a throwaway CA and "
+        "certificate made under STORE_DIR/tls (default: plaintext)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     parser.add_argument(
         "--brokers",
@@ -308,12 +315,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"tide up: {problem}", file=sys.stderr)
         return 2
     children = _children(args)
+    tls = _make_certificates(args) if args.tls else None
+    for child in children:
+        child.command += _tls_flags(tls)
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if not _start_all(children, stop):
             return 1
-        _print_endpoints(children, Path(args.store_dir).resolve())
+        _print_endpoints(children, Path(args.store_dir).resolve(), tls)
         return _watch(children, stop)
     finally:
         _stop_all(children)
@@ -362,7 +372,42 @@ def _start_all(children: list[Child], stop: _Stop) -> bool:
     return True
 
 
-def _print_endpoints(children: list[Child], root: Path) -> None:
+def _make_certificates(args: argparse.Namespace) -> TlsFiles:
+    """A throwaway CA and one certificate (server and client) for every service, valid for
+    ``--host``, localhost and 127.0.0.1; made anew at each start (a CA per run)."""
+    from tide.certs import LOCAL_HOSTS, make_ca, make_leaf  # cryptography: only with --tls
+
+    directory = Path(args.store_dir).resolve() / "tls"
+    authority = make_ca(directory, "tide-up-ca")
+    hosts = tuple(dict.fromkeys((*LOCAL_HOSTS, args.host, _reachable(args.host))))
+    leaf = make_leaf(authority, directory, "tide-up-cluster", hosts)
+    return TlsFiles(str(leaf.cert_file), str(leaf.key_file), str(leaf.ca_file))
+
+
+def _tls_flags(tls: TlsFiles | None) -> list[str]:
+    if tls is None:
+        return []
+    assert tls.cert_file and tls.key_file and tls.ca_file
+    return [
+        "--tls-cert-file",
+        tls.cert_file,
+        "--tls-key-file",
+        tls.key_file,
+        "--tls-ca-file",
+        tls.ca_file,
+    ]
+
+
+def _print_tls(tls: TlsFiles, gateway: str) -> None:
+    print("TLS is on (a throwaway CA; mutual TLS between the services):", flush=True)
+    print(f"  CA file     {tls.ca_file}", flush=True)
+    print(f"  certificate {tls.cert_file} (key {tls.key_file})", flush=True)
+    print(f"Clients: export TIDE_TLS_CA_FILE={tls.ca_file} TIDE_GATEWAY={gateway}", flush=True)
+    print(f"  Python: Producer({gateway!r}, tls=TlsFiles(ca_file={tls.ca_file!r}))", flush=True)
+    print(f"  grpcurl -cacert {tls.ca_file} {gateway} list", flush=True)
+
+
+def _print_endpoints(children: list[Child], root: Path, tls: TlsFiles | None = None) -> None:
     print(f"\nTide is up (stores under {root}):", flush=True)
     for child in children:
         print(f"  {child.name:<12} {child.endpoint}", flush=True)
@@ -372,13 +417,16 @@ def _print_endpoints(children: list[Child], root: Path) -> None:
     for child in children:
         if child.metrics:
             print(f"  {child.name:<12} metrics http://{child.metrics}/metrics", flush=True)
-    print("Try: grpcurl -plaintext", first, "list", flush=True)
-    print(
-        "     grpcurl -plaintext",
-        by_name["nameserver"],
-        "tide.v1.NameServer/GetClusterInfo",
-        flush=True,
-    )
+    if tls is not None:
+        _print_tls(tls, first)
+    else:
+        print("Try: grpcurl -plaintext", first, "list", flush=True)
+        print(
+            "     grpcurl -plaintext",
+            by_name["nameserver"],
+            "tide.v1.NameServer/GetClusterInfo",
+            flush=True,
+        )
     if "gateway" not in by_name:
         print("(no gateway: services/gateway/__main__.py does not exist yet)", flush=True)
     print("Ctrl-C stops the cluster.\n", flush=True)

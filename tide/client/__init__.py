@@ -34,7 +34,7 @@ from tide.client._idempotent import IdempotentProducer, IdempotentSend
 from tide.client._producer import MAX_BATCH_MESSAGES, Producer
 from tide.client._pull_consumer import PullConsumer
 from tide.client._push_consumer import PushConsumer
-from tide.client._rpc import DEFAULT_GATEWAY, RetryPolicy
+from tide.client._rpc import DEFAULT_GATEWAY, ClientTls, RetryPolicy
 from tide.client._simple_consumer import GroupLag, PopMessage, SimpleConsumer
 from tide.client._start_offset import ConsumeFrom
 from tide.client._transactions import HalfMessage, TransactionOutcome, TransactionResolution
@@ -50,12 +50,14 @@ from tide.client._types import (
     SendResult,
     SendStatus,
 )
+from tide.tls import TlsFiles
 
 __all__ = [
     "DEFAULT_GATEWAY",
     "MAX_BATCH_MESSAGES",
     "Admin",
     "AlreadyExists",
+    "ClientTls",
     "ConsumeFrom",
     "ConsumeResult",
     "DeadlineExceeded",
@@ -85,6 +87,7 @@ __all__ = [
     "SendStatus",
     "SimpleConsumer",
     "TideError",
+    "TlsFiles",
     "TopicNotFound",
     "TransactionOutcome",
     "TransactionResolution",

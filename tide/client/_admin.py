@@ -14,7 +14,13 @@ from tide.client._convert import (
 )
 from tide.client._errors import InvalidArgument, NotFound
 from tide.client._groups import GroupChanges, apply_changes, default_config
-from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._rpc import (
+    DEFAULT_GATEWAY,
+    DEFAULT_RPC_TIMEOUT_MS,
+    ClientTls,
+    Connection,
+    RetryPolicy,
+)
 from tide.client._transactions import HalfMessage, half_message
 from tide.client._types import MessageQueue, PullResult, ReceivedMessage
 from tide.limits import PULL_MAX_MESSAGES, QUEUE_NUMS_MAX
@@ -48,8 +54,9 @@ class Admin:
         *,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        tls: ClientTls = False,
     ) -> None:
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
 
     def create_topic(
         self,

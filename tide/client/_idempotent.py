@@ -27,7 +27,13 @@ from types import TracebackType
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._producer import MAX_BATCH_MESSAGES, _request, _results
 from tide.client._pull_consumer import GatewayReader, writable_queues
-from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._rpc import (
+    DEFAULT_GATEWAY,
+    DEFAULT_RPC_TIMEOUT_MS,
+    ClientTls,
+    Connection,
+    RetryPolicy,
+)
 from tide.client._types import Message, MessageQueue, SendResult
 from tide.format import SHARDING_KEY, producer_id_error, sharding_key_index
 
@@ -83,6 +89,7 @@ class IdempotentProducer:
         next_sequences: Mapping[MessageQueue, int] | None = None,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        tls: ClientTls = False,
     ) -> None:
         self.producer_id = producer_id if producer_id is not None else uuid.uuid4().hex
         error = producer_id_error(self.producer_id)
@@ -95,7 +102,10 @@ class IdempotentProducer:
         if any(seq < 0 for seq in self._next.values()):
             raise InvalidArgument("next_sequences must be 0 or more")
         self._connection = Connection(
-            gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry or DEFAULT_IDEMPOTENT_RETRY
+            gateway,
+            rpc_timeout_ms=rpc_timeout_ms,
+            retry=retry or DEFAULT_IDEMPOTENT_RETRY,
+            tls=tls,
         )
         self._lock = threading.Lock()
         self._queues: dict[str, list[MessageQueue]] = {}

@@ -19,6 +19,7 @@ from tide.client._rpc import (
     DEFAULT_GATEWAY,
     DEFAULT_RPC_TIMEOUT_MS,
     MAX_SEND_BYTES,
+    ClientTls,
     Connection,
     RetryPolicy,
 )
@@ -87,6 +88,7 @@ class Producer:
         *,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        tls: ClientTls = False,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
         async_threads: int = DEFAULT_ASYNC_THREADS,
@@ -109,7 +111,7 @@ class Producer:
         if not 1 <= async_threads <= MAX_ASYNC_THREADS:
             raise InvalidArgument(f"async_threads is {async_threads}; give 1..{MAX_ASYNC_THREADS}")
         limits = _limits(linger_ms, batch_max_messages, batch_max_bytes, async_threads)
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
         self._in_flight = InFlight(max_in_flight, max_in_flight_bytes)
         self._async_threads = async_threads
         self._executor: ThreadPoolExecutor | None = None

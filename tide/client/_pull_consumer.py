@@ -8,7 +8,13 @@ import grpc
 
 from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._errors import InvalidArgument
-from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._rpc import (
+    DEFAULT_GATEWAY,
+    DEFAULT_RPC_TIMEOUT_MS,
+    ClientTls,
+    Connection,
+    RetryPolicy,
+)
 from tide.client._types import (
     MessageQueue,
     PullResult,
@@ -240,11 +246,12 @@ class PullConsumer:
         *,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        tls: ClientTls = False,
     ) -> None:
         check_group(group)
         self.group = group
         self._reader = GatewayReader(
-            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
         )
 
     def queues(self, topic: str) -> list[MessageQueue]:

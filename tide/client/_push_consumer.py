@@ -28,7 +28,13 @@ from tide.client._errors import InvalidArgument, TideError, TopicNotFound
 from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, MAX_PULL_MESSAGES, GatewayReader
 from tide.client._queue_locks import Locker, QueueLease
 from tide.client._queue_worker import Callback, QueueWorker, WorkerSettings
-from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._rpc import (
+    DEFAULT_GATEWAY,
+    DEFAULT_RPC_TIMEOUT_MS,
+    ClientTls,
+    Connection,
+    RetryPolicy,
+)
 from tide.client._start_offset import ConsumeFrom
 from tide.client._types import RETRY_TOPIC_PREFIX, MessageQueue
 from tide.naming import topic_error
@@ -107,6 +113,7 @@ class PushConsumer:
         release_timeout_ms: int = 30_000,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        tls: ClientTls = False,
         orderly: bool = False,
         max_reconsume_times: int = 0,
         lock_interval_ms: int = 20_000,
@@ -167,7 +174,7 @@ class PushConsumer:
             self._settings, expression="*", consume_from=ConsumeFrom.parse("first")
         )
         self._reader = GatewayReader(
-            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
         )
         self._orderly = orderly
         self._lock_interval_ms = lock_interval_ms

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tide.client._errors import InvalidArgument, Unavailable, error_from_rpc
+from tide.tls import TlsError, TlsFiles, channel_credentials
 from tide.v1 import gateway_pb2_grpc
 
 _log = logging.getLogger("tide.client")
@@ -33,6 +34,17 @@ MAX_SEND_BYTES = GATEWAY_MAX_MESSAGE_BYTES
 # (measured: 11 s after a 30 s outage). Capped, it reconnects within a few seconds.
 INITIAL_RECONNECT_BACKOFF_MS = 500
 MAX_RECONNECT_BACKOFF_MS = 2_000
+
+# ``tls=`` of every client: False (plaintext), True (TLS, the server verified with the
+# system's CA roots) or TlsFiles (ca_file verifies the gateway; cert_file and key_file,
+# when given, are a client certificate).
+ClientTls = bool | TlsFiles
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
+    ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
+    ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+)
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -79,6 +91,7 @@ class Connection:
         *,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        tls: ClientTls = False,
     ) -> None:
         if not gateway or ":" not in gateway:
             raise InvalidArgument(f"gateway {gateway!r} is not HOST:PORT")
@@ -89,15 +102,7 @@ class Connection:
         self.retry = retry or RetryPolicy()
         self._closed = threading.Event()
         self._local = threading.local()
-        self._channel = grpc.insecure_channel(
-            gateway,
-            options=[
-                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-                ("grpc.max_send_message_length", MAX_SEND_BYTES),
-                ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
-                ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
-            ],
-        )
+        self._channel = open_channel(gateway, tls)
         self.stub = gateway_pb2_grpc.GatewayStub(self._channel)
 
     @property
@@ -164,3 +169,25 @@ class Connection:
     def close(self) -> None:
         self._closed.set()
         self._channel.close()
+
+
+def tls_credentials(tls: ClientTls) -> grpc.ChannelCredentials | None:
+    """The channel credentials of ``tls=`` (None: plaintext); a file that cannot be read
+    is InvalidArgument naming it."""
+    if tls is False:
+        return None
+    files = TlsFiles() if tls is True else tls
+    try:
+        return channel_credentials(files, prefix="TlsFiles.")
+    except TlsError as exc:
+        raise InvalidArgument(f"tls: {exc}") from exc
+
+
+def open_channel(gateway: str, tls: ClientTls = False) -> grpc.Channel:
+    """The one channel builder of tide.client (and the CLI): plaintext, or TLS as ``tls``
+    says (:data:`ClientTls`). ``tide bench`` opens its asyncio channels with the same
+    :func:`tls_credentials`."""
+    credentials = tls_credentials(tls)
+    if credentials is None:
+        return grpc.insecure_channel(gateway, options=list(CHANNEL_OPTIONS))
+    return grpc.secure_channel(gateway, credentials, options=list(CHANNEL_OPTIONS))

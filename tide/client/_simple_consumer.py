@@ -14,7 +14,13 @@ from types import TracebackType
 
 from tide.client._convert import check_group, check_topic, from_stored_message
 from tide.client._errors import FailedPrecondition, InvalidArgument, TideError, Unavailable
-from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, Connection, RetryPolicy
+from tide.client._rpc import (
+    DEFAULT_GATEWAY,
+    DEFAULT_RPC_TIMEOUT_MS,
+    ClientTls,
+    Connection,
+    RetryPolicy,
+)
 from tide.client._types import ReceivedMessage
 from tide.limits import (
     ACK_ENTRIES_MAX_COUNT,
@@ -73,6 +79,7 @@ class SimpleConsumer:
         await_duration_ms: int = DEFAULT_AWAIT_DURATION_MS,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        tls: ClientTls = False,
     ) -> None:
         check_group(group)
         check_topic(topic)
@@ -82,7 +89,7 @@ class SimpleConsumer:
             )
         self.group, self.topic, self.expression = group, topic, expression
         self._await_ms = await_duration_ms
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
 
     def __enter__(self) -> SimpleConsumer:
         return self

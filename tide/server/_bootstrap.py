@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
@@ -37,6 +38,14 @@ from tide.server._malloc import tune_malloc
 from tide.server._metrics import RpcMetrics, short_service_name
 from tide.server._telemetry import Telemetry, TelemetryError, configure_telemetry
 from tide.spawn import READY_FILE_ENV
+from tide.tls import (
+    MAX_RELOAD_INTERVAL_MS,
+    MIN_RELOAD_INTERVAL_MS,
+    TlsError,
+    TlsFiles,
+    server_credentials,
+    set_internal_tls,
+)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # An answer may carry MAX_MESSAGE_BYTES of records (a storage Read) plus the fields
@@ -93,6 +102,23 @@ class ListenError(RuntimeError):
     """A ``--listen`` value that is malformed or cannot be bound."""
 
 
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """TLS for :func:`serve`: the files and how often they are checked for a new certificate."""
+
+    files: TlsFiles
+    reload_interval_ms: int
+
+
+def requires_client_cert(service: Service) -> bool:
+    """Whether the service's port takes only clients with a certificate the cluster CA signed.
+
+    Every Tide service is internal (only other Tide services call it) except one that says
+    ``public_port = True`` (the gateway: its clients authenticate by signature, not by
+    certificate)."""
+    return not bool(getattr(service, "public_port", False))
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port)."""
     host, sep, port_text = listen.rpartition(":")
@@ -110,6 +136,7 @@ async def serve(
     stop_event: asyncio.Event | None = None,
     handle_signals: bool = True,
     max_receive_bytes: int = MAX_MESSAGE_BYTES,
+    tls: ServerTls | None = None,
 ) -> None:
     """Run ``service`` until SIGTERM/SIGINT (``handle_signals``) or ``stop_event`` is set.
     A request over ``max_receive_bytes`` is refused by gRPC (RESOURCE_EXHAUSTED).
@@ -124,7 +151,7 @@ async def serve(
         interceptors=[ErrorInterceptor(readiness, rpc_metrics)], options=options
     )
     health_servicer = await _add_services(server, service)
-    endpoint = _bind(server, host, port)
+    endpoint = _bind(server, host, port, _credentials(service, tls))
     stop = stop_event if stop_event is not None else asyncio.Event()
     with _signal_handlers(stop, handle_signals):
         await server.start()
@@ -177,8 +204,10 @@ def run_service(
     listen = config.get_str("listen")
     try:
         parse_listen(listen)
+        tls = tls_from_config(config)
+        set_internal_tls(tls.files if tls is not None else None)
         telemetry = telemetry_from_config(config)
-    except (ListenError, TelemetryError) as exc:
+    except (ListenError, TelemetryError, TlsError) as exc:
         _log.error("%s", exc)
         raise SystemExit(2) from exc
     if telemetry.metrics_endpoint:
@@ -190,6 +219,7 @@ def run_service(
                 listen,
                 shutdown_grace_s=config.get_float("shutdown_grace_s"),
                 max_receive_bytes=max_receive_bytes,
+                tls=tls,
                 ready_callback=lambda endpoint: _write_ready_file(
                     config, service, endpoint, telemetry.metrics_endpoint
                 ),
@@ -204,6 +234,29 @@ def run_service(
     finally:
         telemetry.shutdown()
     _log.info("stopped")
+
+
+def tls_from_config(config: Config) -> ServerTls | None:
+    """The ``--tls-*`` options (None: plaintext). Raises :class:`TlsError` naming the option
+    when they do not fit together or a file cannot be read."""
+    files = TlsFiles(
+        cert_file=config.get_optional_str("tls_cert_file"),
+        key_file=config.get_optional_str("tls_key_file"),
+        ca_file=config.get_optional_str("tls_ca_file"),
+    )
+    if files == TlsFiles():
+        return None
+    problem = config.int_out_of_range(
+        {"tls_reload_interval_ms": (MIN_RELOAD_INTERVAL_MS, MAX_RELOAD_INTERVAL_MS)}
+    )
+    if problem:
+        raise TlsError(problem)
+    if not files.has_identity:
+        raise TlsError("TLS needs --tls-cert-file and --tls-key-file (and --tls-ca-file)")
+    if files.ca_file is None:
+        raise TlsError("TLS needs --tls-ca-file: the CA that signs the cluster's certificates")
+    files.check()
+    return ServerTls(files, config.get_int("tls_reload_interval_ms"))
 
 
 def telemetry_from_config(config: Config) -> Telemetry:
@@ -245,11 +298,29 @@ async def _add_services(server: grpc.aio.Server, service: Service) -> HealthServ
     return health_servicer
 
 
-def _bind(server: grpc.aio.Server, host: str, port: int) -> str:
-    """Bind ``host:port``; returns ``host:actual_port``."""
+def _credentials(service: Service, tls: ServerTls | None) -> grpc.ServerCredentials | None:
+    if tls is None:
+        return None
+    return server_credentials(
+        tls.files,
+        require_client_cert=requires_client_cert(service),
+        reload_interval_ms=tls.reload_interval_ms,
+    )
+
+
+def _bind(
+    server: grpc.aio.Server,
+    host: str,
+    port: int,
+    credentials: grpc.ServerCredentials | None = None,
+) -> str:
+    """Bind ``host:port`` (TLS with ``credentials``); returns ``host:actual_port``."""
     address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise ListenError(f"cannot listen on {address}: {_bind_problem(host, port)}") from exc
     if bound == 0:

@@ -365,5 +365,27 @@ COMMON_OPTIONS: tuple[Option, ...] = (
         "on SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled",
         unit="s",
     ),
+    Option(
+        "tls_cert_file",
+        str,
+        None,
+        "PEM certificate chain: serve TLS (unset means plaintext) and, on the links to other "
+        "Tide services, the client certificate; re-read when the file changes",
+    ),
+    Option("tls_key_file", str, None, "PEM private key of --tls-cert-file"),
+    Option(
+        "tls_ca_file",
+        str,
+        None,
+        "PEM CA bundle that signed the cluster's certificates: verifies the services this one "
+        "calls and, on storage/dispatch/name server, the client certificates (mutual TLS)",
+    ),
+    Option(
+        "tls_reload_interval_ms",
+        int,
+        5_000,
+        "how often, at most, new connections check the TLS files for a new certificate",
+        unit="ms",
+    ),
     Option("config", str, None, "a .toml or .json file whose keys are option names (snake_case)"),
 )

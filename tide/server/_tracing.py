@@ -19,6 +19,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from tide.server._telemetry import TRACING
+from tide.tls import internal_channel
 
 PROPAGATOR = TraceContextTextMapPropagator()
 _TRACE_KEYS = frozenset(PROPAGATOR.fields)
@@ -85,10 +86,7 @@ def client_interceptors() -> list[Any]:
 def traced_channel(
     target: str, options: Sequence[tuple[str, Any]] | None = None
 ) -> grpc.aio.Channel:
-    """``grpc.aio.insecure_channel`` carrying the trace context of the calling span."""
+    """A channel to another Tide service (TLS when the cluster's is set: tide.tls)
+    carrying the trace context of the calling span."""
     interceptors = client_interceptors()
-    return grpc.aio.insecure_channel(
-        target,
-        options=list(options) if options is not None else None,
-        interceptors=interceptors or None,
-    )
+    return internal_channel(target, options, interceptors=interceptors or None)

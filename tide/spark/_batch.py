@@ -36,6 +36,7 @@ def partitions_of(
             options.pull_batch,
             options.fail_on_data_loss,
             r.queue in new_queues,
+            options.tls,
         )
         for r in ranges
         if r.count > 0

@@ -21,4 +21,4 @@ def timestamp_offsets(
 
 
 def open_consumer(options: ReadOptions) -> PullConsumer:
-    return PullConsumer(options.group, options.gateway)
+    return PullConsumer(options.group, options.gateway, tls=options.tls)

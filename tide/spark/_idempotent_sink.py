@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from tide.client import AlreadyExists, IdempotentProducer, Message, MessageQueue
+from tide.client import AlreadyExists, ClientTls, IdempotentProducer, Message, MessageQueue
 
 log = logging.getLogger("tide.spark")
 
@@ -81,9 +81,10 @@ def write_exactly_once(
     identity: tuple[str, int],
     pieces: Iterator[list[Message]],
     written: dict[str, int],
+    tls: ClientTls = False,
 ) -> None:
     producer_id, epoch = identity
-    with IdempotentProducer(gateway, producer_id=producer_id, epoch=epoch) as producer:
+    with IdempotentProducer(gateway, producer_id=producer_id, epoch=epoch, tls=tls) as producer:
         for messages in pieces:
             send_exactly_once(producer, messages, written)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tide.client import DEFAULT_GATEWAY
+from tide.client import DEFAULT_GATEWAY, ClientTls, TlsFiles
 from tide.spark._planning import OffsetSpec, PlanningError, parse_offset_spec
 
 DEFAULT_GROUP = "tide-spark"
@@ -44,6 +44,22 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return text.lower() == "true"
 
 
+def tls_of(options: Mapping[str, str]) -> ClientTls:
+    """Options tls (true/false) and tlsCaFile / tlsCertFile / tlsKeyFile (any of the files
+    turns TLS on): tide.client's ``tls=``."""
+    lowered = _lower(options)
+    files = TlsFiles(
+        cert_file=lowered.get("tlscertfile") or None,
+        key_file=lowered.get("tlskeyfile") or None,
+        ca_file=lowered.get("tlscafile") or None,
+    )
+    if (files.cert_file is None) != (files.key_file is None):
+        raise OptionError("options tlsCertFile and tlsKeyFile go together: give both")
+    if files != TlsFiles():
+        return files
+    return _bool(options, "tls", False)
+
+
 def topics_of(options: Mapping[str, str], *, required: bool = True) -> tuple[str, ...]:
     text = _lower(options).get("topic", "")
     topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
@@ -65,6 +81,7 @@ class ReadOptions:
     group: str
     pull_batch: int
     fail_on_data_loss: bool
+    tls: ClientTls = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -95,4 +112,5 @@ class ReadOptions:
             group=options.get("group", DEFAULT_GROUP),
             pull_batch=pull_batch,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            tls=tls_of(options),
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tide.client import PullConsumer, PullStatus
+from tide.client import ClientTls, PullConsumer, PullStatus
 from tide.spark._planning import QueueRange
 from tide.spark._schema import BatchBuilder
 
@@ -39,11 +39,12 @@ class PullPartition(InputPartition):
     fail_on_data_loss: bool
     # Set for queues new in a micro-batch: start at their first message, whatever it is.
     from_first: bool = False
+    tls: ClientTls = False
 
 
 def read_partition(partition: PullPartition) -> Iterator[pa.RecordBatch]:
     builder = BatchBuilder()
-    with PullConsumer(partition.group, partition.gateway) as consumer:
+    with PullConsumer(partition.group, partition.gateway, tls=partition.tls) as consumer:
         yield from _pull_range(consumer, partition, builder)
     if len(builder):
         yield builder.flush()

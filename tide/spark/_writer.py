@@ -24,10 +24,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from tide.client import DEFAULT_GATEWAY, Message, Producer, SendResult, TideError
+from tide.client import DEFAULT_GATEWAY, ClientTls, Message, Producer, SendResult, TideError
 from tide.format import KEYS, TAGS, UNIQ_KEY
 from tide.spark._idempotent_sink import pieces_of, stream_identity, write_exactly_once
-from tide.spark._options import OptionError, _lower, topics_of
+from tide.spark._options import OptionError, _lower, tls_of, topics_of
 
 log = logging.getLogger("tide.spark")
 
@@ -59,6 +59,7 @@ class WriteOptions:
     batch: int
     # The streaming sink through idempotent producers (exactly-once); option idempotent.
     idempotent: bool = True
+    tls: ClientTls = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], schema: StructType) -> WriteOptions:
@@ -82,6 +83,7 @@ class WriteOptions:
             topics[0] if topics else None,
             batch,
             idempotent == "true",
+            tls_of(options),
         )
 
 
@@ -140,7 +142,7 @@ def send_all(producer: Producer, messages: Sequence[Message], report: WriteRepor
 
 def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     report = WriteReport()
-    with Producer(options.gateway) as producer:
+    with Producer(options.gateway, tls=options.tls) as producer:
         for batch in batches:
             for start in range(0, batch.num_rows, options.batch):
                 piece = batch.slice(start, options.batch)
@@ -195,7 +197,7 @@ class TideStreamWriter(DataSourceStreamArrowWriter):
             return write_batches(options, iterator)
         report = WriteReport()
         pieces = pieces_of(iterator, options.batch, options.topic)
-        write_exactly_once(options.gateway, identity, pieces, report.written)
+        write_exactly_once(options.gateway, identity, pieces, report.written, options.tls)
         return report
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -25,6 +25,7 @@ from services.storage.engine.metadata_files import METADATA_FILES, MetadataFiles
 from tide.limits import METADATA_MAX_BYTES
 from tide.quoting import quote
 from tide.tasks import cancel_and_wait
+from tide.tls import internal_channel
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -79,7 +80,7 @@ class MetadataSync:
                 await installing
 
     async def _run(self) -> None:
-        async with grpc.aio.insecure_channel(self._master, options=CHANNEL_OPTIONS) as channel:
+        async with internal_channel(self._master, options=CHANNEL_OPTIONS) as channel:
             stub: pb_grpc.StorageAsyncStub = pb_grpc.StorageStub(channel)
             while True:
                 try:

@@ -21,6 +21,7 @@ import grpc
 from services.storage.engine.errors import DiskFullError
 from services.storage.engine.ha_replica_writer import ReplicationError, ReplicaWriter
 from services.storage.replication.settings import ReplicationSettings
+from tide.tls import internal_channel
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -109,9 +110,7 @@ class SlaveReplicator:
                 ack_wanted.clear()
                 yield pb.ReplicateRequest(max_offset=writer.max_offset)
 
-        async with grpc.aio.insecure_channel(
-            settings.master_address, options=CHANNEL_OPTIONS
-        ) as channel:
+        async with internal_channel(settings.master_address, options=CHANNEL_OPTIONS) as channel:
             call = pb_grpc.StorageStub(channel).Replicate(requests())
             try:
                 first = await asyncio.wait_for(call.read(), settings.idle_timeout_s)

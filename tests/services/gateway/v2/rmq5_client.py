@@ -70,7 +70,9 @@ def new_message(topic: str, index: int) -> Any:
 
 
 def produce(args: argparse.Namespace) -> None:
-    producer = Producer(config(args.endpoint), (args.topic,))
+    # --tls: the client's own TLS switch; it trusts gRPC's default roots, which the
+    # GRPC_DEFAULT_SSL_ROOTS_FILE_PATH environment variable replaces (tests/security).
+    producer = Producer(config(args.endpoint), (args.topic,), tls_enable=args.tls)
     producer.startup()
     try:
         for index in range(args.count):
@@ -123,7 +125,11 @@ def simple(args: argparse.Namespace) -> None:
     by the server: such a message is waited for (redelivered, acked again) for its
     invisible time and a margin, then taken as acked."""
     consumer = SimpleConsumer(
-        config(args.endpoint), args.group, {args.topic: FilterExpression()}, await_duration=5
+        config(args.endpoint),
+        args.group,
+        {args.topic: FilterExpression()},
+        await_duration=5,
+        tls_enable=args.tls,
     )
     consumer.startup()
     seen: set[str] = set()
@@ -213,6 +219,7 @@ def main() -> None:
         sub.add_argument("--change-s", type=int, default=0)
         sub.add_argument("--no-ack", action="store_true")
         sub.add_argument("--fail", action="store_true")
+        sub.add_argument("--tls", action="store_true", help="produce/simple: tls_enable=True")
     args = parser.parse_args()
     {"produce": produce, "transaction": transaction, "simple": simple, "push": push}[args.command](
         args
