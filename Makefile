@@ -3,10 +3,14 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# What `make test` runs a second time on the pure-Python path (TIDE_NO_EXTENSIONS=1):
+# the layouts, the Tail's scan and the engines, where the compiled core is used.
+PURE_PYTHON_TESTS := tests/format tests/tail tests/services/dispatch/engine \
+	tests/services/storage/engine
 
 .PHONY: up test lint typecheck protos check-protos venv clean bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py tide/format/_ccore.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -24,6 +28,8 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
+	@# The pure-Python twins of the compiled core (docs/performance.md), a second time.
+	TIDE_NO_EXTENSIONS=1 $(PY) -m pytest -q $(PURE_PYTHON_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

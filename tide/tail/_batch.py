@@ -51,6 +51,7 @@ from tide.format import (
     SYSFLAG_STORE_HOST_V6,
     ScanKind,
     ScanResult,
+    _core,
 )
 from tide.format._record import host_length
 
@@ -421,6 +422,17 @@ _slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
 # The walk keeps 88 bytes from byte 4 of each record (magic .. body_len, then 4 bytes
 # it does not use): magic, body_crc, queue_id, queue_offset, physical_offset, sys_flag,
 # store_timestamp, body_len at these positions (docs/formats.md, "Message record", - 4).
+# The columns scan_v4_run returns after the positions, under the names _extend reads.
+_C_COLUMNS = (
+    "offsets",
+    "sizes",
+    "queue_ids",
+    "queue_offsets",
+    "flags",
+    "stamps",
+    "topics",
+    "props_starts",
+)
 _COLUMNS = ("magics", "crcs", "queue_ids", "queue_offsets", "phys", "flags", "stamps", "body_lens")
 _FIELDS = (
     _field(0, 4, "i"),
@@ -447,11 +459,16 @@ class ChunkScanner:
     """The batch scan of whole records (see the module docstring). One per stream: it
     keeps a cache of decoded topics."""
 
-    def __init__(self, max_record_bytes: int, *, check_crc: bool = True) -> None:
+    def __init__(
+        self, max_record_bytes: int, *, check_crc: bool = True, compiled: bool = True
+    ) -> None:
         self.max_record_bytes = max_record_bytes
         self.check_crc = check_crc
         self._topics = _TopicCache()
         self._props_lengths = _PropsLengths()
+        # The compiled twin of :meth:`scan_python` (tide.format._core), unless turned off
+        # (the differential tests compare the two).
+        self._compiled = _core.scan_v4_run if compiled else None
 
     def scan(
         self, buf: bytes, start: int, base_offset: int, out: BatchBuilder, end: int | None = None
@@ -459,7 +476,29 @@ class ChunkScanner:
         """Take the whole, valid V1 IPv4 records from ``buf[start:end]`` (``buf[0]`` is at
         commitlog offset ``base_offset``; ``end`` defaults to the end of ``buf``) into
         ``out``; return where it stopped: ``end`` or the first unit it did not take."""
-        positions, heads, end = self._walk(buf, start, len(buf) if end is None else end)
+        end = len(buf) if end is None else end
+        if not 0 <= start <= end <= len(buf):
+            raise ValueError(
+                f"scan: need 0 <= start <= end <= len(buf), got start {start}, end {end}, "
+                f"len {len(buf)}"
+            )
+        if self._compiled is None:
+            return self.scan_python(buf, start, base_offset, out, end)
+        found = self._compiled(
+            buf, start, end, base_offset, self.max_record_bytes, self.check_crc, _WALK_WINDOW
+        )
+        stop = found[0]
+        if stop == start:
+            return start
+        cols: dict[str, list[Any]] = dict(zip(_C_COLUMNS, found[2:], strict=True))
+        self._extend(out, buf, found[1], cols)
+        return stop
+
+    def scan_python(
+        self, buf: bytes, start: int, base_offset: int, out: BatchBuilder, end: int
+    ) -> int:
+        """:meth:`scan` in Python: the reference of ``tide.format._ccore.scan_v4_run``."""
+        positions, heads, end = self._walk(buf, start, end)
         if not positions:
             return start
         cols = self._columns(heads, positions, end)

@@ -1,0 +1,24 @@
+# Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
+# each function is named in its docstring there and in docs/performance.md.
+
+def scan_v4_run(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    base_offset: int,
+    max_record_bytes: int,
+    check_crc: bool,
+    window: int,
+    /,
+) -> tuple[
+    int,
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[str],
+    list[int],
+]: ...
