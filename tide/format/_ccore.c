@@ -252,8 +252,180 @@ done:
     return result;
 }
 
+
+/* -- dispatch_properties ---------------------------------------------------------- */
+
+/* A value as bytes: the previous record's object when the bytes are the same (a batch's
+ * records mostly share their TAGS). */
+typedef struct {
+    PyObject *object;
+    const char *bytes;
+    Py_ssize_t len;
+} LastValue;
+
+static PyObject *value_of(const char *p, Py_ssize_t len, LastValue *last) {
+    if (last->object != NULL && last->len == len && memcmp(last->bytes, p, (size_t)len) == 0) {
+        Py_INCREF(last->object);
+        return last->object;
+    }
+    PyObject *value = PyBytes_FromStringAndSize(p, len);
+    if (value == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(last->object, Py_NewRef(value));
+    last->bytes = p;
+    last->len = len;
+    return value;
+}
+
+enum { KEYS, TAGS, UNIQ_KEY, NAMES };
+
+/* Which wanted name an item's name is (KEYS, TAGS, UNIQ_KEY), or -1. */
+static int wanted_name(const char *name, Py_ssize_t len) {
+    if (len == 4 && memcmp(name, "KEYS", 4) == 0) {
+        return KEYS;
+    }
+    if (len == 4 && memcmp(name, "TAGS", 4) == 0) {
+        return TAGS;
+    }
+    if (len == 8 && memcmp(name, "UNIQ_KEY", 8) == 0) {
+        return UNIQ_KEY;
+    }
+    return -1;
+}
+
+/* The last value of each wanted name in the properties p[0:len]: items split at \x02,
+ * each at its first \x01 (an item without one is skipped), as decode_properties reads
+ * them. found[n] is NULL when name n is absent. */
+static void find_values(const char *p, Py_ssize_t len, const char *found[NAMES],
+                        Py_ssize_t found_len[NAMES]) {
+    for (int n = 0; n < NAMES; n++) {
+        found[n] = NULL;
+        found_len[n] = 0;
+    }
+    const char *end = p + len;
+    while (p < end) {
+        const char *item_end = memchr(p, '\x02', (size_t)(end - p));
+        if (item_end == NULL) {
+            item_end = end;
+        }
+        const char *sep = memchr(p, '\x01', (size_t)(item_end - p));
+        if (sep != NULL) {
+            int n = wanted_name(p, sep - p);
+            if (n >= 0) {
+                found[n] = sep + 1;
+                found_len[n] = item_end - sep - 1;
+            }
+        }
+        p = item_end + 1;
+    }
+}
+
+/* Record i's properties bounds from the two index sequences, checked against the data. */
+static int bounds_of(PyObject *starts, PyObject *ends, Py_ssize_t i, Py_ssize_t size,
+                     Py_ssize_t *start, Py_ssize_t *end) {
+    *start = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(starts, i));
+    *end = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ends, i));
+    if ((*start == -1 || *end == -1) && PyErr_Occurred()) {
+        return -1;
+    }
+    if (*start < 0 || *end < *start || *end > size) {
+        PyErr_Format(PyExc_ValueError,
+                     "dispatch_properties: record %zd's properties [%zd, %zd) are not inside "
+                     "the data (%zd bytes)",
+                     i, *start, *end, size);
+        return -1;
+    }
+    return 0;
+}
+
+static int properties_rows(const char *data, Py_ssize_t size, PyObject *starts, PyObject *ends,
+                           PyObject *columns[NAMES]) {
+    LastValue last[NAMES] = {{NULL, NULL, 0}, {NULL, NULL, 0}, {NULL, NULL, 0}};
+    int failed = -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t start, end;
+        if (bounds_of(starts, ends, i, size, &start, &end)) {
+            goto done;
+        }
+        const char *found[NAMES];
+        Py_ssize_t found_len[NAMES];
+        find_values(data + start, end - start, found, found_len);
+        for (int n = 0; n < NAMES; n++) {
+            PyObject *value;
+            if (found[n] == NULL && n == UNIQ_KEY) {
+                value = Py_NewRef(Py_None);
+            } else {
+                value = value_of(found[n] ? found[n] : "", found_len[n], &last[n]);
+                if (value == NULL) {
+                    goto done;
+                }
+            }
+            PyObject *placeholder = PyList_GET_ITEM(columns[n], i);
+            PyList_SET_ITEM(columns[n], i, value);
+            Py_DECREF(placeholder);
+        }
+    }
+    failed = 0;
+done:
+    for (int n = 0; n < NAMES; n++) {
+        Py_XDECREF(last[n].object);
+    }
+    return failed;
+}
+
+PyDoc_STRVAR(dispatch_properties_doc,
+             "dispatch_properties(data, starts, ends)\n--\n\n"
+             "(keys, tags, uniq_keys) of the properties at data[starts[i]:ends[i]]: the\n"
+             "KEYS and TAGS values as bytes (b'' when absent), the UNIQ_KEY value or None.\n"
+             "The reference: services.dispatch.engine.batch_fields.properties_between.");
+
+static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    PyObject *starts_in, *ends_in;
+    if (!PyArg_ParseTuple(args, "y*OO:dispatch_properties", &view, &starts_in, &ends_in)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *columns[NAMES] = {NULL};
+    PyObject *starts = PySequence_Fast(starts_in, "dispatch_properties: starts: a sequence");
+    PyObject *ends = starts ? PySequence_Fast(ends_in, "dispatch_properties: ends: a sequence")
+                            : NULL;
+    if (ends == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
+    if (PySequence_Fast_GET_SIZE(ends) != count) {
+        PyErr_Format(PyExc_ValueError, "dispatch_properties: %zd starts but %zd ends", count,
+                     PySequence_Fast_GET_SIZE(ends));
+        goto done;
+    }
+    for (int n = 0; n < NAMES; n++) {
+        if ((columns[n] = PyList_New(count)) == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {  /* (a list must be whole if we fail) */
+            PyList_SET_ITEM(columns[n], i, Py_NewRef(Py_None));
+        }
+    }
+    if (properties_rows(view.buf, view.len, starts, ends, columns) == 0) {
+        result = PyTuple_Pack(3, columns[KEYS], columns[TAGS], columns[UNIQ_KEY]);
+    }
+done:
+    for (int n = 0; n < NAMES; n++) {
+        Py_XDECREF(columns[n]);
+    }
+    Py_XDECREF(starts);
+    Py_XDECREF(ends);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
+    {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
     {NULL, NULL, 0, NULL},
 };
 

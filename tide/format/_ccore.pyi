@@ -1,3 +1,5 @@
+from collections.abc import Sequence
+
 # Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
 # each function is named in its docstring there and in docs/performance.md.
 
@@ -22,3 +24,6 @@ def scan_v4_run(
     list[str],
     list[int],
 ]: ...
+def dispatch_properties(
+    data: bytes | bytearray | memoryview, starts: Sequence[int], ends: Sequence[int], /
+) -> tuple[list[bytes], list[bytes], list[bytes | None]]: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TypeAlias
 
@@ -56,8 +56,14 @@ ScanColumns: TypeAlias = tuple[
     list[int],
 ]
 ScanV4Run: TypeAlias = Callable[[bytes, int, int, int, int, bool, int], ScanColumns]
+# dispatch_properties' answer: keys, tags, uniq_keys.
+PropertyColumns: TypeAlias = tuple[list[bytes], list[bytes], list[bytes | None]]
+DispatchProperties: TypeAlias = Callable[[bytes, Sequence[int], Sequence[int]], PropertyColumns]
 # The compiled functions, typed, or None when the pure-Python path runs.
 scan_v4_run: ScanV4Run | None = None if ccore is None else ccore.scan_v4_run
+dispatch_properties: DispatchProperties | None = (
+    None if ccore is None else ccore.dispatch_properties
+)
 
 
 def using_extensions() -> bool:
