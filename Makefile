@@ -29,7 +29,7 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 	@# The pure-Python twins of the compiled core (docs/performance.md), a second time.
-	TIDE_NO_EXTENSIONS=1 $(PY) -m pytest -q $(PURE_PYTHON_TESTS)
+	TIDE_NO_EXTENSIONS=1 $(PY) -m pytest -q -rfE $(PURE_PYTHON_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

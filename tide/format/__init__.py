@@ -223,6 +223,7 @@ from tide.format._record_run import (
     MAX_RUN_RECORDS,
     RunLayout,
     RunWriter,
+    patch_run,
     scan_run,
     topic_part,
 )
@@ -641,6 +642,7 @@ __all__ = [
     "parse_segment_name",
     "parse_sequences",
     "patch_record",
+    "patch_run",
     "plan_timer_enqueue",
     "pop_retry_topic",
     "position_in_segment",

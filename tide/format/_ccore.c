@@ -423,9 +423,284 @@ done:
     return result;
 }
 
+/* -- scan_run ----------------------------------------------------------------------- */
+
+#define MESSAGE_MAGIC_V2 ((int32_t)0xDAA320AB)
+#define SYSFLAG_BORN_HOST_V6 (1 << 4)
+#define SYSFLAG_STORE_HOST_V6 (1 << 5)
+#define HEAD_V6_BORN_BYTES 100 /* the header with a 20-byte born host */
+#define RUN_COLUMNS 6
+
+/* One record of a run: where its fields are, or 0 when it fails a check (the Python
+ * reference then says which, in words). */
+typedef struct {
+    int64_t total, body_pos, topic_at, name_end;
+    int32_t queue_id, sys_flag;
+} RunRecord;
+
+static int run_record(const unsigned char *d, int64_t at, int64_t end_of_run,
+                      int64_t max_body_bytes, RunRecord *out) {
+    if (at + HEAD_V4_BYTES > end_of_run) {
+        return 0;
+    }
+    const unsigned char *r = d + at;
+    int64_t total = be32(r), body_len = be32(r + POS_BODY_LEN);
+    int32_t magic = be32(r + POS_MAGIC), sys_flag = be32(r + POS_SYS_FLAG);
+    int64_t body_pos = at + HEAD_V4_BYTES;
+    if (sys_flag & SYSFLAG_HOSTS_V6) {
+        if (sys_flag & SYSFLAG_BORN_HOST_V6) {
+            if (at + HEAD_V6_BORN_BYTES > end_of_run) {
+                return 0;
+            }
+            body_len = be32(r + HEAD_V6_BORN_BYTES - 4);
+            body_pos = at + HEAD_V6_BORN_BYTES;
+        }
+        if ((magic != MESSAGE_MAGIC_V1 && magic != MESSAGE_MAGIC_V2) ||
+            (sys_flag & SYSFLAG_STORE_HOST_V6)) {
+            return 0;
+        }
+    }
+    int64_t end = at + total, topic_pos = body_pos + body_len, name_pos;
+    if (magic == MESSAGE_MAGIC_V1 && body_len >= 0 && topic_pos < end && end <= end_of_run) {
+        out->topic_at = topic_pos + 1;
+        name_pos = out->topic_at + d[topic_pos];
+    } else if (magic == MESSAGE_MAGIC_V2 && body_len >= 0 && topic_pos + 1 < end &&
+               end <= end_of_run) {
+        out->topic_at = topic_pos + 2;
+        name_pos = out->topic_at + be16(d + topic_pos);
+    } else {
+        return 0;
+    }
+    /* name_pos: the position of the properties length */
+    if (body_len > max_body_bytes || name_pos + 2 > end ||
+        name_pos + 2 + (int64_t)be16(d + name_pos) != end ||
+        crc32(0L, d + body_pos, (uInt)body_len) != beu32(r + POS_BODY_CRC) ||
+        name_pos == out->topic_at) {
+        return 0;
+    }
+    out->total = total;
+    out->body_pos = body_pos;
+    out->name_end = name_pos;
+    out->queue_id = be32(r + POS_QUEUE_ID);
+    out->sys_flag = sys_flag;
+    return 1;
+}
+
+static int run_append(PyObject *columns[RUN_COLUMNS], int64_t at, const RunRecord *rec,
+                      PyObject *topic) {
+    PyObject *values[RUN_COLUMNS] = {
+        PyLong_FromLongLong(at),
+        PyLong_FromLongLong(rec->total),
+        Py_NewRef(topic),
+        PyLong_FromLong(rec->queue_id),
+        PyLong_FromLong(rec->sys_flag),
+        PyLong_FromLongLong(rec->body_pos - at - 32), /* store_timestamp: 32 before the body */
+    };
+    int failed = 0;
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        if (values[c] == NULL || PyList_Append(columns[c], values[c])) {
+            failed = -1;
+        }
+        Py_XDECREF(values[c]);
+    }
+    return failed;
+}
+
+PyDoc_STRVAR(scan_run_doc,
+             "scan_run(data, max_body_bytes, max_records)\n--\n\n"
+             "The columns of the checked run (starts, sizes, topics, queue_ids, sys_flags,\n"
+             "store_timestamp_positions), or None when a record fails a check (the\n"
+             "reference, tide.format._record_run.scan_run_python, then says which).");
+
+static PyObject *scan_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    long long max_body_bytes;
+    Py_ssize_t max_records;
+    if (!PyArg_ParseTuple(args, "y*Ln:scan_run", &view, &max_body_bytes, &max_records)) {
+        return NULL;
+    }
+    const unsigned char *d = view.buf;
+    PyObject *columns[RUN_COLUMNS] = {NULL};
+    PyObject *topic = NULL, *result = NULL;
+    int64_t at = 0;
+    Py_ssize_t count = 0;
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        if ((columns[c] = PyList_New(0)) == NULL) {
+            goto done;
+        }
+    }
+    while (at < view.len) {
+        RunRecord rec;
+        if (!run_record(d, at, view.len, max_body_bytes, &rec) || count >= max_records) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        Py_ssize_t topic_len = (Py_ssize_t)(rec.name_end - rec.topic_at);
+        if (topic == NULL || PyBytes_GET_SIZE(topic) != topic_len ||
+            memcmp(PyBytes_AS_STRING(topic), d + rec.topic_at, (size_t)topic_len) != 0) {
+            Py_XSETREF(topic, PyBytes_FromStringAndSize((const char *)d + rec.topic_at,
+                                                        topic_len));
+            if (topic == NULL) {
+                goto done;
+            }
+        }
+        if (run_append(columns, at, &rec, topic)) {
+            goto done;
+        }
+        count++;
+        at += rec.total;
+    }
+    result = PyTuple_Pack(RUN_COLUMNS, columns[0], columns[1], columns[2], columns[3],
+                          columns[4], columns[5]);
+done:
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        Py_XDECREF(columns[c]);
+    }
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- patch_run ---------------------------------------------------------------------- */
+
+static inline void put_be64(unsigned char *p, int64_t value) {
+    uint64_t v = (uint64_t)value;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+/* The next queue offset of key in table (0 when absent), and table[key] moved past it. */
+static int next_queue_offset(PyObject *table, PyObject *key, long long *queue_offset) {
+    PyObject *current = PyDict_GetItemWithError(table, key); /* borrowed */
+    if (current == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    *queue_offset = current == NULL ? 0 : PyLong_AsLongLong(current);
+    if (*queue_offset == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *next = PyLong_FromLongLong(*queue_offset + 1);
+    if (next == NULL) {
+        return -1;
+    }
+    int failed = PyDict_SetItem(table, key, next);
+    Py_DECREF(next);
+    return failed;
+}
+
+static int patch_one(unsigned char *d, Py_ssize_t len, Py_ssize_t at, Py_ssize_t size,
+                     Py_ssize_t ts_pos, long long queue_offset, long long physical,
+                     long long now, const Py_buffer *host) {
+    if (size <= 0 || at + size > len || ts_pos < POS_QUEUE_OFFSET + 16 ||
+        ts_pos + 8 + host->len > size) {
+        PyErr_Format(PyExc_ValueError,
+                     "patch_run: record at %zd (size %zd, store timestamp at %zd, store host "
+                     "%zd bytes) does not fit the %zd bytes of the run",
+                     at, size, ts_pos, host->len, len);
+        return -1;
+    }
+    put_be64(d + at + POS_QUEUE_OFFSET, queue_offset);
+    put_be64(d + at + POS_QUEUE_OFFSET + 8, physical);
+    put_be64(d + at + ts_pos, now);
+    memcpy(d + at + ts_pos + 8, host->buf, (size_t)host->len);
+    return 0;
+}
+
+static int patch_rows(Py_buffer *data, PyObject *sizes, PyObject *keys, PyObject *ts_positions,
+                      PyObject *table, long long physical, long long now, Py_buffer *host,
+                      PyObject *out_physical, PyObject *out_queue_offsets) {
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(sizes), at = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sizes, i));
+        Py_ssize_t ts_pos = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ts_positions, i));
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
+        long long queue_offset = 0; /* None: transaction prepared/rollback, no entry */
+        if (key != Py_None && next_queue_offset(table, key, &queue_offset)) {
+            return -1;
+        }
+        if (patch_one(data->buf, data->len, at, size, ts_pos, queue_offset, physical + at, now,
+                      host)) {
+            return -1;
+        }
+        PyObject *p = PyLong_FromLongLong(physical + at);
+        PyObject *q = PyLong_FromLongLong(queue_offset);
+        if (p == NULL || q == NULL) {
+            Py_XDECREF(p);
+            Py_XDECREF(q);
+            return -1;
+        }
+        PyList_SET_ITEM(out_physical, i, p);
+        PyList_SET_ITEM(out_queue_offsets, i, q);
+        at += size;
+    }
+    if (at != data->len) {
+        PyErr_Format(PyExc_ValueError, "patch_run: the sizes add up to %zd, the run is %zd bytes",
+                     at, data->len);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(patch_run_doc,
+             "patch_run(data, sizes, queue_keys, store_timestamp_positions, table,\n"
+             "          physical_offset, now_ms, store_host)\n--\n\n"
+             "Patch each record of the run (one segment's worth) with its queue offset\n"
+             "(from table, moved on), physical offset, store time and host; return\n"
+             "(physical offsets, queue offsets). Reference: CommitLog._patch_python.");
+
+static PyObject *patch_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, host;
+    PyObject *sizes_in, *keys_in, *ts_in, *table;
+    long long physical, now;
+    if (!PyArg_ParseTuple(args, "w*OOOO!LLy*:patch_run", &data, &sizes_in, &keys_in, &ts_in,
+                          &PyDict_Type, &table, &physical, &now, &host)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *out_physical = NULL, *out_queue_offsets = NULL;
+    PyObject *sizes = PySequence_Fast(sizes_in, "patch_run: sizes: a sequence");
+    PyObject *keys = sizes ? PySequence_Fast(keys_in, "patch_run: queue_keys: a sequence") : NULL;
+    PyObject *ts = keys ? PySequence_Fast(ts_in, "patch_run: positions: a sequence") : NULL;
+    if (ts == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(sizes);
+    if (PySequence_Fast_GET_SIZE(keys) != count || PySequence_Fast_GET_SIZE(ts) != count) {
+        PyErr_SetString(PyExc_ValueError, "patch_run: columns of different lengths");
+        goto done;
+    }
+    /* (items a failed record leaves NULL are fine: these lists never escape then) */
+    out_physical = PyList_New(count);
+    out_queue_offsets = PyList_New(count);
+    if (out_physical == NULL || out_queue_offsets == NULL) {
+        goto done;
+    }
+    if (patch_rows(&data, sizes, keys, ts, table, physical, now, &host, out_physical,
+                   out_queue_offsets) == 0) {
+        result = PyTuple_Pack(2, out_physical, out_queue_offsets);
+    }
+done:
+    Py_XDECREF(out_physical);
+    Py_XDECREF(out_queue_offsets);
+    Py_XDECREF(sizes);
+    Py_XDECREF(keys);
+    Py_XDECREF(ts);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&host);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
+    {"scan_run", scan_run, METH_VARARGS, scan_run_doc},
+    {"patch_run", patch_run, METH_VARARGS, patch_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,4 @@
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 # Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
 # each function is named in its docstring there and in docs/performance.md.
@@ -27,3 +27,17 @@ def scan_v4_run(
 def dispatch_properties(
     data: bytes | bytearray | memoryview, starts: Sequence[int], ends: Sequence[int], /
 ) -> tuple[list[bytes], list[bytes], list[bytes | None]]: ...
+def scan_run(
+    data: bytes | bytearray | memoryview, max_body_bytes: int, max_records: int, /
+) -> tuple[list[int], list[int], list[bytes], list[int], list[int], list[int]] | None: ...
+def patch_run(
+    data: bytearray | memoryview,
+    sizes: Sequence[int],
+    queue_keys: Sequence[Hashable | None],
+    store_timestamp_positions: Sequence[int],
+    table: dict[Hashable, int],
+    physical_offset: int,
+    now_ms: int,
+    store_host: bytes,
+    /,
+) -> tuple[list[int], list[int]]: ...

@@ -59,11 +59,18 @@ ScanV4Run: TypeAlias = Callable[[bytes, int, int, int, int, bool, int], ScanColu
 # dispatch_properties' answer: keys, tags, uniq_keys.
 PropertyColumns: TypeAlias = tuple[list[bytes], list[bytes], list[bytes | None]]
 DispatchProperties: TypeAlias = Callable[[bytes, Sequence[int], Sequence[int]], PropertyColumns]
+# scan_run's answer: starts, sizes, topics, queue_ids, sys_flags, store timestamp positions.
+RunColumns: TypeAlias = tuple[list[int], list[int], list[bytes], list[int], list[int], list[int]]
+ScanRun: TypeAlias = Callable[[bytes | bytearray, int, int], RunColumns | None]
+# patch_run's arguments are typed where it is wrapped (tide.format._record_run).
+PatchRun: TypeAlias = Callable[..., tuple[list[int], list[int]]]
 # The compiled functions, typed, or None when the pure-Python path runs.
 scan_v4_run: ScanV4Run | None = None if ccore is None else ccore.scan_v4_run
 dispatch_properties: DispatchProperties | None = (
     None if ccore is None else ccore.dispatch_properties
 )
+scan_run: ScanRun | None = None if ccore is None else ccore.scan_run
+patch_run: PatchRun | None = None if ccore is None else ccore.patch_run
 
 
 def using_extensions() -> bool:
