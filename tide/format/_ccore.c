@@ -696,11 +696,154 @@ done:
     return result;
 }
 
+/* -- replay_records ----------------------------------------------------------------- */
+
+#define BLANK_MAGIC ((int32_t)0xCBD43194)
+#define BLANK_MARKER_BYTES 8
+#define PREFIX_BYTES 48
+#define TX_MASK (3 << 2)
+#define TX_PREPARED (1 << 2)
+#define TX_ROLLBACK (3 << 2)
+
+typedef struct {
+    int64_t size, queue_offset, topic_at, topic_len;
+    int32_t queue_id, sys_flag;
+} AnyRecord;
+
+/* Whether buf[pos:limit] starts with a record scan_record (tide/format/_record.py) calls
+ * a RECORD, its topic's UTF-8 aside (checked by the caller). */
+static int any_record(const unsigned char *b, int64_t pos, int64_t limit, int64_t expected,
+                      int check_crc, int64_t max_body_bytes, AnyRecord *out) {
+    int64_t avail = limit - pos;
+    if (avail < BLANK_MARKER_BYTES) {
+        return 0;
+    }
+    const unsigned char *r = b + pos;
+    int64_t total = be32(r);
+    int32_t magic = be32(r + POS_MAGIC);
+    if ((magic != MESSAGE_MAGIC_V1 && magic != MESSAGE_MAGIC_V2) || total < FIXED_BYTES_V4 ||
+        total > avail) {
+        return 0; /* (zeros, a blank marker, or no record: scan_record says which) */
+    }
+    int32_t sys_flag = be32(r + POS_SYS_FLAG);
+    int64_t born = (sys_flag & SYSFLAG_BORN_HOST_V6) ? 20 : 8;
+    int64_t store = (sys_flag & SYSFLAG_STORE_HOST_V6) ? 20 : 8;
+    int64_t tail = born + 8 + store + 4 + 8 + 4;
+    if (PREFIX_BYTES + tail > total) {
+        return 0;
+    }
+    int64_t body_len = be32(r + PREFIX_BYTES + tail - 4);
+    int64_t body_at = PREFIX_BYTES + tail, topic_at;
+    if (body_len < 0 || body_len > max_body_bytes || body_at + body_len > total) {
+        return 0;
+    }
+    int64_t len_bytes = magic == MESSAGE_MAGIC_V1 ? 1 : 2;
+    int64_t topic_len_at = body_at + body_len;
+    if (topic_len_at + len_bytes > total) {
+        return 0;
+    }
+    topic_at = topic_len_at + len_bytes;
+    int64_t topic_len = len_bytes == 1 ? r[topic_len_at] : be16(r + topic_len_at);
+    int64_t props_len_at = topic_at + topic_len;
+    if (props_len_at + 2 > total || props_len_at + 2 + be16(r + props_len_at) != total ||
+        be64(r + POS_PHYSICAL_OFFSET) != expected) {
+        return 0;
+    }
+    if (check_crc && crc32(0L, r + body_at, (uInt)body_len) != beu32(r + POS_BODY_CRC)) {
+        return 0;
+    }
+    out->size = total;
+    out->queue_offset = be64(r + POS_QUEUE_OFFSET);
+    out->topic_at = pos + topic_at;
+    out->topic_len = topic_len;
+    out->queue_id = be32(r + POS_QUEUE_ID);
+    out->sys_flag = sys_flag;
+    return 1;
+}
+
+/* next_offsets[(topic, queue_id)] = max(it, queue_offset + 1) */
+static int replay_one(PyObject *table, PyObject *topic, const AnyRecord *rec) {
+    PyObject *key = Py_BuildValue("(Oi)", topic, rec->queue_id);
+    PyObject *next = key ? PyLong_FromLongLong(rec->queue_offset + 1) : NULL;
+    int failed = -1;
+    if (next != NULL) {
+        PyObject *current = PyDict_GetItemWithError(table, key); /* borrowed */
+        if (current == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        int greater = current == NULL ? 1 : PyObject_RichCompareBool(next, current, Py_GT);
+        if (greater < 0 || (greater && PyDict_SetItem(table, key, next))) {
+            goto done;
+        }
+        failed = 0;
+    }
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(next);
+    return failed;
+}
+
+PyDoc_STRVAR(replay_records_doc,
+             "replay_records(buf, pos, limit, base_offset, check_crc, max_body_bytes,\n"
+             "               next_offsets)\n--\n\n"
+             "Walk the records of buf[pos:limit] (buf[0] at commitlog offset base_offset)\n"
+             "while scan_record calls them RECORD; replay each queue offset into\n"
+             "next_offsets. Returns (the position of the first unit that is not a record,\n"
+             "the records walked). Reference: tide.format._record.replay_records_python.");
+
+static PyObject *replay_records(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t pos, limit;
+    long long base_offset, max_body_bytes;
+    int check_crc;
+    PyObject *table;
+    if (!PyArg_ParseTuple(args, "y*nnLpLO!:replay_records", &view, &pos, &limit, &base_offset,
+                          &check_crc, &max_body_bytes, &PyDict_Type, &table)) {
+        return NULL;
+    }
+    if (pos < 0 || limit > view.len) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError,
+                            "replay_records: need 0 <= pos and limit <= len(buf), got pos %zd, "
+                            "limit %zd, len %zd",
+                            pos, limit, view.len);
+    }
+    PyObject *topic = NULL, *result = NULL;
+    const unsigned char *topic_bytes = NULL;
+    Py_ssize_t topic_len = 0, count = 0;
+    AnyRecord rec;
+    while (any_record(view.buf, pos, limit, base_offset + pos, check_crc, max_body_bytes, &rec)) {
+        const unsigned char *at = (const unsigned char *)view.buf + rec.topic_at;
+        PyObject *text = topic_of(at, rec.topic_len, &topic, &topic_bytes, &topic_len);
+        if (text == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            break; /* not UTF-8: not a record */
+        }
+        int tx = rec.sys_flag & TX_MASK;
+        int failed = (tx == TX_PREPARED || tx == TX_ROLLBACK) ? 0 : replay_one(table, text, &rec);
+        Py_DECREF(text);
+        if (failed) {
+            goto done;
+        }
+        count++;
+        pos += rec.size;
+    }
+    result = Py_BuildValue("(nn)", pos, count);
+done:
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
     {"scan_run", scan_run, METH_VARARGS, scan_run_doc},
     {"patch_run", patch_run, METH_VARARGS, patch_run_doc},
+    {"replay_records", replay_records, METH_VARARGS, replay_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

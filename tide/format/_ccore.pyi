@@ -1,3 +1,4 @@
+import mmap
 from collections.abc import Hashable, Sequence
 
 # Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
@@ -41,3 +42,13 @@ def patch_run(
     store_host: bytes,
     /,
 ) -> tuple[list[int], list[int]]: ...
+def replay_records(
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    limit: int,
+    base_offset: int,
+    check_crc: bool,
+    max_body_bytes: int,
+    next_offsets: dict[tuple[str, int], int],
+    /,
+) -> tuple[int, int]: ...

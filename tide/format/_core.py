@@ -9,6 +9,7 @@ random, damaged and edge-case input (docs/performance.md, "The compiled core").
 
 from __future__ import annotations
 
+import mmap
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -64,6 +65,18 @@ RunColumns: TypeAlias = tuple[list[int], list[int], list[bytes], list[int], list
 ScanRun: TypeAlias = Callable[[bytes | bytearray, int, int], RunColumns | None]
 # patch_run's arguments are typed where it is wrapped (tide.format._record_run).
 PatchRun: TypeAlias = Callable[..., tuple[list[int], list[int]]]
+ReplayRecords: TypeAlias = Callable[
+    [
+        bytes | bytearray | memoryview | mmap.mmap,
+        int,
+        int,
+        int,
+        bool,
+        int,
+        dict[tuple[str, int], int],
+    ],
+    tuple[int, int],
+]
 # The compiled functions, typed, or None when the pure-Python path runs.
 scan_v4_run: ScanV4Run | None = None if ccore is None else ccore.scan_v4_run
 dispatch_properties: DispatchProperties | None = (
@@ -71,6 +84,7 @@ dispatch_properties: DispatchProperties | None = (
 )
 scan_run: ScanRun | None = None if ccore is None else ccore.scan_run
 patch_run: PatchRun | None = None if ccore is None else ccore.patch_run
+replay_records: ReplayRecords | None = None if ccore is None else ccore.replay_records
 
 
 def using_extensions() -> bool:

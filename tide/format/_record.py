@@ -21,6 +21,7 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias
 
+from tide.format import _core
 from tide.format._hosts import HostAddress, unpack_host
 from tide.format._properties import decode_properties
 
@@ -334,6 +335,80 @@ def _scan_message(
         store_timestamp_ms=store_ts,
         topic=topic,
     )
+
+
+DEFAULT_MAX_BODY_BYTES = 1 << 30  # scan_record's default bound on a body
+
+
+def replay_records(
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    base_offset: int,
+    next_offsets: dict[tuple[str, int], int],
+    *,
+    check_crc: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> tuple[int, int]:
+    """Walk the records from ``buf[pos:limit]`` (``buf[0]`` at commitlog offset
+    ``base_offset``) while :func:`scan_record` calls them records, and raise each queue's
+    next offset in ``next_offsets`` past theirs (recovery's replay; records without a
+    queue entry, see :func:`is_queue_less`, skipped). Returns (the position of the first
+    unit that is not a record, how many records were walked): the caller asks
+    :func:`scan_record` what is there. The compiled core's when it runs."""
+    if _compiled_replay is not None:
+        return _compiled_replay(
+            buf, pos, limit, base_offset, check_crc, max_body_bytes, next_offsets
+        )
+    return replay_records_python(
+        buf,
+        pos,
+        limit,
+        base_offset,
+        next_offsets,
+        check_crc=check_crc,
+        max_body_bytes=max_body_bytes,
+    )
+
+
+def replay_records_python(
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    base_offset: int,
+    next_offsets: dict[tuple[str, int], int],
+    *,
+    check_crc: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> tuple[int, int]:
+    """:func:`replay_records` in Python: the reference of
+    ``tide.format._ccore.replay_records``."""
+    if pos < 0 or limit > len(buf):
+        raise ValueError(
+            f"replay_records: need 0 <= pos and limit <= len(buf), got pos {pos}, "
+            f"limit {limit}, len {len(buf)}"
+        )
+    count = 0
+    while True:
+        scan = scan_record(
+            buf,
+            pos,
+            limit,
+            expected_offset=base_offset + pos,
+            check_crc=check_crc,
+            max_body_bytes=max_body_bytes,
+        )
+        if scan.kind is not ScanKind.RECORD:
+            return pos, count
+        if not is_queue_less(scan.sys_flag):
+            key = (scan.topic, scan.queue_id)
+            if scan.queue_offset + 1 > next_offsets.get(key, 0):
+                next_offsets[key] = scan.queue_offset + 1
+        count += 1
+        pos += scan.size
+
+
+_compiled_replay = _core.replay_records  # the twin of replay_records_python, or None
 
 
 @dataclass(frozen=True, slots=True)
