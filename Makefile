@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) -m bench.storage_append
 	$(PY) -m bench.dispatch_apply --records 200000
 	$(PY) -m bench.dispatch_replay --records 500000
+	$(PY) -m bench.recovery_scan --mib 64
 	$(PY) -m bench.gateway_produce_pull
 	$(PY) -m bench.hop_ceiling
 

@@ -45,6 +45,8 @@ _CHECKED_V6_BORN = struct.Struct(">iiIi20xi56xi")
 _V4_BYTES = _CHECKED_V4.size  # 88: the body follows
 _U16 = struct.Struct(">H")
 _OFFSETS = struct.Struct(">qq")  # queue_offset, physical_offset
+# store_timestamp and the store host (IPv4, IPv6), patched together
+_TIME_AND_HOST = {size: struct.Struct(f">q{size}s") for size in (8, 20)}
 _NO_HOST = bytes(8)
 _TOPIC_LEN_V1 = [bytes((n,)) for n in range(MAX_TOPIC_BYTES_V1 + 1)]
 MAX_RUN_RECORDS = 100_000
@@ -355,7 +357,7 @@ def patch_run_python(
     """:func:`patch_run` in Python: the reference of ``tide.format._ccore.patch_run``."""
     get_next = table.get
     patch_offsets = _OFFSETS.pack_into
-    patch_time_and_host = struct.Struct(f">q{len(store_host)}s").pack_into
+    patch_time_and_host = _TIME_AND_HOST[len(store_host)].pack_into
     physical: list[int] = []
     queue_offsets: list[int] = []
     at = 0
