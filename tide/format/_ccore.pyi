@@ -52,3 +52,13 @@ def replay_records(
     next_offsets: dict[tuple[str, int], int],
     /,
 ) -> tuple[int, int]: ...
+def encode_run_v4(
+    magic: int,
+    topic_part: bytes,
+    queue_ids: Sequence[int],
+    bodies: Sequence[bytes],
+    properties: Sequence[bytes],
+    born_timestamp_ms: int,
+    born_host: bytes,
+    /,
+) -> bytes: ...

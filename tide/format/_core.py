@@ -77,6 +77,9 @@ ReplayRecords: TypeAlias = Callable[
     ],
     tuple[int, int],
 ]
+EncodeRunV4: TypeAlias = Callable[
+    [int, bytes, Sequence[int], Sequence[bytes], Sequence[bytes], int, bytes], bytes
+]
 # The compiled functions, typed, or None when the pure-Python path runs.
 scan_v4_run: ScanV4Run | None = None if ccore is None else ccore.scan_v4_run
 dispatch_properties: DispatchProperties | None = (
@@ -85,6 +88,7 @@ dispatch_properties: DispatchProperties | None = (
 scan_run: ScanRun | None = None if ccore is None else ccore.scan_run
 patch_run: PatchRun | None = None if ccore is None else ccore.patch_run
 replay_records: ReplayRecords | None = None if ccore is None else ccore.replay_records
+encode_run_v4: EncodeRunV4 | None = None if ccore is None else ccore.encode_run_v4
 
 
 def using_extensions() -> bool:

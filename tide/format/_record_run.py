@@ -52,6 +52,7 @@ _TOPIC_LEN_V1 = [bytes((n,)) for n in range(MAX_TOPIC_BYTES_V1 + 1)]
 MAX_RUN_RECORDS = 100_000
 _compiled = _core.scan_run  # the twin of scan_run_python, or None (pure-Python path)
 _compiled_patch = _core.patch_run  # the twin of patch_run_python, or None
+_compiled_encode = _core.encode_run_v4  # the twin of RunWriter.add_many_python, or None
 _Key = TypeVar("_Key", bound=Hashable)  # a queue: (topic, queue id) for the store
 
 
@@ -137,8 +138,34 @@ class RunWriter:
         born_timestamp_ms: int,
     ) -> None:
         """Records of one topic and born time, flag and sys_flag 0: what :meth:`add` gives
-        for each, packed in one loop (the gateway's common batch; its layout is
-        ``encode_record``'s IPv4 / IPv6-born-host header, inlined for speed)."""
+        for each (the gateway's common batch), encoded by the compiled core with an IPv4
+        born host, else by :meth:`add_many_python`."""
+        assert len(queue_ids) == len(bodies) == len(properties)
+        assert max(map(len, properties), default=0) <= MAX_PROPERTIES_BYTES
+        if _compiled_encode is None or len(self.born_host) != 8:
+            self.add_many_python(
+                magic, topic_part, queue_ids, bodies, properties, born_timestamp_ms
+            )
+            return
+        self._parts.append(
+            _compiled_encode(
+                magic, topic_part, queue_ids, bodies, properties, born_timestamp_ms, self.born_host
+            )
+        )
+        self.count += len(bodies)
+
+    def add_many_python(
+        self,
+        magic: int,
+        topic_part: bytes,
+        queue_ids: Sequence[int],
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        born_timestamp_ms: int,
+    ) -> None:
+        """:meth:`add_many` in Python (its layout is ``encode_record``'s IPv4 /
+        IPv6-born-host header, inlined for speed): the reference of
+        ``tide.format._ccore.encode_run_v4``."""
         assert len(queue_ids) == len(bodies) == len(properties)
         assert max(map(len, properties), default=0) <= MAX_PROPERTIES_BYTES
         if len(self.born_host) == 8:
