@@ -68,7 +68,9 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
-_BLANK = struct.Struct(">ii")
+# total_size and magic: how every unit (record or blank marker) starts
+RECORD_HEAD = struct.Struct(">ii")
+_BLANK = RECORD_HEAD
 # The fixed part of a record: everything except body, topic and properties bytes.
 FIXED_BYTES_V4 = 91
 
