@@ -988,6 +988,86 @@ done:
     return result;
 }
 
+/* -- index_key_hashes_ascii --------------------------------------------------------- */
+
+/* IndexFile.indexKeyHashMethod of prefix + key: abs(Java hashCode), 0 for MIN_VALUE.
+ * ASCII bytes are their own UTF-16 code units. */
+static long index_hash(uint32_t h) {
+    int32_t signed_h = (int32_t)h;
+    if (signed_h == INT32_MIN) {
+        return 0;
+    }
+    return signed_h < 0 ? -(long)signed_h : (long)signed_h;
+}
+
+static int is_ascii(const unsigned char *p, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (p[i] & 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(index_key_hashes_ascii_doc,
+             "index_key_hashes_ascii(keys, prefix)\n--\n\n"
+             "tide.format.index_key_hashes(keys, prefix) when the prefix and every key are\n"
+             "ASCII; None when one is not (the reference then hashes them).");
+
+static PyObject *index_key_hashes_ascii(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *keys_in;
+    Py_buffer prefix;
+    if (!PyArg_ParseTuple(args, "Oy*:index_key_hashes_ascii", &keys_in, &prefix)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *keys = PySequence_Fast(keys_in, "keys: a sequence");
+    if (keys == NULL) {
+        goto done;
+    }
+    const unsigned char *pre = prefix.buf;
+    if (!is_ascii(pre, prefix.len)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    uint32_t start = 0;
+    for (Py_ssize_t i = 0; i < prefix.len; i++) {
+        start = start * 31u + pre[i];
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(keys);
+    if ((result = PyList_New(count)) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
+        if (!PyBytes_Check(key)) {
+            PyErr_Format(PyExc_TypeError, "index_key_hashes_ascii: key %zd is not bytes", i);
+            Py_CLEAR(result);
+            goto done;
+        }
+        const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t len = PyBytes_GET_SIZE(key);
+        if (!is_ascii(k, len)) {
+            Py_SETREF(result, Py_NewRef(Py_None));
+            goto done;
+        }
+        uint32_t h = start;
+        for (Py_ssize_t j = 0; j < len; j++) {
+            h = h * 31u + k[j];
+        }
+        PyObject *value = PyLong_FromLong(index_hash(h));
+        if (value == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, value);
+    }
+done:
+    Py_XDECREF(keys);
+    PyBuffer_Release(&prefix);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -995,6 +1075,8 @@ static PyMethodDef methods[] = {
     {"patch_run", patch_run, METH_VARARGS, patch_run_doc},
     {"replay_records", replay_records, METH_VARARGS, replay_records_doc},
     {"encode_run_v4", encode_run_v4, METH_VARARGS, encode_run_v4_doc},
+    {"index_key_hashes_ascii", index_key_hashes_ascii, METH_VARARGS,
+     index_key_hashes_ascii_doc},
     {NULL, NULL, 0, NULL},
 };
 
