@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# What `make test` runs a second time on the pure-Python path (TIDE_NO_EXTENSIONS=1):
+# the layouts, the Tail's scan and the engines, where the compiled core is used.
+PURE_PYTHON_TESTS := tests/format tests/tail tests/services/dispatch/engine \
+	tests/services/storage/engine
 
 # The official RocketMQ 5 Python client, in a virtual environment of its own: its
 # generated protobuf code registers apache.rocketmq.v2 as ours does, so the two never
@@ -13,7 +17,7 @@ RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
 .PHONY: up test lint typecheck protos check-protos venv rmq5-venv clean bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py tide/format/_ccore.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -40,6 +44,8 @@ test: $(STAMP) $(RMQ5_STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
+	@# The pure-Python twins of the compiled core (docs/performance.md), a second time.
+	TIDE_NO_EXTENSIONS=1 $(PY) -m pytest -q -rfE $(PURE_PYTHON_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -59,6 +65,7 @@ bench: $(STAMP)
 	$(PY) -m bench.storage_append
 	$(PY) -m bench.dispatch_apply --records 200000
 	$(PY) -m bench.dispatch_replay --records 500000
+	$(PY) -m bench.recovery_scan --mib 64
 	$(PY) -m bench.gateway_produce_pull
 	$(PY) -m bench.hop_ceiling
 

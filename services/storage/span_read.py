@@ -21,13 +21,12 @@ from typing import TypeAlias
 import grpc
 
 from services.storage.engine.commitlog import CommitLog, OffsetBelowMinError
-from tide.format import FIXED_BYTES_V4, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, QUEUE_OFFSET_POS
+from tide.format import FIXED_BYTES_V4, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, PHYSICAL_OFFSET_POS
 from tide.server import ServiceError
 from tide.v1 import storage_pb2 as pb
 
-_PHYSICAL_OFFSET_POS = QUEUE_OFFSET_POS + 8  # PHYSICALOFFSET follows QUEUEOFFSET
 # TOTALSIZE, MAGICCODE, then (BODYCRC, QUEUEID, FLAG, QUEUEOFFSET) skipped, PHYSICALOFFSET.
-_HEADER = struct.Struct(f">ii{_PHYSICAL_OFFSET_POS - 8}xq")
+_HEADER = struct.Struct(f">ii{PHYSICAL_OFFSET_POS - 8}xq")
 _MESSAGE_MAGICS = frozenset((MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2))
 
 Status: TypeAlias = pb.ReadStatus.ValueType

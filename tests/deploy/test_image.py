@@ -52,7 +52,7 @@ def normalize(command: list[str], venv: str, python: str) -> list[str]:
 def makefile_steps() -> list[list[str]]:
     """The recipe that installs the venv (the target touching $(STAMP))."""
     lines = MAKEFILE.read_text().splitlines()
-    start = lines.index("$(STAMP): pyproject.toml") + 1
+    start = next(i for i, line in enumerate(lines) if line.startswith("$(STAMP): ")) + 1
     steps = []
     for line in lines[start:]:
         if not line.startswith("\t"):

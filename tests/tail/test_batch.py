@@ -27,6 +27,7 @@ from tide.format import (
     scan_record,
     write_blank,
 )
+from tide.format import properties_position as properties_start
 from tide.tail import (
     RecordAssembler,
     RecordAt,
@@ -35,7 +36,7 @@ from tide.tail import (
     TailProtocolError,
     gc_paused,
 )
-from tide.tail._batch import BatchBuilder, ChunkScanner, properties_start
+from tide.tail._batch import BatchBuilder, ChunkScanner
 
 HOST4 = pack_host(parse_host("10.0.0.7:10911"))
 HOST6 = pack_host(parse_host("[::1]:10911"))

@@ -28,7 +28,7 @@ import grpc
 from tide.bench._stats import Latency
 from tide.bench._workload import STAMP_BYTES, Workload
 from tide.client._rpc import ClientTls, tls_credentials
-from tide.format import body_length_pos
+from tide.format import SYS_FLAG_POS, body_length_pos
 from tide.v1 import gateway_pb2 as pb
 
 PRODUCE_METHOD = "/tide.v1.Gateway/Produce"
@@ -43,7 +43,7 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 # The low byte of a record's SYSFLAG (big-endian, at 36): it holds the host-size bits.
-SYSFLAG_POS = 39
+SYSFLAG_POS = SYS_FLAG_POS + 3  # its low byte (big-endian)
 
 assert len(PLACEHOLDER) == STAMP_BYTES
 

@@ -21,6 +21,7 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias
 
+from tide.format import _core
 from tide.format._hosts import HostAddress, unpack_host
 from tide.format._properties import decode_properties
 
@@ -50,12 +51,26 @@ BLANK_MARKER_BYTES = 8
 # born_timestamp: the part of the header before the first host.
 _PREFIX = struct.Struct(">iiIiiqqiq")
 PREFIX_BYTES = _PREFIX.size  # 48
+# Where the header fields start (docs/formats.md, "Message record"): the only copy of
+# these positions (tests/test_layout_in_one_place.py). The ones after the born host hold
+# for IPv4 hosts (``_V4``); body_length_pos / store_timestamp_pos give them for any.
+MAGIC_POS = 4
+BODY_CRC_POS = 8
+QUEUE_ID_POS = 12
 QUEUE_OFFSET_POS = 20  # queue_offset and physical_offset are adjacent: patched together
+PHYSICAL_OFFSET_POS = 28
+SYS_FLAG_POS = 36
+BORN_HOST_POS = 48
+STORE_TIMESTAMP_POS_V4 = 56
+BODY_LENGTH_POS_V4 = 84
 _OFFSETS = struct.Struct(">qq")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
-_BLANK = struct.Struct(">ii")
+# total_size and magic: how every unit (record or blank marker) starts
+RECORD_HEAD = struct.Struct(">ii")
+_BLANK = RECORD_HEAD
 # The fixed part of a record: everything except body, topic and properties bytes.
 FIXED_BYTES_V4 = 91
 
@@ -72,7 +87,8 @@ RECORD_HEADER_V4 = struct.Struct(">iiIiiqqiq8sq8siqi")
 HEADER_V4_BYTES = RECORD_HEADER_V4.size  # 88
 # Either host is IPv6 (20 bytes): the header is not RECORD_HEADER_V4.
 SYSFLAG_HOSTS_V6 = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
-_STORE_TS_POS_V4 = PREFIX_BYTES + 8  # 56
+_STORE_TS_POS_V4 = STORE_TIMESTAMP_POS_V4
+assert _STORE_TS_POS_V4 == PREFIX_BYTES + 8 and BORN_HOST_POS == PREFIX_BYTES
 _TOPIC_LEN_V1 = [bytes((n,)) for n in range(MAX_TOPIC_BYTES_V1 + 1)]
 
 
@@ -323,6 +339,80 @@ def _scan_message(
     )
 
 
+DEFAULT_MAX_BODY_BYTES = 1 << 30  # scan_record's default bound on a body
+
+
+def replay_records(
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    base_offset: int,
+    next_offsets: dict[tuple[str, int], int],
+    *,
+    check_crc: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> tuple[int, int]:
+    """Walk the records from ``buf[pos:limit]`` (``buf[0]`` at commitlog offset
+    ``base_offset``) while :func:`scan_record` calls them records, and raise each queue's
+    next offset in ``next_offsets`` past theirs (recovery's replay; records without a
+    queue entry, see :func:`is_queue_less`, skipped). Returns (the position of the first
+    unit that is not a record, how many records were walked): the caller asks
+    :func:`scan_record` what is there. The compiled core's when it runs."""
+    if _compiled_replay is not None:
+        return _compiled_replay(
+            buf, pos, limit, base_offset, check_crc, max_body_bytes, next_offsets
+        )
+    return replay_records_python(
+        buf,
+        pos,
+        limit,
+        base_offset,
+        next_offsets,
+        check_crc=check_crc,
+        max_body_bytes=max_body_bytes,
+    )
+
+
+def replay_records_python(
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    base_offset: int,
+    next_offsets: dict[tuple[str, int], int],
+    *,
+    check_crc: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> tuple[int, int]:
+    """:func:`replay_records` in Python: the reference of
+    ``tide.format._ccore.replay_records``."""
+    if pos < 0 or limit > len(buf):
+        raise ValueError(
+            f"replay_records: need 0 <= pos and limit <= len(buf), got pos {pos}, "
+            f"limit {limit}, len {len(buf)}"
+        )
+    count = 0
+    while True:
+        scan = scan_record(
+            buf,
+            pos,
+            limit,
+            expected_offset=base_offset + pos,
+            check_crc=check_crc,
+            max_body_bytes=max_body_bytes,
+        )
+        if scan.kind is not ScanKind.RECORD:
+            return pos, count
+        if not is_queue_less(scan.sys_flag):
+            key = (scan.topic, scan.queue_id)
+            if scan.queue_offset + 1 > next_offsets.get(key, 0):
+                next_offsets[key] = scan.queue_offset + 1
+        count += 1
+        pos += scan.size
+
+
+_compiled_replay = _core.replay_records  # the twin of replay_records_python, or None
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedRecord:
     """Every field of a message record."""
@@ -399,6 +489,25 @@ def decode_record(
     return record
 
 
+def record_body_crc(buf: Buffer, pos: int) -> int:
+    """The body CRC the record at ``buf[pos:]`` stores."""
+    crc: int = _U32.unpack_from(buf, pos + BODY_CRC_POS)[0]
+    return crc
+
+
+def properties_position(buf: Buffer, pos: int = 0) -> int:
+    """Where the properties of the (already checked) record at ``buf[pos:]`` start."""
+    magic = _I32.unpack_from(buf, pos + MAGIC_POS)[0]
+    sys_flag = int(buf[pos + SYS_FLAG_POS + 3])  # (the host bits are in its low byte)
+    body_len_pos = pos + body_length_pos(sys_flag)
+    body_len: int = _I32.unpack_from(buf, body_len_pos)[0]
+    topic_pos = body_len_pos + 4 + body_len
+    if magic == MESSAGE_MAGIC_V2:
+        topic_len: int = _U16.unpack_from(buf, topic_pos)[0]
+        return topic_pos + 2 + topic_len + 2
+    return topic_pos + 1 + int(buf[topic_pos]) + 2
+
+
 def record_properties(buf: Buffer, pos: int, size: int) -> dict[str, str]:
     """The properties of the (already scanned) record at ``buf[pos:pos+size]``, read
     through the length fields without decoding the rest (dispatch's hot path)."""
@@ -409,10 +518,10 @@ def record_topic_and_properties(buf: Buffer, pos: int, size: int) -> tuple[str, 
     """The topic and properties of the (already scanned) record at ``buf[pos:pos+size]``,
     read through the length fields without decoding the body or checking its CRC."""
     view = memoryview(buf)
-    sys_flag = _I32.unpack_from(view, pos + 36)[0]
+    sys_flag = _I32.unpack_from(view, pos + SYS_FLAG_POS)[0]
     body_len_pos = pos + body_length_pos(sys_flag)
     topic_len_pos = body_len_pos + 4 + _I32.unpack_from(view, body_len_pos)[0]
-    if _I32.unpack_from(view, pos + 4)[0] == MESSAGE_MAGIC_V1:
+    if _I32.unpack_from(view, pos + MAGIC_POS)[0] == MESSAGE_MAGIC_V1:
         topic_pos = topic_len_pos + 1
         props_len_pos = topic_pos + view[topic_len_pos]
     else:

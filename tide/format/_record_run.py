@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from tide.format import _core
 from tide.format._record import (
     FIXED_BYTES_V4,
     MAX_PROPERTIES_BYTES,
@@ -25,6 +27,7 @@ from tide.format._record import (
     MAX_TOPIC_BYTES_V2,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
+    QUEUE_OFFSET_POS,
     RECORD_HEADER_V4,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_HOSTS_V6,
@@ -41,9 +44,16 @@ _CHECKED_V4 = struct.Struct(">iiIi20xi44xi")
 _CHECKED_V6_BORN = struct.Struct(">iiIi20xi56xi")
 _V4_BYTES = _CHECKED_V4.size  # 88: the body follows
 _U16 = struct.Struct(">H")
+_OFFSETS = struct.Struct(">qq")  # queue_offset, physical_offset
+# store_timestamp and the store host (IPv4, IPv6), patched together
+_TIME_AND_HOST = {size: struct.Struct(f">q{size}s") for size in (8, 20)}
 _NO_HOST = bytes(8)
 _TOPIC_LEN_V1 = [bytes((n,)) for n in range(MAX_TOPIC_BYTES_V1 + 1)]
 MAX_RUN_RECORDS = 100_000
+_compiled = _core.scan_run  # the twin of scan_run_python, or None (pure-Python path)
+_compiled_patch = _core.patch_run  # the twin of patch_run_python, or None
+_compiled_encode = _core.encode_run_v4  # the twin of RunWriter.add_many_python, or None
+_Key = TypeVar("_Key", bound=Hashable)  # a queue: (topic, queue id) for the store
 
 
 @dataclass(slots=True)
@@ -128,8 +138,34 @@ class RunWriter:
         born_timestamp_ms: int,
     ) -> None:
         """Records of one topic and born time, flag and sys_flag 0: what :meth:`add` gives
-        for each, packed in one loop (the gateway's common batch; its layout is
-        ``encode_record``'s IPv4 / IPv6-born-host header, inlined for speed)."""
+        for each (the gateway's common batch), encoded by the compiled core with an IPv4
+        born host, else by :meth:`add_many_python`."""
+        assert len(queue_ids) == len(bodies) == len(properties)
+        assert max(map(len, properties), default=0) <= MAX_PROPERTIES_BYTES
+        if _compiled_encode is None or len(self.born_host) != 8:
+            self.add_many_python(
+                magic, topic_part, queue_ids, bodies, properties, born_timestamp_ms
+            )
+            return
+        self._parts.append(
+            _compiled_encode(
+                magic, topic_part, queue_ids, bodies, properties, born_timestamp_ms, self.born_host
+            )
+        )
+        self.count += len(bodies)
+
+    def add_many_python(
+        self,
+        magic: int,
+        topic_part: bytes,
+        queue_ids: Sequence[int],
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        born_timestamp_ms: int,
+    ) -> None:
+        """:meth:`add_many` in Python (its layout is ``encode_record``'s IPv4 /
+        IPv6-born-host header, inlined for speed): the reference of
+        ``tide.format._ccore.encode_run_v4``."""
         assert len(queue_ids) == len(bodies) == len(properties)
         assert max(map(len, properties), default=0) <= MAX_PROPERTIES_BYTES
         if len(self.born_host) == 8:
@@ -176,6 +212,18 @@ class RunWriter:
 
 
 def scan_run(
+    data: bytes | bytearray, max_body_bytes: int, max_records: int = MAX_RUN_RECORDS
+) -> RunLayout:
+    """:func:`scan_run_python` through the compiled core when it runs: its answer when
+    the run passes, else the reference's, which names the record and what is wrong."""
+    if _compiled is not None:
+        found = _compiled(data, max_body_bytes, max_records)
+        if found is not None:
+            return RunLayout(*found)
+    return scan_run_python(data, max_body_bytes, max_records)
+
+
+def scan_run_python(
     data: bytes | bytearray, max_body_bytes: int, max_records: int = MAX_RUN_RECORDS
 ) -> RunLayout:
     """Every record of the run ``data``, checked: sizes that add up to the whole run,
@@ -296,4 +344,71 @@ def _what_is_wrong(view: memoryview, at: int, end_of_run: int, max_body_bytes: i
     return "the topic is empty, or topic and properties lengths do not add up to total_size"
 
 
-__all__ = ["MAX_RUN_RECORDS", "RunLayout", "RunWriter", "scan_run", "topic_part"]
+def patch_run(
+    data: bytearray | memoryview,
+    sizes: Sequence[int],
+    queue_keys: Sequence[_Key | None],
+    store_timestamp_positions: Sequence[int],
+    table: dict[_Key, int],
+    physical_offset: int,
+    now_ms: int,
+    store_host: bytes,
+) -> tuple[list[int], list[int]]:
+    """Fill the lock-time fields of every record of a checked run going into one segment
+    at ``physical_offset``: its queue offset (``table[key]``, 0 when absent, then moved
+    on; 0 and no entry for a key of None), physical offset, store time and store host.
+    Returns (physical offsets, queue offsets). The compiled core's when it runs."""
+    patch = _compiled_patch if _compiled_patch is not None else patch_run_python
+    return patch(
+        data,
+        sizes,
+        queue_keys,
+        store_timestamp_positions,
+        table,
+        physical_offset,
+        now_ms,
+        store_host,
+    )
+
+
+def patch_run_python(
+    data: bytearray | memoryview,
+    sizes: Sequence[int],
+    queue_keys: Sequence[_Key | None],
+    store_timestamp_positions: Sequence[int],
+    table: dict[_Key, int],
+    physical_offset: int,
+    now_ms: int,
+    store_host: bytes,
+) -> tuple[list[int], list[int]]:
+    """:func:`patch_run` in Python: the reference of ``tide.format._ccore.patch_run``."""
+    get_next = table.get
+    patch_offsets = _OFFSETS.pack_into
+    patch_time_and_host = _TIME_AND_HOST[len(store_host)].pack_into
+    physical: list[int] = []
+    queue_offsets: list[int] = []
+    at = 0
+    for size, key, ts_pos in zip(sizes, queue_keys, store_timestamp_positions, strict=True):
+        if key is None:
+            queue_offset = 0  # transaction prepared/rollback: no queue entry
+        else:
+            queue_offset = get_next(key, 0)
+            table[key] = queue_offset + 1
+        patch_offsets(data, at + QUEUE_OFFSET_POS, queue_offset, physical_offset + at)
+        patch_time_and_host(data, at + ts_pos, now_ms, store_host)
+        physical.append(physical_offset + at)
+        queue_offsets.append(queue_offset)
+        at += size
+    if at != len(data):
+        raise ValueError(f"patch_run: the sizes add up to {at}, the run is {len(data)} bytes")
+    return physical, queue_offsets
+
+
+__all__ = [
+    "MAX_RUN_RECORDS",
+    "RunLayout",
+    "RunWriter",
+    "patch_run",
+    "scan_run",
+    "topic_part",
+]

@@ -22,7 +22,6 @@ refuses) goes through ``scan_record`` one unit at a time, which also words the e
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
 from tide.format import (
@@ -31,6 +30,7 @@ from tide.format import (
     FIXED_BYTES_V4,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
+    RECORD_HEAD,
     ScanKind,
     scan_record,
 )
@@ -43,7 +43,7 @@ __all__ = ["DEFAULT_MAX_RECORD_BYTES", "RecordAssembler", "RecordAt", "RecordBat
 # The largest record any storage writes (tide.limits): whatever the storage's own
 # --max-message-body-bytes, a record it took can be followed.
 DEFAULT_MAX_RECORD_BYTES = RECORD_MAX_BYTES
-_HEAD = struct.Struct(">ii")  # total_size, magic
+_HEAD = RECORD_HEAD  # total_size, magic
 _MESSAGE_MAGICS = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
 
 

@@ -44,20 +44,28 @@ from operator import add, eq, getitem, sub
 from typing import Any, Literal, NamedTuple, cast
 
 from tide.format import (
+    BODY_CRC_POS,
+    BODY_LENGTH_POS_V4,
     FIXED_BYTES_V4,
+    HEADER_V4_BYTES,
+    MAGIC_POS,
     MESSAGE_MAGIC_V1,
-    MESSAGE_MAGIC_V2,
+    PHYSICAL_OFFSET_POS,
+    QUEUE_ID_POS,
+    QUEUE_OFFSET_POS,
+    STORE_TIMESTAMP_POS_V4,
+    SYS_FLAG_POS,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
     ScanKind,
     ScanResult,
+    _core,
+    properties_position,
+    record_body_crc,
 )
-from tide.format._record import host_length
 
-HEAD_V4_BYTES = 88  # the fixed header with IPv4 hosts: the body starts here
+HEAD_V4_BYTES = HEADER_V4_BYTES  # the fixed header with IPv4 hosts: the body starts here
 _HOSTS_V6 = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
-_BODY_CRC = struct.Struct(">I")
-_BODY_CRC_POS = 8
 _TOPIC_CACHE_MAX = 4096
 
 
@@ -195,8 +203,7 @@ class RecordBatch:
 
     def body_crc(self, index: int) -> int:
         """The body CRC that record ``index`` stores."""
-        crc: int = _BODY_CRC.unpack_from(self.data, self.positions[index] + _BODY_CRC_POS)[0]
-        return crc
+        return record_body_crc(self.data, self.positions[index])
 
     @property
     def body_crcs(self) -> list[int]:
@@ -256,24 +263,6 @@ class RecordBatch:
         return builder.build()
 
 
-def properties_start(data: bytes, pos: int = 0) -> int:
-    """Where the properties of the (already checked) record at ``data[pos:]`` start."""
-    magic, _, _, _, _, _, sys_flag = struct.unpack_from(">iIiiqqi", data, pos + 4)
-    body_len_pos = (
-        pos
-        + 48
-        + host_length(sys_flag, SYSFLAG_BORN_HOST_V6)
-        + 8
-        + host_length(sys_flag, SYSFLAG_STORE_HOST_V6)
-        + 12
-    )
-    topic_pos = body_len_pos + 4 + int.from_bytes(data[body_len_pos : body_len_pos + 4], "big")
-    if magic == MESSAGE_MAGIC_V2:
-        topic_len = int.from_bytes(data[topic_pos : topic_pos + 2], "big")
-        return topic_pos + 2 + topic_len + 2
-    return topic_pos + 1 + data[topic_pos] + 2
-
-
 class BatchBuilder:
     """Collects scanned runs (from chunk buffers) and single records into one batch."""
 
@@ -308,7 +297,7 @@ class BatchBuilder:
         b.sys_flags.append(scan.sys_flag)
         b.store_timestamps.append(scan.store_timestamp_ms)
         b.topics.append(scan.topic)
-        b.props_starts.append(properties_start(data))
+        b.props_starts.append(properties_position(data))
 
     def build(self) -> RecordBatch:
         """The batch (positions into one buffer: the chunk itself when it is the only
@@ -421,20 +410,32 @@ _slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
 # The walk keeps 88 bytes from byte 4 of each record (magic .. body_len, then 4 bytes
 # it does not use): magic, body_crc, queue_id, queue_offset, physical_offset, sys_flag,
 # store_timestamp, body_len at these positions (docs/formats.md, "Message record", - 4).
-_COLUMNS = ("magics", "crcs", "queue_ids", "queue_offsets", "phys", "flags", "stamps", "body_lens")
-_FIELDS = (
-    _field(0, 4, "i"),
-    _field(4, 4, "I"),
-    _field(8, 4, "i"),
-    _field(16, 8, "q"),
-    _field(24, 8, "q"),
-    _field(32, 4, "i"),
-    _field(52, 8, "q"),
-    _field(80, 4, "i"),
+# The columns scan_v4_run returns after the positions, under the names _extend reads.
+_C_COLUMNS = (
+    "offsets",
+    "sizes",
+    "queue_ids",
+    "queue_offsets",
+    "flags",
+    "stamps",
+    "topics",
+    "props_starts",
 )
+_COLUMNS = ("magics", "crcs", "queue_ids", "queue_offsets", "phys", "flags", "stamps", "body_lens")
+_FIELD_POSITIONS: tuple[tuple[int, int, Literal["i", "I", "q"]], ...] = (
+    (MAGIC_POS, 4, "i"),
+    (BODY_CRC_POS, 4, "I"),
+    (QUEUE_ID_POS, 4, "i"),
+    (QUEUE_OFFSET_POS, 8, "q"),
+    (PHYSICAL_OFFSET_POS, 8, "q"),
+    (SYS_FLAG_POS, 4, "i"),
+    (STORE_TIMESTAMP_POS_V4, 8, "q"),
+    (BODY_LENGTH_POS_V4, 4, "i"),
+)
+_FIELDS = tuple(_field(pos - MAGIC_POS, width, code) for pos, width, code in _FIELD_POSITIONS)
 # total_size, then the 88 bytes from the magic on (the header less total_size, and 4 more)
-_WALK = struct.Struct(">i88s")
-_V1_BYTES = struct.pack(">i", MESSAGE_MAGIC_V1)
+_WALK = struct.Struct(f">i{HEADER_V4_BYTES}s")
+_V1_BYTES = MESSAGE_MAGIC_V1.to_bytes(4, "big", signed=True)
 _WALK_BYTES = _WALK.size  # 92: a record of 91 bytes at the very end is left to scan_record
 # A scan takes the records that start in this window (the next scan goes on from there).
 # Scanning a 2 MiB chunk at once, its temporary buffers (the joined headers: ~750 KiB)
@@ -447,11 +448,16 @@ class ChunkScanner:
     """The batch scan of whole records (see the module docstring). One per stream: it
     keeps a cache of decoded topics."""
 
-    def __init__(self, max_record_bytes: int, *, check_crc: bool = True) -> None:
+    def __init__(
+        self, max_record_bytes: int, *, check_crc: bool = True, compiled: bool = True
+    ) -> None:
         self.max_record_bytes = max_record_bytes
         self.check_crc = check_crc
         self._topics = _TopicCache()
         self._props_lengths = _PropsLengths()
+        # The compiled twin of :meth:`scan_python` (tide.format._core), unless turned off
+        # (the differential tests compare the two).
+        self._compiled = _core.scan_v4_run if compiled else None
 
     def scan(
         self, buf: bytes, start: int, base_offset: int, out: BatchBuilder, end: int | None = None
@@ -459,7 +465,29 @@ class ChunkScanner:
         """Take the whole, valid V1 IPv4 records from ``buf[start:end]`` (``buf[0]`` is at
         commitlog offset ``base_offset``; ``end`` defaults to the end of ``buf``) into
         ``out``; return where it stopped: ``end`` or the first unit it did not take."""
-        positions, heads, end = self._walk(buf, start, len(buf) if end is None else end)
+        end = len(buf) if end is None else end
+        if not 0 <= start <= end <= len(buf):
+            raise ValueError(
+                f"scan: need 0 <= start <= end <= len(buf), got start {start}, end {end}, "
+                f"len {len(buf)}"
+            )
+        if self._compiled is None:
+            return self.scan_python(buf, start, base_offset, out, end)
+        found = self._compiled(
+            buf, start, end, base_offset, self.max_record_bytes, self.check_crc, _WALK_WINDOW
+        )
+        stop = found[0]
+        if stop == start:
+            return start
+        cols: dict[str, list[Any]] = dict(zip(_C_COLUMNS, found[2:], strict=True))
+        self._extend(out, buf, found[1], cols)
+        return stop
+
+    def scan_python(
+        self, buf: bytes, start: int, base_offset: int, out: BatchBuilder, end: int
+    ) -> int:
+        """:meth:`scan` in Python: the reference of ``tide.format._ccore.scan_v4_run``."""
+        positions, heads, end = self._walk(buf, start, end)
         if not positions:
             return start
         cols = self._columns(heads, positions, end)

@@ -27,7 +27,7 @@ from itertools import accumulate, repeat
 from operator import getitem
 from typing import Any, NamedTuple, cast
 
-from tide.format import tags_code
+from tide.format import _core, tags_code
 
 _KEYS = b"KEYS"
 _TAGS = b"TAGS"
@@ -66,6 +66,7 @@ _UNIQ_VALUE_POS = len(_UNIQ_KEY) + 1
 _WANTED = frozenset((_KEYS, _TAGS, _UNIQ_KEY))
 # ``data[a:b]`` as a function (faster in map than ``data.__getitem__``, a slot wrapper)
 _slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
+_compiled = _core.dispatch_properties
 
 
 class DispatchProperties(NamedTuple):
@@ -91,7 +92,18 @@ def properties_in(data: bytes, bounds: Sequence[int]) -> DispatchProperties:
 def properties_between(
     data: bytes, starts: Sequence[int], ends: Sequence[int]
 ) -> DispatchProperties:
-    """:func:`dispatch_properties` of the properties at ``data[starts[i]:ends[i]]``."""
+    """:func:`dispatch_properties` of the properties at ``data[starts[i]:ends[i]]`` (the
+    compiled core's, unless the pure-Python path runs)."""
+    if _compiled is not None:
+        return DispatchProperties(*_compiled(data, starts, ends))
+    return properties_between_python(data, starts, ends)
+
+
+def properties_between_python(
+    data: bytes, starts: Sequence[int], ends: Sequence[int]
+) -> DispatchProperties:
+    """:func:`properties_between` in Python: the reference of
+    ``tide.format._ccore.dispatch_properties``."""
     count = len(starts)
     if not count:
         return DispatchProperties([], [], [])

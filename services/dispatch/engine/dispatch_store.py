@@ -87,9 +87,6 @@ class RecordIdentity(NamedTuple):
     body_crc: int
 
 
-BODY_CRC_POS = 8  # record layout: total_size 4, magic 4, body_crc 4
-
-
 class _KeyPrefixes(dict[str, bytes]):
     """Topic -> the UTF-8 bytes of ``topic#``, the start of its index keys."""
 

@@ -17,17 +17,29 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-from tide.format import index_key_hashes
+from tide.format import _core, index_key_hashes
 
 _LITTLE = sys.byteorder == "little"
 _LANE_MASK_EVERY = 6  # a lane holds < 2^32 after masking and grows 5 bits + 255 a step
 _LOW32_LANE = b"\0\0\0\0\xff\xff\xff\xff"
 _ONE_LANE = b"\0\0\0\0\0\0\0\1"
 _U32 = 0xFFFFFFFF
+_compiled = _core.index_key_hashes_ascii
 
 
 def key_hashes(keys: Sequence[bytes], prefix: bytes = b"") -> list[int]:
-    """:func:`tide.format.index_key_hashes` (same arguments and result)."""
+    """:func:`tide.format.index_key_hashes` (same arguments and result): the compiled
+    core's for ASCII keys, else :func:`key_hashes_python`."""
+    if _compiled is not None:
+        found = _compiled(keys, prefix)
+        if found is not None:
+            return found
+    return key_hashes_python(keys, prefix)
+
+
+def key_hashes_python(keys: Sequence[bytes], prefix: bytes = b"") -> list[int]:
+    """:func:`key_hashes` in Python: the reference of
+    ``tide.format._ccore.index_key_hashes_ascii`` (and the path of non-ASCII keys)."""
     count = len(keys)
     if not count:
         return []

@@ -24,11 +24,11 @@ from services.storage.engine.segment_files import SegmentSpaceError, unlock
 from services.storage.engine.segment_queue import SegmentQueue
 from tide.format import (
     BLANK_MARKER_BYTES,
-    QUEUE_OFFSET_POS,
     DecodedRecord,
     RecordError,
     decode_record,
     find_blank_marker,
+    patch_run,
     record_size,
     segment_name,
     write_blank,
@@ -37,8 +37,6 @@ from tide.limits import RECORD_MAX_BYTES
 from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.commitlog")
-# The fields patched under the lock (mirrors tide.format.patch_record, inlined for speed).
-_OFFSETS = struct.Struct(">qq")  # queue_offset, physical_offset
 _TOTAL_SIZE = struct.Struct(">i")
 MIN_RECORD_BYTES = record_size(0, 1, 0)  # no body, a 1-byte topic, no properties
 AppendListener = Callable[[int], None]
@@ -72,6 +70,23 @@ def _ignore(batch: AppendBatch) -> None:
     pass
 
 
+def _pieces(sizes: Sequence[int], pos: int, limit: int) -> list[tuple[int, int]]:
+    """The records (first, stop) that go into each segment, from ``pos`` of one of
+    ``limit`` bytes: a record that does not fit with a blank marker after it goes into
+    the next. The first piece is empty when not even the first record fits."""
+    if pos + sum(sizes) + BLANK_MARKER_BYTES <= limit:
+        return [(0, len(sizes))]  # the usual case
+    pieces: list[tuple[int, int]] = []
+    first = 0
+    for index, size in enumerate(sizes):
+        if pos + size + BLANK_MARKER_BYTES > limit:
+            pieces.append((first, index))
+            first, pos = index, 0
+        pos += size
+    pieces.append((first, len(sizes)))
+    return pieces
+
+
 class CommitLog:
     def __init__(
         self,
@@ -90,7 +105,6 @@ class CommitLog:
         # from a producer carries zeros in both).
         assert len(store_host) in (8, 20), len(store_host)
         self._store_host = store_host
-        self._time_and_host = struct.Struct(f">q{len(store_host)}s")
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._attach_write_buffer = attach_write_buffer
         # A blank marker is less than one record (+ the 8-byte reserve) from the end.
@@ -184,57 +198,55 @@ class CommitLog:
 
     def _append_locked(self, run: RecordRun) -> AppendBatch:
         """Offsets, the store time and host patched into ``run.data``, then the bytes copied
-        into the segment(s): one slice assignment per segment."""
+        into the segment(s): one ``patch_run`` and one slice assignment per segment."""
         now = max(self._clock_ms(), self._last_store_timestamp_ms)
         self._ensure_room(run.sizes)
         segment = self.writable_segment()
-        target, pos, limit = segment.write_target, segment.wrote, segment.size_bytes
-        base = segment.start_offset
-        data = run.data
-        source = memoryview(data)
-        table = self.offsets.next_offsets
-        if pos == 0:
-            self._mark_queue_offsets(segment)
-        get_next = table.get
-        patch_offsets = _OFFSETS.pack_into
-        patch_time_and_host = self._time_and_host.pack_into
-        store_host = self._store_host
+        source = memoryview(run.data)
         physical: list[int] = []
         queue_offsets: list[int] = []
-        add_physical = physical.append
-        add_queue_offset = queue_offsets.append
-        at = piece_at = 0  # in data: the next record; the start of this segment's piece
-        piece_pos = pos  # in the segment: where the piece goes
-        for size, key, ts_pos in zip(
-            run.sizes, run.queue_keys, run.store_timestamp_positions, strict=True
+        at = 0  # in data: the next record
+        for number, (first, stop) in enumerate(
+            _pieces(run.sizes, segment.wrote, segment.size_bytes)
         ):
-            if pos + size + BLANK_MARKER_BYTES > limit:
-                target[piece_pos:pos] = source[piece_at:at]
-                write_blank(target, pos, limit - pos)
-                segment.blank_position = pos
-                self._publish(segment, limit, now)
-                next_segment = self.segments.find(segment.end_offset)
-                assert next_segment is not None and next_segment.wrote == 0, next_segment
-                segment = next_segment
+            if number:  # the run goes on in the next segment
+                segment = self._next_segment(segment, now)
+            if segment.wrote == 0:
                 self._mark_queue_offsets(segment)
-                target, pos, base = segment.write_target, 0, segment.start_offset
-                piece_at, piece_pos = at, 0
-            if key is None:
-                queue_offset = 0  # transaction prepared/rollback: no queue entry
-            else:
-                queue_offset = get_next(key, 0)
-                table[key] = queue_offset + 1
-            patch_offsets(data, at + QUEUE_OFFSET_POS, queue_offset, base + pos)
-            patch_time_and_host(data, at + ts_pos, now, store_host)
-            add_physical(base + pos)
-            add_queue_offset(queue_offset)
-            pos += size
-            at += size
-        assert at == len(data), (at, len(data))
-        target[piece_pos:pos] = source[piece_at:at]
-        self._publish(segment, pos, now)
+            if stop == first:
+                continue  # (the first record did not fit the first segment)
+            sizes = run.sizes[first:stop]
+            piece = source[at : at + sum(sizes)]
+            pos = segment.wrote
+            found = patch_run(
+                piece,
+                sizes,
+                run.queue_keys[first:stop],
+                run.store_timestamp_positions[first:stop],
+                self.offsets.next_offsets,
+                segment.start_offset + pos,
+                now,
+                self._store_host,
+            )
+            physical += found[0]
+            queue_offsets += found[1]
+            segment.write_target[pos : pos + len(piece)] = piece
+            self._publish(segment, pos + len(piece), now)
+            at += len(piece)
+        assert at == len(run.data), (at, len(run.data))
         self._last_store_timestamp_ms = now
-        return AppendBatch(now, physical, run.sizes, queue_offsets, base + pos)
+        end = segment.start_offset + segment.wrote
+        return AppendBatch(now, physical, run.sizes, queue_offsets, end)
+
+    def _next_segment(self, segment: MappedFile, now: int) -> MappedFile:
+        """End ``segment`` with a blank marker; the next one (made by _ensure_room)."""
+        pos, limit = segment.wrote, segment.size_bytes
+        write_blank(segment.write_target, pos, limit - pos)
+        segment.blank_position = pos
+        self._publish(segment, limit, now)
+        next_segment = self.segments.find(segment.end_offset)
+        assert next_segment is not None and next_segment.wrote == 0, next_segment
+        return next_segment
 
     def _ensure_room(self, sizes: Sequence[int]) -> None:
         """Create every segment this batch will need before writing any byte, so that a

@@ -14,7 +14,6 @@ published full once the filler is in.
 from __future__ import annotations
 
 import logging
-import struct
 import zlib
 
 from services.storage.engine.message_store import MessageStore
@@ -22,6 +21,7 @@ from services.storage.engine.queue_offsets import QueueOffsetTable
 from tide.format import (
     BLANK_MAGIC,
     BLANK_MARKER_BYTES,
+    RECORD_HEAD,
     ScanKind,
     Snapshot,
     is_queue_less,
@@ -33,7 +33,7 @@ from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.replica")
 TAIL_CHECK_BYTES = 4096
-_HEADER = struct.Struct(">ii")  # total_size, magic
+_HEADER = RECORD_HEAD  # total_size, magic
 
 
 class ReplicationError(Exception):

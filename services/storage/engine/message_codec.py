@@ -26,6 +26,7 @@ from tide.format import (
     MAX_TOPIC_BYTES_V1,
     MESSAGE_MAGIC_V1,
     RECORD_HEADER_V4,
+    STORE_TIMESTAMP_POS_V4,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
     TAGS,
@@ -49,7 +50,6 @@ MAX_CACHED_NAMES = 100_000
 # then body, 1-byte topic length + topic, 2-byte properties length + properties. The
 # lock-time fields (queue offset, physical offset, store time) stay zero.
 _U16 = struct.Struct(">H")
-_STORE_TS_POS_V4 = 56
 _UNKNOWN_HOST = (b"", 1)  # a born host not parsed yet: the general path parses it
 
 
@@ -197,7 +197,7 @@ class MessageCodec:
                     topic,
                     queue_id,
                     sys_flag,
-                    _STORE_TS_POS_V4,
+                    STORE_TIMESTAMP_POS_V4,
                 )
             )
         return records

@@ -28,7 +28,7 @@ from tide.format import (
     Snapshot,
     TailMarks,
     find_data_after,
-    is_queue_less,
+    replay_records,
     scan_record,
     tail_marks,
 )
@@ -118,19 +118,15 @@ def _scan(
     for index in range(start, len(segments)):
         segment = segments[index]
         mm, size, base = segment.mm, segment.size_bytes, segment.start_offset
-        pos = 0
-        while True:
-            scan = scan_record(mm, pos, size, expected_offset=base + pos)
-            if scan.kind is ScanKind.RECORD:
-                report.records_scanned += 1
-                if not is_queue_less(scan.sys_flag):
-                    table.replay(scan.topic, scan.queue_id, scan.queue_offset)
-                pos += scan.size
-            elif scan.kind is ScanKind.BLANK:
-                break  # the segment ends here; continue with the next one
-            else:
-                _classify_stop(segments, index, pos, scan.reason, report, marks)
-                return base + pos
+        # Every record up to the first unit that is not one, at once (compiled core);
+        # scan_record then says what that unit is.
+        pos, records = replay_records(mm, 0, size, base, table.next_offsets)
+        report.records_scanned += records
+        scan = scan_record(mm, pos, size, expected_offset=base + pos)
+        assert scan.kind is not ScanKind.RECORD, (base + pos, scan)
+        if scan.kind is not ScanKind.BLANK:  # a blank: the segment ends, on to the next
+            _classify_stop(segments, index, pos, scan.reason, report, marks)
+            return base + pos
         if index == len(segments) - 1:
             return segment.end_offset
     return segments[-1].end_offset
@@ -226,12 +222,15 @@ def _replay_range(
     while offset < end:
         segment = segments[(offset - first) // size]
         pos = offset - segment.start_offset
+        limit = min(size, end - segment.start_offset)  # (end: a segment's start)
+        stop, _ = replay_records(
+            segment.mm, pos, limit, segment.start_offset, table.next_offsets, check_crc=False
+        )
+        offset += stop - pos
+        if stop > pos:
+            continue
         scan = scan_record(segment.mm, pos, size, expected_offset=offset, check_crc=False)
-        if scan.kind is ScanKind.RECORD:
-            if not is_queue_less(scan.sys_flag):
-                table.replay(scan.topic, scan.queue_id, scan.queue_offset)
-            offset += scan.size
-        elif scan.kind is ScanKind.BLANK:
+        if scan.kind is ScanKind.BLANK:
             offset = segment.end_offset
         else:
             log.warning("replaying queue offsets stopped at %d: %s", offset, scan.reason)

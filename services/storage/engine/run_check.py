@@ -13,7 +13,6 @@ encoded again with the 20-byte store host (a run always carries an 8-byte slot).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from functools import reduce
 from itertools import repeat
@@ -23,6 +22,8 @@ from services.storage.engine.errors import InvalidMessageError
 from services.storage.engine.message_codec import PRODUCER_SYSFLAG_MASK
 from services.storage.engine.record_run import QueueKey, RecordRun, run_from_records
 from tide.format import (
+    BORN_HOST_POS,
+    MAGIC_POS,
     MESSAGE_MAGIC_V1,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
@@ -37,8 +38,6 @@ from tide.format import (
 )
 from tide.quoting import quote
 
-_MAGIC_V1 = struct.pack(">i", MESSAGE_MAGIC_V1)
-_BORN_HOST_POS = 48  # docs/formats.md: after born_timestamp
 # The sys_flag bits a run's record may carry: the producer's, and the born host's (the
 # record's layout says which).
 _RUN_SYSFLAG_MASK = PRODUCER_SYSFLAG_MASK | SYSFLAG_BORN_HOST_V6
@@ -127,7 +126,8 @@ class RunChecker:
         ):
             record = decode_record(data, at, at + size)
             topic_pos = at + ts_pos + 32 + len(record.body)
-            name_pos = topic_pos + (1 if data[at + 4 : at + 8] == _MAGIC_V1 else 2)
+            magic = int.from_bytes(data[at + MAGIC_POS : at + MAGIC_POS + 4], "big", signed=True)
+            name_pos = topic_pos + (1 if magic == MESSAGE_MAGIC_V1 else 2)
             records.append(
                 encode_record(
                     topics[name][0],
@@ -138,7 +138,7 @@ class RunChecker:
                     record.flag,
                     record.sys_flag | SYSFLAG_STORE_HOST_V6,
                     record.born_timestamp_ms,
-                    bytes(data[at + _BORN_HOST_POS : at + ts_pos]),
+                    bytes(data[at + BORN_HOST_POS : at + ts_pos]),
                     self._store_host,
                     record.reconsume_times,
                     record.prepared_transaction_offset,

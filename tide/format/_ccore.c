@@ -1,0 +1,1091 @@
+/* tide.format._ccore: the compiled twins of Tide's per-message loops.
+ *
+ * Each function here has a pure-Python reference that gives the same results (the
+ * differential tests in tests/format/test_ccore.py hold them equal); tide.format._core
+ * picks this module unless TIDE_NO_EXTENSIONS=1 or it failed to import
+ * (docs/performance.md, "The compiled core").
+ *
+ * The record layout is docs/formats.md's "Message record"; the offsets below are those of
+ * its V1 magic, IPv4-hosts form (RECORD_HEADER_V4 in tide/format/_record.py), the only
+ * form the run scan takes: anything else stops it and is left to the per-record path.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+#define MESSAGE_MAGIC_V1 ((int32_t)0xDAA320A7)
+#define FIXED_BYTES_V4 91
+#define HEAD_V4_BYTES 88
+#define WALK_BYTES 92 /* total_size + the 88 header bytes after it (tail/_batch.py) */
+#define SYSFLAG_HOSTS_V6 ((1 << 4) | (1 << 5))
+/* field positions in a V4 record */
+#define POS_MAGIC 4
+#define POS_BODY_CRC 8
+#define POS_QUEUE_ID 12
+#define POS_QUEUE_OFFSET 20
+#define POS_PHYSICAL_OFFSET 28
+#define POS_SYS_FLAG 36
+#define POS_STORE_TIMESTAMP 56
+#define POS_BODY_LEN 84
+
+static inline int32_t be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+
+static inline uint32_t beu32(const unsigned char *p) { return (uint32_t)be32(p); }
+
+static inline int64_t be64(const unsigned char *p) {
+    return (int64_t)(((uint64_t)beu32(p) << 32) | (uint64_t)beu32(p + 4));
+}
+
+static inline unsigned be16(const unsigned char *p) { return ((unsigned)p[0] << 8) | p[1]; }
+
+/* The growing array of the positions of the records taken. */
+typedef struct {
+    Py_ssize_t *items;
+    Py_ssize_t count;
+    Py_ssize_t capacity;
+} Positions;
+
+static int positions_add(Positions *ps, Py_ssize_t pos) {
+    if (ps->count == ps->capacity) {
+        Py_ssize_t capacity = ps->capacity ? ps->capacity * 2 : 1024;
+        Py_ssize_t *items = PyMem_Realloc(ps->items, (size_t)capacity * sizeof(Py_ssize_t));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        ps->items = items;
+        ps->capacity = capacity;
+    }
+    ps->items[ps->count++] = pos;
+    return 0;
+}
+
+/* The topic of the record at p (V4, already bounds-checked), as a str: the previous
+ * record's object when the bytes are the same (one topic is the usual case). NULL with
+ * no error set: not UTF-8 (the scan stops there). NULL with an error: out of memory. */
+static PyObject *topic_of(const unsigned char *topic, Py_ssize_t len, PyObject **last,
+                          const unsigned char **last_bytes, Py_ssize_t *last_len) {
+    if (*last != NULL && *last_len == len && memcmp(*last_bytes, topic, (size_t)len) == 0) {
+        Py_INCREF(*last);
+        return *last;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)topic, len, NULL);
+    if (text == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            return NULL;
+        }
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_XDECREF(*last);
+    Py_INCREF(text);
+    *last = text;
+    *last_bytes = topic;
+    *last_len = len;
+    return text;
+}
+
+typedef struct {
+    const unsigned char *buf;
+    Py_ssize_t end;
+    long long base_offset;
+    long long max_record_bytes;
+    int check_crc;
+} ScanArgs;
+
+/* The size of the valid V1 IPv4 record at pos, or 0 when there is none (the checks of
+ * ChunkScanner, in tide/tail/_batch.py). *topic_at and *props_at: where the topic and
+ * the properties start. */
+static Py_ssize_t check_record(const ScanArgs *a, Py_ssize_t pos, Py_ssize_t *topic_at,
+                               Py_ssize_t *props_at) {
+    const unsigned char *r = a->buf + pos;
+    long long size = be32(r);
+    if (size < FIXED_BYTES_V4 || size > a->end - pos) {
+        return 0;
+    }
+    if (be32(r + POS_MAGIC) != MESSAGE_MAGIC_V1 || size > a->max_record_bytes ||
+        (be32(r + POS_SYS_FLAG) & SYSFLAG_HOSTS_V6) ||
+        be64(r + POS_PHYSICAL_OFFSET) != (int64_t)(a->base_offset + pos)) {
+        return 0;
+    }
+    long long body_len = be32(r + POS_BODY_LEN);
+    if (body_len < 0 || size - body_len < FIXED_BYTES_V4) {
+        return 0;
+    }
+    Py_ssize_t topic_pos = HEAD_V4_BYTES + (Py_ssize_t)body_len;
+    Py_ssize_t props = topic_pos + 3 + r[topic_pos];
+    if (props > size || (Py_ssize_t)be16(r + props - 2) != size - props) {
+        return 0;
+    }
+    if (a->check_crc &&
+        crc32(0L, r + HEAD_V4_BYTES, (uInt)body_len) != beu32(r + POS_BODY_CRC)) {
+        return 0;
+    }
+    *topic_at = topic_pos;
+    *props_at = props;
+    return (Py_ssize_t)size;
+}
+
+static PyObject *new_int_list(Py_ssize_t count) { return PyList_New(count); }
+
+/* The columns of the records at ps (checked), in the order scan_v4_run returns them. */
+static PyObject *columns(const ScanArgs *a, const Positions *ps, PyObject *topics,
+                         const Py_ssize_t *props_starts, Py_ssize_t stop) {
+    enum { POSITIONS, OFFSETS, SIZES, QUEUE_IDS, QUEUE_OFFSETS, SYS_FLAGS, STAMPS, PROPS, N };
+    PyObject *lists[N] = {NULL};
+    PyObject *result = NULL;
+    Py_ssize_t n = ps->count;
+    for (int c = 0; c < N; c++) {
+        if ((lists[c] = new_int_list(n)) == NULL) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t pos = ps->items[i];
+        Py_ssize_t next = i + 1 < n ? ps->items[i + 1] : stop;
+        const unsigned char *r = a->buf + pos;
+        PyObject *values[N] = {
+            PyLong_FromSsize_t(pos),
+            PyLong_FromLongLong(a->base_offset + pos),
+            PyLong_FromSsize_t(next - pos),
+            PyLong_FromLong(be32(r + POS_QUEUE_ID)),
+            PyLong_FromLongLong(be64(r + POS_QUEUE_OFFSET)),
+            PyLong_FromLong(be32(r + POS_SYS_FLAG)),
+            PyLong_FromLongLong(be64(r + POS_STORE_TIMESTAMP)),
+            PyLong_FromSsize_t(props_starts[i]),
+        };
+        for (int c = 0; c < N; c++) {
+            if (values[c] == NULL) {
+                for (int d = c; d < N; d++) {
+                    Py_XDECREF(values[d]);
+                }
+                goto done;
+            }
+            PyList_SET_ITEM(lists[c], i, values[c]);
+        }
+    }
+    result = Py_BuildValue("(nOOOOOOOOO)", stop, lists[POSITIONS], lists[OFFSETS], lists[SIZES],
+                           lists[QUEUE_IDS], lists[QUEUE_OFFSETS], lists[SYS_FLAGS],
+                           lists[STAMPS], topics, lists[PROPS]);
+done:
+    for (int c = 0; c < N; c++) {
+        Py_XDECREF(lists[c]);
+    }
+    return result;
+}
+
+PyDoc_STRVAR(scan_v4_run_doc,
+             "scan_v4_run(buf, start, end, base_offset, max_record_bytes, check_crc, window)\n"
+             "--\n\n"
+             "The whole, valid V1 IPv4 records of buf[start:end] that start in the window:\n"
+             "(stop, positions, offsets, sizes, queue_ids, queue_offsets, sys_flags,\n"
+             "store_timestamps, topics, props_starts); see tide/format/_ccore.pyi.");
+
+static PyObject *scan_v4_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, end, window;
+    long long base_offset, max_record_bytes;
+    int check_crc;
+    if (!PyArg_ParseTuple(args, "y*nnLLpn:scan_v4_run", &view, &start, &end, &base_offset,
+                          &max_record_bytes, &check_crc, &window)) {
+        return NULL;
+    }
+    if (start < 0 || end < start || end > view.len || window < 0) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError,
+                            "scan_v4_run: need 0 <= start <= end <= len(buf) and window >= 0, "
+                            "got start %zd, end %zd, len %zd, window %zd",
+                            start, end, view.len, window);
+    }
+    ScanArgs a = {view.buf, end, base_offset, max_record_bytes, check_crc};
+    Positions ps = {NULL, 0, 0};
+    Py_ssize_t *props_starts = NULL;
+    PyObject *topics = PyList_New(0);
+    PyObject *last_topic = NULL;
+    const unsigned char *last_bytes = NULL;
+    Py_ssize_t last_len = 0;
+    PyObject *result = NULL;
+    Py_ssize_t pos = start;
+    Py_ssize_t last = end - WALK_BYTES; /* (no overflow: window may be huge) */
+    if (window < last - start) {
+        last = start + window;
+    }
+    Positions props = {NULL, 0, 0};
+    if (topics == NULL) {
+        goto done;
+    }
+    while (pos <= last) {
+        Py_ssize_t topic_at, props_at;
+        Py_ssize_t size = check_record(&a, pos, &topic_at, &props_at);
+        if (size == 0) {
+            break;
+        }
+        PyObject *topic = topic_of(a.buf + pos + topic_at + 1, props_at - topic_at - 3,
+                                   &last_topic, &last_bytes, &last_len);
+        if (topic == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            break;
+        }
+        int failed = PyList_Append(topics, topic);
+        Py_DECREF(topic);
+        if (failed || positions_add(&ps, pos) || positions_add(&props, pos + props_at)) {
+            goto done;
+        }
+        pos += size;
+    }
+    props_starts = props.items;
+    result = columns(&a, &ps, topics, props_starts, pos);
+done:
+    PyMem_Free(ps.items);
+    PyMem_Free(props.items);
+    Py_XDECREF(topics);
+    Py_XDECREF(last_topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+
+/* -- dispatch_properties ---------------------------------------------------------- */
+
+/* A value as bytes: the previous record's object when the bytes are the same (a batch's
+ * records mostly share their TAGS). */
+typedef struct {
+    PyObject *object;
+    const char *bytes;
+    Py_ssize_t len;
+} LastValue;
+
+static PyObject *value_of(const char *p, Py_ssize_t len, LastValue *last) {
+    if (last->object != NULL && last->len == len && memcmp(last->bytes, p, (size_t)len) == 0) {
+        Py_INCREF(last->object);
+        return last->object;
+    }
+    PyObject *value = PyBytes_FromStringAndSize(p, len);
+    if (value == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(last->object, Py_NewRef(value));
+    last->bytes = p;
+    last->len = len;
+    return value;
+}
+
+enum { KEYS, TAGS, UNIQ_KEY, NAMES };
+
+/* Which wanted name an item's name is (KEYS, TAGS, UNIQ_KEY), or -1. */
+static int wanted_name(const char *name, Py_ssize_t len) {
+    if (len == 4 && memcmp(name, "KEYS", 4) == 0) {
+        return KEYS;
+    }
+    if (len == 4 && memcmp(name, "TAGS", 4) == 0) {
+        return TAGS;
+    }
+    if (len == 8 && memcmp(name, "UNIQ_KEY", 8) == 0) {
+        return UNIQ_KEY;
+    }
+    return -1;
+}
+
+/* The last value of each wanted name in the properties p[0:len]: items split at \x02,
+ * each at its first \x01 (an item without one is skipped), as decode_properties reads
+ * them. found[n] is NULL when name n is absent. */
+static void find_values(const char *p, Py_ssize_t len, const char *found[NAMES],
+                        Py_ssize_t found_len[NAMES]) {
+    for (int n = 0; n < NAMES; n++) {
+        found[n] = NULL;
+        found_len[n] = 0;
+    }
+    const char *end = p + len;
+    while (p < end) {
+        const char *item_end = memchr(p, '\x02', (size_t)(end - p));
+        if (item_end == NULL) {
+            item_end = end;
+        }
+        const char *sep = memchr(p, '\x01', (size_t)(item_end - p));
+        if (sep != NULL) {
+            int n = wanted_name(p, sep - p);
+            if (n >= 0) {
+                found[n] = sep + 1;
+                found_len[n] = item_end - sep - 1;
+            }
+        }
+        p = item_end + 1;
+    }
+}
+
+/* Record i's properties bounds from the two index sequences, checked against the data. */
+static int bounds_of(PyObject *starts, PyObject *ends, Py_ssize_t i, Py_ssize_t size,
+                     Py_ssize_t *start, Py_ssize_t *end) {
+    *start = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(starts, i));
+    *end = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ends, i));
+    if ((*start == -1 || *end == -1) && PyErr_Occurred()) {
+        return -1;
+    }
+    if (*start < 0 || *end < *start || *end > size) {
+        PyErr_Format(PyExc_ValueError,
+                     "dispatch_properties: record %zd's properties [%zd, %zd) are not inside "
+                     "the data (%zd bytes)",
+                     i, *start, *end, size);
+        return -1;
+    }
+    return 0;
+}
+
+static int properties_rows(const char *data, Py_ssize_t size, PyObject *starts, PyObject *ends,
+                           PyObject *columns[NAMES]) {
+    LastValue last[NAMES] = {{NULL, NULL, 0}, {NULL, NULL, 0}, {NULL, NULL, 0}};
+    int failed = -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t start, end;
+        if (bounds_of(starts, ends, i, size, &start, &end)) {
+            goto done;
+        }
+        const char *found[NAMES];
+        Py_ssize_t found_len[NAMES];
+        find_values(data + start, end - start, found, found_len);
+        for (int n = 0; n < NAMES; n++) {
+            PyObject *value;
+            if (found[n] == NULL && n == UNIQ_KEY) {
+                value = Py_NewRef(Py_None);
+            } else {
+                value = value_of(found[n] ? found[n] : "", found_len[n], &last[n]);
+                if (value == NULL) {
+                    goto done;
+                }
+            }
+            PyObject *placeholder = PyList_GET_ITEM(columns[n], i);
+            PyList_SET_ITEM(columns[n], i, value);
+            Py_DECREF(placeholder);
+        }
+    }
+    failed = 0;
+done:
+    for (int n = 0; n < NAMES; n++) {
+        Py_XDECREF(last[n].object);
+    }
+    return failed;
+}
+
+PyDoc_STRVAR(dispatch_properties_doc,
+             "dispatch_properties(data, starts, ends)\n--\n\n"
+             "(keys, tags, uniq_keys) of the properties at data[starts[i]:ends[i]]: the\n"
+             "KEYS and TAGS values as bytes (b'' when absent), the UNIQ_KEY value or None.\n"
+             "The reference: services.dispatch.engine.batch_fields.properties_between.");
+
+static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    PyObject *starts_in, *ends_in;
+    if (!PyArg_ParseTuple(args, "y*OO:dispatch_properties", &view, &starts_in, &ends_in)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *columns[NAMES] = {NULL};
+    PyObject *starts = PySequence_Fast(starts_in, "dispatch_properties: starts: a sequence");
+    PyObject *ends = starts ? PySequence_Fast(ends_in, "dispatch_properties: ends: a sequence")
+                            : NULL;
+    if (ends == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
+    if (PySequence_Fast_GET_SIZE(ends) != count) {
+        PyErr_Format(PyExc_ValueError, "dispatch_properties: %zd starts but %zd ends", count,
+                     PySequence_Fast_GET_SIZE(ends));
+        goto done;
+    }
+    for (int n = 0; n < NAMES; n++) {
+        if ((columns[n] = PyList_New(count)) == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {  /* (a list must be whole if we fail) */
+            PyList_SET_ITEM(columns[n], i, Py_NewRef(Py_None));
+        }
+    }
+    if (properties_rows(view.buf, view.len, starts, ends, columns) == 0) {
+        result = PyTuple_Pack(3, columns[KEYS], columns[TAGS], columns[UNIQ_KEY]);
+    }
+done:
+    for (int n = 0; n < NAMES; n++) {
+        Py_XDECREF(columns[n]);
+    }
+    Py_XDECREF(starts);
+    Py_XDECREF(ends);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- scan_run ----------------------------------------------------------------------- */
+
+#define MESSAGE_MAGIC_V2 ((int32_t)0xDAA320AB)
+#define SYSFLAG_BORN_HOST_V6 (1 << 4)
+#define SYSFLAG_STORE_HOST_V6 (1 << 5)
+#define HEAD_V6_BORN_BYTES 100 /* the header with a 20-byte born host */
+#define RUN_COLUMNS 6
+
+/* One record of a run: where its fields are, or 0 when it fails a check (the Python
+ * reference then says which, in words). */
+typedef struct {
+    int64_t total, body_pos, topic_at, name_end;
+    int32_t queue_id, sys_flag;
+} RunRecord;
+
+static int run_record(const unsigned char *d, int64_t at, int64_t end_of_run,
+                      int64_t max_body_bytes, RunRecord *out) {
+    if (at + HEAD_V4_BYTES > end_of_run) {
+        return 0;
+    }
+    const unsigned char *r = d + at;
+    int64_t total = be32(r), body_len = be32(r + POS_BODY_LEN);
+    int32_t magic = be32(r + POS_MAGIC), sys_flag = be32(r + POS_SYS_FLAG);
+    int64_t body_pos = at + HEAD_V4_BYTES;
+    if (sys_flag & SYSFLAG_HOSTS_V6) {
+        if (sys_flag & SYSFLAG_BORN_HOST_V6) {
+            if (at + HEAD_V6_BORN_BYTES > end_of_run) {
+                return 0;
+            }
+            body_len = be32(r + HEAD_V6_BORN_BYTES - 4);
+            body_pos = at + HEAD_V6_BORN_BYTES;
+        }
+        if ((magic != MESSAGE_MAGIC_V1 && magic != MESSAGE_MAGIC_V2) ||
+            (sys_flag & SYSFLAG_STORE_HOST_V6)) {
+            return 0;
+        }
+    }
+    int64_t end = at + total, topic_pos = body_pos + body_len, name_pos;
+    if (magic == MESSAGE_MAGIC_V1 && body_len >= 0 && topic_pos < end && end <= end_of_run) {
+        out->topic_at = topic_pos + 1;
+        name_pos = out->topic_at + d[topic_pos];
+    } else if (magic == MESSAGE_MAGIC_V2 && body_len >= 0 && topic_pos + 1 < end &&
+               end <= end_of_run) {
+        out->topic_at = topic_pos + 2;
+        name_pos = out->topic_at + be16(d + topic_pos);
+    } else {
+        return 0;
+    }
+    /* name_pos: the position of the properties length */
+    if (body_len > max_body_bytes || name_pos + 2 > end ||
+        name_pos + 2 + (int64_t)be16(d + name_pos) != end ||
+        crc32(0L, d + body_pos, (uInt)body_len) != beu32(r + POS_BODY_CRC) ||
+        name_pos == out->topic_at) {
+        return 0;
+    }
+    out->total = total;
+    out->body_pos = body_pos;
+    out->name_end = name_pos;
+    out->queue_id = be32(r + POS_QUEUE_ID);
+    out->sys_flag = sys_flag;
+    return 1;
+}
+
+static int run_append(PyObject *columns[RUN_COLUMNS], int64_t at, const RunRecord *rec,
+                      PyObject *topic) {
+    PyObject *values[RUN_COLUMNS] = {
+        PyLong_FromLongLong(at),
+        PyLong_FromLongLong(rec->total),
+        Py_NewRef(topic),
+        PyLong_FromLong(rec->queue_id),
+        PyLong_FromLong(rec->sys_flag),
+        PyLong_FromLongLong(rec->body_pos - at - 32), /* store_timestamp: 32 before the body */
+    };
+    int failed = 0;
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        if (values[c] == NULL || PyList_Append(columns[c], values[c])) {
+            failed = -1;
+        }
+        Py_XDECREF(values[c]);
+    }
+    return failed;
+}
+
+PyDoc_STRVAR(scan_run_doc,
+             "scan_run(data, max_body_bytes, max_records)\n--\n\n"
+             "The columns of the checked run (starts, sizes, topics, queue_ids, sys_flags,\n"
+             "store_timestamp_positions), or None when a record fails a check (the\n"
+             "reference, tide.format._record_run.scan_run_python, then says which).");
+
+static PyObject *scan_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    long long max_body_bytes;
+    Py_ssize_t max_records;
+    if (!PyArg_ParseTuple(args, "y*Ln:scan_run", &view, &max_body_bytes, &max_records)) {
+        return NULL;
+    }
+    const unsigned char *d = view.buf;
+    PyObject *columns[RUN_COLUMNS] = {NULL};
+    PyObject *topic = NULL, *result = NULL;
+    int64_t at = 0;
+    Py_ssize_t count = 0;
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        if ((columns[c] = PyList_New(0)) == NULL) {
+            goto done;
+        }
+    }
+    while (at < view.len) {
+        RunRecord rec;
+        if (!run_record(d, at, view.len, max_body_bytes, &rec) || count >= max_records) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        Py_ssize_t topic_len = (Py_ssize_t)(rec.name_end - rec.topic_at);
+        if (topic == NULL || PyBytes_GET_SIZE(topic) != topic_len ||
+            memcmp(PyBytes_AS_STRING(topic), d + rec.topic_at, (size_t)topic_len) != 0) {
+            Py_XSETREF(topic, PyBytes_FromStringAndSize((const char *)d + rec.topic_at,
+                                                        topic_len));
+            if (topic == NULL) {
+                goto done;
+            }
+        }
+        if (run_append(columns, at, &rec, topic)) {
+            goto done;
+        }
+        count++;
+        at += rec.total;
+    }
+    result = PyTuple_Pack(RUN_COLUMNS, columns[0], columns[1], columns[2], columns[3],
+                          columns[4], columns[5]);
+done:
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        Py_XDECREF(columns[c]);
+    }
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- patch_run ---------------------------------------------------------------------- */
+
+static inline void put_be64(unsigned char *p, int64_t value) {
+    uint64_t v = (uint64_t)value;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+/* The next queue offset of key in table (0 when absent), and table[key] moved past it. */
+static int next_queue_offset(PyObject *table, PyObject *key, long long *queue_offset) {
+    PyObject *current = PyDict_GetItemWithError(table, key); /* borrowed */
+    if (current == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    *queue_offset = current == NULL ? 0 : PyLong_AsLongLong(current);
+    if (*queue_offset == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *next = PyLong_FromLongLong(*queue_offset + 1);
+    if (next == NULL) {
+        return -1;
+    }
+    int failed = PyDict_SetItem(table, key, next);
+    Py_DECREF(next);
+    return failed;
+}
+
+static int patch_one(unsigned char *d, Py_ssize_t len, Py_ssize_t at, Py_ssize_t size,
+                     Py_ssize_t ts_pos, long long queue_offset, long long physical,
+                     long long now, const Py_buffer *host) {
+    if (size <= 0 || at + size > len || ts_pos < POS_QUEUE_OFFSET + 16 ||
+        ts_pos + 8 + host->len > size) {
+        PyErr_Format(PyExc_ValueError,
+                     "patch_run: record at %zd (size %zd, store timestamp at %zd, store host "
+                     "%zd bytes) does not fit the %zd bytes of the run",
+                     at, size, ts_pos, host->len, len);
+        return -1;
+    }
+    put_be64(d + at + POS_QUEUE_OFFSET, queue_offset);
+    put_be64(d + at + POS_QUEUE_OFFSET + 8, physical);
+    put_be64(d + at + ts_pos, now);
+    memcpy(d + at + ts_pos + 8, host->buf, (size_t)host->len);
+    return 0;
+}
+
+static int patch_rows(Py_buffer *data, PyObject *sizes, PyObject *keys, PyObject *ts_positions,
+                      PyObject *table, long long physical, long long now, Py_buffer *host,
+                      PyObject *out_physical, PyObject *out_queue_offsets) {
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(sizes), at = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sizes, i));
+        Py_ssize_t ts_pos = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ts_positions, i));
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
+        long long queue_offset = 0; /* None: transaction prepared/rollback, no entry */
+        if (key != Py_None && next_queue_offset(table, key, &queue_offset)) {
+            return -1;
+        }
+        if (patch_one(data->buf, data->len, at, size, ts_pos, queue_offset, physical + at, now,
+                      host)) {
+            return -1;
+        }
+        PyObject *p = PyLong_FromLongLong(physical + at);
+        PyObject *q = PyLong_FromLongLong(queue_offset);
+        if (p == NULL || q == NULL) {
+            Py_XDECREF(p);
+            Py_XDECREF(q);
+            return -1;
+        }
+        PyList_SET_ITEM(out_physical, i, p);
+        PyList_SET_ITEM(out_queue_offsets, i, q);
+        at += size;
+    }
+    if (at != data->len) {
+        PyErr_Format(PyExc_ValueError, "patch_run: the sizes add up to %zd, the run is %zd bytes",
+                     at, data->len);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(patch_run_doc,
+             "patch_run(data, sizes, queue_keys, store_timestamp_positions, table,\n"
+             "          physical_offset, now_ms, store_host)\n--\n\n"
+             "Patch each record of the run (one segment's worth) with its queue offset\n"
+             "(from table, moved on), physical offset, store time and host; return\n"
+             "(physical offsets, queue offsets). Reference: CommitLog._patch_python.");
+
+static PyObject *patch_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, host;
+    PyObject *sizes_in, *keys_in, *ts_in, *table;
+    long long physical, now;
+    if (!PyArg_ParseTuple(args, "w*OOOO!LLy*:patch_run", &data, &sizes_in, &keys_in, &ts_in,
+                          &PyDict_Type, &table, &physical, &now, &host)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *out_physical = NULL, *out_queue_offsets = NULL;
+    PyObject *sizes = PySequence_Fast(sizes_in, "patch_run: sizes: a sequence");
+    PyObject *keys = sizes ? PySequence_Fast(keys_in, "patch_run: queue_keys: a sequence") : NULL;
+    PyObject *ts = keys ? PySequence_Fast(ts_in, "patch_run: positions: a sequence") : NULL;
+    if (ts == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(sizes);
+    if (PySequence_Fast_GET_SIZE(keys) != count || PySequence_Fast_GET_SIZE(ts) != count) {
+        PyErr_SetString(PyExc_ValueError, "patch_run: columns of different lengths");
+        goto done;
+    }
+    /* (items a failed record leaves NULL are fine: these lists never escape then) */
+    out_physical = PyList_New(count);
+    out_queue_offsets = PyList_New(count);
+    if (out_physical == NULL || out_queue_offsets == NULL) {
+        goto done;
+    }
+    if (patch_rows(&data, sizes, keys, ts, table, physical, now, &host, out_physical,
+                   out_queue_offsets) == 0) {
+        result = PyTuple_Pack(2, out_physical, out_queue_offsets);
+    }
+done:
+    Py_XDECREF(out_physical);
+    Py_XDECREF(out_queue_offsets);
+    Py_XDECREF(sizes);
+    Py_XDECREF(keys);
+    Py_XDECREF(ts);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&host);
+    return result;
+}
+
+/* -- replay_records ----------------------------------------------------------------- */
+
+#define BLANK_MAGIC ((int32_t)0xCBD43194)
+#define BLANK_MARKER_BYTES 8
+#define PREFIX_BYTES 48
+#define TX_MASK (3 << 2)
+#define TX_PREPARED (1 << 2)
+#define TX_ROLLBACK (3 << 2)
+
+typedef struct {
+    int64_t size, queue_offset, topic_at, topic_len;
+    int32_t queue_id, sys_flag;
+} AnyRecord;
+
+/* Whether buf[pos:limit] starts with a record scan_record (tide/format/_record.py) calls
+ * a RECORD, its topic's UTF-8 aside (checked by the caller). */
+static int any_record(const unsigned char *b, int64_t pos, int64_t limit, int64_t expected,
+                      int check_crc, int64_t max_body_bytes, AnyRecord *out) {
+    int64_t avail = limit - pos;
+    if (avail < BLANK_MARKER_BYTES) {
+        return 0;
+    }
+    const unsigned char *r = b + pos;
+    int64_t total = be32(r);
+    int32_t magic = be32(r + POS_MAGIC);
+    if ((magic != MESSAGE_MAGIC_V1 && magic != MESSAGE_MAGIC_V2) || total < FIXED_BYTES_V4 ||
+        total > avail) {
+        return 0; /* (zeros, a blank marker, or no record: scan_record says which) */
+    }
+    int32_t sys_flag = be32(r + POS_SYS_FLAG);
+    int64_t born = (sys_flag & SYSFLAG_BORN_HOST_V6) ? 20 : 8;
+    int64_t store = (sys_flag & SYSFLAG_STORE_HOST_V6) ? 20 : 8;
+    int64_t tail = born + 8 + store + 4 + 8 + 4;
+    if (PREFIX_BYTES + tail > total) {
+        return 0;
+    }
+    int64_t body_len = be32(r + PREFIX_BYTES + tail - 4);
+    int64_t body_at = PREFIX_BYTES + tail, topic_at;
+    if (body_len < 0 || body_len > max_body_bytes || body_at + body_len > total) {
+        return 0;
+    }
+    int64_t len_bytes = magic == MESSAGE_MAGIC_V1 ? 1 : 2;
+    int64_t topic_len_at = body_at + body_len;
+    if (topic_len_at + len_bytes > total) {
+        return 0;
+    }
+    topic_at = topic_len_at + len_bytes;
+    int64_t topic_len = len_bytes == 1 ? r[topic_len_at] : be16(r + topic_len_at);
+    int64_t props_len_at = topic_at + topic_len;
+    if (props_len_at + 2 > total || props_len_at + 2 + be16(r + props_len_at) != total ||
+        be64(r + POS_PHYSICAL_OFFSET) != expected) {
+        return 0;
+    }
+    if (check_crc && crc32(0L, r + body_at, (uInt)body_len) != beu32(r + POS_BODY_CRC)) {
+        return 0;
+    }
+    out->size = total;
+    out->queue_offset = be64(r + POS_QUEUE_OFFSET);
+    out->topic_at = pos + topic_at;
+    out->topic_len = topic_len;
+    out->queue_id = be32(r + POS_QUEUE_ID);
+    out->sys_flag = sys_flag;
+    return 1;
+}
+
+/* next_offsets[(topic, queue_id)] = max(it, queue_offset + 1) */
+static int replay_one(PyObject *table, PyObject *topic, const AnyRecord *rec) {
+    PyObject *key = Py_BuildValue("(Oi)", topic, rec->queue_id);
+    PyObject *next = key ? PyLong_FromLongLong(rec->queue_offset + 1) : NULL;
+    int failed = -1;
+    if (next != NULL) {
+        PyObject *current = PyDict_GetItemWithError(table, key); /* borrowed */
+        if (current == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        int greater = current == NULL ? 1 : PyObject_RichCompareBool(next, current, Py_GT);
+        if (greater < 0 || (greater && PyDict_SetItem(table, key, next))) {
+            goto done;
+        }
+        failed = 0;
+    }
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(next);
+    return failed;
+}
+
+PyDoc_STRVAR(replay_records_doc,
+             "replay_records(buf, pos, limit, base_offset, check_crc, max_body_bytes,\n"
+             "               next_offsets)\n--\n\n"
+             "Walk the records of buf[pos:limit] (buf[0] at commitlog offset base_offset)\n"
+             "while scan_record calls them RECORD; replay each queue offset into\n"
+             "next_offsets. Returns (the position of the first unit that is not a record,\n"
+             "the records walked). Reference: tide.format._record.replay_records_python.");
+
+static PyObject *replay_records(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t pos, limit;
+    long long base_offset, max_body_bytes;
+    int check_crc;
+    PyObject *table;
+    if (!PyArg_ParseTuple(args, "y*nnLpLO!:replay_records", &view, &pos, &limit, &base_offset,
+                          &check_crc, &max_body_bytes, &PyDict_Type, &table)) {
+        return NULL;
+    }
+    if (pos < 0 || limit > view.len) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError,
+                            "replay_records: need 0 <= pos and limit <= len(buf), got pos %zd, "
+                            "limit %zd, len %zd",
+                            pos, limit, view.len);
+    }
+    PyObject *topic = NULL, *result = NULL;
+    const unsigned char *topic_bytes = NULL;
+    Py_ssize_t topic_len = 0, count = 0;
+    AnyRecord rec;
+    while (any_record(view.buf, pos, limit, base_offset + pos, check_crc, max_body_bytes, &rec)) {
+        const unsigned char *at = (const unsigned char *)view.buf + rec.topic_at;
+        PyObject *text = topic_of(at, rec.topic_len, &topic, &topic_bytes, &topic_len);
+        if (text == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            break; /* not UTF-8: not a record */
+        }
+        int tx = rec.sys_flag & TX_MASK;
+        int failed = (tx == TX_PREPARED || tx == TX_ROLLBACK) ? 0 : replay_one(table, text, &rec);
+        Py_DECREF(text);
+        if (failed) {
+            goto done;
+        }
+        count++;
+        pos += rec.size;
+    }
+    result = Py_BuildValue("(nn)", pos, count);
+done:
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- encode_run_v4 ------------------------------------------------------------------ */
+
+static inline void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* Item i of a sequence of bytes-like objects, as a buffer (released by the caller). */
+static int item_buffer(PyObject *seq, Py_ssize_t i, Py_buffer *view) {
+    return PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), view, PyBUF_SIMPLE);
+}
+
+/* The run's size, or -1 with an error set. */
+static Py_ssize_t run_size(PyObject *bodies, PyObject *props, Py_ssize_t fixed) {
+    Py_ssize_t total = 0, count = PySequence_Fast_GET_SIZE(bodies);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_buffer body, prop;
+        if (item_buffer(bodies, i, &body)) {
+            return -1;
+        }
+        if (item_buffer(props, i, &prop)) {
+            PyBuffer_Release(&body);
+            return -1;
+        }
+        Py_ssize_t body_len = body.len, props_len = prop.len;
+        PyBuffer_Release(&body);
+        PyBuffer_Release(&prop);
+        if (body_len > INT32_MAX - fixed - 65535 || props_len > 65535) {
+            PyErr_Format(PyExc_ValueError,
+                         "encode_run_v4: record %zd: body of %zd bytes or properties of %zd "
+                         "bytes do not fit a record",
+                         i, body_len, props_len);
+            return -1;
+        }
+        total += fixed + body_len + props_len;
+    }
+    return total;
+}
+
+typedef struct {
+    int32_t magic;
+    const unsigned char *topic_part;
+    Py_ssize_t topic_part_len;
+    long long born_ms;
+    const unsigned char *born_host;
+} RunHeader;
+
+/* One record at out: encode_record's IPv4 layout with the store's fields zero. */
+static unsigned char *put_record(unsigned char *out, const RunHeader *h, int32_t queue_id,
+                                 const Py_buffer *body, const Py_buffer *prop) {
+    Py_ssize_t size = FIXED_BYTES_V4 - 1 + h->topic_part_len + body->len + prop->len;
+    memset(out, 0, HEAD_V4_BYTES);
+    put_be32(out, (uint32_t)size);
+    put_be32(out + POS_MAGIC, (uint32_t)h->magic);
+    put_be32(out + POS_BODY_CRC, (uint32_t)crc32(0L, body->buf, (uInt)body->len));
+    put_be32(out + POS_QUEUE_ID, (uint32_t)queue_id);
+    put_be64(out + 40, h->born_ms); /* born_timestamp, after sys_flag */
+    memcpy(out + 48, h->born_host, 8);
+    put_be32(out + POS_BODY_LEN, (uint32_t)body->len);
+    out += HEAD_V4_BYTES;
+    memcpy(out, body->buf, (size_t)body->len);
+    out += body->len;
+    memcpy(out, h->topic_part, (size_t)h->topic_part_len);
+    out += h->topic_part_len;
+    out[0] = (unsigned char)(prop->len >> 8);
+    out[1] = (unsigned char)prop->len;
+    memcpy(out + 2, prop->buf, (size_t)prop->len);
+    return out + 2 + prop->len;
+}
+
+static int put_records(unsigned char *out, const RunHeader *h, PyObject *ids, PyObject *bodies,
+                       PyObject *props) {
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(bodies);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long queue_id = PyLong_AsLong(PySequence_Fast_GET_ITEM(ids, i));
+        if (queue_id == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (queue_id < INT32_MIN || queue_id > INT32_MAX) {
+            PyErr_Format(PyExc_OverflowError, "encode_run_v4: queue id %ld", queue_id);
+            return -1;
+        }
+        Py_buffer body, prop;
+        if (item_buffer(bodies, i, &body)) {
+            return -1;
+        }
+        if (item_buffer(props, i, &prop)) {
+            PyBuffer_Release(&body);
+            return -1;
+        }
+        out = put_record(out, h, (int32_t)queue_id, &body, &prop);
+        PyBuffer_Release(&body);
+        PyBuffer_Release(&prop);
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(encode_run_v4_doc,
+             "encode_run_v4(magic, topic_part, queue_ids, bodies, properties, born_ms,\n"
+             "              born_host)\n--\n\n"
+             "The records of one topic and born time (flag and sys_flag 0, an 8-byte born\n"
+             "host, the store's fields zero) as one bytes object. Reference:\n"
+             "tide.format._record_run.RunWriter.add_many_python.");
+
+static PyObject *encode_run_v4(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer topic_part, born_host;
+    PyObject *ids_in, *bodies_in, *props_in;
+    RunHeader h;
+    if (!PyArg_ParseTuple(args, "iy*OOOLy*:encode_run_v4", &h.magic, &topic_part, &ids_in,
+                          &bodies_in, &props_in, &h.born_ms, &born_host)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *ids = NULL, *bodies = NULL, *props = NULL;
+    if (born_host.len != 8) {
+        PyErr_SetString(PyExc_ValueError, "encode_run_v4: the born host must be 8 bytes (IPv4)");
+        goto done;
+    }
+    h.topic_part = topic_part.buf;
+    h.topic_part_len = topic_part.len;
+    h.born_host = born_host.buf;
+    ids = PySequence_Fast(ids_in, "encode_run_v4: queue_ids: a sequence");
+    bodies = ids ? PySequence_Fast(bodies_in, "encode_run_v4: bodies: a sequence") : NULL;
+    props = bodies ? PySequence_Fast(props_in, "encode_run_v4: properties: a sequence") : NULL;
+    if (props == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(bodies);
+    if (PySequence_Fast_GET_SIZE(ids) != count || PySequence_Fast_GET_SIZE(props) != count) {
+        PyErr_SetString(PyExc_ValueError, "encode_run_v4: columns of different lengths");
+        goto done;
+    }
+    Py_ssize_t size = run_size(bodies, props, FIXED_BYTES_V4 - 1 + topic_part.len);
+    if (size < 0 || (result = PyBytes_FromStringAndSize(NULL, size)) == NULL) {
+        goto done;
+    }
+    if (put_records((unsigned char *)PyBytes_AS_STRING(result), &h, ids, bodies, props)) {
+        Py_CLEAR(result);
+    }
+done:
+    Py_XDECREF(ids);
+    Py_XDECREF(bodies);
+    Py_XDECREF(props);
+    PyBuffer_Release(&topic_part);
+    PyBuffer_Release(&born_host);
+    return result;
+}
+
+/* -- index_key_hashes_ascii --------------------------------------------------------- */
+
+/* IndexFile.indexKeyHashMethod of prefix + key: abs(Java hashCode), 0 for MIN_VALUE.
+ * ASCII bytes are their own UTF-16 code units. */
+static long index_hash(uint32_t h) {
+    int32_t signed_h = (int32_t)h;
+    if (signed_h == INT32_MIN) {
+        return 0;
+    }
+    return signed_h < 0 ? -(long)signed_h : (long)signed_h;
+}
+
+static int is_ascii(const unsigned char *p, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (p[i] & 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(index_key_hashes_ascii_doc,
+             "index_key_hashes_ascii(keys, prefix)\n--\n\n"
+             "tide.format.index_key_hashes(keys, prefix) when the prefix and every key are\n"
+             "ASCII; None when one is not (the reference then hashes them).");
+
+static PyObject *index_key_hashes_ascii(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *keys_in;
+    Py_buffer prefix;
+    if (!PyArg_ParseTuple(args, "Oy*:index_key_hashes_ascii", &keys_in, &prefix)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *keys = PySequence_Fast(keys_in, "keys: a sequence");
+    if (keys == NULL) {
+        goto done;
+    }
+    const unsigned char *pre = prefix.buf;
+    if (!is_ascii(pre, prefix.len)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    uint32_t start = 0;
+    for (Py_ssize_t i = 0; i < prefix.len; i++) {
+        start = start * 31u + pre[i];
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(keys);
+    if ((result = PyList_New(count)) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
+        if (!PyBytes_Check(key)) {
+            PyErr_Format(PyExc_TypeError, "index_key_hashes_ascii: key %zd is not bytes", i);
+            Py_CLEAR(result);
+            goto done;
+        }
+        const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t len = PyBytes_GET_SIZE(key);
+        if (!is_ascii(k, len)) {
+            Py_SETREF(result, Py_NewRef(Py_None));
+            goto done;
+        }
+        uint32_t h = start;
+        for (Py_ssize_t j = 0; j < len; j++) {
+            h = h * 31u + k[j];
+        }
+        PyObject *value = PyLong_FromLong(index_hash(h));
+        if (value == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, value);
+    }
+done:
+    Py_XDECREF(keys);
+    PyBuffer_Release(&prefix);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
+    {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
+    {"scan_run", scan_run, METH_VARARGS, scan_run_doc},
+    {"patch_run", patch_run, METH_VARARGS, patch_run_doc},
+    {"replay_records", replay_records, METH_VARARGS, replay_records_doc},
+    {"encode_run_v4", encode_run_v4, METH_VARARGS, encode_run_v4_doc},
+    {"index_key_hashes_ascii", index_key_hashes_ascii, METH_VARARGS,
+     index_key_hashes_ascii_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tide.format._ccore",
+    .m_doc = "The compiled twins of Tide's per-message loops (docs/performance.md).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__ccore(void) { return PyModule_Create(&module); }

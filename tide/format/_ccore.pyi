@@ -1,0 +1,65 @@
+import mmap
+from collections.abc import Hashable, Sequence
+
+# Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
+# each function is named in its docstring there and in docs/performance.md.
+
+def scan_v4_run(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    base_offset: int,
+    max_record_bytes: int,
+    check_crc: bool,
+    window: int,
+    /,
+) -> tuple[
+    int,
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[str],
+    list[int],
+]: ...
+def dispatch_properties(
+    data: bytes | bytearray | memoryview, starts: Sequence[int], ends: Sequence[int], /
+) -> tuple[list[bytes], list[bytes], list[bytes | None]]: ...
+def scan_run(
+    data: bytes | bytearray | memoryview, max_body_bytes: int, max_records: int, /
+) -> tuple[list[int], list[int], list[bytes], list[int], list[int], list[int]] | None: ...
+def patch_run(
+    data: bytearray | memoryview,
+    sizes: Sequence[int],
+    queue_keys: Sequence[Hashable | None],
+    store_timestamp_positions: Sequence[int],
+    table: dict[Hashable, int],
+    physical_offset: int,
+    now_ms: int,
+    store_host: bytes,
+    /,
+) -> tuple[list[int], list[int]]: ...
+def replay_records(
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    limit: int,
+    base_offset: int,
+    check_crc: bool,
+    max_body_bytes: int,
+    next_offsets: dict[tuple[str, int], int],
+    /,
+) -> tuple[int, int]: ...
+def encode_run_v4(
+    magic: int,
+    topic_part: bytes,
+    queue_ids: Sequence[int],
+    bodies: Sequence[bytes],
+    properties: Sequence[bytes],
+    born_timestamp_ms: int,
+    born_host: bytes,
+    /,
+) -> bytes: ...
+def index_key_hashes_ascii(keys: Sequence[bytes], prefix: bytes, /) -> list[int] | None: ...
