@@ -120,9 +120,10 @@ async def serve(
     readiness = Readiness(service.name, served_names(service)[1:])
     rpc_metrics = RpcMetrics(short_service_name(service.name))
     options = [*SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
-    server = grpc.aio.server(
-        interceptors=[ErrorInterceptor(readiness, rpc_metrics)], options=options
-    )
+    # A service's own interceptors (the gateway's authentication) run inside the error
+    # interceptor, so their refusals are counted and reported like any error.
+    interceptors = [ErrorInterceptor(readiness, rpc_metrics), *service_interceptors(service)]
+    server = grpc.aio.server(interceptors=interceptors, options=options)
     health_servicer = await _add_services(server, service)
     endpoint = _bind(server, host, port)
     stop = stop_event if stop_event is not None else asyncio.Event()
@@ -143,6 +144,11 @@ async def serve(
             await stop.wait()
         finally:
             await _shutdown(server, service, health_servicer, readiness, shutdown_grace_s)
+
+
+def service_interceptors(service: Service) -> list[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
+    """The interceptors a service asks for (an optional ``interceptors`` attribute)."""
+    return list(getattr(service, "interceptors", ()))
 
 
 async def _start_unless_stopped(service: Service, endpoint: str, stop: asyncio.Event) -> bool:

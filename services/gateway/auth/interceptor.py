@@ -18,6 +18,7 @@ import grpc
 from google.protobuf import message_factory
 
 from services.gateway.auth.actions import ACTIONS, V2, Need
+from services.gateway.auth.admin import CALLER
 from services.gateway.auth.audit import Audit
 from services.gateway.auth.authority import Authority
 from tide.auth.model import User
@@ -64,10 +65,12 @@ class Gate:
     def authenticate(self, context: Context) -> User:
         metadata = context.invocation_metadata() or ()
         try:
-            return self._authority.authenticate(tuple(metadata))
+            user = self._authority.authenticate(tuple(metadata))
         except AuthenticationError as exc:
             self._refuse(context, "unauthenticated", "", "", str(exc))
             raise Refused("unauthenticated", grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+        CALLER.set(user.access_key)  # for the audit of user and ACL changes
+        return user
 
     def authorize(self, user: User, request: Any, context: Context) -> None:
         if self._needs is None:  # not in the table: nobody but a super user

@@ -1,0 +1,58 @@
+"""Storage GetAuth / ChangeAuth (acl, issue 22) over engine/auth_table.py."""
+
+from __future__ import annotations
+
+import grpc
+
+from services.storage.engine.auth_table import AuthChangeError, AuthTable
+from tide.auth.wire import acl_to_pb, entries_from_pb, user_from_pb, user_to_pb
+from tide.format._auth_files import AuthFileError
+from tide.server import ServiceError
+from tide.v1 import storage_pb2 as pb
+
+_CODES = {
+    "exists": grpc.StatusCode.ALREADY_EXISTS,
+    "missing": grpc.StatusCode.NOT_FOUND,
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+}
+OPERATIONS = (
+    "create_user",
+    "update_user",
+    "delete_user",
+    "create_acl",
+    "update_acl",
+    "delete_acl",
+)
+
+
+def get_auth(table: AuthTable) -> pb.GetAuthResponse:
+    users = table.users
+    acls = table.acls
+    return pb.GetAuthResponse(
+        users=[user_to_pb(u, with_secret=True) for u in users.values()],
+        acls=[acl_to_pb(key, entries) for key, entries in acls.items()],
+    )
+
+
+def change_auth(table: AuthTable, request: pb.ChangeAuthRequest) -> None:
+    """Apply the change; ServiceError naming what to fix."""
+    operation = request.operation
+    try:
+        if operation == "create_user":
+            table.create_user(user_from_pb(request.user))
+        elif operation == "update_user":
+            table.update_user(user_from_pb(request.user))
+        elif operation == "delete_user":
+            table.delete_user(request.user.access_key)
+        elif operation in ("create_acl", "update_acl", "delete_acl"):
+            entries = entries_from_pb(request.acl)
+            change = getattr(table, operation)
+            change(request.acl.access_key, entries)
+        else:
+            raise AuthChangeError(
+                "invalid", f"operation {operation!r}: expected one of {', '.join(OPERATIONS)}"
+            )
+    except AuthFileError as exc:
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+    except AuthChangeError as exc:
+        raise ServiceError(_CODES[exc.kind], exc.message) from None
