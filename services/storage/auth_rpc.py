@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import grpc
 
 from services.storage.engine.auth_table import AuthChangeError, AuthTable
 from tide.auth.wire import acl_to_pb, entries_from_pb, user_from_pb, user_to_pb
-from tide.format._auth_files import AuthFileError
+from tide.format._auth_files import AuthFileError, user_of
 from tide.server import ServiceError
 from tide.v1 import storage_pb2 as pb
 
@@ -56,3 +59,18 @@ def change_auth(table: AuthTable, request: pb.ChangeAuthRequest) -> None:
         raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
     except AuthChangeError as exc:
         raise ServiceError(_CODES[exc.kind], exc.message) from None
+
+
+def init_user(table: AuthTable, path: Path) -> bool:
+    """Create the super user of ``path`` (``{"username", "password"}``) when there is no
+    user yet; True when created. ValueError naming the file when it is malformed."""
+    if table.users:
+        return False
+    try:
+        doc = json.loads(path.read_text())
+        user = user_of(str(doc["username"]), str(doc["password"]), "Super", False)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        what = type(exc).__name__ if isinstance(exc, KeyError | TypeError) else str(exc)
+        raise ValueError(f"--auth-init-user-file {path}: {what}") from None
+    table.create_user(user)
+    return True

@@ -1,6 +1,7 @@
 """The Tide Python client: produce and consume through a gateway.
 
 ```python
+from tide.auth.client import Credentials
 from tide.client import Producer, PushConsumer
 
 with Producer("127.0.0.1:8081") as producer:
@@ -58,6 +59,7 @@ __all__ = [
     "AlreadyExists",
     "ConsumeFrom",
     "ConsumeResult",
+    "Credentials",
     "DeadlineExceeded",
     "FailedPrecondition",
     "GroupLag",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, NamedTuple
 
+from tide.auth.client import Credentials
 from tide.client._convert import (
     check_group,
     check_topic,
@@ -48,8 +49,11 @@ class Admin:
         *,
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry)
+        self._connection = Connection(
+            gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, credentials=credentials
+        )
 
     def create_topic(
         self,
