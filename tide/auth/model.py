@@ -113,6 +113,17 @@ def parse_action(text: str) -> Action:
     raise ValueError(f"action {text!r}: expected one of {', '.join(a.value for a in Action)}")
 
 
+@dataclass(frozen=True)
+class AnyOf:
+    """A need met by any one of these actions (RocketMQ: a route is for Pub or Sub)."""
+
+    actions: tuple[Action, ...]
+
+    @property
+    def value(self) -> str:
+        return "|".join(a.value for a in self.actions)
+
+
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -123,8 +134,9 @@ class PolicyEntry:
     decision: Decision = Decision.ALLOW
     source_ips: tuple[Network, ...] = ()  # empty: from anywhere
 
-    def matches(self, action: Action, resource: Resource, source_ip: str) -> bool:
-        if Action.ALL not in self.actions and action not in self.actions:
+    def matches(self, action: Action | AnyOf, resource: Resource, source_ip: str) -> bool:
+        wanted = action.actions if isinstance(action, AnyOf) else (action,)
+        if Action.ALL not in self.actions and self.actions.isdisjoint(wanted):
             return False
         if not self.resource.matches(resource):
             return False
@@ -158,7 +170,7 @@ class User:
 class Denial:
     """Why a request was not allowed (no secret in it)."""
 
-    action: Action
+    action: Action | AnyOf
     resource: Resource
     explicit: bool  # a Deny entry matched (else: no entry allowed it)
 
@@ -170,7 +182,7 @@ class Denial:
 def decide(
     user: User,
     entries: Iterable[PolicyEntry],
-    needs: Iterable[tuple[Action, Resource]],
+    needs: Iterable[tuple[Action | AnyOf, Resource]],
     source_ip: str,
 ) -> Denial | None:
     """None when ``user`` may do every (action, resource) of ``needs`` from ``source_ip``,

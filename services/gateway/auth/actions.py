@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, TypeAlias
 
-from tide.auth.model import Action, Resource, ResourceType
+from tide.auth.model import Action, AnyOf, Resource, ResourceType
 
-Need: TypeAlias = tuple[Action, Resource]
+Need: TypeAlias = tuple[Action | AnyOf, Resource]
+# Reading a route is for producing or consuming (RocketMQ's QueryRoute: Pub or Sub).
+PUB_OR_SUB = AnyOf((Action.PUB, Action.SUB))
+# What a consumer reads about its own queues and group (offsets, members, locks): Sub does.
+SUB_OR_GET = AnyOf((Action.SUB, Action.GET))
 Needs: TypeAlias = Callable[[Any], list[Need]]
 
 V1 = "/tide.v1.Gateway/"
@@ -29,7 +33,7 @@ def group(name: str) -> Resource:
     return Resource(ResourceType.GROUP, name)
 
 
-def _on(action: Action, *resources: Callable[[Any], Iterator[Resource]]) -> Needs:
+def _on(action: Action | AnyOf, *resources: Callable[[Any], Iterator[Resource]]) -> Needs:
     """Needs ``action`` on every resource the extractors find in a request."""
 
     def needs(request: Any) -> list[Need]:
@@ -117,17 +121,17 @@ ACTIONS: dict[str, Needs] = {
     V1 + "ProduceStream": _on(Action.PUB, _produce_topics),
     V1 + "Pull": _SUB_TOPIC_GROUP,
     V1 + "QueryMessage": _on(Action.GET, _query_topic),
-    V1 + "GetQueueOffsets": _on(Action.GET, _TOPIC),
-    V1 + "SearchOffset": _on(Action.GET, _TOPIC),
+    V1 + "GetQueueOffsets": _on(SUB_OR_GET, _TOPIC),
+    V1 + "SearchOffset": _on(SUB_OR_GET, _TOPIC),
     V1 + "CommitOffset": _on(Action.UPDATE, _TOPIC, _GROUP),
-    V1 + "GetOffset": _on(Action.GET, _TOPIC, _GROUP),
+    V1 + "GetOffset": _on(SUB_OR_GET, _TOPIC, _GROUP),
     V1 + "Heartbeat": _on(Action.SUB, _GROUP, _subscription_topics),
     V1 + "UnregisterConsumer": _on(Action.SUB, _GROUP),
-    V1 + "GetConsumers": _on(Action.GET, _GROUP),
+    V1 + "GetConsumers": _on(SUB_OR_GET, _GROUP),
     V1 + "CreateTopic": _on(Action.CREATE, _TOPIC),
     V1 + "DeleteTopic": _on(Action.DELETE, _TOPIC),
     V1 + "ListTopics": _on(Action.LIST, _cluster),
-    V1 + "GetTopicRoute": _on(Action.GET, _TOPIC),
+    V1 + "GetTopicRoute": _on(PUB_OR_SUB, _TOPIC),
     V1 + "GetClusterInfo": _on(Action.GET, _cluster),
     V1 + "SendBack": _on(Action.SUB, _GROUP),
     V1 + "RecallMessage": _on(Action.PUB, _cluster),  # the topic is inside the handle
@@ -141,7 +145,7 @@ ACTIONS: dict[str, Needs] = {
     V1 + "ListTransactions": _on(Action.GET, _field(group, "producer_group")),
     V1 + "LockQueues": _on(Action.SUB, _field(group, "request", "consumer_group"), _lock_topics),
     V1 + "UnlockQueues": _on(Action.SUB, _field(group, "request", "consumer_group"), _lock_topics),
-    V1 + "GetQueueLocks": _on(Action.GET, _GROUP),
+    V1 + "GetQueueLocks": _on(SUB_OR_GET, _GROUP),
     V1 + "Receive": _SUB_TOPIC_GROUP,
     V1 + "Ack": _SUB_TOPIC_GROUP,
     V1 + "ChangeInvisibleDuration": _SUB_TOPIC_GROUP,
@@ -157,7 +161,7 @@ ACTIONS: dict[str, Needs] = {
     V1 + "DeleteAcl": _on(Action.DELETE, _cluster),
     V1 + "ListAcls": _on(Action.LIST, _cluster),
     # apache.rocketmq.v2.MessagingService (RocketMQ 5 clients)
-    V2 + "QueryRoute": _on(Action.GET, _V2_TOPIC),
+    V2 + "QueryRoute": _on(PUB_OR_SUB, _V2_TOPIC),
     V2 + "Heartbeat": _none,
     V2 + "SendMessage": _on(Action.PUB, _v2_message_topics),
     V2 + "QueryAssignment": _on(Action.SUB, _V2_TOPIC, _V2_GROUP),
@@ -166,8 +170,8 @@ ACTIONS: dict[str, Needs] = {
     V2 + "ForwardMessageToDeadLetterQueue": _on(Action.SUB, _V2_TOPIC, _V2_GROUP),
     V2 + "PullMessage": _on(Action.SUB, _V2_QUEUE_TOPIC, _V2_GROUP),
     V2 + "UpdateOffset": _on(Action.UPDATE, _V2_QUEUE_TOPIC, _V2_GROUP),
-    V2 + "GetOffset": _on(Action.GET, _V2_QUEUE_TOPIC, _V2_GROUP),
-    V2 + "QueryOffset": _on(Action.GET, _V2_QUEUE_TOPIC),
+    V2 + "GetOffset": _on(SUB_OR_GET, _V2_QUEUE_TOPIC, _V2_GROUP),
+    V2 + "QueryOffset": _on(SUB_OR_GET, _V2_QUEUE_TOPIC),
     V2 + "EndTransaction": _on(Action.PUB, _V2_TOPIC),
     V2 + "Telemetry": _telemetry,
     V2 + "NotifyClientTermination": _none,

@@ -29,11 +29,14 @@ def client_env(home: Path) -> dict[str, str]:
     return env
 
 
-def run_client(home: Path, *args: str, check: bool = True) -> list[dict[str, Any]]:
-    """Run one program to its end; its printed objects (exit status checked)."""
+def run_client(
+    home: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Run one program to its end; its printed objects (exit status checked). ``env``:
+    more environment (RMQ5_ACCESS_KEY / RMQ5_SECRET_KEY: sign as that user)."""
     done = subprocess.run(
         [str(client_python()), str(PROGRAM), *args],
-        env=client_env(home),
+        env={**client_env(home), **(env or {})},
         capture_output=True,
         text=True,
         timeout=CLIENT_TIMEOUT_S,
