@@ -192,6 +192,7 @@ class Cluster:
         replicas: int = 1,
         master_role: str = "ASYNC_MASTER",
         dispatch_args: Sequence[str] = (),
+        nameserver_args: Sequence[str] = (),
     ) -> None:
         if not 1 <= brokers <= MAX_BROKERS or not 1 <= nameservers <= 8:
             raise ValueError(f"brokers in 1..{MAX_BROKERS}, nameservers in 1..8")
@@ -205,6 +206,7 @@ class Cluster:
         self._gateway_args = tuple(gateway_args)
         self._storage_args = tuple(storage_args)
         self._dispatch_args = tuple(dispatch_args)
+        self._nameserver_args = tuple(nameserver_args)
         self._nameserver_launcher = NameServerLauncher(root / "nameservers")
         self._storage_launcher = StorageLauncher(root / "storage")
         self._dispatch_launcher = DispatchLauncher(root / "dispatch")
@@ -217,7 +219,9 @@ class Cluster:
     def start(self) -> Cluster:
         for _ in range(self._nameserver_count):
             self.nameservers.append(
-                self._nameserver_launcher.start("--scan-interval-ms", str(SCAN_INTERVAL_MS))
+                self._nameserver_launcher.start(
+                    "--scan-interval-ms", str(SCAN_INTERVAL_MS), *self._nameserver_args
+                )
             )
         names = [f"broker-{letter}" for letter in string.ascii_lowercase[: self._broker_count]]
         self.start_brokers(names)

@@ -51,6 +51,7 @@ from services.dispatch.engine.dispatch_store import (
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import tags_code
+from tide.server import cluster_channel_interceptors
 from tide.tail import (
     Backoff,
     RecordBatch,
@@ -261,7 +262,7 @@ class Dispatcher:
 
     # -- following ---------------------------------------------------------------
     def _channel_factory(self, target: str) -> grpc.aio.Channel:
-        channel = insecure_channel(target)
+        channel = insecure_channel(target, cluster_channel_interceptors())
         self._tail_channel = channel
         return channel
 

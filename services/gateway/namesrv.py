@@ -16,7 +16,7 @@ import grpc
 
 from services.gateway.brokers import CHANNEL_OPTIONS, rpc_problem
 from tide.quoting import quote
-from tide.server import ServiceError
+from tide.server import ServiceError, cluster_channel_interceptors
 from tide.v1 import nameserver_pb2 as ns_pb
 from tide.v1 import nameserver_pb2_grpc as ns_grpc
 
@@ -60,7 +60,11 @@ class NameServerClient:
     def _connect(self) -> list[ns_grpc.NameServerAsyncStub]:
         if not self._stubs:
             self._channels = [
-                grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+                grpc.aio.insecure_channel(
+                    address,
+                    options=list(CHANNEL_OPTIONS),
+                    interceptors=cluster_channel_interceptors() or None,
+                )
                 for address in self.addresses
             ]
             self._stubs = [ns_grpc.NameServerStub(channel) for channel in self._channels]

@@ -51,6 +51,8 @@ class GatewayService:
     name = "tide.v1.Gateway"
     # RocketMQ 5's protocol on the same port (services/gateway/v2, docs/rocketmq5.md).
     more_service_names = ("apache.rocketmq.v2.MessagingService",)
+    # The public front door: users' signatures (--auth-enabled), not the cluster secret.
+    public = True
 
     def __init__(self, config: GatewayConfig) -> None:
         self._config = config

@@ -22,6 +22,7 @@ import grpc
 
 from services.storage import convert
 from services.storage.engine.topic_table import DataVersion, TopicChange, TopicTable
+from tide.server import cluster_channel_interceptors
 from tide.v1 import nameserver_pb2 as pb
 from tide.v1 import nameserver_pb2_grpc as pb_grpc
 
@@ -54,7 +55,9 @@ class _Link:
         self.address = address
         self._timeout_s = timeout_s
         self._registrar = registrar
-        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(
+            address, options=CHANNEL_OPTIONS, interceptors=cluster_channel_interceptors() or None
+        )
         self._stub = pb_grpc.NameServerStub(self._channel)
         self.wake = asyncio.Event()
         self.wake.set()  # register at once

@@ -28,6 +28,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from tide.server._cluster_secret import (
+    SECRET,
+    ClusterSecretError,
+    ClusterSecretInterceptor,
+    load_cluster_secret,
+)
 from tide.server._config import Config
 from tide.server._gc import tune_gc_for_serving
 from tide.server._health import NOT_SERVING, SERVING, HealthServicer
@@ -123,6 +129,8 @@ async def serve(
     # A service's own interceptors (the gateway's authentication) run inside the error
     # interceptor, so their refusals are counted and reported like any error.
     interceptors = [ErrorInterceptor(readiness, rpc_metrics), *service_interceptors(service)]
+    if SECRET.value is not None and not getattr(service, "public", False):
+        interceptors.insert(0, ClusterSecretInterceptor())  # before anything else runs
     server = grpc.aio.server(interceptors=interceptors, options=options)
     health_servicer = await _add_services(server, service)
     endpoint = _bind(server, host, port)
@@ -183,8 +191,9 @@ def run_service(
     listen = config.get_str("listen")
     try:
         parse_listen(listen)
+        load_cluster_secret(config.get_optional_str("cluster_secret_file"))
         telemetry = telemetry_from_config(config)
-    except (ListenError, TelemetryError) as exc:
+    except (ListenError, TelemetryError, ClusterSecretError) as exc:
         _log.error("%s", exc)
         raise SystemExit(2) from exc
     if telemetry.metrics_endpoint:

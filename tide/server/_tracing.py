@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from tide.server._cluster_secret import cluster_channel_interceptors
 from tide.server._telemetry import TRACING
 
 PROPAGATOR = TraceContextTextMapPropagator()
@@ -86,7 +87,7 @@ def traced_channel(
     target: str, options: Sequence[tuple[str, Any]] | None = None
 ) -> grpc.aio.Channel:
     """``grpc.aio.insecure_channel`` carrying the trace context of the calling span."""
-    interceptors = client_interceptors()
+    interceptors = client_interceptors() + cluster_channel_interceptors()
     return grpc.aio.insecure_channel(
         target,
         options=list(options) if options is not None else None,

@@ -17,6 +17,7 @@ import grpc
 
 from services.storage.engine.segment_files import create_segment
 from tide.format import parse_segment_name
+from tide.server import cluster_channel_interceptors
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -33,7 +34,9 @@ def _is_empty(commitlog_dir: Path) -> bool:
 
 
 async def _master_status(master: str) -> pb.StorageStatus | None:
-    async with grpc.aio.insecure_channel(master) as channel:
+    async with grpc.aio.insecure_channel(
+        master, interceptors=cluster_channel_interceptors() or None
+    ) as channel:
         stub = pb_grpc.StorageStub(channel)
         for attempt in range(1, TRIES + 1):
             try:

@@ -24,6 +24,7 @@ import grpc
 from services.storage.engine.metadata_files import METADATA_FILES, MetadataFiles
 from tide.limits import METADATA_MAX_BYTES
 from tide.quoting import quote
+from tide.server import cluster_channel_interceptors
 from tide.tasks import cancel_and_wait
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
@@ -79,7 +80,11 @@ class MetadataSync:
                 await installing
 
     async def _run(self) -> None:
-        async with grpc.aio.insecure_channel(self._master, options=CHANNEL_OPTIONS) as channel:
+        async with grpc.aio.insecure_channel(
+            self._master,
+            options=CHANNEL_OPTIONS,
+            interceptors=cluster_channel_interceptors() or None,
+        ) as channel:
             stub: pb_grpc.StorageAsyncStub = pb_grpc.StorageStub(channel)
             while True:
                 try:

@@ -21,6 +21,7 @@ import grpc
 from services.storage.engine.errors import DiskFullError
 from services.storage.engine.ha_replica_writer import ReplicationError, ReplicaWriter
 from services.storage.replication.settings import ReplicationSettings
+from tide.server import cluster_channel_interceptors
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -110,7 +111,9 @@ class SlaveReplicator:
                 yield pb.ReplicateRequest(max_offset=writer.max_offset)
 
         async with grpc.aio.insecure_channel(
-            settings.master_address, options=CHANNEL_OPTIONS
+            settings.master_address,
+            options=CHANNEL_OPTIONS,
+            interceptors=cluster_channel_interceptors() or None,
         ) as channel:
             call = pb_grpc.StorageStub(channel).Replicate(requests())
             try:
