@@ -44,7 +44,7 @@ def change_auth(table: AuthTable, request: pb.ChangeAuthRequest) -> None:
         if operation == "create_user":
             table.create_user(user_from_pb(request.user))
         elif operation == "update_user":
-            table.update_user(user_from_pb(request.user))
+            table.update_user(user_from_pb(_keeping_secret(table, request.user)))
         elif operation == "delete_user":
             table.delete_user(request.user.access_key)
         elif operation in ("create_acl", "update_acl", "delete_acl"):
@@ -74,3 +74,14 @@ def init_user(table: AuthTable, path: Path) -> bool:
         raise ValueError(f"--auth-init-user-file {path}: {what}") from None
     table.create_user(user)
     return True
+
+
+def _keeping_secret(table: AuthTable, user: pb.AuthUser) -> pb.AuthUser:
+    """An update without a secret key keeps the user's (``tide user update --disable``)."""
+    existing = table.users.get(user.access_key)
+    if user.secret_key or existing is None:
+        return user
+    kept = pb.AuthUser()
+    kept.CopyFrom(user)
+    kept.secret_key = existing.secret_key
+    return kept

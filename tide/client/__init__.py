@@ -1,7 +1,6 @@
 """The Tide Python client: produce and consume through a gateway.
 
 ```python
-from tide.auth.client import Credentials
 from tide.client import Producer, PushConsumer
 
 with Producer("127.0.0.1:8081") as producer:
@@ -17,8 +16,10 @@ with PushConsumer("my-group", "TopicTest", "*", handle, consume_from="first"):
 See docs/client.md.
 """
 
+from tide.auth.client import Credentials
 from tide.client._admin import Admin, Recalled
 from tide.client._allocate import allocate_averagely
+from tide.client._auth_admin import PolicyEntry, UserInfo
 from tide.client._errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -71,6 +72,7 @@ __all__ = [
     "MessageQueue",
     "NotFound",
     "OutOfRange",
+    "PolicyEntry",
     "PopMessage",
     "Producer",
     "PullConsumer",
@@ -91,5 +93,6 @@ __all__ = [
     "TransactionOutcome",
     "TransactionResolution",
     "Unavailable",
+    "UserInfo",
     "allocate_averagely",
 ]

@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from tide.auth.client import Credentials
+from tide.client._auth_admin import AuthAdmin
 from tide.client._convert import (
     check_group,
     check_topic,
@@ -35,7 +36,7 @@ class Recalled(NamedTuple):
     deliver_at_ms: int
 
 
-class Admin:
+class Admin(AuthAdmin):
     """Create, delete and list topics and group configs; read routes, the cluster and
     group members.
 
