@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from tide.cli import _up_auth
 from tide.spawn import NotReadyError, WaitCancelled, spawn, wait_ready
 
 READY_TIMEOUT_S = 120.0
@@ -144,6 +145,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        help="authentication and ACLs on, with a generated admin user and cluster secret "
+        "(kept under STORE_DIR/auth; docs/security-acl.md)",
     )
     parser.set_defaults(handler=run)
 
@@ -308,12 +315,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"tide up: {problem}", file=sys.stderr)
         return 2
     children = _children(args)
+    root = Path(args.store_dir).resolve()
+    admin_secret = _up_auth.add_flags(children, root) if args.auth else None
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if not _start_all(children, stop):
             return 1
-        _print_endpoints(children, Path(args.store_dir).resolve())
+        if admin_secret is not None:
+            _up_auth.print_admin(admin_secret)
+        _print_endpoints(children, root)
         return _watch(children, stop)
     finally:
         _stop_all(children)
