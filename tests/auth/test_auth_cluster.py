@@ -245,3 +245,19 @@ def test_denials_are_audited_and_counted(users: Cluster) -> None:
         ),
         "denials counted",
     )
+
+
+def test_each_produce_stream_request_is_authorized(users: Cluster) -> None:
+    alice = stub_as(users, ALICE)
+    requests = [
+        pb.ProduceRequest(messages=[pb.ProduceMessage(topic="orders", body=b"x")]),
+        pb.ProduceRequest(messages=[pb.ProduceMessage(topic="orders2", body=b"x")]),
+    ]
+    answers = []
+    with pytest.raises(grpc.RpcError) as caught:
+        for answer in alice.ProduceStream(iter(requests), timeout=10):
+            answers.append(answer)
+    error = caught.value
+    assert error.code() is grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    assert "Pub on Topic:orders2" in (error.details() or "")  # type: ignore[attr-defined]
+    assert len(answers) <= 1  # the granted first request may have been answered
