@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -95,7 +96,7 @@ def _cluster(stack: ExitStack, root: Path) -> tuple[str, str]:
     return plain, auth
 
 
-async def _setup(plain: pb_grpc.GatewayStub, auth: pb_grpc.GatewayStub, queues: int) -> None:
+async def _setup(plain: Any, auth: Any, queues: int) -> None:  # aio stubs
     admin = signed_metadata(*ADMIN)
     await plain.CreateTopic(
         pb.CreateTopicRequest(topic=TOPIC, read_queue_nums=queues, write_queue_nums=queues),
@@ -118,7 +119,7 @@ async def _setup(plain: pb_grpc.GatewayStub, auth: pb_grpc.GatewayStub, queues: 
     await auth.CreateAcl(pb.AclRequest(acl=acl), metadata=signed_metadata(*ADMIN), timeout=30)
 
 
-async def _rate(stub: pb_grpc.GatewayStub, signed: bool, args: argparse.Namespace) -> float:
+async def _rate(stub: Any, signed: bool, args: argparse.Namespace) -> float:
     request = pb.ProduceRequest(messages=[pb.ProduceMessage(topic=TOPIC, body=BODY)] * args.batch)
     deadline = time.monotonic() + args.duration_s
     done = [0] * args.inflight

@@ -58,7 +58,7 @@ def test_users_and_acls_are_copied_to_slaves(tmp_path: Path) -> None:
         change = storage_pb.ChangeAuthRequest(operation="delete_user", user=user)
         with pytest.raises(grpc.RpcError) as caught:
             slave.stub.ChangeAuth(change, timeout=10)
-        assert caught.value.code() is grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
+        assert caught.value.code() is grpc.StatusCode.FAILED_PRECONDITION
 
 
 def _ok(call: object) -> bool:

@@ -24,7 +24,7 @@ from tide.v1 import storage_pb2_grpc as storage_grpc
 from tide.waiting import wait_until
 
 SECRET = "cluster-secret-0123456789abcdef"
-GOOD = [(METADATA_KEY, SECRET)]
+GOOD = ((METADATA_KEY, SECRET),)
 TOPIC = "T_secret"
 
 
@@ -55,8 +55,8 @@ def _raw(address: str) -> grpc.Channel:
 def _refused(call: object) -> str:
     with pytest.raises(grpc.RpcError) as caught:
         call()  # type: ignore[operator]
-    assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
-    return caught.value.details() or ""  # type: ignore[attr-defined]
+    assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    return caught.value.details() or ""
 
 
 def test_storage_and_dispatch_take_calls_from_the_cluster_only(
@@ -72,7 +72,7 @@ def test_storage_and_dispatch_take_calls_from_the_cluster_only(
     details = _refused(lambda: raw.GetStatus(status, timeout=10))
     assert "cluster secret" in details and SECRET not in details
     _refused(
-        lambda: storage.stub.GetStatus(status, metadata=[(METADATA_KEY, "x" * 30)], timeout=10)
+        lambda: storage.stub.GetStatus(status, metadata=((METADATA_KEY, "x" * 30),), timeout=10)
     )
     raw.GetStatus(status, metadata=GOOD, timeout=10)
     health = health_pb2_grpc.HealthStub(storage.channel).Check(

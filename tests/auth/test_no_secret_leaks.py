@@ -6,6 +6,7 @@ secret (the storages' users.json holds the secret keys by design: it is not a lo
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -56,7 +57,7 @@ def _calls(cluster: Cluster) -> list[str]:
     wait_until(lambda: _ok(lambda: bob.Produce(produce, timeout=5)), "bob's grant")
     errors = []
     unsigned = stub_as(cluster, None)
-    bad_calls = [
+    bad_calls: list[Callable[[], object]] = [
         lambda: bob.CreateTopic(pb.CreateTopicRequest(topic="nope"), timeout=5),
         lambda: unsigned.Produce(
             produce, metadata=signed_metadata("bob", "wrong-key-12345"), timeout=5
@@ -75,7 +76,7 @@ def _calls(cluster: Cluster) -> list[str]:
         try:
             call()
         except grpc.RpcError as exc:
-            errors.append(exc.details() or "")  # type: ignore[attr-defined]
+            errors.append(exc.details() or "")
     assert len(errors) == len(bad_calls)
     return errors
 

@@ -356,7 +356,7 @@ def test_up_with_auth_prints_the_admin_and_refuses_strangers(tmp_path: Path) -> 
         with grpc.insecure_channel(endpoints["storage"]) as channel:
             with pytest.raises(grpc.RpcError) as caught:
                 pb_grpc.StorageStub(channel).GetStatus(pb.GetStatusRequest(), timeout=RPC_TIMEOUT_S)
-            assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+            assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
         cli = [sys.executable, "-m", "tide.cli"]
         gateway = ["--gateway", endpoints["gateway"]]

@@ -30,7 +30,7 @@ class Credentials:
             return Credentials(access_key, secret_key)
         return None
 
-    def metadata(self) -> list[tuple[str, str]]:
+    def metadata(self) -> tuple[tuple[str, str], ...]:
         return signed_metadata(self.access_key, self.secret_key)
 
 

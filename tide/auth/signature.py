@@ -46,14 +46,14 @@ def sign(secret_key: str, date_time: str) -> str:
 
 def signed_metadata(
     access_key: str, secret_key: str, now_s: float | None = None
-) -> list[tuple[str, str]]:
+) -> tuple[tuple[str, str], ...]:
     """The two metadata entries a signed call sends, stamped ``now_s`` (UTC)."""
     stamp = time.strftime(DATE_TIME_FORMAT, time.gmtime(time.time() if now_s is None else now_s))
     authorization = (
         f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME_KEY}, "
         f"Signature={sign(secret_key, stamp)}"
     )
-    return [(DATE_TIME_KEY, stamp), (AUTHORIZATION_KEY, authorization)]
+    return ((DATE_TIME_KEY, stamp), (AUTHORIZATION_KEY, authorization))
 
 
 def parse_signed(metadata: Iterable[tuple[str, str | bytes]]) -> SignedRequest:
