@@ -24,12 +24,14 @@ def _env(credentials: Credentials) -> dict[str, str]:
     return {"RMQ5_ACCESS_KEY": credentials.access_key, "RMQ5_SECRET_KEY": credentials.secret_key}
 
 
+@pytest.mark.parametrize("topic", ["orders", "logs-app", "lan"])  # literal, prefixed, CIDR
 def test_a_granted_topic_takes_the_official_producers_messages(
     users: Cluster,  # noqa: F811
     tmp_path: Path,
+    topic: str,
 ) -> None:
     events = run_client(
-        tmp_path, "produce", users.gateway.listen, "logs-app", "--count", "3", env=_env(ALICE)
+        tmp_path, "produce", users.gateway.listen, topic, "--count", "3", env=_env(ALICE)
     )
     assert len(of(events, "sent")) == 3
 
@@ -56,6 +58,8 @@ def test_a_granted_group_receives_with_the_official_simple_consumer(
     ("topic", "credentials", "reason"),
     [
         ("logs-secret", ALICE, "forbidden"),  # denied by a policy
+        ("orders2", ALICE, "forbidden"),  # not granted (literal is exact)
+        ("office", ALICE, "forbidden"),  # granted from 10.0.0.0/8 only
         ("orders", Credentials("alice", "not-alices-secret"), "unauthenticated"),
     ],
 )
