@@ -22,7 +22,7 @@ Context = grpc.aio.ServicerContext[object, object]
 
 class AuthAdmin:
     def __init__(self, groups: GroupAdmin, audit: Audit) -> None:
-        self._fanout = groups  # its _on_all: every master at once, failures named
+        self._fanout = groups  # on_masters: every master at once, failures named
         self._audit = audit
 
     async def change(
@@ -32,21 +32,18 @@ class AuthAdmin:
         if not access_key:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, "access_key: required")
         request = storage_pb.ChangeAuthRequest(operation=operation, user=user, acl=acl)
-        await self._fanout._on_all(
-            await self._fanout._targets([], ""),
-            "ChangeAuth",
-            lambda stub, t: stub.ChangeAuth(request, timeout=t),
+        await self._fanout.on_masters(
+            "ChangeAuth", lambda stub, t: stub.ChangeAuth(request, timeout=t)
         )
         resource = f"User:{access_key}"
         self._audit.changed(CALLER.get(), operation, resource, peer_address(context.peer()))
         return storage_pb.ChangeAuthResponse()
 
     async def state(self) -> storage_pb.GetAuthResponse:
-        targets = await self._fanout._targets([], "")
-        answers = await self._fanout._on_all(
-            targets[:1],
-            "GetAuth",
-            lambda stub, t: stub.GetAuth(storage_pb.GetAuthRequest(), timeout=t),
+        """The users and ACLs of the first master (every master holds the same)."""
+        request = storage_pb.GetAuthRequest()
+        answers = await self._fanout.on_masters(
+            "GetAuth", lambda stub, t: stub.GetAuth(request, timeout=t), first_only=True
         )
         return answers[0]
 

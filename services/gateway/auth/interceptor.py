@@ -21,7 +21,7 @@ from services.gateway.auth.actions import ACTIONS, V2, Need
 from services.gateway.auth.admin import CALLER
 from services.gateway.auth.audit import Audit
 from services.gateway.auth.authority import Authority
-from tide.auth.model import User
+from tide.auth.model import User, UserType
 from tide.auth.signature import AuthenticationError
 from tide.rocketmq_v2 import definition_pb2 as v2
 from tide.rocketmq_v2 import service_pb2 as v2_service
@@ -75,7 +75,7 @@ class Gate:
     def authorize(self, user: User, request: Any, context: Context) -> None:
         if self._needs is None:  # not in the table: nobody but a super user
             needs: list[Need] = []
-            if user.user_type.value != "Super":
+            if user.user_type is not UserType.SUPER:
                 message = f"{self.method} is not in the gateway's action table"
                 self._refuse(context, "unknown_method", user.access_key, "", message)
                 raise Refused("unknown_method", grpc.StatusCode.PERMISSION_DENIED, message)
