@@ -98,8 +98,10 @@ def _telemetry(request: Any) -> list[Need]:
         return [(Action.PUB, topic(t.name)) for t in settings.publishing.topics]
     if settings.WhichOneof("pub_sub") == "subscription":
         subscription = settings.subscription
-        needs = [(Action.SUB, topic(e.topic.name)) for e in subscription.subscriptions]
-        return [*needs, (Action.SUB, group(subscription.group.name))]
+        needs: list[Need] = [(Action.SUB, topic(e.topic.name)) for e in subscription.subscriptions]
+        if subscription.group.name:
+            needs.append((Action.SUB, group(subscription.group.name)))
+        return needs
     return []
 
 
