@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests._cluster import Cluster
 from tests.auth.conftest import ADMIN
+from tests.cli.test_bench import tiny_workload
 from tide.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -81,3 +82,14 @@ def test_users_and_acls_from_the_cli(auth_cluster: Cluster, tmp_path: Path) -> N
     )
     ok(tide(auth_cluster, "user", "delete", "frank", env=env_admin))
     assert "frank" not in ok(tide(auth_cluster, "acl", "list", env=env_admin))
+
+
+def test_tide_bench_signs_its_calls(auth_cluster: Cluster, tmp_path: Path) -> None:
+    workload = tiny_workload(tmp_path)
+    args = ("bench", "run", workload, "--set", "consumers_per_topic=0", "--set", "topics=1",
+            "--set", "warmup_s=0", "--set", "duration_s=1", "--json")  # fmt: skip
+    env_admin = {"TIDE_ACCESS_KEY": ADMIN.access_key, "TIDE_SECRET_KEY": ADMIN.secret_key}
+    report = json.loads(ok(tide(auth_cluster, *args, env=env_admin)))
+    assert report["totals"]["published"] > 0 and report["errors"] == 0
+    refused = tide(auth_cluster, *args)
+    assert refused.returncode != 0

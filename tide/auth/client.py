@@ -84,3 +84,47 @@ def signed_channel(channel: grpc.Channel, credentials: Credentials | None) -> gr
     if credentials is None:
         return channel
     return grpc.intercept_channel(channel, SigningInterceptor(credentials))
+
+
+def _signed_details(details: Any, credentials: Credentials) -> Any:
+    metadata = grpc.aio.Metadata(*(details.metadata or ()))
+    for key, value in credentials.metadata():
+        metadata.add(key, value)
+    return grpc.aio.ClientCallDetails(
+        details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+    )
+
+
+class _AioUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_signed_details(details, self._credentials), request)
+
+
+class _AioUnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_signed_details(details, self._credentials), request)
+
+
+class _AioStreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[type-arg]
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return await continuation(_signed_details(details, self._credentials), requests)
+
+
+def aio_signing_interceptors(credentials: Credentials | None) -> list[Any]:
+    """Interceptors signing every call of an asyncio channel (none without credentials)."""
+    if credentials is None:
+        return []
+    return [
+        _AioUnaryUnary(credentials),
+        _AioUnaryStream(credentials),
+        _AioStreamStream(credentials),
+    ]

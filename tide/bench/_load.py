@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from tide.auth.client import Credentials, aio_signing_interceptors
 from tide.bench._stats import Latency
 from tide.bench._workload import STAMP_BYTES, Workload
 from tide.format import body_length_pos
@@ -179,7 +180,12 @@ class LoadState:
 
 
 def open_channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    """Signing every call when TIDE_ACCESS_KEY / TIDE_SECRET_KEY are set (a gateway with
+    --auth-enabled; the CLI's --access-key / --secret-key-file set them)."""
+    interceptors = aio_signing_interceptors(Credentials.from_env())
+    return grpc.aio.insecure_channel(
+        target, options=CHANNEL_OPTIONS, interceptors=interceptors or None
+    )
 
 
 class Pacer:
