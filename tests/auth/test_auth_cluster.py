@@ -262,3 +262,23 @@ def test_each_produce_stream_request_is_authorized(users: Cluster) -> None:
     assert error.code() is grpc.StatusCode.PERMISSION_DENIED
     assert "Pub on Topic:orders2" in (error.details() or "")
     assert len(answers) <= 1  # the granted first request may have been answered
+
+
+def test_tide_client_signs_with_credentials(users: Cluster) -> None:
+    from tide.client import Admin, PermissionDenied, Unauthenticated
+
+    with Admin(users.gateway.listen, credentials=ADMIN) as admin:
+        assert "alice" in {u.access_key for u in admin.list_users()}
+        assert admin.list_acls("alice")["alice"]
+    with (
+        Admin(users.gateway.listen, credentials=ALICE) as alice,
+        pytest.raises(PermissionDenied, match="Create on Topic:by-client"),
+    ):
+        alice.create_topic("by-client")
+    stranger = Credentials("alice", "not-the-secret-key")
+    with (
+        Admin(users.gateway.listen, credentials=stranger) as admin,
+        pytest.raises(Unauthenticated, match="signature does not match") as caught,
+    ):
+        admin.list_users()
+    assert stranger.secret_key not in str(caught.value)

@@ -27,9 +27,11 @@ from tide.client._errors import (
     InvalidArgument,
     NotFound,
     OutOfRange,
+    PermissionDenied,
     ResourceExhausted,
     TideError,
     TopicNotFound,
+    Unauthenticated,
     Unavailable,
 )
 from tide.client._idempotent import IdempotentProducer, IdempotentSend
@@ -72,6 +74,7 @@ __all__ = [
     "MessageQueue",
     "NotFound",
     "OutOfRange",
+    "PermissionDenied",
     "PolicyEntry",
     "PopMessage",
     "Producer",
@@ -92,6 +95,7 @@ __all__ = [
     "TopicNotFound",
     "TransactionOutcome",
     "TransactionResolution",
+    "Unauthenticated",
     "Unavailable",
     "UserInfo",
     "allocate_averagely",
