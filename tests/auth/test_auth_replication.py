@@ -1,5 +1,7 @@
 """Users and ACLs reach the slaves with the metadata sync (config/users.json and
-config/acl.json, mode 0600), and a slave refuses changes (they go to the master)."""
+config/acl.json, mode 0600), and a slave refuses changes (they go to the master). Every
+service runs with the cluster secret: registration, replication (a bidirectional
+stream), metadata sync, dispatch tails and the gateway's calls all carry it."""
 
 from __future__ import annotations
 
@@ -18,20 +20,37 @@ from tide.waiting import wait_until
 
 
 def test_users_and_acls_are_copied_to_slaves(tmp_path: Path) -> None:
+    secret_file = tmp_path / "cluster.secret"
+    secret_file.write_text("replication-cluster-secret-0123")
+    secret = ["--cluster-secret-file", str(secret_file)]
     with Cluster(
         tmp_path / "cluster",
         brokers=1,
         replicas=2,
+        nameserver_args=secret,
+        dispatch_args=secret,
         storage_args=[
+            *secret,
             "--auth-init-user-file",
             str(init_user_file(tmp_path)),
             "--metadata-sync-interval-ms",
             "200",
         ],
-        gateway_args=["--auth-enabled", "--auth-refresh-interval-ms", "200"],
+        gateway_args=[*secret, "--auth-enabled", "--auth-refresh-interval-ms", "200"],
     ) as cluster:
         admin = stub_as(cluster, ADMIN)
         wait_until(lambda: _ok(lambda: admin.ListUsers(pb.ListUsersRequest(), timeout=5)), "admin")
+        admin.CreateTopic(pb.CreateTopicRequest(topic="replicated"), timeout=30)
+        produce = pb.ProduceRequest(messages=[pb.ProduceMessage(topic="replicated", body=b"x")])
+        admin.Produce(produce, timeout=10)
+        slave_storage = cluster.brokers[0].slaves[0].storage
+        wait_until(  # the slave replicated the commitlog (its stub sends the secret)
+            lambda: (
+                slave_storage.stub.GetStatus(storage_pb.GetStatusRequest(), timeout=10).max_offset
+                > 0
+            ),
+            "the slave's copy of the commitlog",
+        )
         user = storage_pb.AuthUser(access_key="grace", secret_key="grace-secret-123")
         admin.CreateUser(pb.UserRequest(user=user), timeout=10)
         entry = storage_pb.AuthPolicyEntry(resource="Topic:g-*", actions=["Pub"])
