@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests._cluster import Cluster
@@ -95,3 +96,17 @@ def test_v2_refusals_are_in_band(
     assert credentials.secret_key not in reply.status.message
     if code == v2.FORBIDDEN:
         assert "Topic:logs-secret" in reply.status.message
+
+
+def test_a_telemetry_stream_publishing_to_a_denied_topic_ends(
+    users: Cluster,  # noqa: F811
+) -> None:
+    stub = v2_grpc.MessagingServiceStub(users.gateway.channel)
+    settings = v2.Settings(publishing=v2.Publishing(topics=[v2.Resource(name="logs-secret")]))
+    commands = iter([v2_service.TelemetryCommand(settings=settings)])
+    with pytest.raises(grpc.RpcError) as caught:
+        for _ in stub.Telemetry(commands, metadata=ALICE.metadata(), timeout=10):
+            pass
+    error = caught.value
+    assert error.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert "Pub on Topic:logs-secret" in (error.details() or "")

@@ -204,21 +204,38 @@ def _unary_stream(behaviour: Any, gate: Gate, in_band: InBand) -> Any:
     return wrapped
 
 
-async def _authorized(
-    requests: AsyncIterator[Any], user: User, gate: Gate, context: Context
-) -> AsyncIterator[Any]:
-    async for request in requests:
-        try:
-            gate.authorize(user, request, context)
-        except Refused as refused:
-            raise ServiceError(refused.code, refused.message) from None
-        yield request
+class _Checked:
+    """A stream's requests, each authorized as it comes. A refused one ends the reading
+    (ServiceError) and is remembered: a handler that reads in a task of its own (the v2
+    Telemetry) swallows that error, so the call is ended with it once the handler is done."""
+
+    def __init__(self, requests: AsyncIterator[Any], user: User, gate: Gate, context: Context):
+        self._requests = requests
+        self._user = user
+        self._gate = gate
+        self._context = context
+        self.refused: Refused | None = None
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for request in self._requests:
+            try:
+                self._gate.authorize(self._user, request, self._context)
+            except Refused as refused:
+                self.refused = refused
+                raise ServiceError(refused.code, refused.message) from None
+            yield request
+
+    async def end_if_refused(self) -> None:
+        if self.refused is not None:
+            await self._context.abort(self.refused.code, self.refused.message)
 
 
 def _stream_unary(behaviour: Any, gate: Gate) -> Any:
     async def wrapped(requests: AsyncIterator[Any], context: Context) -> Any:
-        user = await _caller(gate, context)
-        return await behaviour(_authorized(requests, user, gate, context), context)
+        checked = _Checked(requests, await _caller(gate, context), gate, context)
+        result = await behaviour(checked.__aiter__(), context)
+        await checked.end_if_refused()
+        return result
 
     return wrapped
 
@@ -228,9 +245,10 @@ def _stream_stream(behaviour: Any, gate: Gate) -> Any:
         return _stream_unary(behaviour, gate)  # answers with context.write: same shape
 
     async def wrapped(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
-        user = await _caller(gate, context)
-        async for response in behaviour(_authorized(requests, user, gate, context), context):
+        checked = _Checked(requests, await _caller(gate, context), gate, context)
+        async for response in behaviour(checked.__aiter__(), context):
             yield response
+        await checked.end_if_refused()
 
     return wrapped
 
