@@ -211,6 +211,7 @@ class Cluster:
         master_role: str = "ASYNC_MASTER",
         dispatch_args: Sequence[str] = (),
         tls: TlsFiles | None = None,
+        nameserver_args: Sequence[str] = (),
     ) -> None:
         if not 1 <= brokers <= MAX_BROKERS or not 1 <= nameservers <= 8:
             raise ValueError(f"brokers in 1..{MAX_BROKERS}, nameservers in 1..8")
@@ -228,7 +229,7 @@ class Cluster:
         self._gateway_args = (*gateway_args, *tls_args)
         self._storage_args = (*storage_args, *tls_args)
         self._dispatch_args = (*dispatch_args, *tls_args)
-        self._nameserver_args = tls_args
+        self._nameserver_args = (*nameserver_args, *tls_args)
         self._nameserver_launcher = NameServerLauncher(root / "nameservers")
         self._storage_launcher = StorageLauncher(root / "storage")
         self._dispatch_launcher = DispatchLauncher(root / "dispatch")

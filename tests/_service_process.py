@@ -136,7 +136,9 @@ class ServiceProcess(Generic[StubT]):
             pytest.fail(str(exc))
         assert self.ready["pid"] == self.proc.pid, self.ready
         self.listen = str(self.ready["listen"])
-        self._channel = grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS)
+        self._channel = _with_cluster_secret(
+            grpc.insecure_channel(self.listen, options=CHANNEL_OPTIONS), self.args
+        )
         self._stub = self.make_stub(self._channel)
 
     def use_tls(self, files: TlsFiles) -> None:
@@ -182,3 +184,29 @@ class ServiceProcess(Generic[StubT]):
             self.proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=EXIT_TIMEOUT_S)
+
+
+class _Metadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    """Adds fixed metadata (the cluster secret) to the test's own calls."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    def _details(self, details: Any) -> Any:
+        return details._replace(metadata=(*(details.metadata or ()), *self._metadata))
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+
+def _with_cluster_secret(channel: grpc.Channel, args: tuple[str, ...]) -> grpc.Channel:
+    """A storage, dispatch or name server started with --cluster-secret-file takes the
+    test's calls with the secret only (tide.server._cluster_secret): send it."""
+    if "--cluster-secret-file" not in args or "services.gateway" in args:
+        return channel
+    path = Path(args[args.index("--cluster-secret-file") + 1])
+    secret = path.read_text().strip()
+    return grpc.intercept_channel(channel, _Metadata((("x-tide-cluster-secret", secret),)))

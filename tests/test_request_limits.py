@@ -112,6 +112,8 @@ def _limit(field: FieldDescriptor, element: bool) -> int | None:
                 "topics": "TOPIC_MAX_BYTES",
                 "broker_names": "NAME_MAX_CHARS",
                 "tags": "TAG_MAX_CHARS",
+                "actions": "AUTH_WORD_MAX_CHARS",  # acl (issue 22)
+                "source_ips": "AUTH_WORD_MAX_CHARS",
             }[field.name]
         return LIMITS[name]
     name = FIELD_LIMITS[field.full_name]

@@ -107,6 +107,12 @@ DELAY_OFFSETS_MAX_BYTES = 64 * 1024
 # checked, at most --transaction-halves-max (100,000 by default, at most 1,000,000) of
 # about 20 bytes each.
 TRANSACTION_CHECKS_MAX_BYTES = 32 * 1024 * 1024
+# -- users and ACLs (acl, issue 22; docs/security-acl.md) ----------------------------------
+AUTH_KEY_MAX_CHARS = 256  # an access key (128 characters at most are accepted) or secret key
+AUTH_WORD_MAX_CHARS = 64  # an operation, user type, decision, action or source range (CIDR)
+AUTH_RESOURCE_MAX_CHARS = 300  # "Topic:" / "Group:" and a name (a topic is 255 bytes at most)
+AUTH_ENTRIES_MAX_COUNT = 1_000  # policy entries per user (tide.format's POLICY_ENTRIES_MAX)
+AUTH_LIST_MAX_COUNT = 64  # actions, or source address ranges, of one policy entry
 
 # Every named limit above (and the name rules') by name: the docs table lists each.
 LIMITS: dict[str, int] = {
@@ -147,6 +153,11 @@ LIMITS: dict[str, int] = {
     "METADATA_MAX_BYTES": METADATA_MAX_BYTES,
     "DELAY_OFFSETS_MAX_BYTES": DELAY_OFFSETS_MAX_BYTES,
     "TRANSACTION_CHECKS_MAX_BYTES": TRANSACTION_CHECKS_MAX_BYTES,
+    "AUTH_KEY_MAX_CHARS": AUTH_KEY_MAX_CHARS,
+    "AUTH_WORD_MAX_CHARS": AUTH_WORD_MAX_CHARS,
+    "AUTH_RESOURCE_MAX_CHARS": AUTH_RESOURCE_MAX_CHARS,
+    "AUTH_ENTRIES_MAX_COUNT": AUTH_ENTRIES_MAX_COUNT,
+    "AUTH_LIST_MAX_COUNT": AUTH_LIST_MAX_COUNT,
 }
 
 # A field bounded by a service option, checked by its handler (the option names it).
@@ -302,6 +313,18 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.BrokerQueueLockRequest.broker_name": "NAME_MAX_CHARS",
     "tide.v1.GetQueueLocksRequest.consumer_group": "CONSUMER_GROUP_MAX_CHARS",
     "tide.v1.GetQueueLocksRequest.topic": "TOPIC_MAX_BYTES",
+    # acl (issue 22)
+    "tide.v1.AuthUser.access_key": "AUTH_KEY_MAX_CHARS",
+    "tide.v1.AuthUser.secret_key": "AUTH_KEY_MAX_CHARS",
+    "tide.v1.AuthUser.user_type": "AUTH_WORD_MAX_CHARS",
+    "tide.v1.AuthAcl.access_key": "AUTH_KEY_MAX_CHARS",
+    "tide.v1.AuthAcl.entries": "AUTH_ENTRIES_MAX_COUNT",
+    "tide.v1.AuthPolicyEntry.resource": "AUTH_RESOURCE_MAX_CHARS",
+    "tide.v1.AuthPolicyEntry.actions": "AUTH_LIST_MAX_COUNT",
+    "tide.v1.AuthPolicyEntry.decision": "AUTH_WORD_MAX_CHARS",
+    "tide.v1.AuthPolicyEntry.source_ips": "AUTH_LIST_MAX_COUNT",
+    "tide.v1.ChangeAuthRequest.operation": "AUTH_WORD_MAX_CHARS",
+    "tide.v1.ListAclsRequest.access_key": "AUTH_KEY_MAX_CHARS",
 }
 
 # Streams that answer each request in-band (error_code, error_message) and go on: their
@@ -333,6 +356,8 @@ _ELEMENT_LIMITS: dict[str, str] = {
     "tide.v1.TopicConfig.attributes": "PROPERTIES_MAX_BYTES",
     "tide.v1.GroupConfig.attributes": "PROPERTIES_MAX_BYTES",
     "tide.v1.PopMessagesRequest.tags": "TAG_MAX_CHARS",
+    "tide.v1.AuthPolicyEntry.actions": "AUTH_WORD_MAX_CHARS",
+    "tide.v1.AuthPolicyEntry.source_ips": "AUTH_WORD_MAX_CHARS",
 }
 
 

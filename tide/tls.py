@@ -181,11 +181,17 @@ def internal_channel(
 ) -> grpc.aio.Channel:
     """A channel to another Tide service: TLS with this service's certificate when the
     cluster TLS is set, plaintext otherwise."""
+    # Imported here: tide.server imports this module at start-up.
+    from tide.server._cluster_secret import cluster_channel_interceptors
+
     opts = list(options) if options is not None else None
+    # The cluster secret (tide.server._cluster_secret) rides every internal link, with
+    # or without TLS: storage, dispatch and name server refuse calls without it.
+    chain = [*(interceptors or ()), *cluster_channel_interceptors()] or None
     if _internal is None:
-        return grpc.aio.insecure_channel(target, options=opts, interceptors=interceptors)
+        return grpc.aio.insecure_channel(target, options=opts, interceptors=chain)
     return grpc.aio.secure_channel(
-        target, channel_credentials(_internal), options=opts, interceptors=interceptors
+        target, channel_credentials(_internal), options=opts, interceptors=chain
     )
 
 

@@ -86,6 +86,12 @@ class GroupAdmin:
         )
         return storage_pb.DeleteGroupResponse(existed=any(a.existed for a in answers))
 
+    async def on_masters(self, what: str, call: Call[_T], *, first_only: bool = False) -> list[_T]:
+        """``call`` on every master broker (or the first by name), as a change to every
+        group config goes (the users and ACLs use it too: services/gateway/auth/admin.py)."""
+        targets = await self._targets([], "")
+        return await self._on_all(targets[:1] if first_only else targets, what, call)
+
     async def _on_all(self, targets: list[Member], what: str, call: Call[_T]) -> list[_T]:
         """``call`` on every target at once, answers in the targets' order. A failure
         fails the whole call, naming the brokers where it was done (run it again: every

@@ -188,6 +188,30 @@ OPTIONS: tuple[Option, ...] = (
         "CreateTopic and DeleteTopic wait this long for the name servers' route to show the change",
         unit="ms",
     ),
+    # acl (issue 22; docs/security-acl.md)
+    Option(
+        "auth_enabled",
+        bool,
+        False,
+        "every call must be signed by a known user and allowed by its ACL "
+        "(health and reflection stay open)",
+    ),
+    Option(
+        "auth_max_skew_ms",
+        int,
+        900_000,
+        "a signature's x-mq-date-time may differ this much from the gateway's clock "
+        "(older: UNAUTHENTICATED, a replay window bound)",
+        unit="ms",
+    ),
+    Option(
+        "auth_refresh_interval_ms",
+        int,
+        2_000,
+        "how often users and ACLs are fetched again from the storages (changes are "
+        "effective within this)",
+        unit="ms",
+    ),
 )
 
 
@@ -218,6 +242,9 @@ class GatewayConfig:
     namesrv_timeout_s: float
     topic_create_wait_s: float
     topic_message_type_check: bool = True
+    auth_enabled: bool = False
+    auth_max_skew_s: float = 900.0
+    auth_refresh_interval_s: float = 2.0
 
 
 def split_addresses(text: str) -> tuple[str, ...]:
@@ -263,6 +290,8 @@ def check_config(config: Config) -> str | None:
         "broker_timeout_ms": (10, 600_000),
         "namesrv_timeout_ms": (10, 600_000),
         "topic_create_wait_ms": (0, 600_000),
+        "auth_max_skew_ms": (1_000, 86_400_000),
+        "auth_refresh_interval_ms": (100, 600_000),
     }
     return config.int_out_of_range(ranges)
 
@@ -292,4 +321,7 @@ def gateway_config(config: Config) -> GatewayConfig:
         namesrv_timeout_s=config.get_int("namesrv_timeout_ms") / 1000,
         topic_create_wait_s=config.get_int("topic_create_wait_ms") / 1000,
         topic_message_type_check=config.get_bool("topic_message_type_check"),
+        auth_enabled=config.get_bool("auth_enabled"),
+        auth_max_skew_s=config.get_int("auth_max_skew_ms") / 1000,
+        auth_refresh_interval_s=config.get_int("auth_refresh_interval_ms") / 1000,
     )

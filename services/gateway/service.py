@@ -12,6 +12,11 @@ import sys
 import grpc
 
 from services.gateway.admin import Admin
+from services.gateway.auth.admin import AuthAdmin
+from services.gateway.auth.audit import Audit
+from services.gateway.auth.authority import Authority
+from services.gateway.auth.cache import AuthCache
+from services.gateway.auth.interceptor import AuthInterceptor
 from services.gateway.brokers import BrokerChannels
 from services.gateway.consumers import Consumers
 from services.gateway.fault import LatencyFaultTolerance
@@ -49,6 +54,8 @@ class GatewayService:
     # The front door: with TLS on, clients need no certificate here (they authenticate by
     # signature); storage, dispatch and name servers require one (docs/security.md).
     public_port = True
+    # The public front door: users' signatures (--auth-enabled), not the cluster secret.
+    public = True
 
     def __init__(self, config: GatewayConfig) -> None:
         self._config = config
@@ -124,6 +131,17 @@ class GatewayService:
             consumers,
             pop=pop,
         )
+        # Users and ACLs (issue 22): managed always; enforced with --auth-enabled.
+        self._audit = Audit()
+        auth_admin = AuthAdmin(admin.groups, self._audit)
+        self._servicer._auth_admin = auth_admin
+        self._authority = Authority(config.auth_max_skew_s)
+        self._auth_cache = AuthCache(
+            self._authority, auth_admin.state, config.auth_refresh_interval_s
+        )
+        self.interceptors = (
+            [AuthInterceptor(self._authority, self._audit)] if config.auth_enabled else []
+        )
         # Wraps some handlers.
         self._metrics = GatewayMetrics(
             self._servicer,
@@ -152,6 +170,10 @@ class GatewayService:
         self._routes.start()
         self._held.start()
         self._metrics.start()
+        if self._config.auth_enabled:
+            self._audit.register_metric()
+            self._auth_cache.start()
+            log.info("authentication and authorization on (docs/security-acl.md)")
         log.info("name servers: %s", ";".join(self._config.namesrv))
 
     def drain(self) -> None:
@@ -160,6 +182,7 @@ class GatewayService:
         self._v2.drain()  # and the v2 clients' Telemetry streams
 
     async def stop(self) -> None:
+        await self._auth_cache.stop()
         await self._metrics.stop()
         await self._held.stop()
         await self._routes.stop()

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from services.gateway.admin import Admin
+from services.gateway.auth.admin import AuthAdminRpcs
 from services.gateway.consumers import Consumers
 from services.gateway.pop import PopConsumers
 from services.gateway.produce import Producer
@@ -28,7 +29,7 @@ from tide.v1 import storage_pb2 as storage_pb
 Context = grpc.aio.ServicerContext[object, object]
 
 
-class GatewayServicer(pb_grpc.GatewayServicer):
+class GatewayServicer(AuthAdminRpcs, pb_grpc.GatewayServicer):
     def __init__(
         self,
         producer: Producer,

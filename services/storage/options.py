@@ -297,6 +297,14 @@ OPTIONS: tuple[Option, ...] = (
         f"{MIN_SYNC_INTERVAL_MS}..{MAX_SYNC_INTERVAL_MS}",
         unit="ms",
     ),
+    # acl (issue 22; docs/security-acl.md)
+    Option(
+        "auth_init_user_file",
+        str,
+        None,
+        'a JSON file {"username": ..., "password": ...}: created as a super user when this '
+        "master has no users yet (the first admin; tide up --auth writes one)",
+    ),
 )
 
 MAX_HA_BATCH_BYTES = 4 * MIB

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from pathlib import Path
 
 import grpc
 
+from services.storage import auth_rpc
 from services.storage.engine.consumer_expiry import ConsumerExpiryScan
 from services.storage.engine.consumer_manager import ConsumerManager
 from services.storage.engine.message_store import MessageStore
@@ -68,6 +70,18 @@ class StorageService:
         if self._registrar is not None:
             self._registrar.begin_stop()  # routes go away while in-flight calls finish
 
+    def _init_user(self, store: MessageStore, role: BrokerRole) -> None:
+        """The first super user (--auth-init-user-file) on a master without users."""
+        path = self._config.get_optional_str("auth_init_user_file")
+        if not path or role is BrokerRole.SLAVE:
+            return
+        try:
+            if auth_rpc.init_user(store.auth, Path(path)):
+                log.info("created the first (super) user from --auth-init-user-file")
+        except Exception:
+            store.close()  # a failed start releases what it opened
+            raise
+
     async def start(self, endpoint: str) -> None:
         store_host = advertised_host(self._config, endpoint)
         settings = replication_settings(self._config)
@@ -78,6 +92,7 @@ class StorageService:
             )
         store = MessageStore(store_cfg)
         await asyncio.to_thread(store.open)  # recovery can take a while; health says so
+        self._init_user(store, settings.role)
         self._replication = Replication(store, settings)
         self._servicer.replication = self._replication
         self._store = store

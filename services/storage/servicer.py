@@ -17,7 +17,7 @@ from typing import NoReturn
 import grpc
 from opentelemetry import trace
 
-from services.storage import convert, span_read
+from services.storage import auth_rpc, convert, span_read
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -669,6 +669,20 @@ class StorageServicer(pb_grpc.StorageServicer):
         return pb.GetMetadataResponse(
             files=[pb.MetadataFile(name=name, content=content) for name, content in files]
         )
+
+    # -- users and ACLs (issue 22): services/storage/auth_rpc.py ----------------------
+    async def GetAuth(
+        self, request: pb.GetAuthRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetAuthResponse:
+        return auth_rpc.get_auth(self._store().auth)
+
+    async def ChangeAuth(
+        self, request: pb.ChangeAuthRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ChangeAuthResponse:
+        self._check_master("change users and ACLs on the master (tide user / tide acl)")
+        store = self._store()
+        await asyncio.to_thread(auth_rpc.change_auth, store.auth, request)
+        return pb.ChangeAuthResponse()
 
     # -- consumer group configs -----------------------------------------------------
     def _check_group_change(self) -> None:

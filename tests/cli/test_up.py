@@ -339,3 +339,51 @@ def test_replica_ports_and_stores_follow_the_documented_scheme() -> None:
 def test_up_refuses_bad_replica_options(argv: tuple[str, ...], problem: str) -> None:
     found = _check_args(parse_up(*argv))
     assert found is not None and problem in found
+
+
+def test_up_with_auth_prints_the_admin_and_refuses_strangers(tmp_path: Path) -> None:
+    root = tmp_path / "tide"
+    stderr_path = tmp_path / "up.stderr"
+    with running_up(up_command(root, *ANY_PORT, "--auth"), stderr_path) as proc:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(3)]
+        assert "admin (super) user" in banner[0], banner
+        assert "TIDE_ACCESS_KEY=admin" in banner[1]
+        endpoints = read_endpoints(proc, stderr_path)
+        secret_path = root / "auth" / "admin.secret"
+        assert str(secret_path) in banner[1]
+        assert (secret_path.stat().st_mode & 0o777) == 0o600
+        with grpc.insecure_channel(endpoints["storage"]) as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                pb_grpc.StorageStub(channel).GetStatus(pb.GetStatusRequest(), timeout=RPC_TIMEOUT_S)
+            assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
+        cli = [sys.executable, "-m", "tide.cli"]
+        gateway = ["--gateway", endpoints["gateway"]]
+        unsigned = subprocess.run(
+            [*cli, "topic", "create", "UpAuth", *gateway],
+            env=env,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert unsigned.returncode == 1 and "UNAUTHENTICATED" in unsigned.stderr.upper()
+        env |= {"TIDE_ACCESS_KEY": "admin", "TIDE_SECRET_KEY": secret_path.read_text()}
+        wait_until(
+            lambda: (
+                subprocess.run(
+                    [*cli, "topic", "create", "UpAuth", *gateway],
+                    env=env,
+                    check=False,
+                    capture_output=True,
+                    timeout=120,
+                ).returncode
+                == 0
+            ),
+            "the admin's topic (once the gateway fetched the users)",
+            timeout_s=START_TIMEOUT_S,
+        )
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, stderr_path.read_text()
+    assert secret_path.read_text() not in stderr_path.read_text()

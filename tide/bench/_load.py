@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from tide.auth.client import Credentials, aio_signing_interceptors
 from tide.bench._stats import Latency
 from tide.bench._workload import STAMP_BYTES, Workload
 from tide.client._rpc import ClientTls, tls_credentials
@@ -180,11 +181,16 @@ class LoadState:
 
 
 def open_channel(target: str, tls: ClientTls = False) -> grpc.aio.Channel:
-    """A channel to the gateway: plaintext, or TLS as tide.client's ``tls=`` says."""
+    """A channel to the gateway: plaintext, or TLS as tide.client's ``tls=`` says; signing
+    every call when TIDE_ACCESS_KEY / TIDE_SECRET_KEY are set (a gateway with
+    --auth-enabled; the CLI's --access-key / --secret-key-file set them)."""
     credentials = tls_credentials(tls)
+    interceptors = aio_signing_interceptors(Credentials.from_env()) or None
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-    return grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)
+    return grpc.aio.secure_channel(
+        target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors
+    )
 
 
 class Pacer:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tide.cli import (
+    _auth,
     _bench,
     _cluster,
     _consume,
@@ -56,6 +57,7 @@ _COMMAND_MODULES: tuple[CommandModule, ...] = (
     _dlq,
     _transactions,
     _bench,
+    _auth,
 )
 
 

@@ -7,8 +7,17 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from tide.client import DEFAULT_GATEWAY, ClientTls, TideError, TlsFiles, Unavailable
+from tide.auth.client import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from tide.client import (
+    DEFAULT_GATEWAY,
+    ClientTls,
+    InvalidArgument,
+    TideError,
+    TlsFiles,
+    Unavailable,
+)
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -43,6 +52,16 @@ def gateway_parent() -> argparse.ArgumentParser:
         help=f"the gateway (default: ${GATEWAY_ENV} or {DEFAULT_GATEWAY})",
     )
     parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parent.add_argument(
+        "--access-key",
+        default=os.environ.get(ACCESS_KEY_ENV, ""),
+        help=f"sign calls as this user (a gateway with --auth-enabled; default ${ACCESS_KEY_ENV})",
+    )
+    parent.add_argument(
+        "--secret-key-file",
+        metavar="FILE",
+        help=f"the user's secret key (default ${SECRET_KEY_ENV}; never a flag: ps shows flags)",
+    )
     add_tls_arguments(parent)
     return parent
 
@@ -74,12 +93,27 @@ def client_tls(args: argparse.Namespace) -> ClientTls:
     return bool(args.tls)
 
 
+def apply_credentials(args: argparse.Namespace) -> None:
+    """--access-key / --secret-key-file into the environment every client of this
+    process reads (tide.client's Connection signs with TIDE_ACCESS_KEY/TIDE_SECRET_KEY)."""
+    access_key = getattr(args, "access_key", "")
+    secret_file = getattr(args, "secret_key_file", None)
+    if access_key:
+        os.environ[ACCESS_KEY_ENV] = access_key
+    if secret_file:
+        try:
+            os.environ[SECRET_KEY_ENV] = Path(secret_file).read_text().strip()
+        except OSError as exc:
+            raise InvalidArgument(f"--secret-key-file {secret_file}: {exc.strerror}") from None
+
+
 def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Run a command handler: a TideError is printed on one line (exit 1), Ctrl-C exits 130."""
 
     def run(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         try:
+            apply_credentials(args)
             return handler(args)
         except TideError as exc:
             hint = ""

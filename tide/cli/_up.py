@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from tide.cli import _up_auth
 from tide.spawn import NotReadyError, WaitCancelled, spawn, wait_ready
 from tide.tls import TlsFiles
 
@@ -151,6 +152,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        help="authentication and ACLs on, with a generated admin user and cluster secret "
+        "(kept under STORE_DIR/auth; docs/security-acl.md)",
     )
     parser.set_defaults(handler=run)
 
@@ -318,12 +325,16 @@ def run(args: argparse.Namespace) -> int:
     tls = _make_certificates(args) if args.tls else None
     for child in children:
         child.command += _tls_flags(tls)
+    root = Path(args.store_dir).resolve()
+    admin_secret = _up_auth.add_flags(children, root) if args.auth else None
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if not _start_all(children, stop):
             return 1
-        _print_endpoints(children, Path(args.store_dir).resolve(), tls)
+        if admin_secret is not None:
+            _up_auth.print_admin(admin_secret)
+        _print_endpoints(children, root, tls)
         return _watch(children, stop)
     finally:
         _stop_all(children)

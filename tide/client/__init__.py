@@ -16,8 +16,10 @@ with PushConsumer("my-group", "TopicTest", "*", handle, consume_from="first"):
 See docs/client.md.
 """
 
+from tide.auth.client import Credentials
 from tide.client._admin import Admin, Recalled
 from tide.client._allocate import allocate_averagely
+from tide.client._auth_admin import PolicyEntry, UserInfo
 from tide.client._errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -25,9 +27,11 @@ from tide.client._errors import (
     InvalidArgument,
     NotFound,
     OutOfRange,
+    PermissionDenied,
     ResourceExhausted,
     TideError,
     TopicNotFound,
+    Unauthenticated,
     Unavailable,
 )
 from tide.client._idempotent import IdempotentProducer, IdempotentSend
@@ -60,6 +64,7 @@ __all__ = [
     "ClientTls",
     "ConsumeFrom",
     "ConsumeResult",
+    "Credentials",
     "DeadlineExceeded",
     "FailedPrecondition",
     "GroupLag",
@@ -71,6 +76,8 @@ __all__ = [
     "MessageQueue",
     "NotFound",
     "OutOfRange",
+    "PermissionDenied",
+    "PolicyEntry",
     "PopMessage",
     "Producer",
     "PullConsumer",
@@ -91,6 +98,8 @@ __all__ = [
     "TopicNotFound",
     "TransactionOutcome",
     "TransactionResolution",
+    "Unauthenticated",
     "Unavailable",
+    "UserInfo",
     "allocate_averagely",
 ]

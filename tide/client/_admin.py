@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, NamedTuple
 
+from tide.auth.client import Credentials
+from tide.client._auth_admin import AuthAdmin
 from tide.client._convert import (
     check_group,
     check_topic,
@@ -40,7 +42,7 @@ class Recalled(NamedTuple):
     deliver_at_ms: int
 
 
-class Admin:
+class Admin(AuthAdmin):
     """Create, delete and list topics and group configs; read routes, the cluster and
     group members.
 
@@ -55,8 +57,15 @@ class Admin:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
     ) -> None:
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+        self._connection = Connection(
+            gateway,
+            rpc_timeout_ms=rpc_timeout_ms,
+            retry=retry,
+            tls=tls,
+            credentials=credentials,
+        )
 
     def create_topic(
         self,

@@ -59,7 +59,18 @@ class AlreadyExists(TideError):
     older than the broker's window, so its results are no longer known."""
 
 
+class Unauthenticated(TideError):
+    """The gateway (--auth-enabled) could not authenticate the call: no or a bad signature,
+    an unknown or disabled user, a clock off by more than the skew (docs/security-acl.md)."""
+
+
+class PermissionDenied(TideError):
+    """The user's ACL does not allow the call; the message names the action and resource."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[TideError]] = {
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,

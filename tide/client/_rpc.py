@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from tide.auth.client import Credentials, signed_channel
 from tide.client._errors import InvalidArgument, Unavailable, error_from_rpc
 from tide.tls import TlsError, TlsFiles, channel_credentials
 from tide.v1 import gateway_pb2_grpc
@@ -92,7 +93,10 @@ class Connection:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
     ) -> None:
+        """``credentials``: sign every call (a gateway with --auth-enabled); by default
+        TIDE_ACCESS_KEY / TIDE_SECRET_KEY when both are set."""
         if not gateway or ":" not in gateway:
             raise InvalidArgument(f"gateway {gateway!r} is not HOST:PORT")
         if rpc_timeout_ms <= 0:
@@ -102,7 +106,10 @@ class Connection:
         self.retry = retry or RetryPolicy()
         self._closed = threading.Event()
         self._local = threading.local()
-        self._channel = open_channel(gateway, tls)
+        self._raw_channel = open_channel(gateway, tls)
+        self._channel = signed_channel(
+            self._raw_channel, credentials if credentials is not None else Credentials.from_env()
+        )
         self.stub = gateway_pb2_grpc.GatewayStub(self._channel)
 
     @property

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 
+from tide.auth.client import Credentials
 from tide.client._convert import check_group, check_topic, from_stored_message
 from tide.client._errors import FailedPrecondition, InvalidArgument, TideError, Unavailable
 from tide.client._rpc import (
@@ -80,6 +81,7 @@ class SimpleConsumer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
     ) -> None:
         check_group(group)
         check_topic(topic)
@@ -89,7 +91,13 @@ class SimpleConsumer:
             )
         self.group, self.topic, self.expression = group, topic, expression
         self._await_ms = await_duration_ms
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+        self._connection = Connection(
+            gateway,
+            rpc_timeout_ms=rpc_timeout_ms,
+            retry=retry,
+            tls=tls,
+            credentials=credentials,
+        )
 
     def __enter__(self) -> SimpleConsumer:
         return self

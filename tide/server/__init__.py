@@ -22,6 +22,7 @@ from tide.server._bootstrap import (
     write_ready_file,
 )
 from tide.server._byte_budget import ByteBudget
+from tide.server._cluster_secret import cluster_channel_interceptors
 from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
 from tide.server._interceptor import ServiceError
 from tide.server._logging import configure_logging
@@ -50,6 +51,7 @@ __all__ = [
     "StreamSlots",
     "Telemetry",
     "TelemetryError",
+    "cluster_channel_interceptors",
     "configure_logging",
     "configure_telemetry",
     "load_config",

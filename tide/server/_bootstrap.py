@@ -29,6 +29,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from tide.server._cluster_secret import (
+    SECRET,
+    ClusterSecretError,
+    ClusterSecretInterceptor,
+    load_cluster_secret,
+)
 from tide.server._config import Config
 from tide.server._gc import tune_gc_for_serving
 from tide.server._health import NOT_SERVING, SERVING, HealthServicer
@@ -147,9 +153,12 @@ async def serve(
     readiness = Readiness(service.name, served_names(service)[1:])
     rpc_metrics = RpcMetrics(short_service_name(service.name))
     options = [*SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
-    server = grpc.aio.server(
-        interceptors=[ErrorInterceptor(readiness, rpc_metrics)], options=options
-    )
+    # A service's own interceptors (the gateway's authentication) run inside the error
+    # interceptor, so their refusals are counted and reported like any error.
+    interceptors = [ErrorInterceptor(readiness, rpc_metrics), *service_interceptors(service)]
+    if SECRET.value is not None and not getattr(service, "public", False):
+        interceptors.insert(0, ClusterSecretInterceptor())  # before anything else runs
+    server = grpc.aio.server(interceptors=interceptors, options=options)
     health_servicer = await _add_services(server, service)
     endpoint = _bind(server, host, port, _credentials(service, tls))
     stop = stop_event if stop_event is not None else asyncio.Event()
@@ -170,6 +179,11 @@ async def serve(
             await stop.wait()
         finally:
             await _shutdown(server, service, health_servicer, readiness, shutdown_grace_s)
+
+
+def service_interceptors(service: Service) -> list[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
+    """The interceptors a service asks for (an optional ``interceptors`` attribute)."""
+    return list(getattr(service, "interceptors", ()))
 
 
 async def _start_unless_stopped(service: Service, endpoint: str, stop: asyncio.Event) -> bool:
@@ -206,8 +220,9 @@ def run_service(
         parse_listen(listen)
         tls = tls_from_config(config)
         set_internal_tls(tls.files if tls is not None else None)
+        load_cluster_secret(config.get_optional_str("cluster_secret_file"))
         telemetry = telemetry_from_config(config)
-    except (ListenError, TelemetryError, TlsError) as exc:
+    except (ListenError, TelemetryError, TlsError, ClusterSecretError) as exc:
         _log.error("%s", exc)
         raise SystemExit(2) from exc
     if telemetry.metrics_endpoint:

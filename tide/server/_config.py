@@ -387,5 +387,13 @@ COMMON_OPTIONS: tuple[Option, ...] = (
         "how often, at most, new connections check the TLS files for a new certificate",
         unit="ms",
     ),
+    Option(
+        "cluster_secret_file",
+        str,
+        None,
+        "a file holding the secret every service of the cluster shares (16..1024 printable "
+        "characters): sent on the channels between services; storage, dispatch and name "
+        "server refuse calls without it (health and reflection stay open); unset means off",
+    ),
     Option("config", str, None, "a .toml or .json file whose keys are option names (snake_case)"),
 )

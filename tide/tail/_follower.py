@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -133,9 +133,12 @@ def parse_tail_chunk(raw: bytes) -> TailChunkView:
     return TailChunkView(offset, data, max_offset, raw, start)
 
 
-def insecure_channel(target: str) -> grpc.aio.Channel:
+def insecure_channel(target: str, interceptors: Sequence[Any] = ()) -> grpc.aio.Channel:
     """The default channel factory: plaintext, with :data:`CHANNEL_OPTIONS`."""
-    return grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
+    # interceptors: a service's (the cluster secret, tide.server).
+    return grpc.aio.insecure_channel(
+        target, options=list(CHANNEL_OPTIONS), interceptors=list(interceptors) or None
+    )
 
 
 def _being_cancelled() -> bool:

@@ -1814,3 +1814,120 @@ class GetGroupLagResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetGroupLagResponse: _TypeAlias = GetGroupLagResponse  # noqa: Y015
+
+@_typing.final
+class UserRequest(_message.Message):
+    """acl (issue 22) ------------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def user(self) -> _storage_pb2.AuthUser: ...
+    def __init__(
+        self,
+        *,
+        user: _storage_pb2.AuthUser | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["user", b"user"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserRequest: _TypeAlias = UserRequest  # noqa: Y015
+
+@_typing.final
+class ListUsersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersRequest: _TypeAlias = ListUsersRequest  # noqa: Y015
+
+@_typing.final
+class ListUsersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedCompositeFieldContainer[_storage_pb2.AuthUser]: ...
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[_storage_pb2.AuthUser] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersResponse: _TypeAlias = ListUsersResponse  # noqa: Y015
+
+@_typing.final
+class AclRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acl(self) -> _storage_pb2.AuthAcl: ...
+    def __init__(
+        self,
+        *,
+        acl: _storage_pb2.AuthAcl | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclRequest: _TypeAlias = AclRequest  # noqa: Y015
+
+@_typing.final
+class ListAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCESS_KEY_FIELD_NUMBER: _builtins.int
+    access_key: _builtins.str
+    """Empty: every user's."""
+    def __init__(
+        self,
+        *,
+        access_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_key", b"access_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAclsRequest: _TypeAlias = ListAclsRequest  # noqa: Y015
+
+@_typing.final
+class ListAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[_storage_pb2.AuthAcl]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[_storage_pb2.AuthAcl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAclsResponse: _TypeAlias = ListAclsResponse  # noqa: Y015

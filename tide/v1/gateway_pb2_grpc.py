@@ -206,6 +206,46 @@ class GatewayStub:
                 request_serializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagResponse.FromString,
                 _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/tide.v1.Gateway/CreateUser',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.UserRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+                _registered_method=True)
+        self.UpdateUser = channel.unary_unary(
+                '/tide.v1.Gateway/UpdateUser',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.UserRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/tide.v1.Gateway/DeleteUser',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.UserRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/tide.v1.Gateway/ListUsers',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.CreateAcl = channel.unary_unary(
+                '/tide.v1.Gateway/CreateAcl',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.AclRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+                _registered_method=True)
+        self.UpdateAcl = channel.unary_unary(
+                '/tide.v1.Gateway/UpdateAcl',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.AclRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcl = channel.unary_unary(
+                '/tide.v1.Gateway/DeleteAcl',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.AclRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/tide.v1.Gateway/ListAcls',
+                request_serializer=tide_dot_v1_dot_gateway__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_gateway__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -471,6 +511,58 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateUser(self, request, context):
+        """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+        master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
+        Allowed to super users (or a user granted the action on Cluster:*).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Users without their secret keys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -643,6 +735,46 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetGroupLag,
                     request_deserializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagRequest.FromString,
                     response_serializer=tide_dot_v1_dot_gateway__pb2.GetGroupLagResponse.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.UserRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.SerializeToString,
+            ),
+            'UpdateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateUser,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.UserRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.UserRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.ListUsersRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'CreateAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcl,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.AclRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.SerializeToString,
+            ),
+            'UpdateAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAcl,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.AclRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.SerializeToString,
+            ),
+            'DeleteAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcl,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.AclRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=tide_dot_v1_dot_gateway__pb2.ListAclsRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_gateway__pb2.ListAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1563,6 +1695,222 @@ class Gateway:
             '/tide.v1.Gateway/GetGroupLag',
             tide_dot_v1_dot_gateway__pb2.GetGroupLagRequest.SerializeToString,
             tide_dot_v1_dot_gateway__pb2.GetGroupLagResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/CreateUser',
+            tide_dot_v1_dot_gateway__pb2.UserRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/UpdateUser',
+            tide_dot_v1_dot_gateway__pb2.UserRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/DeleteUser',
+            tide_dot_v1_dot_gateway__pb2.UserRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/ListUsers',
+            tide_dot_v1_dot_gateway__pb2.ListUsersRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/CreateAcl',
+            tide_dot_v1_dot_gateway__pb2.AclRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/UpdateAcl',
+            tide_dot_v1_dot_gateway__pb2.AclRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/DeleteAcl',
+            tide_dot_v1_dot_gateway__pb2.AclRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Gateway/ListAcls',
+            tide_dot_v1_dot_gateway__pb2.ListAclsRequest.SerializeToString,
+            tide_dot_v1_dot_gateway__pb2.ListAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -149,6 +149,19 @@ class GatewayStub:
     (received, not acked, not yet due again) and delayed (waiting in the group's POP retry
     topic), for POP and pull groups alike.
     """
+    CreateUser: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]
+    """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+    master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
+    Allowed to super users (or a user granted the action on Cluster:*).
+    """
+    UpdateUser: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]
+    DeleteUser: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]
+    ListUsers: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListUsersRequest, _gateway_pb2.ListUsersResponse]
+    """Users without their secret keys."""
+    CreateAcl: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.AclRequest, _storage_pb2.ChangeAuthResponse]
+    UpdateAcl: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.AclRequest, _storage_pb2.ChangeAuthResponse]
+    DeleteAcl: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.AclRequest, _storage_pb2.ChangeAuthResponse]
+    ListAcls: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListAclsRequest, _gateway_pb2.ListAclsResponse]
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -256,6 +269,19 @@ class GatewayAsyncStub(GatewayStub):
     (received, not acked, not yet due again) and delayed (waiting in the group's POP retry
     topic), for POP and pull groups alike.
     """
+    CreateUser: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
+    """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+    master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
+    Allowed to super users (or a user granted the action on Cluster:*).
+    """
+    UpdateUser: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
+    DeleteUser: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
+    ListUsers: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListUsersRequest, _gateway_pb2.ListUsersResponse]  # type: ignore[assignment]
+    """Users without their secret keys."""
+    CreateAcl: _aio.UnaryUnaryMultiCallable[_gateway_pb2.AclRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
+    UpdateAcl: _aio.UnaryUnaryMultiCallable[_gateway_pb2.AclRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
+    DeleteAcl: _aio.UnaryUnaryMultiCallable[_gateway_pb2.AclRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
+    ListAcls: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListAclsRequest, _gateway_pb2.ListAclsResponse]  # type: ignore[assignment]
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -564,5 +590,66 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         (received, not acked, not yet due again) and delayed (waiting in the group's POP retry
         topic), for POP and pull groups alike.
         """
+
+    @_abc_1.abstractmethod
+    def CreateUser(
+        self,
+        request: _gateway_pb2.UserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]:
+        """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+        master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
+        Allowed to super users (or a user granted the action on Cluster:*).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateUser(
+        self,
+        request: _gateway_pb2.UserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteUser(
+        self,
+        request: _gateway_pb2.UserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListUsers(
+        self,
+        request: _gateway_pb2.ListUsersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListUsersResponse, _abc.Awaitable[_gateway_pb2.ListUsersResponse]]:
+        """Users without their secret keys."""
+
+    @_abc_1.abstractmethod
+    def CreateAcl(
+        self,
+        request: _gateway_pb2.AclRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateAcl(
+        self,
+        request: _gateway_pb2.AclRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteAcl(
+        self,
+        request: _gateway_pb2.AclRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListAcls(
+        self,
+        request: _gateway_pb2.ListAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListAclsResponse, _abc.Awaitable[_gateway_pb2.ListAclsResponse]]: ...
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1971,3 +1971,183 @@ class GetQueueLocksResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetQueueLocksResponse: _TypeAlias = GetQueueLocksResponse  # noqa: Y015
+
+@_typing.final
+class AuthUser(_message.Message):
+    """acl (issue 22) ------------------------------------------------------------------------
+
+    A user: its access key is its name; the secret key signs its requests. user_type
+    "Super" (every action on every resource) or "Normal" (its ACL decides).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCESS_KEY_FIELD_NUMBER: _builtins.int
+    SECRET_KEY_FIELD_NUMBER: _builtins.int
+    USER_TYPE_FIELD_NUMBER: _builtins.int
+    DISABLED_FIELD_NUMBER: _builtins.int
+    access_key: _builtins.str
+    secret_key: _builtins.str
+    """Empty in answers to clients (ListUsers); set when creating or updating."""
+    user_type: _builtins.str
+    disabled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        access_key: _builtins.str = ...,
+        secret_key: _builtins.str = ...,
+        user_type: _builtins.str = ...,
+        disabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_key", b"access_key", "disabled", b"disabled", "secret_key", b"secret_key", "user_type", b"user_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthUser: _TypeAlias = AuthUser  # noqa: Y015
+
+@_typing.final
+class AuthPolicyEntry(_message.Message):
+    """One ACL 2.0 policy entry: actions (Pub, Sub, Create, Update, Delete, Get, List, All)
+    on a resource ("Topic:orders", "Topic:logs-*", "Group:*", "Cluster:*", "*"), decision
+    "Allow" or "Deny", from source address ranges (CIDR; none: anywhere).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    ACTIONS_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    SOURCE_IPS_FIELD_NUMBER: _builtins.int
+    resource: _builtins.str
+    decision: _builtins.str
+    @_builtins.property
+    def actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def source_ips(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        resource: _builtins.str = ...,
+        actions: _abc.Iterable[_builtins.str] | None = ...,
+        decision: _builtins.str = ...,
+        source_ips: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "decision", b"decision", "resource", b"resource", "source_ips", b"source_ips"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthPolicyEntry: _TypeAlias = AuthPolicyEntry  # noqa: Y015
+
+@_typing.final
+class AuthAcl(_message.Message):
+    """A user's policy entries."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCESS_KEY_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    access_key: _builtins.str
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuthPolicyEntry]: ...
+    def __init__(
+        self,
+        *,
+        access_key: _builtins.str = ...,
+        entries: _abc.Iterable[Global___AuthPolicyEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_key", b"access_key", "entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthAcl: _TypeAlias = AuthAcl  # noqa: Y015
+
+@_typing.final
+class GetAuthRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAuthRequest: _TypeAlias = GetAuthRequest  # noqa: Y015
+
+@_typing.final
+class GetAuthResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuthUser]: ...
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuthAcl]: ...
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[Global___AuthUser] | None = ...,
+        acls: _abc.Iterable[Global___AuthAcl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAuthResponse: _TypeAlias = GetAuthResponse  # noqa: Y015
+
+@_typing.final
+class ChangeAuthRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    ACL_FIELD_NUMBER: _builtins.int
+    operation: _builtins.str
+    """"create_user", "update_user", "delete_user", "create_acl", "update_acl" (entries for
+    the same resources replaced, others added), "delete_acl" (of the given resources; all
+    when none is given).
+    """
+    @_builtins.property
+    def user(self) -> Global___AuthUser: ...
+    @_builtins.property
+    def acl(self) -> Global___AuthAcl: ...
+    def __init__(
+        self,
+        *,
+        operation: _builtins.str = ...,
+        user: Global___AuthUser | None = ...,
+        acl: Global___AuthAcl | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "user", b"user"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "operation", b"operation", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeAuthRequest: _TypeAlias = ChangeAuthRequest  # noqa: Y015
+
+@_typing.final
+class ChangeAuthResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeAuthResponse: _TypeAlias = ChangeAuthResponse  # noqa: Y015

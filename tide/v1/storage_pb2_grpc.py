@@ -154,6 +154,16 @@ class StorageStub:
                 request_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
                 response_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
                 _registered_method=True)
+        self.GetAuth = channel.unary_unary(
+                '/tide.v1.Storage/GetAuth',
+                request_serializer=tide_dot_v1_dot_storage__pb2.GetAuthRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.GetAuthResponse.FromString,
+                _registered_method=True)
+        self.ChangeAuth = channel.unary_unary(
+                '/tide.v1.Storage/ChangeAuth',
+                request_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthRequest.SerializeToString,
+                response_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -383,6 +393,24 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAuth(self, request, context):
+        """acl (issue 22): the users and ACL policies this storage keeps in its config dir
+        (users.json, acl.json; docs/formats.md), with the secret keys: internal, behind the
+        cluster secret. The gateways read them every --auth-refresh-interval-ms.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeAuth(self, request, context):
+        """Apply one user or ACL change (the gateway sends it to every master); a slave copies
+        the files with the rest of the metadata. FAILED_PRECONDITION on a slave;
+        ALREADY_EXISTS / NOT_FOUND for a create / update or delete that does not fit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -505,6 +533,16 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.GetQueueLocks,
                     request_deserializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.FromString,
                     response_serializer=tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.SerializeToString,
+            ),
+            'GetAuth': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAuth,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.GetAuthRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.GetAuthResponse.SerializeToString,
+            ),
+            'ChangeAuth': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeAuth,
+                    request_deserializer=tide_dot_v1_dot_storage__pb2.ChangeAuthRequest.FromString,
+                    response_serializer=tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1155,6 +1193,60 @@ class Storage:
             '/tide.v1.Storage/GetQueueLocks',
             tide_dot_v1_dot_storage__pb2.GetQueueLocksRequest.SerializeToString,
             tide_dot_v1_dot_storage__pb2.GetQueueLocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAuth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/GetAuth',
+            tide_dot_v1_dot_storage__pb2.GetAuthRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.GetAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeAuth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tide.v1.Storage/ChangeAuth',
+            tide_dot_v1_dot_storage__pb2.ChangeAuthRequest.SerializeToString,
+            tide_dot_v1_dot_storage__pb2.ChangeAuthResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -162,6 +162,16 @@ class StorageStub:
     """Releases the queues the client holds among those given."""
     GetQueueLocks: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]
     """The unexpired leases of a group (of one topic when given)."""
+    GetAuth: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetAuthRequest, _storage_pb2.GetAuthResponse]
+    """acl (issue 22): the users and ACL policies this storage keeps in its config dir
+    (users.json, acl.json; docs/formats.md), with the secret keys: internal, behind the
+    cluster secret. The gateways read them every --auth-refresh-interval-ms.
+    """
+    ChangeAuth: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ChangeAuthRequest, _storage_pb2.ChangeAuthResponse]
+    """Apply one user or ACL change (the gateway sends it to every master); a slave copies
+    the files with the rest of the metadata. FAILED_PRECONDITION on a slave;
+    ALREADY_EXISTS / NOT_FOUND for a create / update or delete that does not fit.
+    """
 
 @_typing.type_check_only
 class StorageAsyncStub(StorageStub):
@@ -280,6 +290,16 @@ class StorageAsyncStub(StorageStub):
     """Releases the queues the client holds among those given."""
     GetQueueLocks: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetQueueLocksRequest, _storage_pb2.GetQueueLocksResponse]  # type: ignore[assignment]
     """The unexpired leases of a group (of one topic when given)."""
+    GetAuth: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetAuthRequest, _storage_pb2.GetAuthResponse]  # type: ignore[assignment]
+    """acl (issue 22): the users and ACL policies this storage keeps in its config dir
+    (users.json, acl.json; docs/formats.md), with the secret keys: internal, behind the
+    cluster secret. The gateways read them every --auth-refresh-interval-ms.
+    """
+    ChangeAuth: _aio.UnaryUnaryMultiCallable[_storage_pb2.ChangeAuthRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
+    """Apply one user or ACL change (the gateway sends it to every master); a slave copies
+    the files with the rest of the metadata. FAILED_PRECONDITION on a slave;
+    ALREADY_EXISTS / NOT_FOUND for a create / update or delete that does not fit.
+    """
 
 class StorageServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -539,5 +559,27 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.GetQueueLocksResponse, _abc.Awaitable[_storage_pb2.GetQueueLocksResponse]]:
         """The unexpired leases of a group (of one topic when given)."""
+
+    @_abc_1.abstractmethod
+    def GetAuth(
+        self,
+        request: _storage_pb2.GetAuthRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetAuthResponse, _abc.Awaitable[_storage_pb2.GetAuthResponse]]:
+        """acl (issue 22): the users and ACL policies this storage keeps in its config dir
+        (users.json, acl.json; docs/formats.md), with the secret keys: internal, behind the
+        cluster secret. The gateways read them every --auth-refresh-interval-ms.
+        """
+
+    @_abc_1.abstractmethod
+    def ChangeAuth(
+        self,
+        request: _storage_pb2.ChangeAuthRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]:
+        """Apply one user or ACL change (the gateway sends it to every master); a slave copies
+        the files with the rest of the metadata. FAILED_PRECONDITION on a slave;
+        ALREADY_EXISTS / NOT_FOUND for a create / update or delete that does not fit.
+        """
 
 def add_StorageServicer_to_server(servicer: StorageServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

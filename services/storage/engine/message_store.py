@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 
 from services.storage.engine import system_topics
 from services.storage.engine.allocator import SegmentAllocator
+from services.storage.engine.auth_table import AuthTable
+from services.storage.engine.auth_table import installers as auth_installers
 from services.storage.engine.checkpoint import StoreCheckpoint
 from services.storage.engine.checkpoint_service import CheckpointService
 from services.storage.engine.commitlog import AppendBatch, CommitLog
@@ -180,6 +182,11 @@ class MessageStore:
         self.metadata.register(TOPICS_FILE, self.topics)
         self.metadata.register(CONSUMER_OFFSETS_FILE, self.consumer_offsets)
         self.metadata.register(SUBSCRIPTION_GROUP_FILE, self.groups)
+        # Users and ACL policies (issue 22): replicated with the rest of config/.
+        self.auth = AuthTable(cfg.config_dir)
+        self.auth.load()
+        for name, installer in auth_installers(self.auth).items():
+            self.metadata.register(name, installer)
         self.allocator = SegmentAllocator(
             cfg.commitlog_dir,
             cfg.segment_size_bytes,

@@ -3,8 +3,8 @@ and a slave installs its master's copies (RocketMQ's SlaveSynchronize), and the 
 progress the master's dispatch hands over (SaveDeliveryProgress).
 
 Files: ``topics.json``, ``consumerOffset.json``, ``subscriptionGroup.json``,
-``delayOffset.json``, ``timercheck``, ``producerState.json``, ``transactionChecks.json``
-(docs/formats.md). A table
+``delayOffset.json``, ``timercheck``, ``producerState.json``, ``transactionChecks.json``,
+``users.json``, ``acl.json`` (docs/formats.md). A table
 held in memory installs its own file (:class:`MetadataTable`: the topic table, the
 consumer offsets, the producer state, the group table once registered); the others are
 plain files, checked and written here. Every install checks the content whole before
@@ -42,6 +42,7 @@ from tide.format import (
     decode_subscription_groups,
     decode_transaction_checks,
 )
+from tide.format._auth_files import ACL_FILE, USERS_FILE
 from tide.limits import (
     DELAY_OFFSETS_MAX_BYTES,
     METADATA_MAX_BYTES,
@@ -60,6 +61,8 @@ METADATA_FILES = (
     TIMER_CHECKPOINT_FILE,
     PRODUCER_STATE_FILE,
     TRANSACTION_CHECKS_FILE,
+    USERS_FILE,
+    ACL_FILE,
 )
 
 

@@ -33,7 +33,8 @@ def run_client(
     home: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """Run one program to its end; its printed objects (exit status checked). ``env``
-    adds to the program's environment."""
+    adds to the program's environment (RMQ5_ACCESS_KEY / RMQ5_SECRET_KEY: sign as that
+    user)."""
     done = subprocess.run(
         [str(client_python()), str(PROGRAM), *args],
         env={**client_env(home), **(env or {})},

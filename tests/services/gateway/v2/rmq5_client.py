@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -43,7 +44,11 @@ def emit(**fields: Any) -> None:
 
 
 def config(endpoint: str) -> Any:
-    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    # A gateway with --auth-enabled: the user's keys (tests/auth), else none.
+    credentials = Credentials(
+        os.environ.get("RMQ5_ACCESS_KEY", ""), os.environ.get("RMQ5_SECRET_KEY", "")
+    )
+    return ClientConfiguration(endpoint, credentials, request_timeout=10)
 
 
 def described(message: Any) -> dict[str, Any]:
@@ -75,16 +80,23 @@ def produce(args: argparse.Namespace) -> None:
     producer = Producer(config(args.endpoint), (args.topic,), tls_enable=args.tls)
     producer.startup()
     try:
-        for index in range(args.count):
-            message = new_message(args.topic, index)
-            if args.mode == "fifo":
-                message.message_group = f"group-{index % 2}"
-            elif args.mode == "delay":
-                message.delivery_timestamp = int(time.time()) + DELAY_S
-            receipt = producer.send(message)
-            emit(event="sent", index=index, message_id=receipt.message_id)
+        produce_all(producer, args)
+    except Exception as exc:  # printed for the test (a refused send: tests/auth)
+        emit(event="error", call="send", error=str(exc)[:500])
+        sys.exit(1)
     finally:
         producer.shutdown()
+
+
+def produce_all(producer: Any, args: argparse.Namespace) -> None:
+    for index in range(args.count):
+        message = new_message(args.topic, index)
+        if args.mode == "fifo":
+            message.message_group = f"group-{index % 2}"
+        elif args.mode == "delay":
+            message.delivery_timestamp = int(time.time()) + DELAY_S
+        receipt = producer.send(message)
+        emit(event="sent", index=index, message_id=receipt.message_id)
 
 
 class Checker(TransactionChecker):  # type: ignore[misc]
