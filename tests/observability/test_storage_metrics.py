@@ -12,6 +12,7 @@ from services.storage.engine.config import FlushMode, StoreConfig
 from services.storage.engine.message_codec import MessageInput
 from services.storage.engine.message_store import MessageStore
 from services.storage.engine.queue_locks import QueueLockManager
+from services.storage.engine.system_topics import KEPT_TOPICS
 from services.storage.metrics import StorageMetrics
 
 
@@ -48,9 +49,8 @@ def test_store_hooks_and_samples(tmp_path: Path) -> None:
         assert sample["tide_storage_unflushed_bytes"] == 0
         assert sample["tide_storage_segments"] == 1
         assert sample["tide_storage_writable"] == 1
-        # The topic and the four system topics every store keeps (SCHEDULE_TOPIC_XXXX,
-        # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC).
-        assert sample["tide_storage_topics"] == 5
+        # The topic and the system topics every store keeps (KEPT_TOPICS).
+        assert sample["tide_storage_topics"] == 1 + len(KEPT_TOPICS)
         assert "tide_storage_replication_lag_bytes" not in sample  # no replication given
         assert sample["tide_storage_queue_locks"] == 2
     finally:
