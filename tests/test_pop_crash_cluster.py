@@ -104,6 +104,10 @@ class Loop:
             for message, result in zip(reply.messages, answer.results, strict=True):
                 if result.error == pb.POP_ERROR_NONE:
                     self.acked.add(message.message.keys[0])
+                elif result.error == pb.POP_ERROR_UNAVAILABLE:
+                    # The gateway's call to the broker failed (a timeout on a loaded box,
+                    # a process down): the ack may have been written, as with a lost answer.
+                    self.maybe_acked.add(message.message.keys[0])
 
 
 def test_pop_state_survives_sigkill_of_each_process(tmp_path: Path) -> None:
