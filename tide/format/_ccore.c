@@ -1068,6 +1068,179 @@ done:
     return result;
 }
 
+/* -- span_records, record_tags: the pull's span check and tag filter --------------- */
+
+PyDoc_STRVAR(span_records_doc,
+             "span_records(piece, offset, at_most)\n--\n\n"
+             "How many message records (either magic) fill piece, stored at commitlog\n"
+             "offset, exactly, each at its PHYSICALOFFSET; -1 when its bytes are not whole\n"
+             "records or hold more than at_most.\n"
+             "The reference: tide.format._record_spans.span_records_python.");
+
+static PyObject *span_records(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    long long offset;
+    Py_ssize_t at_most;
+    if (!PyArg_ParseTuple(args, "y*Ln:span_records", &view, &offset, &at_most)) {
+        return NULL;
+    }
+    const unsigned char *d = view.buf;
+    Py_ssize_t pos = 0, end = view.len, found = 0;
+    while (pos < end) {
+        if (end - pos < FIXED_BYTES_V4 || found == at_most) {
+            found = -1;
+            break;
+        }
+        int32_t total = be32(d + pos), magic = be32(d + pos + POS_MAGIC);
+        if ((magic != MESSAGE_MAGIC_V1 && magic != (int32_t)0xDAA320AB) ||
+            total < FIXED_BYTES_V4 || total > end - pos ||
+            be64(d + pos + POS_PHYSICAL_OFFSET) != (int64_t)offset + pos) {
+            found = -1;
+            break;
+        }
+        pos += total;
+        found++;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(found);
+}
+
+/* Where the TAGS value of the properties p[0:len] is (the last item named TAGS, as
+ * decode_properties keeps the last); *value is NULL when there is none. */
+static void tags_value(const char *p, Py_ssize_t len, const char **value, Py_ssize_t *value_len) {
+    const char *found[NAMES];
+    Py_ssize_t found_len[NAMES];
+    find_values(p, len, found, found_len);
+    *value = found[TAGS];
+    *value_len = found_len[TAGS];
+}
+
+/* The properties bounds of the V1-magic IPv4 record d[pos:pos+size], or -1 when it is
+ * not one or its lengths do not add up to size (the reference then reads it). */
+static int v4_properties(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size,
+                         Py_ssize_t *props_at, Py_ssize_t *props_len) {
+    if (be32(d + pos + POS_MAGIC) != MESSAGE_MAGIC_V1 ||
+        be32(d + pos + POS_SYS_FLAG) & SYSFLAG_HOSTS_V6) {
+        return -1;
+    }
+    int64_t body_len = be32(d + pos + POS_BODY_LEN);
+    int64_t topic_len_at = HEAD_V4_BYTES + body_len;
+    if (body_len < 0 || topic_len_at + 3 > size) {
+        return -1;
+    }
+    int64_t props_len_at = topic_len_at + 1 + d[pos + topic_len_at];
+    if (props_len_at + 2 > size || props_len_at + 2 + be16(d + pos + props_len_at) != size) {
+        return -1;
+    }
+    *props_at = pos + (Py_ssize_t)props_len_at + 2;
+    *props_len = size - (Py_ssize_t)props_len_at - 2;
+    return 0;
+}
+
+/* Record i's TAGS as str into tags[i] (the previous record's object when equal). */
+static int put_tags(PyObject *tags, Py_ssize_t i, const char *p, Py_ssize_t len,
+                    LastValue *last) {
+    const char *value;
+    Py_ssize_t value_len;
+    tags_value(p, len, &value, &value_len);
+    if (value == NULL) {
+        value = "";
+        value_len = 0;
+    }
+    PyObject *text;
+    if (last->object != NULL && last->len == value_len &&
+        memcmp(last->bytes, value, (size_t)value_len) == 0) {
+        text = Py_NewRef(last->object);
+    } else {
+        text = PyUnicode_DecodeUTF8(value, value_len, "replace");
+        if (text == NULL) {
+            return -1;
+        }
+        Py_XSETREF(last->object, Py_NewRef(text));
+        last->bytes = value;
+        last->len = value_len;
+    }
+    return PyList_SetItem(tags, i, text); /* (drops the placeholder) */
+}
+
+/* The sizes and TAGS of the count records of d[0:len]; 1 when a record is not one this
+ * path reads (the reference then does), -1 on a Python error. */
+static int tags_rows(const unsigned char *d, Py_ssize_t len, Py_ssize_t count, PyObject *sizes,
+                     PyObject *tags) {
+    LastValue last = {NULL, NULL, 0};
+    int outcome = 1;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t props_at, props_len;
+        if (len - pos < FIXED_BYTES_V4) {
+            goto done;
+        }
+        int32_t size = be32(d + pos);
+        if (size < FIXED_BYTES_V4 || size > len - pos ||
+            v4_properties(d, pos, size, &props_at, &props_len)) {
+            goto done;
+        }
+        PyObject *size_object = PyLong_FromLong(size);
+        if (size_object == NULL) {
+            outcome = -1;
+            goto done;
+        }
+        if (PyList_SetItem(sizes, i, size_object) ||
+            put_tags(tags, i, (const char *)d + props_at, props_len, &last)) {
+            outcome = -1;
+            goto done;
+        }
+        pos += size;
+    }
+    outcome = pos == len ? 0 : 1;
+done:
+    Py_XDECREF(last.object);
+    return outcome;
+}
+
+PyDoc_STRVAR(record_tags_doc,
+             "record_tags(records, count)\n--\n\n"
+             "(sizes, tags) of the count records back to back in records: each one's\n"
+             "TOTALSIZE and TAGS ('' when absent); None when a record is not a V1-magic\n"
+             "IPv4 one whose lengths add up, or the records do not end with the bytes\n"
+             "(the reference then reads them and says what is wrong).\n"
+             "The reference: tide.format._record_spans.record_tags_python.");
+
+static PyObject *record_tags(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n:record_tags", &view, &count)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *sizes = NULL, *tags = NULL;
+    if (count < 0) {
+        PyErr_Format(PyExc_ValueError, "record_tags: count %zd is negative", count);
+        goto done;
+    }
+    sizes = PyList_New(count);
+    tags = sizes ? PyList_New(count) : NULL;
+    if (tags == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* (a list must be whole if we stop) */
+        PyList_SET_ITEM(sizes, i, Py_NewRef(Py_None));
+        PyList_SET_ITEM(tags, i, Py_NewRef(Py_None));
+    }
+    int outcome = tags_rows(view.buf, view.len, count, sizes, tags);
+    if (outcome == 0) {
+        result = PyTuple_Pack(2, sizes, tags);
+    } else if (outcome == 1) {
+        result = Py_NewRef(Py_None);
+    }
+done:
+    Py_XDECREF(sizes);
+    Py_XDECREF(tags);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -1077,6 +1250,8 @@ static PyMethodDef methods[] = {
     {"encode_run_v4", encode_run_v4, METH_VARARGS, encode_run_v4_doc},
     {"index_key_hashes_ascii", index_key_hashes_ascii, METH_VARARGS,
      index_key_hashes_ascii_doc},
+    {"span_records", span_records, METH_VARARGS, span_records_doc},
+    {"record_tags", record_tags, METH_VARARGS, record_tags_doc},
     {NULL, NULL, 0, NULL},
 };
 
