@@ -31,11 +31,13 @@ from tide.format import (
     UNIQ_KEY,
     DecodedRecord,
     RecordError,
+    _core,
     decode_properties,
     decode_record,
     make_msg_id,
     msg_id_prefix,
 )
+from tide.format._record_spans import RecordFields, v4_record_fields
 
 _I32 = struct.Struct(">i")
 
@@ -139,6 +141,12 @@ class _Decoder:
             queue = self.queues[topic, queue_id] = MessageQueue(text, self.broker_name, queue_id)
         return queue
 
+    def strict_queue(self, topic: bytes, queue_id: int) -> MessageQueue:
+        """The record's queue; raises UnicodeDecodeError when the topic is not UTF-8."""
+        queue = MessageQueue(topic.decode("utf-8"), self.broker_name, queue_id)
+        self.queues[topic, queue_id] = queue
+        return queue
+
     def host(self, packed: bytes) -> str:
         """``ip:port`` of a packed IPv4 host (as ``str(unpack_host(packed))``), cached."""
         port: int = _I32.unpack_from(packed, 4)[0]
@@ -190,6 +198,65 @@ def decode_pull_records(
     """The ``record_count`` messages of ``records`` (commitlog records back to back), in
     order; raise :class:`TideError` naming the record when the bytes are not exactly that
     many valid records."""
+    # The compiled core reads the fields of common records (V1 magic, IPv4 hosts) and
+    # checks them; anything else, and every error, is read by the Python decoder, which
+    # names the record that fails. Without the core, that decoder reads everything.
+    fields = None if _core.ccore is None else v4_record_fields(records, record_count)
+    if fields is None:
+        return decode_pull_records_python(broker_name, records, record_count)
+    try:
+        return _messages(_Decoder(broker_name, records), fields)
+    except UnicodeDecodeError:  # a topic that is not UTF-8: the decoder names the record
+        return decode_pull_records_python(broker_name, records, record_count)
+
+
+def _messages(decoder: _Decoder, fields: RecordFields) -> tuple[ReceivedMessage, ...]:
+    """The messages of the records whose fields the compiled core read."""
+    return tuple(
+        ReceivedMessage(
+            queue=decoder.queues.get((topic, queue_id)) or decoder.strict_queue(topic, queue_id),
+            queue_offset=queue_offset,
+            body=body,
+            tags=props.get(TAGS, ""),
+            keys=tuple(keys.split(" ")) if (keys := props.get(KEYS)) else (),
+            properties=props,
+            msg_id=f"{decoder.id_prefixes.get(store) or decoder.id_prefix(store)}"
+            f"{physical_offset:016X}",
+            unique_key=props.get(UNIQ_KEY, ""),
+            born_timestamp_ms=born_ms,
+            store_timestamp_ms=store_ms,
+            born_host=decoder.hosts.get(born) or decoder.host(born),
+            store_host=decoder.hosts.get(store) or decoder.host(store),
+            reconsume_times=reconsume_times,
+            physical_offset=physical_offset,
+            size_bytes=size,
+        )
+        for (
+            size,
+            queue_id,
+            queue_offset,
+            physical_offset,
+            born_ms,
+            store_ms,
+            born,
+            store,
+            reconsume_times,
+            body,
+            topic,
+            props,
+        ) in zip(*fields[:11], map(_properties, fields[11]), strict=True)
+    )
+
+
+def _properties(data: bytes) -> dict[str, str]:
+    return decode_properties(data) if data else {}
+
+
+def decode_pull_records_python(
+    broker_name: str, records: bytes, record_count: int
+) -> tuple[ReceivedMessage, ...]:
+    """:func:`decode_pull_records` without the compiled core: the reference its compiled
+    path is held equal to (tests/client/test_records_ccore.py)."""
     decoder = _Decoder(broker_name, records)
     messages: list[ReceivedMessage] = []
     end = len(records)

@@ -67,3 +67,22 @@ def span_records(piece: bytes | bytearray | memoryview, offset: int, at_most: in
 def record_tags(
     records: bytes | bytearray | memoryview, count: int, /
 ) -> tuple[list[int], list[str]] | None: ...
+def v4_record_fields(
+    records: bytes | bytearray | memoryview, count: int, /
+) -> (
+    tuple[
+        list[int],
+        list[int],
+        list[int],
+        list[int],
+        list[int],
+        list[int],
+        list[bytes],
+        list[bytes],
+        list[int],
+        list[bytes],
+        list[bytes],
+        list[bytes],
+    ]
+    | None
+): ...

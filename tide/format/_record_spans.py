@@ -8,15 +8,19 @@ tests/format/test_ccore_spans.py (docs/performance.md, "The compiled core").
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Callable
+from typing import TypeAlias
 
 from tide.format import _core
 from tide.format._properties import TAGS
 from tide.format._record import (
     FIXED_BYTES_V4,
+    HEADER_V4_BYTES,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     PHYSICAL_OFFSET_POS,
+    SYSFLAG_HOSTS_V6,
     Buffer,
     record_properties,
 )
@@ -25,6 +29,10 @@ from tide.format._record import (
 _SPAN_HEADER = struct.Struct(f">ii{PHYSICAL_OFFSET_POS - 8}xq")
 _MESSAGE_MAGICS = frozenset((MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2))
 _SIZE_BYTES = 4
+# A V4 record's header before its born host, and from the born host to the body length.
+_V4_HEAD = struct.Struct(">iiIiiqqiq")
+_V4_TAIL = struct.Struct(">8sq8siqi")
+_U16 = struct.Struct(">H")
 
 _span_records_c: Callable[[Buffer, int, int], int] | None = (
     None if _core.ccore is None else _core.ccore.span_records
@@ -88,3 +96,80 @@ def record_tags_python(records: bytes, count: int) -> tuple[list[int], list[str]
         pos += size
     assert pos == len(records), f"{count} records end at {pos} of {len(records)} bytes"
     return sizes, tags
+
+
+# v4_record_fields' answer: sizes, queue ids, queue offsets, physical offsets, born and
+# store times, born and store hosts (packed), reconsume times, bodies, topics, properties.
+RecordFields: TypeAlias = tuple[
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[bytes],
+    list[bytes],
+    list[int],
+    list[bytes],
+    list[bytes],
+    list[bytes],
+]
+_v4_record_fields_c: Callable[[Buffer, int], RecordFields | None] | None = (
+    None if _core.ccore is None else _core.ccore.v4_record_fields
+)
+
+
+def v4_record_fields(records: bytes, count: int) -> RecordFields | None:
+    """The fields of the ``count`` records back to back in ``records``, as columns, when
+    each is a V1-magic IPv4 record whose lengths add up, body CRC checks and physical
+    offset is not negative, and they fill the bytes; else None (the caller's decoder then
+    reads them one by one and names the record that fails)."""
+    if _v4_record_fields_c is not None:
+        return _v4_record_fields_c(records, count)
+    return v4_record_fields_python(records, count)
+
+
+def v4_record_fields_python(records: bytes, count: int) -> RecordFields | None:
+    """:func:`v4_record_fields` in Python: the reference of ``_ccore.v4_record_fields``."""
+    columns: RecordFields = ([], [], [], [], [], [], [], [], [], [], [], [])
+    pos, end = 0, len(records)
+    for _ in range(count):
+        if end - pos < FIXED_BYTES_V4 or not _v4_fields_into(records, pos, columns):
+            return None
+        pos += columns[0][-1]
+    return columns if pos == end else None
+
+
+def _v4_fields_into(data: bytes, pos: int, columns: RecordFields) -> bool:
+    """Append the fields of the record at ``data[pos:]`` when it is one this path reads."""
+    (size, magic, body_crc, queue_id, _, queue_offset, physical_offset, sys_flag, born_ms) = (
+        _V4_HEAD.unpack_from(data, pos)
+    )
+    born, store_ms, store, reconsume_times, _, body_len = _V4_TAIL.unpack_from(data, pos + 48)
+    end = pos + size
+    if magic != MESSAGE_MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6 or not body_len >= 0:
+        return False
+    if not FIXED_BYTES_V4 <= size <= len(data) - pos:
+        return False
+    topic_at = pos + HEADER_V4_BYTES + body_len
+    if topic_at + 3 > end:
+        return False
+    props_len_at = topic_at + 1 + data[topic_at]
+    if props_len_at + 2 > end or props_len_at + 2 + _U16.unpack_from(data, props_len_at)[0] != end:
+        return False
+    body = data[pos + HEADER_V4_BYTES : topic_at]
+    if zlib.crc32(body) != body_crc or physical_offset < 0:
+        return False
+    columns[0].append(size)
+    columns[1].append(queue_id)
+    columns[2].append(queue_offset)
+    columns[3].append(physical_offset)
+    columns[4].append(born_ms)
+    columns[5].append(store_ms)
+    columns[6].append(born)
+    columns[7].append(store)
+    columns[8].append(reconsume_times)
+    columns[9].append(body)
+    columns[10].append(data[topic_at + 1 : props_len_at])
+    columns[11].append(data[props_len_at + 2 : end])
+    return True
