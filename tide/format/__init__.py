@@ -240,6 +240,7 @@ from tide.format._record_run import (
     scan_run,
     topic_part,
 )
+from tide.format._record_scan import V4RunScanner
 from tide.format._record_spans import record_tags, span_records
 from tide.format._resync import (
     TailMarks,
@@ -594,6 +595,7 @@ __all__ = [
     "TimerWheelGeometry",
     "TopicMessageType",
     "V2TransactionIdError",
+    "V4RunScanner",
     "WritableBuffer",
     "abort_file_exists",
     "body_length_pos",
