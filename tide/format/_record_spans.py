@@ -20,6 +20,7 @@ from tide.format._record import (
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     PHYSICAL_OFFSET_POS,
+    RECORD_HEADER_V4,
     SYSFLAG_HOSTS_V6,
     Buffer,
     record_properties,
@@ -29,9 +30,6 @@ from tide.format._record import (
 _SPAN_HEADER = struct.Struct(f">ii{PHYSICAL_OFFSET_POS - 8}xq")
 _MESSAGE_MAGICS = frozenset((MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2))
 _SIZE_BYTES = 4
-# A V4 record's header before its born host, and from the born host to the body length.
-_V4_HEAD = struct.Struct(">iiIiiqqiq")
-_V4_TAIL = struct.Struct(">8sq8siqi")
 _U16 = struct.Struct(">H")
 
 _span_records_c: Callable[[Buffer, int, int], int] | None = (
@@ -142,10 +140,23 @@ def v4_record_fields_python(records: bytes, count: int) -> RecordFields | None:
 
 def _v4_fields_into(data: bytes, pos: int, columns: RecordFields) -> bool:
     """Append the fields of the record at ``data[pos:]`` when it is one this path reads."""
-    (size, magic, body_crc, queue_id, _, queue_offset, physical_offset, sys_flag, born_ms) = (
-        _V4_HEAD.unpack_from(data, pos)
-    )
-    born, store_ms, store, reconsume_times, _, body_len = _V4_TAIL.unpack_from(data, pos + 48)
+    (
+        size,
+        magic,
+        body_crc,
+        queue_id,
+        _,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ms,
+        born,
+        store_ms,
+        store,
+        reconsume_times,
+        _,
+        body_len,
+    ) = RECORD_HEADER_V4.unpack_from(data, pos)
     end = pos + size
     if magic != MESSAGE_MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6 or not body_len >= 0:
         return False
