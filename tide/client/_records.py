@@ -30,7 +30,6 @@ from tide.format import (
     UNIQ_KEY,
     DecodedRecord,
     RecordError,
-    decode_properties,
     decode_record,
     make_msg_id,
     msg_id_prefix,
@@ -204,7 +203,7 @@ def _messages(decoder: _Decoder, fields: RecordFields) -> tuple[ReceivedMessage,
             body,
             topic,
             props,
-        ) in zip(*fields[:11], map(_properties, fields[11]), strict=True)
+        ) in zip(*fields, strict=True)
     )
 
 
@@ -216,10 +215,6 @@ def _new_message(attributes: dict[str, Any]) -> ReceivedMessage:
     message = _new_object(ReceivedMessage)
     _set_attribute(message, "__dict__", attributes)
     return message
-
-
-def _properties(data: bytes) -> dict[str, str]:
-    return decode_properties(data) if data else {}
 
 
 def _one_by_one(decoder: _Decoder, record_count: int) -> tuple[ReceivedMessage, ...]:

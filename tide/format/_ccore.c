@@ -1277,6 +1277,39 @@ static PyObject *same_bytes(const unsigned char *p, Py_ssize_t len, LastValue *l
     return value_of((const char *)p, len, last);
 }
 
+/* The properties p[0:len] as a dict, as decode_properties gives them: items split at
+ * \x02 (empty ones skipped), each at its first \x01 (one without it skipped), the last
+ * of a name kept. Only for ASCII bytes (their text is their bytes); anything else goes
+ * to decode_properties itself (the module's reference, passed in). */
+static PyObject *properties_dict(const char *p, Py_ssize_t len, PyObject *reference) {
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if ((unsigned char)p[i] & 0x80) {
+            return PyObject_CallFunction(reference, "y#", p, len);
+        }
+    }
+    PyObject *result = PyDict_New();
+    const char *end = p + len;
+    while (result != NULL && p < end) {
+        const char *item_end = memchr(p, '\x02', (size_t)(end - p));
+        if (item_end == NULL) {
+            item_end = end;
+        }
+        const char *sep = memchr(p, '\x01', (size_t)(item_end - p));
+        if (sep != NULL) {
+            PyObject *name = PyUnicode_DecodeASCII(p, sep - p, NULL);
+            PyObject *value = name ? PyUnicode_DecodeASCII(sep + 1, item_end - sep - 1, NULL)
+                                   : NULL;
+            if (value == NULL || PyDict_SetItem(result, name, value)) {
+                Py_CLEAR(result);
+            }
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+        }
+        p = item_end + 1;
+    }
+    return result;
+}
+
 static int put_field(PyObject *column, Py_ssize_t i, PyObject *value) {
     return value == NULL ? -1 : PyList_SetItem(column, i, value);
 }
@@ -1284,7 +1317,7 @@ static int put_field(PyObject *column, Py_ssize_t i, PyObject *value) {
 /* Record i's fields into the columns. */
 static int field_row(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size, Py_ssize_t topic_at,
                      Py_ssize_t props_at, Py_ssize_t i, PyObject *c[FIELD_COLUMNS],
-                     LastValue last[3]) {
+                     LastValue last[3], PyObject *reference) {
     const unsigned char *r = d + pos;
     Py_ssize_t body_at = pos + HEAD_V4_BYTES;
     return put_field(c[F_SIZE], i, PyLong_FromSsize_t(size)) ||
@@ -1302,13 +1335,14 @@ static int field_row(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size, Py
            put_field(c[F_TOPIC], i,
                      same_bytes(d + topic_at + 1, props_at - 2 - topic_at - 1, &last[2])) ||
            put_field(c[F_PROPERTIES], i,
-                     PyBytes_FromStringAndSize((const char *)d + props_at, pos + size - props_at));
+                     properties_dict((const char *)d + props_at, pos + size - props_at,
+                                     reference));
 }
 
 /* 0 when the count records fill d[0:len] and each is read into the columns; 1 when one
  * is not a record this path reads; -1 on a Python error. */
 static int field_rows(const unsigned char *d, Py_ssize_t len, Py_ssize_t count,
-                      PyObject *columns[FIELD_COLUMNS]) {
+                      PyObject *columns[FIELD_COLUMNS], PyObject *reference) {
     LastValue last[3] = {{NULL, NULL, 0}, {NULL, NULL, 0}, {NULL, NULL, 0}};
     int outcome = 1;
     Py_ssize_t pos = 0;
@@ -1322,7 +1356,7 @@ static int field_rows(const unsigned char *d, Py_ssize_t len, Py_ssize_t count,
             v4_fields_at(d, pos, size, &topic_at, &props_at)) {
             goto done;
         }
-        if (field_row(d, pos, size, topic_at, props_at, i, columns, last)) {
+        if (field_row(d, pos, size, topic_at, props_at, i, columns, last, reference)) {
             outcome = -1;
             goto done;
         }
@@ -1337,11 +1371,12 @@ done:
 }
 
 PyDoc_STRVAR(v4_record_fields_doc,
-             "v4_record_fields(records, count)\n--\n\n"
+             "v4_record_fields(records, count, decode_properties)\n--\n\n"
              "The fields of the count records back to back in records, as 12 columns:\n"
              "sizes, queue ids, queue offsets, physical offsets, born and store times,\n"
              "born and store hosts (packed), reconsume times, bodies, topics (bytes) and\n"
-             "properties (bytes); None unless each is a V1-magic IPv4 record whose lengths\n"
+             "properties (dicts: ASCII ones read here, others by decode_properties);\n"
+             "None unless each is a V1-magic IPv4 record whose lengths\n"
              "add up, body CRC checks and physical offset is not negative, and they fill\n"
              "the bytes (the reference decoder then says what is wrong).\n"
              "The reference: tide.format._record_spans.v4_record_fields_python.");
@@ -1350,7 +1385,8 @@ static PyObject *v4_record_fields(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
     Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "y*n:v4_record_fields", &view, &count)) {
+    PyObject *reference;
+    if (!PyArg_ParseTuple(args, "y*nO:v4_record_fields", &view, &count, &reference)) {
         return NULL;
     }
     PyObject *result = NULL, *columns[FIELD_COLUMNS] = {NULL};
@@ -1366,7 +1402,7 @@ static PyObject *v4_record_fields(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(columns[n], i, Py_NewRef(Py_None));
         }
     }
-    int outcome = field_rows(view.buf, view.len, count, columns);
+    int outcome = field_rows(view.buf, view.len, count, columns, reference);
     if (outcome == 0) {
         result = PyTuple_New(FIELD_COLUMNS);
         for (int n = 0; result != NULL && n < FIELD_COLUMNS; n++) {

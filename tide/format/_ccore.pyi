@@ -1,5 +1,5 @@
 import mmap
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 # Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
 # each function is named in its docstring there and in docs/performance.md.
@@ -68,7 +68,10 @@ def record_tags(
     records: bytes | bytearray | memoryview, count: int, /
 ) -> tuple[list[int], list[str]] | None: ...
 def v4_record_fields(
-    records: bytes | bytearray | memoryview, count: int, /
+    records: bytes | bytearray | memoryview,
+    count: int,
+    decode_properties: Callable[[bytes], dict[str, str]],
+    /,
 ) -> (
     tuple[
         list[int],
@@ -82,7 +85,7 @@ def v4_record_fields(
         list[int],
         list[bytes],
         list[bytes],
-        list[bytes],
+        list[dict[str, str]],
     ]
     | None
 ): ...

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TypeAlias
 
 from tide.format import _core
-from tide.format._properties import TAGS
+from tide.format._properties import TAGS, decode_properties
 from tide.format._record import (
     FIXED_BYTES_V4,
     HEADER_V4_BYTES,
@@ -97,7 +97,8 @@ def record_tags_python(records: bytes, count: int) -> tuple[list[int], list[str]
 
 
 # v4_record_fields' answer: sizes, queue ids, queue offsets, physical offsets, born and
-# store times, born and store hosts (packed), reconsume times, bodies, topics, properties.
+# store times, born and store hosts (packed), reconsume times, bodies, topics (bytes),
+# properties (decoded).
 RecordFields: TypeAlias = tuple[
     list[int],
     list[int],
@@ -110,11 +111,11 @@ RecordFields: TypeAlias = tuple[
     list[int],
     list[bytes],
     list[bytes],
-    list[bytes],
+    list[dict[str, str]],
 ]
-_v4_record_fields_c: Callable[[Buffer, int], RecordFields | None] | None = (
-    None if _core.ccore is None else _core.ccore.v4_record_fields
-)
+_v4_record_fields_c: (
+    Callable[[Buffer, int, Callable[[bytes], dict[str, str]]], RecordFields | None] | None
+) = None if _core.ccore is None else _core.ccore.v4_record_fields
 
 
 def v4_record_fields(records: bytes, count: int) -> RecordFields | None:
@@ -123,7 +124,7 @@ def v4_record_fields(records: bytes, count: int) -> RecordFields | None:
     offset is not negative, and they fill the bytes; else None (the caller's decoder then
     reads them one by one and names the record that fails)."""
     if _v4_record_fields_c is not None:
-        return _v4_record_fields_c(records, count)
+        return _v4_record_fields_c(records, count, decode_properties)
     return v4_record_fields_python(records, count)
 
 
@@ -182,5 +183,6 @@ def _v4_fields_into(data: bytes, pos: int, columns: RecordFields) -> bool:
     columns[8].append(reconsume_times)
     columns[9].append(body)
     columns[10].append(data[topic_at + 1 : props_len_at])
-    columns[11].append(data[props_len_at + 2 : end])
+    props = data[props_len_at + 2 : end]
+    columns[11].append(decode_properties(props) if props else {})
     return True
