@@ -4,9 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # What `make test` runs a second time on the pure-Python path (TIDE_NO_EXTENSIONS=1):
-# the layouts, the Tail's scan and the engines, where the compiled core is used.
+# the layouts, the Tail's scan, the engines and the client's decoding of pulled records,
+# where the compiled core is used.
 PURE_PYTHON_TESTS := tests/format tests/tail tests/services/dispatch/engine \
-	tests/services/storage/engine
+	tests/services/storage/engine tests/client/test_records.py
 
 # The official RocketMQ 5 Python client, in a virtual environment of its own: its
 # generated protobuf code registers apache.rocketmq.v2 as ours does, so the two never

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tide.format import TAGS, record_properties
+from tide.format import record_tags
 from tide.v1 import storage_pb2 as storage_pb
 
 FOUND = storage_pb.FOUND
-_SIZE_BYTES = 4
 
 
 class SpanReadMismatch(Exception):
@@ -71,10 +70,9 @@ def matching_records(
     view = memoryview(records)
     kept: list[memoryview] = []
     pos = 0
-    for _ in range(count):
-        size = int.from_bytes(view[pos : pos + _SIZE_BYTES], "big")
-        if matches(record_properties(view, pos, size).get(TAGS, "")):
+    sizes, tags = record_tags(records, count)
+    for size, tag in zip(sizes, tags, strict=True):
+        if matches(tag):
             kept.append(view[pos : pos + size])
         pos += size
-    assert pos == len(records), f"{count} records end at {pos} of {len(records)} bytes"
     return b"".join(kept), len(kept)

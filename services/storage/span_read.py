@@ -14,20 +14,15 @@ filler is not a run of records (the header check sees the blank marker).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import TypeAlias
 
 import grpc
 
 from services.storage.engine.commitlog import CommitLog, OffsetBelowMinError
-from tide.format import FIXED_BYTES_V4, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, PHYSICAL_OFFSET_POS
+from tide.format import span_records
 from tide.server import ServiceError
 from tide.v1 import storage_pb2 as pb
-
-# TOTALSIZE, MAGICCODE, then (BODYCRC, QUEUEID, FLAG, QUEUEOFFSET) skipped, PHYSICALOFFSET.
-_HEADER = struct.Struct(f">ii{PHYSICAL_OFFSET_POS - 8}xq")
-_MESSAGE_MAGICS = frozenset((MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2))
 
 Status: TypeAlias = pb.ReadStatus.ValueType
 
@@ -104,32 +99,12 @@ def are_records(pieces: Sequence[bytes], offset: int, count: int) -> bool:
     records, each whole within its piece and stored at its position."""
     found = 0
     for piece in pieces:
-        records = _count_records(piece, offset, count - found)
+        records = span_records(piece, offset, count - found)
         if records < 0:
             return False
         found += records
         offset += len(piece)
     return found == count
-
-
-def _count_records(piece: bytes, offset: int, at_most: int) -> int:
-    """How many message records fill ``piece`` (stored at ``offset``) exactly, or -1 when
-    its bytes are not whole records or hold more than ``at_most``."""
-    unpack = _HEADER.unpack_from
-    pos, end, found = 0, len(piece), 0
-    while pos < end:
-        if end - pos < FIXED_BYTES_V4 or found == at_most:
-            return -1
-        total_size, magic, physical_offset = unpack(piece, pos)
-        if (
-            magic not in _MESSAGE_MAGICS
-            or not FIXED_BYTES_V4 <= total_size <= end - pos
-            or physical_offset != offset + pos
-        ):
-            return -1
-        pos += total_size
-        found += 1
-    return found
 
 
 def _invalid(message: str) -> ServiceError:

@@ -1,7 +1,8 @@
 """The compiled run scan (``tide.format._ccore.scan_v4_run``) against its Python reference
-(``ChunkScanner.scan_python``): same stop, same columns, on random streams, damaged ones
-(bytes flipped, records cut, non-UTF-8 topics, wrong CRCs and offsets) and edge cases
-(empty ranges, windows of every size, limits on the record size). Skipped when the
+(``tide.format.V4RunScanner``, through ``ChunkScanner(compiled=False)``): same stop, same
+columns, on random streams, damaged ones (bytes flipped, records cut, non-UTF-8 topics,
+wrong CRCs and offsets) and edge cases (empty ranges, windows of every size, limits on the
+record size). Skipped when the
 extension is not built (the suite then runs the Python path alone; test_core_selection
 fails if it should have been built)."""
 

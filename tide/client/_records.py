@@ -6,38 +6,44 @@ them here, as RocketMQ's client does with the records its broker sends. Each mes
 the :class:`ReceivedMessage` that ``from_stored_message`` gives for the ``StoredMessage``
 a storage builds from the same record.
 
-This is the consumer's hot path: the common record (1-byte topic length, IPv4 hosts) is
-read with one ``struct`` call, its hosts, message id prefix and queue are cached for the
-call; any other record goes through :func:`tide.format.decode_record`. Both check the
-same things (size, magic, field lengths, body CRC, UTF-8 topic) and name the record that
+This is the consumer's hot path. The records are read by tide.format, the one reader of
+the layout: the common ones (1-byte topic length, IPv4 hosts) all at once by
+``v4_record_fields`` (in the compiled core when it is built), their hosts, message id
+prefixes and queues cached for the call; when that declines (any other record, or damage),
+each record goes through :func:`tide.format.decode_record`. Both check the same things
+(size, magic, field lengths, body CRC, UTF-8 topic); the second names the record that
 fails in a :class:`TideError`.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
+from collections.abc import Callable
+from typing import Any
 
 from tide.client._errors import TideError
 from tide.client._types import MessageQueue, ReceivedMessage
 from tide.format import (
     FIXED_BYTES_V4,
-    HEADER_V4_BYTES,
     KEYS,
-    MESSAGE_MAGIC_V1,
-    RECORD_HEADER_V4,
-    SYSFLAG_HOSTS_V6,
     TAGS,
     UNIQ_KEY,
     DecodedRecord,
     RecordError,
-    decode_properties,
     decode_record,
     make_msg_id,
     msg_id_prefix,
 )
+from tide.format._record_spans import (
+    RecordFields,
+    v4_record_fields,
+    v4_record_fields_python,
+)
+from tide.tail import gc_paused
 
 _I32 = struct.Struct(">i")
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
 
 class _Decoder:
@@ -70,73 +76,10 @@ class _Decoder:
             )
         return size
 
-    def message(self, index: int, pos: int, size: int) -> ReceivedMessage:
-        """The message of the record at ``records[pos:pos+size]``."""
-        data = self.records
-        (
-            _,
-            magic,
-            body_crc,
-            queue_id,
-            _,
-            queue_offset,
-            physical_offset,
-            sys_flag,
-            born_timestamp_ms,
-            born,
-            store_timestamp_ms,
-            store,
-            reconsume_times,
-            _,
-            body_len,
-        ) = RECORD_HEADER_V4.unpack_from(data, pos)
-        if magic != MESSAGE_MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6:
-            return self.general_message(index, pos, size)
-        end = pos + size
-        body_pos = pos + HEADER_V4_BYTES
-        topic_pos = body_pos + body_len
-        if body_len < 0 or topic_pos + 3 > end:
-            raise self.error(index, pos, f"body length {body_len} does not fit TOTALSIZE {size}")
-        props_len_pos = topic_pos + 1 + data[topic_pos]
-        if props_len_pos + 2 > end:
-            raise self.error(index, pos, f"topic length does not fit TOTALSIZE {size}")
-        props_pos = props_len_pos + 2
-        if props_pos + (data[props_len_pos] << 8 | data[props_len_pos + 1]) != end:
-            raise self.error(index, pos, f"field lengths do not add up to TOTALSIZE {size}")
-        body = data[body_pos:topic_pos]
-        if zlib.crc32(body) != body_crc:
-            raise self.error(index, pos, f"body CRC mismatch (BODYCRC {body_crc})")
-        if physical_offset < 0:
-            raise self.error(index, pos, f"physical offset {physical_offset} is negative")
-        props = decode_properties(data[props_pos:end]) if props_pos < end else {}
-        keys = props.get(KEYS)
-        return ReceivedMessage(
-            queue=self.queue(index, pos, data[topic_pos + 1 : props_len_pos], queue_id),
-            queue_offset=queue_offset,
-            body=body,
-            tags=props.get(TAGS, ""),
-            keys=tuple(keys.split(" ")) if keys else (),
-            properties=props,
-            msg_id=f"{self.id_prefixes.get(store) or self.id_prefix(store)}{physical_offset:016X}",
-            unique_key=props.get(UNIQ_KEY, ""),
-            born_timestamp_ms=born_timestamp_ms,
-            store_timestamp_ms=store_timestamp_ms,
-            born_host=self.hosts.get(born) or self.host(born),
-            store_host=self.hosts.get(store) or self.host(store),
-            reconsume_times=reconsume_times,
-            physical_offset=physical_offset,
-            size_bytes=size,
-        )
-
-    def queue(self, index: int, pos: int, topic: bytes, queue_id: int) -> MessageQueue:
-        """The record's queue, its topic decoded once per call."""
-        queue = self.queues.get((topic, queue_id))
-        if queue is None:
-            try:
-                text = topic.decode("utf-8")
-            except UnicodeDecodeError:
-                raise self.error(index, pos, "topic is not UTF-8") from None
-            queue = self.queues[topic, queue_id] = MessageQueue(text, self.broker_name, queue_id)
+    def strict_queue(self, topic: bytes, queue_id: int) -> MessageQueue:
+        """The record's queue; raises UnicodeDecodeError when the topic is not UTF-8."""
+        queue = MessageQueue(topic.decode("utf-8"), self.broker_name, queue_id)
+        self.queues[topic, queue_id] = queue
         return queue
 
     def host(self, packed: bytes) -> str:
@@ -190,7 +133,93 @@ def decode_pull_records(
     """The ``record_count`` messages of ``records`` (commitlog records back to back), in
     order; raise :class:`TideError` naming the record when the bytes are not exactly that
     many valid records."""
+    return _decode(broker_name, records, record_count, v4_record_fields)
+
+
+def decode_pull_records_python(
+    broker_name: str, records: bytes, record_count: int
+) -> tuple[ReceivedMessage, ...]:
+    """:func:`decode_pull_records` on the pure-Python reader even when the compiled core
+    is built (tests/client/test_records_ccore.py holds the two equal)."""
+    return _decode(broker_name, records, record_count, v4_record_fields_python)
+
+
+def _decode(
+    broker_name: str,
+    records: bytes,
+    record_count: int,
+    read_fields: Callable[[bytes, int], RecordFields | None],
+) -> tuple[ReceivedMessage, ...]:
+    # tide.format reads the fields of common records (V1 magic, IPv4 hosts) and checks
+    # them, all at once; anything else, and every error, goes record by record through
+    # tide.format.decode_record, and the error names the record that fails.
     decoder = _Decoder(broker_name, records)
+    # A few objects per message that form no cycles: young collections that traverse
+    # them while the answer is decoded cost ~2 us a message (bench/pull_spans.py).
+    with gc_paused():
+        fields = read_fields(records, record_count)
+        if fields is not None:
+            try:
+                return _messages(decoder, fields)
+            except UnicodeDecodeError:  # a topic that is not UTF-8: named below
+                pass
+        return _one_by_one(decoder, record_count)
+
+
+def _messages(decoder: _Decoder, fields: RecordFields) -> tuple[ReceivedMessage, ...]:
+    """The messages of the records whose fields ``v4_record_fields`` read."""
+    return tuple(
+        _new_message(
+            {
+                "queue": decoder.queues.get((topic, queue_id))
+                or decoder.strict_queue(topic, queue_id),
+                "queue_offset": queue_offset,
+                "body": body,
+                "tags": props.get(TAGS, ""),
+                "keys": tuple(keys.split(" ")) if (keys := props.get(KEYS)) else (),
+                "properties": props,
+                "msg_id": f"{decoder.id_prefixes.get(store) or decoder.id_prefix(store)}"
+                f"{physical_offset:016X}",
+                "unique_key": props.get(UNIQ_KEY, ""),
+                "born_timestamp_ms": born_ms,
+                "store_timestamp_ms": store_ms,
+                "born_host": decoder.hosts.get(born) or decoder.host(born),
+                "store_host": decoder.hosts.get(store) or decoder.host(store),
+                "reconsume_times": reconsume_times,
+                "physical_offset": physical_offset,
+                "size_bytes": size,
+            }
+        )
+        for (
+            size,
+            queue_id,
+            queue_offset,
+            physical_offset,
+            born_ms,
+            store_ms,
+            born,
+            store,
+            reconsume_times,
+            body,
+            topic,
+            props,
+        ) in zip(*fields, strict=True)
+    )
+
+
+def _new_message(attributes: dict[str, Any]) -> ReceivedMessage:
+    """A ReceivedMessage of every field at once: a frozen dataclass's ``__init__`` sets
+    its 15 fields one ``object.__setattr__`` at a time, ~2 us a message, a third of the
+    decoding. It has no ``__post_init__`` and no slots (tests/client/test_records.py
+    compares these messages with constructed ones)."""
+    message = _new_object(ReceivedMessage)
+    _set_attribute(message, "__dict__", attributes)
+    return message
+
+
+def _one_by_one(decoder: _Decoder, record_count: int) -> tuple[ReceivedMessage, ...]:
+    """The messages of the records, each through ``decode_record``."""
+    records = decoder.records
     messages: list[ReceivedMessage] = []
     end = len(records)
     pos = 0
@@ -201,11 +230,11 @@ def decode_pull_records(
                 index, pos, f"{end - pos} bytes follow the {record_count} records announced"
             )
         size = decoder.record_size(index, pos)
-        messages.append(decoder.message(index, pos, size))
+        messages.append(decoder.general_message(index, pos, size))
         pos += size
     if len(messages) != record_count:
         raise TideError(
-            f"Pull answer from broker {broker_name!r}: {len(messages)} records in "
+            f"Pull answer from broker {decoder.broker_name!r}: {len(messages)} records in "
             f"{end} bytes, {record_count} announced"
         )
     return tuple(messages)

@@ -240,6 +240,8 @@ from tide.format._record_run import (
     scan_run,
     topic_part,
 )
+from tide.format._record_scan import V4RunScanner
+from tide.format._record_spans import record_tags, span_records
 from tide.format._resync import (
     TailMarks,
     data_end,
@@ -593,6 +595,7 @@ __all__ = [
     "TimerWheelGeometry",
     "TopicMessageType",
     "V2TransactionIdError",
+    "V4RunScanner",
     "WritableBuffer",
     "abort_file_exists",
     "body_length_pos",
@@ -697,6 +700,7 @@ __all__ = [
     "record_body_crc",
     "record_properties",
     "record_size",
+    "record_tags",
     "record_topic_and_properties",
     "replay_records",
     "retry_delay_level",
@@ -712,6 +716,7 @@ __all__ = [
     "sharding_key_index",
     "should_dead_letter",
     "slot_for",
+    "span_records",
     "store_timestamp_pos",
     "tags_code",
     "tail_marks",

@@ -1068,6 +1068,357 @@ done:
     return result;
 }
 
+/* -- span_records, record_tags: the pull's span check and tag filter --------------- */
+
+PyDoc_STRVAR(span_records_doc,
+             "span_records(piece, offset, at_most)\n--\n\n"
+             "How many message records (either magic) fill piece, stored at commitlog\n"
+             "offset, exactly, each at its PHYSICALOFFSET; -1 when its bytes are not whole\n"
+             "records or hold more than at_most.\n"
+             "The reference: tide.format._record_spans.span_records_python.");
+
+static PyObject *span_records(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    long long offset;
+    Py_ssize_t at_most;
+    if (!PyArg_ParseTuple(args, "y*Ln:span_records", &view, &offset, &at_most)) {
+        return NULL;
+    }
+    const unsigned char *d = view.buf;
+    Py_ssize_t pos = 0, end = view.len, found = 0;
+    while (pos < end) {
+        if (end - pos < FIXED_BYTES_V4 || found == at_most) {
+            found = -1;
+            break;
+        }
+        int32_t total = be32(d + pos), magic = be32(d + pos + POS_MAGIC);
+        if ((magic != MESSAGE_MAGIC_V1 && magic != (int32_t)0xDAA320AB) ||
+            total < FIXED_BYTES_V4 || total > end - pos ||
+            be64(d + pos + POS_PHYSICAL_OFFSET) != (int64_t)offset + pos) {
+            found = -1;
+            break;
+        }
+        pos += total;
+        found++;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(found);
+}
+
+/* Where the TAGS value of the properties p[0:len] is (the last item named TAGS, as
+ * decode_properties keeps the last); *value is NULL when there is none. */
+static void tags_value(const char *p, Py_ssize_t len, const char **value, Py_ssize_t *value_len) {
+    const char *found[NAMES];
+    Py_ssize_t found_len[NAMES];
+    find_values(p, len, found, found_len);
+    *value = found[TAGS];
+    *value_len = found_len[TAGS];
+}
+
+/* The properties bounds of the V1-magic IPv4 record d[pos:pos+size], or -1 when it is
+ * not one or its lengths do not add up to size (the reference then reads it). */
+static int v4_properties(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size,
+                         Py_ssize_t *props_at, Py_ssize_t *props_len) {
+    if (be32(d + pos + POS_MAGIC) != MESSAGE_MAGIC_V1 ||
+        be32(d + pos + POS_SYS_FLAG) & SYSFLAG_HOSTS_V6) {
+        return -1;
+    }
+    int64_t body_len = be32(d + pos + POS_BODY_LEN);
+    int64_t topic_len_at = HEAD_V4_BYTES + body_len;
+    if (body_len < 0 || topic_len_at + 3 > size) {
+        return -1;
+    }
+    int64_t props_len_at = topic_len_at + 1 + d[pos + topic_len_at];
+    if (props_len_at + 2 > size || props_len_at + 2 + be16(d + pos + props_len_at) != size) {
+        return -1;
+    }
+    *props_at = pos + (Py_ssize_t)props_len_at + 2;
+    *props_len = size - (Py_ssize_t)props_len_at - 2;
+    return 0;
+}
+
+/* Record i's TAGS as str into tags[i] (the previous record's object when equal). */
+static int put_tags(PyObject *tags, Py_ssize_t i, const char *p, Py_ssize_t len,
+                    LastValue *last) {
+    const char *value;
+    Py_ssize_t value_len;
+    tags_value(p, len, &value, &value_len);
+    if (value == NULL) {
+        value = "";
+        value_len = 0;
+    }
+    PyObject *text;
+    if (last->object != NULL && last->len == value_len &&
+        memcmp(last->bytes, value, (size_t)value_len) == 0) {
+        text = Py_NewRef(last->object);
+    } else {
+        text = PyUnicode_DecodeUTF8(value, value_len, "replace");
+        if (text == NULL) {
+            return -1;
+        }
+        Py_XSETREF(last->object, Py_NewRef(text));
+        last->bytes = value;
+        last->len = value_len;
+    }
+    return PyList_SetItem(tags, i, text); /* (drops the placeholder) */
+}
+
+/* The sizes and TAGS of the count records of d[0:len]; 1 when a record is not one this
+ * path reads (the reference then does), -1 on a Python error. */
+static int tags_rows(const unsigned char *d, Py_ssize_t len, Py_ssize_t count, PyObject *sizes,
+                     PyObject *tags) {
+    LastValue last = {NULL, NULL, 0};
+    int outcome = 1;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t props_at, props_len;
+        if (len - pos < FIXED_BYTES_V4) {
+            goto done;
+        }
+        int32_t size = be32(d + pos);
+        if (size < FIXED_BYTES_V4 || size > len - pos ||
+            v4_properties(d, pos, size, &props_at, &props_len)) {
+            goto done;
+        }
+        PyObject *size_object = PyLong_FromLong(size);
+        if (size_object == NULL) {
+            outcome = -1;
+            goto done;
+        }
+        if (PyList_SetItem(sizes, i, size_object) ||
+            put_tags(tags, i, (const char *)d + props_at, props_len, &last)) {
+            outcome = -1;
+            goto done;
+        }
+        pos += size;
+    }
+    outcome = pos == len ? 0 : 1;
+done:
+    Py_XDECREF(last.object);
+    return outcome;
+}
+
+PyDoc_STRVAR(record_tags_doc,
+             "record_tags(records, count)\n--\n\n"
+             "(sizes, tags) of the count records back to back in records: each one's\n"
+             "TOTALSIZE and TAGS ('' when absent); None when a record is not a V1-magic\n"
+             "IPv4 one whose lengths add up, or the records do not end with the bytes\n"
+             "(the reference then reads them and says what is wrong).\n"
+             "The reference: tide.format._record_spans.record_tags_python.");
+
+static PyObject *record_tags(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n:record_tags", &view, &count)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *sizes = NULL, *tags = NULL;
+    if (count < 0) {
+        PyErr_Format(PyExc_ValueError, "record_tags: count %zd is negative", count);
+        goto done;
+    }
+    sizes = PyList_New(count);
+    tags = sizes ? PyList_New(count) : NULL;
+    if (tags == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* (a list must be whole if we stop) */
+        PyList_SET_ITEM(sizes, i, Py_NewRef(Py_None));
+        PyList_SET_ITEM(tags, i, Py_NewRef(Py_None));
+    }
+    int outcome = tags_rows(view.buf, view.len, count, sizes, tags);
+    if (outcome == 0) {
+        result = PyTuple_Pack(2, sizes, tags);
+    } else if (outcome == 1) {
+        result = Py_NewRef(Py_None);
+    }
+done:
+    Py_XDECREF(sizes);
+    Py_XDECREF(tags);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- v4_record_fields: the client's decoding of pulled records ---------------------- */
+
+#define FIELD_COLUMNS 12
+enum {
+    F_SIZE, F_QUEUE_ID, F_QUEUE_OFFSET, F_PHYSICAL_OFFSET, F_BORN_TS, F_STORE_TS,
+    F_BORN_HOST, F_STORE_HOST, F_RECONSUME, F_BODY, F_TOPIC, F_PROPERTIES
+};
+#define POS_BORN_TIMESTAMP 40
+#define POS_BORN_HOST 48
+#define POS_STORE_HOST 64
+#define POS_RECONSUME 72
+
+/* The bounds of the V1-magic IPv4 record d[pos:pos+size] whose body CRC and physical
+ * offset check, or -1 (the reference decoder then says what is wrong). */
+static int v4_fields_at(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size,
+                        Py_ssize_t *topic_at, Py_ssize_t *props_at) {
+    Py_ssize_t props_start, props_len;
+    if (v4_properties(d, pos, size, &props_start, &props_len)) {
+        return -1;
+    }
+    int64_t body_len = be32(d + pos + POS_BODY_LEN);
+    const unsigned char *body = d + pos + HEAD_V4_BYTES;
+    if (crc32(0L, body, (uInt)body_len) != beu32(d + pos + POS_BODY_CRC) ||
+        be64(d + pos + POS_PHYSICAL_OFFSET) < 0) {
+        return -1;
+    }
+    *topic_at = pos + HEAD_V4_BYTES + (Py_ssize_t)body_len;
+    *props_at = props_start;
+    return 0;
+}
+
+/* A bytes object of p[0:len], the previous one of its column when equal (hosts, topics). */
+static PyObject *same_bytes(const unsigned char *p, Py_ssize_t len, LastValue *last) {
+    return value_of((const char *)p, len, last);
+}
+
+/* The properties p[0:len] as a dict, as decode_properties gives them: items split at
+ * \x02 (empty ones skipped), each at its first \x01 (one without it skipped), the last
+ * of a name kept. Only for ASCII bytes (their text is their bytes); anything else goes
+ * to decode_properties itself (the module's reference, passed in). */
+static PyObject *properties_dict(const char *p, Py_ssize_t len, PyObject *reference) {
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if ((unsigned char)p[i] & 0x80) {
+            return PyObject_CallFunction(reference, "y#", p, len);
+        }
+    }
+    PyObject *result = PyDict_New();
+    const char *end = p + len;
+    while (result != NULL && p < end) {
+        const char *item_end = memchr(p, '\x02', (size_t)(end - p));
+        if (item_end == NULL) {
+            item_end = end;
+        }
+        const char *sep = memchr(p, '\x01', (size_t)(item_end - p));
+        if (sep != NULL) {
+            PyObject *name = PyUnicode_DecodeASCII(p, sep - p, NULL);
+            PyObject *value = name ? PyUnicode_DecodeASCII(sep + 1, item_end - sep - 1, NULL)
+                                   : NULL;
+            if (value == NULL || PyDict_SetItem(result, name, value)) {
+                Py_CLEAR(result);
+            }
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+        }
+        p = item_end + 1;
+    }
+    return result;
+}
+
+static int put_field(PyObject *column, Py_ssize_t i, PyObject *value) {
+    return value == NULL ? -1 : PyList_SetItem(column, i, value);
+}
+
+/* Record i's fields into the columns. */
+static int field_row(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size, Py_ssize_t topic_at,
+                     Py_ssize_t props_at, Py_ssize_t i, PyObject *c[FIELD_COLUMNS],
+                     LastValue last[3], PyObject *reference) {
+    const unsigned char *r = d + pos;
+    Py_ssize_t body_at = pos + HEAD_V4_BYTES;
+    return put_field(c[F_SIZE], i, PyLong_FromSsize_t(size)) ||
+           put_field(c[F_QUEUE_ID], i, PyLong_FromLong(be32(r + POS_QUEUE_ID))) ||
+           put_field(c[F_QUEUE_OFFSET], i, PyLong_FromLongLong(be64(r + POS_QUEUE_OFFSET))) ||
+           put_field(c[F_PHYSICAL_OFFSET], i,
+                     PyLong_FromLongLong(be64(r + POS_PHYSICAL_OFFSET))) ||
+           put_field(c[F_BORN_TS], i, PyLong_FromLongLong(be64(r + POS_BORN_TIMESTAMP))) ||
+           put_field(c[F_STORE_TS], i, PyLong_FromLongLong(be64(r + POS_STORE_TIMESTAMP))) ||
+           put_field(c[F_BORN_HOST], i, same_bytes(r + POS_BORN_HOST, 8, &last[0])) ||
+           put_field(c[F_STORE_HOST], i, same_bytes(r + POS_STORE_HOST, 8, &last[1])) ||
+           put_field(c[F_RECONSUME], i, PyLong_FromLong(be32(r + POS_RECONSUME))) ||
+           put_field(c[F_BODY], i,
+                     PyBytes_FromStringAndSize((const char *)d + body_at, topic_at - body_at)) ||
+           put_field(c[F_TOPIC], i,
+                     same_bytes(d + topic_at + 1, props_at - 2 - topic_at - 1, &last[2])) ||
+           put_field(c[F_PROPERTIES], i,
+                     properties_dict((const char *)d + props_at, pos + size - props_at,
+                                     reference));
+}
+
+/* 0 when the count records fill d[0:len] and each is read into the columns; 1 when one
+ * is not a record this path reads; -1 on a Python error. */
+static int field_rows(const unsigned char *d, Py_ssize_t len, Py_ssize_t count,
+                      PyObject *columns[FIELD_COLUMNS], PyObject *reference) {
+    LastValue last[3] = {{NULL, NULL, 0}, {NULL, NULL, 0}, {NULL, NULL, 0}};
+    int outcome = 1;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t topic_at, props_at;
+        if (len - pos < FIXED_BYTES_V4) {
+            goto done;
+        }
+        int32_t size = be32(d + pos);
+        if (size < FIXED_BYTES_V4 || size > len - pos ||
+            v4_fields_at(d, pos, size, &topic_at, &props_at)) {
+            goto done;
+        }
+        if (field_row(d, pos, size, topic_at, props_at, i, columns, last, reference)) {
+            outcome = -1;
+            goto done;
+        }
+        pos += size;
+    }
+    outcome = pos == len ? 0 : 1;
+done:
+    for (int n = 0; n < 3; n++) {
+        Py_XDECREF(last[n].object);
+    }
+    return outcome;
+}
+
+PyDoc_STRVAR(v4_record_fields_doc,
+             "v4_record_fields(records, count, decode_properties)\n--\n\n"
+             "The fields of the count records back to back in records, as 12 columns:\n"
+             "sizes, queue ids, queue offsets, physical offsets, born and store times,\n"
+             "born and store hosts (packed), reconsume times, bodies, topics (bytes) and\n"
+             "properties (dicts: ASCII ones read here, others by decode_properties);\n"
+             "None unless each is a V1-magic IPv4 record whose lengths\n"
+             "add up, body CRC checks and physical offset is not negative, and they fill\n"
+             "the bytes (the reference decoder then says what is wrong).\n"
+             "The reference: tide.format._record_spans.v4_record_fields_python.");
+
+static PyObject *v4_record_fields(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t count;
+    PyObject *reference;
+    if (!PyArg_ParseTuple(args, "y*nO:v4_record_fields", &view, &count, &reference)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *columns[FIELD_COLUMNS] = {NULL};
+    if (count < 0) {
+        PyErr_Format(PyExc_ValueError, "v4_record_fields: count %zd is negative", count);
+        goto done;
+    }
+    for (int n = 0; n < FIELD_COLUMNS; n++) {
+        if ((columns[n] = PyList_New(count)) == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) { /* (a list must be whole if we stop) */
+            PyList_SET_ITEM(columns[n], i, Py_NewRef(Py_None));
+        }
+    }
+    int outcome = field_rows(view.buf, view.len, count, columns, reference);
+    if (outcome == 0) {
+        result = PyTuple_New(FIELD_COLUMNS);
+        for (int n = 0; result != NULL && n < FIELD_COLUMNS; n++) {
+            PyTuple_SET_ITEM(result, n, Py_NewRef(columns[n]));
+        }
+    } else if (outcome == 1) {
+        result = Py_NewRef(Py_None);
+    }
+done:
+    for (int n = 0; n < FIELD_COLUMNS; n++) {
+        Py_XDECREF(columns[n]);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -1077,6 +1428,9 @@ static PyMethodDef methods[] = {
     {"encode_run_v4", encode_run_v4, METH_VARARGS, encode_run_v4_doc},
     {"index_key_hashes_ascii", index_key_hashes_ascii, METH_VARARGS,
      index_key_hashes_ascii_doc},
+    {"span_records", span_records, METH_VARARGS, span_records_doc},
+    {"record_tags", record_tags, METH_VARARGS, record_tags_doc},
+    {"v4_record_fields", v4_record_fields, METH_VARARGS, v4_record_fields_doc},
     {NULL, NULL, 0, NULL},
 };
 

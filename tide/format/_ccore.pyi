@@ -1,5 +1,5 @@
 import mmap
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 # Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
 # each function is named in its docstring there and in docs/performance.md.
@@ -63,3 +63,29 @@ def encode_run_v4(
     /,
 ) -> bytes: ...
 def index_key_hashes_ascii(keys: Sequence[bytes], prefix: bytes, /) -> list[int] | None: ...
+def span_records(piece: bytes | bytearray | memoryview, offset: int, at_most: int, /) -> int: ...
+def record_tags(
+    records: bytes | bytearray | memoryview, count: int, /
+) -> tuple[list[int], list[str]] | None: ...
+def v4_record_fields(
+    records: bytes | bytearray | memoryview,
+    count: int,
+    decode_properties: Callable[[bytes], dict[str, str]],
+    /,
+) -> (
+    tuple[
+        list[int],
+        list[int],
+        list[int],
+        list[int],
+        list[int],
+        list[int],
+        list[bytes],
+        list[bytes],
+        list[int],
+        list[bytes],
+        list[bytes],
+        list[dict[str, str]],
+    ]
+    | None
+): ...

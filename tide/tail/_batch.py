@@ -2,22 +2,10 @@
 
 The per-record path (``scan_record`` plus a :class:`RecordAt` per record) costs
 microseconds a record in Python; a dispatch replay wants well under one. So
-:class:`ChunkScanner` takes the records of a Tail chunk in a few passes, each a handful of
-C-speed operations over the whole chunk rather than Python steps per field:
-
-1. the walk: one ``struct.unpack_from`` per record (``total_size`` and the header bytes
-   after it), hopping from record to record while the size fits;
-2. the header fields of every record at once: the headers are joined and read through
-   typed memoryviews with a stride of one header, one strided copy per field (its bytes
-   swapped on a little-endian machine: the fields are big-endian), then ``tolist()``;
-3. checks over whole columns (``count``, ``min``/``max``, list comparisons, ``set``): V1
-   magic, sizes within ``[FIXED_BYTES_V4, max_record_bytes]``, IPv4 hosts,
-   ``physical_offset == position``, body lengths that fit;
-4. the layout: one slice per record from the topic length to the properties length,
-   looked up in a cache (topics repeat) that knows the topic's text (None when it is not
-   UTF-8) and the properties length, which must end the record exactly;
-5. the body CRC, unless turned off (dispatch does not check it by default, as RocketMQ's
-   ReputMessageService does not): ``zlib.crc32`` of every body, compared as a list.
+:class:`ChunkScanner` takes the records of a Tail chunk a whole range at a time: in the
+compiled core (``scan_v4_run``) or in its pure-Python reference,
+:class:`tide.format.V4RunScanner`, which does it in a few passes of C-speed operations over
+the whole chunk (tide/format/_record_scan.py describes them).
 
 The checks are those of :func:`tide.format.scan_record` (plus ``max_record_bytes``). The
 scan stops *before* the first record it does not take: a blank marker, an incomplete or
@@ -32,41 +20,24 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import struct
-import sys
 import threading
-import zlib
-from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, repeat
-from operator import add, eq, getitem, sub
-from typing import Any, Literal, NamedTuple, cast
+from operator import add
+from typing import Any
 
 from tide.format import (
-    BODY_CRC_POS,
-    BODY_LENGTH_POS_V4,
-    FIXED_BYTES_V4,
     HEADER_V4_BYTES,
-    MAGIC_POS,
-    MESSAGE_MAGIC_V1,
-    PHYSICAL_OFFSET_POS,
-    QUEUE_ID_POS,
-    QUEUE_OFFSET_POS,
-    STORE_TIMESTAMP_POS_V4,
-    SYS_FLAG_POS,
-    SYSFLAG_BORN_HOST_V6,
-    SYSFLAG_STORE_HOST_V6,
     ScanKind,
     ScanResult,
+    V4RunScanner,
     _core,
     properties_position,
     record_body_crc,
 )
 
 HEAD_V4_BYTES = HEADER_V4_BYTES  # the fixed header with IPv4 hosts: the body starts here
-_HOSTS_V6 = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
-_TOPIC_CACHE_MAX = 4096
 
 
 class _GcPauses:
@@ -340,76 +311,6 @@ class BatchBuilder:
 _BATCH_COLUMNS = tuple(name for name in RecordBatch.__slots__ if name != "data")
 
 
-class _TopicCache(dict[bytes, str | None]):
-    """Topic length byte + topic + properties length -> the topic, or None when it is
-    not UTF-8."""
-
-    def __missing__(self, key: bytes) -> str | None:
-        if len(self) >= _TOPIC_CACHE_MAX:
-            self.clear()
-        try:
-            topic: str | None = key[1:-2].decode("utf-8")
-        except UnicodeDecodeError:
-            topic = None
-        self[key] = topic
-        return topic
-
-
-class _PropsLengths(dict[bytes, int]):
-    """Topic length byte + topic + properties length -> the properties length."""
-
-    def __missing__(self, key: bytes) -> int:
-        if len(self) >= _TOPIC_CACHE_MAX:
-            self.clear()
-        length = self[key] = int.from_bytes(key[-2:], "big")
-        return length
-
-
-def _big_endian_list(words: memoryview) -> list[int]:
-    """The integers of a (strided) typed view of big-endian words."""
-    if not _LITTLE:
-        return words.tolist()
-    values = array(words.format, words.tobytes())
-    values.byteswap()
-    return values.tolist()
-
-
-def _first_false(flags: Iterable[object]) -> int:
-    for index, flag in enumerate(flags):
-        if not flag:
-            return index
-    raise AssertionError("no false flag")  # pragma: no cover - callers know there is one
-
-
-class _Field(NamedTuple):
-    """Where a header field is in the gathered headers, read as native integers: a
-    view type code, whether it needs the copy shifted by 4 bytes (8-byte fields at
-    positions 4 mod 8), the first element and the step (see ``ChunkScanner._columns``)."""
-
-    code: Literal["i", "I", "q"]
-    shifted: bool
-    start: int
-    step: int
-
-
-def _field(pos: int, width: int, code: Literal["i", "I", "q"]) -> _Field:
-    """The view of one field (at ``pos`` of each 88-byte gathered header) of every record:
-    every ``88 / width``-th element of the headers read as ``width``-byte integers, from
-    the copy that starts 4 bytes later for an 8-byte field at 4 mod 8. (The fields are
-    big-endian: a little-endian machine swaps their bytes afterwards.)"""
-    shifted = (pos % width) != 0  # only 8-byte fields at 4 mod 8: read from byte 4 on
-    assert not shifted or (width == 8 and pos % 8 == 4), (pos, width)
-    first = pos - (4 if shifted else 0)
-    assert first % width == 0, (pos, width)
-    return _Field(code, shifted, first // width, HEAD_V4_BYTES // width)
-
-
-_LITTLE = sys.byteorder == "little"
-# ``buf[a:b]`` as a function (faster in map than ``buf.__getitem__``, a slot wrapper)
-_slice_of = cast("Callable[[bytes, slice], bytes]", getitem)
-# The walk keeps 88 bytes from byte 4 of each record (magic .. body_len, then 4 bytes
-# it does not use): magic, body_crc, queue_id, queue_offset, physical_offset, sys_flag,
-# store_timestamp, body_len at these positions (docs/formats.md, "Message record", - 4).
 # The columns scan_v4_run returns after the positions, under the names _extend reads.
 _C_COLUMNS = (
     "offsets",
@@ -421,22 +322,7 @@ _C_COLUMNS = (
     "topics",
     "props_starts",
 )
-_COLUMNS = ("magics", "crcs", "queue_ids", "queue_offsets", "phys", "flags", "stamps", "body_lens")
-_FIELD_POSITIONS: tuple[tuple[int, int, Literal["i", "I", "q"]], ...] = (
-    (MAGIC_POS, 4, "i"),
-    (BODY_CRC_POS, 4, "I"),
-    (QUEUE_ID_POS, 4, "i"),
-    (QUEUE_OFFSET_POS, 8, "q"),
-    (PHYSICAL_OFFSET_POS, 8, "q"),
-    (SYS_FLAG_POS, 4, "i"),
-    (STORE_TIMESTAMP_POS_V4, 8, "q"),
-    (BODY_LENGTH_POS_V4, 4, "i"),
-)
-_FIELDS = tuple(_field(pos - MAGIC_POS, width, code) for pos, width, code in _FIELD_POSITIONS)
-# total_size, then the 88 bytes from the magic on (the header less total_size, and 4 more)
-_WALK = struct.Struct(f">i{HEADER_V4_BYTES}s")
-_V1_BYTES = MESSAGE_MAGIC_V1.to_bytes(4, "big", signed=True)
-_WALK_BYTES = _WALK.size  # 92: a record of 91 bytes at the very end is left to scan_record
+
 # A scan takes the records that start in this window (the next scan goes on from there).
 # Scanning a 2 MiB chunk at once, its temporary buffers (the joined headers: ~750 KiB)
 # were mapped and faulted in afresh for every chunk: a replay of 500,000 records took
@@ -453,10 +339,10 @@ class ChunkScanner:
     ) -> None:
         self.max_record_bytes = max_record_bytes
         self.check_crc = check_crc
-        self._topics = _TopicCache()
-        self._props_lengths = _PropsLengths()
-        # The compiled twin of :meth:`scan_python` (tide.format._core), unless turned off
-        # (the differential tests compare the two).
+        # The reference scan (tide.format.V4RunScanner; it keeps a cache of decoded
+        # topics: one per stream) and its compiled twin (tide.format._core), unless turned
+        # off (the differential tests compare the two).
+        self._reference = V4RunScanner(max_record_bytes, check_crc=check_crc)
         self._compiled = _core.scan_v4_run if compiled else None
 
     def scan(
@@ -472,193 +358,17 @@ class ChunkScanner:
                 f"len {len(buf)}"
             )
         if self._compiled is None:
-            return self.scan_python(buf, start, base_offset, out, end)
-        found = self._compiled(
-            buf, start, end, base_offset, self.max_record_bytes, self.check_crc, _WALK_WINDOW
-        )
+            found = self._reference.scan(buf, start, end, base_offset, _WALK_WINDOW)
+        else:
+            found = self._compiled(
+                buf, start, end, base_offset, self.max_record_bytes, self.check_crc, _WALK_WINDOW
+            )
         stop = found[0]
         if stop == start:
             return start
         cols: dict[str, list[Any]] = dict(zip(_C_COLUMNS, found[2:], strict=True))
         self._extend(out, buf, found[1], cols)
         return stop
-
-    def scan_python(
-        self, buf: bytes, start: int, base_offset: int, out: BatchBuilder, end: int
-    ) -> int:
-        """:meth:`scan` in Python: the reference of ``tide.format._ccore.scan_v4_run``."""
-        positions, heads, end = self._walk(buf, start, end)
-        if not positions:
-            return start
-        cols = self._columns(heads, positions, end)
-        keep = self._check_columns(positions, base_offset, cols)
-        if keep:
-            keep = self._check_layout(buf, positions, end, cols, keep)
-        if keep and self.check_crc:
-            keep = self._check_crcs(buf, positions, cols, keep)
-        if not keep:
-            return start
-        if keep < len(positions):
-            del positions[keep:]
-            for column in cols.values():
-                del column[keep:]
-        self._extend(out, buf, positions, cols)
-        sizes: list[int] = cols["sizes"]
-        return positions[-1] + sizes[-1]
-
-    @staticmethod
-    def _walk(buf: bytes, start: int, end: int) -> tuple[list[int], bytes, int]:
-        """Hop from total_size to total_size while it fits, from ``start`` to ``end``
-        (records that start in the window ``_WALK_WINDOW``): the positions, the headers
-        (from byte 4 on, see ``_WALK``) joined, and the end of the last. Anything is
-        taken here; the magic is checked on the columns."""
-        unpack = _WALK.unpack_from
-        positions: list[int] = []
-        heads: list[bytes] = []
-        add_position = positions.append
-        add_head = heads.append
-        pos = start
-        last = min(end - _WALK_BYTES, start + _WALK_WINDOW)
-        smallest = FIXED_BYTES_V4
-        while pos <= last:
-            size, head = unpack(buf, pos)
-            if size < smallest or size > end - pos:
-                break
-            add_position(pos)
-            add_head(head)
-            pos += size
-        return positions, b"".join(heads), pos
-
-    def _columns(self, heads: bytes, positions: list[int], end: int) -> dict[str, list[Any]]:
-        """The header fields of every record as lists, read from the joined headers
-        through typed memoryviews with a stride of one header (reversed first on a
-        little-endian machine: the fields are big-endian). The body CRCs only when they
-        are checked (a batch reads them from the records when asked); the magics only
-        when one is not V1 (the usual case is told from the bytes: each of the magic's
-        four bytes, with a stride of one header, is that byte of the V1 magic)."""
-        count = len(positions)
-        skip = {"crcs"} if not self.check_crc else set()
-        if all(heads[i::HEAD_V4_BYTES] == _V1_BYTES[i : i + 1] * count for i in range(4)):
-            skip.add("magics")  # _check_columns knows they are all V1
-        cols: dict[str, list[Any]] = {}
-        with memoryview(heads) as whole, whole[4:-4] as shifted:  # (a view: no copy)
-            for name, field in zip(_COLUMNS, _FIELDS, strict=True):
-                if name not in skip:
-                    with (shifted if field.shifted else whole).cast(field.code) as typed:
-                        cols[name] = _big_endian_list(typed[field.start :: field.step])
-        sizes = list(map(sub, positions[1:], positions))
-        sizes.append(end - positions[-1])
-        cols["sizes"] = sizes
-        return cols
-
-    def _check_columns(
-        self, positions: list[int], base_offset: int, cols: dict[str, list[Any]]
-    ) -> int:
-        """How many records from the first pass the whole-column checks."""
-        sizes, flags, body_lens = cols["sizes"], cols["flags"], cols["body_lens"]
-        keep = len(positions)
-        magics = cols.get("magics")  # none: all V1
-        if magics is not None and magics.count(MESSAGE_MAGIC_V1) != keep:
-            keep = magics.index(next(m for m in magics if m != MESSAGE_MAGIC_V1))
-            if not keep:
-                return 0
-        if max(sizes) > self.max_record_bytes:
-            keep = min(keep, _first_false(s <= self.max_record_bytes for s in sizes))
-        bad_flags = {f for f in set(flags) if f & _HOSTS_V6}
-        if bad_flags:
-            keep = min(keep, _first_false(f not in bad_flags for f in flags))
-        offsets = cols["offsets"] = list(map(add, positions, repeat(base_offset)))
-        if cols["phys"] != offsets:
-            keep = min(keep, _first_false(map(eq, cols["phys"], offsets)))
-        # (every body fits when the longest fits the shortest record: no pass per record)
-        if min(body_lens) < 0 or (
-            max(body_lens) > min(sizes) - FIXED_BYTES_V4
-            and min(map(sub, sizes, body_lens)) < FIXED_BYTES_V4
-        ):
-            keep = min(
-                keep,
-                _first_false(
-                    b >= 0 and s - b >= FIXED_BYTES_V4
-                    for s, b in zip(sizes, body_lens, strict=True)
-                ),
-            )
-        return keep
-
-    def _check_layout(
-        self, buf: bytes, positions: list[int], end: int, cols: dict[str, list[Any]], keep: int
-    ) -> int:
-        """Topic length, topic, properties length and properties must fill the record
-        exactly; finds the topics and where the properties start."""
-        ends = positions[1:keep]
-        ends.append(positions[keep - 1] + cols["sizes"][keep - 1])
-        # (the body starts at HEAD_V4_BYTES, the topic after it)
-        topic_pos = list(
-            map(add, positions[:keep], map(add, cols["body_lens"], repeat(HEAD_V4_BYTES)))
-        )
-        cols["topic_pos"] = topic_pos
-        if self._one_topic(buf, topic_pos, ends, cols):
-            return keep
-        # properties start after the topic length (1 byte), the topic, their length (2)
-        props = [tp + 3 + buf[tp] for tp in topic_pos]
-        # (a negative one, from a topic length that does not fit, matches no stored one)
-        lengths = list(map(sub, ends, props))
-        # one slice per record, its length byte, topic and properties length: the key of
-        # the topic cache, which also knows the properties length it ends with
-        keys: list[bytes] = list(map(_slice_of, repeat(buf), map(slice, topic_pos, props)))
-        if list(map(self._props_lengths.__getitem__, keys)) != lengths:
-            keep = _first_false(map(eq, map(self._props_lengths.__getitem__, keys), lengths))
-            if not keep:
-                return 0
-            del props[keep:], keys[keep:]
-        topics = list(map(self._topics.__getitem__, keys))
-        if None in topics:
-            keep = topics.index(None)
-            del props[keep:], topics[keep:]
-        cols["topics"] = topics
-        cols["props_starts"] = props
-        return len(props)
-
-    def _one_topic(
-        self, buf: bytes, topic_pos: list[int], ends: list[int], cols: dict[str, list[Any]]
-    ) -> bool:
-        """The usual case, every record of one topic, checked without a lookup per record:
-        the slices from each topic length byte to the end of the properties length, of
-        the same length when the topic is the first record's, are joined and compared
-        with what they must be (the first record's topic length byte and topic, then
-        each record's properties length, big-endian). False: not all one topic, or a
-        record is wrong (the per-record lookups then find which)."""
-        count = len(topic_pos)
-        first = topic_pos[0]
-        width = buf[first] + 3  # length byte, topic, properties length
-        props = list(map(add, topic_pos, repeat(width)))
-        lengths = list(map(sub, ends, props))
-        try:
-            big_endian = struct.pack(f">{count}H", *lengths)
-        except struct.error:  # a length that does not fit: a record is wrong
-            return False
-        key = buf[first : first + width]
-        topic = self._topics[key]
-        if topic is None:
-            return False
-        expected = bytearray(key) * count
-        expected[width - 2 :: width] = big_endian[0::2]
-        expected[width - 1 :: width] = big_endian[1::2]
-        keys = map(_slice_of, repeat(buf), map(slice, topic_pos, props))
-        if b"".join(keys) != expected:
-            return False
-        cols["topics"] = [topic] * count
-        cols["props_starts"] = props
-        return True
-
-    @staticmethod
-    def _check_crcs(buf: bytes, positions: list[int], cols: dict[str, list[Any]], keep: int) -> int:
-        body_starts = map(add, positions[:keep], repeat(HEAD_V4_BYTES))
-        bodies = map(_slice_of, repeat(buf), map(slice, body_starts, cols["topic_pos"]))
-        computed = list(map(zlib.crc32, bodies))
-        crcs = cols["crcs"]
-        if computed != crcs[:keep]:
-            return _first_false(map(eq, computed, crcs))
-        return keep
 
     @staticmethod
     def _extend(
