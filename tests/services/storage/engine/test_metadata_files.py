@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from services.storage.engine.auth_table import AuthTable
+from services.storage.engine.auth_table import installers as auth_installers
 from services.storage.engine.consumer_offsets import ConsumerOffsets
 from services.storage.engine.group_table import GroupTable
 from services.storage.engine.metadata_files import METADATA_FILES, MetadataFiles
 from services.storage.engine.producer_state import ProducerStateTable
 from services.storage.engine.topic_table import TopicChange, TopicConfig, TopicTable
+from tide.auth.model import Action, PolicyEntry, ResourcePattern, ResourceType, User
 from tide.files import ConfigFormatError, ConfigLimitError
 from tide.format import (
     TIMER_CHECKPOINT_FILE_BYTES,
@@ -57,6 +60,11 @@ class Store:
             self.dir, window_batches=5, expiry_ms=60_000, max_producers=10
         )
         self.files.register("producerState.json", self.producers)
+        # Users and ACL policies (issue 22), as MessageStore registers them.
+        self.auth = AuthTable(self.dir)
+        self.auth.load()
+        for name, installer in auth_installers(self.auth).items():
+            self.files.register(name, installer)
 
     def keep_producer_batch(self, pid: str) -> None:
         """One kept batch of ``pid`` on queue Kept:0, written as the snapshot."""
@@ -76,7 +84,8 @@ def test_read_serves_the_files_on_disk_with_unwritten_offsets_persisted(tmp_path
     )
     files = dict(store.files.read())
     assert sorted(files) == sorted(
-        set(METADATA_FILES) - {"subscriptionGroup.json", "producerState.json"}
+        set(METADATA_FILES)
+        - {"subscriptionGroup.json", "producerState.json", "users.json", "acl.json"}
     )  # never written
     for name, content in files.items():
         assert content == (store.dir / name).read_bytes(), name
@@ -153,6 +162,11 @@ def test_install_refuses_what_this_store_could_not_load_and_keeps_its_file(
     )
     store.groups.upsert(SubscriptionGroupConfig("g", retry_max_times=5))
     store.keep_producer_batch("p-1")
+    store.auth.create_user(User("alice", "alice-secret"))
+    store.auth.create_acl(
+        "alice",
+        (PolicyEntry(ResourcePattern(ResourceType.TOPIC, "Kept"), frozenset({Action.PUB})),),
+    )
     before = {n: (store.dir / n).read_bytes() for n in METADATA_FILES}
     with pytest.raises((ConfigFormatError, ConfigLimitError)) as info:
         store.files.install(name, content)
