@@ -28,15 +28,12 @@ from tide.format import (
     SYSFLAG_HOSTS_V6,
     TAGS,
     CustomizedRetryPolicy,
-    DecodedRecord,
     ExponentialRetryPolicy,
     GroupRetryPolicy,
     RetryPolicyType,
     SubscriptionGroupConfig,
     decode_properties,
     group_topic_error,
-    make_msg_id,
-    msg_id_prefix,
 )
 from tide.format._group_config import DEFAULT_CONSUME_TIMEOUT_MINUTE  # not exported
 from tide.naming import consumer_group_error
@@ -51,34 +48,6 @@ class BadRequest(ValueError):
     """A request field that cannot be converted (INVALID_ARGUMENT)."""
 
 
-def stored_message(record: DecodedRecord) -> pb.StoredMessage:
-    """The record as a ``StoredMessage``; its id names the record's own store host (on a
-    slave: the master that stored it), as RocketMQ's offsetMsgId does."""
-    props = record.properties
-    keys = props.get(KEYS, "")
-    return pb.StoredMessage(
-        topic=record.topic,
-        queue_id=record.queue_id,
-        body=record.body,
-        tags=props.get(TAGS, ""),
-        keys=keys.split(" ") if keys else [],
-        properties=props,
-        flag=record.flag,
-        born_timestamp_ms=record.born_timestamp_ms,
-        born_host=str(record.born_host),
-        sys_flag=record.sys_flag,
-        reconsume_times=record.reconsume_times,
-        prepared_transaction_offset=record.prepared_transaction_offset,
-        queue_offset=record.queue_offset,
-        physical_offset=record.physical_offset,
-        size=record.total_size,
-        store_timestamp_ms=record.store_timestamp_ms,
-        store_host=str(record.store_host),
-        body_crc=record.body_crc,
-        msg_id=make_msg_id(msg_id_prefix(record.store_host), record.physical_offset),
-    )
-
-
 def stored_message_fields(
     data: bytes, offset: int, hosts: dict[bytes, str]
 ) -> dict[str, Any] | None:
@@ -86,8 +55,8 @@ def stored_message_fields(
     ``offset``, for the common record (1-byte topic length, IPv4 hosts) when it passes
     the reader's checks (size, magic, field lengths, physical offset, body CRC, UTF-8
     topic); None otherwise: the caller then takes the general decoder, which says what
-    is wrong. The same values as :func:`stored_message` of ``decode_record``, without its
-    intermediate objects. ``hosts`` caches packed host -> ``ip:port`` text."""
+    is wrong. The same values as :func:`tide.stored.stored_message` of ``decode_record``,
+    without its intermediate objects. ``hosts`` caches packed host -> ``ip:port`` text."""
     size = len(data)
     if size < HEADER_V4_BYTES + 3:
         return None

@@ -50,6 +50,7 @@ from tide.quoting import quote
 from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
+from tide.stored import stored_message
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -465,7 +466,7 @@ class StorageServicer(pb_grpc.StorageServicer):
             return pb.ReadResult(status=pb.OFFSET_ABOVE_MAX)
         except RecordError:
             return pb.ReadResult(status=pb.NOT_A_RECORD)
-        message = convert.stored_message(record)
+        message = stored_message(record)
         return pb.ReadResult(status=pb.FOUND, message=message)
 
     async def Tail(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.storage.convert import stored_message, stored_message_fields
+from services.storage.convert import stored_message_fields
 from tide.client import MessageQueue, PullStatus, TideError
 from tide.client._convert import from_pull_response, from_stored_message
 from tide.client._pull_consumer import GatewayReader
@@ -26,6 +26,7 @@ from tide.format import (
     pack_host,
     patch_record,
 )
+from tide.stored import stored_message
 from tide.v1 import gateway_pb2, storage_pb2
 
 BROKER = "broker-a"

@@ -9,42 +9,11 @@ from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import (
-    KEYS,
-    TAGS,
-    DecodedRecord,
     RecordError,
     decode_record,
-    make_msg_id,
-    msg_id_prefix,
 )
+from tide.stored import stored_message
 from tide.v1 import storage_pb2 as storage_pb
-
-
-def stored_message(record: DecodedRecord) -> storage_pb.StoredMessage:
-    """The record as the storage's Read shows it (its id names its own store host)."""
-    props = record.properties
-    keys = props.get(KEYS, "")
-    return storage_pb.StoredMessage(
-        topic=record.topic,
-        queue_id=record.queue_id,
-        body=record.body,
-        tags=props.get(TAGS, ""),
-        keys=keys.split(" ") if keys else [],
-        properties=props,
-        flag=record.flag,
-        born_timestamp_ms=record.born_timestamp_ms,
-        born_host=str(record.born_host),
-        sys_flag=record.sys_flag,
-        reconsume_times=record.reconsume_times,
-        prepared_transaction_offset=record.prepared_transaction_offset,
-        queue_offset=record.queue_offset,
-        physical_offset=record.physical_offset,
-        size=record.total_size,
-        store_timestamp_ms=record.store_timestamp_ms,
-        store_host=str(record.store_host),
-        body_crc=record.body_crc,
-        msg_id=make_msg_id(msg_id_prefix(record.store_host), record.physical_offset),
-    )
 
 
 async def read_messages(

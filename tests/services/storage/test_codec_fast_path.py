@@ -12,6 +12,7 @@ from services.storage.engine.errors import InvalidMessageError
 from services.storage.engine.message_codec import MessageCodec, MessageInput
 from services.storage.servicer import _append_response
 from tide.format import decode_record, make_msg_id, msg_id_prefix, parse_host
+from tide.stored import stored_message
 from tide.v1 import storage_pb2 as pb
 
 NOW_MS = 1_800_000_000_000
@@ -130,7 +131,7 @@ def test_read_fields_match_the_general_decoder(index: int) -> None:
     offset = 1 << 33
     data = _stored(record.data, offset)
     decoded = decode_record(data, 0, len(data), expected_offset=offset)
-    expected = convert.stored_message(decoded)
+    expected = stored_message(decoded)
     # The id names the record's own store host, whoever serves the read (a slave too).
     assert expected.msg_id == make_msg_id(msg_id_prefix(decoded.store_host), offset)
     fields = convert.stored_message_fields(data, offset, {})

@@ -1,11 +1,10 @@
 """A message a pop reads from the dispatch's tail cache is the one the storage's Read
-answers for the same record (services/dispatch/pop/stored.py against the storage's own
-conversion)."""
+answers for the same record: both convert with tide.stored, and the storage's fast path
+(services/storage/convert.stored_message_fields) gives the same fields."""
 
 from __future__ import annotations
 
-from services.dispatch.pop.stored import stored_message
-from services.storage.convert import stored_message as storage_stored_message
+from services.storage.convert import stored_message_fields
 from tide.format import (
     decode_record,
     encode_properties,
@@ -14,6 +13,8 @@ from tide.format import (
     parse_host,
     patch_record,
 )
+from tide.stored import stored_message
+from tide.v1 import storage_pb2 as storage_pb
 
 
 def test_a_cached_record_reads_as_the_storage_reads_it() -> None:
@@ -35,5 +36,7 @@ def test_a_cached_record_reads_as_the_storage_reads_it() -> None:
     physical_offset = 4096
     patch_record(data, 0, encoded.store_timestamp_pos, 41, physical_offset, 5)
     record = decode_record(bytes(data), 0, len(data), expected_offset=physical_offset)
-    assert stored_message(record) == storage_stored_message(record)
+    fields = stored_message_fields(bytes(data), physical_offset, {})
+    assert fields is not None
+    assert stored_message(record) == storage_pb.StoredMessage(**fields)
     assert stored_message(record).keys == ["k1", "k2"]
