@@ -25,11 +25,12 @@ have had alone. Futures cancelled before their batch goes are not sent.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 import grpc
@@ -76,12 +77,13 @@ class _Entry:
 
 
 class _Batch:
-    __slots__ = ("entries", "size_bytes", "splittable", "started_s", "topic")
+    __slots__ = ("entries", "size_bytes", "splittable", "started_s", "synced", "topic")
 
     def __init__(self, topic: str, *, splittable: bool = True) -> None:
         self.topic = topic
         self.entries: list[_Entry] = []
         self.size_bytes = 0
+        self.synced = 0  # its entries whose sender waits in send()
         self.started_s = time.monotonic()
         self.splittable = splittable
 
@@ -125,12 +127,39 @@ class Accumulator:
         self._calls = 0
         self._closing = False
         self._sender: threading.Thread | None = None
+        # When the sender's wait ends (0: it is not waiting): a new batch whose linger
+        # ends later needs no wake-up. Sends from many threads used to wake the sender
+        # once per message, each time to find nothing to do yet.
+        self._wake_s = 0.0
+        # send() calls under way (from their start until they return) and how many of
+        # them wait in an open batch: when all do, no send() is on its way to join them
+        self._sync_sends = 0
+        self._sync_open = 0
         self.calls_sent = 0  # Produce calls made (tests, diagnostics)
+        self.sender_wakeups = 0  # the sender's waits that ended (tests, diagnostics)
         self.messages_sent = 0
 
-    def add(self, message: Message, produce: gateway_pb2.ProduceMessage) -> Future[SendResult]:
-        """Queue one checked message; waits while the in-flight bound is reached
-        (ResourceExhausted after the RPC timeout)."""
+    @contextlib.contextmanager
+    def sync_send(self) -> Iterator[None]:
+        """Around a blocking send() (its message built and added inside, then awaited):
+        while every send() under way waits in an open batch, those batches go without
+        waiting out their linger (no send() is on its way to join them)."""
+        with self._changed:
+            self._sync_sends += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._sync_sends -= 1
+                if self._sync_open and self._sync_open == self._sync_sends:
+                    self._changed.notify()
+
+    def add(
+        self, message: Message, produce: gateway_pb2.ProduceMessage, *, synced: bool = False
+    ) -> Future[SendResult]:
+        """Queue one checked message (``synced``: its sender waits for it inside
+        ``sync_send``); waits while the in-flight bound is reached (ResourceExhausted
+        after the RPC timeout)."""
         size = produce.ByteSize() + _FIELD_OVERHEAD_BYTES
         if size > MAX_SEND_BYTES:  # what send_batch refuses too
             raise InvalidArgument(
@@ -141,31 +170,46 @@ class Accumulator:
         self._in_flight.acquire(size, self._timeout_s, "send")
         entry.future.add_done_callback(lambda _: self._in_flight.release(size))
         try:
-            self._add(entry)
+            self._add(entry, synced)
         except BaseException as exc:
             entry.future.set_exception(exc)  # releases the in-flight room
             raise
         return entry.future
 
-    def _add(self, entry: _Entry) -> None:
+    def _add(self, entry: _Entry, synced: bool) -> None:
         limits = self._limits
         topic = entry.message.topic
         with self._changed:
             if self._closing:
                 raise TideError("the producer is closed")
+            wake = False  # only what changes the sender's next step wakes it
             batch = self._open.get(topic)
             if batch is not None and batch.size_bytes + entry.size_bytes > limits.batch_max_bytes:
-                self._ready.append(self._open.pop(topic))  # this one starts the next
-                batch = None
+                self._make_ready(topic)  # this one starts the next
+                batch, wake = None, True
             if batch is None:
                 batch = self._open[topic] = _Batch(topic)
+                wake = wake or batch.started_s + limits.linger_s < self._wake_s
             batch.entries.append(entry)
             batch.size_bytes += entry.size_bytes
+            if synced:
+                batch.synced += 1
+                self._sync_open += 1
+                wake = wake or self._sync_open == self._sync_sends
             full = batch.size_bytes >= limits.batch_max_bytes  # a larger message goes alone
             if full or len(batch.entries) >= limits.batch_max_messages:
-                self._ready.append(self._open.pop(topic))
+                self._make_ready(topic)
+                wake = True
             self._start_sender()
-            self._changed.notify_all()
+            if wake:
+                self._changed.notify()
+
+    def _make_ready(self, topic: str) -> _Batch:
+        """Close ``topic``'s open batch: it goes next (under the lock)."""
+        batch = self._open.pop(topic)
+        self._sync_open -= batch.synced
+        self._ready.append(batch)
+        return batch
 
     def _start_sender(self) -> None:
         if self._sender is None:
@@ -179,7 +223,7 @@ class Accumulator:
         with self._changed:
             self._closing = True
             sender = self._sender
-            self._changed.notify_all()
+            self._changed.notify()
         if sender is None:
             return
         sender.join(self._close_timeout_s)
@@ -205,16 +249,27 @@ class Accumulator:
                 if self._closing and idle and self._calls == 0:
                     return None
                 wait_s = _IDLE_WAIT_S
-                if self._calls < self._limits.max_calls:
-                    batch, wait_s = self._due(time.monotonic())
+                now_s = time.monotonic()
+                free = self._calls < self._limits.max_calls
+                if free:
+                    batch, wait_s = self._due(now_s)
                     if batch is not None:
                         self._calls += 1
                         return batch
+                # waiting for a free call, a new batch's linger does not matter (an answer
+                # wakes it)
+                self._wake_s = now_s + wait_s if free else 0.0
                 self._changed.wait(wait_s)
+                self._wake_s = 0.0  # awake: a sender will look at every batch anyway
+                self.sender_wakeups += 1
 
     def _due(self, now_s: float) -> tuple[_Batch | None, float]:
         """A full batch, else the oldest open one past its linger (all when closing);
-        else how long until the first linger ends."""
+        else how long until the first linger ends. Batches that every send() under way
+        waits in go at once: lingering would only hold those callers."""
+        if self._sync_open and self._sync_open == self._sync_sends:
+            for batch in [b for b in self._open.values() if b.synced]:
+                self._make_ready(batch.topic)
         if self._ready:
             return self._ready.popleft(), 0.0
         if not self._open:
@@ -222,7 +277,8 @@ class Accumulator:
         oldest = min(self._open.values(), key=lambda b: b.started_s)
         left_s = oldest.started_s + self._limits.linger_s - now_s
         if left_s <= 0 or self._closing:
-            return self._open.pop(oldest.topic), 0.0
+            self._make_ready(oldest.topic)
+            return self._ready.popleft(), 0.0
         return None, min(left_s, _IDLE_WAIT_S)
 
     def _send(self, batch: _Batch) -> None:
@@ -290,13 +346,14 @@ class Accumulator:
     def _call_done(self) -> None:
         with self._changed:
             self._calls -= 1
-            self._changed.notify_all()
+            self._changed.notify()  # the sender is the only one waiting
 
     def _fail_all(self, error: BaseException) -> None:
         with self._changed:
             batches = list(self._ready) + list(self._open.values())
             self._ready.clear()
             self._open.clear()
+            self._sync_open = 0
             self._closing = True
         for batch in batches:
             for entry in batch.entries:

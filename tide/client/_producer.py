@@ -159,19 +159,20 @@ class Producer:
 
         ``delay_level``, ``deliver_at_ms`` or ``delay_ms`` (at most one) deliver it later
         (see :class:`Message`)."""
-        message = Message(
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties or {},
-            sharding_key=sharding_key,
-            queue=queue,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
-            delay_ms=delay_ms,
-        )
-        return self._accumulate(message).result()
+        with self._accumulator.sync_send():  # from here this caller will join a batch
+            message = Message(
+                topic,
+                body,
+                tags=tags,
+                keys=keys,
+                properties=properties or {},
+                sharding_key=sharding_key,
+                queue=queue,
+                delay_level=delay_level,
+                deliver_at_ms=deliver_at_ms,
+                delay_ms=delay_ms,
+            )
+            return self._accumulate(message, synced=True).result()
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Send up to ``MAX_BATCH_MESSAGES`` messages in one call; results in order.
@@ -218,10 +219,10 @@ class Producer:
         )
         return self._accumulate(message)
 
-    def _accumulate(self, message: Message) -> Future[SendResult]:
+    def _accumulate(self, message: Message, *, synced: bool = False) -> Future[SendResult]:
         if self._connection.closed:
             raise TideError("the producer is closed")
-        return self._accumulator.add(message, to_produce_message(message))
+        return self._accumulator.add(message, to_produce_message(message), synced=synced)
 
     def _carry(
         self, request: gateway_pb2.ProduceRequest, what: str
