@@ -7,7 +7,10 @@ on its ProduceStream) when the batch is full (``batch_max_messages``, or
 ``batch_max_bytes``: a message that does not fit starts the next batch, one larger than
 that goes alone), or ``linger_ms`` after its first message, and while fewer than
 ``max_calls`` of its calls are unanswered; until then the batch keeps filling. A lone
-message therefore waits at most ``linger_ms`` (plus a free call).
+message therefore waits at most ``linger_ms`` (plus a free call). Batches holding
+messages of blocking ``send()`` calls go sooner: as soon as every ``send()`` under way
+waits in an open batch, since no caller is then on its way to join them (lingering
+would only hold the callers; docs/performance.md measures it).
 
 Why batches are per topic: the gateway routes each message by itself (explicit queue,
 sharding key, or the topic's next round robin queue for the rest of its topic in the

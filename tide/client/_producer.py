@@ -64,7 +64,8 @@ class Producer:
     threads share Produce calls (a batch per topic), a batch going when it holds
     ``batch_max_messages`` or ``batch_max_bytes``, or ``linger_ms`` after its first
     message, with at most ``async_threads`` calls unanswered (docs/client.md, "Batching
-    and linger"); each message's result or error is its own. ``send`` and ``send_batch``
+    and linger"), or, for ``send``'s messages, as soon as every ``send`` under way
+    waits in a batch; each message's result or error is its own. ``send`` and ``send_batch``
     block until the gateway answers; ``send_async`` and ``send_batch_async`` return a
     future. Every send blocks only while ``max_in_flight`` sends (messages of
     ``send``/``send_async``, batches of ``send_batch_async``) are unfinished, or their
