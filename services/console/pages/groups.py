@@ -19,7 +19,7 @@ from services.console.pages._reset import ResetPlan, apply_reset, parse_time_ms,
 from services.console.pages._util import gateway_of, page_rows
 from services.console.render import NavEntry, render
 from services.console.session import checked_form, flash
-from tide.client import Admin, GroupLag, NotFound
+from tide.client import Admin, GroupLag, MessageQueue, NotFound
 from tide.naming import consumer_group_error, topic_error
 
 NAV = NavEntry("Consumer groups", "/groups")
@@ -101,15 +101,18 @@ def _groups(
 
 
 def _stored(admin: Admin, topic: str) -> int | None:
-    """Messages kept in ``topic`` (max - min over its queues); None: no such topic."""
+    """Messages kept in ``topic`` (max - min over its queues); None: no such topic. The
+    route's queues, not only the readable ones, through BrowseQueue (the operator's read,
+    one message): a dead-letter topic is write-only, and GetQueueOffsets refuses it."""
     try:
-        queues = admin.queues(topic)
+        route = admin.route(topic)
     except NotFound:
         return None
     total = 0
-    for queue in queues:
-        offsets = admin.offsets(queue)
-        total += offsets.max_offset - offsets.min_offset
+    for data in route.queue_datas:
+        for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)):
+            browsed = admin.browse_queue(MessageQueue(topic, data.broker_name, queue_id), 0, 1)
+            total += browsed.max_offset - browsed.min_offset
     return total
 
 
