@@ -71,7 +71,7 @@ def test_lag_falls_as_the_group_consumes_then_a_reset_brings_it_back(
         page.get_by_label("Topic", exact=True).fill(TOPIC)
         page.get_by_label("Time (UTC)").fill(LONG_AGO)
         page.get_by_role("button", name="Review the reset").click()
-        expect(page.locator("#e-force")).to_contain_text("online")
+        expect(page.locator("#reset-e-force")).to_contain_text("online")
     with Admin(gateway) as admin:
         wait_until(
             lambda: not admin.consumers(GROUP), "the consumer's membership gone", timeout_s=30
