@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
+from types import FrameType
 
 import uvicorn
 
@@ -66,8 +68,16 @@ def main(argv: list[str]) -> int:
             proxy_headers=False,
         )
     )
+    # uvicorn stops cleanly on SIGTERM / SIGINT, then raises the signal again to the
+    # handlers it found: with these, that ends in a status 0 (as the other services).
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stopped)
     server.run(sockets=[sock])
     return 0
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    _log.info("%s: the console stopped", signal.Signals(signum).name)
 
 
 if __name__ == "__main__":
