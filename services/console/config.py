@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tide.tls import TlsFiles
 
+ENV_PREFIX = "TIDE_CONSOLE_"
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_GATEWAY = "127.0.0.1:8081"
 DEFAULT_RPC_TIMEOUT_MS = 10_000
@@ -88,7 +90,10 @@ def _metrics(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 def parser() -> argparse.ArgumentParser:
     cli = argparse.ArgumentParser(
-        prog="tide console", description="The Tide web console (docs/console.md)."
+        prog="tide console",
+        description="The Tide web console (docs/console.md). Every option can also be set "
+        "as TIDE_CONSOLE_<OPTION> in the environment (TIDE_CONSOLE_GATEWAY=...); flags "
+        "outrank it.",
     )
     cli.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT to serve (0: any port)")
     cli.add_argument("--gateway", default=DEFAULT_GATEWAY, help="the gateway, HOST:PORT")
@@ -136,9 +141,28 @@ def parser() -> argparse.ArgumentParser:
     return cli
 
 
-def from_args(argv: Sequence[str]) -> ConsoleConfig:
-    """Parse ``argv``; a bad value is a :class:`ConfigError` naming the option."""
-    args = parser().parse_args(argv)
+def _env_defaults(cli: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """TIDE_CONSOLE_<OPTION> (e.g. TIDE_CONSOLE_GATEWAY) as each option's default, as the
+    other services read TIDE_<SERVICE>_<OPTION>; flags outrank it. A repeatable option
+    takes a comma-separated list."""
+    for action in cli._actions:
+        value = env.get(ENV_PREFIX + action.dest.upper())
+        if value is None or action.dest == "help":
+            continue
+        if isinstance(action, argparse._StoreTrueAction):
+            action.default = value.strip().lower() in ("1", "true", "yes", "on")
+        elif isinstance(action, argparse._AppendAction):
+            action.default = [item for item in value.split(",") if item]
+        else:
+            action.default = value
+
+
+def from_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ConsoleConfig:
+    """Parse ``argv`` (over the TIDE_CONSOLE_* environment); a bad value is a
+    :class:`ConfigError` naming the option."""
+    cli = parser()
+    _env_defaults(cli, os.environ if env is None else env)
+    args = cli.parse_args(argv)
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
         raise ConfigError("--tls-cert-file and --tls-key-file go together")
     if not 1 <= args.session_max_age_s <= MAX_SESSION_MAX_AGE_S:
