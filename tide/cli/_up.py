@@ -265,9 +265,19 @@ def _console_child(args: argparse.Namespace, children: list[Child], tls: TlsFile
         args.log_level,
     ]
     for child in children:
-        command += ["--metrics-endpoint", f"{child.name}={{{child.name}.metrics}}"]
+        name = _member_name(child.command) if child.name.startswith("storage") else child.name
+        command += ["--metrics-endpoint", f"{name}={{{child.name}.metrics}}"]
     command += _tls_flags(tls)
     return Child("console", command, run_dir / "console.ready", STAGE_CONSOLE, serves_metrics=False)
+
+
+def _member_name(command: list[str]) -> str:
+    """A storage's broker member as the console's cluster page looks its metrics up:
+    ``broker-a`` (a master), ``broker-a-1`` (its slave 1)."""
+    broker = command[command.index("--broker-name") + 1]
+    if "--broker-id" in command:
+        return f"{broker}-{command[command.index('--broker-id') + 1]}"
+    return broker
 
 
 def _member_children(args: argparse.Namespace, index: int, broker_id: int) -> list[Child]:

@@ -1,19 +1,34 @@
 """Cluster: every broker member the name servers know (through the gateway), its role and
-addresses; the gateway the console talks to."""
+addresses and, from its storage's Prometheus endpoint when the console was given it
+(``--metrics-endpoint broker-a=HOST:PORT``, ``broker-a-1=...`` for slave 1), its disk
+usage, writability and replication lag (the gateway's cluster API does not carry them)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from services.console.metrics import Sample, ScrapeError, first_value, scrape
 from services.console.pages._util import gateway_of
 from services.console.render import NavEntry, render
 
 NAV = NavEntry("Cluster", "/cluster")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A member's storage figures; None: not known (no endpoint, or its scrape failed)."""
+
+    disk_usage_ratio: float | None = None
+    writable: bool | None = None
+    replication_lag_bytes: int | None = None
+    note: str = "no --metrics-endpoint for this member"
 
 
 @dataclass(frozen=True)
@@ -26,12 +41,52 @@ class BrokerRow:
     dispatch: str
     topic_count: int
     last_seen_s: float
+    figures: Figures
+
+
+def member_name(broker_name: str, broker_id: int) -> str:
+    """The --metrics-endpoint name of a member's storage."""
+    return broker_name if broker_id == 0 else f"{broker_name}-{broker_id}"
+
+
+def figures_of(samples: dict[str, list[Sample]], *, slave: bool) -> Figures:
+    """A slave's lag behind its master, or a master's largest lag among its slaves."""
+    ratio = first_value(samples, "tide_storage_disk_usage_ratio")
+    writable = first_value(samples, "tide_storage_writable")
+    lags = [
+        s.value
+        for s in samples.get("tide_storage_replication_lag_bytes", [])
+        if s.labels.get("role") == ("slave" if slave else "master")
+    ]
+    return Figures(
+        ratio,
+        None if writable is None else writable >= 1,
+        int(max(lags)) if lags else None,
+        "" if lags or slave else "no slave connected",
+    )
+
+
+async def _figures(endpoint: str | None, *, slave: bool) -> Figures:
+    if endpoint is None:
+        return Figures()
+    try:
+        samples = await run_in_threadpool(scrape, endpoint)
+    except ScrapeError as exc:
+        return Figures(note=f"scrape failed: {exc}")
+    return figures_of(samples, slave=slave)
 
 
 async def cluster_page(request: Request) -> Response:
     info = await gateway_of(request).call(request, lambda admin: admin.cluster())
+    endpoints = dict(request.app.state.config.metrics_endpoints)
     now_ms = int(time.time() * 1000)
     members = sorted(info.brokers, key=lambda b: (b.cluster_name, b.broker_name, b.broker_id))
+    figures = await asyncio.gather(
+        *(
+            _figures(endpoints.get(member_name(b.broker_name, b.broker_id)), slave=b.broker_id > 0)
+            for b in members
+        )
+    )
     rows = [
         BrokerRow(
             b.cluster_name,
@@ -42,8 +97,9 @@ async def cluster_page(request: Request) -> Response:
             b.address.dispatch,
             b.topic_count,
             round(max(0, now_ms - b.last_update_ms) / 1000, 1),
+            member_figures,
         )
-        for b in members
+        for b, member_figures in zip(members, figures, strict=True)
     ]
     clusters = {name: list(brokers.broker_names) for name, brokers in sorted(info.clusters.items())}
     return render(request, "cluster.html", {"title": "Cluster", "rows": rows, "clusters": clusters})

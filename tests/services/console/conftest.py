@@ -81,7 +81,12 @@ def start_console(
 
 @pytest.fixture(scope="package")
 def console_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("console-cluster"), brokers=1) as cluster:
+    # The storage serves Prometheus metrics: the cluster page reads its figures there.
+    with Cluster(
+        tmp_path_factory.mktemp("console-cluster"),
+        brokers=1,
+        storage_args=["--metrics-listen", "127.0.0.1:0"],
+    ) as cluster:
         yield cluster
 
 
@@ -89,11 +94,17 @@ def console_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
 def console(
     console_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConsoleProcess]:
-    metrics = str(console_cluster.gateway.ready["metrics"])
+    gateway_metrics = str(console_cluster.gateway.ready["metrics"])
+    storage_metrics = str(console_cluster.brokers[0].storage.ready["metrics"])
     yield from start_console(
         tmp_path_factory.mktemp("console"),
         console_cluster.gateway.listen,
-        ("--metrics-endpoint", f"gateway={metrics}"),
+        (
+            "--metrics-endpoint",
+            f"gateway={gateway_metrics}",
+            "--metrics-endpoint",
+            f"broker-a={storage_metrics}",
+        ),
     )
 
 

@@ -3,11 +3,14 @@ addresses, and the n/a figures the gateway's API does not carry."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
+from services.console.metrics import Sample
+from services.console.pages.cluster import figures_of
 from tests._cluster import Cluster
 from tests.services.console.conftest import ConsoleProcess
 
@@ -26,7 +29,28 @@ def test_cluster_page_lists_the_brokers(
     expect(row).to_contain_text("master")
     expect(row).to_contain_text(broker.dispatch_address)
     expect(page.get_by_role("link", name="Cluster")).to_have_attribute("aria-current", "page")
+    # From the storage's Prometheus endpoint (--metrics-endpoint broker-a=...).
+    expect(page.get_by_test_id("writable-broker-a-0")).to_have_text("yes")
+    expect(page.get_by_test_id("disk-broker-a-0")).to_have_text(re.compile(r"^[0-9.]+ %$"))
+    expect(page.get_by_test_id("lag-broker-a-0")).to_have_text("n/a")  # no slave
     shot(page, "cluster")
+
+
+def test_replication_lag_is_a_slave_s_own_or_a_master_s_slowest_slave() -> None:
+    master = {
+        "tide_storage_disk_usage_ratio": [Sample({}, 0.25)],
+        "tide_storage_writable": [Sample({}, 0.0)],
+        "tide_storage_replication_lag_bytes": [
+            Sample({"role": "master", "slave_id": "1"}, 10.0),
+            Sample({"role": "master", "slave_id": "2"}, 4096.0),
+        ],
+    }
+    figures = figures_of(master, slave=False)
+    assert (figures.disk_usage_ratio, figures.writable) == (0.25, False)
+    assert figures.replication_lag_bytes == 4096
+    slave = {"tide_storage_replication_lag_bytes": [Sample({"role": "slave"}, 7.0)]}
+    assert figures_of(slave, slave=True).replication_lag_bytes == 7
+    assert figures_of({}, slave=False).note == "no slave connected"
 
 
 def test_healthz_answers_ok(page: Page, console: ConsoleProcess) -> None:
