@@ -123,7 +123,9 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=HOST:PORT",
-        help="a service's Prometheus endpoint for the live charts (repeatable)",
+        help="a service's Prometheus endpoint (repeatable): the live charts; a storage's, "
+        "named after its broker member (broker-a, broker-a-1 for slave 1), also gives the "
+        "cluster page its disk, writable and replication figures",
     )
     cli.add_argument(
         "--page-size-rows",
