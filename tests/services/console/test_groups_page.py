@@ -12,7 +12,16 @@ from playwright.sync_api import Page, expect
 
 from tests._cluster import Cluster
 from tests.services.console.conftest import ConsoleProcess
-from tide.client import Admin, MessageQueue, Producer, PullConsumer, PushConsumer, ReceivedMessage
+from tide.client import (
+    Admin,
+    MessageQueue,
+    PopMessage,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    ReceivedMessage,
+    SimpleConsumer,
+)
 from tide.waiting import wait_until
 
 TOPIC = "T_console_lag"
@@ -103,3 +112,26 @@ def test_dead_letters_are_counted(
     page.goto(f"{console.url}/groups/{group}?refresh=2")
     expect(page.get_by_test_id("dlq-count")).to_have_text("1")
     expect(page.get_by_test_id("retry-count")).to_contain_text("none")
+
+
+def test_a_pop_group_shows_its_messages_in_flight(
+    page: Page, console: ConsoleProcess, console_cluster: Cluster
+) -> None:
+    topic, group = "T_console_pop", "G_console_pop"
+    console_cluster.create_topic(topic, queues=1)
+    with Producer(console_cluster.gateway.listen) as producer:
+        for body in (b"one", b"two"):
+            producer.send(topic, body)
+    console_cluster.wait_dispatched(topic, 2)
+    with SimpleConsumer(group, topic, gateway=console_cluster.gateway.listen) as consumer:
+        received: list[PopMessage] = []
+        wait_until(
+            lambda: bool(received.extend(consumer.receive(1, 600_000)) or received),
+            "one POP receive",
+        )
+        page.goto(f"{console.url}/groups/{group}?topic={topic}")
+        caption = page.get_by_test_id(f"lag-{topic}").locator("caption")
+        expect(caption).to_contain_text("1 ready, 1 in flight")
+        consumer.ack(received[0])
+        page.reload()
+        expect(caption).to_contain_text("1 ready, 0 in flight")
