@@ -125,10 +125,12 @@ def test_a_pop_group_shows_its_messages_in_flight(
     console_cluster.wait_dispatched(topic, 2)
     with SimpleConsumer(group, topic, gateway=console_cluster.gateway.listen) as consumer:
         received: list[PopMessage] = []
-        wait_until(
-            lambda: bool(received.extend(consumer.receive(1, 600_000)) or received),
-            "one POP receive",
-        )
+
+        def receive_one() -> bool:
+            received.extend(consumer.receive(1, 600_000))
+            return bool(received)
+
+        wait_until(receive_one, "one POP receive")
         page.goto(f"{console.url}/groups/{group}?topic={topic}")
         caption = page.get_by_test_id(f"lag-{topic}").locator("caption")
         expect(caption).to_contain_text("1 ready, 1 in flight")
