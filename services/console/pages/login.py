@@ -8,6 +8,8 @@ pages show each denial. The pair lives only in the encrypted session cookie.
 
 from __future__ import annotations
 
+import re
+
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -20,12 +22,16 @@ from tide.client import PermissionDenied
 
 NAV = None
 MAX_KEY_CHARS = 256  # an access key or secret key longer than this is refused
+MAX_NEXT_CHARS = 512
+_LOCAL_PATH = re.compile(r"/[A-Za-z0-9/_%.~=&?-]*")
 
 
-def _next_path(value: object) -> str:
-    """Where to go after login: a local path only (never another site)."""
+def next_path(value: object) -> str:
+    """Where to go after login: a path of this site only. Never another site: not
+    ``//host``, nor ``/\\host`` (browsers read a backslash as a slash), nor anything with a
+    scheme, a space or a control character."""
     text = value if isinstance(value, str) else ""
-    if not text.startswith("/") or text.startswith("//") or len(text) > 512:
+    if not _LOCAL_PATH.fullmatch(text) or text.startswith("//") or len(text) > MAX_NEXT_CHARS:
         return "/cluster"
     return text
 
@@ -38,7 +44,7 @@ async def login_form(request: Request) -> Response:
             "title": "Log in",
             "errors": {},
             "access_key": "",
-            "next": _next_path(request.query_params.get("next")),
+            "next": next_path(request.query_params.get("next")),
         },
     )
 
@@ -47,7 +53,7 @@ async def login(request: Request) -> Response:
     form = await checked_form(request)
     access_key = str(form.get("access_key", "")).strip()
     secret_key = str(form.get("secret_key", ""))
-    target = _next_path(form.get("next"))
+    target = next_path(form.get("next"))
     errors: dict[str, str] = {}
     if not access_key or len(access_key) > MAX_KEY_CHARS:
         errors["access_key"] = f"Give your access key (1..{MAX_KEY_CHARS} characters)."

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import Page, expect
 
+from services.console.pages.login import next_path
 from tests._cluster import Cluster
 from tests.auth.conftest import ADMIN
 from tests.services.console.conftest import ConsoleProcess
@@ -96,3 +98,19 @@ def test_the_secret_key_is_never_in_a_page_or_a_cookie(
     for cookie in cookies:
         assert ADMIN.secret_key not in cookie["value"]
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+
+@pytest.mark.parametrize(
+    ("asked", "goes_to"),
+    [
+        ("/topics", "/topics"),
+        ("/groups/G?topic=T", "/groups/G?topic=T"),
+        ("//evil.example", "/cluster"),
+        ("/\\evil.example", "/cluster"),
+        ("https://evil.example/", "/cluster"),
+        ("/x y", "/cluster"),
+        (None, "/cluster"),
+    ],
+)
+def test_after_login_only_a_local_path(asked: object, goes_to: str) -> None:
+    assert next_path(asked) == goes_to
