@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from services.console.config import MAX_CACHED_CLIENTS, ConsoleConfig
-from services.console.session import session_of
+from services.console.session import remember_denied, session_of
 from tide.client import (
     Admin,
     Credentials,
@@ -102,6 +102,16 @@ class Gateway:
         credentials = session_of(request).credentials
         admin = self.admin(credentials)
         return await self.run(request, lambda: work(admin))
+
+    async def change(self, request: Request, action: str, work: Callable[[Admin], T]) -> T:
+        """:meth:`call` for a change the pages name ``action`` ("topic-change"): when the
+        gateway denies it, the session remembers, and the pages hide its forms."""
+        try:
+            return await self.call(request, work)
+        except GatewayError as exc:
+            if isinstance(exc.error, PermissionDenied):
+                remember_denied(request, action)
+            raise
 
     async def run(self, request: Request, work: Callable[[], T]) -> T:
         """``work()`` in the threadpool, its TideError mapped as :meth:`call` does."""

@@ -54,6 +54,7 @@ def render(
         "user": session.access_key,
         "auth_seen": state.auth_seen,
         "gateway": state.config.gateway,
+        "denied": session.denied,
     }
     html = _environment.get_template(template).render(**page, **context)
     return HTMLResponse(html, status_code=status)

@@ -33,6 +33,8 @@ CSRF_TOKEN_BYTES = 32
 MAX_FLASH_CHARS = 500
 # A cookie over 4096 bytes is dropped by browsers; a session is far below.
 MAX_COOKIE_BYTES = 4096
+# Actions the gateway denied this login (their forms are hidden); a short list.
+MAX_DENIED_ACTIONS = 16
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +46,9 @@ class Session:
     secret_key: str = field(default="", repr=False)
     flash: str = ""
     flash_kind: str = "info"  # info | error
+    # Actions (the pages' names: "topic-change", "offset-reset") the gateway refused this
+    # login with PERMISSION_DENIED: their forms are hidden until the next login.
+    denied: tuple[str, ...] = ()
 
     @property
     def credentials(self) -> Credentials | None:
@@ -59,13 +64,17 @@ class Session:
                 "s": self.secret_key,
                 "f": self.flash,
                 "k": self.flash_kind,
+                "d": list(self.denied),
             }
         ).encode()
 
     @staticmethod
     def from_json(data: bytes) -> Session:
         doc: dict[str, Any] = json.loads(data)
-        return Session(str(doc["c"]), str(doc["a"]), str(doc["s"]), str(doc["f"]), str(doc["k"]))
+        denied = tuple(str(action) for action in doc.get("d", ()))[:MAX_DENIED_ACTIONS]
+        return Session(
+            str(doc["c"]), str(doc["a"]), str(doc["s"]), str(doc["f"]), str(doc["k"]), denied
+        )
 
 
 def new_session() -> Session:
@@ -134,6 +143,14 @@ def flash(request: Request, message: str, kind: str = "info") -> None:
     set_session(
         request, replace(session_of(request), flash=message[:MAX_FLASH_CHARS], flash_kind=kind)
     )
+
+
+def remember_denied(request: Request, action: str) -> None:
+    """The gateway refused ``action`` to this login: hide its forms from now on."""
+    session = session_of(request)
+    if action not in session.denied:
+        denied = (*session.denied, action)[-MAX_DENIED_ACTIONS:]
+        set_session(request, replace(session, denied=denied))
 
 
 def pop_flash(request: Request) -> tuple[str, str]:

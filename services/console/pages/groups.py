@@ -28,6 +28,7 @@ DLQ_PREFIX = "%DLQ%"
 # Auto refresh periods a page may ask (?refresh=S); anything else is refused.
 REFRESH_CHOICES_S = (2, 5, 10, 30, 60)
 MAX_TOPICS_SHOWN = 20  # topics a group's page shows the lag of
+OFFSET_RESET = "offset-reset"  # the session's name of a reset the gateway denied
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,9 @@ async def reset_offsets(request: Request) -> Response:
                 "force": force,
             },
         )
-    changed = await gateway.call(request, lambda admin: apply_reset(admin, group, plan))
+    changed = await gateway.change(
+        request, OFFSET_RESET, lambda admin: apply_reset(admin, group, plan)
+    )
     flash(request, f"Reset {changed} queue(s) of {values['topic']} for group {group}.")
     return RedirectResponse(
         group_path(group) + "?" + urlencode({"topic": values["topic"]}), status_code=303

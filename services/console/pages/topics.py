@@ -25,6 +25,8 @@ NAV = NavEntry("Topics", "/topics")
 MESSAGE_TYPES = ("", "FIFO", "DELAY", "TRANSACTION", "MIXED")  # "": NORMAL
 PERMS = {"6": "read and write", "4": "read only", "2": "write only"}
 DEFAULT_QUEUES = 4
+# The session's name of the changes (create, update, delete) when the gateway denies one.
+TOPIC_CHANGE = "topic-change"
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ async def create_topic(request: Request) -> Response:
     values, errors = _validated(form, with_name=True)
     if not errors:
         try:
-            brokers = await gateway_of(request).call(request, _create(values))
+            brokers = await gateway_of(request).change(request, TOPIC_CHANGE, _create(values))
         except GatewayError as exc:
             if exc.status >= 500 or exc.status in (401, 403):
                 raise
@@ -207,7 +209,7 @@ async def update_topic(request: Request) -> Response:
     values["topic"] = topic
     if errors:
         return await topic_page(request, errors, 400)
-    brokers = await gateway_of(request).call(request, _create(values))
+    brokers = await gateway_of(request).change(request, TOPIC_CHANGE, _create(values))
     flash(request, f"Updated topic {topic} on {', '.join(brokers)}.")
     return RedirectResponse(_topic_path(topic), status_code=303)
 
@@ -246,7 +248,9 @@ async def delete_topic(request: Request) -> Response:
             },
             400,
         )
-    existed = await gateway_of(request).call(request, lambda admin: admin.delete_topic(topic))
+    existed = await gateway_of(request).change(
+        request, TOPIC_CHANGE, lambda admin: admin.delete_topic(topic)
+    )
     flash(request, f"Deleted topic {topic}." if existed else f"No broker had topic {topic}.")
     return RedirectResponse("/topics", status_code=303)
 

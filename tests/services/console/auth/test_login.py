@@ -14,7 +14,7 @@ from services.console.pages.login import next_path
 from tests._cluster import Cluster
 from tests.auth.conftest import ADMIN
 from tests.services.console.conftest import ConsoleProcess
-from tide.client import Admin, Credentials, PermissionDenied, Unauthenticated
+from tide.client import Admin, Credentials, PermissionDenied, PolicyEntry, Unauthenticated
 from tide.waiting import wait_until
 
 VIEWER = Credentials("console-viewer", "viewer-secret-9876543210")
@@ -114,3 +114,40 @@ def test_the_secret_key_is_never_in_a_page_or_a_cookie(
 )
 def test_after_login_only_a_local_path(asked: object, goes_to: str) -> None:
     assert next_path(asked) == goes_to
+
+
+READER = Credentials("console-reader", "reader-secret-0123456789")
+
+
+def test_a_denied_change_is_shown_then_its_forms_are_hidden(
+    page: Page, auth_console: ConsoleProcess, auth_console_cluster: Cluster
+) -> None:
+    gateway = auth_console_cluster.gateway.listen
+    with Admin(gateway, credentials=ADMIN) as admin:
+        admin.create_topic("T_console_read", read_queue_nums=1)
+        admin.create_user(READER.access_key, READER.secret_key)
+        admin.create_acl(
+            READER.access_key,
+            [PolicyEntry("Cluster:*", ["List", "Get"]), PolicyEntry("Topic:*", ["Sub", "Get"])],
+        )
+    with Admin(gateway, credentials=READER) as reader:
+        wait_until(lambda: _can_list(reader), "the gateway knows the reader's ACL", timeout_s=30)
+    log_in(page, auth_console, READER, "/topics")
+    page.get_by_role("link", name="Create a topic").click()
+    page.get_by_label("Topic name").fill("T_console_denied")
+    page.get_by_role("button", name="Create topic").click()
+    expect(page.get_by_role("alert")).to_contain_text("Permission denied")
+    page.goto(f"{auth_console.url}/topics")
+    expect(page.get_by_text("Creating a topic is hidden")).to_be_visible()
+    expect(page.get_by_role("link", name="Create a topic")).to_have_count(0)
+    page.get_by_role("link", name="T_console_read").click()
+    expect(page.get_by_text("Changing or deleting this topic is hidden")).to_be_visible()
+    expect(page.get_by_role("button", name="Update topic")).to_have_count(0)
+
+
+def _can_list(admin: Admin) -> bool:
+    try:
+        admin.list_topics()
+    except (Unauthenticated, PermissionDenied):
+        return False
+    return True
