@@ -1,7 +1,9 @@
 """Cluster: every broker member the name servers know (through the gateway), its role and
 addresses and, from its storage's Prometheus endpoint when the console was given it
 (``--metrics-endpoint broker-a=HOST:PORT``, ``broker-a-1=...`` for slave 1), its disk
-usage, writability and replication lag (the gateway's cluster API does not carry them)."""
+usage, writability and replication lag (the gateway's cluster API does not carry them);
+then the services seen at the endpoints the console was given (name servers, gateways...:
+the gateway's API lists neither)."""
 
 from __future__ import annotations
 
@@ -66,14 +68,49 @@ def figures_of(samples: dict[str, list[Sample]], *, slave: bool) -> Figures:
     )
 
 
-async def _figures(endpoint: str | None, *, slave: bool) -> Figures:
-    if endpoint is None:
+@dataclass(frozen=True)
+class ServiceRow:
+    """A --metrics-endpoint: what answers there (its OpenTelemetry service.name)."""
+
+    name: str
+    endpoint: str
+    service: str
+    note: str
+
+
+Scraped = dict[str, list[Sample]] | ScrapeError
+
+
+async def _scrape_all(endpoints: dict[str, str]) -> dict[str, Scraped]:
+    async def one(endpoint: str) -> Scraped:
+        try:
+            return await run_in_threadpool(scrape, endpoint)
+        except ScrapeError as exc:
+            return exc
+
+    results = await asyncio.gather(*(one(endpoint) for endpoint in endpoints.values()))
+    return dict(zip(endpoints, results, strict=True))
+
+
+def _figures(scraped: Scraped | None, *, slave: bool) -> Figures:
+    if scraped is None:
         return Figures()
-    try:
-        samples = await run_in_threadpool(scrape, endpoint)
-    except ScrapeError as exc:
-        return Figures(note=f"scrape failed: {exc}")
-    return figures_of(samples, slave=slave)
+    if isinstance(scraped, ScrapeError):
+        return Figures(note=f"scrape failed: {scraped}")
+    return figures_of(scraped, slave=slave)
+
+
+def service_rows(endpoints: dict[str, str], scraped: dict[str, Scraped]) -> list[ServiceRow]:
+    rows = []
+    for name, endpoint in sorted(endpoints.items()):
+        result = scraped[name]
+        if isinstance(result, ScrapeError):
+            rows.append(ServiceRow(name, endpoint, "", f"does not answer: {result}"))
+            continue
+        info = result.get("target_info", [])
+        service = info[0].labels.get("service_name", "") if info else ""
+        rows.append(ServiceRow(name, endpoint, service, "answers"))
+    return rows
 
 
 async def cluster_page(request: Request) -> Response:
@@ -81,12 +118,11 @@ async def cluster_page(request: Request) -> Response:
     endpoints = dict(request.app.state.config.metrics_endpoints)
     now_ms = int(time.time() * 1000)
     members = sorted(info.brokers, key=lambda b: (b.cluster_name, b.broker_name, b.broker_id))
-    figures = await asyncio.gather(
-        *(
-            _figures(endpoints.get(member_name(b.broker_name, b.broker_id)), slave=b.broker_id > 0)
-            for b in members
-        )
-    )
+    scraped = await _scrape_all(endpoints)
+    figures = [
+        _figures(scraped.get(member_name(b.broker_name, b.broker_id)), slave=b.broker_id > 0)
+        for b in members
+    ]
     rows = [
         BrokerRow(
             b.cluster_name,
@@ -102,7 +138,16 @@ async def cluster_page(request: Request) -> Response:
         for b, member_figures in zip(members, figures, strict=True)
     ]
     clusters = {name: list(brokers.broker_names) for name, brokers in sorted(info.clusters.items())}
-    return render(request, "cluster.html", {"title": "Cluster", "rows": rows, "clusters": clusters})
+    return render(
+        request,
+        "cluster.html",
+        {
+            "title": "Cluster",
+            "rows": rows,
+            "clusters": clusters,
+            "services": service_rows(endpoints, scraped),
+        },
+    )
 
 
 ROUTES = (Route("/cluster", cluster_page),)

@@ -33,6 +33,10 @@ def test_cluster_page_lists_the_brokers(
     expect(page.get_by_test_id("writable-broker-a-0")).to_have_text("yes")
     expect(page.get_by_test_id("disk-broker-a-0")).to_have_text(re.compile(r"^[0-9.]+ %$"))
     expect(page.get_by_test_id("lag-broker-a-0")).to_have_text("n/a")  # no slave
+    # The services that answer at the metrics endpoints the console was given.
+    services = page.get_by_role("table").nth(1)
+    expect(services.get_by_role("row").filter(has_text="tide-storage")).to_contain_text("answers")
+    expect(services.get_by_role("row").filter(has_text="tide-gateway")).to_have_count(2)
     shot(page, "cluster")
 
 
