@@ -38,6 +38,8 @@ TLS_OVERLAYS = frozenset({"dev-tls"})
 TLS_DIR = "/etc/tide-tls"
 DOCKERFILE = DEPLOY / "Dockerfile"
 SERVICES = ("nameserver", "storage", "dispatch", "gateway")
+# The web console (an HTTP app, not a gRPC service: tests/deploy/test_console_manifest.py).
+CONSOLE = "console"
 # What each service's gRPC health service reports besides "" (its full service name).
 GRPC_SERVICE_NAMES = {
     "nameserver": "tide.v1.NameServer",
@@ -364,6 +366,9 @@ def _load_and_check(service: str, argv: list[str], env: Mapping[str, str]) -> Co
 
 
 def tide_containers(overlay: str) -> Iterator[Container]:
+    """The gRPC services' containers (the console's are checked on their own)."""
     for workload in workloads(overlay):
+        if component(workload) == CONSOLE:
+            continue
         for spec in workload["spec"]["template"]["spec"]["containers"]:
             yield Container(overlay, workload, pod_names(workload)[0], spec)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.deploy._manifests import (
+    CONSOLE,
     ENTRYPOINT,
     GRPC_SERVICE_NAMES,
     K8S,
@@ -79,7 +80,7 @@ def test_recommended_labels(overlay: str) -> None:
     for workload in workloads(overlay):
         labels = pod_labels(workload)
         assert labels.get("app.kubernetes.io/name") == "tide"
-        assert labels.get("app.kubernetes.io/component") in GRPC_SERVICE_NAMES
+        assert labels.get("app.kubernetes.io/component") in {*GRPC_SERVICE_NAMES, CONSOLE}
 
 
 def test_namespaced_objects_are_in_namespace_tide(overlay: str) -> None:
@@ -225,6 +226,8 @@ def test_ports_of_a_pod_do_not_collide(overlay: str) -> None:
 
 def test_pods_carry_prometheus_scrape_annotations(overlay: str) -> None:
     for workload in workloads(overlay):
+        if component(workload) == CONSOLE:
+            continue  # no metrics of its own: it shows the services'
         name = workload["metadata"]["name"]
         annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
         scrape, port, path = (annotations.get(key) for key in SCRAPE_ANNOTATIONS)
