@@ -16,6 +16,7 @@ from tide.client._convert import (
 )
 from tide.client._errors import InvalidArgument, NotFound
 from tide.client._groups import GroupChanges, apply_changes, default_config
+from tide.client._offsets_admin import OffsetsAdmin
 from tide.client._rpc import (
     DEFAULT_GATEWAY,
     DEFAULT_RPC_TIMEOUT_MS,
@@ -42,7 +43,7 @@ class Recalled(NamedTuple):
     deliver_at_ms: int
 
 
-class Admin(AuthAdmin):
+class Admin(AuthAdmin, OffsetsAdmin):
     """Create, delete and list topics and group configs; read routes, the cluster and
     group members.
 
