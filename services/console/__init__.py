@@ -1,0 +1,1 @@
+"""Tide's web console (issue 23): a stateless process talking to the gateway's API."""
