@@ -1,0 +1,177 @@
+"""The pending page's data: delayed messages not yet due (delay levels in
+``SCHEDULE_TOPIC_XXXX``, timed messages in the timer topic) and transactional half
+messages not yet resolved, optionally of one topic, each list bounded.
+
+A delay-level message is due at its store time plus its level's delay (the broker's
+default level table: a broker started with another ``--delay-levels`` shows other due
+times); the ones not due are those stored less than that delay ago, found with
+SearchOffset. A timed message is due at its TIMER_DELIVER_MS; the newest
+PENDING_MAX_SCANNED messages of the timer topic are read to find them (a recall is a
+marker there: the recalled message is left out). The dispatch's metrics count them all
+(``tide_dispatch_delay_pending``, ``tide_dispatch_timer_pending``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from services.console.data.limits import PENDING_MAX_LIST, PENDING_MAX_SCANNED
+from services.console.data.messages import MessageView, view
+from tide.client import Admin, MessageQueue, PullStatus, ReceivedMessage, TopicNotFound
+from tide.format import (
+    DEFAULT_DELAY_LEVEL_TABLE,
+    REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    TIMER_DEL_UNIQKEY,
+    TIMER_DELIVER_MS,
+    TIMER_TOPIC,
+)
+from tide.limits import PULL_MAX_MESSAGES
+
+
+@dataclass(frozen=True)
+class Delayed:
+    message: MessageView
+    # The topic it will be delivered to.
+    real_topic: str
+    due_ms: int
+    # "level N" or "timer".
+    kind: str
+
+
+@dataclass(frozen=True)
+class Half:
+    topic: str
+    msg_id: str
+    unique_key: str
+    transaction_id: str
+    producer_group: str
+    broker: str
+    store_ms: int
+    # Check-backs made so far.
+    checks: int
+
+
+@dataclass(frozen=True)
+class Pending:
+    delayed: tuple[Delayed, ...]
+    # Non-empty when the list stopped at a limit.
+    delayed_truncated: str
+    halves: tuple[Half, ...]
+    halves_truncated: str
+
+
+def pending(admin: Admin, topic: str = "", now_ms: int | None = None) -> Pending:
+    """What is pending (of ``topic``, or of every topic), soonest due first."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    topic = topic.strip()
+    delayed, truncated = _delayed(admin, topic, now)
+    halves = [
+        h
+        for h in admin.list_transactions(max_count=PENDING_MAX_LIST + 1)
+        if not topic or h.topic == topic
+    ]
+    halves_truncated = (
+        f"only the first {PENDING_MAX_LIST} half messages are shown"
+        if len(halves) > PENDING_MAX_LIST
+        else ""
+    )
+    return Pending(
+        tuple(delayed),
+        truncated,
+        tuple(
+            Half(
+                h.topic,
+                h.msg_id,
+                h.unique_key,
+                h.transaction_id,
+                h.producer_group,
+                h.broker_name,
+                h.store_timestamp_ms,
+                h.checks,
+            )
+            for h in halves[:PENDING_MAX_LIST]
+        ),
+        halves_truncated,
+    )
+
+
+def _delayed(admin: Admin, topic: str, now: int) -> tuple[list[Delayed], str]:
+    found = [*_level_messages(admin, topic, now), *_timer_messages(admin, topic, now)]
+    found.sort(key=lambda d: (d.due_ms, d.message.msg_id))
+    truncated = ""
+    if len(found) > PENDING_MAX_LIST:
+        truncated = f"only the {PENDING_MAX_LIST} due soonest are shown"
+    return found[:PENDING_MAX_LIST], truncated
+
+
+def _queues(admin: Admin, system_topic: str) -> list[MessageQueue]:
+    try:
+        route = admin.route(system_topic)
+    except TopicNotFound:
+        return []
+    return sorted(
+        MessageQueue(system_topic, data.broker_name, queue_id)
+        for data in route.queue_datas
+        for queue_id in range(max(data.read_queue_nums, data.write_queue_nums))
+    )
+
+
+def _level_messages(admin: Admin, topic: str, now: int) -> Iterable[Delayed]:
+    table = DEFAULT_DELAY_LEVEL_TABLE
+    for queue in _queues(admin, SCHEDULE_TOPIC):
+        level = queue.queue_id + 1
+        if level > table.max_level:
+            continue
+        delay_ms = table.delay_ms(level)
+        start = admin.search_offset(queue, now - delay_ms)
+        for message in _read(admin, queue, start):
+            due = message.store_timestamp_ms + delay_ms
+            if due > now and _of_topic(message, topic):
+                yield Delayed(
+                    view(message), message.properties.get(REAL_TOPIC, ""), due, f"level {level}"
+                )
+
+
+def _timer_messages(admin: Admin, topic: str, now: int) -> Iterable[Delayed]:
+    for queue in _queues(admin, TIMER_TOPIC):
+        messages = list(_read(admin, queue, None))
+        recalled = {
+            m.properties[TIMER_DEL_UNIQKEY] for m in messages if TIMER_DEL_UNIQKEY in m.properties
+        }
+        for message in messages:
+            due = message.properties.get(TIMER_DELIVER_MS, "")
+            real = message.properties.get(REAL_TOPIC, "")
+            if TIMER_DEL_UNIQKEY in message.properties or not due.isdigit():
+                continue
+            if (
+                int(due) > now
+                and _of_topic(message, topic)
+                and f"{real}+{message.unique_key}" not in recalled
+            ):
+                yield Delayed(view(message), real, int(due), "timer")
+
+
+def _read(admin: Admin, queue: MessageQueue, start: int | None) -> Iterable[ReceivedMessage]:
+    """The queue's messages from ``start`` (None: the newest PENDING_MAX_SCANNED), at most
+    PENDING_MAX_SCANNED of them."""
+    first = admin.browse_queue(queue, 0, 1)
+    offset = max(first.min_offset, first.max_offset - PENDING_MAX_SCANNED)
+    if start is not None:
+        offset = max(offset, start)
+    read = 0
+    while offset < first.max_offset and read < PENDING_MAX_SCANNED:
+        result = admin.browse_queue(
+            queue, offset, min(PULL_MAX_MESSAGES, PENDING_MAX_SCANNED - read)
+        )
+        yield from result.messages
+        read += len(result.messages)
+        if result.status is not PullStatus.FOUND or result.next_offset <= offset:
+            return
+        offset = result.next_offset
+
+
+def _of_topic(message: ReceivedMessage, topic: str) -> bool:
+    return not topic or message.properties.get(REAL_TOPIC, "") == topic
