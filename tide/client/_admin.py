@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from tide.auth.client import Credentials
+from tide.client._admin_offsets import OffsetsAdmin
 from tide.client._auth_admin import AuthAdmin
 from tide.client._convert import (
     check_group,
@@ -16,7 +17,6 @@ from tide.client._convert import (
 )
 from tide.client._errors import InvalidArgument, NotFound
 from tide.client._groups import GroupChanges, apply_changes, default_config
-from tide.client._offsets_admin import OffsetsAdmin
 from tide.client._rpc import (
     DEFAULT_GATEWAY,
     DEFAULT_RPC_TIMEOUT_MS,
@@ -45,7 +45,7 @@ class Recalled(NamedTuple):
 
 class Admin(AuthAdmin, OffsetsAdmin):
     """Create, delete and list topics and group configs; read routes, the cluster and
-    group members.
+    group members; a group's offsets and lag (:class:`OffsetsAdmin`).
 
     Routes and cluster info are returned as the tide.v1 messages (``TopicRoute``,
     ``ClusterInfo``), which are typed.
