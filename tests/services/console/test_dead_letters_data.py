@@ -9,7 +9,7 @@ import pytest
 
 from services.console.data.dead_letters import list_page
 from services.console.data.resend import Progress, ResendJobs
-from tests._cluster import Cluster, cluster_fixture
+from tests._cluster import Cluster
 from tide.client import (
     Admin,
     InvalidArgument,
@@ -22,7 +22,13 @@ from tide.client import (
 )
 from tide.waiting import wait_until
 
-cluster = cluster_fixture(brokers=1)
+
+@pytest.fixture(scope="module")
+def cluster(console_cluster: Cluster) -> Cluster:
+    """The console tests' one cluster (tests/services/console/conftest.py)."""
+    return console_cluster
+
+
 WAIT_S = 30.0
 
 

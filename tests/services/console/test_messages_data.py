@@ -18,11 +18,17 @@ from services.console.data.trace import (
     trace,
     trace_id,
 )
-from tests._cluster import Cluster, cluster_fixture
+from tests._cluster import Cluster
 from tide.client import Admin, InvalidArgument, MessageQueue, NotFound, Producer, PullConsumer
 from tide.waiting import wait_until
 
-cluster = cluster_fixture(brokers=1)
+
+@pytest.fixture(scope="module")
+def cluster(console_cluster: Cluster) -> Cluster:
+    """The console tests' one cluster (tests/services/console/conftest.py)."""
+    return console_cluster
+
+
 WAIT_S = 30.0
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

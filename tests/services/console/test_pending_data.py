@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from services.console.data.pending import pending
-from tests._cluster import Cluster, cluster_fixture
+from tests._cluster import Cluster
 from tide.client import Admin, Message, Producer, TransactionResolution
 from tide.waiting import wait_until
 
-cluster = cluster_fixture(brokers=1)
+
+@pytest.fixture(scope="module")
+def cluster(console_cluster: Cluster) -> Cluster:
+    """The console tests' one cluster (tests/services/console/conftest.py)."""
+    return console_cluster
+
+
 WAIT_S = 30.0
 HOUR_MS = 3_600_000
 
