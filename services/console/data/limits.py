@@ -33,8 +33,8 @@ PENDING_MAX_LIST = 200
 # Pending page: messages read from the schedule and timer topics' queues to find the
 # ones not yet due (the newest this many of each queue).
 PENDING_MAX_SCANNED = 2000
-# Charts: Prometheus endpoints the console scrapes.
-METRICS_MAX_ENDPOINTS = 32
+# Charts: endpoints scraped at once (the config bounds how many there are).
+METRICS_SCRAPE_THREADS = 8
 # Charts: bytes read from one endpoint's exposition.
 METRICS_MAX_BYTES = 4 * 1024 * 1024
 # Charts: seconds one scrape may take.
