@@ -3,6 +3,8 @@ unreachable endpoint reported, and the text exposition's counters and histograms
 
 from __future__ import annotations
 
+from typing import Any
+
 from services.console.data.charts import parse, snapshot
 from tests._cluster import Cluster
 from tests._service_process import free_port
@@ -35,7 +37,8 @@ def test_snapshot_of_a_real_gateway_and_an_unreachable_endpoint(console_cluster:
     metrics = str(console_cluster.gateway.ready["metrics"])
     nowhere = f"127.0.0.1:{free_port()}"
     snap = snapshot([("gateway", metrics), ("gone", nowhere)])
-    gateway, gone = snap["endpoints"]  # type: ignore[misc]
+    endpoints: list[dict[str, Any]] = snap["endpoints"]  # type: ignore[assignment]
+    gateway, gone = endpoints
     assert gateway["error"] == "" and gateway["counters"]["produced"] >= 1
     latency_sum_s, latency_count = gateway["latencies"]["produce_latency"]
     assert latency_count >= 1 and latency_sum_s > 0

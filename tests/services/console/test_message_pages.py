@@ -80,11 +80,12 @@ def dead_letter_one(cluster: Cluster, topic: str, group: str) -> ReceivedMessage
     queue = MessageQueue(topic, "broker-a", 0)
     with PullConsumer(group, cluster.gateway.listen) as consumer:
         found: list[ReceivedMessage] = []
-        wait_until(
-            lambda: bool(found.extend(consumer.pull(queue, 0).messages) or found),
-            "the message pulled",
-            WAIT_S,
-        )
+
+        def pulled() -> bool:
+            found.extend(consumer.pull(queue, 0).messages)
+            return bool(found)
+
+        wait_until(pulled, "the message pulled", WAIT_S)
         assert consumer.send_back(found[0], delay_level=-1).dead_lettered
     return found[0]
 
