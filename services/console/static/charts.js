@@ -59,7 +59,11 @@
       }
     }
     svg.replaceChildren();
-    if (!names.length) return;
+    if (!names.length) {
+      figure.querySelector('[data-field="last"]').textContent =
+        "(no configured endpoint reports this metric yet)";
+      return;
+    }
     const span = Math.max(last - first, 1);
     const top = max > 0 ? max * 1.1 : 1;
     const x = (t) => PAD + ((WIDTH - 2 * PAD) * (t - first)) / span;

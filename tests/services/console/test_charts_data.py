@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.console.data import limits
 from services.console.data.charts import parse, snapshot
 from tests._cluster import Cluster
-from tests._service_process import free_port
+from tests._service_process import REPO_ROOT, free_port
 from tide.client import Producer
 
+CONFIG_DOC = REPO_ROOT / "docs" / "configuration.md"
 EXPOSITION = """\
 # TYPE tide_gateway_produced_messages_total counter
 tide_gateway_produced_messages_total{topic="a"} 5.0
@@ -44,3 +46,10 @@ def test_snapshot_of_a_real_gateway_and_an_unreachable_endpoint(console_cluster:
     assert latency_count >= 1 and latency_sum_s > 0
     assert gone["error"].startswith(f"cannot scrape http://{nowhere}/metrics")
     assert snap["series"]["produced"] == "produced messages/s (gateway)"  # type: ignore[index]
+
+
+def test_every_page_limit_is_in_the_configuration_reference() -> None:
+    section = CONFIG_DOC.read_text().partition("## console: the messages, dead letters")[2]
+    values = {name: value for name, value in vars(limits).items() if name.isupper()}
+    missing = [name for name, value in values.items() if f"| `{name}` | {value} |" not in section]
+    assert values and not missing, f"docs/configuration.md lacks rows for {missing}"

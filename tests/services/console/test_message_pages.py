@@ -12,7 +12,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from tests._cluster import Cluster
-from tests.services.console.conftest import ConsoleProcess
+from tests.services.console.conftest import ConsoleProcess, start_console
 from tide.client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage
 from tide.waiting import wait_until
 
@@ -161,3 +161,18 @@ def test_charts_draw_data_points(
         "gateway"
     )
     shot(page, "charts")
+
+
+def test_charts_without_endpoints_say_how_to_configure_them(
+    page: Page, console_cluster: Cluster, tmp_path: Path
+) -> None:
+    bare = start_console(tmp_path / "bare-console", console_cluster.gateway.listen)
+    url = next(bare).url
+    try:
+        page.goto(f"{url}/charts")
+        expect(page.get_by_role("status").filter(has_text="No metrics endpoint")).to_contain_text(
+            "--metrics-endpoint NAME=HOST:PORT"
+        )
+        expect(page.locator("svg")).to_have_count(0)
+    finally:
+        bare.close()
