@@ -5,6 +5,7 @@ pending; the live charts drawing data points."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -166,13 +167,11 @@ def test_charts_draw_data_points(
 def test_charts_without_endpoints_say_how_to_configure_them(
     page: Page, console_cluster: Cluster, tmp_path: Path
 ) -> None:
-    bare = start_console(tmp_path / "bare-console", console_cluster.gateway.listen)
-    url = next(bare).url
-    try:
-        page.goto(f"{url}/charts")
+    with contextlib.contextmanager(start_console)(
+        tmp_path / "bare-console", console_cluster.gateway.listen
+    ) as bare:
+        page.goto(f"{bare.url}/charts")
         expect(page.get_by_role("status").filter(has_text="No metrics endpoint")).to_contain_text(
             "--metrics-endpoint NAME=HOST:PORT"
         )
         expect(page.locator("svg")).to_have_count(0)
-    finally:
-        bare.close()
