@@ -136,6 +136,11 @@ def by_time(admin: Admin, topic: str, begin_ms: int, end_ms: int) -> SearchResul
     found: list[ReceivedMessage] = []
     calls = 0
     for queue in queues:
+        if len(found) > SEARCH_MAX_RESULTS:
+            break
+        if calls == SEARCH_MAX_BROWSE_CALLS:
+            truncated = f"the search stopped after {calls} reads"
+            break
         offset = admin.search_offset(queue, begin_ms)
         stop = admin.search_offset(queue, end_ms)
         while offset < stop and len(found) <= SEARCH_MAX_RESULTS:

@@ -182,3 +182,20 @@ def test_trace_of_deliveries_retries_and_dead_letter(cluster: Cluster, admin: Ad
     assert trace(admin, first.msg_id).trace_url == ""  # no template: no link
     with pytest.raises(NotFound):
         trace(admin, "7F0000010000000000000000DEADBEEF")
+
+
+def test_time_search_stops_at_its_read_limit(
+    cluster: Cluster, admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = "T_console_search_reads"
+    cluster.create_topic(topic, queues=2)
+    with Producer(cluster.gateway.listen) as producer:
+        sent = [producer.send(topic, f"m{i}") for i in range(6)]
+    assert {s.queue.queue_id for s in sent} == {0, 1}  # round robin: both queues hold some
+    monkeypatch.setattr("services.console.data.messages.SEARCH_MAX_BROWSE_CALLS", 1)
+    begin, end = sent[0].store_timestamp_ms, sent[-1].store_timestamp_ms + 1
+    found = by_time(admin, topic, begin, end)
+    # One read: the first queue's messages only, and the page is told so.
+    first_queue = {s.msg_id for s in sent if s.queue.queue_id == 0}
+    assert {m.msg_id for m in found.messages} == first_queue
+    assert found.truncated == "the search stopped after 1 reads"
