@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
 from tests._cluster import Cluster
 from tests._service_process import REPO_ROOT, spawn
@@ -37,6 +37,7 @@ ARTIFACTS = REPO_ROOT / "test-artifacts" / "console"
 # Playwright's auto-waiting bound for each expect / action (a page under a loaded machine).
 EXPECT_TIMEOUT_MS = 20_000
 CONSOLE_READY_TIMEOUT_S = 30.0
+expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
 @dataclass
