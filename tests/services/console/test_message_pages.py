@@ -111,7 +111,10 @@ def test_resend_a_dead_letter_with_progress(
     checkbox.focus()
     page.keyboard.press("Space")  # the keyboard selects
     expect(checkbox).to_be_checked()
-    page.get_by_role("button", name="Resend selected").click()
+    # The job's page polls its progress (resend.js) at once, finished or not.
+    with page.expect_response(lambda reply: reply.url.endswith(".json")) as polled:
+        page.get_by_role("button", name="Resend selected").click()
+    assert polled.value.ok and polled.value.json()["total"] == 1
 
     status = page.get_by_test_id("resend-status")
     expect(status).to_contain_text("Done")  # the script polls until the job is finished
