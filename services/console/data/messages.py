@@ -113,13 +113,14 @@ def by_key(admin: Admin, topic: str, key: str, begin_ms: int = 0, end_ms: int = 
     found = admin.query_key(
         _topic(topic), key.strip(), max_count=SEARCH_MAX_RESULTS, begin_ms=begin_ms, end_ms=end_ms
     )
-    return _result(found, SEARCH_MAX_RESULTS)
+    # The index answers at most max_count: as many means there may be more.
+    return _result(found, len(found) >= SEARCH_MAX_RESULTS)
 
 
 def by_unique_key(admin: Admin, topic: str, unique_key: str) -> SearchResult:
     """Messages of ``topic`` with this UNIQ_KEY: the message and copies of it kept there."""
     found = admin.query_unique_key(_topic(topic), unique_key.strip())
-    return _result(found[:SEARCH_MAX_RESULTS], SEARCH_MAX_RESULTS if found else 0)
+    return _result(found[:SEARCH_MAX_RESULTS], len(found) > SEARCH_MAX_RESULTS)
 
 
 def by_time(admin: Admin, topic: str, begin_ms: int, end_ms: int) -> SearchResult:
@@ -167,8 +168,8 @@ def _stored_within(
     return [m for m in messages if begin_ms <= m.store_timestamp_ms < end_ms]
 
 
-def _result(found: Sequence[ReceivedMessage], limit: int) -> SearchResult:
-    truncated = f"only the first {limit} messages are shown" if len(found) >= limit else ""
+def _result(found: Sequence[ReceivedMessage], more: bool) -> SearchResult:
+    truncated = f"only the first {SEARCH_MAX_RESULTS} messages are shown" if more else ""
     return SearchResult(tuple(view(m) for m in found), truncated)
 
 
