@@ -99,12 +99,16 @@ def pending(admin: Admin, topic: str = "", now_ms: int | None = None) -> Pending
 
 
 def _delayed(admin: Admin, topic: str, now: int) -> tuple[list[Delayed], str]:
-    found = [*_level_messages(admin, topic, now), *_timer_messages(admin, topic, now)]
+    partial: list[str] = []
+    found = [
+        *_level_messages(admin, topic, now, partial),
+        *_timer_messages(admin, topic, now, partial),
+    ]
     found.sort(key=lambda d: (d.due_ms, d.message.msg_id))
-    truncated = ""
+    notes = [f"only {PENDING_MAX_SCANNED} messages of {queue} were read" for queue in partial]
     if len(found) > PENDING_MAX_LIST:
-        truncated = f"only the {PENDING_MAX_LIST} due soonest are shown"
-    return found[:PENDING_MAX_LIST], truncated
+        notes.append(f"only the {PENDING_MAX_LIST} due soonest are shown")
+    return found[:PENDING_MAX_LIST], "; ".join(notes)
 
 
 def _queues(admin: Admin, system_topic: str) -> list[MessageQueue]:
@@ -119,7 +123,8 @@ def _queues(admin: Admin, system_topic: str) -> list[MessageQueue]:
     )
 
 
-def _level_messages(admin: Admin, topic: str, now: int) -> Iterable[Delayed]:
+def _level_messages(admin: Admin, topic: str, now: int, partial: list[str]) -> Iterable[Delayed]:
+    """Each level's messages stored less than its delay ago, the soonest due first."""
     table = DEFAULT_DELAY_LEVEL_TABLE
     for queue in _queues(admin, SCHEDULE_TOPIC):
         level = queue.queue_id + 1
@@ -127,50 +132,54 @@ def _level_messages(admin: Admin, topic: str, now: int) -> Iterable[Delayed]:
             continue
         delay_ms = table.delay_ms(level)
         start = admin.search_offset(queue, now - delay_ms)
-        for message in _read(admin, queue, start):
+        for message in _read(admin, queue, start, partial):
             due = message.store_timestamp_ms + delay_ms
             if due > now and _of_topic(message, topic):
-                yield Delayed(
-                    view(message), message.properties.get(REAL_TOPIC, ""), due, f"level {level}"
-                )
+                real = message.properties.get(REAL_TOPIC, "")
+                yield Delayed(view(message), real, due, f"level {level}")
 
 
-def _timer_messages(admin: Admin, topic: str, now: int) -> Iterable[Delayed]:
+def _timer_messages(admin: Admin, topic: str, now: int, partial: list[str]) -> Iterable[Delayed]:
+    """The timer queue's newest messages not due yet and not recalled (any order: a
+    timed message's due time is its own)."""
     for queue in _queues(admin, TIMER_TOPIC):
-        messages = list(_read(admin, queue, None))
-        recalled = {
-            m.properties[TIMER_DEL_UNIQKEY] for m in messages if TIMER_DEL_UNIQKEY in m.properties
-        }
+        offsets = admin.browse_queue(queue, 0, 1)
+        start = max(offsets.min_offset, offsets.max_offset - PENDING_MAX_SCANNED)
+        messages = list(_read(admin, queue, start, partial))
+        recalled = {m.properties.get(TIMER_DEL_UNIQKEY) for m in messages}
         for message in messages:
             due = message.properties.get(TIMER_DELIVER_MS, "")
             real = message.properties.get(REAL_TOPIC, "")
             if TIMER_DEL_UNIQKEY in message.properties or not due.isdigit():
+                continue  # a recall marker, or not a timed message
+            if f"{real}+{message.unique_key}" in recalled or not _of_topic(message, topic):
                 continue
-            if (
-                int(due) > now
-                and _of_topic(message, topic)
-                and f"{real}+{message.unique_key}" not in recalled
-            ):
+            if int(due) > now:
                 yield Delayed(view(message), real, int(due), "timer")
 
 
-def _read(admin: Admin, queue: MessageQueue, start: int | None) -> Iterable[ReceivedMessage]:
-    """The queue's messages from ``start`` (None: the newest PENDING_MAX_SCANNED), at most
-    PENDING_MAX_SCANNED of them."""
-    first = admin.browse_queue(queue, 0, 1)
-    offset = max(first.min_offset, first.max_offset - PENDING_MAX_SCANNED)
-    if start is not None:
-        offset = max(offset, start)
-    read = 0
-    while offset < first.max_offset and read < PENDING_MAX_SCANNED:
-        result = admin.browse_queue(
-            queue, offset, min(PULL_MAX_MESSAGES, PENDING_MAX_SCANNED - read)
-        )
+def _read(
+    admin: Admin, queue: MessageQueue, start: int, partial: list[str]
+) -> Iterable[ReceivedMessage]:
+    """The queue's messages from ``start``, at most PENDING_MAX_SCANNED of them (the
+    queue is added to ``partial`` when there were more)."""
+    offset, read = start, 0
+    while True:
+        wanted = min(PULL_MAX_MESSAGES, PENDING_MAX_SCANNED - read)
+        result = admin.browse_queue(queue, offset, wanted)
+        if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
+            offset = result.next_offset  # below the min offset: retention deleted those
+            continue
         yield from result.messages
         read += len(result.messages)
         if result.status is not PullStatus.FOUND or result.next_offset <= offset:
             return
         offset = result.next_offset
+        if offset >= result.max_offset:
+            return
+        if read >= PENDING_MAX_SCANNED:
+            partial.append(str(queue))
+            return
 
 
 def _of_topic(message: ReceivedMessage, topic: str) -> bool:

@@ -61,3 +61,18 @@ def test_delayed_timed_and_half_messages(cluster: Cluster) -> None:
         assert {d.real_topic for d in pending(admin).delayed} >= {topic, other}
         # Two hours on, none of them is due any more (as the page would see it then).
         assert pending(admin, topic, now_ms=now + 3 * HOUR_MS).delayed == ()
+
+
+def test_a_scan_stopped_by_its_limit_says_so(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = "T_console_pending_many"
+    cluster.create_topic(topic, queues=1, message_type="DELAY")
+    with Producer(cluster.gateway.listen) as producer:
+        for i in range(3):
+            producer.send_batch([Message(topic, f"later-{i}", delay_level=16)])
+    monkeypatch.setattr("services.console.data.pending.PENDING_MAX_SCANNED", 2)
+    with Admin(cluster.gateway.listen) as admin:
+        found = pending(admin, topic)
+    assert len(found.delayed) == 2
+    assert "only 2 messages of SCHEDULE_TOPIC_XXXX@broker-a:15 were read" in found.delayed_truncated
