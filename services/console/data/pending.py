@@ -59,6 +59,9 @@ class Pending:
     delayed: tuple[Delayed, ...]
     # Non-empty when the list stopped at a limit.
     delayed_truncated: str
+    # Not yet due, of every topic, per kind ("level N", "timer"); a level's count is
+    # exact (its queue past the oldest not due), the timer's is of the messages read.
+    counts: tuple[tuple[str, int], ...]
     halves: tuple[Half, ...]
     halves_truncated: str
 
@@ -67,7 +70,8 @@ def pending(admin: Admin, topic: str = "", now_ms: int | None = None) -> Pending
     """What is pending (of ``topic``, or of every topic), soonest due first."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     topic = topic.strip()
-    delayed, truncated = _delayed(admin, topic, now)
+    counts: dict[str, int] = {}
+    delayed, truncated = _delayed(admin, topic, now, counts)
     halves = [
         h
         for h in admin.list_transactions(max_count=PENDING_MAX_LIST + 1)
@@ -81,6 +85,7 @@ def pending(admin: Admin, topic: str = "", now_ms: int | None = None) -> Pending
     return Pending(
         tuple(delayed),
         truncated,
+        tuple((kind, count) for kind, count in counts.items() if count),
         tuple(
             Half(
                 h.topic,
@@ -98,11 +103,13 @@ def pending(admin: Admin, topic: str = "", now_ms: int | None = None) -> Pending
     )
 
 
-def _delayed(admin: Admin, topic: str, now: int) -> tuple[list[Delayed], str]:
+def _delayed(
+    admin: Admin, topic: str, now: int, counts: dict[str, int]
+) -> tuple[list[Delayed], str]:
     partial: list[str] = []
     found = [
-        *_level_messages(admin, topic, now, partial),
-        *_timer_messages(admin, topic, now, partial),
+        *_level_messages(admin, topic, now, partial, counts),
+        *_timer_messages(admin, topic, now, partial, counts),
     ]
     found.sort(key=lambda d: (d.due_ms, d.message.msg_id))
     notes = [f"only {PENDING_MAX_SCANNED} messages of {queue} were read" for queue in partial]
@@ -123,7 +130,9 @@ def _queues(admin: Admin, system_topic: str) -> list[MessageQueue]:
     )
 
 
-def _level_messages(admin: Admin, topic: str, now: int, partial: list[str]) -> Iterable[Delayed]:
+def _level_messages(
+    admin: Admin, topic: str, now: int, partial: list[str], counts: dict[str, int]
+) -> Iterable[Delayed]:
     """Each level's messages stored less than its delay ago, the soonest due first."""
     table = DEFAULT_DELAY_LEVEL_TABLE
     for queue in _queues(admin, SCHEDULE_TOPIC):
@@ -132,14 +141,21 @@ def _level_messages(admin: Admin, topic: str, now: int, partial: list[str]) -> I
             continue
         delay_ms = table.delay_ms(level)
         start = admin.search_offset(queue, now - delay_ms)
+        stored = admin.browse_queue(queue, start, 1)
+        kind = f"level {level}"
+        counts[kind] = counts.get(kind, 0) + max(
+            0, stored.max_offset - max(start, stored.min_offset)
+        )
         for message in _read(admin, queue, start, partial):
             due = message.store_timestamp_ms + delay_ms
             if due > now and _of_topic(message, topic):
                 real = message.properties.get(REAL_TOPIC, "")
-                yield Delayed(view(message), real, due, f"level {level}")
+                yield Delayed(view(message), real, due, kind)
 
 
-def _timer_messages(admin: Admin, topic: str, now: int, partial: list[str]) -> Iterable[Delayed]:
+def _timer_messages(
+    admin: Admin, topic: str, now: int, partial: list[str], counts: dict[str, int]
+) -> Iterable[Delayed]:
     """The timer queue's newest messages not due yet and not recalled (any order: a
     timed message's due time is its own)."""
     for queue in _queues(admin, TIMER_TOPIC):
@@ -152,9 +168,10 @@ def _timer_messages(admin: Admin, topic: str, now: int, partial: list[str]) -> I
             real = message.properties.get(REAL_TOPIC, "")
             if TIMER_DEL_UNIQKEY in message.properties or not due.isdigit():
                 continue  # a recall marker, or not a timed message
-            if f"{real}+{message.unique_key}" in recalled or not _of_topic(message, topic):
+            if f"{real}+{message.unique_key}" in recalled or int(due) <= now:
                 continue
-            if int(due) > now:
+            counts["timer"] = counts.get("timer", 0) + 1
+            if _of_topic(message, topic):
                 yield Delayed(view(message), real, int(due), "timer")
 
 

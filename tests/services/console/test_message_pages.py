@@ -142,6 +142,7 @@ def test_pending_lists_a_delayed_message(
     row = page.get_by_role("row").filter(has_text=sent.msg_id)
     expect(row).to_contain_text("level 17")
     expect(row).to_contain_text(topic)
+    expect(page.locator("dl.counts")).to_contain_text("level 17")
     shot(page, "pending")
 
 

@@ -54,6 +54,8 @@ def test_delayed_timed_and_half_messages(cluster: Cluster) -> None:
         assert by_kind["timer"].due_ms == now + HOUR_MS
         assert [d.due_ms for d in found.delayed] == sorted(d.due_ms for d in found.delayed)
         assert not found.delayed_truncated
+        counts = dict(found.counts)  # every topic's: the other tests' too
+        assert counts["level 18"] >= 1 and counts["timer"] >= 2  # the recalled one is not
         (pending_half,) = found.halves
         assert pending_half.msg_id == half.half.msg_id
         assert pending_half.producer_group == "PG_console_pending"
