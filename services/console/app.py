@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from services.console.config import ConsoleConfig
+from services.console.data.resend import ResendJobs
 from services.console.gateway import Gateway, GatewayError, LoginRequired
 from services.console.pages import PAGES
 from services.console.render import render
@@ -119,6 +120,7 @@ def create_app(config: ConsoleConfig, *, on_ready: Callable[[], None] | None = N
     )
     app.state.config = config
     app.state.gateway = gateway
+    app.state.resend_jobs = ResendJobs()  # the dead-letters page's background resends
     app.state.nav = [page.NAV for page in PAGES if page.NAV is not None]
     app.state.auth_seen = False
     return app

@@ -50,6 +50,8 @@ class ConsoleConfig:
     max_page_size_rows: int = MAX_PAGE_SIZE_ROWS
     rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS
     log_level: str = "info"
+    # A message's OpenTelemetry trace page, "{trace_id}" replaced (e.g. Jaeger's); "": none.
+    trace_url_template: str = ""
 
     @property
     def https(self) -> bool:
@@ -139,6 +141,13 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_RPC_TIMEOUT_MS,
         help="each gateway call's timeout [unit: ms]",
     )
+    cli.add_argument(
+        "--trace-url-template",
+        default="",
+        metavar="URL",
+        help="a trace's page, {trace_id} replaced: the messages page links a message "
+        "carrying a traceparent to it (e.g. http://jaeger:16686/trace/{trace_id})",
+    )
     cli.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return cli
 
@@ -177,6 +186,11 @@ def from_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Cons
         )
     if args.rpc_timeout_ms <= 0:
         raise ConfigError(f"--rpc-timeout-ms is {args.rpc_timeout_ms}; give a positive value")
+    if args.trace_url_template and "{trace_id}" not in args.trace_url_template:
+        raise ConfigError(
+            f"--trace-url-template {args.trace_url_template[:80]!r} has no {{trace_id}}: give "
+            "e.g. http://jaeger:16686/trace/{trace_id}"
+        )
     return ConsoleConfig(
         gateway=_host_port(args.gateway, "--gateway"),
         listen=_host_port(args.listen, "--listen"),
@@ -190,4 +204,5 @@ def from_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Cons
         page_size_rows=args.page_size_rows,
         rpc_timeout_ms=args.rpc_timeout_ms,
         log_level=args.log_level,
+        trace_url_template=args.trace_url_template,
     )

@@ -23,6 +23,7 @@ from tide.client import (
     Admin,
     Credentials,
     PermissionDenied,
+    Producer,
     TideError,
     Unauthenticated,
     Unavailable,
@@ -95,6 +96,24 @@ class Gateway:
                 _, oldest = self._admins.popitem(last=False)
                 oldest.close()
             return admin
+
+    def open_admin(self, credentials: Credentials | None) -> Admin:
+        """A new Admin of the user for a background job (the job closes it)."""
+        return Admin(
+            self._config.gateway,
+            rpc_timeout_ms=self._config.rpc_timeout_ms,
+            tls=self._config.gateway_tls_files(),
+            credentials=credentials,
+        )
+
+    def open_producer(self, credentials: Credentials | None) -> Producer:
+        """A new Producer of the user for a background job (the job closes it)."""
+        return Producer(
+            self._config.gateway,
+            rpc_timeout_ms=self._config.rpc_timeout_ms,
+            tls=self._config.gateway_tls_files(),
+            credentials=credentials,
+        )
 
     async def call(self, request: Request, work: Callable[[Admin], T]) -> T:
         """``work(admin)`` in the threadpool as the session's user; a TideError becomes

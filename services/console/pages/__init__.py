@@ -16,11 +16,24 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from services.console.pages import cluster, groups, login, topics
+from services.console.pages import (
+    charts,
+    cluster,
+    dead_letters,
+    groups,
+    login,
+    messages,
+    pending,
+    topics,
+)
 
 PAGES: tuple[ModuleType, ...] = (
     cluster,
     topics,
     groups,
+    messages,
+    dead_letters,
+    pending,
+    charts,
     login,
 )
