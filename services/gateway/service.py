@@ -137,7 +137,10 @@ class GatewayService:
         self._servicer._auth_admin = auth_admin
         self._authority = Authority(config.auth_max_skew_s)
         self._auth_cache = AuthCache(
-            self._authority, auth_admin.state, config.auth_refresh_interval_s
+            self._authority,
+            auth_admin.state,
+            config.auth_refresh_interval_s,
+            tick=self._audit.sweep,
         )
         self.interceptors = (
             [AuthInterceptor(self._authority, self._audit)] if config.auth_enabled else []

@@ -1,0 +1,238 @@
+"""What the security benchmarks share (bench/tls_cost.py, bench/auth_signature.py): a
+one-broker cluster of real processes with TLS and/or authentication, the users set up,
+Produce rates measured over alternating phases, and the summary written.
+
+A cluster is a name server, one broker (storage + dispatch) and one or more gateways in
+front of it, each gateway with or without ``--auth-enabled``. With ``secure`` every
+service also runs the cluster secret; with ``tls`` every port serves TLS (mutual TLS on
+the internal links) and the clients verify the gateway against the CA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.gateway_produce_pull import free_port, loadavg, service
+from tide.auth.signature import signed_metadata
+from tide.tls import TlsFiles, channel_credentials
+from tide.v1 import gateway_pb2 as pb
+from tide.v1 import gateway_pb2_grpc as pb_grpc
+from tide.v1 import storage_pb2 as storage_pb
+
+BROKER = "broker-a"
+BODY = b"x" * 128
+ADMIN = ("admin", "bench-admin-secret-0123456789")
+USER = ("bench", "bench-user-secret-0123456789")
+CLUSTER_SECRET = "bench-cluster-secret-0123456789"
+CALL_TIMEOUT_S = 30.0
+REFRESH_MS = 200
+SETUP_ATTEMPTS = 300  # x REFRESH_MS: a minute for a gateway to see the users
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """A gateway of a bench cluster: its address, whether it authenticates, the TLS."""
+
+    address: str
+    auth: bool
+    tls: TlsFiles | None
+
+    def channel(self) -> grpc.aio.Channel:
+        if self.tls is None:
+            return grpc.aio.insecure_channel(self.address)
+        credentials = channel_credentials(TlsFiles(ca_file=self.tls.ca_file))
+        return grpc.aio.secure_channel(self.address, credentials)
+
+
+def tls_args(files: TlsFiles | None) -> list[str]:
+    if files is None:
+        return []
+    assert files.cert_file and files.key_file and files.ca_file
+    return [
+        *("--tls-cert-file", files.cert_file, "--tls-key-file", files.key_file),
+        *("--tls-ca-file", files.ca_file),
+    ]
+
+
+def start_cluster(
+    stack: ExitStack,
+    root: Path,
+    *,
+    tls: TlsFiles | None,
+    secure: bool,
+    gateways: dict[str, bool],
+) -> dict[str, Gateway]:
+    """Start the processes under ``root`` (stopped by ``stack``); ``gateways`` maps a
+    name to whether that gateway has ``--auth-enabled``."""
+    root.mkdir(parents=True)
+    extra = tls_args(tls)
+    if secure:
+        secret = root / "cluster.secret"
+        secret.write_text(CLUSTER_SECRET)
+        extra += ["--cluster-secret-file", str(secret)]
+    namesrv = stack.enter_context(service("nameserver", ["--listen", "127.0.0.1:0", *extra], root))
+    storage_port, dispatch_port = free_port(), free_port()
+    store = root / "store"
+    admin_file = root / "admin.json"
+    admin_file.write_text(json.dumps({"username": ADMIN[0], "password": ADMIN[1]}))
+    storage = [
+        *("--listen", f"127.0.0.1:{storage_port}", "--store-dir", str(store)),
+        *("--namesrv", namesrv, "--broker-name", BROKER),
+        *("--dispatch-address", f"127.0.0.1:{dispatch_port}"),
+        *("--auth-init-user-file", str(admin_file)),
+    ]
+    stack.enter_context(service("storage", [*storage, *extra], root))
+    dispatch = [
+        *("--listen", f"127.0.0.1:{dispatch_port}", "--store-dir", str(store)),
+        *("--storage", f"127.0.0.1:{storage_port}"),
+    ]
+    stack.enter_context(service("dispatch", [*dispatch, *extra], root))
+    started = {}
+    for name, auth in gateways.items():
+        args = ["--listen", "127.0.0.1:0", "--namesrv", namesrv, *extra]
+        if auth:
+            args += ["--auth-enabled", "--auth-refresh-interval-ms", str(REFRESH_MS)]
+        run_dir = root / name
+        run_dir.mkdir()
+        address = stack.enter_context(service("gateway", args, run_dir))
+        started[name] = Gateway(address, auth, tls)
+    return started
+
+
+def admin_metadata(gateway: Gateway) -> tuple[tuple[str, str], ...] | None:
+    return signed_metadata(*ADMIN) if gateway.auth else None
+
+
+def user_metadata(gateway: Gateway) -> tuple[tuple[str, str], ...] | None:
+    """Each call signed afresh (HMAC-SHA1 of its x-mq-date-time), as a client does."""
+    return signed_metadata(*USER) if gateway.auth else None
+
+
+async def _retry(call: Callable[[], Awaitable[Any]]) -> None:
+    """Until ``call`` succeeds (a gateway fetches users and grants every REFRESH_MS)."""
+    for _ in range(SETUP_ATTEMPTS):
+        try:
+            await call()
+            return
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(REFRESH_MS / 1000)
+    await call()  # the last error, raised
+
+
+async def set_up(stub: Any, gateway: Gateway, topic: str, queues: int) -> None:
+    """The topic, and on an authenticating gateway the user with ``Pub`` on it (and a
+    prefixed grant and a deny entry, so the ACL decision has entries to walk)."""
+    admin = admin_metadata(gateway)
+    request = pb.CreateTopicRequest(topic=topic, read_queue_nums=queues, write_queue_nums=queues)
+    await _retry(lambda: stub.CreateTopic(request, metadata=admin, timeout=CALL_TIMEOUT_S))
+    if gateway.auth:
+        await _retry(lambda: stub.ListUsers(pb.ListUsersRequest(), metadata=admin, timeout=5))
+        user = storage_pb.AuthUser(access_key=USER[0], secret_key=USER[1])
+        try:
+            await stub.CreateUser(pb.UserRequest(user=user), metadata=admin, timeout=30)
+        except grpc.aio.AioRpcError as exc:  # a second gateway on the same broker
+            if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                raise
+        entry = storage_pb.AuthPolicyEntry
+        entries = [
+            entry(resource=f"Topic:{topic[:4]}*", actions=["Pub", "Sub"]),
+            entry(resource=f"Topic:{topic}Secret", actions=["All"], decision="Deny"),
+            entry(resource="Group:*", actions=["Sub"]),
+        ]
+        acl = storage_pb.AuthAcl(access_key=USER[0], entries=entries)
+        await stub.UpdateAcl(pb.AclRequest(acl=acl), metadata=admin, timeout=30)
+    one = pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic, body=BODY)])
+    await _retry(lambda: stub.Produce(one, metadata=user_metadata(gateway), timeout=5))
+
+
+async def produce_rate(
+    stub: Any, gateway: Gateway, topic: str, *, batch: int, inflight: int, duration_s: float
+) -> float:
+    """Messages/s with ``inflight`` Produce calls of ``batch`` x 128 B at once."""
+    request = pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic, body=BODY)] * batch)
+    deadline = time.monotonic() + duration_s
+    done = [0] * inflight
+
+    async def worker(index: int) -> None:
+        while time.monotonic() < deadline:
+            metadata = user_metadata(gateway)
+            await stub.Produce(request, metadata=metadata, timeout=CALL_TIMEOUT_S)
+            done[index] += batch
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker(i) for i in range(inflight)))
+    return sum(done) / (time.monotonic() - started)
+
+
+async def alternate(
+    gateways: dict[str, Gateway], topic: str, args: argparse.Namespace
+) -> dict[str, list[float]]:
+    """Rates of every phase (gateway) per round, the phases' order reversed every other
+    round (drift of the shared box falls on all alike), after a warm-up of each."""
+    phases = list(gateways)
+    rates: dict[str, list[float]] = {phase: [] for phase in phases}
+    channels = {phase: gateway.channel() for phase, gateway in gateways.items()}
+    stubs = {phase: pb_grpc.GatewayStub(channel) for phase, channel in channels.items()}
+    load = {"batch": args.batch, "inflight": args.inflight}
+    try:
+        for phase, gateway in gateways.items():
+            await set_up(stubs[phase], gateway, topic, args.queues)
+            await produce_rate(stubs[phase], gateway, topic, **load, duration_s=2.0)
+        for round_index in range(args.rounds):
+            order = phases if round_index % 2 == 0 else phases[::-1]
+            for phase in order:
+                rate = await produce_rate(
+                    stubs[phase], gateways[phase], topic, **load, duration_s=args.duration_s
+                )
+                rates[phase].append(rate)
+                print(f"round {round_index + 1} {phase}: {rate:,.0f} msg/s", flush=True)
+    finally:
+        for channel in channels.values():
+            await channel.close(None)
+    return rates
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, *, duration_s: float, rounds: int) -> None:
+    parser.add_argument("--duration-s", type=float, default=duration_s)
+    parser.add_argument("--rounds", type=int, default=rounds, choices=range(1, 21))
+    parser.add_argument("--queues", type=int, default=4, choices=range(1, 65))
+    parser.add_argument("--inflight", type=int, default=4, choices=range(1, 257))
+    parser.add_argument("--batch", type=int, default=100, choices=range(1, 1001))
+
+
+def summarize(
+    args: argparse.Namespace,
+    started: str,
+    load_before: list[float],
+    rates: dict[str, list[float]],
+    ratios: Sequence[tuple[str, str]],
+    results: Path,
+) -> dict[str, Any]:
+    """The summary (also written to ``results``): medians per phase and, for each
+    (phase, base) in ``ratios``, the ratio of each round (its phases back to back) and
+    their median."""
+    summary: dict[str, Any] = {
+        "args": vars(args),
+        "started": started,
+        "rates_msg_s": rates,
+        "median_msg_s": {phase: statistics.median(values) for phase, values in rates.items()},
+        "loadavg": {"before": load_before, "after": loadavg()},
+    }
+    for phase, base in ratios:
+        each = [a / b for a, b in zip(rates[phase], rates[base], strict=True) if b]
+        summary[f"{phase}_over_{base}_each_round"] = each
+        summary[f"{phase}_over_{base}_median"] = statistics.median(each)
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(summary, indent=2))
+    return summary
