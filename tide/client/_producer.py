@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
+from tide.auth.client import Credentials
 from tide.client._accumulator import Accumulator, Limits
 from tide.client._convert import from_produce_result, from_produce_runs, to_produce_message
 from tide.client._errors import InvalidArgument, TideError
@@ -98,6 +99,7 @@ class Producer:
         linger_ms: int = DEFAULT_LINGER_MS,
         batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES,
         batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+        credentials: Credentials | None = None,
     ) -> None:
         if not 1 <= max_in_flight <= MAX_IN_FLIGHT_LIMIT:
             raise InvalidArgument(
@@ -111,7 +113,9 @@ class Producer:
         if not 1 <= async_threads <= MAX_ASYNC_THREADS:
             raise InvalidArgument(f"async_threads is {async_threads}; give 1..{MAX_ASYNC_THREADS}")
         limits = _limits(linger_ms, batch_max_messages, batch_max_bytes, async_threads)
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+        self._connection = Connection(
+            gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls, credentials=credentials
+        )
         self._in_flight = InFlight(max_in_flight, max_in_flight_bytes)
         self._async_threads = async_threads
         self._executor: ThreadPoolExecutor | None = None
