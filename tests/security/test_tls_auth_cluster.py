@@ -9,6 +9,7 @@ file, span file, metrics page or error message (the last test of the module)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -40,6 +41,8 @@ from tide.client import (
 from tide.tls import channel_credentials
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import gateway_pb2_grpc as pb_grpc
+from tide.v1.storage_pb2 import GetStatusRequest
+from tide.v1.storage_pb2_grpc import StorageStub
 from tide.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -164,8 +167,6 @@ def _cli(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[
 
 
 def _cli_env(secure: Secure, credentials: Credentials | None) -> dict[str, str]:
-    import os
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
     env |= {"TIDE_GATEWAY": secure.gateway, "TIDE_TLS_CA_FILE": str(secure.trust.ca_file)}
     if credentials is not None:
@@ -245,8 +246,7 @@ def test_plaintext_unsigned_and_certificate_less_clients_are_refused(secure: Sec
     assert cluster.tls is not None
     with grpc.secure_channel(broker.storage.listen, channel_credentials(cluster.tls)) as channel:
         with pytest.raises(grpc.RpcError) as no_secret:
-            pb_grpc.GatewayStub(channel)  # any method: the interceptor answers first
-            channel.unary_unary("/tide.v1.Storage/GetStatus")(b"", timeout=10)
+            StorageStub(channel).GetStatus(GetStatusRequest(), timeout=10)
         assert no_secret.value.code() == grpc.StatusCode.UNAUTHENTICATED
         secure.errors.append(no_secret.value.details() or "")
     with Producer(secure.gateway, tls=secure.trust) as anonymous, pytest.raises(Unauthenticated):
