@@ -61,13 +61,15 @@ def _cluster(_request: Any) -> Iterator[Resource]:
 
 
 def _produce_topics(request: Any) -> Iterator[Resource]:
-    for message in request.messages:
-        yield topic(message.topic)
+    # Names deduplicated before a Resource is made: a batch of 100 to one topic is one
+    # need (a Resource per message made the check cost ~3 us per message).
+    for name in {message.topic: None for message in request.messages}:
+        yield topic(name)
 
 
 def _v2_message_topics(request: Any) -> Iterator[Resource]:
-    for message in request.messages:
-        yield topic(message.topic.name)
+    for name in {message.topic.name: None for message in request.messages}:
+        yield topic(name)
 
 
 def _lock_topics(request: Any) -> Iterator[Resource]:
