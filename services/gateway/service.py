@@ -176,7 +176,7 @@ class GatewayService:
         if self._config.auth_enabled:
             self._audit.register_metric()
             self._auth_cache.start()
-            log.info("authentication and authorization on (docs/security-acl.md)")
+            log.info("authentication and authorization on (docs/security.md)")
         log.info("name servers: %s", ";".join(self._config.namesrv))
 
     def drain(self) -> None:
