@@ -23,7 +23,14 @@ from typing import Any
 
 import grpc
 
-from bench.gateway_produce_pull import free_port, loadavg, service
+from bench.gateway_produce_pull import (
+    PROCESSES,
+    free_port,
+    loadavg,
+    own_cpu_s,
+    process_cpu_s,
+    service,
+)
 from tide.auth.signature import signed_metadata
 from tide.tls import TlsFiles, channel_credentials
 from tide.v1 import gateway_pb2 as pb
@@ -47,6 +54,9 @@ class Gateway:
     address: str
     auth: bool
     tls: TlsFiles | None
+    # The processes that work for this gateway's calls (it, its storage and dispatch):
+    # their CPU time per message is measured with the rate.
+    pids: tuple[int, ...] = ()
 
     def channel(self) -> grpc.aio.Channel:
         if self.tls is None:
@@ -93,11 +103,13 @@ def start_cluster(
         *("--auth-init-user-file", str(admin_file)),
     ]
     stack.enter_context(service("storage", [*storage, *extra], root))
+    broker_pids = [PROCESSES["storage"].pid]
     dispatch = [
         *("--listen", f"127.0.0.1:{dispatch_port}", "--store-dir", str(store)),
         *("--storage", f"127.0.0.1:{storage_port}"),
     ]
     stack.enter_context(service("dispatch", [*dispatch, *extra], root))
+    broker_pids.append(PROCESSES["dispatch"].pid)
     started = {}
     for name, auth in gateways.items():
         args = ["--listen", "127.0.0.1:0", "--namesrv", namesrv, *extra]
@@ -106,7 +118,8 @@ def start_cluster(
         run_dir = root / name
         run_dir.mkdir()
         address = stack.enter_context(service("gateway", args, run_dir))
-        started[name] = Gateway(address, auth, tls)
+        pids = (PROCESSES["gateway"].pid, *broker_pids)
+        started[name] = Gateway(address, auth, tls, pids)
     return started
 
 
@@ -156,10 +169,18 @@ async def set_up(stub: Any, gateway: Gateway, topic: str, queues: int) -> None:
     await _retry(lambda: stub.Produce(one, metadata=user_metadata(gateway), timeout=5))
 
 
+def _cpu_s(gateway: Gateway) -> float:
+    """CPU seconds so far of the gateway's processes and of this client process."""
+    return sum(process_cpu_s(pid) for pid in gateway.pids) + own_cpu_s()
+
+
 async def produce_rate(
     stub: Any, gateway: Gateway, topic: str, *, batch: int, inflight: int, duration_s: float
-) -> float:
-    """Messages/s with ``inflight`` Produce calls of ``batch`` x 128 B at once."""
+) -> tuple[float, float]:
+    """(messages/s, CPU microseconds per message) with ``inflight`` Produce calls of
+    ``batch`` x 128 B at once. The CPU is the client's, the gateway's, its storage's and
+    dispatch's: on a box shared with other work it says what a message costs even when
+    the rate says mostly how much CPU was left."""
     request = pb.ProduceRequest(messages=[pb.ProduceMessage(topic=topic, body=BODY)] * batch)
     deadline = time.monotonic() + duration_s
     done = [0] * inflight
@@ -170,18 +191,22 @@ async def produce_rate(
             await stub.Produce(request, metadata=metadata, timeout=CALL_TIMEOUT_S)
             done[index] += batch
 
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), _cpu_s(gateway)
     await asyncio.gather(*(worker(i) for i in range(inflight)))
-    return sum(done) / (time.monotonic() - started)
+    messages = sum(done)
+    cpu_us = (_cpu_s(gateway) - cpu_before) * 1e6
+    return messages / (time.monotonic() - started), cpu_us / max(1, messages)
 
 
 async def alternate(
     gateways: dict[str, Gateway], topic: str, args: argparse.Namespace
-) -> dict[str, list[float]]:
-    """Rates of every phase (gateway) per round, the phases' order reversed every other
-    round (drift of the shared box falls on all alike), after a warm-up of each."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Rates and CPU microseconds per message of every phase (gateway) per round, the
+    phases' order reversed every other round (drift of the shared box falls on all
+    alike), after a warm-up of each."""
     phases = list(gateways)
     rates: dict[str, list[float]] = {phase: [] for phase in phases}
+    cpu: dict[str, list[float]] = {phase: [] for phase in phases}
     channels = {phase: gateway.channel() for phase, gateway in gateways.items()}
     stubs = {phase: pb_grpc.GatewayStub(channel) for phase, channel in channels.items()}
     load = {"batch": args.batch, "inflight": args.inflight}
@@ -192,15 +217,19 @@ async def alternate(
         for round_index in range(args.rounds):
             order = phases if round_index % 2 == 0 else phases[::-1]
             for phase in order:
-                rate = await produce_rate(
+                rate, cpu_us = await produce_rate(
                     stubs[phase], gateways[phase], topic, **load, duration_s=args.duration_s
                 )
                 rates[phase].append(rate)
-                print(f"round {round_index + 1} {phase}: {rate:,.0f} msg/s", flush=True)
+                cpu[phase].append(cpu_us)
+                print(
+                    f"round {round_index + 1} {phase}: {rate:,.0f} msg/s, {cpu_us:.1f} CPU us/msg",
+                    flush=True,
+                )
     finally:
         for channel in channels.values():
             await channel.close(None)
-    return rates
+    return rates, cpu
 
 
 def add_load_arguments(parser: argparse.ArgumentParser, *, duration_s: float, rounds: int) -> None:
@@ -215,24 +244,30 @@ def summarize(
     args: argparse.Namespace,
     started: str,
     load_before: list[float],
-    rates: dict[str, list[float]],
+    measured: tuple[dict[str, list[float]], dict[str, list[float]]],
     ratios: Sequence[tuple[str, str]],
     results: Path,
 ) -> dict[str, Any]:
     """The summary (also written to ``results``): medians per phase and, for each
-    (phase, base) in ``ratios``, the ratio of each round (its phases back to back) and
-    their median."""
+    (phase, base) in ``ratios``, the rate ratio of each round (its phases back to back)
+    and their median, and the CPU-efficiency ratio (base's CPU per message / phase's)."""
+    rates, cpu = measured
     summary: dict[str, Any] = {
         "args": vars(args),
         "started": started,
         "rates_msg_s": rates,
         "median_msg_s": {phase: statistics.median(values) for phase, values in rates.items()},
+        "cpu_us_per_msg": cpu,
+        "median_cpu_us_per_msg": {phase: statistics.median(v) for phase, v in cpu.items()},
         "loadavg": {"before": load_before, "after": loadavg()},
     }
     for phase, base in ratios:
         each = [a / b for a, b in zip(rates[phase], rates[base], strict=True) if b]
         summary[f"{phase}_over_{base}_each_round"] = each
         summary[f"{phase}_over_{base}_median"] = statistics.median(each)
+        efficiency = [b / a for a, b in zip(cpu[phase], cpu[base], strict=True) if a]
+        summary[f"{phase}_over_{base}_cpu_efficiency_each_round"] = efficiency
+        summary[f"{phase}_over_{base}_cpu_efficiency_median"] = statistics.median(efficiency)
     results.parent.mkdir(exist_ok=True)
     results.write_text(json.dumps(summary, indent=2))
     return summary

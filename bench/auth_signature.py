@@ -45,12 +45,16 @@ def main() -> None:
     try:
         with ExitStack() as stack:
             gateways = start_cluster(
-                stack, root, tls=None, secure=False, gateways={"plain": False, "auth": True}
+                stack,
+                root / "cluster",
+                tls=None,
+                secure=False,
+                gateways={"plain": False, "auth": True},
             )
-            rates = asyncio.run(alternate(gateways, TOPIC, args))
+            measured = asyncio.run(alternate(gateways, TOPIC, args))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    summary = summarize(args, started, load_before, rates, [("auth", "plain")], RESULTS)
+    summary = summarize(args, started, load_before, measured, [("auth", "plain")], RESULTS)
     print(json.dumps(summary, indent=2))
 
 

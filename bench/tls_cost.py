@@ -15,8 +15,11 @@ rounds of ``--duration-s``: ``Produce`` calls of ``--batch`` (100) messages of 1
 ``--inflight`` calls at once on one channel per gateway.
 
 Reports messages/s per phase (median over the rounds), ``tls / plain`` and
-``tls_auth / plain`` per round (phases back to back) and their medians; also
-``bench/results/tls_cost.json`` with the load average before and after.
+``tls_auth / plain`` per round (phases back to back) and their medians, and the CPU
+microseconds per message of each phase (client + gateway + storage + dispatch, from
+/proc) with the CPU-efficiency ratios (plain's CPU per message / the phase's): on a box
+shared with other work the rate ratio says how much CPU was left as much as what TLS
+costs. Also ``bench/results/tls_cost.json`` with the load average before and after.
 """
 
 from __future__ import annotations
@@ -61,11 +64,11 @@ def main() -> None:
                 secure=True,
                 gateways={"tls": False, "tls_auth": True},
             )
-            rates = asyncio.run(alternate(gateways, TOPIC, args))
+            measured = asyncio.run(alternate(gateways, TOPIC, args))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ratios = [("tls", "plain"), ("tls_auth", "plain")]
-    summary = summarize(args, started, load_before, rates, ratios, RESULTS)
+    summary = summarize(args, started, load_before, measured, ratios, RESULTS)
     print(json.dumps(summary, indent=2))
 
 

@@ -1,10 +1,11 @@
 """TLS and authentication together on one real cluster (docs/security.md): every service
 on TLS (mutual TLS between them) with the cluster secret, the gateway with
 --auth-enabled. Every client of ours connects with TLS + credentials (tide.client's
-Admin, Producer, SimpleConsumer; the CLI; tide bench; the official RocketMQ 5 client);
-plaintext, unsigned and certificate-less clients are refused; a flood of denied calls
-logs a bounded number of audit events; and after all of it no secret appears in any log
-file, span file, metrics page or error message (the last test of the module)."""
+Admin, Producer, SimpleConsumer, PullConsumer, PushConsumer; the CLI; tide bench; the
+official RocketMQ 5 client); plaintext, unsigned and certificate-less clients are
+refused; a flood of denied calls logs a bounded number of audit events; and after all of
+it no secret appears in any log file, span file, metrics page or error message (the
+last test of the module)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +35,9 @@ from tide.client import (
     PermissionDenied,
     PolicyEntry,
     Producer,
+    PullConsumer,
+    PushConsumer,
+    ReceivedMessage,
     SimpleConsumer,
     TideError,
     TlsFiles,
@@ -152,6 +157,28 @@ def test_tide_client_over_tls_with_credentials(secure: Secure) -> None:
         carol.create_topic("carol-may-not", read_queue_nums=1)
     secure.errors.append(str(denied.value))
     assert "Create" in str(denied.value) and "Topic:carol-may-not" in str(denied.value)
+
+
+def test_pull_and_push_consumers_over_tls_with_credentials(secure: Secure) -> None:
+    sent = _sent_as_carol(secure, 4)  # carol's grant is in effect (the test above)
+    pulled: set[str] = set()
+    with PullConsumer("g-carol-pull", secure.gateway, tls=secure.trust, credentials=CAROL) as pull:
+        for queue in pull.queues(TOPIC):
+            result = pull.pull(queue, 0, max_messages=64)
+            pulled.update(m.unique_key or m.msg_id for m in result.messages)
+    assert sent <= pulled
+    pushed: set[str] = set()
+    lock = threading.Lock()
+
+    def record(message: ReceivedMessage) -> None:
+        with lock:
+            pushed.add(message.unique_key or message.msg_id)
+
+    with PushConsumer(
+        "g-carol-push", TOPIC, "*", record, secure.gateway, consume_from="first",
+        tls=secure.trust, credentials=CAROL,
+    ):  # fmt: skip
+        wait_until(lambda: sent <= pushed, "carol's push consumer got her messages")
 
 
 def _cli(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
