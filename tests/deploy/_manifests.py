@@ -32,10 +32,13 @@ from tide.server._config import merge_options
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
-OVERLAYS = ("dev", "production", "dev-tls")
+OVERLAYS = ("dev", "production", "dev-tls", "production-tls")
 # Overlays with the TLS component (deploy/k8s/components/tls): probes run over TLS.
-TLS_OVERLAYS = frozenset({"dev-tls"})
+TLS_OVERLAYS = frozenset({"dev-tls", "production-tls"})
 TLS_DIR = "/etc/tide-tls"
+# Overlays with the auth component (deploy/k8s/components/auth): the Secret tide-auth.
+AUTH_OVERLAYS = frozenset({"production-tls"})
+AUTH_DIR = "/etc/tide-auth"
 DOCKERFILE = DEPLOY / "Dockerfile"
 SERVICES = ("nameserver", "storage", "dispatch", "gateway")
 # The web console (an HTTP app, not a gRPC service: tests/deploy/test_console_manifest.py).

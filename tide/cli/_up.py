@@ -170,7 +170,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--auth",
         action="store_true",
         help="authentication and ACLs on, with a generated admin user and cluster secret "
-        "(kept under STORE_DIR/auth; docs/security-acl.md)",
+        "(kept under STORE_DIR/auth; docs/security.md)",
     )
     parser.set_defaults(handler=run)
 

@@ -22,6 +22,7 @@ import threading
 import time
 from types import TracebackType
 
+from tide.auth.client import Credentials
 from tide.client._allocate import allocate_averagely, owner_gone, owners
 from tide.client._convert import check_group, check_topic
 from tide.client._errors import InvalidArgument, TideError, TopicNotFound
@@ -114,6 +115,7 @@ class PushConsumer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
         orderly: bool = False,
         max_reconsume_times: int = 0,
         lock_interval_ms: int = 20_000,
@@ -174,7 +176,13 @@ class PushConsumer:
             self._settings, expression="*", consume_from=ConsumeFrom.parse("first")
         )
         self._reader = GatewayReader(
-            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+            Connection(
+                gateway,
+                rpc_timeout_ms=rpc_timeout_ms,
+                retry=retry,
+                tls=tls,
+                credentials=credentials,
+            )
         )
         self._orderly = orderly
         self._lock_interval_ms = lock_interval_ms
