@@ -52,7 +52,7 @@ def main(
     # A Python source starts a Python worker of its own, which must connect back within
     # Spark's fixed 10 s (PythonWorkerFactory): two starting at once on a loaded box did
     # not. The second query starts once the first has run a batch (or failed).
-    while first.lastProgress is None and not first.awaitTermination(0.1):
+    while first.lastProgress is None and not first.awaitTermination(1):
         pass
     (
         _read(spark, gateway, copy_from)
