@@ -161,7 +161,14 @@ def test_charts_draw_data_points(
 
         wait_until(drawn, "two samples of the produce rate drawn", WAIT_S)
     expect(produced.locator("polyline")).to_have_count(1)
-    expect(page.get_by_test_id("chart-produce_latency").locator("circle").first).to_be_attached()
+    latency = page.get_by_test_id("chart-produce_latency")
+    # Two percentiles from the histogram's buckets: a p50 and a p99 line of the gateway.
+    expect(latency.locator("polyline")).to_have_count(2)
+    expect(page.get_by_role("figure").filter(has_text="produce latency")).to_contain_text(
+        "gateway p99"
+    )
+    box = latency.bounding_box()
+    assert box is not None and abs(box["width"] / box["height"] - 600 / 160) < 0.1, box
     expect(page.get_by_role("figure").filter(has_text="produced messages/s")).to_contain_text(
         "gateway"
     )
