@@ -1,6 +1,6 @@
 """Reading the services' Prometheus endpoints (``--metrics-endpoint NAME=HOST:PORT``): the
-console's one scraping path, used by the cluster page ("Services", and a storage's figures
-when the gateway does not give them) and by the live charts. One bounded scrape, parsed
+console's one scraping path, used by the cluster page ("Services") and by the live
+charts. One bounded scrape, parsed
 with prometheus_client's parser into samples."""
 
 from __future__ import annotations
@@ -60,11 +60,6 @@ def parse(text: str) -> Samples:
                 Sample(dict(sample.labels), float(sample.value))
             )
     return samples
-
-
-def first_value(samples: Mapping[str, list[Sample]], name: str) -> float | None:
-    found = samples.get(name)
-    return found[0].value if found else None
 
 
 def total(samples: Mapping[str, list[Sample]], name: str) -> float | None:

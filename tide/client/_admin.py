@@ -223,10 +223,13 @@ class Admin(AuthAdmin, OffsetsAdmin):
             f"GetTopicRoute of {topic!r}",
         )
 
-    def cluster(self) -> nameserver_pb2.ClusterInfo:
+    def cluster(self, with_status: bool = False) -> nameserver_pb2.ClusterInfo:
+        """The registered broker members; ``with_status``: also each member's disk usage,
+        writability, replication lag and delay level table, asked by the gateway of its
+        storage and dispatch (BrokerLiveInfo's status fields)."""
         return self._connection.call(
             self._connection.stub.GetClusterInfo,
-            nameserver_pb2.GetClusterInfoRequest(),
+            nameserver_pb2.GetClusterInfoRequest(with_status=with_status),
             "GetClusterInfo",
         )
 
