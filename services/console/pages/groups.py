@@ -182,7 +182,29 @@ async def group_page(request: Request) -> Response:
         errors["topic"] = problem
         topic = ""
     view = await gateway_of(request).call(request, _view(group, topic))
-    refresh_s = _refresh_s(request)
+    return _group_response(
+        request,
+        group,
+        view,
+        topic=topic,
+        errors=errors,
+        refresh_s=_refresh_s(request),
+        reset={"topic": topic or (view.topics[0] if view.topics else ""), "time": ""},
+    )
+
+
+def _group_response(
+    request: Request,
+    group: str,
+    view: GroupView,
+    *,
+    topic: str = "",
+    errors: dict[str, str] | None = None,
+    refresh_s: int = 0,
+    reset: dict[str, str],
+    reset_errors: dict[str, str] | None = None,
+) -> Response:
+    """The group's page (status 400 when a form's field or the reset's is refused)."""
     here = {"topic": topic} if topic else {}
     return render(
         request,
@@ -191,16 +213,16 @@ async def group_page(request: Request) -> Response:
             "title": f"Consumer group {group}",
             "group": group,
             "view": view,
-            "errors": errors,
+            "errors": errors or {},
             "topic": topic,
             "refresh_s": refresh_s,
             "refresh_choices": REFRESH_CHOICES_S,
             "refresh_query": urlencode({**here, "refresh": REFRESH_CHOICES_S[1]}),
             "plain_query": urlencode(here),
-            "reset": {"topic": topic or (view.topics[0] if view.topics else ""), "time": ""},
-            "reset_errors": {},
+            "reset": reset,
+            "reset_errors": reset_errors or {},
         },
-        400 if errors else 200,
+        400 if errors or reset_errors else 200,
     )
 
 
@@ -276,24 +298,7 @@ def _reset_refused(
     values: dict[str, str],
     errors: dict[str, str],
 ) -> Response:
-    return render(
-        request,
-        "group.html",
-        {
-            "title": f"Consumer group {group}",
-            "group": group,
-            "view": view,
-            "errors": {},
-            "topic": "",
-            "refresh_s": 0,
-            "refresh_choices": REFRESH_CHOICES_S,
-            "refresh_query": urlencode({"refresh": REFRESH_CHOICES_S[1]}),
-            "plain_query": "",
-            "reset": values,
-            "reset_errors": errors,
-        },
-        400,
-    )
+    return _group_response(request, group, view, reset=values, reset_errors=errors)
 
 
 ROUTES = (
