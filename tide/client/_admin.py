@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, NamedTuple
 
 from tide.auth.client import Credentials
 from tide.client._admin_offsets import OffsetsAdmin
 from tide.client._auth_admin import AuthAdmin
+from tide.client._closing import Closing
 from tide.client._convert import (
     check_group,
     check_topic,
@@ -43,7 +43,7 @@ class Recalled(NamedTuple):
     deliver_at_ms: int
 
 
-class Admin(AuthAdmin, OffsetsAdmin):
+class Admin(Closing, AuthAdmin, OffsetsAdmin):
     """Create, delete and list topics and group configs; read routes, the cluster and
     group members; a group's offsets and lag (:class:`OffsetsAdmin`).
 
@@ -337,14 +337,3 @@ class Admin(AuthAdmin, OffsetsAdmin):
 
     def close(self) -> None:
         self._connection.close()
-
-    def __enter__(self) -> Admin:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

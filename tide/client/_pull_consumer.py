@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import grpc
 
+from tide.client._closing import Closing
 from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._errors import InvalidArgument
 from tide.client._rpc import (
@@ -232,7 +231,7 @@ class GatewayReader:
         return response.offset
 
 
-class PullConsumer:
+class PullConsumer(Closing):
     """Pulls from queues the application chooses; offsets are stored per group.
 
     Nothing is tracked between calls: the application keeps the next offset
@@ -310,14 +309,3 @@ class PullConsumer:
 
     def close(self) -> None:
         self._reader.connection.close()
-
-    def __enter__(self) -> PullConsumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
