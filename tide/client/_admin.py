@@ -204,6 +204,17 @@ class Admin(Closing, AuthAdmin, OffsetsAdmin):
         )
         return list(response.groups)
 
+    def offset_groups(self, topic: str) -> list[str]:
+        """The groups with a committed offset on a queue of ``topic`` on any master
+        broker, config or not (a group that only pulls and commits has none), sorted."""
+        check_topic(topic)
+        response = self._connection.call(
+            self._connection.stub.ListGroups,
+            storage_pb2.ListGroupsRequest(offsets_topic=topic),
+            f"ListGroups with offsets on {topic!r}",
+        )
+        return list(response.offset_groups)
+
     def delete_group(self, group: str) -> bool:
         """Forget ``group``'s config on every master broker (it has the defaults again);
         False when no broker had one."""
