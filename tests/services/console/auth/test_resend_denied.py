@@ -9,7 +9,7 @@ from playwright.sync_api import Page, expect
 from tests._cluster import Cluster
 from tests.auth.conftest import ADMIN
 from tests.services.console.auth.test_login import _can_list, log_in
-from tests.services.console.conftest import ConsoleProcess
+from tests.services.console.conftest import ConsoleProcess, one_dead_letter_checkbox
 from tide.client import (
     Admin,
     Credentials,
@@ -69,12 +69,7 @@ def test_a_denied_resend_hides_the_resend_form(
     log_in(page, auth_console, LOOKER, "/cluster")
     expect(page.get_by_role("heading", level=1)).to_have_text("Cluster")
     page.goto(f"{auth_console.url}/dead-letters?group={GROUP}")
-    checkbox = page.get_by_role("checkbox")
-    for _ in range(3):  # the dead letter is listed once the route of its topic is known
-        if checkbox.count():
-            break
-        page.reload()
-    expect(checkbox).to_have_count(1)
+    checkbox = one_dead_letter_checkbox(page)
     checkbox.check()
     page.get_by_role("button", name="Resend selected").click()
     status = page.get_by_test_id("resend-status")
