@@ -202,6 +202,7 @@ FIELD_LIMITS: dict[str, str] = {
     "tide.v1.SearchOffsetRequest.topic": "TOPIC_MAX_BYTES",
     "tide.v1.QueryIndexRequest.topic": "TOPIC_MAX_BYTES",
     "tide.v1.QueryIndexRequest.key": "KEY_MAX_CHARS",
+    "tide.v1.ListGroupsRequest.offsets_topic": "TOPIC_MAX_BYTES",
     "tide.v1.WatchArrivalsRequest.topics": "WATCH_MAX_TOPICS",
     # name server
     "tide.v1.RegisterBrokerRequest.cluster_name": "NAME_MAX_CHARS",

@@ -125,9 +125,8 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=HOST:PORT",
-        help="a service's Prometheus endpoint (repeatable): the live charts; a storage's, "
-        "named after its broker member (broker-a, broker-a-1 for slave 1), also gives the "
-        "cluster page its disk, writable and replication figures",
+        help="a service's Prometheus endpoint (repeatable): the live charts, and the "
+        "cluster page's Services (its storage figures come through the gateway)",
     )
     cli.add_argument(
         "--page-size-rows",

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import grpc
 
 from services.gateway.brokers import BrokerChannels, broker_error
+from services.gateway.cluster_status import with_status
 from services.gateway.groups import GroupAdmin
 from services.gateway.options import MAX_QUEUE_NUMS, GatewayConfig
 from services.gateway.routes import Member, RouteCache, TopicView, masters_of
@@ -198,8 +199,11 @@ class Admin:
         view = await self._routes.get(request.topic, refresh=True)
         return view.route
 
-    async def cluster_info(self) -> ns_pb.ClusterInfo:
-        return await self._routes.cluster_info(refresh=True)
+    async def cluster_info(self, request: ns_pb.GetClusterInfoRequest) -> ns_pb.ClusterInfo:
+        info = await self._routes.cluster_info(refresh=True)
+        if not request.with_status:
+            return info
+        return await with_status(info, self._channels, self._config.broker_timeout_s)
 
 
 def _queue_nums(value: int, field: str) -> int:

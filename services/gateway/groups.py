@@ -13,7 +13,7 @@ import grpc
 
 from services.gateway.brokers import BrokerChannels, broker_error
 from services.gateway.routes import Member
-from services.gateway.validate import check_group, invalid
+from services.gateway.validate import check_group, check_topic, invalid
 from tide.format import group_topic_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
@@ -64,6 +64,8 @@ class GroupAdmin:
     async def list_groups(
         self, request: storage_pb.ListGroupsRequest
     ) -> storage_pb.ListGroupsResponse:
+        if request.offsets_topic:
+            check_topic(request.offsets_topic)
         answers = await self._on_all(
             await self._targets([], ""),
             "ListGroups",
@@ -73,7 +75,11 @@ class GroupAdmin:
         for answer in answers:  # by broker name: the first broker's config of a group wins
             for group in answer.groups:
                 groups.setdefault(group.group_name, group)
-        return storage_pb.ListGroupsResponse(groups=[groups[name] for name in sorted(groups)])
+        # Offsets live on the masters: a group with one on any broker's queue of the topic.
+        offset_groups = sorted({g for answer in answers for g in answer.offset_groups})
+        return storage_pb.ListGroupsResponse(
+            groups=[groups[name] for name in sorted(groups)], offset_groups=offset_groups
+        )
 
     async def delete(
         self, request: storage_pb.DeleteGroupRequest

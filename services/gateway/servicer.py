@@ -196,7 +196,7 @@ class GatewayServicer(AuthAdminRpcs, pb_grpc.GatewayServicer):
     async def GetClusterInfo(
         self, request: ns_pb.GetClusterInfoRequest, context: Context
     ) -> ns_pb.ClusterInfo:
-        return await self._admin.cluster_info()
+        return await self._admin.cluster_info(request)
 
     # fifo (issue 19)
     async def LockQueues(

@@ -724,8 +724,15 @@ class StorageServicer(pb_grpc.StorageServicer):
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ListGroupsResponse:
-        groups = self._store().groups.list()
-        return pb.ListGroupsResponse(groups=[convert.group_to_pb(cfg) for cfg in groups])
+        store = self._store()
+        groups = store.groups.list()
+        offset_groups: list[str] = []
+        if request.offsets_topic:
+            committed = store.consumer_offsets.committed()
+            offset_groups = sorted({g for t, g in committed if t == request.offsets_topic})
+        return pb.ListGroupsResponse(
+            groups=[convert.group_to_pb(cfg) for cfg in groups], offset_groups=offset_groups
+        )
 
     async def DeleteGroup(
         self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext[object, object]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, NamedTuple
 
 from tide.auth.client import Credentials
 from tide.client._admin_offsets import OffsetsAdmin
 from tide.client._auth_admin import AuthAdmin
+from tide.client._closing import Closing
 from tide.client._convert import (
     check_group,
     check_topic,
@@ -43,7 +43,7 @@ class Recalled(NamedTuple):
     deliver_at_ms: int
 
 
-class Admin(AuthAdmin, OffsetsAdmin):
+class Admin(Closing, AuthAdmin, OffsetsAdmin):
     """Create, delete and list topics and group configs; read routes, the cluster and
     group members; a group's offsets and lag (:class:`OffsetsAdmin`).
 
@@ -204,6 +204,17 @@ class Admin(AuthAdmin, OffsetsAdmin):
         )
         return list(response.groups)
 
+    def offset_groups(self, topic: str) -> list[str]:
+        """The groups with a committed offset on a queue of ``topic`` on any master
+        broker, config or not (a group that only pulls and commits has none), sorted."""
+        check_topic(topic)
+        response = self._connection.call(
+            self._connection.stub.ListGroups,
+            storage_pb2.ListGroupsRequest(offsets_topic=topic),
+            f"ListGroups with offsets on {topic!r}",
+        )
+        return list(response.offset_groups)
+
     def delete_group(self, group: str) -> bool:
         """Forget ``group``'s config on every master broker (it has the defaults again);
         False when no broker had one."""
@@ -223,10 +234,13 @@ class Admin(AuthAdmin, OffsetsAdmin):
             f"GetTopicRoute of {topic!r}",
         )
 
-    def cluster(self) -> nameserver_pb2.ClusterInfo:
+    def cluster(self, with_status: bool = False) -> nameserver_pb2.ClusterInfo:
+        """The registered broker members; ``with_status``: also each member's disk usage,
+        writability, replication lag and delay level table, asked by the gateway of its
+        storage and dispatch (BrokerLiveInfo's status fields)."""
         return self._connection.call(
             self._connection.stub.GetClusterInfo,
-            nameserver_pb2.GetClusterInfoRequest(),
+            nameserver_pb2.GetClusterInfoRequest(with_status=with_status),
             "GetClusterInfo",
         )
 
@@ -334,14 +348,3 @@ class Admin(AuthAdmin, OffsetsAdmin):
 
     def close(self) -> None:
         self._connection.close()
-
-    def __enter__(self) -> Admin:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

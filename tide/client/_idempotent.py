@@ -22,9 +22,9 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 
 from tide.auth.client import Credentials
+from tide.client._closing import Closing
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._producer import MAX_BATCH_MESSAGES, _request, _results
 from tide.client._pull_consumer import GatewayReader, writable_queues
@@ -66,7 +66,7 @@ def _to_queue(message: Message, queue: MessageQueue, fifo: bool) -> Message:
     return dataclasses.replace(message, queue=queue, sharding_key=None, properties=properties)
 
 
-class IdempotentProducer:
+class IdempotentProducer(Closing):
     """Sends batches exactly once per (producer id, queue, sequence). Thread-safe: the
     sequences of a queue are taken in order under a lock, one batch of a queue at a
     time (a later batch must not reach the broker first: that is a gap).
@@ -228,14 +228,3 @@ class IdempotentProducer:
 
     def close(self) -> None:
         self._connection.close()
-
-    def __enter__(self) -> IdempotentProducer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -7,11 +7,11 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
 from typing import TypeVar
 
 from tide.auth.client import Credentials
 from tide.client._accumulator import Accumulator, Limits
+from tide.client._closing import Closing
 from tide.client._convert import from_produce_result, from_produce_runs, to_produce_message
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._in_flight import InFlight, message_bytes
@@ -58,7 +58,7 @@ MIN_BATCH_MAX_BYTES = 1 << 10
 CLOSE_EXTRA_S = 5.0
 
 
-class Producer:
+class Producer(Closing):
     """Sends messages to topics through one gateway.
 
     ``send`` and ``send_async`` accumulate: the single messages sent from any number of
@@ -325,17 +325,6 @@ class Producer:
         if self._checks is not None:
             self._checks.close()
         self._connection.close()
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 _T = TypeVar("_T")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import grpc
 
 from tide.auth.client import Credentials
+from tide.client._closing import Closing
 from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._errors import InvalidArgument
 from tide.client._rpc import (
@@ -233,7 +232,7 @@ class GatewayReader:
         return response.offset
 
 
-class PullConsumer:
+class PullConsumer(Closing):
     """Pulls from queues the application chooses; offsets are stored per group.
 
     Nothing is tracked between calls: the application keeps the next offset
@@ -318,14 +317,3 @@ class PullConsumer:
 
     def close(self) -> None:
         self._reader.connection.close()
-
-    def __enter__(self) -> PullConsumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from types import TracebackType
 
 from tide.auth.client import Credentials
+from tide.client._closing import Closing
 from tide.client._convert import check_group, check_topic, from_stored_message
 from tide.client._errors import FailedPrecondition, InvalidArgument, TideError, Unavailable
 from tide.client._rpc import (
@@ -69,7 +69,7 @@ class GroupLag:
     queues: tuple[gateway_pb2.QueueLag, ...]
 
 
-class SimpleConsumer:
+class SimpleConsumer(Closing):
     def __init__(
         self,
         group: str,
@@ -98,17 +98,6 @@ class SimpleConsumer:
             tls=tls,
             credentials=credentials,
         )
-
-    def __enter__(self) -> SimpleConsumer:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._connection.close()

@@ -346,12 +346,20 @@ Global___TopicRoute: _TypeAlias = TopicRoute  # noqa: Y015
 class GetClusterInfoRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    WITH_STATUS_FIELD_NUMBER: _builtins.int
+    with_status: _builtins.bool
+    """Through the gateway only (a name server ignores it): also ask each member's storage and
+    dispatch for the status fields of BrokerLiveInfo (200-205), in parallel, each bounded
+    by the gateway's broker timeout. For the web console's cluster page.
+    """
     def __init__(
         self,
+        *,
+        with_status: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["with_status", b"with_status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -371,6 +379,13 @@ class BrokerLiveInfo(_message.Message):
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     DATA_VERSION_FIELD_NUMBER: _builtins.int
     TOPIC_COUNT_FIELD_NUMBER: _builtins.int
+    STATUS_KNOWN_FIELD_NUMBER: _builtins.int
+    STATUS_ERROR_FIELD_NUMBER: _builtins.int
+    DISK_USAGE_RATIO_FIELD_NUMBER: _builtins.int
+    WRITABLE_FIELD_NUMBER: _builtins.int
+    REPLICATION_LAG_BYTES_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    DELAY_LEVELS_MS_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     broker_name: _builtins.str
     broker_id: _builtins.int
@@ -378,10 +393,30 @@ class BrokerLiveInfo(_message.Message):
     """Name server clock, ms since epoch, of the last registration."""
     heartbeat_timeout_ms: _builtins.int
     topic_count: _builtins.int
+    status_known: _builtins.bool
+    """Filled by the gateway when asked with_status (the name server leaves them unset):
+    true when the member's storage answered GetStatus (else status_error says why).
+    """
+    status_error: _builtins.str
+    disk_usage_ratio: _builtins.float
+    """The storage's StorageStatus.disk_usage_ratio and writable."""
+    writable: _builtins.bool
+    replication_lag_bytes: _builtins.int
+    """A slave: its lag behind its master; a master: the largest lag among its connected
+    slaves (0 with none: see replicas).
+    """
+    replicas: _builtins.int
+    """A master: its connected slaves; a slave: 1 while its master's stream is up, else 0."""
     @_builtins.property
     def address(self) -> Global___BrokerAddress: ...
     @_builtins.property
     def data_version(self) -> Global___DataVersion: ...
+    @_builtins.property
+    def delay_levels_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The member's dispatch's delay level table (--message-delay-level), level 1 first, in
+        ms; empty when the dispatch did not answer.
+        """
+
     def __init__(
         self,
         *,
@@ -393,10 +428,17 @@ class BrokerLiveInfo(_message.Message):
         heartbeat_timeout_ms: _builtins.int = ...,
         data_version: Global___DataVersion | None = ...,
         topic_count: _builtins.int = ...,
+        status_known: _builtins.bool = ...,
+        status_error: _builtins.str = ...,
+        disk_usage_ratio: _builtins.float = ...,
+        writable: _builtins.bool = ...,
+        replication_lag_bytes: _builtins.int = ...,
+        replicas: _builtins.int = ...,
+        delay_levels_ms: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "data_version", b"data_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "broker_name", b"broker_name", "cluster_name", b"cluster_name", "data_version", b"data_version", "heartbeat_timeout_ms", b"heartbeat_timeout_ms", "last_update_ms", b"last_update_ms", "topic_count", b"topic_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "broker_name", b"broker_name", "cluster_name", b"cluster_name", "data_version", b"data_version", "delay_levels_ms", b"delay_levels_ms", "disk_usage_ratio", b"disk_usage_ratio", "heartbeat_timeout_ms", b"heartbeat_timeout_ms", "last_update_ms", b"last_update_ms", "replicas", b"replicas", "replication_lag_bytes", b"replication_lag_bytes", "status_error", b"status_error", "status_known", b"status_known", "topic_count", b"topic_count", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1615,12 +1615,19 @@ Global___GetGroupResponse: _TypeAlias = GetGroupResponse  # noqa: Y015
 class ListGroupsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    OFFSETS_TOPIC_FIELD_NUMBER: _builtins.int
+    offsets_topic: _builtins.str
+    """Also list the groups with a committed offset on this topic (offset_groups), config or
+    not: a group that only pulls and commits has none (the web console's message trace).
+    """
     def __init__(
         self,
+        *,
+        offsets_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offsets_topic", b"offsets_topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1631,18 +1638,24 @@ class ListGroupsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GROUPS_FIELD_NUMBER: _builtins.int
+    OFFSET_GROUPS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupConfig]:
         """Sorted by name."""
+
+    @_builtins.property
+    def offset_groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With offsets_topic: the groups with a committed offset on one of its queues, sorted."""
 
     def __init__(
         self,
         *,
         groups: _abc.Iterable[Global___GroupConfig] | None = ...,
+        offset_groups: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "offset_groups", b"offset_groups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2,9 +2,9 @@
 ``SCHEDULE_TOPIC_XXXX``, timed messages in the timer topic) and transactional half
 messages not yet resolved, optionally of one topic, each list bounded.
 
-A delay-level message is due at its store time plus its level's delay (the broker's
-default level table: a broker started with another ``--delay-levels`` shows other due
-times); the ones not due are those stored less than that delay ago, found with
+A delay-level message is due at its store time plus its level's delay (the table of its
+broker's master dispatch, from GetClusterInfo with_status; the default table when that
+dispatch does not answer); the ones not due are those stored less than that delay ago, found with
 SearchOffset. A timed message is due at its TIMER_DELIVER_MS; the newest
 PENDING_MAX_SCANNED messages of the timer topic are read to find them (a recall is a
 marker there: the recalled message is left out). The dispatch's metrics count them all
@@ -27,6 +27,8 @@ from tide.format import (
     TIMER_DEL_UNIQKEY,
     TIMER_DELIVER_MS,
     TIMER_TOPIC,
+    DelayLevelError,
+    DelayLevelTable,
 )
 from tide.limits import PULL_MAX_MESSAGES
 
@@ -130,12 +132,26 @@ def _queues(admin: Admin, system_topic: str) -> list[MessageQueue]:
     )
 
 
+def delay_tables(admin: Admin) -> dict[str, DelayLevelTable]:
+    """Broker name -> the delay level table of its master's dispatch (the one that
+    delivers), for the brokers whose dispatch answered with a valid one."""
+    tables = {}
+    for member in admin.cluster(with_status=True).brokers:
+        if member.broker_id == 0 and member.delay_levels_ms:
+            try:
+                tables[member.broker_name] = DelayLevelTable(tuple(member.delay_levels_ms))
+            except DelayLevelError:
+                continue  # not a table this console can use: the default one is assumed
+    return tables
+
+
 def _level_messages(
     admin: Admin, topic: str, now: int, partial: list[str], counts: dict[str, int]
 ) -> Iterable[Delayed]:
     """Each level's messages stored less than its delay ago, the soonest due first."""
-    table = DEFAULT_DELAY_LEVEL_TABLE
+    tables = delay_tables(admin)
     for queue in _queues(admin, SCHEDULE_TOPIC):
+        table = tables.get(queue.broker_name, DEFAULT_DELAY_LEVEL_TABLE)
         level = queue.queue_id + 1
         if level > table.max_level:
             continue

@@ -28,6 +28,7 @@ from services.console.data.limits import (
 from tide.client import (
     Admin,
     NotFound,
+    PermissionDenied,
     Producer,
     ReceivedMessage,
     ResourceExhausted,
@@ -52,6 +53,9 @@ class Progress:
     skipped: int
     finished: bool
     errors: tuple[str, ...]
+    # The gateway refused a call of the job with PERMISSION_DENIED (the pages then hide
+    # the resend form from this login).
+    denied: bool = False
 
     @property
     def handled(self) -> int:
@@ -64,12 +68,13 @@ class _Job:
         self.job_id, self.owner, self.group = job_id, owner, group
         self.lock = threading.Lock()
         self.total = self.done = self.failed = self.skipped = 0
-        self.finished = False
+        self.finished = self.denied = False
         self.errors: list[str] = []
 
-    def fail(self, what: str) -> None:
+    def fail(self, what: str, error: BaseException | None = None) -> None:
         with self.lock:
             self.failed += 1
+            self.denied = self.denied or isinstance(error, PermissionDenied)
             if len(self.errors) < MAX_ERRORS_KEPT:
                 self.errors.append(what[:ERROR_MAX_CHARS])
 
@@ -84,6 +89,7 @@ class _Job:
                 self.skipped,
                 self.finished,
                 tuple(self.errors),
+                self.denied,
             )
 
 
@@ -166,7 +172,7 @@ class ResendJobs:
                     for letter in letters:
                         pool.submit(_resend_one, admin, producer, job, letter)
         except TideError as exc:
-            job.fail(f"the job stopped: {exc}")
+            job.fail(f"the job stopped: {exc}", exc)
         finally:
             with job.lock:
                 job.finished = True
@@ -180,7 +186,7 @@ def _selected(admin: Admin, job: _Job, msg_ids: list[str]) -> list[ReceivedMessa
         try:
             letters.append(find(admin, job.group, msg_id))
         except TideError as exc:
-            job.fail(f"{msg_id[:64]}: {exc}")
+            job.fail(f"{msg_id[:64]}: {exc}", exc)
     return letters
 
 
@@ -209,7 +215,7 @@ def _resend_one(admin: Admin, producer: Producer, job: _Job, letter: ReceivedMes
             raise TideError(result.error)
     # A job thread: every failure is counted and shown, none lost with the thread.
     except Exception as exc:
-        job.fail(f"{letter.msg_id}: {exc}")
+        job.fail(f"{letter.msg_id}: {exc}", exc)
     else:
         with job.lock:
             job.done += 1

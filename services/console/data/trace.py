@@ -87,13 +87,14 @@ def trace(
 ) -> Trace:
     """The trace of the message with ``msg_id``; NotFound when no broker has it.
 
-    The groups looked at are those with a stored config (``tide group create``, the
-    console's groups page) and ``groups`` (named by the operator: a group that only
-    pulls and commits has no config, and no call lists the groups with offsets on a
-    topic)."""
+    The groups looked at are those with a committed offset on the message's topic (a
+    group that only pulls and commits has no config), those with a stored config
+    (``tide group create``, the console's groups page: a POP group) and ``groups`` (named
+    by the operator)."""
     message = admin.query_id(msg_id)
     named = {group.strip() for group in groups if group.strip()}
-    groups = sorted(named | {config.group_name for config in admin.list_groups()})
+    configured = {config.group_name for config in admin.list_groups()}
+    groups = sorted(named | configured | set(admin.offset_groups(message.topic)))
     truncated = ""
     if len(groups) > TRACE_MAX_GROUPS:
         truncated = f"only the first {TRACE_MAX_GROUPS} of {len(groups)} groups were looked at"

@@ -1,24 +1,20 @@
-"""Helpers the pages share: the gateway of a request, bounded query parameters."""
+"""Helpers the pages share: the gateway of a request, bounded query parameters, quoting."""
 
 from __future__ import annotations
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
+# Input quoted back in a message: the data layer's one quoting (QUOTE_MAX_CHARS).
+from services.console.data.messages import quote as quoted
 from services.console.gateway import Gateway
 
-# A name in a path or form (topic, group) is cut here when quoted back in a message.
-MAX_QUOTED_CHARS = 80
+__all__ = ["gateway_of", "page_rows", "quoted"]
 
 
 def gateway_of(request: Request) -> Gateway:
     gateway: Gateway = request.app.state.gateway
     return gateway
-
-
-def quoted(text: str) -> str:
-    """``text`` for a message: at most MAX_QUOTED_CHARS characters."""
-    return repr(text[:MAX_QUOTED_CHARS] + ("..." if len(text) > MAX_QUOTED_CHARS else ""))
 
 
 def page_rows(request: Request) -> tuple[int, int]:

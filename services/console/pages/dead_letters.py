@@ -16,10 +16,12 @@ from services.console.data.resend import Progress, ResendJobs
 from services.console.pages._times import utc_text
 from services.console.pages._util import gateway_of
 from services.console.render import NavEntry, render
-from services.console.session import checked_form, flash, session_of
+from services.console.session import checked_form, flash, remember_denied, session_of
 from tide.client import TideError
 
 NAV = NavEntry("Dead letters", "/dead-letters")
+# The session's name for a resend the gateway denied (the page then hides its form).
+RESEND_ACTION = "resend"
 
 
 def _jobs(request: Request) -> ResendJobs:
@@ -45,6 +47,7 @@ async def dead_letters_page(request: Request) -> Response:
             "utc": utc_text,
             "page_max": DLQ_PAGE_MAX,
             "resend_max": RESEND_MAX_MESSAGES,
+            "resend_denied": RESEND_ACTION in session_of(request).denied,
         },
     )
 
@@ -76,10 +79,17 @@ async def resend(request: Request) -> Response:
 
 
 def _progress(request: Request) -> Progress:
+    """The job's progress; a job the gateway denied a call of hides the resend form from
+    this login from now on (the job runs outside any request: its reader remembers)."""
     try:
-        return _jobs(request).progress(session_of(request).access_key, request.path_params["job"])
+        progress = _jobs(request).progress(
+            session_of(request).access_key, request.path_params["job"]
+        )
     except TideError as exc:
         raise HTTPException(404, str(exc)) from None
+    if progress.denied:
+        remember_denied(request, RESEND_ACTION)
+    return progress
 
 
 async def job_page(request: Request) -> Response:

@@ -19,7 +19,7 @@ from services.console.pages._reset import ResetPlan, apply_reset, parse_time_ms,
 from services.console.pages._util import gateway_of, page_rows
 from services.console.render import NavEntry, render
 from services.console.session import checked_form, flash
-from tide.client import Admin, GroupLag, MessageQueue, NotFound
+from tide.client import Admin, GroupLag, MessageQueue, NotFound, TideError
 from tide.naming import consumer_group_error, topic_error
 
 NAV = NavEntry("Consumer groups", "/groups")
@@ -45,7 +45,12 @@ class GroupView:
     members: list[MemberRow]
     topics: list[str]
     lags: list[tuple[str, GroupLag | str]]
+    # Messages stored in %RETRY%<group> (max - min offset over its queues: consumed or
+    # not, until retention deletes them); None: no retry topic yet.
     retry_count: int | None
+    # Of them, the ones the group has not consumed yet (its lag on the retry topic: ready
+    # plus in flight); None: no retry topic, or the gateway gave no lag for it.
+    retry_lag: int | None
     dlq_count: int | None
 
 
@@ -117,6 +122,15 @@ def _stored(admin: Admin, topic: str) -> int | None:
     return total
 
 
+def _unconsumed(admin: Admin, group: str, topic: str) -> int | None:
+    """The group's lag on ``topic`` (ready + in flight); None when the gateway has none."""
+    try:
+        lag = admin.group_lag(group, topic)
+    except TideError:
+        return None
+    return lag.ready + lag.inflight
+
+
 def _view(group: str, extra_topic: str) -> Any:
     def work(admin: Admin) -> GroupView:
         answer = admin.get_group(group)
@@ -143,7 +157,8 @@ def _view(group: str, extra_topic: str) -> Any:
             rows,
             topics,
             lags,
-            _stored(admin, RETRY_PREFIX + group),
+            retry_count := _stored(admin, RETRY_PREFIX + group),
+            None if retry_count is None else _unconsumed(admin, group, RETRY_PREFIX + group),
             _stored(admin, DLQ_PREFIX + group),
         )
 
@@ -167,7 +182,29 @@ async def group_page(request: Request) -> Response:
         errors["topic"] = problem
         topic = ""
     view = await gateway_of(request).call(request, _view(group, topic))
-    refresh_s = _refresh_s(request)
+    return _group_response(
+        request,
+        group,
+        view,
+        topic=topic,
+        errors=errors,
+        refresh_s=_refresh_s(request),
+        reset={"topic": topic or (view.topics[0] if view.topics else ""), "time": ""},
+    )
+
+
+def _group_response(
+    request: Request,
+    group: str,
+    view: GroupView,
+    *,
+    topic: str = "",
+    errors: dict[str, str] | None = None,
+    refresh_s: int = 0,
+    reset: dict[str, str],
+    reset_errors: dict[str, str] | None = None,
+) -> Response:
+    """The group's page (status 400 when a form's field or the reset's is refused)."""
     here = {"topic": topic} if topic else {}
     return render(
         request,
@@ -176,16 +213,16 @@ async def group_page(request: Request) -> Response:
             "title": f"Consumer group {group}",
             "group": group,
             "view": view,
-            "errors": errors,
+            "errors": errors or {},
             "topic": topic,
             "refresh_s": refresh_s,
             "refresh_choices": REFRESH_CHOICES_S,
             "refresh_query": urlencode({**here, "refresh": REFRESH_CHOICES_S[1]}),
             "plain_query": urlencode(here),
-            "reset": {"topic": topic or (view.topics[0] if view.topics else ""), "time": ""},
-            "reset_errors": {},
+            "reset": reset,
+            "reset_errors": reset_errors or {},
         },
-        400 if errors else 200,
+        400 if errors or reset_errors else 200,
     )
 
 
@@ -261,24 +298,7 @@ def _reset_refused(
     values: dict[str, str],
     errors: dict[str, str],
 ) -> Response:
-    return render(
-        request,
-        "group.html",
-        {
-            "title": f"Consumer group {group}",
-            "group": group,
-            "view": view,
-            "errors": {},
-            "topic": "",
-            "refresh_s": 0,
-            "refresh_choices": REFRESH_CHOICES_S,
-            "refresh_query": urlencode({"refresh": REFRESH_CHOICES_S[1]}),
-            "plain_query": "",
-            "reset": values,
-            "reset_errors": errors,
-        },
-        400,
-    )
+    return _group_response(request, group, view, reset=values, reset_errors=errors)
 
 
 ROUTES = (

@@ -1,6 +1,6 @@
 // Live charts: poll the console's snapshot of the services' metric totals, keep a bounded
 // ring of samples here in the browser (the console keeps none), and draw per-second
-// rates and mean latencies between consecutive snapshots as inline SVG polylines.
+// rates and latency percentiles (p50, p99) between consecutive snapshots as inline SVG polylines.
 "use strict";
 (function () {
   const root = document.getElementById("charts");
@@ -21,6 +21,34 @@
     if (list.length > ring) list.shift();
   }
 
+  const QUANTILES = [{ name: "p50", rank: 0.5 }, { name: "p99", rank: 0.99 }];
+
+  // The latency (ms) under which `rank` of the interval's calls fell, from the increase of
+  // a histogram's cumulative buckets ([[bound_s, calls], ..., [null, all calls]]) between
+  // two snapshots, interpolated linearly inside its bucket (as Prometheus's
+  // histogram_quantile does); the largest finite bound when it falls in the +Inf bucket;
+  // null without calls or when the buckets changed.
+  function quantileMs(now, was, rank) {
+    if (now.length !== was.length) return null;
+    const total = now[now.length - 1][1] - was[was.length - 1][1];
+    if (!(total > 0)) return null;
+    const wanted = rank * total;
+    let lowerBound = 0, lowerCalls = 0;
+    for (let i = 0; i < now.length; i++) {
+      const bound = now[i][0];
+      const calls = now[i][1] - was[i][1];
+      if (bound === null) return 1000 * lowerBound;
+      if (calls >= wanted) {
+        const inBucket = calls - lowerCalls;
+        const part = inBucket > 0 ? (wanted - lowerCalls) / inBucket : 1;
+        return 1000 * (lowerBound + (bound - lowerBound) * part);
+      }
+      lowerBound = bound;
+      lowerCalls = calls;
+    }
+    return null;
+  }
+
   function sample(snap) {
     if (previous !== null) {
       const seconds = (snap.time_ms - previous.time_ms) / 1000;
@@ -36,10 +64,10 @@
         for (const key in e.latencies) {
           const was = old.latencies[key];
           if (!was) continue;
-          const count = e.latencies[key][1] - was[1];
-          const sum = e.latencies[key][0] - was[0];
-          // A mean over the calls of the interval, in ms; none without calls.
-          if (count > 0 && sum >= 0) push(key, e.name, snap.time_ms, (1000 * sum) / count);
+          for (const q of QUANTILES) {
+            const ms = quantileMs(e.latencies[key], was, q.rank);
+            if (ms !== null) push(key, e.name + " " + q.name, snap.time_ms, ms);
+          }
         }
       }
     }

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
 
 from tests._cluster import Cluster
 from tests._service_process import REPO_ROOT, spawn
@@ -149,3 +149,15 @@ def save_screenshot(page: Page, name: str) -> Path:
 @pytest.fixture
 def shot() -> Callable[[Page, str], Path]:
     return save_screenshot
+
+
+def one_dead_letter_checkbox(page: Page) -> Locator:
+    """The dead letters page's one checkbox, reloading (a few times) until it is listed:
+    a dead letter is listed once the route of its topic is known."""
+    checkbox = page.get_by_role("checkbox")
+    for _ in range(3):
+        if checkbox.count():
+            break
+        page.reload()
+    expect(checkbox).to_have_count(1)
+    return checkbox

@@ -97,7 +97,7 @@ def test_lag_falls_as_the_group_consumes_then_a_reset_brings_it_back(
         assert admin.committed(GROUP, queue) == 0
 
 
-def test_dead_letters_are_counted(
+def test_dead_letters_and_retries_are_counted(
     page: Page, console: ConsoleProcess, console_cluster: Cluster
 ) -> None:
     topic, group = "T_console_dlq", "G_console_dlq"
@@ -112,6 +112,13 @@ def test_dead_letters_are_counted(
     page.goto(f"{console.url}/groups/{group}?refresh=2")
     expect(page.get_by_test_id("dlq-count")).to_have_text("1")
     expect(page.get_by_test_id("retry-count")).to_contain_text("none")
+    expect(page.get_by_test_id("retry-lag")).to_have_count(0)
+    with PullConsumer(group, console_cluster.gateway.listen) as puller:
+        # Delay level 1 (1 s): through the schedule topic into %RETRY%<group>.
+        puller.send_back(pulled.messages[0], delay_level=1)
+    # Stored in the retry topic, and not consumed by the group yet.
+    expect(page.get_by_test_id("retry-count")).to_have_text("1")
+    expect(page.get_by_test_id("retry-lag")).to_have_text("1")
 
 
 def test_a_pop_group_shows_its_messages_in_flight(

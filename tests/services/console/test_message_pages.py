@@ -13,7 +13,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from tests._cluster import Cluster
-from tests.services.console.conftest import ConsoleProcess, start_console
+from tests.services.console.conftest import ConsoleProcess, one_dead_letter_checkbox, start_console
 from tide.client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage
 from tide.waiting import wait_until
 
@@ -100,12 +100,7 @@ def test_resend_a_dead_letter_with_progress(
     page.goto(f"{console.url}/dead-letters")
     page.get_by_label("Consumer group").fill(group)
     page.get_by_role("button", name="List").click()
-    checkbox = page.get_by_role("checkbox")
-    for _ in range(3):  # the dead letter is listed once the route of its topic is known
-        if checkbox.count():
-            break
-        page.reload()
-    expect(checkbox).to_have_count(1)
+    checkbox = one_dead_letter_checkbox(page)
     expect(page.get_by_role("row").filter(has_text=topic)).to_contain_text(original.unique_key)
     shot(page, "dead-letters")
     checkbox.focus()
@@ -161,7 +156,14 @@ def test_charts_draw_data_points(
 
         wait_until(drawn, "two samples of the produce rate drawn", WAIT_S)
     expect(produced.locator("polyline")).to_have_count(1)
-    expect(page.get_by_test_id("chart-produce_latency").locator("circle").first).to_be_attached()
+    latency = page.get_by_test_id("chart-produce_latency")
+    # Two percentiles from the histogram's buckets: a p50 and a p99 line of the gateway.
+    expect(latency.locator("polyline")).to_have_count(2)
+    expect(page.get_by_role("figure").filter(has_text="produce latency")).to_contain_text(
+        "gateway p99"
+    )
+    box = latency.bounding_box()
+    assert box is not None and abs(box["width"] / box["height"] - 600 / 160) < 0.1, box
     expect(page.get_by_role("figure").filter(has_text="produced messages/s")).to_contain_text(
         "gateway"
     )

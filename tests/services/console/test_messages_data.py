@@ -161,6 +161,15 @@ def test_trace_of_deliveries_retries_and_dead_letter(cluster: Cluster, admin: Ad
         done.send_back(pulled[0], delay_level=-1)
     with PullConsumer("G_console_trace_behind", cluster.gateway.listen) as behind:
         behind.commit(queue, 0)
+    # Neither configured nor named: found by its committed offset on the topic.
+    with PullConsumer("G_console_trace_pull_only", cluster.gateway.listen) as pull_only:
+        pull_only.commit(queue, 1)
+    assert admin.offset_groups(topic) == [
+        "G_console_trace_behind",
+        "G_console_trace_done",
+        "G_console_trace_pull_only",
+    ]
+    assert admin.offset_groups("T_console_trace_nobody") == []
 
     admin.create_group("G_console_trace_done")  # listed; the other one is named
     template = "http://jaeger:16686/trace/{trace_id}"
@@ -181,6 +190,7 @@ def test_trace_of_deliveries_retries_and_dead_letter(cluster: Cluster, admin: Ad
     assert groups["G_console_trace_done"].state is DeliveryState.CONSUMED
     assert groups["G_console_trace_done"].consumer_offset == 2
     assert groups["G_console_trace_behind"].state is DeliveryState.NOT_YET
+    assert groups["G_console_trace_pull_only"].state is DeliveryState.CONSUMED
     done_group = groups["G_console_trace_done"]
     assert done_group.retries[0].stored_topic == "%RETRY%G_console_trace_done"
     assert done_group.retries[0].reconsume_times == 1
