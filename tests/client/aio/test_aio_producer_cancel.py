@@ -57,7 +57,6 @@ async def stored(gateway: str, queue: MessageQueue) -> list[bytes]:
 def test_a_send_cancelled_before_its_batch_left_is_not_sent(cluster: Cluster) -> None:
     gateway = cluster.gateway.listen
     cluster.create_topic("T_aio_withdrawn", queues=1, brokers=["broker-a"])
-    queue = MessageQueue("T_aio_withdrawn", "broker-a", 0)
 
     async def run() -> None:
         async with Producer(gateway, linger_ms=LONG_LINGER_MS) as producer:
