@@ -14,6 +14,7 @@ from tide.client import (
     MessageQueue,
     NotFound,
     PullStatus,
+    ReceivedMessage,
     SendResult,
     TopicNotFound,
 )
@@ -32,7 +33,7 @@ def wait_dispatched(cluster: Cluster, topic: str, count: int) -> None:
         )
 
 
-async def pulled(consumer: PullConsumer, topic: str) -> dict[str, object]:
+async def pulled(consumer: PullConsumer, topic: str) -> dict[str, ReceivedMessage]:
     """Every message of the topic by its first key."""
     received = {}
     for queue in await consumer.queues(topic):
@@ -72,7 +73,7 @@ def test_produce_and_pull_across_two_brokers(cluster: Cluster) -> None:
     sent = asyncio.run(produce())
     wait_dispatched(cluster, "T_aio_across", len(sent))
 
-    async def consume() -> dict[str, object]:
+    async def consume() -> dict[str, ReceivedMessage]:
         async with PullConsumer("G_aio_across", gateway) as consumer:
             return await pulled(consumer, "T_aio_across")
 
@@ -80,7 +81,7 @@ def test_produce_and_pull_across_two_brokers(cluster: Cluster) -> None:
     assert received.keys() == sent.keys()
     for key, result in sent.items():
         message = received[key]
-        assert (message.queue, message.queue_offset, message.msg_id) == (  # type: ignore[attr-defined]
+        assert (message.queue, message.queue_offset, message.msg_id) == (
             result.queue,
             result.queue_offset,
             result.msg_id,
