@@ -20,11 +20,13 @@ See docs/client.md, "The asyncio client" (cancellation, backpressure, shutdown).
 from tide.client.aio._accumulator import Delivery
 from tide.client.aio._producer import Producer, SendOptions, cancelled_delivery
 from tide.client.aio._pull_consumer import PullConsumer
+from tide.client.aio._push_consumer import PushConsumer
 
 __all__ = [
     "Delivery",
     "Producer",
     "PullConsumer",
+    "PushConsumer",
     "SendOptions",
     "cancelled_delivery",
 ]
