@@ -18,11 +18,13 @@ See docs/client.md, "The asyncio client" (cancellation, backpressure, shutdown).
 """
 
 from tide.client.aio._accumulator import Delivery
+from tide.client.aio._admin import Admin
 from tide.client.aio._producer import Producer, SendOptions, cancelled_delivery
 from tide.client.aio._pull_consumer import PullConsumer
 from tide.client.aio._push_consumer import PushConsumer
 
 __all__ = [
+    "Admin",
     "Delivery",
     "Producer",
     "PullConsumer",
