@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=4, choices=range(1, 11))
     parser.add_argument("--size", type=int, default=128)
-    parser.add_argument("--max-in-flight", type=int, default=4096)
+    parser.add_argument("--max-in-flight", type=int, default=256)  # both clients' default
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tide-aio-bench-"))
     load_before = loadavg()

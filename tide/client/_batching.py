@@ -106,8 +106,11 @@ class Batches(Generic[E]):
     def idle(self) -> bool:
         return not self._open and not self._ready
 
-    def add(self, entry: E) -> None:
+    def add(self, entry: E) -> bool:
+        """Add a message; True when that opened a batch or made one ready (the sender
+        has something new to time or send), False when it only joined an open batch."""
         limits = self.limits
+        changed = False
         topic = entry.message.topic
         batch = self._open.get(topic)
         if batch is not None and batch.size_bytes + entry.size_bytes > limits.batch_max_bytes:
@@ -115,11 +118,14 @@ class Batches(Generic[E]):
             batch = None
         if batch is None:
             batch = self._open[topic] = Batch(topic)
+            changed = True
         batch.entries.append(entry)
         batch.size_bytes += entry.size_bytes
         full = batch.size_bytes >= limits.batch_max_bytes  # a larger message goes alone
         if full or len(batch.entries) >= limits.batch_max_messages:
             self._ready.append(self._open.pop(topic))
+            changed = True
+        return changed
 
     def due(self, now_s: float, *, closing: bool) -> tuple[Batch[E] | None, float]:
         """A full batch, else the oldest open one past its linger (all when closing);

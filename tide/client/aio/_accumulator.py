@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tide.client._batching import (
     IDLE_WAIT_S,
@@ -55,6 +56,14 @@ class Delivery(asyncio.Future[SendResult]):
         if self.sent:
             return False
         return super().cancel(msg)
+
+
+def withdraw_or_report(future: asyncio.Future[Any], cancelled: BaseException) -> None:
+    """The caller of a send was cancelled: withdraw its message while its batch has not
+    left, else hang the send's future on the CancelledError (its outcome is coming)."""
+    if isinstance(future, Delivery) and future.cancel():
+        return
+    cancelled.delivery = future  # type: ignore[attr-defined]
 
 
 class _AioEntry(Entry):
@@ -101,10 +110,17 @@ class AioAccumulator:
             self._in_flight.release(size)
             self._check_open()
         entry.delivery.add_done_callback(lambda _: self._in_flight.release(size))
-        self._batches.add(entry)
         if self._sender is None:
             self._sender = asyncio.get_running_loop().create_task(self._run())
-        self._wake.set()
+        if self._batches.add(entry):  # else it joined a batch the sender already times
+            self._wake.set()
+            # Let the sender take a full batch now: a caller adding in a loop without
+            # awaiting anything else would otherwise fill max_in_flight before any goes.
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError as cancelled:
+                withdraw_or_report(entry.delivery, cancelled)
+                raise
         return entry.delivery
 
     def _check_open(self) -> None:

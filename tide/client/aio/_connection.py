@@ -12,12 +12,13 @@ from typing import Any, TypeVar
 import grpc
 
 from tide.auth.client import Credentials, aio_signing_interceptors
-from tide.client._errors import InvalidArgument, Unavailable, error_from_rpc
+from tide.client._errors import Unavailable, error_from_rpc
 from tide.client._rpc import (
     CHANNEL_OPTIONS,
     DEFAULT_RPC_TIMEOUT_MS,
     ClientTls,
     RetryPolicy,
+    check_connection,
     tls_credentials,
 )
 from tide.v1 import gateway_pb2_grpc
@@ -62,10 +63,7 @@ class AioConnection:
     ) -> None:
         """``credentials``: sign every call; by default TIDE_ACCESS_KEY / TIDE_SECRET_KEY
         when both are set (as the sync client)."""
-        if not gateway or ":" not in gateway:
-            raise InvalidArgument(f"gateway {gateway!r} is not HOST:PORT")
-        if rpc_timeout_ms <= 0:
-            raise InvalidArgument(f"rpc_timeout_ms is {rpc_timeout_ms}; give a positive value")
+        check_connection(gateway, rpc_timeout_ms)
         self.gateway = gateway
         self.rpc_timeout_ms = rpc_timeout_ms
         self.retry = retry or RetryPolicy()

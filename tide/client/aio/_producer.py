@@ -26,7 +26,7 @@ from tide.client._producer import (
 )
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, ClientTls, RetryPolicy
 from tide.client._types import Message, MessageQueue, SendResult
-from tide.client.aio._accumulator import AioAccumulator, Delivery
+from tide.client.aio._accumulator import AioAccumulator, Delivery, withdraw_or_report
 from tide.client.aio._connection import AioConnection
 from tide.client.aio._in_flight import AioInFlight
 from tide.v1 import gateway_pb2
@@ -193,10 +193,7 @@ async def _outcome(future: asyncio.Future[_T]) -> _T:
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError as cancelled:
-        if isinstance(future, Delivery) and future.cancel():
-            raise  # withdrawn: its batch had not left
-        # Its call was made: the outcome is coming, to this future.
-        cancelled.delivery = future  # type: ignore[attr-defined]
+        withdraw_or_report(future, cancelled)
         raise
 
 

@@ -23,10 +23,12 @@ from tide.client._queue_worker import (
     DELAY_BY_POLICY,
     MAX_ERROR_BACKOFF_MS,
     WorkerSettings,
+    consumed,
+    log_failure,
     send_back_wait_ms,
 )
 from tide.client._start_offset import start_offset
-from tide.client._types import ConsumeResult, MessageQueue, PullResult, PullStatus, ReceivedMessage
+from tide.client._types import MessageQueue, PullResult, PullStatus, ReceivedMessage
 from tide.client.aio._pull_consumer import AioReader
 
 _log = logging.getLogger("tide.client.consumer")
@@ -189,16 +191,9 @@ class AioQueueWorker:
         try:
             result = await self._handler(message)
         except Exception:
-            _log.warning(
-                "handler failed on %s offset %d (msg id %s, attempt %d)",
-                self.queue,
-                message.queue_offset,
-                message.msg_id,
-                message.attempt,
-                exc_info=True,
-            )
+            log_failure(self.queue, message)
             return False
-        return result is not ConsumeResult.RECONSUME_LATER
+        return consumed(result)
 
     async def _sent_back(self, message: ReceivedMessage) -> bool:
         s = self._settings
