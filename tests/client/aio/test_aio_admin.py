@@ -13,6 +13,7 @@ import pytest
 from tests._cluster import Cluster
 from tests.auth.conftest import ADMIN, REFRESH_MS, init_user_file
 from tide.certs import make_ca, make_leaf
+from tide.client import Admin as SyncAdmin
 from tide.client import (
     InvalidArgument,
     MessageQueue,
@@ -24,7 +25,7 @@ from tide.client import (
     Unauthenticated,
 )
 from tide.client.aio import Admin, Producer, PullConsumer
-from tide.waiting import wait_until_async
+from tide.waiting import wait_until, wait_until_async
 
 
 def test_topics_groups_cluster_and_queries(cluster: Cluster) -> None:
@@ -51,8 +52,12 @@ def test_topics_groups_cluster_and_queries(cluster: Cluster) -> None:
                 sent = await producer.send("T_aio_admin", b"find me", keys=["needle"])
             found = await admin.query_id(sent.msg_id)
             assert found.body == b"find me"
-            browsed = await admin.browse_queue(sent.queue, 0)
-            assert [m.msg_id for m in browsed.messages] == [sent.msg_id]
+
+            async def browsed() -> bool:  # once dispatch has built the consume queue
+                found = await admin.browse_queue(sent.queue, 0)
+                return [m.msg_id for m in found.messages] == [sent.msg_id]
+
+            await wait_until_async(browsed, "the message browsed in its queue")
             # The sync Admin's errors, raised here.
             with pytest.raises(InvalidArgument, match="read_queue_nums"):
                 await admin.create_topic("T_aio_admin_bad", read_queue_nums=0)
@@ -80,7 +85,19 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[C
         storage_args=["--auth-init-user-file", str(init_user_file(root))],
         gateway_args=["--auth-enabled", "--auth-refresh-interval-ms", str(REFRESH_MS)],
     ) as cluster:
-        yield cluster, TlsFiles(ca_file=files.ca_file)
+        gateway_ca = TlsFiles(ca_file=files.ca_file)
+        with SyncAdmin(cluster.gateway.listen, tls=gateway_ca, credentials=ADMIN) as admin:
+            wait_until(lambda: _known(admin), "the gateway knowing the first user")
+        yield cluster, gateway_ca
+
+
+def _known(admin: SyncAdmin) -> bool:
+    """The gateway loads its users after it starts (and every REFRESH_MS)."""
+    try:
+        admin.list_users()
+    except Unauthenticated:
+        return False
+    return True
 
 
 def test_tls_and_signed_calls(
