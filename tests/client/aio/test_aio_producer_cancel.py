@@ -95,9 +95,9 @@ def test_a_send_cancelled_while_its_call_is_in_flight_is_reported(cluster: Clust
             gate.opened.set()
             result = await delivery  # the outcome, delivered all the same
             assert isinstance(result, SendResult) and result.written
-            assert (await other).queue_offset == result.queue_offset + 1
-        # Stored exactly once, and the batch whole.
-        assert await stored(gateway, queue) == [b"in flight", b"same batch"]
+            assert {(await other).queue_offset, result.queue_offset} == {0, 1}
+        # Stored exactly once, and the other send of its batch (or of the next) too.
+        assert sorted(await stored(gateway, queue)) == [b"in flight", b"same batch"]
 
     asyncio.run(run())
     # A timeout around the send (asyncio.timeout) finds the delivery too.
