@@ -205,3 +205,30 @@ def test_bad_options_and_an_unknown_topic(cluster: Cluster) -> None:
         await consumer.shutdown()  # idempotent after a failed start
 
     asyncio.run(run())
+
+
+def test_the_loop_ending_under_a_running_consumer_commits_only_what_was_handled(
+    cluster: Cluster,
+) -> None:
+    topic, group = "T_aio_push_loop_end", "G_aio_push_loop_end"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    queue = MessageQueue(topic, "broker-a", 0)
+    handled: list[str] = []
+
+    async def handler(message: ReceivedMessage) -> None:
+        handled.append(message.keys[0])
+        if message.keys[0] == "k2":
+            await asyncio.Event().wait()  # never set: running when the loop ends
+
+    async def forgets_to_shut_down() -> None:
+        async with Producer(cluster.gateway.listen) as producer:
+            for i in range(3):
+                await producer.send(topic, b"m", keys=[f"k{i}"])
+        consumer = member(cluster, group, topic, handler, "a", commit_interval_ms=600_000)
+        await consumer.start()
+        await eventually(lambda: len(handled) == 3, "three handled")
+        # Returning here: asyncio.run cancels the consumer's tasks; the queue's task
+        # commits its position as it ends: k0 and k1 handled, k2's handler cancelled.
+
+    asyncio.run(forgets_to_shut_down())
+    assert committed(cluster, group, queue) == 2  # k2 is delivered again
