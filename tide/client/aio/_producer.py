@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import TypedDict, TypeVar, Unpack
 
 from tide.client._convert import to_produce_message
-from tide.client._errors import TideError
+from tide.client._errors import InvalidArgument, TideError
 from tide.client._in_flight import message_bytes
 from tide.client._producer import (
     DEFAULT_ASYNC_THREADS,
@@ -76,7 +76,15 @@ class Producer:
         linger_ms: int = DEFAULT_LINGER_MS,
         batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES,
         batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+        stream: bool = False,
+        producer_group: str = "",
     ) -> None:
+        if stream or producer_group:
+            # The sync Producer's options, refused rather than ignored: not offered here.
+            raise InvalidArgument(
+                "stream=True and producer_group (transactions) are not offered by "
+                "tide.client.aio yet; use tide.client.Producer for them"
+            )
         limits = checked_limits(
             max_in_flight,
             max_in_flight_bytes,

@@ -64,7 +64,14 @@ class PushConsumer:
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
         max_reconsume_times: int = 0,
+        orderly: bool = False,
+        lock_interval_ms: int = 20_000,
     ) -> None:
+        if orderly:  # the sync consumer's option, refused rather than ignored
+            raise InvalidArgument(
+                "orderly=True is not offered by tide.client.aio yet; use "
+                "tide.client.PushConsumer for orderly consumption"
+            )
         if not asyncio.iscoroutinefunction(handler):
             raise InvalidArgument("handler must be a coroutine function (async def)")
         options = push_options(
@@ -85,7 +92,7 @@ class PushConsumer:
             release_timeout_ms=release_timeout_ms,
             orderly=False,
             max_reconsume_times=max_reconsume_times,
-            lock_interval_ms=20_000,
+            lock_interval_ms=lock_interval_ms,
         )
         self.group = group
         self.topic = topic
