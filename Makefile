@@ -16,7 +16,7 @@ RMQ5_VENV  := .venv-rmq5
 RMQ5_STAMP := $(RMQ5_VENV)/.installed
 RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
-.PHONY: up test lint typecheck protos check-protos venv rmq5-venv clean bench
+.PHONY: up test chromium lint typecheck protos check-protos venv rmq5-venv clean bench
 
 $(STAMP): pyproject.toml setup.py tide/format/_ccore.c
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,15 @@ rmq5-venv: $(RMQ5_STAMP)
 up: $(STAMP) $(RMQ5_STAMP)
 	$(VENV)/bin/tide up --store-dir ./.tide
 
+# The console's browser tests (tests/services/console) drive Debian's Chromium through
+# playwright (the dev extra); CI runs as root, so apt-get can install it when missing.
+CHROMIUM := /usr/bin/chromium
+
+chromium:
+	@test -x $(CHROMIUM) || { apt-get update -q && apt-get install -y -q --no-install-recommends chromium; }
+
 ## Lint, type-check and run the whole test suite.
-test: $(STAMP) $(RMQ5_STAMP)
+test: $(STAMP) $(RMQ5_STAMP) chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

@@ -37,8 +37,8 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 from pathlib import Path
 
+from bench._secure import start_cluster
 from bench.gateway_produce_pull import loadavg
-from bench.tls_cost import start_cluster
 from tide.client import Admin, MessageQueue, PullConsumer, PullStatus, SendResult
 from tide.client import Producer as SyncProducer
 from tide.client.aio import Delivery
@@ -161,7 +161,10 @@ def main() -> None:
     load_before = loadavg()
     try:
         with ExitStack() as stack:
-            gateway = start_cluster(stack, root / "cluster", None)
+            started = start_cluster(
+                stack, root / "cluster", tls=None, secure=False, gateways={"plain": False}
+            )
+            gateway = started["plain"].address
             with Admin(gateway) as admin:
                 admin.create_topic(TOPIC, read_queue_nums=QUEUES)
             rates = run(gateway, args)

@@ -145,8 +145,9 @@ class ServiceProcess(Generic[StubT]):
         """From now on ``channel``/``stub`` speak TLS, presenting ``files`` as the client
         certificate (the services of a cluster started with TLS require one)."""
         self.close_channel()
-        self._channel = grpc.secure_channel(
-            self.listen, channel_credentials(files), options=CHANNEL_OPTIONS
+        self._channel = _with_cluster_secret(
+            grpc.secure_channel(self.listen, channel_credentials(files), options=CHANNEL_OPTIONS),
+            self.args,
         )
         self._stub = self.make_stub(self._channel)
 

@@ -107,7 +107,7 @@ DELAY_OFFSETS_MAX_BYTES = 64 * 1024
 # checked, at most --transaction-halves-max (100,000 by default, at most 1,000,000) of
 # about 20 bytes each.
 TRANSACTION_CHECKS_MAX_BYTES = 32 * 1024 * 1024
-# -- users and ACLs (acl, issue 22; docs/security-acl.md) ----------------------------------
+# -- users and ACLs (acl, issue 22; docs/security.md) ----------------------------------
 AUTH_KEY_MAX_CHARS = 256  # an access key (128 characters at most are accepted) or secret key
 AUTH_WORD_MAX_CHARS = 64  # an operation, user type, decision, action or source range (CIDR)
 AUTH_RESOURCE_MAX_CHARS = 300  # "Topic:" / "Group:" and a name (a topic is 255 bytes at most)

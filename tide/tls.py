@@ -10,8 +10,9 @@ key, when given, are presented as the client certificate (mutual TLS: the intern
 
 Internal links (:func:`internal_channel`): a service sets its cluster TLS once at start
 (:func:`set_internal_tls`, from its ``--tls-*`` options); every channel it opens to another
-Tide service then uses TLS with its own certificate as the client certificate. Unset, the
-channels are plaintext (the default).
+Tide service then uses TLS with its own certificate as the client certificate, re-read
+when the files change (tide._tls_channels). Unset, the channels are plaintext (the
+default).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+
+from tide._tls_channels import ClientFiles, ReloadingChannel
 
 _log = logging.getLogger("tide.tls")
 
@@ -158,15 +161,26 @@ def server_credentials(
     )
 
 
-# The cluster TLS of this process's links to other Tide services (None: plaintext).
+# The cluster TLS of this process's links to other Tide services (None: plaintext), and
+# the client credentials built from it, re-read when its files change (_tls_channels).
 _internal: TlsFiles | None = None
+_client_files: ClientFiles | None = None
 
 
-def set_internal_tls(files: TlsFiles | None) -> None:
-    """Use ``files`` for every channel :func:`internal_channel` opens from now on."""
-    global _internal
+def set_internal_tls(
+    files: TlsFiles | None, *, reload_interval_ms: int = DEFAULT_RELOAD_INTERVAL_MS
+) -> None:
+    """Use ``files`` for every channel :func:`internal_channel` opens from now on; their
+    changes reach those channels' new calls within ``reload_interval_ms``."""
+    global _internal, _client_files
     if files is not None:
         files.check()
+        paths = [p for p in (files.cert_file, files.key_file, files.ca_file) if p]
+        _client_files = ClientFiles(
+            paths, lambda: channel_credentials(files), reload_interval_ms=reload_interval_ms
+        )
+    else:
+        _client_files = None
     _internal = files
 
 
@@ -180,7 +194,8 @@ def internal_channel(
     interceptors: Sequence[Any] | None = None,
 ) -> grpc.aio.Channel:
     """A channel to another Tide service: TLS with this service's certificate when the
-    cluster TLS is set, plaintext otherwise."""
+    cluster TLS is set (a :class:`ReloadingChannel`: a renewed certificate is used by the
+    calls after the change), plaintext otherwise."""
     # Imported here: tide.server imports this module at start-up.
     from tide.server._cluster_secret import cluster_channel_interceptors
 
@@ -188,10 +203,13 @@ def internal_channel(
     # The cluster secret (tide.server._cluster_secret) rides every internal link, with
     # or without TLS: storage, dispatch and name server refuse calls without it.
     chain = [*(interceptors or ()), *cluster_channel_interceptors()] or None
-    if _internal is None:
+    if _client_files is None:
         return grpc.aio.insecure_channel(target, options=opts, interceptors=chain)
-    return grpc.aio.secure_channel(
-        target, channel_credentials(_internal), options=opts, interceptors=chain
+    return ReloadingChannel(
+        _client_files,
+        lambda credentials: grpc.aio.secure_channel(
+            target, credentials, options=opts, interceptors=chain
+        ),
     )
 
 

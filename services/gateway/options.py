@@ -188,7 +188,7 @@ OPTIONS: tuple[Option, ...] = (
         "CreateTopic and DeleteTopic wait this long for the name servers' route to show the change",
         unit="ms",
     ),
-    # acl (issue 22; docs/security-acl.md)
+    # acl (issue 22; docs/security.md)
     Option(
         "auth_enabled",
         bool,

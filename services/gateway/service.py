@@ -137,7 +137,10 @@ class GatewayService:
         self._servicer._auth_admin = auth_admin
         self._authority = Authority(config.auth_max_skew_s)
         self._auth_cache = AuthCache(
-            self._authority, auth_admin.state, config.auth_refresh_interval_s
+            self._authority,
+            auth_admin.state,
+            config.auth_refresh_interval_s,
+            tick=self._audit.sweep,
         )
         self.interceptors = (
             [AuthInterceptor(self._authority, self._audit)] if config.auth_enabled else []
@@ -173,7 +176,7 @@ class GatewayService:
         if self._config.auth_enabled:
             self._audit.register_metric()
             self._auth_cache.start()
-            log.info("authentication and authorization on (docs/security-acl.md)")
+            log.info("authentication and authorization on (docs/security.md)")
         log.info("name servers: %s", ";".join(self._config.namesrv))
 
     def drain(self) -> None:

@@ -297,7 +297,7 @@ OPTIONS: tuple[Option, ...] = (
         f"{MIN_SYNC_INTERVAL_MS}..{MAX_SYNC_INTERVAL_MS}",
         unit="ms",
     ),
-    # acl (issue 22; docs/security-acl.md)
+    # acl (issue 22; docs/security.md)
     Option(
         "auth_init_user_file",
         str,

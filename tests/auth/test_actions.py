@@ -57,3 +57,12 @@ def test_v2_receive_needs_sub_on_the_topic_and_the_group() -> None:
         (Action.SUB, Resource(ResourceType.TOPIC, "t")),
         (Action.SUB, Resource(ResourceType.GROUP, "g")),
     ]
+
+
+def test_a_groups_retry_topic_is_the_group() -> None:
+    """A push consumer pulls (and heartbeats) its group's %RETRY% topic: Sub on the group
+    covers it, as in RocketMQ's ACL 2.0."""
+    request = pb.PullRequest(topic="%RETRY%g-orders", consumer_group="g-orders")
+    assert ACTIONS[V1 + "Pull"](request) == [(Action.SUB, Resource(ResourceType.GROUP, "g-orders"))]
+    bare = pb.PullRequest(topic="%RETRY%", consumer_group="g")
+    assert (Action.SUB, Resource(ResourceType.TOPIC, "%RETRY%")) in ACTIONS[V1 + "Pull"](bare)

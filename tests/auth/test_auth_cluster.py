@@ -282,3 +282,13 @@ def test_tide_client_signs_with_credentials(users: Cluster) -> None:
     ):
         admin.list_users()
     assert stranger.secret_key not in str(caught.value)
+
+
+def test_producer_signs_with_credentials(users: Cluster) -> None:
+    """The console's resend jobs produce as the logged-in user (issue 23)."""
+    from tide.client import PermissionDenied, Producer
+
+    with Producer(users.gateway.listen, credentials=ALICE) as alice:
+        assert alice.send("orders", "as alice").written
+        with pytest.raises(PermissionDenied, match="Pub on Topic:orders2"):
+            alice.send("orders2", "not hers")

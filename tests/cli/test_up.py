@@ -7,9 +7,11 @@ import argparse
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tide.cli import build_parser
-from tide.cli._up import GATEWAY_MAIN, _check_args, _children
+from tide.cli._up import CONSOLE_MAIN, GATEWAY_MAIN, _check_args, _children
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import dispatch_pb2_grpc as dispatch_grpc
 from tide.v1 import nameserver_pb2 as ns_pb
@@ -44,6 +46,9 @@ def up_command(root: Path, *extra: str) -> list[str]:
         *extra,
         "--gateway-port",
         "0",
+        # The web console on any free port (8080 may be taken on a shared machine).
+        "--console-listen",
+        "127.0.0.1:0",
         "--segment-size-bytes",
         str(8 << 20),
         "--log-level",
@@ -83,6 +88,13 @@ def read_endpoints(proc: subprocess.Popen[str], stderr_path: Path) -> dict[str, 
         if len(words) == 2 and not line.startswith("Try"):
             endpoints[words[0]] = words[1]
     raise AssertionError("no endpoints within the deadline")
+
+
+def console_page(endpoint: str, path: str, context: ssl.SSLContext | None = None) -> str:
+    scheme = "https" if context is not None else "http"
+    url = f"{scheme}://{endpoint}{path}"
+    with urllib.request.urlopen(url, timeout=RPC_TIMEOUT_S, context=context) as answer:
+        return str(answer.read().decode())
 
 
 def serving(endpoint: str, service: str) -> bool:
@@ -138,7 +150,7 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     with running_up(up_command(root, *ANY_PORT), stderr_path) as proc:
         endpoints = read_endpoints(proc, stderr_path)
         expected = {"nameserver", "storage", "dispatch"} | (
-            {"gateway"} if GATEWAY_MAIN.exists() else set()
+            {"gateway", "console"} if GATEWAY_MAIN.exists() and CONSOLE_MAIN.exists() else set()
         )
         assert set(endpoints) == expected, endpoints
         for endpoint in endpoints.values():
@@ -170,6 +182,9 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             timeout_s=START_TIMEOUT_S,
         )
         assert (root / "store" / "abort").exists()  # open while running
+        if "console" in endpoints:  # the web console, told the gateway
+            assert console_page(endpoints["console"], "/healthz") == "ok\n"
+            assert "broker-a" in console_page(endpoints["console"], "/cluster")
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 0, stderr_path.read_text()
     log = stderr_path.read_text()
@@ -184,9 +199,10 @@ def test_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
 def test_up_with_two_brokers(tmp_path: Path) -> None:
     root = tmp_path / "tide"
     stderr_path = tmp_path / "up.stderr"
-    command = up_command(root, *ANY_PORT, "--brokers", "2")
+    command = up_command(root, *ANY_PORT, "--brokers", "2", "--no-console")
     with running_up(command, stderr_path) as proc:
         endpoints = read_endpoints(proc, stderr_path)
+        assert "console" not in endpoints
         pairs = [(endpoints[f"storage-{x}"], endpoints[f"dispatch-{x}"]) for x in "ab"]
         want = [("broker-a", *pairs[0]), ("broker-b", *pairs[1])]
         wait_until(

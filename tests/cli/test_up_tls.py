@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.cli.test_up import ANY_PORT, read_endpoints, running_up, up_command
+from tests.cli.test_up import ANY_PORT, console_page, read_endpoints, running_up, up_command
 from tide.client import Admin, Producer, TlsFiles
 from tide.tls import channel_credentials
 
@@ -54,5 +55,8 @@ def test_up_tls_serves_tls_only_and_clients_connect_with_its_ca(tmp_path: Path) 
                 check(endpoints[name], channel_credentials(ca_only))  # no client certificate
         with pytest.raises(grpc.RpcError):
             check(gateway, None)  # plaintext
+        # The console serves HTTPS with the cluster's certificate, and reaches the gateway.
+        https = ssl.create_default_context(cafile=files.ca_file)
+        assert "broker-a" in console_page(endpoints["console"], "/cluster", https)
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 0, stderr_path.read_text()

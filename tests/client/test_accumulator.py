@@ -153,3 +153,72 @@ def partly_written_single(request: gateway_pb2.ProduceRequest) -> gateway_pb2.Pr
             )
         ]
     )
+
+
+def written(request: gateway_pb2.ProduceRequest) -> gateway_pb2.ProduceResponse:
+    """Every message of the call written to broker-a queue 0, from offset 0."""
+    count = len(request.messages)
+    return gateway_pb2.ProduceResponse(
+        runs=[
+            gateway_pb2.ProduceRun(
+                first_index=0,
+                count=count,
+                broker_name="broker-a",
+                queue_id=0,
+                first_queue_offset=0,
+                msg_id_prefix="7F00000100002A9F",
+                physical_offsets=list(range(count)),
+                unique_keys=[f"u{i}" for i in range(count)],
+            )
+        ]
+    )
+
+
+def add_synced(acc: Accumulator, body: str) -> Future[SendResult]:
+    message = Message("T", body)
+    return acc.add(message, to_produce_message(message), synced=True)
+
+
+def test_sync_sends_go_together_once_none_is_on_its_way() -> None:
+    """Blocking send()s do not wait out the linger (60 s here) once every send() under
+    way waits in the batch; until then the batch waits for the one on its way."""
+    gateway = Gateway(written)
+    acc, in_flight = accumulator(gateway, batch_max_messages=100)
+    with acc.sync_send(), acc.sync_send():  # two callers of send() under way
+        first = add_synced(acc, "first")
+        assert not first.done()  # the other send() is on its way: its batch waits
+        second = add_synced(acc, "second")
+        first.result(RESULT_TIMEOUT_S)
+        second.result(RESULT_TIMEOUT_S)
+    assert [len(r.messages) for r in gateway.requests] == [2]
+    acc.close()
+    assert in_flight.sends == 0
+
+
+def test_a_sync_send_that_leaves_releases_the_batch() -> None:
+    """A send() that ends without adding (its message refused, say) is no longer waited
+    for: the batch of the others goes."""
+    gateway = Gateway(written)
+    acc, _ = accumulator(gateway, batch_max_messages=100)
+    with acc.sync_send():
+        leaving = acc.sync_send()
+        leaving.__enter__()
+        waiting = add_synced(acc, "waiting")
+        assert not waiting.done()
+        leaving.__exit__(None, None, None)
+        assert waiting.result(RESULT_TIMEOUT_S).written
+    assert [len(r.messages) for r in gateway.requests] == [1]
+    acc.close()
+
+
+def test_async_sends_linger_and_do_not_wake_the_sender_per_message() -> None:
+    """send_async() has no caller waiting: its batch lingers. Adding to an open batch
+    does not wake the sender (it used to, once per message, to find nothing to do)."""
+    gateway = Gateway(written)
+    acc, _ = accumulator(gateway, batch_max_messages=1000)
+    futures = send(acc, "T", 200)
+    assert not any(f.done() for f in futures)
+    assert acc.sender_wakeups <= 2  # its start, and its 1 s bound on a wait at most
+    acc.close()  # sends what lingers
+    assert all(f.result(RESULT_TIMEOUT_S).written for f in futures)
+    assert [len(r.messages) for r in gateway.requests] == [200]

@@ -129,6 +129,20 @@ def test_a_lone_message_goes_after_the_linger(cluster: Cluster) -> None:
         assert (producer._accumulator.calls_sent, producer._accumulator.messages_sent) == (1, 1)
 
 
+def test_a_blocking_send_does_not_wait_out_the_linger(cluster: Cluster) -> None:
+    """send() with a 60 s linger returns within the result timeout (30 s): no other
+    send() is on its way, so its batch goes at once."""
+    topic = "T_batching_sync"
+    create(cluster, topic)
+    results: list[SendResult] = []
+    with Producer(cluster.gateway.listen, linger_ms=LONG_LINGER_MS) as producer:
+        sender = threading.Thread(target=lambda: results.append(producer.send(topic, b"now")))
+        sender.start()
+        sender.join(RESULT_TIMEOUT_S)
+        assert not sender.is_alive()
+        assert [r.written for r in results] == [True]
+
+
 def test_a_full_batch_goes_without_waiting_for_the_linger(cluster: Cluster) -> None:
     topic = "T_batching_full"
     create(cluster, topic)

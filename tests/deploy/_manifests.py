@@ -32,12 +32,17 @@ from tide.server._config import merge_options
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
-OVERLAYS = ("dev", "production", "dev-tls")
+OVERLAYS = ("dev", "production", "dev-tls", "production-tls")
 # Overlays with the TLS component (deploy/k8s/components/tls): probes run over TLS.
-TLS_OVERLAYS = frozenset({"dev-tls"})
+TLS_OVERLAYS = frozenset({"dev-tls", "production-tls"})
 TLS_DIR = "/etc/tide-tls"
+# Overlays with the auth component (deploy/k8s/components/auth): the Secret tide-auth.
+AUTH_OVERLAYS = frozenset({"production-tls"})
+AUTH_DIR = "/etc/tide-auth"
 DOCKERFILE = DEPLOY / "Dockerfile"
 SERVICES = ("nameserver", "storage", "dispatch", "gateway")
+# The web console (an HTTP app, not a gRPC service: tests/deploy/test_console_manifest.py).
+CONSOLE = "console"
 # What each service's gRPC health service reports besides "" (its full service name).
 GRPC_SERVICE_NAMES = {
     "nameserver": "tide.v1.NameServer",
@@ -364,6 +369,9 @@ def _load_and_check(service: str, argv: list[str], env: Mapping[str, str]) -> Co
 
 
 def tide_containers(overlay: str) -> Iterator[Container]:
+    """The gRPC services' containers (the console's are checked on their own)."""
     for workload in workloads(overlay):
+        if component(workload) == CONSOLE:
+            continue
         for spec in workload["spec"]["template"]["spec"]["containers"]:
             yield Container(overlay, workload, pod_names(workload)[0], spec)

@@ -212,6 +212,12 @@ def test_image_sources_install_and_run_every_service(tmp_path: Path) -> None:
         assert helped.returncode == 0, helped.stderr
         assert f"tide-{service}" in helped.stdout and "--listen" in helped.stdout
     assert (venv / "bin" / "tide").exists(), "the tide console script"
+    # The web console, with its templates and assets from the wheel (package-data).
+    helped = run(["sh", entrypoint, "console", "--help"], cwd=tmp_path, env=env)
+    assert helped.returncode == 0, helped.stderr
+    assert "tide console" in helped.stdout and "--session-key-file" in helped.stdout
+    for asset in ("templates/base.html", "static/console.css"):
+        assert (site_dir / "services" / "console" / asset).is_file(), asset
     unknown = run(["sh", entrypoint, "broker"], cwd=tmp_path, env=env)
     assert unknown.returncode == 2 and "unknown service" in unknown.stderr
 

@@ -13,6 +13,9 @@ import pytest
 import yaml
 
 from tests.deploy._manifests import (
+    AUTH_DIR,
+    AUTH_OVERLAYS,
+    CONSOLE,
     ENTRYPOINT,
     GRPC_SERVICE_NAMES,
     K8S,
@@ -79,7 +82,7 @@ def test_recommended_labels(overlay: str) -> None:
     for workload in workloads(overlay):
         labels = pod_labels(workload)
         assert labels.get("app.kubernetes.io/name") == "tide"
-        assert labels.get("app.kubernetes.io/component") in GRPC_SERVICE_NAMES
+        assert labels.get("app.kubernetes.io/component") in {*GRPC_SERVICE_NAMES, CONSOLE}
 
 
 def test_namespaced_objects_are_in_namespace_tide(overlay: str) -> None:
@@ -182,6 +185,46 @@ def test_tls_overlays_mount_the_secret_and_set_every_tls_option(overlay: str) ->
         assert mounts[TLS_DIR].get("readOnly") is True, container.where
 
 
+def _secret_files(container: Container, secret_name: str) -> set[str]:
+    """The files of Secret ``secret_name`` the container sees (mount path + item path)."""
+    volumes = {v["name"]: v for v in pod_spec(container.workload)["volumes"]}
+    seen = set()
+    for mount in container.spec.get("volumeMounts", []):
+        secret = volumes.get(mount["name"], {}).get("secret")  # a claim template: none
+        if secret is None or secret["secretName"] != secret_name:
+            continue
+        assert mount.get("readOnly") is True, container.where
+        items = [item["path"] for item in secret["items"]]
+        if "subPath" in mount:
+            assert mount["subPath"] in items, container.where
+            seen.add(mount["mountPath"])
+        else:
+            seen.update(f"{mount['mountPath']}/{path}" for path in items)
+    return seen
+
+
+def test_auth_overlays_give_every_service_the_cluster_secret(overlay: str) -> None:
+    """With the auth component every service runs --cluster-secret-file from the Secret
+    tide-auth, the gateway --auth-enabled, the storage its first super user from it."""
+    for container in tide_containers(overlay):
+        config = container.config()
+        secret_file = config.get_optional_str("cluster_secret_file")
+        if overlay not in AUTH_OVERLAYS:
+            assert secret_file is None, container.where
+            if container.service == "gateway":
+                assert config.get_bool("auth_enabled") is False, container.where
+            continue
+        files = _secret_files(container, "tide-auth")
+        assert secret_file == f"{AUTH_DIR}/cluster.secret" and secret_file in files
+        if container.service == "gateway":
+            assert config.get_bool("auth_enabled") is True, container.where
+        if container.service == "storage":
+            init_user = config.get_optional_str("auth_init_user_file")
+            assert init_user == f"{AUTH_DIR}/admin.json" and init_user in files
+        else:  # the super user's password only where it is read
+            assert f"{AUTH_DIR}/admin.json" not in files, container.where
+
+
 # -- Prometheus metrics ------------------------------------------------------------------
 
 METRICS_PORT_PREFIX = "metrics"
@@ -225,6 +268,8 @@ def test_ports_of_a_pod_do_not_collide(overlay: str) -> None:
 
 def test_pods_carry_prometheus_scrape_annotations(overlay: str) -> None:
     for workload in workloads(overlay):
+        if component(workload) == CONSOLE:
+            continue  # no metrics of its own: it shows the services'
         name = workload["metadata"]["name"]
         annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
         scrape, port, path = (annotations.get(key) for key in SCRAPE_ANNOTATIONS)

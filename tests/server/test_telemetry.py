@@ -53,3 +53,26 @@ def test_otlp_exporter_is_built_from_the_environment(monkeypatch: pytest.MonkeyP
         assert exporters == ["OTLPSpanExporter"], exporters
     finally:
         telemetry.shutdown()  # no span was made: nothing is sent
+
+
+@pytest.mark.parametrize(
+    ("traces", "env", "expected"),
+    [
+        ("none", None, "AlwaysOffExemplarFilter"),  # no span is sampled: no exemplar either
+        ("console", None, "TraceBasedExemplarFilter"),
+        ("none", "always_on", "AlwaysOnExemplarFilter"),  # the operator's choice stands
+    ],
+)
+def test_exemplars_only_when_traces_are_exported(
+    traces: str, env: str | None, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if env is None:
+        monkeypatch.delenv("OTEL_METRICS_EXEMPLAR_FILTER", raising=False)
+    else:
+        monkeypatch.setenv("OTEL_METRICS_EXEMPLAR_FILTER", env)
+    telemetry = configure_telemetry("tide-test", traces, "none", install_global=False)
+    try:
+        exemplar_filter = telemetry.meter_provider._sdk_config.exemplar_filter
+        assert type(exemplar_filter).__name__ == expected
+    finally:
+        telemetry.shutdown()

@@ -1,15 +1,11 @@
 """The streaming tide sink is exactly-once (tide/spark/_idempotent_sink.py): a
-micro-batch run again after a crash before Spark committed it, or a query SIGKILLed
-mid-stream and restarted from its checkpoint, stores no message twice in the target
-topic; with option idempotent=false the rerun batch is stored again (what the test would
-see without idempotence)."""
+micro-batch run again after a crash before Spark committed it (here), or a query SIGKILLed
+mid-stream and restarted from its checkpoint (test_sigkill_exactly_once.py), stores no
+message twice in the target topic; with option idempotent=false the rerun batch is stored
+again (what the test would see without idempotence)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,12 +14,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from tests._cluster import Cluster
-from tests.services.storage.conftest import REPO
 from tests.spark.test_batch import produce
 from tests.spark.test_stream import last_batch
 from tide.client import IdempotentProducer, Message, Producer
 from tide.spark._idempotent_sink import queue_batches
-from tide.waiting import wait_until
 
 
 def copy_available_now(
@@ -91,52 +85,6 @@ def test_a_micro_batch_run_again_is_stored_once(
         assert duplicated == 0
     else:  # the control: the rerun batch's messages are stored again
         assert duplicated > 0
-
-
-@pytest.mark.slow
-def test_sigkill_mid_stream_then_restart_stores_each_message_once(
-    cluster: Cluster, spark: SparkSession, tmp_path: Path
-) -> None:
-    gateway = cluster.gateway.listen
-    topics = ("SinkKillFrom", "SinkKillTo")
-    cluster.create_topic(topics[0], queues=2)
-    cluster.create_topic(topics[1], queues=2)
-    produce(cluster, topics[0], 600, batch=50)
-    checkpoint = tmp_path / "checkpoint"
-    child_tmp = tmp_path / "child"
-    child_tmp.mkdir()
-    with (tmp_path / "child.log").open("wb") as log:
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.spark._sink_child",
-                gateway,
-                *topics,
-                str(checkpoint),
-                str(child_tmp),
-            ],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # the JVM is in the group: SIGKILL takes both
-        )
-    try:
-        commits = checkpoint / "commits"
-
-        def three_committed() -> bool:
-            assert child.poll() is None, (tmp_path / "child.log").read_text()[-3000:]
-            return commits.is_dir() and sum(p.name.isdigit() for p in commits.iterdir()) >= 3
-
-        wait_until(three_committed, "the child to commit 3 batches", 120, interval_s=0.1)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    assert last_batch(checkpoint, "commits") < 29, "the child finished before the kill"
-    copy_available_now(spark, gateway, topics, checkpoint)
-    bodies = target_bodies(spark, gateway, topics[1])
-    assert set(bodies) == {f"m-{i}".encode() for i in range(600)}
-    assert max(bodies.values()) == 1
 
 
 def test_a_sharding_key_goes_to_the_queue_the_gateway_picks(cluster: Cluster) -> None:

@@ -1,19 +1,14 @@
-"""Streaming reads into a file sink: every message exactly once across restarts and crashes."""
+"""Streaming reads into a file sink: every message exactly once across restarts and a crash
+before a commit (a SIGKILL mid-stream: test_sigkill_exactly_once.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from tests._cluster import Cluster
-from tests.services.storage.conftest import REPO
 from tests.spark.test_batch import produce
 from tide.waiting import wait_until
 
@@ -91,52 +86,6 @@ def _queue_count(cluster: Cluster, topic: str) -> int:
 
     with PullConsumer("probe", cluster.gateway.listen) as consumer:
         return len(consumer.queues(topic))
-
-
-@pytest.mark.slow
-def test_sigkill_mid_stream_then_restart_is_exactly_once(
-    cluster: Cluster, spark: SparkSession, tmp_path: Path
-) -> None:
-    topic, gateway = "SparkKill", cluster.gateway.listen
-    cluster.create_topic(topic, queues=2)
-    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
-    sent = {r.msg_id for r in produce(cluster, topic, 1000)}
-    child_tmp = tmp_path / "child"
-    child_tmp.mkdir()
-    with (tmp_path / "child.log").open("wb") as log:
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.spark._stream_child",
-                gateway,
-                topic,
-                str(sink),
-                str(checkpoint),
-                str(child_tmp),
-            ],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # the JVM is in the group: SIGKILL takes both
-        )
-    try:
-        commits = checkpoint / "commits"
-
-        def three_committed() -> bool:
-            assert child.poll() is None, (tmp_path / "child.log").read_text()[-3000:]
-            return commits.is_dir() and sum(p.name.isdigit() for p in commits.iterdir()) >= 3
-
-        wait_until(three_committed, "the child to commit 3 batches", 120, interval_s=0.1)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    done = last_batch(checkpoint, "commits")
-    assert done < 49, "the child finished everything before the kill"
-    run_available_now(spark, gateway, topic, sink, checkpoint, 1000)
-    ids = sink_ids(spark, sink)
-    assert len(ids) == len(set(ids))
-    assert set(ids) == sent
 
 
 def test_streaming_sink_copies_a_topic(

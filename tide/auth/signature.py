@@ -11,6 +11,7 @@ within that window).
 from __future__ import annotations
 
 import calendar
+import functools
 import hashlib
 import hmac
 import time
@@ -94,6 +95,12 @@ def _fields(text: str) -> dict[str, str]:
     return fields
 
 
+# Parsed date-times kept (strptime is most of a signature check; a client stamps many
+# calls with the same second, so the gateway sees few distinct values per second).
+DATE_TIME_CACHE_MAX_COUNT = 1024
+
+
+@functools.lru_cache(maxsize=DATE_TIME_CACHE_MAX_COUNT)
 def date_time_s(date_time: str) -> float:
     """Seconds since the epoch of an ``x-mq-date-time`` value (UTC)."""
     if len(date_time) != DATE_TIME_CHARS:

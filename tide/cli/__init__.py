@@ -17,6 +17,7 @@ from tide.cli import (
     _auth,
     _bench,
     _cluster,
+    _console,
     _consume,
     _dlq,
     _group,
@@ -58,6 +59,7 @@ _COMMAND_MODULES: tuple[CommandModule, ...] = (
     _transactions,
     _bench,
     _auth,
+    _console,
 )
 
 
@@ -73,9 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tide`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["console"]:
+        # Every option is the console's own (argparse would take --help for tide's).
+        return _console.run_console(args_list[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_list)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler: Handler = args.handler

@@ -1,6 +1,6 @@
 """``tide user create|update|delete|list`` and ``tide acl create|update|delete|list``:
 users and ACL 2.0 policies through the gateway (RocketMQ's mqadmin createUser / createAcl;
-docs/security-acl.md). The caller signs as a super user (--access-key,
+docs/security.md). The caller signs as a super user (--access-key,
 --secret-key-file or $TIDE_ACCESS_KEY / $TIDE_SECRET_KEY)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from tide.cli._common import (
     EXIT_FAILURE,
@@ -22,45 +22,11 @@ from tide.cli._common import (
     positive_int,
 )
 from tide.cli._output import Cell, ProgressBar, body_preview, dumps, message_json, table, utc_time
-from tide.client import (
-    Admin,
-    Message,
-    MessageQueue,
-    NotFound,
-    Producer,
-    PullStatus,
-    ReceivedMessage,
-    TideError,
-    TopicNotFound,
-)
+from tide.client import Admin, NotFound, Producer, ReceivedMessage, TideError
+from tide.dead_letters import DLQ_PREFIX, dead_letters, original_topic, resent_message
 
-DLQ_PREFIX = "%DLQ%"
 DEFAULT_LIST_MAX = 1000
 MAX_LIST_MAX = 100_000
-BROWSE_BATCH = 32
-# Properties the broker or the gateway writes, not carried over by a resend (the
-# message's own tags, keys and UNIQ_KEY are passed as such).
-SYSTEM_PROPERTIES = frozenset(
-    {
-        "TAGS",
-        "KEYS",
-        "UNIQ_KEY",
-        "DLQ_ORIGIN_TOPIC",
-        "DLQ_ORIGIN_MESSAGE_ID",
-        "RETRY_TOPIC",
-        "ORIGIN_MESSAGE_ID",
-        "ORIGIN_STORE_TIME",
-        "RECONSUME_TIME",
-        "MAX_RECONSUME_TIMES",
-        "DELAY",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "TIMER_DELIVER_MS",
-        "TIMER_OUT_MS",
-        "CONSUME_START_TIME",
-        "WAIT",
-    }
-)
 LIST_HEADERS = ["MSG ID", "ORIGINAL TOPIC", "UNIQUE KEY", "KEYS", "DEAD-LETTERED", "ATTEMPTS"]
 
 
@@ -101,38 +67,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--progress", action="store_true", help="draw the progress bar even without a TTY"
     )
     resend.set_defaults(handler=guarded(_resend))
-
-
-def original_topic(message: ReceivedMessage) -> str:
-    """The topic a dead letter was first produced to."""
-    props = message.properties
-    return props.get("DLQ_ORIGIN_TOPIC") or props.get("RETRY_TOPIC") or ""
-
-
-def dead_letters(admin: Admin, group: str, limit: int) -> Iterator[ReceivedMessage]:
-    """The group's dead letters, oldest first per queue, at most ``limit``; none when
-    the group never had one (no %DLQ% topic)."""
-    topic = DLQ_PREFIX + group
-    try:
-        route = admin.route(topic)
-    except TopicNotFound:
-        return
-    queues = sorted(
-        MessageQueue(topic, data.broker_name, queue_id)
-        for data in route.queue_datas
-        for queue_id in range(max(data.read_queue_nums, data.write_queue_nums))
-    )
-    count = 0
-    for queue in queues:
-        offset = 0
-        while count < limit:
-            result = admin.browse_queue(queue, offset, BROWSE_BATCH)
-            for message in result.messages[: limit - count]:
-                yield message
-                count += 1
-            if result.status is PullStatus.NO_NEW_MESSAGE or result.next_offset <= offset:
-                break
-            offset = result.next_offset
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -210,7 +144,7 @@ def _produce_all(args: argparse.Namespace, messages: Sequence[ReceivedMessage]) 
             try:
                 if not topic:
                     raise TideError("it names no original topic (DLQ_ORIGIN_TOPIC)")
-                result = producer.send_batch([_resent(message, topic)])[0]
+                result = producer.send_batch([resent_message(message, topic)])[0]
                 if not result.written:
                     raise TideError(result.error)
             except TideError as exc:
@@ -222,18 +156,6 @@ def _produce_all(args: argparse.Namespace, messages: Sequence[ReceivedMessage]) 
             bar.update(resent + failed)
     bar.finish()
     return resent, failed
-
-
-def _resent(message: ReceivedMessage, topic: str) -> Message:
-    user = {k: v for k, v in message.properties.items() if k not in SYSTEM_PROPERTIES}
-    return Message(
-        topic,
-        message.body,
-        tags=message.tags,
-        keys=message.keys,
-        properties=user,
-        unique_key=message.unique_key,
-    )
 
 
 def _find(admin: Admin, group: str, msg_id: str) -> ReceivedMessage:

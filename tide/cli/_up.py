@@ -23,7 +23,10 @@ dispatch ports leave room for them. A slave's store is the master's directory wi
 ``-<id>`` appended (``<store-dir>/store-1``, ``<store-dir>/broker-a-1``, ...). Slaves start
 after their master and stop before it.
 
-The gateway is started only when ``services/gateway`` has a ``__main__.py``.
+The gateway is started only when ``services/gateway`` has a ``__main__.py``. The web
+console (``services/console``, docs/console.md) starts last, on ``--console-listen``
+(default ``HOST:8080``), told the gateway and every service's Prometheus endpoint for its
+charts, and stops first; ``--no-console`` leaves it out.
 
 Children run in their own process group, so a terminal's Ctrl-C reaches only ``tide
 up``, which then sends each child exactly one SIGTERM (a second signal would make a
@@ -73,8 +76,11 @@ def _services_dir() -> Path:
 
 
 GATEWAY_MAIN = _services_dir() / "gateway" / "__main__.py"
+CONSOLE_MAIN = _services_dir() / "console" / "__main__.py"
+CONSOLE_PORT = 8080
 
 # Stop order: lower stages stop (and finish stopping) first.
+STAGE_CONSOLE = -1  # the console (a client of the gateway) stops before it
 STAGE_GATEWAY, STAGE_DISPATCH, STAGE_SLAVE_STORAGE, STAGE_STORAGE, STAGE_NAMESERVER = range(5)
 
 
@@ -87,6 +93,7 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     endpoint: str = ""
     metrics: str = ""  # HOST:PORT of its Prometheus endpoint
+    serves_metrics: bool = True  # takes --metrics-listen (the console does not)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -154,10 +161,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
     parser.add_argument(
+        "--console-listen",
+        metavar="HOST:PORT",
+        help=f"where the web console listens (default: HOST:{CONSOLE_PORT}; port 0: any free port)",
+    )
+    parser.add_argument("--no-console", action="store_true", help="do not start the web console")
+    parser.add_argument(
         "--auth",
         action="store_true",
         help="authentication and ACLs on, with a generated admin user and cluster secret "
-        "(kept under STORE_DIR/auth; docs/security-acl.md)",
+        "(kept under STORE_DIR/auth; docs/security.md)",
     )
     parser.set_defaults(handler=run)
 
@@ -234,6 +247,37 @@ def _children(args: argparse.Namespace) -> list[Child]:
         ]
         children.append(Child("gateway", gateway, run_dir / "gateway.ready", STAGE_GATEWAY))
     return children
+
+
+def _console_child(args: argparse.Namespace, children: list[Child], tls: TlsFiles | None) -> Child:
+    """The web console: the gateway's client, shown every service's metrics endpoint."""
+    run_dir = Path(args.store_dir).resolve() / "run"
+    listen = args.console_listen or f"{args.host}:{CONSOLE_PORT}"
+    command = [
+        sys.executable,
+        "-m",
+        "services.console",
+        "--listen",
+        listen,
+        "--gateway",
+        "{gateway}",
+        "--log-level",
+        args.log_level,
+    ]
+    for child in children:
+        name = _member_name(child.command) if child.name.startswith("storage") else child.name
+        command += ["--metrics-endpoint", f"{name}={{{child.name}.metrics}}"]
+    command += _tls_flags(tls)
+    return Child("console", command, run_dir / "console.ready", STAGE_CONSOLE, serves_metrics=False)
+
+
+def _member_name(command: list[str]) -> str:
+    """A storage's broker member as the console's cluster page looks its metrics up:
+    ``broker-a`` (a master), ``broker-a-1`` (its slave 1)."""
+    broker = command[command.index("--broker-name") + 1]
+    if "--broker-id" in command:
+        return f"{broker}-{command[command.index('--broker-id') + 1]}"
+    return broker
 
 
 def _member_children(args: argparse.Namespace, index: int, broker_id: int) -> list[Child]:
@@ -327,6 +371,9 @@ def run(args: argparse.Namespace) -> int:
         child.command += _tls_flags(tls)
     root = Path(args.store_dir).resolve()
     admin_secret = _up_auth.add_flags(children, root) if args.auth else None
+    if CONSOLE_MAIN.exists() and GATEWAY_MAIN.exists() and not args.no_console:
+        # After the auth flags: the console holds no cluster secret (it is a client).
+        children.append(_console_child(args, children, tls))
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -357,7 +404,8 @@ def _start_all(children: list[Child], stop: _Stop) -> bool:
         command = [_substitute(arg, endpoints) for arg in child.command]
         # Prometheus metrics on a free port of the same host (the ready file names it).
         listen_host = command[command.index("--listen") + 1].rpartition(":")[0]
-        command += ["--metrics-listen", f"{listen_host}:0"]
+        if child.serves_metrics:
+            command += ["--metrics-listen", f"{listen_host}:0"]
         child.process = spawn(command, child.ready_file, start_new_session=True)
         try:
             ready = wait_ready(
@@ -380,6 +428,7 @@ def _start_all(children: list[Child], stop: _Stop) -> bool:
         if metrics_host:
             child.metrics = f"{_reachable(metrics_host)}:{metrics_port}"
         endpoints[child.name] = child.endpoint
+        endpoints[f"{child.name}.metrics"] = child.metrics
     return True
 
 
@@ -424,6 +473,9 @@ def _print_endpoints(children: list[Child], root: Path, tls: TlsFiles | None = N
         print(f"  {child.name:<12} {child.endpoint}", flush=True)
     by_name = {child.name: child.endpoint for child in children}
     first = by_name.get("gateway") or by_name.get("storage") or by_name["storage-a"]
+    if "console" in by_name:
+        scheme = "https" if tls is not None else "http"
+        print(f"Web console: {scheme}://{by_name['console']}/", flush=True)
     print("Prometheus scrape endpoints:", flush=True)
     for child in children:
         if child.metrics:

@@ -1,6 +1,6 @@
 """``tide up --auth``: a local cluster with authentication and the cluster secret on: an
 admin (super) user and a cluster secret generated once under ``<store-dir>/auth`` (mode
-0600, kept across runs), and the flags each service needs (docs/security-acl.md)."""
+0600, kept across runs), and the flags each service needs (docs/security.md)."""
 
 from __future__ import annotations
 

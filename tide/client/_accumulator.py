@@ -7,7 +7,11 @@ on its ProduceStream) when the batch is full (``batch_max_messages``, or
 ``batch_max_bytes``: a message that does not fit starts the next batch, one larger than
 that goes alone), or ``linger_ms`` after its first message, and while fewer than
 ``max_calls`` of its calls are unanswered; until then the batch keeps filling. A lone
-message therefore waits at most ``linger_ms`` (plus a free call).
+message therefore waits at most ``linger_ms`` (plus a free call). Batches holding
+messages of blocking ``send()`` calls go sooner: as soon as every ``send()`` under way
+waits in an open batch, since no caller is then on its way to join them (lingering
+would only hold the callers; docs/performance.md measures it). The rules themselves are
+``tide.client._batching``'s, shared with the asyncio producer.
 
 Why batches are per topic: the gateway routes each message by itself (explicit queue,
 sharding key, or the topic's next round robin queue for the rest of its topic in the
@@ -24,14 +28,17 @@ have had alone. Futures cancelled before their batch goes are not sent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 from tide.client._batching import (
     IDLE_WAIT_S,
+    OPENED,
+    READY,
     Batch,
     Batches,
     Entry,
@@ -94,30 +101,66 @@ class Accumulator:
         self._calls = 0
         self._closing = False
         self._sender: threading.Thread | None = None
+        # When the sender's wait ends (0: it is not waiting): a new batch whose linger
+        # ends later needs no wake-up. Sends from many threads used to wake the sender
+        # once per message, each time to find nothing to do yet.
+        self._wake_s = 0.0
+        # send() calls under way (from their start until they return); how many of them
+        # wait in an open batch is self._batches.sync_open: when all do, no send() is on
+        # its way to join them
+        self._sync_sends = 0
         self.calls_sent = 0  # Produce calls made (tests, diagnostics)
+        self.sender_wakeups = 0  # the sender's waits that ended (tests, diagnostics)
         self.messages_sent = 0
 
-    def add(self, message: Message, produce: gateway_pb2.ProduceMessage) -> Future[SendResult]:
-        """Queue one checked message; waits while the in-flight bound is reached
-        (ResourceExhausted after the RPC timeout)."""
+    @contextlib.contextmanager
+    def sync_send(self) -> Iterator[None]:
+        """Around a blocking send() (its message built and added inside, then awaited):
+        while every send() under way waits in an open batch, those batches go without
+        waiting out their linger (no send() is on its way to join them)."""
+        with self._changed:
+            self._sync_sends += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._sync_sends -= 1
+                sync_open = self._batches.sync_open
+                if sync_open and sync_open == self._sync_sends:
+                    self._changed.notify()
+
+    def add(
+        self, message: Message, produce: gateway_pb2.ProduceMessage, *, synced: bool = False
+    ) -> Future[SendResult]:
+        """Queue one checked message (``synced``: its sender waits for it inside
+        ``sync_send``); waits while the in-flight bound is reached (ResourceExhausted
+        after the RPC timeout)."""
         entry = _Entry(message, produce)
         size = entry.size_bytes
         self._in_flight.acquire(size, self._timeout_s, "send")
         entry.future.add_done_callback(lambda _: self._in_flight.release(size))
         try:
-            self._add(entry)
+            self._add(entry, synced)
         except BaseException as exc:
             entry.future.set_exception(exc)  # releases the in-flight room
             raise
         return entry.future
 
-    def _add(self, entry: _Entry) -> None:
+    def _add(self, entry: _Entry, synced: bool) -> None:
         with self._changed:
             if self._closing:
                 raise TideError("the producer is closed")
-            self._batches.add(entry)
+            done = self._batches.add(entry, synced=synced)
+            # only what changes the sender's next step wakes it: a batch ready, a new
+            # linger ending before its wait does, or every send() now waiting in a batch
+            wake = done == READY
+            if done == OPENED:
+                wake = time.monotonic() + self._limits.linger_s < self._wake_s
+            if synced and self._batches.sync_open == self._sync_sends:
+                wake = True
             self._start_sender()
-            self._changed.notify_all()
+            if wake:
+                self._changed.notify()
 
     def _start_sender(self) -> None:
         if self._sender is None:
@@ -131,7 +174,7 @@ class Accumulator:
         with self._changed:
             self._closing = True
             sender = self._sender
-            self._changed.notify_all()
+            self._changed.notify()  # the sender is the only one waiting
         if sender is None:
             return
         sender.join(self._close_timeout_s)
@@ -156,12 +199,21 @@ class Accumulator:
                 if self._closing and self._batches.idle and self._calls == 0:
                     return None
                 wait_s = IDLE_WAIT_S
-                if self._calls < self._limits.max_calls:
-                    batch, wait_s = self._batches.due(time.monotonic(), closing=self._closing)
+                now_s = time.monotonic()
+                free = self._calls < self._limits.max_calls
+                if free:
+                    batch, wait_s = self._batches.due(
+                        now_s, closing=self._closing, sync_sends=self._sync_sends
+                    )
                     if batch is not None:
                         self._calls += 1
                         return batch
+                # waiting for a free call, a new batch's linger does not matter (an answer
+                # wakes it)
+                self._wake_s = now_s + wait_s if free else 0.0
                 self._changed.wait(wait_s)
+                self._wake_s = 0.0  # awake: a sender will look at every batch anyway
+                self.sender_wakeups += 1
 
     def _send(self, batch: Batch[_Entry]) -> None:
         entries = [e for e in batch.entries if e.start()]
@@ -216,7 +268,7 @@ class Accumulator:
     def _call_done(self) -> None:
         with self._changed:
             self._calls -= 1
-            self._changed.notify_all()
+            self._changed.notify()  # the sender is the only one waiting
 
     def _fail_all(self, error: BaseException) -> None:
         with self._changed:

@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from tide.auth.client import Credentials
+from tide.client._admin_offsets import OffsetsAdmin
 from tide.client._auth_admin import AuthAdmin
 from tide.client._convert import (
     check_group,
@@ -42,9 +43,9 @@ class Recalled(NamedTuple):
     deliver_at_ms: int
 
 
-class Admin(AuthAdmin):
+class Admin(AuthAdmin, OffsetsAdmin):
     """Create, delete and list topics and group configs; read routes, the cluster and
-    group members.
+    group members; a group's offsets and lag (:class:`OffsetsAdmin`).
 
     Routes and cluster info are returned as the tide.v1 messages (``TopicRoute``,
     ``ClusterInfo``), which are typed.

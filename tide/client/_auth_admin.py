@@ -1,5 +1,5 @@
 """Users and ACL 2.0 policies through a gateway (``Admin``'s user and ACL methods;
-docs/security-acl.md). A policy entry is written as ``(resource, actions, decision,
+docs/security.md). A policy entry is written as ``(resource, actions, decision,
 source ranges)``: ``("Topic:orders-*", ["Pub", "Sub"], "Allow", ["10.0.0.0/8"])``."""
 
 from __future__ import annotations

@@ -76,18 +76,26 @@ def entry_bytes(produce: gateway_pb2.ProduceMessage) -> int:
 
 
 class Batch(Generic[E]):
-    __slots__ = ("entries", "size_bytes", "splittable", "started_s", "topic")
+    __slots__ = ("entries", "size_bytes", "splittable", "started_s", "synced", "topic")
 
     def __init__(self, topic: str, *, splittable: bool = True) -> None:
         self.topic = topic
         self.entries: list[E] = []
         self.size_bytes = 0
+        self.synced = 0  # its entries whose sender waits in a blocking send()
         self.started_s = time.monotonic()
         self.splittable = splittable
 
     @property
     def what(self) -> str:
         return f"Produce to {self.topic!r}"
+
+
+# What Batches.add did: the sender's next step changes only when a batch was opened
+# (a new linger to time) or made ready.
+JOINED = 0
+OPENED = 1
+READY = 2
 
 
 def request_of(entries: list[E]) -> gateway_pb2.ProduceRequest:
@@ -101,35 +109,56 @@ class Batches(Generic[E]):
         self.limits = limits
         self._open: dict[str, Batch[E]] = {}
         self._ready: collections.deque[Batch[E]] = collections.deque()
+        # Messages in open batches whose sender waits in a blocking send() (the sync
+        # accumulator's sync-send rule; the asyncio one adds none)
+        self.sync_open = 0
 
     @property
     def idle(self) -> bool:
         return not self._open and not self._ready
 
-    def add(self, entry: E) -> bool:
-        """Add a message; True when that opened a batch or made one ready (the sender
-        has something new to time or send), False when it only joined an open batch."""
+    def add(self, entry: E, *, synced: bool = False) -> int:
+        """Add a message (``synced``: its sender waits for it in a blocking send());
+        READY when that made a batch ready, OPENED when it opened one (a new linger),
+        JOINED when it only joined an open batch."""
         limits = self.limits
-        changed = False
+        done = JOINED
         topic = entry.message.topic
         batch = self._open.get(topic)
         if batch is not None and batch.size_bytes + entry.size_bytes > limits.batch_max_bytes:
-            self._ready.append(self._open.pop(topic))  # this one starts the next
-            batch = None
+            self._make_ready(topic)  # this one starts the next
+            batch, done = None, READY
         if batch is None:
             batch = self._open[topic] = Batch(topic)
-            changed = True
+            done = max(done, OPENED)
         batch.entries.append(entry)
         batch.size_bytes += entry.size_bytes
+        if synced:
+            batch.synced += 1
+            self.sync_open += 1
         full = batch.size_bytes >= limits.batch_max_bytes  # a larger message goes alone
         if full or len(batch.entries) >= limits.batch_max_messages:
-            self._ready.append(self._open.pop(topic))
-            changed = True
-        return changed
+            self._make_ready(topic)
+            done = READY
+        return done
 
-    def due(self, now_s: float, *, closing: bool) -> tuple[Batch[E] | None, float]:
+    def _make_ready(self, topic: str) -> Batch[E]:
+        """Close ``topic``'s open batch: it goes next."""
+        batch = self._open.pop(topic)
+        self.sync_open -= batch.synced
+        self._ready.append(batch)
+        return batch
+
+    def due(
+        self, now_s: float, *, closing: bool, sync_sends: int = 0
+    ) -> tuple[Batch[E] | None, float]:
         """A full batch, else the oldest open one past its linger (all when closing);
-        else how long until the first linger ends."""
+        else how long until the first linger ends. When every one of the ``sync_sends``
+        blocking send()s under way waits in an open batch, those batches go at once: no
+        send() is on its way to join them, lingering would only hold their callers."""
+        if self.sync_open and self.sync_open == sync_sends:
+            for batch in [b for b in self._open.values() if b.synced]:
+                self._make_ready(batch.topic)
         if self._ready:
             return self._ready.popleft(), 0.0
         if not self._open:
@@ -137,7 +166,8 @@ class Batches(Generic[E]):
         oldest = min(self._open.values(), key=lambda b: b.started_s)
         left_s = oldest.started_s + self.limits.linger_s - now_s
         if left_s <= 0 or closing:
-            return self._open.pop(oldest.topic), 0.0
+            self._make_ready(oldest.topic)
+            return self._ready.popleft(), 0.0
         return None, min(left_s, IDLE_WAIT_S)
 
     def split(self, topic: str, entries: list[E]) -> None:
@@ -153,6 +183,7 @@ class Batches(Generic[E]):
         batches = list(self._ready) + list(self._open.values())
         self._ready.clear()
         self._open.clear()
+        self.sync_open = 0
         return batches
 
 

@@ -61,7 +61,7 @@ class AlreadyExists(TideError):
 
 class Unauthenticated(TideError):
     """The gateway (--auth-enabled) could not authenticate the call: no or a bad signature,
-    an unknown or disabled user, a clock off by more than the skew (docs/security-acl.md)."""
+    an unknown or disabled user, a clock off by more than the skew (docs/security.md)."""
 
 
 class PermissionDenied(TideError):

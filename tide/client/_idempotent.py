@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
+from tide.auth.client import Credentials
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._producer import MAX_BATCH_MESSAGES, _request, _results
 from tide.client._pull_consumer import GatewayReader, writable_queues
@@ -90,6 +91,7 @@ class IdempotentProducer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
     ) -> None:
         self.producer_id = producer_id if producer_id is not None else uuid.uuid4().hex
         error = producer_id_error(self.producer_id)
@@ -106,6 +108,7 @@ class IdempotentProducer:
             rpc_timeout_ms=rpc_timeout_ms,
             retry=retry or DEFAULT_IDEMPOTENT_RETRY,
             tls=tls,
+            credentials=credentials,
         )
         self._lock = threading.Lock()
         self._queues: dict[str, list[MessageQueue]] = {}

@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
+from tide.auth.client import Credentials
 from tide.client._accumulator import Accumulator, Limits
 from tide.client._convert import from_produce_result, from_produce_runs, to_produce_message
 from tide.client._errors import InvalidArgument, TideError
@@ -64,7 +65,8 @@ class Producer:
     threads share Produce calls (a batch per topic), a batch going when it holds
     ``batch_max_messages`` or ``batch_max_bytes``, or ``linger_ms`` after its first
     message, with at most ``async_threads`` calls unanswered (docs/client.md, "Batching
-    and linger"); each message's result or error is its own. ``send`` and ``send_batch``
+    and linger"), or, for ``send``'s messages, as soon as every ``send`` under way
+    waits in a batch; each message's result or error is its own. ``send`` and ``send_batch``
     block until the gateway answers; ``send_async`` and ``send_batch_async`` return a
     future. Every send blocks only while ``max_in_flight`` sends (messages of
     ``send``/``send_async``, batches of ``send_batch_async``) are unfinished, or their
@@ -79,7 +81,8 @@ class Producer:
     retried as for the calls, on the current or a new stream. Thread-safe; not fork-safe
     (its channel and threads stay in the parent: make one in each process after a fork).
     Close it (or use ``with``): that sends what is accumulated, waits for every answer
-    and releases the channel.
+    and releases the channel. ``credentials`` sign every call (a gateway with
+    --auth-enabled); by default TIDE_ACCESS_KEY / TIDE_SECRET_KEY when both are set.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class Producer:
         linger_ms: int = DEFAULT_LINGER_MS,
         batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES,
         batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+        credentials: Credentials | None = None,
     ) -> None:
         limits = checked_limits(
             max_in_flight,
@@ -107,7 +111,9 @@ class Producer:
             batch_max_messages,
             batch_max_bytes,
         )
-        self._connection = Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+        self._connection = Connection(
+            gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls, credentials=credentials
+        )
         self._in_flight = InFlight(max_in_flight, max_in_flight_bytes)
         self._async_threads = async_threads
         self._executor: ThreadPoolExecutor | None = None
@@ -154,19 +160,20 @@ class Producer:
 
         ``delay_level``, ``deliver_at_ms`` or ``delay_ms`` (at most one) deliver it later
         (see :class:`Message`)."""
-        message = Message(
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties or {},
-            sharding_key=sharding_key,
-            queue=queue,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
-            delay_ms=delay_ms,
-        )
-        return self._accumulate(message).result()
+        with self._accumulator.sync_send():  # from here this caller will join a batch
+            message = Message(
+                topic,
+                body,
+                tags=tags,
+                keys=keys,
+                properties=properties or {},
+                sharding_key=sharding_key,
+                queue=queue,
+                delay_level=delay_level,
+                deliver_at_ms=deliver_at_ms,
+                delay_ms=delay_ms,
+            )
+            return self._accumulate(message, synced=True).result()
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Send up to ``MAX_BATCH_MESSAGES`` messages in one call; results in order.
@@ -213,10 +220,10 @@ class Producer:
         )
         return self._accumulate(message)
 
-    def _accumulate(self, message: Message) -> Future[SendResult]:
+    def _accumulate(self, message: Message, *, synced: bool = False) -> Future[SendResult]:
         if self._connection.closed:
             raise TideError("the producer is closed")
-        return self._accumulator.add(message, to_produce_message(message))
+        return self._accumulator.add(message, to_produce_message(message), synced=synced)
 
     def _carry(
         self, request: gateway_pb2.ProduceRequest, what: str

@@ -6,6 +6,7 @@ from types import TracebackType
 
 import grpc
 
+from tide.auth.client import Credentials
 from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._errors import InvalidArgument
 from tide.client._rpc import (
@@ -290,11 +291,18 @@ class PullConsumer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
     ) -> None:
         check_group(group)
         self.group = group
         self._reader = GatewayReader(
-            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+            Connection(
+                gateway,
+                rpc_timeout_ms=rpc_timeout_ms,
+                retry=retry,
+                tls=tls,
+                credentials=credentials,
+            )
         )
 
     def queues(self, topic: str) -> list[MessageQueue]:

@@ -18,6 +18,7 @@ import threading
 import time
 from types import TracebackType
 
+from tide.auth.client import Credentials
 from tide.client._allocate import owner_gone
 from tide.client._errors import TideError, TopicNotFound
 from tide.client._pull_consumer import GatewayReader
@@ -105,6 +106,7 @@ class PushConsumer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
         orderly: bool = False,
         max_reconsume_times: int = 0,
         lock_interval_ms: int = 20_000,
@@ -143,7 +145,13 @@ class PushConsumer:
         self._settings = options.settings
         self._retry_settings = options.retry_settings
         self._reader = GatewayReader(
-            Connection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+            Connection(
+                gateway,
+                rpc_timeout_ms=rpc_timeout_ms,
+                retry=retry,
+                tls=tls,
+                credentials=credentials,
+            )
         )
         self._orderly = orderly
         self._lock_interval_ms = lock_interval_ms

@@ -219,7 +219,10 @@ def run_service(
     try:
         parse_listen(listen)
         tls = tls_from_config(config)
-        set_internal_tls(tls.files if tls is not None else None)
+        if tls is None:
+            set_internal_tls(None)
+        else:
+            set_internal_tls(tls.files, reload_interval_ms=tls.reload_interval_ms)
         load_cluster_secret(config.get_optional_str("cluster_secret_file"))
         telemetry = telemetry_from_config(config)
     except (ListenError, TelemetryError, TlsError, ClusterSecretError) as exc:

@@ -384,7 +384,8 @@ COMMON_OPTIONS: tuple[Option, ...] = (
         "tls_reload_interval_ms",
         int,
         5_000,
-        "how often, at most, new connections check the TLS files for a new certificate",
+        "how often, at most, the TLS files are checked for a new certificate (the port's"
+        " new connections; the links to other services: the calls after a change)",
         unit="ms",
     ),
     Option(

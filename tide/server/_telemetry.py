@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, ExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricExporter,
@@ -48,6 +48,7 @@ METRICS_EXPORTERS = ("none", "console", "otlp")
 EXPORTERS = METRICS_EXPORTERS  # kept for callers of the first version
 AUTO = "auto"
 OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+EXEMPLAR_FILTER_ENV = "OTEL_METRICS_EXEMPLAR_FILTER"
 _OTLP_PACKAGE = "opentelemetry.exporter.otlp.proto.grpc"
 
 _log = logging.getLogger("tide.server.telemetry")
@@ -136,12 +137,27 @@ def configure_telemetry(
             else BatchSpanProcessor(span_exporter)
         )
         tracer_provider.add_span_processor(processor)
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    meter_provider = MeterProvider(
+        resource=resource,
+        metric_readers=readers,
+        exemplar_filter=_exemplar_filter(span_exporter is not None),
+    )
     if install_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
         TRACING.enabled = span_exporter is not None and sampler_ratio > 0
     return Telemetry(service_name, tracer_provider, meter_provider, endpoint, http_server)
+
+
+def _exemplar_filter(traces_exported: bool) -> ExemplarFilter | None:
+    """No exemplars when no trace is exported (None: the SDK's default, trace_based, or
+    what OTEL_METRICS_EXEMPLAR_FILTER names). An exemplar names a sampled span, and with
+    no exporter none is sampled (ALWAYS_OFF), so the default filter would answer no for
+    every measurement, after looking up the current span each time: ~4 % of the
+    storage's CPU on one-message appends (docs/performance.md)."""
+    if traces_exported or os.environ.get(EXEMPLAR_FILTER_ENV):
+        return None
+    return AlwaysOffExemplarFilter()
 
 
 def _resolve_auto(name: str) -> str:

@@ -37,6 +37,7 @@ def partitions_of(
             options.fail_on_data_loss,
             r.queue in new_queues,
             options.tls,
+            options.credentials,
         )
         for r in ranges
         if r.count > 0

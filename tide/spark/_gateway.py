@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tide.client import MessageQueue, PullConsumer, QueueOffsets
-from tide.spark._options import ReadOptions
+from tide.spark._options import ReadOptions, signing
 
 
 def queue_bounds(consumer: PullConsumer, topics: Sequence[str]) -> dict[MessageQueue, QueueOffsets]:
@@ -21,4 +21,9 @@ def timestamp_offsets(
 
 
 def open_consumer(options: ReadOptions) -> PullConsumer:
-    return PullConsumer(options.group, options.gateway, tls=options.tls)
+    return PullConsumer(
+        options.group,
+        options.gateway,
+        tls=options.tls,
+        credentials=signing(options.credentials),
+    )

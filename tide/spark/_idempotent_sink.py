@@ -23,7 +23,14 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from tide.client import AlreadyExists, ClientTls, IdempotentProducer, Message, MessageQueue
+from tide.client import (
+    AlreadyExists,
+    ClientTls,
+    Credentials,
+    IdempotentProducer,
+    Message,
+    MessageQueue,
+)
 
 log = logging.getLogger("tide.spark")
 
@@ -82,9 +89,12 @@ def write_exactly_once(
     pieces: Iterator[list[Message]],
     written: dict[str, int],
     tls: ClientTls = False,
+    credentials: Credentials | None = None,
 ) -> None:
     producer_id, epoch = identity
-    with IdempotentProducer(gateway, producer_id=producer_id, epoch=epoch, tls=tls) as producer:
+    with IdempotentProducer(
+        gateway, producer_id=producer_id, epoch=epoch, tls=tls, credentials=credentials
+    ) as producer:
         for messages in pieces:
             send_exactly_once(producer, messages, written)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from tide.client import DEFAULT_GATEWAY, ClientTls, TlsFiles
+from tide.client import DEFAULT_GATEWAY, ClientTls, Credentials, TlsFiles
 from tide.spark._planning import OffsetSpec, PlanningError, parse_offset_spec
 
 DEFAULT_GROUP = "tide-spark"
@@ -60,6 +61,46 @@ def tls_of(options: Mapping[str, str]) -> ClientTls:
     return _bool(options, "tls", False)
 
 
+@dataclass(frozen=True)
+class CredentialsFile:
+    """Options accessKey and secretKeyFile: the user every client of the connector signs
+    as. Only the file's path travels to the executors (a secret key in an option would
+    show in Spark's plans and logs); each reads it when it opens a client."""
+
+    access_key: str
+    secret_key_file: str
+
+    def load(self) -> Credentials:
+        try:
+            secret = Path(self.secret_key_file).read_text().strip()
+        except OSError as exc:
+            raise OptionError(
+                f"option secretKeyFile: cannot read {self.secret_key_file}: {exc.strerror}"
+            ) from None
+        return Credentials(self.access_key, secret)
+
+
+def credentials_of(options: Mapping[str, str]) -> CredentialsFile | None:
+    """Options accessKey and secretKeyFile (together); None: the environment's
+    TIDE_ACCESS_KEY / TIDE_SECRET_KEY, if set, as for every tide.client."""
+    lowered = _lower(options)
+    access_key, secret_file = lowered.get("accesskey") or None, lowered.get("secretkeyfile")
+    if "secretkey" in lowered:
+        raise OptionError(
+            "option secretKey is not taken (plans and logs show options): give secretKeyFile"
+        )
+    if (access_key is None) != (secret_file is None):
+        raise OptionError("options accessKey and secretKeyFile go together: give both")
+    if access_key is None or secret_file is None:
+        return None
+    CredentialsFile(access_key, secret_file).load()  # a readable file, checked on the driver
+    return CredentialsFile(access_key, secret_file)
+
+
+def signing(credentials: CredentialsFile | None) -> Credentials | None:
+    return credentials.load() if credentials is not None else None
+
+
 def topics_of(options: Mapping[str, str], *, required: bool = True) -> tuple[str, ...]:
     text = _lower(options).get("topic", "")
     topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
@@ -82,6 +123,7 @@ class ReadOptions:
     pull_batch: int
     fail_on_data_loss: bool
     tls: ClientTls = False
+    credentials: CredentialsFile | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -113,4 +155,5 @@ class ReadOptions:
             pull_batch=pull_batch,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             tls=tls_of(options),
+            credentials=credentials_of(options),
         )

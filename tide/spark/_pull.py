@@ -11,6 +11,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tide.client import ClientTls, PullConsumer, PullStatus
+from tide.spark._options import CredentialsFile, signing
 from tide.spark._planning import QueueRange
 from tide.spark._schema import BatchBuilder
 
@@ -40,11 +41,17 @@ class PullPartition(InputPartition):
     # Set for queues new in a micro-batch: start at their first message, whatever it is.
     from_first: bool = False
     tls: ClientTls = False
+    credentials: CredentialsFile | None = None
 
 
 def read_partition(partition: PullPartition) -> Iterator[pa.RecordBatch]:
     builder = BatchBuilder()
-    with PullConsumer(partition.group, partition.gateway, tls=partition.tls) as consumer:
+    with PullConsumer(
+        partition.group,
+        partition.gateway,
+        tls=partition.tls,
+        credentials=signing(partition.credentials),
+    ) as consumer:
         yield from _pull_range(consumer, partition, builder)
     if len(builder):
         yield builder.flush()

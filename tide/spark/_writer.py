@@ -27,7 +27,15 @@ from pyspark.sql.types import StructType
 from tide.client import DEFAULT_GATEWAY, ClientTls, Message, Producer, SendResult, TideError
 from tide.format import KEYS, TAGS, UNIQ_KEY
 from tide.spark._idempotent_sink import pieces_of, stream_identity, write_exactly_once
-from tide.spark._options import OptionError, _lower, tls_of, topics_of
+from tide.spark._options import (
+    CredentialsFile,
+    OptionError,
+    _lower,
+    credentials_of,
+    signing,
+    tls_of,
+    topics_of,
+)
 
 log = logging.getLogger("tide.spark")
 
@@ -60,6 +68,7 @@ class WriteOptions:
     # The streaming sink through idempotent producers (exactly-once); option idempotent.
     idempotent: bool = True
     tls: ClientTls = False
+    credentials: CredentialsFile | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], schema: StructType) -> WriteOptions:
@@ -84,6 +93,7 @@ class WriteOptions:
             batch,
             idempotent == "true",
             tls_of(options),
+            credentials_of(options),
         )
 
 
@@ -142,7 +152,8 @@ def send_all(producer: Producer, messages: Sequence[Message], report: WriteRepor
 
 def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     report = WriteReport()
-    with Producer(options.gateway, tls=options.tls) as producer:
+    credentials = signing(options.credentials)
+    with Producer(options.gateway, tls=options.tls, credentials=credentials) as producer:
         for batch in batches:
             for start in range(0, batch.num_rows, options.batch):
                 piece = batch.slice(start, options.batch)
@@ -197,7 +208,14 @@ class TideStreamWriter(DataSourceStreamArrowWriter):
             return write_batches(options, iterator)
         report = WriteReport()
         pieces = pieces_of(iterator, options.batch, options.topic)
-        write_exactly_once(options.gateway, identity, pieces, report.written, options.tls)
+        write_exactly_once(
+            options.gateway,
+            identity,
+            pieces,
+            report.written,
+            options.tls,
+            signing(options.credentials),
+        )
         return report
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

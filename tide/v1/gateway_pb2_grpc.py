@@ -512,7 +512,7 @@ class GatewayServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateUser(self, request, context):
-        """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+        """acl (issue 22): users and ACL 2.0 policies (docs/security.md), forwarded to every
         master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
         Allowed to super users (or a user granted the action on Cluster:*).
         """

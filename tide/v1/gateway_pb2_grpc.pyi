@@ -150,7 +150,7 @@ class GatewayStub:
     topic), for POP and pull groups alike.
     """
     CreateUser: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]
-    """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+    """acl (issue 22): users and ACL 2.0 policies (docs/security.md), forwarded to every
     master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
     Allowed to super users (or a user granted the action on Cluster:*).
     """
@@ -270,7 +270,7 @@ class GatewayAsyncStub(GatewayStub):
     topic), for POP and pull groups alike.
     """
     CreateUser: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UserRequest, _storage_pb2.ChangeAuthResponse]  # type: ignore[assignment]
-    """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+    """acl (issue 22): users and ACL 2.0 policies (docs/security.md), forwarded to every
     master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
     Allowed to super users (or a user granted the action on Cluster:*).
     """
@@ -597,7 +597,7 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         request: _gateway_pb2.UserRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.ChangeAuthResponse, _abc.Awaitable[_storage_pb2.ChangeAuthResponse]]:
-        """acl (issue 22): users and ACL 2.0 policies (docs/security-acl.md), forwarded to every
+        """acl (issue 22): users and ACL 2.0 policies (docs/security.md), forwarded to every
         master (like CreateGroup); the gateways apply them within --auth-refresh-interval-ms.
         Allowed to super users (or a user granted the action on Cluster:*).
         """

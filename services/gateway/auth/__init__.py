@@ -1,1 +1,1 @@
-"""The gateway's authentication and authorization (issue 22; docs/security-acl.md)."""
+"""The gateway's authentication and authorization (issue 22; docs/security.md)."""

@@ -36,8 +36,15 @@ def state_of(answer: storage_pb.GetAuthResponse) -> AuthState:
 
 
 class AuthCache:
-    def __init__(self, authority: Authority, fetch: Fetch, interval_s: float) -> None:
+    def __init__(
+        self,
+        authority: Authority,
+        fetch: Fetch,
+        interval_s: float,
+        tick: Callable[[], None] = lambda: None,
+    ) -> None:
         self._authority = authority
+        self._tick = tick  # the audit's sweep: suppressed denials reported after a flood
         self._fetch = fetch
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
@@ -64,4 +71,5 @@ class AuthCache:
                 if not failing:
                     log.warning("cannot fetch users and ACLs (keeping the last copy): %s", exc)
                 failing = True
+            self._tick()
             await asyncio.sleep(self._interval_s)

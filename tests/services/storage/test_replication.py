@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 
+from services.storage import service as storage_service
 from tests._service_process import child_env, free_port
 from tests.services.nameserver.process import NameServerLauncher
 from tests.services.storage.conftest import (
@@ -299,7 +301,9 @@ def run_storage(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_bad_role_options_exit_2_with_the_fix(tmp_path: Path) -> None:
+def test_bad_role_options_exit_2_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     cases = [
         (("--role", "SLAVE", "--broker-id", "1"), "--role SLAVE needs --master HOST:PORT"),
         (("--role", "SLAVE", "--master", "127.0.0.1:10911"), "--role SLAVE needs --broker-id > 0"),
@@ -316,11 +320,26 @@ def test_bad_role_options_exit_2_with_the_fix(tmp_path: Path) -> None:
             "--metadata-sync-interval-ms: 99 is outside 100..3600000",
         ),
     ]
-    for args, fragment in cases:
-        done = run_storage("--store-dir", str(tmp_path / "s"), *args)
-        assert done.returncode == 2, (args, done.stderr)
-        assert fragment in done.stderr, (args, done.stderr)
+    # One real process: the exit code and the message as an operator sees them.
+    (args, fragment), *others = cases
+    done = run_storage("--store-dir", str(tmp_path / "s"), *args)
+    assert done.returncode == 2, (args, done.stderr)
+    assert fragment in done.stderr, (args, done.stderr)
+    # The others through the same main() in this process (a process start each cost ~4 s
+    # on a loaded box); should one be accepted, the service must not start.
+    monkeypatch.setattr(storage_service, "run_service", _must_not_run)
+    for args, fragment in others:
+        argv = ["--listen", "127.0.0.1:0", "--store-dir", str(tmp_path / "s"), *args]
+        with pytest.raises(SystemExit) as exited:
+            storage_service.main(argv)
+        stderr = capsys.readouterr().err
+        assert exited.value.code == 2, (args, stderr)
+        assert fragment in stderr, (args, stderr)
     assert not (tmp_path / "s").exists()
+
+
+def _must_not_run(*_args: object, **_kwargs: object) -> None:
+    raise AssertionError("bad options were accepted: the service would start")
 
 
 def test_slave_with_another_broker_name_is_refused(

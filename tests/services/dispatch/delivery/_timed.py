@@ -29,9 +29,6 @@ from tide.v1 import storage_pb2 as spb
 
 PRECISION_MS = DEFAULT_TIMER_PRECISION_MS  # the dispatch's default, what the tests start
 GEOMETRY = TimerWheelGeometry(PRECISION_MS)
-# What a loaded 2-core box (five engineers' test runs) may add to a delivery's one period
-# of precision: the dispatch's loop waking late, an Append waiting for a sync flush.
-LOAD_SLACK_MS = 5000
 APPEND_BATCH = 500
 
 
