@@ -126,6 +126,11 @@ def test_tls_and_signed_calls(
         async with Producer(gateway, tls=tls) as unsigned:
             with pytest.raises(Unauthenticated):
                 await unsigned.send("T_aio_secure", b"x")
+        # credentials= signs without the environment, as on the sync clients.
+        async with Producer(gateway, tls=tls, credentials=ADMIN) as given:
+            assert (await given.send("T_aio_secure", b"given")).written
+        async with PullConsumer("G_aio_secure", gateway, tls=tls, credentials=ADMIN) as consumer:
+            assert (await consumer.offsets(queue)).max_offset >= 1
         monkeypatch.setenv("TIDE_ACCESS_KEY", "aio-reader")
         monkeypatch.setenv("TIDE_SECRET_KEY", "aio-reader-secret-0123")
         async with Producer(gateway, tls=tls) as reader:

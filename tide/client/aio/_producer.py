@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TypedDict, TypeVar, Unpack
 
+from tide.auth.client import Credentials
 from tide.client._convert import to_produce_message
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._in_flight import message_bytes
@@ -70,6 +71,7 @@ class Producer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
         async_threads: int = DEFAULT_ASYNC_THREADS,
@@ -94,7 +96,7 @@ class Producer:
             batch_max_bytes,
         )
         self._connection = AioConnection(
-            gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls
+            gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls, credentials=credentials
         )
         self._in_flight = AioInFlight(max_in_flight, max_in_flight_bytes)
         self._timeout_s = rpc_timeout_ms / 1000

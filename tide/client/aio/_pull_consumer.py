@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from tide.auth.client import Credentials
 from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._pull_consumer import (
     commit_request,
@@ -123,11 +124,18 @@ class PullConsumer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
     ) -> None:
         check_group(group)
         self.group = group
         self._reader = AioReader(
-            AioConnection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+            AioConnection(
+                gateway,
+                rpc_timeout_ms=rpc_timeout_ms,
+                retry=retry,
+                tls=tls,
+                credentials=credentials,
+            )
         )
 
     async def queues(self, topic: str) -> list[MessageQueue]:

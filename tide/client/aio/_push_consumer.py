@@ -15,6 +15,7 @@ import logging
 import time
 from types import TracebackType
 
+from tide.auth.client import Credentials
 from tide.client._allocate import owner_gone
 from tide.client._errors import InvalidArgument, TideError, TopicNotFound
 from tide.client._push_options import assigned, heartbeat_request, owners_by_topic, push_options
@@ -63,6 +64,7 @@ class PushConsumer:
         rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         tls: ClientTls = False,
+        credentials: Credentials | None = None,
         max_reconsume_times: int = 0,
         orderly: bool = False,
         lock_interval_ms: int = 20_000,
@@ -105,7 +107,13 @@ class PushConsumer:
         self._release_s = release_timeout_ms / 1000
         self._handler = handler
         self._reader = AioReader(
-            AioConnection(gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls)
+            AioConnection(
+                gateway,
+                rpc_timeout_ms=rpc_timeout_ms,
+                retry=retry,
+                tls=tls,
+                credentials=credentials,
+            )
         )
         self._workers: dict[MessageQueue, AioQueueWorker] = {}
         self._pending: dict[MessageQueue, float] = {}  # queue -> monotonic time to take it
