@@ -168,3 +168,26 @@ def test_the_loop_ending_under_open_sends_fails_them_clearly(cluster: Cluster) -
     assert sent.done() and sent.sent
     assert isinstance(sent.exception(), Unavailable)
     assert "stored or not" in str(sent.exception())
+
+
+def test_close_gives_up_on_an_answer_that_never_comes(cluster: Cluster) -> None:
+    """close() waits for the answers only up to its close timeout (the sends' retries
+    and a little, shortened here): past it, what is unanswered fails with Unavailable
+    and close returns rather than hang on a gateway that never answers (the Gate holds
+    the answer forever)."""
+    gateway = cluster.gateway.listen
+    cluster.create_topic("T_aio_unanswered", queues=1, brokers=["broker-a"])
+
+    async def run() -> None:
+        producer = Producer(gateway, linger_ms=0)
+        producer._close_timeout_s = 0.2  # instead of the retries' ~ 10 s
+        gate = Gate(producer)
+        send = asyncio.create_task(producer.send("T_aio_unanswered", b"unanswered"))
+        await gate.started.wait()
+        await producer.close()
+        with pytest.raises(Unavailable):
+            await send
+        assert producer.in_flight == (0, 0)
+        assert not gate.opened.is_set()
+
+    asyncio.run(run())
