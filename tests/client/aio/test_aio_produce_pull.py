@@ -13,13 +13,14 @@ from tide.client import (
     Message,
     MessageQueue,
     NotFound,
+    PullResult,
     PullStatus,
     ReceivedMessage,
     SendResult,
     TopicNotFound,
 )
 from tide.client import PullConsumer as SyncPullConsumer
-from tide.client.aio import Producer, PullConsumer
+from tide.client.aio import Admin, Producer, PullConsumer
 from tide.waiting import wait_until
 
 LONG_LINGER_MS = 60_000
@@ -168,3 +169,32 @@ def test_a_lone_message_goes_after_the_linger_and_close_flushes(cluster: Cluster
             await producer.send("T_aio_linger", b"late")
 
     asyncio.run(run())
+
+
+def test_the_loop_ending_under_a_pull_and_an_admin(cluster: Cluster) -> None:
+    """A PullConsumer and an Admin left open when their event loop ends: the long poll
+    under way is cancelled with the loop (asyncio.run returns, it does not wait out the
+    poll) and clients made on the next loop work."""
+    gateway = cluster.gateway.listen
+    topic = "T_aio_loop_end_pull"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    queue = MessageQueue(topic, "broker-a", 0)
+    polls: list[asyncio.Task[PullResult]] = []
+
+    async def left_open() -> None:
+        consumer = PullConsumer("G_aio_loop_end_pull", gateway)
+        admin = Admin(gateway)
+        polls.append(asyncio.create_task(consumer.pull(queue, 0, long_poll_timeout_ms=30_000)))
+        assert (await admin.route(topic)).queue_datas  # a call answered meanwhile
+
+    asyncio.run(left_open())
+    assert polls[0].cancelled()
+
+    async def next_loop() -> None:
+        async with Producer(gateway) as producer:
+            await producer.send(topic, b"after", queue=queue)
+        async with PullConsumer("G_aio_loop_end_pull", gateway) as consumer:
+            result = await consumer.pull(queue, 0, long_poll_timeout_ms=5_000)
+            assert [m.body for m in result.messages] == [b"after"]
+
+    asyncio.run(next_loop())
