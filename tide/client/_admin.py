@@ -68,6 +68,15 @@ class Admin(Closing, AuthAdmin, OffsetsAdmin):
             credentials=credentials,
         )
 
+    @classmethod
+    def over(cls, connection: Any) -> Admin:
+        """An Admin whose calls go through ``connection`` (an object with the
+        :class:`Connection`'s ``stub`` and ``call``): the asyncio Admin's bridge to its
+        grpc.aio channel, so both share every request and answer conversion."""
+        admin = cls.__new__(cls)
+        admin._connection = connection
+        return admin
+
     def create_topic(
         self,
         topic: str,

@@ -96,9 +96,11 @@ def error_from_status(code: grpc.StatusCode, details: str, what: str) -> TideErr
 
 
 def error_from_rpc(error: grpc.RpcError, what: str) -> TideError:
-    """Wrap a ``grpc.RpcError`` (a finished call) as a :class:`TideError`."""
-    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
-    details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    """Wrap a ``grpc.RpcError`` (a finished call, sync or grpc.aio's) as a
+    :class:`TideError`."""
+    call = isinstance(error, grpc.Call | grpc.aio.AioRpcError)
+    code = error.code() if call else grpc.StatusCode.UNKNOWN
+    details = (error.details() if call else None) or str(error)
     return error_from_status(code, details, what)
 
 

@@ -29,26 +29,37 @@ class InFlight:
         """Wait for room for one send of ``size_bytes``; ResourceExhausted after
         ``timeout_s``."""
         with self._changed:
-            if not self._changed.wait_for(lambda: self._fits(size_bytes), timeout_s):
-                raise ResourceExhausted(
-                    f"{what}: {self.sends} async sends ({self.bytes} bytes) are unfinished "
-                    f"(max_in_flight {self.max_sends}, max_in_flight_bytes {self.max_bytes}) "
-                    f"and not enough finished within {int(timeout_s * 1000)} ms"
-                )
-            self.sends += 1
-            self.bytes += size_bytes
-            self.peak_bytes = max(self.peak_bytes, self.bytes)
+            if not self._changed.wait_for(lambda: self.fits(size_bytes), timeout_s):
+                raise self.exhausted(what, timeout_s)
+            self.take(size_bytes)
 
     def release(self, size_bytes: int) -> None:
         with self._changed:
-            self.sends -= 1
-            self.bytes -= size_bytes
+            self.give_back(size_bytes)
             self._changed.notify_all()
 
-    def _fits(self, size_bytes: int) -> bool:
+    # The bookkeeping (the asyncio producer's bound, aio/_in_flight.py, shares it).
+
+    def fits(self, size_bytes: int) -> bool:
         if self.sends >= self.max_sends:
             return False
         return self.sends == 0 or self.bytes + size_bytes <= self.max_bytes
+
+    def take(self, size_bytes: int) -> None:
+        self.sends += 1
+        self.bytes += size_bytes
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def give_back(self, size_bytes: int) -> None:
+        self.sends -= 1
+        self.bytes -= size_bytes
+
+    def exhausted(self, what: str, timeout_s: float) -> ResourceExhausted:
+        return ResourceExhausted(
+            f"{what}: {self.sends} async sends ({self.bytes} bytes) are unfinished "
+            f"(max_in_flight {self.max_sends}, max_in_flight_bytes {self.max_bytes}) "
+            f"and not enough finished within {int(timeout_s * 1000)} ms"
+        )
 
 
 def message_bytes(messages: Sequence[Message]) -> int:

@@ -103,18 +103,14 @@ class Producer(Closing):
         batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
         credentials: Credentials | None = None,
     ) -> None:
-        if not 1 <= max_in_flight <= MAX_IN_FLIGHT_LIMIT:
-            raise InvalidArgument(
-                f"max_in_flight is {max_in_flight}; give 1..{MAX_IN_FLIGHT_LIMIT}"
-            )
-        if not MIN_IN_FLIGHT_BYTES <= max_in_flight_bytes <= MAX_IN_FLIGHT_BYTES_LIMIT:
-            raise InvalidArgument(
-                f"max_in_flight_bytes is {max_in_flight_bytes}; give "
-                f"{MIN_IN_FLIGHT_BYTES}..{MAX_IN_FLIGHT_BYTES_LIMIT}"
-            )
-        if not 1 <= async_threads <= MAX_ASYNC_THREADS:
-            raise InvalidArgument(f"async_threads is {async_threads}; give 1..{MAX_ASYNC_THREADS}")
-        limits = _limits(linger_ms, batch_max_messages, batch_max_bytes, async_threads)
+        limits = checked_limits(
+            max_in_flight,
+            max_in_flight_bytes,
+            async_threads,
+            linger_ms,
+            batch_max_messages,
+            batch_max_bytes,
+        )
         self._connection = Connection(
             gateway, rpc_timeout_ms=rpc_timeout_ms, retry=retry, tls=tls, credentials=credentials
         )
@@ -130,8 +126,7 @@ class Producer(Closing):
             self._carry,
             _results,
             timeout_s=rpc_timeout_ms / 1000,
-            close_timeout_s=retry.max_attempts * (rpc_timeout_ms + retry.max_backoff_ms) / 1000
-            + CLOSE_EXTRA_S,
+            close_timeout_s=close_timeout_s(retry, rpc_timeout_ms),
         )
         if producer_group or transaction_checker is not None:
             check_producer_group(producer_group)
@@ -373,9 +368,29 @@ def _results(
     return results
 
 
-def _limits(
-    linger_ms: int, batch_max_messages: int, batch_max_bytes: int, async_threads: int
+def close_timeout_s(retry: RetryPolicy, rpc_timeout_ms: int) -> float:
+    """How long closing waits for the sends' answers: their retries, and a little."""
+    return retry.max_attempts * (rpc_timeout_ms + retry.max_backoff_ms) / 1000 + CLOSE_EXTRA_S
+
+
+def checked_limits(
+    max_in_flight: int,
+    max_in_flight_bytes: int,
+    async_threads: int,
+    linger_ms: int,
+    batch_max_messages: int,
+    batch_max_bytes: int,
 ) -> Limits:
+    """The accumulator's limits from a producer's options (both clients'), checked."""
+    if not 1 <= max_in_flight <= MAX_IN_FLIGHT_LIMIT:
+        raise InvalidArgument(f"max_in_flight is {max_in_flight}; give 1..{MAX_IN_FLIGHT_LIMIT}")
+    if not MIN_IN_FLIGHT_BYTES <= max_in_flight_bytes <= MAX_IN_FLIGHT_BYTES_LIMIT:
+        raise InvalidArgument(
+            f"max_in_flight_bytes is {max_in_flight_bytes}; give "
+            f"{MIN_IN_FLIGHT_BYTES}..{MAX_IN_FLIGHT_BYTES_LIMIT}"
+        )
+    if not 1 <= async_threads <= MAX_ASYNC_THREADS:
+        raise InvalidArgument(f"async_threads is {async_threads}; give 1..{MAX_ASYNC_THREADS}")
     if not 0 <= linger_ms <= MAX_LINGER_MS:
         raise InvalidArgument(f"linger_ms is {linger_ms}; give 0..{MAX_LINGER_MS}")
     if not 1 <= batch_max_messages <= MAX_BATCH_MESSAGES:

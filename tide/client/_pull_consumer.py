@@ -53,6 +53,109 @@ def writable_queues(route: nameserver_pb2.TopicRoute) -> list[MessageQueue]:
     return sorted(set(queues))
 
 
+def pull_request(
+    group: str,
+    queue: MessageQueue,
+    offset: int,
+    max_messages: int,
+    expression: str,
+    long_poll_timeout_ms: int,
+) -> gateway_pb2.PullRequest:
+    """A checked Pull request (records encoding)."""
+    if not 1 <= max_messages <= MAX_PULL_MESSAGES:
+        raise InvalidArgument(f"max_messages is {max_messages}; give 1..{MAX_PULL_MESSAGES}")
+    if not 0 <= long_poll_timeout_ms <= MAX_LONG_POLL_TIMEOUT_MS:
+        raise InvalidArgument(
+            f"long_poll_timeout_ms is {long_poll_timeout_ms}; give 0..{MAX_LONG_POLL_TIMEOUT_MS}"
+        )
+    if offset < 0:
+        raise InvalidArgument(f"offset is {offset}; give 0 or more")
+    return gateway_pb2.PullRequest(
+        consumer_group=group,
+        topic=queue.topic,
+        broker_name=queue.broker_name,
+        queue_id=queue.queue_id,
+        offset=offset,
+        max_messages=max_messages,
+        expression=expression,
+        long_poll_timeout_ms=long_poll_timeout_ms,
+        encoding=gateway_pb2.PullRequest.ENCODING_RECORDS,
+    )
+
+
+def commit_request(
+    group: str, queue: MessageQueue, offset: int
+) -> gateway_pb2.CommitConsumerOffsetRequest:
+    if offset < 0:
+        raise InvalidArgument(f"offset is {offset}; give 0 or more")
+    return gateway_pb2.CommitConsumerOffsetRequest(
+        consumer_group=group,
+        topic=queue.topic,
+        broker_name=queue.broker_name,
+        queue_id=queue.queue_id,
+        offset=offset,
+    )
+
+
+def send_back_request(
+    group: str, message: ReceivedMessage, delay_level: int, max_reconsume_times: int
+) -> gateway_pb2.SendBackRequest:
+    if delay_level < -1:
+        raise InvalidArgument(
+            f"delay_level is {delay_level}; give 0 (the group's retry policy), -1 (the "
+            "dead-letter queue) or a delay level"
+        )
+    if max_reconsume_times < 0:
+        raise InvalidArgument(
+            f"max_reconsume_times is {max_reconsume_times}; give 0 (the group's) or more"
+        )
+    return gateway_pb2.SendBackRequest(
+        consumer_group=group,
+        broker_name=message.queue.broker_name,
+        msg_id=message.msg_id,
+        delay_level=delay_level,
+        max_reconsume_times=max_reconsume_times,
+    )
+
+
+def send_back_what(group: str, message: ReceivedMessage) -> str:
+    return f"SendBack of {message.msg_id} ({message.queue}) for group {group!r}"
+
+
+def send_back_result(answer: gateway_pb2.SendBackResponse) -> SendBackResult:
+    return SendBackResult(
+        topic=answer.topic,
+        dead_lettered=answer.dead_lettered,
+        reconsume_times=answer.reconsume_times,
+        deliver_at_ms=answer.deliver_at_ms,
+        msg_id=answer.msg_id,
+    )
+
+
+def offsets_request(queue: MessageQueue) -> gateway_pb2.QueueOffsetsRequest:
+    return gateway_pb2.QueueOffsetsRequest(
+        topic=queue.topic, broker_name=queue.broker_name, queue_id=queue.queue_id
+    )
+
+
+def search_request(queue: MessageQueue, timestamp_ms: int) -> gateway_pb2.SearchQueueOffsetRequest:
+    return gateway_pb2.SearchQueueOffsetRequest(
+        topic=queue.topic,
+        broker_name=queue.broker_name,
+        queue_id=queue.queue_id,
+        timestamp_ms=timestamp_ms,
+    )
+
+
+def committed_request(group: str, queue: MessageQueue) -> gateway_pb2.GetConsumerOffsetRequest:
+    return gateway_pb2.GetConsumerOffsetRequest(
+        consumer_group=group,
+        topic=queue.topic,
+        broker_name=queue.broker_name,
+        queue_id=queue.queue_id,
+    )
+
+
 class GatewayReader:
     """The gateway calls both consumers share (route, pull, offsets)."""
 
@@ -80,26 +183,7 @@ class GatewayReader:
         expression: str,
         long_poll_timeout_ms: int,
     ) -> gateway_pb2.PullRequest:
-        if not 1 <= max_messages <= MAX_PULL_MESSAGES:
-            raise InvalidArgument(f"max_messages is {max_messages}; give 1..{MAX_PULL_MESSAGES}")
-        if not 0 <= long_poll_timeout_ms <= MAX_LONG_POLL_TIMEOUT_MS:
-            raise InvalidArgument(
-                f"long_poll_timeout_ms is {long_poll_timeout_ms}; "
-                f"give 0..{MAX_LONG_POLL_TIMEOUT_MS}"
-            )
-        if offset < 0:
-            raise InvalidArgument(f"offset is {offset}; give 0 or more")
-        return gateway_pb2.PullRequest(
-            consumer_group=group,
-            topic=queue.topic,
-            broker_name=queue.broker_name,
-            queue_id=queue.queue_id,
-            offset=offset,
-            max_messages=max_messages,
-            expression=expression,
-            long_poll_timeout_ms=long_poll_timeout_ms,
-            encoding=gateway_pb2.PullRequest.ENCODING_RECORDS,
-        )
+        return pull_request(group, queue, offset, max_messages, expression, long_poll_timeout_ms)
 
     def pull(
         self,
@@ -134,9 +218,7 @@ class GatewayReader:
     def offsets(self, queue: MessageQueue) -> QueueOffsets:
         response = self.connection.call(
             self.connection.stub.GetQueueOffsets,
-            gateway_pb2.QueueOffsetsRequest(
-                topic=queue.topic, broker_name=queue.broker_name, queue_id=queue.queue_id
-            ),
+            offsets_request(queue),
             f"GetQueueOffsets of {queue}",
         )
         return QueueOffsets(response.min_offset, response.max_offset)
@@ -144,12 +226,7 @@ class GatewayReader:
     def search_offset(self, queue: MessageQueue, timestamp_ms: int) -> int:
         response = self.connection.call(
             self.connection.stub.SearchOffset,
-            gateway_pb2.SearchQueueOffsetRequest(
-                topic=queue.topic,
-                broker_name=queue.broker_name,
-                queue_id=queue.queue_id,
-                timestamp_ms=timestamp_ms,
-            ),
+            search_request(queue, timestamp_ms),
             f"SearchOffset of {queue} at {timestamp_ms} ms",
         )
         return response.offset
@@ -163,17 +240,9 @@ class GatewayReader:
     def commit(self, group: str, queue: MessageQueue, offset: int) -> None:
         """Store the group's offset. UNAVAILABLE while the broker's master is down:
         consumer offsets live on the master."""
-        if offset < 0:
-            raise InvalidArgument(f"offset is {offset}; give 0 or more")
         self.connection.call(
             self.connection.stub.CommitOffset,
-            gateway_pb2.CommitConsumerOffsetRequest(
-                consumer_group=group,
-                topic=queue.topic,
-                broker_name=queue.broker_name,
-                queue_id=queue.queue_id,
-                offset=offset,
-            ),
+            commit_request(group, queue, offset),
             f"CommitOffset of group {group!r} for {queue}",
         )
 
@@ -188,45 +257,19 @@ class GatewayReader:
     ) -> SendBackResult:
         """SendBack of ``message`` (as pulled) for ``group``; with ``single_attempt`` no
         retry on UNAVAILABLE (for callers that try again later anyway)."""
-        if delay_level < -1:
-            raise InvalidArgument(
-                f"delay_level is {delay_level}; give 0 (the group's retry policy), -1 (the "
-                "dead-letter queue) or a delay level"
-            )
-        if max_reconsume_times < 0:
-            raise InvalidArgument(
-                f"max_reconsume_times is {max_reconsume_times}; give 0 (the group's) or more"
-            )
-        request = gateway_pb2.SendBackRequest(
-            consumer_group=group,
-            broker_name=message.queue.broker_name,
-            msg_id=message.msg_id,
-            delay_level=delay_level,
-            max_reconsume_times=max_reconsume_times,
-        )
-        what = f"SendBack of {message.msg_id} ({message.queue}) for group {group!r}"
+        request = send_back_request(group, message, delay_level, max_reconsume_times)
+        what = send_back_what(group, message)
         if single_attempt:
             with self.connection.single_attempt():
                 answer = self.connection.call(self.connection.stub.SendBack, request, what)
         else:
             answer = self.connection.call(self.connection.stub.SendBack, request, what)
-        return SendBackResult(
-            topic=answer.topic,
-            dead_lettered=answer.dead_lettered,
-            reconsume_times=answer.reconsume_times,
-            deliver_at_ms=answer.deliver_at_ms,
-            msg_id=answer.msg_id,
-        )
+        return send_back_result(answer)
 
     def committed(self, group: str, queue: MessageQueue) -> int:
         response = self.connection.call(
             self.connection.stub.GetOffset,
-            gateway_pb2.GetConsumerOffsetRequest(
-                consumer_group=group,
-                topic=queue.topic,
-                broker_name=queue.broker_name,
-                queue_id=queue.queue_id,
-            ),
+            committed_request(group, queue),
             f"GetOffset of group {group!r} for {queue}",
         )
         return response.offset

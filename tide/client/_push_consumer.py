@@ -12,23 +12,24 @@ a queue whose owner left (``shutdown`` commits, then unregisters) is taken at on
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import itertools
 import logging
-import os
-import socket
 import threading
 import time
 from types import TracebackType
 
 from tide.auth.client import Credentials
-from tide.client._allocate import allocate_averagely, owner_gone, owners
-from tide.client._convert import check_group, check_topic
-from tide.client._errors import InvalidArgument, TideError, TopicNotFound
-from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, MAX_PULL_MESSAGES, GatewayReader
+from tide.client._allocate import owner_gone
+from tide.client._errors import TideError, TopicNotFound
+from tide.client._pull_consumer import GatewayReader
+from tide.client._push_options import (
+    assigned,
+    heartbeat_request,
+    owners_by_topic,
+    push_options,
+)
 from tide.client._queue_locks import Locker, QueueLease
-from tide.client._queue_worker import Callback, QueueWorker, WorkerSettings
+from tide.client._queue_worker import Callback, QueueWorker
 from tide.client._rpc import (
     DEFAULT_GATEWAY,
     DEFAULT_RPC_TIMEOUT_MS,
@@ -37,23 +38,13 @@ from tide.client._rpc import (
     RetryPolicy,
 )
 from tide.client._start_offset import ConsumeFrom
-from tide.client._types import RETRY_TOPIC_PREFIX, MessageQueue
-from tide.naming import topic_error
+from tide.client._types import MessageQueue
 from tide.v1 import storage_pb2
 
 _log = logging.getLogger("tide.client.consumer")
 
-MAX_QUEUES_LIMIT = 1024
 # Orderly: a queue whose lock another member holds is asked for again this often.
 LOCK_RETRY_MS = 1_000
-MAX_RETRIES_LIMIT = 100
-MAX_RETRY_MAX_TIMES = 1000  # a group's retry_max_times limit (tide.format)
-_client_ids = itertools.count()
-
-
-def default_client_id() -> str:
-    """``host@pid@n``: unique per consumer instance."""
-    return f"{socket.gethostname()}@{os.getpid()}@{next(_client_ids)}"
 
 
 class PushConsumer:
@@ -120,61 +111,39 @@ class PushConsumer:
         max_reconsume_times: int = 0,
         lock_interval_ms: int = 20_000,
     ) -> None:
-        check_group(group)
-        check_topic(topic)
-        _check_range("max_reconsume_times", max_reconsume_times, 0, MAX_RETRY_MAX_TIMES)
-        # The group's retry topic: consumed beside the topic (redeliveries).
-        self.retry_topic = RETRY_TOPIC_PREFIX + group
-        problem = topic_error(self.retry_topic)
-        if problem is not None:
-            raise InvalidArgument(
-                f"group {group!r} cannot have a retry topic ({problem}); use a shorter group"
-            )
-        _check_range("heartbeat_interval_ms", heartbeat_interval_ms, 10, 600_000)
-        _check_range("rebalance_interval_ms", rebalance_interval_ms, 10, 600_000)
-        _check_range("long_poll_timeout_ms", long_poll_timeout_ms, 0, MAX_LONG_POLL_TIMEOUT_MS)
-        _check_range("max_messages", max_messages, 1, MAX_PULL_MESSAGES)
-        _check_range("commit_interval_ms", commit_interval_ms, 0, 600_000)
-        _check_range("max_retries", max_retries, 0, MAX_RETRIES_LIMIT)
-        _check_range("retry_backoff_ms", retry_backoff_ms, 0, 600_000)
-        _check_range("max_queues", max_queues, 1, MAX_QUEUES_LIMIT)
-        _check_range("release_timeout_ms", release_timeout_ms, 0, 600_000)
-        _check_range("lock_interval_ms", lock_interval_ms, 10, 600_000)
-        if takeover_delay_ms is None:
-            # The other members notice a change within their rebalance interval (assumed
-            # equal to ours) and then release (commit) at once.
-            takeover_delay_ms = rebalance_interval_ms + 1_000
-        _check_range("takeover_delay_ms", takeover_delay_ms, 0, 600_000)
-        self.group = group
-        self.topic = topic
-        self.client_id = client_id or default_client_id()
-        self._expression = expression or "*"
-        self._heartbeat_interval_ms = heartbeat_interval_ms
-        self._rebalance_interval_ms = rebalance_interval_ms
-        self._takeover_delay_ms = takeover_delay_ms
-        self._max_queues = max_queues
-        self._release_timeout_ms = release_timeout_ms
-        self._callback = callback
-        self._settings = WorkerSettings(
-            group=group,
-            expression=self._expression,
-            consume_from=ConsumeFrom.parse(consume_from),
-            max_messages=max_messages,
+        options = push_options(
+            group,
+            topic,
+            expression,
+            consume_from=consume_from,
+            client_id=client_id,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            rebalance_interval_ms=rebalance_interval_ms,
+            takeover_delay_ms=takeover_delay_ms,
             long_poll_timeout_ms=long_poll_timeout_ms,
+            max_messages=max_messages,
             commit_interval_ms=commit_interval_ms,
             max_retries=max_retries,
             retry_backoff_ms=retry_backoff_ms,
-            error_backoff_ms=min(1_000, max(10, rebalance_interval_ms)),
+            max_queues=max_queues,
+            release_timeout_ms=release_timeout_ms,
             orderly=orderly,
             max_reconsume_times=max_reconsume_times,
+            lock_interval_ms=lock_interval_ms,
         )
-        # A retry topic's messages are those the group failed: every one is wanted, from
-        # the first (RocketMQ's computePullFromWhere starts a retry topic at 0 even for
-        # CONSUME_FROM_LAST_OFFSET: a redelivery sent back before this member started
-        # must not be skipped).
-        self._retry_settings = dataclasses.replace(
-            self._settings, expression="*", consume_from=ConsumeFrom.parse("first")
-        )
+        self.group = group
+        self.topic = topic
+        self.retry_topic = options.retry_topic
+        self.client_id = options.client_id
+        self._expression = options.expression
+        self._heartbeat_interval_ms = heartbeat_interval_ms
+        self._rebalance_interval_ms = rebalance_interval_ms
+        self._takeover_delay_ms = options.takeover_delay_ms
+        self._max_queues = max_queues
+        self._release_timeout_ms = release_timeout_ms
+        self._callback = callback
+        self._settings = options.settings
+        self._retry_settings = options.retry_settings
         self._reader = GatewayReader(
             Connection(
                 gateway,
@@ -328,14 +297,7 @@ class PushConsumer:
         connection = self._reader.connection
         connection.call(
             connection.stub.Heartbeat,
-            storage_pb2.ConsumerHeartbeatRequest(
-                consumer_group=self.group,
-                client_id=self.client_id,
-                subscriptions=[
-                    storage_pb2.Subscription(topic=self.topic, expression=self._expression),
-                    storage_pb2.Subscription(topic=self.retry_topic, expression="*"),
-                ],
-            ),
+            heartbeat_request(self.group, self.client_id, self.topic, self._expression),
             f"Heartbeat of {self.client_id} in group {self.group!r}",
         )
 
@@ -383,24 +345,7 @@ class PushConsumer:
         # Each topic's queues are split on their own (RocketMQ rebalances per topic).
         # Orderly: no retry topic (failures are retried locally, then dead-lettered).
         topics = (self.topic,) if self._orderly else (self.topic, self.retry_topic)
-        mine = [
-            queue
-            for topic in topics
-            for queue in allocate_averagely(
-                [q for q in queues if q.topic == topic], members, self.client_id
-            )
-        ]
-        if len(mine) > self._max_queues:
-            _log.error(
-                "consumer %s is assigned %d queues of %r but max_queues is %d; %d queues are "
-                "not consumed (raise max_queues or add members)",
-                self.client_id,
-                len(mine),
-                self.topic,
-                self._max_queues,
-                len(mine) - self._max_queues,
-            )
-            mine = mine[: self._max_queues]
+        mine = assigned(queues, members, self.client_id, topics, self._max_queues)
         target = set(mine)
         previous = self._last_view
         self._last_view = (queues, members)
@@ -416,7 +361,7 @@ class PushConsumer:
             _log.info("consumer %s releases %s", self.client_id, [str(w.queue) for w in lost])
             self._release(lost)
         now = time.monotonic()
-        previous_owners = _owners_by_topic(*previous) if previous is not None else None
+        previous_owners = owners_by_topic(*previous) if previous is not None else None
         with self._lock:
             for queue in sorted(target):
                 if queue in self._workers or queue in self._pending:
@@ -522,16 +467,3 @@ class PushConsumer:
                     self._leases.pop(worker.queue, None)
             if stopped:
                 self._locker.unlock(stopped)
-
-
-def _owners_by_topic(queues: list[MessageQueue], members: list[str]) -> dict[MessageQueue, str]:
-    """:func:`owners` of each topic's queues on their own (as they are allocated)."""
-    result: dict[MessageQueue, str] = {}
-    for topic in {queue.topic for queue in queues}:
-        result.update(owners([q for q in queues if q.topic == topic], members))
-    return result
-
-
-def _check_range(name: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise InvalidArgument(f"{name} is {value}; give {low}..{high}")

@@ -84,6 +84,23 @@ def send_back_wait_ms(settings: WorkerSettings, failures: int) -> int:
     return min(retry_wait_ms(settings, failures), ceiling_ms)
 
 
+def log_failure(queue: MessageQueue, message: ReceivedMessage) -> None:
+    """A callback (a handler) raised on ``message``: logged with its traceback."""
+    _log.warning(
+        "callback failed on %s offset %d (msg id %s, attempt %d)",
+        queue,
+        message.queue_offset,
+        message.msg_id,
+        message.attempt,
+        exc_info=True,
+    )
+
+
+def consumed(result: object) -> bool:
+    """Whether a callback's return value means consumed (all but RECONSUME_LATER)."""
+    return result is not ConsumeResult.RECONSUME_LATER
+
+
 class QueueWorker:
     def __init__(
         self,
@@ -346,16 +363,9 @@ class QueueWorker:
         try:
             result = self._callback(message)
         except Exception:
-            _log.warning(
-                "callback failed on %s offset %d (msg id %s, attempt %d)",
-                self.queue,
-                message.queue_offset,
-                message.msg_id,
-                message.attempt,
-                exc_info=True,
-            )
+            log_failure(self.queue, message)
             return False
-        return result is not ConsumeResult.RECONSUME_LATER
+        return consumed(result)
 
     def _sent_back(self, message: ReceivedMessage, delay_level: int) -> bool:
         """One SendBack (one attempt: the caller waits and tries again)."""

@@ -97,10 +97,7 @@ class Connection:
     ) -> None:
         """``credentials``: sign every call (a gateway with --auth-enabled); by default
         TIDE_ACCESS_KEY / TIDE_SECRET_KEY when both are set."""
-        if not gateway or ":" not in gateway:
-            raise InvalidArgument(f"gateway {gateway!r} is not HOST:PORT")
-        if rpc_timeout_ms <= 0:
-            raise InvalidArgument(f"rpc_timeout_ms is {rpc_timeout_ms}; give a positive value")
+        check_connection(gateway, rpc_timeout_ms)
         self.gateway = gateway
         self.rpc_timeout_ms = rpc_timeout_ms
         self.retry = retry or RetryPolicy()
@@ -176,6 +173,14 @@ class Connection:
     def close(self) -> None:
         self._closed.set()
         self._channel.close()
+
+
+def check_connection(gateway: str, rpc_timeout_ms: int) -> None:
+    """Both clients' connection options, checked."""
+    if not gateway or ":" not in gateway:
+        raise InvalidArgument(f"gateway {gateway!r} is not HOST:PORT")
+    if rpc_timeout_ms <= 0:
+        raise InvalidArgument(f"rpc_timeout_ms is {rpc_timeout_ms}; give a positive value")
 
 
 def tls_credentials(tls: ClientTls) -> grpc.ChannelCredentials | None:
