@@ -30,6 +30,7 @@ from tide.client._types import Message, MessageQueue, SendResult
 from tide.client.aio._accumulator import AioAccumulator, Delivery, withdraw_or_report
 from tide.client.aio._connection import AioConnection
 from tide.client.aio._in_flight import AioInFlight
+from tide.client.aio._produce_stream import AioProduceStream
 from tide.v1 import gateway_pb2
 
 _log = logging.getLogger("tide.client.producer")
@@ -62,7 +63,9 @@ class Producer:
     message's batch left, the message is withdrawn and never sent; after, its call goes
     on (no batch is cut short) and the outcome goes to the message's :class:`Delivery`,
     which :func:`cancelled_delivery` finds on the CancelledError (or on the TimeoutError
-    of ``asyncio.timeout``). Use it on one event loop; close it (or ``async with``)."""
+    of ``asyncio.timeout``). With ``stream=True`` the calls (accumulated batches and
+    ``send_batch``) are pipelined on one ProduceStream, as the sync Producer's. Use it
+    on one event loop; close it (or ``async with``)."""
 
     def __init__(
         self,
@@ -81,11 +84,11 @@ class Producer:
         stream: bool = False,
         producer_group: str = "",
     ) -> None:
-        if stream or producer_group:
-            # The sync Producer's options, refused rather than ignored: not offered here.
+        if producer_group:
+            # The sync Producer's option, refused rather than ignored: not offered here.
             raise InvalidArgument(
-                "stream=True and producer_group (transactions) are not offered by "
-                "tide.client.aio yet; use tide.client.Producer for them"
+                "producer_group (transactions) is not offered by tide.client.aio yet; "
+                "use tide.client.Producer for it"
             )
         limits = checked_limits(
             max_in_flight,
@@ -104,6 +107,7 @@ class Producer:
         self._accumulator = AioAccumulator(
             limits, self._in_flight, self._produce, _results, timeout_s=self._timeout_s
         )
+        self._stream = AioProduceStream(self._connection) if stream else None
         self._batch_calls: set[asyncio.Task[list[SendResult]]] = set()
         self._closed = False
 
@@ -163,6 +167,8 @@ class Producer:
     async def _produce(
         self, request: gateway_pb2.ProduceRequest, what: str
     ) -> gateway_pb2.ProduceResponse:
+        if self._stream is not None:
+            return await self._stream.send(request, what)
         stub = self._connection.stub
         answer: gateway_pb2.ProduceResponse = await self._connection.call(
             stub.Produce, request, what
@@ -183,6 +189,8 @@ class Producer:
         await self._accumulator.close(self._close_timeout_s)
         if self._batch_calls:
             await asyncio.wait(set(self._batch_calls), timeout=self._close_timeout_s)
+        if self._stream is not None:
+            await self._stream.close()
         await self._connection.close()
 
     async def __aenter__(self) -> Producer:
