@@ -118,7 +118,7 @@ def test_errors_are_the_sync_clients(cluster: Cluster) -> None:
         with pytest.raises(InvalidArgument, match="linger_ms"):
             Producer(gateway, linger_ms=-1)
         with pytest.raises(InvalidArgument, match="producer_group"):
-            Producer(gateway, producer_group="PG_aio")
+            Producer(gateway, producer_group="bad group!")
 
     asyncio.run(run())
 

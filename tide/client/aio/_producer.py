@@ -4,6 +4,7 @@ on a grpc.aio channel."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Sequence
 from types import TracebackType
@@ -26,11 +27,18 @@ from tide.client._producer import (
     close_timeout_s,
 )
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, ClientTls, RetryPolicy
+from tide.client._transactions import TransactionOutcome, check_producer_group
 from tide.client._types import Message, MessageQueue, SendResult
 from tide.client.aio._accumulator import AioAccumulator, Delivery, withdraw_or_report
 from tide.client.aio._connection import AioConnection
 from tide.client.aio._in_flight import AioInFlight
 from tide.client.aio._produce_stream import AioProduceStream
+from tide.client.aio._transactions import (
+    AioCheckListener,
+    AioLocalTransaction,
+    AioTransactionChecker,
+    send_transaction,
+)
 from tide.v1 import gateway_pb2
 
 _log = logging.getLogger("tide.client.producer")
@@ -83,13 +91,12 @@ class Producer:
         batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
         stream: bool = False,
         producer_group: str = "",
+        transaction_checker: AioTransactionChecker | None = None,
     ) -> None:
-        if producer_group:
-            # The sync Producer's option, refused rather than ignored: not offered here.
-            raise InvalidArgument(
-                "producer_group (transactions) is not offered by tide.client.aio yet; "
-                "use tide.client.Producer for it"
-            )
+        if producer_group or transaction_checker is not None:
+            check_producer_group(producer_group)
+        if transaction_checker is not None and not inspect.iscoroutinefunction(transaction_checker):
+            raise InvalidArgument("transaction_checker must be a coroutine function (async def)")
         limits = checked_limits(
             max_in_flight,
             max_in_flight_bytes,
@@ -108,6 +115,15 @@ class Producer:
             limits, self._in_flight, self._produce, _results, timeout_s=self._timeout_s
         )
         self._stream = AioProduceStream(self._connection) if stream else None
+        self._group = producer_group
+        # A checker: the group's checks are answered while the producer is open (from
+        # its first use on the event loop, or at once when made on one).
+        self._checks = (
+            AioCheckListener(self._connection, producer_group, transaction_checker)
+            if transaction_checker is not None
+            else None
+        )
+        self._start_checks()
         self._batch_calls: set[asyncio.Task[list[SendResult]]] = set()
         self._closed = False
 
@@ -175,9 +191,28 @@ class Producer:
         )
         return answer
 
+    async def send_transaction(
+        self, message: Message, local_transaction: AioLocalTransaction
+    ) -> TransactionOutcome:
+        """Send ``message`` as a half message, await ``local_transaction(message, half)``
+        (a coroutine function) and commit or roll back by its answer (UNKNOWN or an
+        exception: the broker asks the producer group's checker later). Needs
+        ``producer_group``."""
+        self._check_open()
+        return await send_transaction(self._connection, self._group, message, local_transaction)
+
+    def _start_checks(self) -> None:
+        if self._checks is not None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return  # made outside a loop: started by the first coroutine
+            self._checks.start()
+
     def _check_open(self) -> None:
         if self._closed:
             raise TideError("the producer is closed")
+        self._start_checks()
 
     async def close(self) -> None:
         """Send what is accumulated, await every answer (bounded by the sends' retries:
@@ -191,9 +226,12 @@ class Producer:
             await asyncio.wait(set(self._batch_calls), timeout=self._close_timeout_s)
         if self._stream is not None:
             await self._stream.close()
+        if self._checks is not None:
+            await self._checks.close()
         await self._connection.close()
 
     async def __aenter__(self) -> Producer:
+        self._start_checks()
         return self
 
     async def __aexit__(
