@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tide.client._queue_locks import Locker, QueueLease, _by_broker
+from tide.client._queue_locks import Locker, QueueLease, by_broker
 from tide.client._types import MessageQueue
 from tide.limits import LOCK_QUEUES_MAX_COUNT
 
@@ -34,7 +34,7 @@ def test_a_waiter_wakes_when_the_lease_is_renewed() -> None:
 def test_lock_calls_are_per_broker_and_bounded() -> None:
     queues = [MessageQueue("T", "b", i) for i in range(LOCK_QUEUES_MAX_COUNT + 1)]
     queues.append(MessageQueue("T", "a", 0))
-    batches = _by_broker(queues)
+    batches = by_broker(queues)
     assert [(broker, len(batch)) for broker, batch in batches] == [
         ("a", 1),
         ("b", LOCK_QUEUES_MAX_COUNT),

@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from tide.client._errors import TideError, Unavailable, error_from_rpc, error_from_status
-from tide.client._rpc import Connection
+from tide.client._rpc import Connection, RetryPolicy
 from tide.v1 import gateway_pb2
 
 _log = logging.getLogger("tide.client.producer")
@@ -37,6 +37,33 @@ _END = object()  # queued by close(): half-close the stream
 CLOSE_EXTRA_S = 5.0
 
 Response = gateway_pb2.ProduceResponse
+
+
+def answer_error(answer: gateway_pb2.ProduceStreamResponse, what: str) -> TideError:
+    """The error of an in-band failed answer: the one Produce would have raised."""
+    code = _CODES.get(answer.error_code, grpc.StatusCode.UNKNOWN)
+    return error_from_status(code, answer.error_message, what)
+
+
+def failure_error(failure: Exception, what: str) -> Exception:
+    """The error of a send left unanswered by a stream that ended with ``failure``."""
+    if isinstance(failure, grpc.RpcError):
+        return error_from_rpc(failure, what)
+    if isinstance(failure, TideError):
+        return type(failure)(f"{what}: {failure.message}", failure.code)
+    return failure
+
+
+def retry_wait_ms(retry: RetryPolicy, attempts: int, error: Exception) -> int | None:
+    """How long to wait before sending again a send that failed with ``error`` after
+    ``attempts``; None: fail it (not Unavailable, or no attempt left)."""
+    if not isinstance(error, Unavailable) or attempts >= retry.max_attempts:
+        return None
+    wait_ms = retry.backoff_ms(attempts)
+    _log.warning(
+        "%s (attempt %d of %d); retrying in %d ms", error, attempts, retry.max_attempts, wait_ms
+    )
+    return wait_ms
 
 
 class _Pending:
@@ -113,10 +140,7 @@ class _Session:
         if not answer.error_code:
             pending.future.set_result(answer.response)
             return
-        code = _CODES.get(answer.error_code, grpc.StatusCode.UNKNOWN)
-        self._owner.fail_or_retry(
-            pending, error_from_status(code, answer.error_message, pending.what)
-        )
+        self._owner.fail_or_retry(pending, answer_error(answer, pending.what))
 
     def _fail_pending(self, failure: Exception) -> None:
         with self.lock:
@@ -124,13 +148,7 @@ class _Session:
             left, self.pending = list(self.pending), collections.deque()
         self.requests.put(_END)  # ends gRPC's writer thread if it still waits
         for pending in left:
-            if isinstance(failure, grpc.RpcError):
-                error: Exception = error_from_rpc(failure, pending.what)
-            elif isinstance(failure, TideError):
-                error = type(failure)(f"{pending.what}: {failure.message}", failure.code)
-            else:
-                error = failure
-            self._owner.fail_or_retry(pending, error)
+            self._owner.fail_or_retry(pending, failure_error(failure, pending.what))
 
 
 class ProduceStream:
@@ -162,18 +180,10 @@ class ProduceStream:
     def fail_or_retry(self, pending: _Pending, error: Exception) -> None:
         """Retry an Unavailable send after the backoff while attempts are left; else fail
         it with ``error``."""
-        retry = self.connection.retry
-        if not isinstance(error, Unavailable) or pending.attempts >= retry.max_attempts:
+        wait_ms = retry_wait_ms(self.connection.retry, pending.attempts, error)
+        if wait_ms is None:
             pending.future.set_exception(error)
             return
-        wait_ms = retry.backoff_ms(pending.attempts)
-        _log.warning(
-            "%s (attempt %d of %d); retrying in %d ms",
-            error,
-            pending.attempts,
-            retry.max_attempts,
-            wait_ms,
-        )
         timer = threading.Timer(wait_ms / 1000, self._resubmit, (pending, error))
         timer.daemon = True
         timer.start()

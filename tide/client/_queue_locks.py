@@ -77,10 +77,7 @@ class Locker:
 
     def renew_interval_ms(self, lock_interval_ms: int) -> float:
         """``lock_interval_ms``, shortened to fit the broker's lease (RENEWALS_PER_LEASE)."""
-        if not self.max_live_ms:
-            return lock_interval_ms
-        lease_ms = self.max_live_ms * CLIENT_LEASE_FRACTION
-        return min(lock_interval_ms, lease_ms / RENEWALS_PER_LEASE)
+        return renew_interval_ms(self.max_live_ms, lock_interval_ms)
 
     def lock(self, queues: Iterable[MessageQueue]) -> tuple[set[MessageQueue], float]:
         """Lock or renew ``queues``: those held now, and until when (monotonic seconds)
@@ -88,7 +85,7 @@ class Locker:
         not held (their leases run out unless a later renewal succeeds)."""
         held: set[MessageQueue] = set()
         until_s = float("inf")
-        for broker_name, batch in _by_broker(queues):
+        for broker_name, batch in by_broker(queues):
             sent_s = time.monotonic()
             try:
                 answer = self._call(self._connection.stub.LockQueues, broker_name, batch, "Lock")
@@ -96,14 +93,14 @@ class Locker:
                 _log.warning("locking %d queues of %s failed: %s", len(batch), broker_name, exc)
                 continue
             self.max_live_ms = answer.max_live_ms
-            until_s = min(until_s, sent_s + answer.max_live_ms * CLIENT_LEASE_FRACTION / 1000)
-            held.update(MessageQueue(q.topic, broker_name, q.queue_id) for q in answer.locked)
+            until_s = min(until_s, lease_until_s(sent_s, answer.max_live_ms))
+            held.update(locked_queues(broker_name, answer))
         return held, until_s
 
     def unlock(self, queues: Iterable[MessageQueue]) -> None:
         """Release ``queues`` (after their final commits); a failure is logged: the
         leases then expire on their own."""
-        for broker_name, batch in _by_broker(queues):
+        for broker_name, batch in by_broker(queues):
             try:
                 self._call(self._connection.stub.UnlockQueues, broker_name, batch, "Unlock")
             except TideError as exc:
@@ -116,14 +113,7 @@ class Locker:
         batch: list[MessageQueue],
         what: str,
     ) -> _R:
-        request = gateway_pb2.BrokerQueueLockRequest(
-            broker_name=broker_name,
-            request=storage_pb2.QueueLockRequest(
-                consumer_group=self._group,
-                client_id=self._client_id,
-                queues=[storage_pb2.LockedQueue(topic=q.topic, queue_id=q.queue_id) for q in batch],
-            ),
-        )
+        request = lock_request(self._group, self._client_id, broker_name, batch)
         return self._connection.call(
             method,
             request,
@@ -132,7 +122,38 @@ class Locker:
         )
 
 
-def _by_broker(queues: Iterable[MessageQueue]) -> list[tuple[str, list[MessageQueue]]]:
+def renew_interval_ms(max_live_ms: int, lock_interval_ms: int) -> float:
+    """``lock_interval_ms``, shortened to fit the broker's lease (RENEWALS_PER_LEASE);
+    ``max_live_ms`` 0: the lease is not known yet."""
+    if not max_live_ms:
+        return lock_interval_ms
+    lease_ms = max_live_ms * CLIENT_LEASE_FRACTION
+    return min(lock_interval_ms, lease_ms / RENEWALS_PER_LEASE)
+
+
+def lease_until_s(sent_s: float, max_live_ms: int) -> float:
+    """Until when (monotonic seconds) a lock sent at ``sent_s`` lets the member deliver."""
+    return sent_s + max_live_ms * CLIENT_LEASE_FRACTION / 1000
+
+
+def locked_queues(broker_name: str, answer: storage_pb2.QueueLockResponse) -> list[MessageQueue]:
+    return [MessageQueue(q.topic, broker_name, q.queue_id) for q in answer.locked]
+
+
+def lock_request(
+    group: str, client_id: str, broker_name: str, batch: list[MessageQueue]
+) -> gateway_pb2.BrokerQueueLockRequest:
+    return gateway_pb2.BrokerQueueLockRequest(
+        broker_name=broker_name,
+        request=storage_pb2.QueueLockRequest(
+            consumer_group=group,
+            client_id=client_id,
+            queues=[storage_pb2.LockedQueue(topic=q.topic, queue_id=q.queue_id) for q in batch],
+        ),
+    )
+
+
+def by_broker(queues: Iterable[MessageQueue]) -> list[tuple[str, list[MessageQueue]]]:
     """Queues per broker, in batches of at most LOCK_QUEUES_MAX_COUNT."""
     grouped: dict[str, list[MessageQueue]] = {}
     for queue in sorted(queues):

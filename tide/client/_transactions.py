@@ -100,21 +100,9 @@ def check_producer_group(group: str) -> None:
 def send_transaction(
     connection: Connection, group: str, message: Message, local: LocalTransaction
 ) -> TransactionOutcome:
-    if not group:
-        raise InvalidArgument("send_transaction needs a producer_group (Producer(...))")
-    if message.delay_level or message.deliver_at_ms or message.delay_ms:
-        raise InvalidArgument("a transactional message cannot be delayed")
-    proto = to_produce_message(message)
-    proto.transactional = True
-    proto.producer_group = group
-    what = f"transactional send to {message.topic!r}"
-    response = connection.call(
-        connection.stub.Produce, gateway_pb2.ProduceRequest(messages=[proto]), what
-    )
-    (result,) = response.results
-    half = from_produce_result(message.topic, result)
-    if not half.written:
-        raise TideError(f"{what} failed: {half.error}")
+    request, what = half_request(group, message)
+    response = connection.call(connection.stub.Produce, request, what)
+    result, half = half_result(message, response, what)
     try:
         resolution = local(message, half)
     except Exception:  # the local transaction's outcome is unknown: the check decides
@@ -125,8 +113,51 @@ def send_transaction(
     try:
         ended = end_transaction(connection, group, result, resolution, from_check=False)
     except TideError as exc:  # RocketMQ's oneway end: the check-back resolves it
-        _log.warning("EndTransaction of %s failed (%s); left to the check", half.msg_id, exc)
-        return TransactionOutcome(resolution, half, result.transaction_id, error=str(exc))
+        return end_failed(resolution, half, result, exc)
+    return ended_outcome(message, resolution, half, result, ended)
+
+
+def half_request(group: str, message: Message) -> tuple[gateway_pb2.ProduceRequest, str]:
+    """The Produce request of a half message (checked) and what to call it in errors."""
+    if not group:
+        raise InvalidArgument("send_transaction needs a producer_group (Producer(...))")
+    if message.delay_level or message.deliver_at_ms or message.delay_ms:
+        raise InvalidArgument("a transactional message cannot be delayed")
+    proto = to_produce_message(message)
+    proto.transactional = True
+    proto.producer_group = group
+    what = f"transactional send to {message.topic!r}"
+    return gateway_pb2.ProduceRequest(messages=[proto]), what
+
+
+def half_result(
+    message: Message, response: gateway_pb2.ProduceResponse, what: str
+) -> tuple[gateway_pb2.ProduceResult, SendResult]:
+    """The half's result; raises when it was not written."""
+    (result,) = response.results
+    half = from_produce_result(message.topic, result)
+    if not half.written:
+        raise TideError(f"{what} failed: {half.error}")
+    return result, half
+
+
+def end_failed(
+    resolution: TransactionResolution,
+    half: SendResult,
+    result: gateway_pb2.ProduceResult,
+    error: TideError,
+) -> TransactionOutcome:
+    _log.warning("EndTransaction of %s failed (%s); left to the check", half.msg_id, error)
+    return TransactionOutcome(resolution, half, result.transaction_id, error=str(error))
+
+
+def ended_outcome(
+    message: Message,
+    resolution: TransactionResolution,
+    half: SendResult,
+    result: gateway_pb2.ProduceResult,
+    ended: gateway_pb2.EndTransactionResponse,
+) -> TransactionOutcome:
     committed = None
     if resolution is TransactionResolution.COMMIT:
         committed = from_produce_result(message.topic, ended.committed)
@@ -141,7 +172,18 @@ def end_transaction(
     *,
     from_check: bool,
 ) -> gateway_pb2.EndTransactionResponse:
-    request = gateway_pb2.EndTransactionRequest(
+    request = end_request(group, half, resolution, from_check=from_check)
+    return connection.call(connection.stub.EndTransaction, request, "EndTransaction")
+
+
+def end_request(
+    group: str,
+    half: gateway_pb2.ProduceResult | gateway_pb2.HalfMessage,
+    resolution: TransactionResolution,
+    *,
+    from_check: bool,
+) -> gateway_pb2.EndTransactionRequest:
+    return gateway_pb2.EndTransactionRequest(
         producer_group=group,
         broker_name=half.broker_name,
         msg_id=half.msg_id,
@@ -150,7 +192,6 @@ def end_transaction(
         resolution=_TO_PROTO[resolution],
         from_check=from_check,
     )
-    return connection.call(connection.stub.EndTransaction, request, "EndTransaction")
 
 
 class CheckListener:

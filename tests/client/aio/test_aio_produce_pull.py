@@ -117,8 +117,8 @@ def test_errors_are_the_sync_clients(cluster: Cluster) -> None:
                 await consumer.pull(MessageQueue("T_aio_errors", "broker-a", 0), 0, 0)
         with pytest.raises(InvalidArgument, match="linger_ms"):
             Producer(gateway, linger_ms=-1)
-        with pytest.raises(InvalidArgument, match="stream=True"):
-            Producer(gateway, stream=True)
+        with pytest.raises(InvalidArgument, match="producer_group"):
+            Producer(gateway, producer_group="bad group!")
 
     asyncio.run(run())
 

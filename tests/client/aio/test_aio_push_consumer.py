@@ -197,8 +197,8 @@ def test_bad_options_and_an_unknown_topic(cluster: Cluster) -> None:
 
     with pytest.raises(InvalidArgument, match="max_messages"):
         PushConsumer("G_aio_bad", "T_aio_bad", "*", handler, max_messages=0)
-    with pytest.raises(InvalidArgument, match="orderly"):
-        PushConsumer("G_aio_bad", "T_aio_bad", "*", handler, orderly=True)
+    with pytest.raises(InvalidArgument, match="lock_interval_ms"):
+        PushConsumer("G_aio_bad", "T_aio_bad", "*", handler, orderly=True, lock_interval_ms=1)
 
     async def run() -> None:
         consumer = PushConsumer("G_aio_bad", "T_aio_missing", "*", handler, cluster.gateway.listen)

@@ -4,6 +4,7 @@ on a grpc.aio channel."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Sequence
 from types import TracebackType
@@ -26,10 +27,18 @@ from tide.client._producer import (
     close_timeout_s,
 )
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, ClientTls, RetryPolicy
+from tide.client._transactions import TransactionOutcome, check_producer_group
 from tide.client._types import Message, MessageQueue, SendResult
 from tide.client.aio._accumulator import AioAccumulator, Delivery, withdraw_or_report
 from tide.client.aio._connection import AioConnection
 from tide.client.aio._in_flight import AioInFlight
+from tide.client.aio._produce_stream import AioProduceStream
+from tide.client.aio._transactions import (
+    AioCheckListener,
+    AioLocalTransaction,
+    AioTransactionChecker,
+    send_transaction,
+)
 from tide.v1 import gateway_pb2
 
 _log = logging.getLogger("tide.client.producer")
@@ -62,7 +71,9 @@ class Producer:
     message's batch left, the message is withdrawn and never sent; after, its call goes
     on (no batch is cut short) and the outcome goes to the message's :class:`Delivery`,
     which :func:`cancelled_delivery` finds on the CancelledError (or on the TimeoutError
-    of ``asyncio.timeout``). Use it on one event loop; close it (or ``async with``)."""
+    of ``asyncio.timeout``). With ``stream=True`` the calls (accumulated batches and
+    ``send_batch``) are pipelined on one ProduceStream, as the sync Producer's. Use it
+    on one event loop; close it (or ``async with``)."""
 
     def __init__(
         self,
@@ -80,13 +91,12 @@ class Producer:
         batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
         stream: bool = False,
         producer_group: str = "",
+        transaction_checker: AioTransactionChecker | None = None,
     ) -> None:
-        if stream or producer_group:
-            # The sync Producer's options, refused rather than ignored: not offered here.
-            raise InvalidArgument(
-                "stream=True and producer_group (transactions) are not offered by "
-                "tide.client.aio yet; use tide.client.Producer for them"
-            )
+        if producer_group or transaction_checker is not None:
+            check_producer_group(producer_group)
+        if transaction_checker is not None and not inspect.iscoroutinefunction(transaction_checker):
+            raise InvalidArgument("transaction_checker must be a coroutine function (async def)")
         limits = checked_limits(
             max_in_flight,
             max_in_flight_bytes,
@@ -104,6 +114,16 @@ class Producer:
         self._accumulator = AioAccumulator(
             limits, self._in_flight, self._produce, _results, timeout_s=self._timeout_s
         )
+        self._stream = AioProduceStream(self._connection) if stream else None
+        self._group = producer_group
+        # A checker: the group's checks are answered while the producer is open (from
+        # its first use on the event loop, or at once when made on one).
+        self._checks = (
+            AioCheckListener(self._connection, producer_group, transaction_checker)
+            if transaction_checker is not None
+            else None
+        )
+        self._start_checks()
         self._batch_calls: set[asyncio.Task[list[SendResult]]] = set()
         self._closed = False
 
@@ -163,15 +183,36 @@ class Producer:
     async def _produce(
         self, request: gateway_pb2.ProduceRequest, what: str
     ) -> gateway_pb2.ProduceResponse:
+        if self._stream is not None:
+            return await self._stream.send(request, what)
         stub = self._connection.stub
         answer: gateway_pb2.ProduceResponse = await self._connection.call(
             stub.Produce, request, what
         )
         return answer
 
+    async def send_transaction(
+        self, message: Message, local_transaction: AioLocalTransaction
+    ) -> TransactionOutcome:
+        """Send ``message`` as a half message, await ``local_transaction(message, half)``
+        (a coroutine function) and commit or roll back by its answer (UNKNOWN or an
+        exception: the broker asks the producer group's checker later). Needs
+        ``producer_group``."""
+        self._check_open()
+        return await send_transaction(self._connection, self._group, message, local_transaction)
+
+    def _start_checks(self) -> None:
+        if self._checks is not None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return  # made outside a loop: started by the first coroutine
+            self._checks.start()
+
     def _check_open(self) -> None:
         if self._closed:
             raise TideError("the producer is closed")
+        self._start_checks()
 
     async def close(self) -> None:
         """Send what is accumulated, await every answer (bounded by the sends' retries:
@@ -183,9 +224,14 @@ class Producer:
         await self._accumulator.close(self._close_timeout_s)
         if self._batch_calls:
             await asyncio.wait(set(self._batch_calls), timeout=self._close_timeout_s)
+        if self._stream is not None:
+            await self._stream.close()
+        if self._checks is not None:
+            await self._checks.close()
         await self._connection.close()
 
     async def __aenter__(self) -> Producer:
+        self._start_checks()
         return self
 
     async def __aexit__(

@@ -18,12 +18,14 @@ from types import TracebackType
 from tide.auth.client import Credentials
 from tide.client._allocate import owner_gone
 from tide.client._errors import InvalidArgument, TideError, TopicNotFound
+from tide.client._push_consumer import LOCK_RETRY_MS
 from tide.client._push_options import assigned, heartbeat_request, owners_by_topic, push_options
 from tide.client._rpc import DEFAULT_GATEWAY, DEFAULT_RPC_TIMEOUT_MS, ClientTls, RetryPolicy
 from tide.client._start_offset import ConsumeFrom
 from tide.client._types import MessageQueue
 from tide.client.aio._connection import AioConnection
 from tide.client.aio._pull_consumer import AioReader
+from tide.client.aio._queue_locks import AioLocker, AioQueueLease
 from tide.client.aio._queue_worker import AioQueueWorker, Handler
 from tide.v1 import storage_pb2
 
@@ -34,7 +36,9 @@ class PushConsumer:
     """Consumes ``topic`` as one member of ``group``: ``await handler(message)`` once per
     message, in queue order within a queue, queues in parallel (a task each, at most
     ``max_queues``). The sync PushConsumer's options (same names and defaults), retry
-    and dead-letter rules (docs/client.md); ``orderly=True`` is not offered here yet.
+    and dead-letter rules (docs/client.md); ``orderly=True`` as the sync one's: each queue
+    locked at its broker before it is consumed, the locks renewed, a failed message
+    retried in place, the queue unlocked after its final commit.
 
     ``start()`` (or ``async with``) joins the group; ``shutdown()`` (``close()``) stops
     pulling, gives each running handler up to ``release_timeout_ms`` to finish, then
@@ -69,11 +73,6 @@ class PushConsumer:
         orderly: bool = False,
         lock_interval_ms: int = 20_000,
     ) -> None:
-        if orderly:  # the sync consumer's option, refused rather than ignored
-            raise InvalidArgument(
-                "orderly=True is not offered by tide.client.aio yet; use "
-                "tide.client.PushConsumer for orderly consumption"
-            )
         if not asyncio.iscoroutinefunction(handler):
             raise InvalidArgument("handler must be a coroutine function (async def)")
         options = push_options(
@@ -92,7 +91,7 @@ class PushConsumer:
             retry_backoff_ms=retry_backoff_ms,
             max_queues=max_queues,
             release_timeout_ms=release_timeout_ms,
-            orderly=False,
+            orderly=orderly,
             max_reconsume_times=max_reconsume_times,
             lock_interval_ms=lock_interval_ms,
         )
@@ -115,6 +114,10 @@ class PushConsumer:
                 credentials=credentials,
             )
         )
+        self._orderly = orderly
+        self._lock_interval_ms = lock_interval_ms
+        self._locker = AioLocker(self._reader.connection, group, self.client_id)
+        self._leases: dict[MessageQueue, AioQueueLease] = {}  # orderly: of the workers
         self._workers: dict[MessageQueue, AioQueueWorker] = {}
         self._pending: dict[MessageQueue, float] = {}  # queue -> monotonic time to take it
         self._last_view: tuple[list[MessageQueue], list[str]] | None = None
@@ -201,9 +204,13 @@ class PushConsumer:
         now = time.monotonic()
         next_heartbeat = now + self._heartbeat_s
         next_rebalance = now + self._rebalance_s
+        next_lock = self._next_renewal(now)
         while True:
             now = time.monotonic()
             try:
+                if now >= next_lock:
+                    next_lock = self._next_renewal(now)
+                    await self._renew_locks()
                 if now >= next_heartbeat:
                     next_heartbeat = now + self._heartbeat_s
                     await self._heartbeat()
@@ -211,13 +218,13 @@ class PushConsumer:
                     self._wake.clear()
                     next_rebalance = now + self._rebalance_s
                     await self._rebalance()
-                self._take_due()
+                await self._take_due()
             except TideError as exc:
                 _log.warning("consumer %s of group %r: %s", self.client_id, self.group, exc)
             except Exception:
                 _log.exception("consumer %s: unexpected error in rebalance", self.client_id)
             due = min(self._pending.values(), default=next_rebalance)
-            wait_s = min(next_heartbeat, next_rebalance, due) - time.monotonic()
+            wait_s = min(next_heartbeat, next_rebalance, due, next_lock) - time.monotonic()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, wait_s)):
                     await self._wake.wait()
@@ -263,7 +270,7 @@ class PushConsumer:
         if self.client_id not in members:
             _log.warning("consumer %s is not (yet) a member of %r", self.client_id, self.group)
             await self._heartbeat()
-        topics = (self.topic, self.retry_topic)
+        topics = (self.topic,) if self._orderly else (self.topic, self.retry_topic)
         target = set(assigned(queues, members, self.client_id, topics, self._max_queues))
         previous, self._last_view = self._last_view, (queues, members)
         lost = [w for q, w in self._workers.items() if q not in target]
@@ -280,22 +287,36 @@ class PushConsumer:
         for queue in sorted(target):
             if queue in self._workers or queue in self._pending:
                 continue
-            gone = owner_gone(queue, self.client_id, previous_owners, members)
+            # Orderly: the lock decides when it may be taken (_lock_due).
+            gone = self._orderly or owner_gone(queue, self.client_id, previous_owners, members)
             self._pending[queue] = now if gone else now + delay_s
-        self._take_due()
+        await self._take_due()
 
-    def _take_due(self) -> None:
+    async def _take_due(self) -> None:
         if self._stopped:
             return
         now = time.monotonic()
         due = sorted(q for q, at in self._pending.items() if at <= now)
         for queue in due:
             del self._pending[queue]
+        if self._orderly and due:
+            due = await self._lock_due(due)
+        if self._stopped:
+            return  # shutdown came meanwhile (an orderly lock taken expires)
+        for queue in due:
             options = self._options
             settings = (
                 options.retry_settings if queue.topic == self.retry_topic else options.settings
             )
-            worker = AioQueueWorker(queue, self._reader, settings, self._handler)
+            lease = self._leases.get(queue)
+            worker = AioQueueWorker(
+                queue,
+                self._reader,
+                settings,
+                self._handler,
+                lease,
+                self.client_id if lease is not None else "",
+            )
             self._workers[queue] = worker
             worker.start()
         if due:
@@ -307,6 +328,11 @@ class PushConsumer:
         for worker in workers:
             worker.stop()
         finished = await asyncio.gather(*(w.join(self._release_s) for w in workers))
+        if self._orderly:
+            for worker in workers:
+                self._leases.pop(worker.queue, None)
+            # Their final commits are done: the next holder starts after them.
+            await self._locker.unlock(w.queue for w in workers)
         for worker, done in zip(workers, finished, strict=True):
             if not done:
                 _log.warning(
@@ -315,3 +341,46 @@ class PushConsumer:
                     worker.queue,
                     worker.position,
                 )
+
+    # ---- orderly: queue locks (tide/client/_queue_locks.py)
+
+    def _next_renewal(self, last_s: float) -> float:
+        """When the orderly locks are renewed next (never, when not orderly)."""
+        if not self._orderly:
+            return float("inf")
+        return last_s + self._locker.renew_interval_ms(self._lock_interval_ms) / 1000
+
+    async def _lock_due(self, due: list[MessageQueue]) -> list[MessageQueue]:
+        """Lock the due queues; those locked get a lease, the others wait (pending
+        again) for their holder's unlock or expiry."""
+        held, until_s = await self._locker.lock(due)
+        retry_at = time.monotonic() + min(self._lock_interval_ms, LOCK_RETRY_MS) / 1000
+        for queue in due:
+            if queue in held:
+                lease = self._leases[queue] = AioQueueLease()
+                lease.extend(until_s)
+            else:
+                self._pending[queue] = retry_at
+        waiting = [str(q) for q in due if q not in held]
+        if waiting:
+            _log.info("consumer %s waits for the locks of %s", self.client_id, waiting)
+        return [queue for queue in due if queue in held]
+
+    async def _renew_locks(self) -> None:
+        """Renew the locks of the queues consumed (RocketMQ's lockAll)."""
+        queues = list(self._leases)
+        if not queues:
+            return
+        held, until_s = await self._locker.lock(queues)
+        for queue in queues:
+            lease = self._leases.get(queue)
+            if lease is not None and queue in held:
+                lease.extend(until_s)
+        lost = [str(q) for q in queues if q not in held]
+        if lost:
+            _log.warning(
+                "consumer %s could not renew the locks of %s: they pause when the lease "
+                "runs out and resume if a later renewal succeeds",
+                self.client_id,
+                lost,
+            )

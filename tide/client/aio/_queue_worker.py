@@ -20,16 +20,20 @@ from collections.abc import Awaitable, Callable
 from tide.client._errors import TideError
 from tide.client._pull_consumer import pull_request
 from tide.client._queue_worker import (
+    DEAD_LETTER,
     DELAY_BY_POLICY,
+    LEASE_WAIT_S,
     MAX_ERROR_BACKOFF_MS,
     WorkerSettings,
     consumed,
     log_failure,
+    retry_wait_ms,
     send_back_wait_ms,
 )
 from tide.client._start_offset import start_offset
 from tide.client._types import MessageQueue, PullResult, PullStatus, ReceivedMessage
 from tide.client.aio._pull_consumer import AioReader
+from tide.client.aio._queue_locks import AioQueueLease
 
 _log = logging.getLogger("tide.client.consumer")
 
@@ -39,9 +43,19 @@ Handler = Callable[[ReceivedMessage], Awaitable[object]]
 
 class AioQueueWorker:
     def __init__(
-        self, queue: MessageQueue, reader: AioReader, settings: WorkerSettings, handler: Handler
+        self,
+        queue: MessageQueue,
+        reader: AioReader,
+        settings: WorkerSettings,
+        handler: Handler,
+        lease: AioQueueLease | None = None,
+        client_id: str = "",
     ) -> None:
         self.queue = queue
+        # Orderly with queue locks (_queue_locks.py): deliver and commit only while the
+        # lease is valid; pulls carry the client id (the gateway's lock check).
+        self._lease = lease
+        self._client_id = client_id
         self._reader = reader
         self._settings = settings
         self._handler = handler
@@ -144,6 +158,7 @@ class AioQueueWorker:
         request = pull_request(
             s.group, self.queue, offset, s.max_messages, s.expression, s.long_poll_timeout_ms
         )
+        request.client_id = self._client_id
         self._pull = asyncio.get_running_loop().create_task(self._reader.pull(request, self.queue))
         try:
             await asyncio.wait({self._pull})
@@ -176,15 +191,61 @@ class AioQueueWorker:
 
     async def _deliver(self, message: ReceivedMessage) -> bool:
         """Handle one message, or send it back; False when stopping first."""
+        if self._settings.orderly:
+            return await self._deliver_orderly(message)
         failures = 0
         while not self._stopping.is_set():
             if await self._handled(message):
                 self.delivered += 1
                 return True
-            if await self._sent_back(message):
+            if await self._sent_back(message, DELAY_BY_POLICY):
                 return True
             failures += 1
             await self._pause(send_back_wait_ms(self._settings, failures))
+        return False
+
+    async def _deliver_orderly(self, message: ReceivedMessage) -> bool:
+        """Orderly: while the lease is valid, handle the message; a failure is retried
+        here (the queue waits) up to ``max_retries`` times, then dead-lettered."""
+        failures = 0
+        while not self._stopping.is_set():
+            if self._lease is not None and not self._lease.valid():
+                await self._lease.wait_valid(LEASE_WAIT_S)
+                continue
+            if await self._handled(message):
+                self.delivered += 1
+                return True
+            failures += 1
+            if failures > self._settings.max_retries:
+                return await self._dead_letter(message, failures)
+            wait_ms = retry_wait_ms(self._settings, failures)
+            _log.warning(
+                "handler failed on %s offset %d (attempt %d of %d); again in %d ms",
+                self.queue,
+                message.queue_offset,
+                failures,
+                self._settings.max_retries + 1,
+                wait_ms,
+            )
+            await self._pause(wait_ms)
+        return False
+
+    async def _dead_letter(self, message: ReceivedMessage, failures: int) -> bool:
+        """Past the local retries: to the dead-letter queue, tried until it is there
+        (False: stopping first)."""
+        attempts = 0
+        while not self._stopping.is_set():
+            if await self._sent_back(message, DEAD_LETTER):
+                _log.error(
+                    "handler failed %d times on %s offset %d (msg id %s); dead-lettered",
+                    failures,
+                    self.queue,
+                    message.queue_offset,
+                    message.msg_id,
+                )
+                return True
+            attempts += 1
+            await self._pause(send_back_wait_ms(self._settings, attempts))
         return False
 
     async def _handled(self, message: ReceivedMessage) -> bool:
@@ -195,11 +256,11 @@ class AioQueueWorker:
             return False
         return consumed(result)
 
-    async def _sent_back(self, message: ReceivedMessage) -> bool:
+    async def _sent_back(self, message: ReceivedMessage, delay_level: int) -> bool:
         s = self._settings
         try:
             result = await self._reader.send_back(
-                s.group, message, DELAY_BY_POLICY, s.max_reconsume_times, retry=False
+                s.group, message, delay_level, s.max_reconsume_times, retry=False
             )
         except TideError as exc:
             _log.warning("send-back of %s (%s) failed: %s", message.msg_id, self.queue, exc)
@@ -225,6 +286,11 @@ class AioQueueWorker:
         interval tries again), with retries at the end."""
         position = self.position
         if position is None or position == self._committed:
+            return
+        if self._lease is not None and not self._lease.valid():
+            # Another member may hold the queue by now: its commits, not ours.
+            log = _log.warning if final else _log.debug
+            log("not committing %s at %d: its lock lapsed", self.queue, position)
             return
         self._last_commit = time.monotonic()
         try:
