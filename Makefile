@@ -51,7 +51,8 @@ test: $(STAMP) $(RMQ5_STAMP) chromium
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	@# The 30 slowest tests are printed at the end: the suite's 20-minute budget is watched from them.
+	$(PY) -m pytest -q --durations=30
 	@# The pure-Python twins of the compiled core (docs/performance.md), a second time.
 	TIDE_NO_EXTENSIONS=1 $(PY) -m pytest -q -rfE $(PURE_PYTHON_TESTS)
 
