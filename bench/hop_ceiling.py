@@ -17,7 +17,10 @@ target can be checked against what the process layout itself allows:
 * ``chain-consume``: the same with a consumer long-polling the gateway's ``Pull`` for the
   chunks, which the gateway deals round robin to ``--queues`` queues (the consumer keeps
   a pull in flight on each; up to ``--pull-batch`` messages rounded up to whole batches
-  a call), as Tide's consumers do while producers run.
+  a call), as Tide's consumers do while producers run. Each request carries its send
+  time in its first body (bodies of 8 bytes or more), so the consumer reports the
+  end-to-end latency of each request (``e2e_p50_ms`` / ``e2e_p99_ms``), as ``tide
+  bench`` does for Tide's.
 
 Nothing is parsed, checked, encoded, stored or indexed, and the consumer reads one stream
 of chunks instead of one queue at a time: every simplification favours the chain, so its
@@ -61,6 +64,8 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 COUNT = struct.Struct(">I")  # batches in a Tail chunk or a Pull answer; a queue's number
 SEQUENCE = struct.Struct(">q")  # the last chunk of the queue the puller has
+STAMP = struct.Struct(">q")  # a request's send time (perf_counter_ns), in its first body
+STAMP_MARK = b"\xa5" * STAMP.size  # where the stamp goes in the prebuilt request
 MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
 MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
 MAX_QUEUED_BLOBS = 100_000  # a Tail follower or watcher further behind ends the run
@@ -351,13 +356,40 @@ class _Counts:
     published_batches: int = 0
     consumed_batches: int = 0
     call_latencies_s: list[float] = field(default_factory=list)
+    e2e_latencies_s: list[float] = field(default_factory=list)
     measuring: bool = False
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The prebuilt request; ``stamp_at``: where its send time goes (None: not stamped)."""
+
+    data: bytes
+    stamp_at: int | None
+
+    def stamped(self) -> bytes:
+        at = self.stamp_at
+        if at is None:
+            return self.data
+        stamp = STAMP.pack(time.perf_counter_ns())
+        return self.data[:at] + stamp + self.data[at + STAMP.size :]
+
+    def e2e_s(self, data: bytes, now_ns: int) -> list[float]:
+        """The latency of each request in ``data`` (pulled: whole requests, one after
+        the other, each as sent)."""
+        at, size = self.stamp_at, len(self.data)
+        if at is None:
+            return []
+        return [
+            (now_ns - STAMP.unpack_from(data, start + at)[0]) / 1e9
+            for start in range(0, len(data) - size + 1, size)
+        ]
 
 
 async def _produce(
     channel: grpc.aio.Channel,
     method: str,
-    request: bytes,
+    request: _Request,
     inflight: int,
     interval_s: float,
     counts: _Counts,
@@ -376,7 +408,7 @@ async def _produce(
                 due += interval_s
                 await asyncio.sleep(max(0.0, due - time.perf_counter()))
             sent.append(time.perf_counter())
-            await call.write(request)
+            await call.write(request.stamped())
 
     writer = asyncio.create_task(write())
     try:
@@ -394,27 +426,53 @@ async def _produce(
         call.cancel()
 
 
-async def _consume(channel: grpc.aio.Channel, queue: int, counts: _Counts) -> None:
+async def _consume(
+    channel: grpc.aio.Channel, queue: int, request: _Request, counts: _Counts
+) -> None:
     """Long-poll one queue of the gateway's chunks."""
     pull = channel.unary_unary(f"/{RELAY}/Pull", None, None)
     sequence = 0
+    header = SEQUENCE.size + COUNT.size
     while True:
         answer: bytes = await pull(SEQUENCE.pack(sequence) + COUNT.pack(queue))
+        now_ns = time.perf_counter_ns()
         sequence = SEQUENCE.unpack_from(answer)[0]
         if counts.measuring:
             counts.consumed_batches += COUNT.unpack_from(answer, SEQUENCE.size)[0]
+            counts.e2e_latencies_s += request.e2e_s(answer[header:], now_ns)
 
 
 def produce_request(message_size: int, batch: int) -> bytes:
     """A one-topic ProduceRequest of ``batch`` bodies asking for compact results (what
     ``tide bench`` sends)."""
-    messages = [pb.ProduceMessage(topic="bench-topic", body=b"x" * message_size)] * batch
+    return _request_bytes(b"x" * message_size, batch)
+
+
+def _request_bytes(first_body: bytes, batch: int) -> bytes:
+    body = first_body[:1] * len(first_body)
+    messages = [pb.ProduceMessage(topic="bench-topic", body=first_body)]
+    messages += [pb.ProduceMessage(topic="bench-topic", body=body)] * (batch - 1)
     return pb.ProduceRequest(messages=messages, compact_results=True).SerializeToString()
+
+
+def stamped_request(message_size: int, batch: int) -> _Request:
+    """``produce_request``'s request, its first body starting with a slot for its send
+    time (None when bodies are shorter than a stamp)."""
+    if message_size < STAMP.size:
+        return _Request(produce_request(message_size, batch), None)
+    data = _request_bytes(STAMP_MARK + b"x" * (message_size - STAMP.size), batch)
+    return _Request(data, data.index(STAMP_MARK))
 
 
 async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Counts, float]:
     counts = _Counts()
-    request = produce_request(args.message_size, args.batch)
+    # the chain's consumer reads each request's send time; the others send it unstamped
+    stamped = case == "chain-consume"
+    request = (
+        stamped_request(args.message_size, args.batch)
+        if stamped
+        else _Request(produce_request(args.message_size, args.batch), None)
+    )
     method = "/tide.v1.Gateway/ProduceStream" if case == "echo" else f"/{RELAY}/ProduceStream"
     # requests a second per producer for the whole --rate (messages a second), or unpaced
     interval_s = args.producers * args.batch / args.rate if args.rate else 0.0
@@ -434,7 +492,7 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
                 grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             )
             for queue in range(args.queues):
-                tasks.append(asyncio.create_task(_consume(channel, queue, counts)))
+                tasks.append(asyncio.create_task(_consume(channel, queue, request, counts)))
         await asyncio.sleep(args.warmup_s)
         counts.measuring = True
         started = time.perf_counter()
@@ -461,6 +519,7 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     cpu["client"] = client_cpu
     published = counts.published_batches * args.batch
     latencies = sorted(counts.call_latencies_s)
+    e2e = sorted(counts.e2e_latencies_s)
     return {
         "case": case,
         "measured_s": round(seconds, 3),
@@ -468,6 +527,9 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         "consume_msgs_per_s": round(counts.consumed_batches * args.batch / seconds),
         "call_p50_ms": _percentile_ms(latencies, 0.50),
         "call_p99_ms": _percentile_ms(latencies, 0.99),
+        # chain-consume: send -> pulled, per request (None for the other cases)
+        "e2e_p50_ms": _percentile_ms(e2e, 0.50),
+        "e2e_p99_ms": _percentile_ms(e2e, 0.99),
         # CPU over warm-up + window + stop (a share of what was spent per message).
         "cpu_s": {name: round(value, 2) for name, value in cpu.items()},
         "cpu_us_per_msg": round(1e6 * sum(cpu.values()) / max(1, published), 2),
@@ -484,15 +546,16 @@ def _table(results: list[dict[str, Any]]) -> str:
     echo = next((r["publish_msgs_per_s"] for r in results if r["case"] == "echo"), None)
     lines = [
         "| case | publish msgs/s | consume msgs/s | ratio to echo | call p50 / p99 ms "
-        "| CPU s (client, servers) |",
-        "|---|---|---|---|---|---|",
+        "| e2e p50 / p99 ms | CPU s (client, servers) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ratio = f"{r['publish_msgs_per_s'] / echo:.2f}" if echo else "-"
         cpu = ", ".join(f"{name} {value}" for name, value in r["cpu_s"].items())
         lines.append(
             f"| {r['case']} | {r['publish_msgs_per_s']:,} | {r['consume_msgs_per_s']:,} "
-            f"| {ratio} | {r['call_p50_ms']} / {r['call_p99_ms']} | {cpu} |"
+            f"| {ratio} | {r['call_p50_ms']} / {r['call_p99_ms']} "
+            f"| {r['e2e_p50_ms']} / {r['e2e_p99_ms']} | {cpu} |"
         )
     return "\n".join(lines)
 

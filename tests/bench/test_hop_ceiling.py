@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench import hop_ceiling
-from bench.hop_ceiling import COUNT, _Chunks, _FanOut, _joined
+from bench.hop_ceiling import COUNT, STAMP, _Chunks, _FanOut, _joined
+from tide.v1 import gateway_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +106,7 @@ def test_the_cases_run_end_to_end_and_report(tmp_path: Path) -> None:
     assert set(results["echo"]["cpu_s"]) == {"echo", "client"}
     assert set(results["chain"]["cpu_s"]) == {"storage", "dispatch", "gateway", "client"}
     assert results["chain"]["consume_msgs_per_s"] == 0
+    assert results["echo"]["e2e_p99_ms"] is None  # only the consumer measures it
     # The consumer got what went through storage -> dispatch -> gateway.
     assert results["chain-consume"]["consume_msgs_per_s"] > 0
     # Every relay was stopped.
@@ -146,3 +148,29 @@ def test_a_paced_run_stays_at_its_rate_and_two_queues_are_consumed(tmp_path: Pat
     # answered in the window, no more than the rate over warm-up + window (+1 at the edge).
     assert 0 < result["publish_msgs_per_s"] * 1.5 <= 200 * (0.3 + 1.5) + 1
     assert result["consume_msgs_per_s"] > 0
+    # each pulled request's send time came back: its end-to-end latency is reported
+    assert 0 < result["e2e_p50_ms"] <= result["e2e_p99_ms"]
+
+
+def test_a_stamped_request_carries_its_send_time_to_the_consumer() -> None:
+    request = hop_ceiling.stamped_request(message_size=32, batch=3)
+    assert request.stamp_at is not None
+    plain = pb.ProduceRequest.FromString(hop_ceiling.produce_request(32, 3))
+    sent = [request.stamped() for _ in range(2)]
+    for data in sent:
+        parsed = pb.ProduceRequest.FromString(data)  # still a valid request of its shape
+        assert [len(m.body) for m in parsed.messages] == [len(m.body) for m in plain.messages]
+        assert len(data) == len(request.data)
+    stamps_ns = [STAMP.unpack_from(data, request.stamp_at)[0] for data in sent]
+    now_ns = stamps_ns[-1] + 5_000_000
+    # what a pull answers: whole requests, one after the other
+    latencies = request.e2e_s(b"".join(sent), now_ns)
+    assert latencies == [(now_ns - stamp) / 1e9 for stamp in stamps_ns]
+    assert latencies[-1] == 0.005
+
+
+def test_bodies_too_short_for_a_stamp_go_unstamped() -> None:
+    request = hop_ceiling.stamped_request(message_size=4, batch=2)
+    assert request.stamp_at is None
+    assert request.stamped() == hop_ceiling.produce_request(4, 2)
+    assert request.e2e_s(request.data * 3, 0) == []
