@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from tide.format import (
     ACK_TAG,
+    CHECKPOINT_RUN_MAX_COUNT,
     CHECKPOINT_TAG,
+    CHECKPOINTS_TAG,
     DLQ_ORIGIN_MESSAGE_ID,
     DLQ_ORIGIN_TOPIC,
     MAX_RECONSUME_TIMES,
@@ -24,6 +26,7 @@ from tide.format import (
     PopCheckpoint,
     encode_ack,
     encode_checkpoint,
+    encode_checkpoints,
     encode_properties,
     encode_record,
     pack_host,
@@ -44,13 +47,26 @@ def checkpoint_record(ck: PopCheckpoint, now_ms: int) -> bytes:
     return _revive_record(encode_checkpoint(ck), CHECKPOINT_TAG, now_ms)
 
 
+def checkpoint_runs(cks: list[PopCheckpoint], now_ms: int) -> list[bytes]:
+    """A Receive's checkpoints as checkpoint run records (CHECKPOINT_RUN_MAX_COUNT a
+    record): one revive log record a Receive in the common case, not one a message."""
+    return [
+        _revive_record(
+            encode_checkpoints(cks[i : i + CHECKPOINT_RUN_MAX_COUNT]), CHECKPOINTS_TAG, now_ms
+        )
+        for i in range(0, len(cks), CHECKPOINT_RUN_MAX_COUNT)
+    ]
+
+
 def ack_record(ack: PopAck, now_ms: int) -> bytes:
     return _revive_record(encode_ack(ack), ACK_TAG, now_ms)
 
 
 # The revive log records' properties: their tag only (encoded once, not per record: two
 # records a message are written, bench/pop_consume.py).
-_REVIVE_PROPERTIES = {tag: encode_properties({TAGS: tag}) for tag in (CHECKPOINT_TAG, ACK_TAG)}
+_REVIVE_PROPERTIES = {
+    tag: encode_properties({TAGS: tag}) for tag in (CHECKPOINT_TAG, CHECKPOINTS_TAG, ACK_TAG)
+}
 
 
 def _revive_record(body: bytes, tag: str, now_ms: int) -> bytes:
