@@ -21,6 +21,7 @@ from tide.format import (
     REVIVE_TOPIC,
     SCHEDULE_BOOKKEEPING,
     SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_PRODUCER_MASK,
     TAGS,
     PopAck,
     PopCheckpoint,
@@ -38,7 +39,6 @@ from tide.v1 import storage_pb2 as storage_pb
 # copy is told from a second one after a crash; docs/pop.md).
 POP_CHECKPOINT = "POP_CK"
 _REVIVE_TOPIC_BYTES = REVIVE_TOPIC.encode("utf-8")
-_PRODUCER_SYSFLAG_MASK = 0b111_0000_1111  # as transaction/records.py: the producer's bits
 _NO_HOST = bytes(8)  # the store writes its own store host
 _LOCAL_BORN = pack_host(parse_host("127.0.0.1:0"))
 
@@ -123,7 +123,7 @@ def _copy(
     stored: storage_pb.StoredMessage, topic: str, properties: dict[str, str], reconsume: int
 ) -> bytes:
     born_host = pack_host(parse_host(stored.born_host)) if stored.born_host else _LOCAL_BORN
-    sys_flag = stored.sys_flag & _PRODUCER_SYSFLAG_MASK & ~SYSFLAG_BORN_HOST_V6
+    sys_flag = stored.sys_flag & SYSFLAG_PRODUCER_MASK & ~SYSFLAG_BORN_HOST_V6
     if len(born_host) != 8:
         sys_flag |= SYSFLAG_BORN_HOST_V6
     return encode_record(
