@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tide.quoting import quote
 
@@ -47,6 +48,9 @@ def pack_host(host: HostAddress) -> bytes:
     return ipaddress.ip_address(host.ip).packed + _PORT.pack(host.port)
 
 
+# Records carry few distinct hosts (the store's, its producers'): a bounded cache saves
+# every decode the ipaddress parse (the largest part of a small record's decode).
+@lru_cache(maxsize=4096)
 def unpack_host(data: bytes) -> HostAddress:
     assert len(data) in (8, 20), len(data)
     ip = ipaddress.ip_address(data[:-4])
