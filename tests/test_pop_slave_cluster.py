@@ -13,12 +13,14 @@ from tests._cluster import Cluster
 from tests.services.storage.conftest import StorageProcess
 from tide.format import (
     ACK_TAG,
-    CHECKPOINT_TAG,
+    CHECKPOINTS_TAG,
     REVIVE_GROUP,
     REVIVE_QUEUE_ID,
     REVIVE_TOPIC,
     decode_ack,
-    decode_checkpoint,
+    decode_checkpoints,
+    decode_handle,
+    revive_offset_of,
 )
 from tide.v1 import gateway_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -84,12 +86,18 @@ def test_a_slave_has_the_checkpoints_acks_and_pop_offsets(tmp_path: Path) -> Non
             request = storage_pb.GetOffsetRequest(consumer_group=group, topic=topic, queue_id=0)
             return int(storage.stub.GetOffset(request, timeout=RPC_TIMEOUT_S).offset)
 
-        # The master wrote the pop offset (past the 4) and the revive progress (the oldest
-        # checkpoint held: the 3rd message's, as the first two are acked).
+        # Checkpoint names (receipt handles carry them): the Receives wrote one checkpoint
+        # run record each, so the revive progress is the revive offset of the record that
+        # holds the oldest checkpoint not acked (the 3rd message's: the first two are).
+        names = [decode_handle(m.receipt_handle).checkpoint_offset for m in got]
+        progress = min(revive_offset_of(name) for name in names[2:])
+        runs = len({revive_offset_of(name) for name in names})  # the Receives that got some
+
+        # The master wrote the pop offset (past the 4) and the revive progress.
         wait_until(
             lambda: (
                 offset(master.storage, group, topic) == 4
-                and offset(master.storage, REVIVE_GROUP, REVIVE_TOPIC) == 2
+                and offset(master.storage, REVIVE_GROUP, REVIVE_TOPIC) == progress
             ),
             "the master's pop offset and revive progress written",
             timeout_s=WAIT_S,
@@ -101,7 +109,7 @@ def test_a_slave_has_the_checkpoints_acks_and_pop_offsets(tmp_path: Path) -> Non
         wait_until(
             lambda: (
                 offset(slave.storage, group, topic) == 4
-                and offset(slave.storage, REVIVE_GROUP, REVIVE_TOPIC) == 2
+                and offset(slave.storage, REVIVE_GROUP, REVIVE_TOPIC) == progress
             ),
             "the slave's copies of the pop offset and revive progress",
             timeout_s=WAIT_S,
@@ -111,11 +119,11 @@ def test_a_slave_has_the_checkpoints_acks_and_pop_offsets(tmp_path: Path) -> Non
             ),
         )
 
-        # The revive log on the slave: 4 checkpoints, then the one ack record of the Ack
-        # call that resolved the first two (an ack record lists up to
-        # ACK_RECORD_MAX_OFFSETS checkpoints), the master's records.
+        # The revive log on the slave: the checkpoint runs of the 4 messages, then the one
+        # ack record of the Ack call that resolved the first two (an ack record lists up
+        # to ACK_RECORD_MAX_OFFSETS checkpoints), the master's records.
         wait_until(
-            lambda: slave.dispatch.offsets(REVIVE_TOPIC, REVIVE_QUEUE_ID).max_offset >= 5,
+            lambda: slave.dispatch.offsets(REVIVE_TOPIC, REVIVE_QUEUE_ID).max_offset > runs,
             "the slave's dispatch to hold the revive log",
             timeout_s=WAIT_S,
         )
@@ -123,10 +131,10 @@ def test_a_slave_has_the_checkpoints_acks_and_pop_offsets(tmp_path: Path) -> Non
         results = slave.storage.read((e.physical_offset, e.size) for e in entries)
         assert all(r.status == storage_pb.FOUND for r in results)
         tags = [r.message.tags for r in results]
-        assert tags == [CHECKPOINT_TAG] * 4 + [ACK_TAG]
-        ack = decode_ack(results[4].message.body)
-        assert sorted((ack.checkpoint_offset, *ack.more)) == [0, 1]
-        checkpoints = [decode_checkpoint(r.message.body) for r in results[:4]]
+        assert tags == [CHECKPOINTS_TAG] * runs + [ACK_TAG]
+        ack = decode_ack(results[runs].message.body)
+        assert sorted((ack.checkpoint_offset, *ack.more)) == sorted(names[:2])
+        checkpoints = [ck for r in results[:runs] for ck in decode_checkpoints(r.message.body)]
         assert [(ck.group, ck.topic, ck.queue_offset) for ck in checkpoints] == [
             (group, topic, i) for i in range(4)
         ]

@@ -14,6 +14,9 @@ record joined from two chunks) is split into runs. Runs are kept in offset order
 increasing and never overlapping; the oldest are evicted past ``max_bytes``, counted as
 the memory really held (the whole buffer a run references, plus a per-run overhead).
 
+The dispatch's own readers of records (delay levels, timer, transactions, POP) look here
+first and read only the misses from the storage, through read_through.py.
+
 Everything runs on the event loop (the dispatcher adds, the servicer reads): no locks.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tide.quoting import quote
 
@@ -48,6 +49,13 @@ def pack_host(host: HostAddress) -> bytes:
 
 
 def unpack_host(data: bytes) -> HostAddress:
+    return _unpack_host(bytes(data))  # (any bytes-like: the cache keys on bytes)
+
+
+# Records carry few distinct hosts (the store's, its producers'): a bounded cache saves
+# every decode the ipaddress parse (the largest part of a small record's decode).
+@lru_cache(maxsize=4096)
+def _unpack_host(data: bytes) -> HostAddress:
     assert len(data) in (8, 20), len(data)
     ip = ipaddress.ip_address(data[:-4])
     (port,) = _PORT.unpack(data[-4:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 from tide.format._hosts import HostAddress, pack_host, unpack_host
 from tide.quoting import quote
@@ -14,6 +15,9 @@ class MessageIdError(ValueError):
     """A string that is not an offset message id."""
 
 
+# A store has one host (a cluster a few): cached, as each stored message's id needs it
+# (parsing the address again cost more than the rest of a POP answer's message).
+@lru_cache(maxsize=256)
 def msg_id_prefix(store_host: HostAddress) -> str:
     """The constant part of every id a store issues (hex of its packed address)."""
     return pack_host(store_host).hex().upper()

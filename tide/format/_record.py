@@ -42,6 +42,9 @@ SYSFLAG_TRANSACTION_COMMIT = 2 << 2
 SYSFLAG_TRANSACTION_ROLLBACK = 3 << 2
 SYSFLAG_BORN_HOST_V6 = 1 << 4
 SYSFLAG_STORE_HOST_V6 = 1 << 5
+# The bits a producer may set (compressed, multi tags, transaction type: 0-3; bits 8-10,
+# RocketMQ's); a copy the broker writes of a stored message keeps only these.
+SYSFLAG_PRODUCER_MASK = 0b111_0000_1111
 
 MAX_TOPIC_BYTES_V1 = 127
 MAX_TOPIC_BYTES_V2 = 32767

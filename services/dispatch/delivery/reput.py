@@ -38,6 +38,7 @@ from services.dispatch.delivery.metrics import lateness_histogram, undeliverable
 from services.dispatch.storage_client import AppendedRun
 from tide.format import (
     SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_PRODUCER_MASK,
     DecodedRecord,
     encode_properties,
     encode_record,
@@ -53,9 +54,8 @@ REPUT_MAX_BATCH_RECORDS = 256
 """Most copies in one Append (well under the storage's --max-batch-messages default)."""
 REPUT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 """Most bytes in one Append (a larger record still goes, alone)."""
-# The sys_flag bits a run's record may carry (the store refuses others): the producer's,
-# bits 0-3 and 8-10. The born host bit is set again from the host's length.
-_PRODUCER_SYSFLAG_MASK = 0b111_0000_1111
+# A run's record keeps the producer's sys_flag bits only (SYSFLAG_PRODUCER_MASK: the store
+# refuses others); the born host bit is set again from the host's length.
 _NO_STORE_HOST = bytes(8)  # the store writes its own
 # Codes that will not change by retrying the same copy.
 PERMANENT_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND})
@@ -144,7 +144,7 @@ class Reput:
             self.undeliverable(source, str(exc))
             return None
         born_host = pack_host(record.born_host)
-        sys_flag = record.sys_flag & _PRODUCER_SYSFLAG_MASK
+        sys_flag = record.sys_flag & SYSFLAG_PRODUCER_MASK
         if len(born_host) != 8:
             sys_flag |= SYSFLAG_BORN_HOST_V6
         encoded = encode_record(

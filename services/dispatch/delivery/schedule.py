@@ -42,6 +42,7 @@ from services.dispatch.delivery.reput import DueMessage, Reput
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
+from services.dispatch.read_through import Position, as_bytes, read_through
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import (
@@ -220,16 +221,10 @@ class ScheduleService:
     async def _read(self, entries: list[Entry]) -> list[bytes | None]:
         """Each entry's record: from the tail cache when it holds it, else the storage
         (retried with backoff while the storage does not answer)."""
-        found: list[bytes | None] = []
-        missing: list[int] = []
-        for index, entry in enumerate(entries):
-            held = self._tail_cache.get(entry.commitlog_offset, entry.size)
-            found.append(None if held is None else bytes(held))
-            if held is None:
-                missing.append(index)
-        if not missing:
-            return found
-        positions = [(entries[i].commitlog_offset, entries[i].size) for i in missing]
+        positions = [(entry.commitlog_offset, entry.size) for entry in entries]
+        return await read_through(positions, self._tail_cache, as_bytes, self._read_stored)
+
+    async def _read_stored(self, positions: list[Position]) -> list[bytes | None]:
         attempt = 0
         while True:
             try:
@@ -240,9 +235,7 @@ class ScheduleService:
                 if attempt == 1:
                     log.warning("delay levels: reading due records failed (%s); retrying", exc)
                 await asyncio.sleep(self._read_backoff.delay_s(attempt))
-        for index, data in zip(missing, read, strict=True):
-            found[index] = data
-        return found
+        return read
 
     # -- progress --------------------------------------------------------------------
     async def _save_periodically(self) -> None:

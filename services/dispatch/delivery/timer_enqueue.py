@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 
 from services.dispatch.delivery.timer_store import TimerStore
 from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
+from services.dispatch.read_through import Position, read_through
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import (
@@ -110,25 +111,11 @@ class Enqueuer:
     async def _read(self, entries: list[Entry]) -> list[_Fields | str]:
         """Each entry's (topic, properties): from the tail cache when it holds the record,
         else from the storage (one Read for the rest); a string says why there is none."""
-        fields: list[_Fields | str] = []
-        missing: list[int] = []
-        cache = self._tail_cache
-        for index, entry in enumerate(entries):
-            held = None if cache is None else cache.get(entry.commitlog_offset, entry.size)
-            if held is None:
-                fields.append("not read")
-                missing.append(index)
-                continue
-            try:
-                fields.append(record_topic_and_properties(held, 0, entry.size))
-            except RecordError as exc:
-                fields.append(f"its record does not decode: {exc}")
-        if missing:
-            positions = [(entries[i].commitlog_offset, entries[i].size) for i in missing]
-            results = await self._storage.read(positions)
-            for index, result in zip(missing, results, strict=True):
-                fields[index] = _fields_of(result)
-        return fields
+        positions = [(entry.commitlog_offset, entry.size) for entry in entries]
+        return await read_through(positions, self._tail_cache, _held_fields, self._read_stored)
+
+    async def _read_stored(self, positions: list[Position]) -> list[_Fields | str]:
+        return [_fields_of(result) for result in await self._storage.read(positions)]
 
     def _file(self, commitlog_offset: int, size: int, found: _Fields | str) -> None:
         if isinstance(found, str):
@@ -154,6 +141,13 @@ class Enqueuer:
             return
         store.file(commitlog_offset, size, slot_time, topic_hash, delete=delete)
         self.filed += 1
+
+
+def _held_fields(data: bytes | memoryview, position: Position) -> _Fields | str:
+    try:
+        return record_topic_and_properties(data, 0, position[1])
+    except RecordError as exc:
+        return f"its record does not decode: {exc}"
 
 
 def _fields_of(result: spb.ReadResult) -> _Fields | str:

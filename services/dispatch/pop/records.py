@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from tide.format import (
     ACK_TAG,
+    CHECKPOINT_RUN_MAX_COUNT,
     CHECKPOINT_TAG,
+    CHECKPOINTS_TAG,
     DLQ_ORIGIN_MESSAGE_ID,
     DLQ_ORIGIN_TOPIC,
     MAX_RECONSUME_TIMES,
@@ -19,11 +21,13 @@ from tide.format import (
     REVIVE_TOPIC,
     SCHEDULE_BOOKKEEPING,
     SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_PRODUCER_MASK,
     TAGS,
     PopAck,
     PopCheckpoint,
     encode_ack,
     encode_checkpoint,
+    encode_checkpoints,
     encode_properties,
     encode_record,
     pack_host,
@@ -35,7 +39,6 @@ from tide.v1 import storage_pb2 as storage_pb
 # copy is told from a second one after a crash; docs/pop.md).
 POP_CHECKPOINT = "POP_CK"
 _REVIVE_TOPIC_BYTES = REVIVE_TOPIC.encode("utf-8")
-_PRODUCER_SYSFLAG_MASK = 0b111_0000_1111  # as transaction/records.py: the producer's bits
 _NO_HOST = bytes(8)  # the store writes its own store host
 _LOCAL_BORN = pack_host(parse_host("127.0.0.1:0"))
 
@@ -44,13 +47,26 @@ def checkpoint_record(ck: PopCheckpoint, now_ms: int) -> bytes:
     return _revive_record(encode_checkpoint(ck), CHECKPOINT_TAG, now_ms)
 
 
+def checkpoint_runs(cks: list[PopCheckpoint], now_ms: int) -> list[bytes]:
+    """A Receive's checkpoints as checkpoint run records (CHECKPOINT_RUN_MAX_COUNT a
+    record): one revive log record a Receive in the common case, not one a message."""
+    return [
+        _revive_record(
+            encode_checkpoints(cks[i : i + CHECKPOINT_RUN_MAX_COUNT]), CHECKPOINTS_TAG, now_ms
+        )
+        for i in range(0, len(cks), CHECKPOINT_RUN_MAX_COUNT)
+    ]
+
+
 def ack_record(ack: PopAck, now_ms: int) -> bytes:
     return _revive_record(encode_ack(ack), ACK_TAG, now_ms)
 
 
 # The revive log records' properties: their tag only (encoded once, not per record: two
 # records a message are written, bench/pop_consume.py).
-_REVIVE_PROPERTIES = {tag: encode_properties({TAGS: tag}) for tag in (CHECKPOINT_TAG, ACK_TAG)}
+_REVIVE_PROPERTIES = {
+    tag: encode_properties({TAGS: tag}) for tag in (CHECKPOINT_TAG, CHECKPOINTS_TAG, ACK_TAG)
+}
 
 
 def _revive_record(body: bytes, tag: str, now_ms: int) -> bytes:
@@ -107,7 +123,7 @@ def _copy(
     stored: storage_pb.StoredMessage, topic: str, properties: dict[str, str], reconsume: int
 ) -> bytes:
     born_host = pack_host(parse_host(stored.born_host)) if stored.born_host else _LOCAL_BORN
-    sys_flag = stored.sys_flag & _PRODUCER_SYSFLAG_MASK & ~SYSFLAG_BORN_HOST_V6
+    sys_flag = stored.sys_flag & SYSFLAG_PRODUCER_MASK & ~SYSFLAG_BORN_HOST_V6
     if len(born_host) != 8:
         sys_flag |= SYSFLAG_BORN_HOST_V6
     return encode_record(

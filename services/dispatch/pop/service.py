@@ -10,8 +10,10 @@ PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor).
   offset is raised past the checkpoints found, so a message handed out before a crash
   is not handed out again while its checkpoint stands (revive.py delivers it again once
   its invisible time passes).
-* A pop writes its checkpoints (one per message, one Append for the call) before it
-  answers; an ack, a change or a dead-lettering writes its ack record (and the new
+* A pop writes its checkpoints (one checkpoint run record for up to
+  CHECKPOINT_RUN_MAX_COUNT messages, one Append for the call) before it answers; the
+  i-th message's checkpoint is named run_checkpoint_id(the record's revive offset, i);
+  an ack, a change or a dead-lettering writes its ack record (and the new
   checkpoint or the dead letter) in one Append.
 * Pop offsets and the revive progress are written back to the storage's offset table
   every ``offset_flush_interval_ms`` (offsets first: the progress never passes a
@@ -35,7 +37,7 @@ import grpc
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
-from services.dispatch.pop.records import checkpoint_record
+from services.dispatch.pop.records import checkpoint_runs
 from services.dispatch.pop.state import PopOptions, PopState, QueueKey, key_of
 from services.dispatch.pop.stored import read_messages
 from services.dispatch.storage_client import AppendedRun, StorageClient
@@ -43,7 +45,9 @@ from services.dispatch.tail_cache import TailCache
 from tide.format import (
     ACK_REASON_ACK,
     ACK_TAG,
+    CHECKPOINT_RUN_MAX_COUNT,
     CHECKPOINT_TAG,
+    CHECKPOINTS_TAG,
     REVIVE_GROUP,
     REVIVE_QUEUE_ID,
     REVIVE_TOPIC,
@@ -51,7 +55,9 @@ from tide.format import (
     PopRecordError,
     decode_ack,
     decode_checkpoint,
+    decode_checkpoints,
     pop_retry_topic,
+    run_checkpoint_id,
     tags_code,
 )
 from tide.server import ServiceError
@@ -203,11 +209,11 @@ class PopService:
         self, offset: int, message: storage_pb.StoredMessage, raised: dict[QueueKey, int]
     ) -> None:
         try:
-            if message.tags == CHECKPOINT_TAG:
-                ck = decode_checkpoint(message.body)
-                self.state.add(offset, ck)
-                key = key_of(ck)
-                raised[key] = max(raised.get(key, 0), ck.queue_offset + 1)
+            if message.tags == CHECKPOINTS_TAG:
+                for index, ck in enumerate(decode_checkpoints(message.body)):
+                    self._replay_checkpoint(run_checkpoint_id(offset, index), ck, raised)
+            elif message.tags == CHECKPOINT_TAG:
+                self._replay_checkpoint(offset, decode_checkpoint(message.body), raised)
             elif message.tags == ACK_TAG:
                 ack = decode_ack(message.body)
                 for resolved in ack.offsets:
@@ -217,6 +223,13 @@ class PopService:
                         acked.add(ck_or_none.queue_offset)
         except PopRecordError as exc:
             log.warning("revive log record at queue offset %d skipped: %s", offset, exc)
+
+    def _replay_checkpoint(
+        self, checkpoint_id: int, ck: PopCheckpoint, raised: dict[QueueKey, int]
+    ) -> None:
+        self.state.add(checkpoint_id, ck)
+        key = key_of(ck)
+        raised[key] = max(raised.get(key, 0), ck.queue_offset + 1)
 
     async def stored_offset(self, key: QueueKey) -> int:
         group, topic, queue_id = key
@@ -276,9 +289,14 @@ class PopService:
                 return response
             self.state.check_room(len(taken))
             cks = [self._checkpoint(c, request, until) for c in taken]
-            run = b"".join(checkpoint_record(ck, now) for ck in cks)
-            appended = await self.append(run, len(cks))
-            for candidate, ck, offset in zip(taken, cks, appended.queue_offsets, strict=True):
+            records = checkpoint_runs(cks, now)
+            appended = await self.append(b"".join(records), len(records))
+            ids = [
+                run_checkpoint_id(run_offset, index)
+                for run_offset in appended.queue_offsets
+                for index in range(CHECKPOINT_RUN_MAX_COUNT)
+            ][: len(cks)]
+            for candidate, ck, offset in zip(taken, cks, ids, strict=True):
                 key, entry, stored, attempt, retry = candidate
                 self.state.fifo_attempts.pop((key, entry.queue_offset), None)
                 self.state.add(offset, ck)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from tide.format import PopCheckpoint
+from tide.format import PopCheckpoint, revive_offset_of
 from tide.server import ServiceError
 
 QueueKey = tuple[str, str, int]  # (group, topic read, queue id)
@@ -30,7 +30,8 @@ def key_of(ck: PopCheckpoint) -> QueueKey:
 @dataclass
 class PopState:
     checkpoints_max: int
-    # Checkpoints not yet resolved, by revive queue offset.
+    # Checkpoints not yet resolved, by name: a revive queue offset, or a checkpoint run's
+    # run_checkpoint_id (tide/format/_pop_checkpoint.py).
     held: dict[int, PopCheckpoint] = field(default_factory=dict)
     by_queue: dict[QueueKey, set[int]] = field(default_factory=dict)
     # The next queue offset a pop takes, per queue (the group's consumer offset).
@@ -64,7 +65,7 @@ class PopState:
     def add(self, offset: int, ck: PopCheckpoint) -> None:
         self.held[offset] = ck
         self.by_queue.setdefault(key_of(ck), set()).add(offset)
-        self.revive_end = max(self.revive_end, offset + 1)
+        self.revive_end = max(self.revive_end, revive_offset_of(offset) + 1)
 
     def resolve(self, offset: int) -> PopCheckpoint | None:
         ck = self.held.pop(offset, None)
@@ -74,7 +75,7 @@ class PopState:
                 offsets.discard(offset)
                 if not offsets:
                     del self.by_queue[key_of(ck)]
-        self.revive_end = max(self.revive_end, offset + 1)
+        self.revive_end = max(self.revive_end, revive_offset_of(offset) + 1)
         return ck
 
     def advance(self, key: QueueKey, offset: int) -> None:
@@ -94,7 +95,7 @@ class PopState:
     def progress(self) -> int:
         """Where a recovery reads the revive log from: the oldest checkpoint held, else
         past everything known."""
-        return min(self.held, default=self.revive_end)
+        return min(map(revive_offset_of, self.held), default=self.revive_end)
 
     def fifo_expired(self, key: QueueKey) -> list[int]:
         """Move a FIFO queue back to its oldest checkpoint held: every checkpoint of the

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from services.dispatch.engine.consume_queue import Entry
+from services.dispatch.read_through import Position, read_through
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import (
@@ -20,24 +21,21 @@ async def read_messages(
     entries: Sequence[Entry], cache: TailCache | None, storage: StorageClient
 ) -> list[storage_pb.StoredMessage | None]:
     """Each entry's message (None: no longer stored), from the cache where it can."""
-    found: list[storage_pb.StoredMessage | None] = [None] * len(entries)
-    missing: list[int] = []
-    for index, entry in enumerate(entries):
-        data = cache.get(entry.commitlog_offset, entry.size) if cache is not None else None
-        if data is None:
-            missing.append(index)
-            continue
-        try:
-            record = decode_record(data, 0, len(data), expected_offset=entry.commitlog_offset)
-        except RecordError:
-            missing.append(index)  # the storage says what is there
-            continue
-        found[index] = stored_message(record)
-    if missing:
-        results = await storage.read(
-            [(entries[i].commitlog_offset, entries[i].size) for i in missing]
-        )
-        for index, result in zip(missing, results, strict=True):
-            if result.status == storage_pb.FOUND:
-                found[index] = result.message
-    return found
+    positions = [(entry.commitlog_offset, entry.size) for entry in entries]
+
+    async def read(misses: list[Position]) -> list[storage_pb.StoredMessage | None]:
+        results = await storage.read(misses)
+        return [r.message if r.status == storage_pb.FOUND else None for r in results]
+
+    return await read_through(positions, cache, _held_message, read)
+
+
+def _held_message(data: bytes | memoryview, position: Position) -> storage_pb.StoredMessage | None:
+    """The cached record as a message; None (read it from the storage, which says what is
+    there) when it does not decode."""
+    offset, size = position
+    try:
+        record = decode_record(data, 0, size, expected_offset=offset)
+    except RecordError:
+        return None
+    return stored_message(record)

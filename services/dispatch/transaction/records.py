@@ -6,6 +6,7 @@ from __future__ import annotations
 from tide.format import (
     OP_QUEUE_ID,
     SYSFLAG_BORN_HOST_V6,
+    SYSFLAG_PRODUCER_MASK,
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_MASK,
     TRANS_OP_HALF_TOPIC,
@@ -20,15 +21,14 @@ from tide.format import (
 )
 
 _OP_TOPIC_BYTES = TRANS_OP_HALF_TOPIC.encode("utf-8")
-# The sys_flag bits a run's record may carry (the store refuses others): the producer's,
-# bits 0-3 and 8-10 (as the re-put's). The born host bit is set from the host's length.
-_PRODUCER_SYSFLAG_MASK = 0b111_0000_1111
+# A run's record keeps the producer's sys_flag bits only (SYSFLAG_PRODUCER_MASK: the store
+# refuses others); the born host bit is set from the host's length.
 _NO_STORE_HOST = bytes(8)  # the store writes its own
 
 
 def _born(record: DecodedRecord, sys_flag: int) -> tuple[bytes, int]:
     born_host = pack_host(record.born_host)
-    sys_flag &= _PRODUCER_SYSFLAG_MASK & ~SYSFLAG_BORN_HOST_V6
+    sys_flag &= SYSFLAG_PRODUCER_MASK & ~SYSFLAG_BORN_HOST_V6
     if len(born_host) != 8:
         sys_flag |= SYSFLAG_BORN_HOST_V6
     return born_host, sys_flag

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import grpc
 
 from services.dispatch.engine.consume_queue import Entry
+from services.dispatch.read_through import Position, as_bytes, read_through
 from services.dispatch.storage_client import APPEND_TIMEOUT_S, AppendedRun, StorageClient
 from services.dispatch.tail_cache import TailCache
 from tide.format import DecodedRecord, decode_record
@@ -134,19 +135,11 @@ class HalfStore:
     async def halves(self, entries: list[Entry]) -> list[bytes | None]:
         """Each half's record: from the tail cache when it holds it (a half just written,
         the common case: no Read), the rest in one storage Read; None: no longer stored."""
-        found: list[bytes | None] = []
-        missing: list[int] = []
-        for index, entry in enumerate(entries):
-            held = self._tail_cache.get(entry.commitlog_offset, entry.size)
-            found.append(None if held is None else bytes(held))
-            if held is None:
-                missing.append(index)
-        if missing:
-            positions = [(entries[i].commitlog_offset, entries[i].size) for i in missing]
-            read = await call_storage(self.storage.read_records(positions))
-            for index, data in zip(missing, read, strict=True):
-                found[index] = data
-        return found
+        positions = [(entry.commitlog_offset, entry.size) for entry in entries]
+        return await read_through(positions, self._tail_cache, as_bytes, self._read_stored)
+
+    async def _read_stored(self, positions: list[Position]) -> list[bytes | None]:
+        return await call_storage(self.storage.read_records(positions))
 
     async def read(self, entry: Entry) -> DecodedRecord:
         record = await call_storage(self.read_record(entry.commitlog_offset, entry.size))
