@@ -10,7 +10,6 @@ in the rest of a segment, a blank marker ends it and the record goes to the next
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,12 +23,14 @@ from services.storage.engine.segment_files import SegmentSpaceError, unlock
 from services.storage.engine.segment_queue import SegmentQueue
 from tide.format import (
     BLANK_MARKER_BYTES,
+    TOTAL_SIZE_BYTES,
     DecodedRecord,
     RecordError,
     decode_record,
     find_blank_marker,
     patch_run,
     record_size,
+    record_total_size,
     segment_name,
     write_blank,
 )
@@ -37,7 +38,6 @@ from tide.limits import RECORD_MAX_BYTES
 from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.commitlog")
-_TOTAL_SIZE = struct.Struct(">i")
 MIN_RECORD_BYTES = record_size(0, 1, 0)  # no body, a 1-byte topic, no properties
 AppendListener = Callable[[int], None]
 
@@ -306,7 +306,7 @@ class CommitLog:
 
     def record_size_at(self, offset: int) -> int:
         """The TOTALSIZE field at ``offset`` (RecordError when it cannot be a record)."""
-        (size,) = _TOTAL_SIZE.unpack(self._read_bytes(offset, _TOTAL_SIZE.size))
+        size = record_total_size(self._read_bytes(offset, TOTAL_SIZE_BYTES), 0)
         if not MIN_RECORD_BYTES <= size <= self.segments.size_bytes:
             raise RecordError(f"no record at {offset}: its size field says {size}")
         return int(size)

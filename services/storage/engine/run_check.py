@@ -22,8 +22,6 @@ from services.storage.engine.message_codec import PRODUCER_SYSFLAG_MASK
 from services.storage.engine.record_run import QueueKey, RecordRun, run_from_records
 from tide.format import (
     BORN_HOST_POS,
-    MAGIC_POS,
-    MESSAGE_MAGIC_V1,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
     SYSFLAG_TRANSACTION_MASK,
@@ -33,6 +31,7 @@ from tide.format import (
     decode_record,
     encode_record,
     is_queue_less,
+    properties_position,
     scan_run,
 )
 from tide.quoting import quote
@@ -124,16 +123,13 @@ class RunChecker:
             strict=True,
         ):
             record = decode_record(data, at, at + size)
-            topic_pos = at + ts_pos + 32 + len(record.body)
-            magic = int.from_bytes(data[at + MAGIC_POS : at + MAGIC_POS + 4], "big", signed=True)
-            name_pos = topic_pos + (1 if magic == MESSAGE_MAGIC_V1 else 2)
             records.append(
                 encode_record(
                     topics[name][0],
                     name,
                     record.queue_id,
                     record.body,
-                    bytes(data[name_pos + len(name) + 2 : at + size]),
+                    bytes(data[properties_position(data, at) : at + size]),
                     record.flag,
                     record.sys_flag | SYSFLAG_STORE_HOST_V6,
                     record.born_timestamp_ms,
