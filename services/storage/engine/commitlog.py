@@ -200,8 +200,12 @@ class CommitLog:
         """Offsets, the store time and host patched into ``run.data``, then the bytes copied
         into the segment(s): one ``patch_run`` and one slice assignment per segment."""
         now = max(self._clock_ms(), self._last_store_timestamp_ms)
-        self._ensure_room(run.sizes)
         segment = self.writable_segment()
+        if segment.wrote > 0 and segment.wrote + len(run.data) + BLANK_MARKER_BYTES <= (
+            segment.size_bytes
+        ):
+            return self._append_within(run, segment, now)  # the usual case
+        self._ensure_room(run.sizes)
         source = memoryview(run.data)
         physical: list[int] = []
         queue_offsets: list[int] = []
@@ -237,6 +241,29 @@ class CommitLog:
         self._last_store_timestamp_ms = now
         end = segment.start_offset + segment.wrote
         return AppendBatch(now, physical, run.sizes, queue_offsets, end)
+
+    def _append_within(self, run: RecordRun, segment: MappedFile, now: int) -> AppendBatch:
+        """:meth:`_append_locked` of a run that fits the rest of a segment already
+        written to: one patch and one copy, no piece of any column (``patch_run``
+        checks that the sizes add up to the run's bytes)."""
+        pos = segment.wrote
+        data = run.data
+        physical, queue_offsets = patch_run(
+            data,
+            run.sizes,
+            run.queue_keys,
+            run.store_timestamp_positions,
+            self.offsets.next_offsets,
+            segment.start_offset + pos,
+            now,
+            self._store_host,
+        )
+        segment.write_target[pos : pos + len(data)] = data
+        self._publish(segment, pos + len(data), now)
+        self._last_store_timestamp_ms = now
+        return AppendBatch(
+            now, physical, run.sizes, queue_offsets, segment.start_offset + segment.wrote
+        )
 
     def _next_segment(self, segment: MappedFile, now: int) -> MappedFile:
         """End ``segment`` with a blank marker; the next one (made by _ensure_room)."""
