@@ -155,14 +155,14 @@ def _queue_keys(layout: RunLayout, topics: Topics) -> list[QueueKey]:
         key_of = {queue_id: (topic, queue_id) for queue_id in distinct}
         return list(map(key_of.__getitem__, queue_ids))
     keys: list[QueueKey] = []
-    key_of: dict[tuple[bytes, int], QueueKey] = {}  # one key object per queue, as above
+    key_by_queue: dict[tuple[bytes, int], QueueKey] = {}  # one key object per queue, as above
     for name, queue_id in zip(layout.topics, queue_ids, strict=True):
-        key = key_of.get((name, queue_id))
+        key = key_by_queue.get((name, queue_id))
         if key is None:
             topic, count = topics[name]
             if not 0 <= queue_id < count:
                 raise InvalidMessageError(_first_bad(layout, topics))
-            key = key_of[name, queue_id] = (topic, queue_id)
+            key = key_by_queue[name, queue_id] = (topic, queue_id)
         keys.append(key)
     return keys
 
