@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import struct
 import zlib
 from typing import Any
 
@@ -34,13 +33,13 @@ from tide.format import (
     SubscriptionGroupConfig,
     decode_properties,
     group_topic_error,
+    unpack_host,
 )
 from tide.format._group_config import DEFAULT_CONSUME_TIMEOUT_MINUTE  # not exported
 from tide.naming import consumer_group_error
 from tide.quoting import quote
 from tide.v1 import storage_pb2 as pb
 
-_PORT = struct.Struct(">i")
 MAX_CACHED_HOSTS = 10_000
 
 
@@ -141,7 +140,7 @@ def stored_message_fields(
 
 def _host_text(packed: bytes, hosts: dict[bytes, str]) -> str:
     """``ip:port`` of a packed IPv4 host (as ``str(unpack_host(packed))``), cached."""
-    text = f"{packed[0]}.{packed[1]}.{packed[2]}.{packed[3]}:{_PORT.unpack_from(packed, 4)[0]}"
+    text = str(unpack_host(packed))
     if len(hosts) < MAX_CACHED_HOSTS:
         hosts[packed] = text
     return text

@@ -66,3 +66,54 @@ def test_sizes_that_do_not_add_up_are_refused_by_both() -> None:
         assert patch is not None
         with pytest.raises(ValueError, match="the sizes add up to 0, the run is"):
             patch(data, [], [], [], {}, 0, 0, V4)
+
+
+def many_queues_run(count: int, queues: int) -> bytes:
+    writer = RunWriter(V4)
+    for index in range(count):
+        writer.add("T", b"T", index % queues, b"body", b"", 0, 0, 1)
+    return writer.getvalue()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("queues", [1, 7, 32, 33, 90])
+def test_queue_offsets_from_shared_and_equal_keys_are_the_same(shared: bool, queues: int) -> None:
+    """The compiled patch keeps up to 32 queues' offsets in C (a key object the store
+    passes once per queue is found by identity, an equal one by comparison); more queues
+    than that go through the table directly. Every mix gives the reference's offsets and
+    table, new queues inserted in the order met."""
+    data = many_queues_run(200, queues)
+    layout = scan_run(data, 4 << 20)
+    one_per_queue: dict[int, Key] = {q: ("T", q) for q in range(queues)}
+    rnd = random.Random(queues)
+    keys: list[Key] = [
+        one_per_queue[q] if shared or rnd.random() < 0.5 else ("T", q) for q in layout.queue_ids
+    ]
+    compiled, python = (patched(c, data, keys, V4, slice(None)) for c in (True, False))
+    assert compiled == python
+    assert list(compiled[2]) == list(python[2])  # type: ignore[index]
+
+
+def test_a_refused_run_leaves_the_table_as_the_reference_does() -> None:
+    """Sizes that do not add up are found after the records were patched: the table has
+    moved past them in both (the compiled core writes its kept offsets back on errors)."""
+    data = bytearray(many_queues_run(3, 2))
+    layout = scan_run(data, 4 << 20)
+    tables: list[dict[Key, int]] = []
+    for patch in (_core.patch_run, patch_run_python):
+        assert patch is not None
+        table: dict[Key, int] = {("T", 1): 7}
+        with pytest.raises(ValueError, match="the sizes add up to"):
+            patch(
+                data + b"x",
+                layout.sizes,
+                [("T", q) for q in layout.queue_ids],
+                layout.store_timestamp_positions,
+                table,
+                0,
+                0,
+                V4,
+            )
+        tables.append(table)
+    assert tables[0] == tables[1] == {("T", 1): 8, ("T", 0): 2}
+    assert list(tables[0]) == list(tables[1])

@@ -103,3 +103,20 @@ def test_edge_cases() -> None:
     broken = bytearray(empty_topic.getvalue())
     broken[88 + 1] = 0  # topic length 0 (then one byte too many before the properties)
     assert_same(bytes(broken), 4 << 20, 100_000)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_long_runs_check_the_same(seed: int) -> None:
+    """Hundreds of records: the compiled scan's record buffer grows past its first 128
+    rows (doubling), and its columns repeat the previous row's ints where values repeat
+    (runs of one shape) and not elsewhere; a cap or damage near the end refuses it."""
+    rnd = random.Random(50_000 + seed)
+    data = b"".join(random_run(rnd) for _ in range(rnd.randint(30, 80)))
+    assert_same(data, 4 << 20, 100_000)
+    writer = RunWriter(V4)
+    for index in range(rnd.choice([127, 128, 129, 300])):
+        writer.add("T", b"T", index % 4, b"b" * (index // 100), b"", 0, 0, 1)
+    same_shape = writer.getvalue()
+    assert_same(same_shape, 4 << 20, 100_000)
+    assert_same(same_shape, 4 << 20, 128)
+    assert_same(damage(rnd, data), 4 << 20, 100_000)

@@ -17,7 +17,6 @@ fails in a :class:`TideError`.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,8 @@ from tide.format import (
     decode_record,
     make_msg_id,
     msg_id_prefix,
+    record_total_size,
+    unpack_host,
 )
 from tide.format._record_spans import (
     RecordFields,
@@ -41,7 +42,6 @@ from tide.format._record_spans import (
 )
 from tide.tail import gc_paused
 
-_I32 = struct.Struct(">i")
 _new_object = object.__new__
 _set_attribute = object.__setattr__
 
@@ -69,7 +69,7 @@ class _Decoder:
         left = len(self.records) - pos
         if left < 4:
             raise self.error(index, pos, f"{left} bytes left, too few for a record")
-        size: int = _I32.unpack_from(self.records, pos)[0]
+        size = record_total_size(self.records, pos)
         if size < FIXED_BYTES_V4 or size > left:
             raise self.error(
                 index, pos, f"TOTALSIZE {size} is outside [{FIXED_BYTES_V4}, {left} bytes left]"
@@ -84,8 +84,7 @@ class _Decoder:
 
     def host(self, packed: bytes) -> str:
         """``ip:port`` of a packed IPv4 host (as ``str(unpack_host(packed))``), cached."""
-        port: int = _I32.unpack_from(packed, 4)[0]
-        text = self.hosts[packed] = f"{packed[0]}.{packed[1]}.{packed[2]}.{packed[3]}:{port}"
+        text = self.hosts[packed] = str(unpack_host(packed))
         return text
 
     def id_prefix(self, store: bytes) -> str:

@@ -486,24 +486,62 @@ static int run_record(const unsigned char *d, int64_t at, int64_t end_of_run,
     return 1;
 }
 
-static int run_append(PyObject *columns[RUN_COLUMNS], int64_t at, const RunRecord *rec,
-                      PyObject *topic) {
-    PyObject *values[RUN_COLUMNS] = {
-        PyLong_FromLongLong(at),
-        PyLong_FromLongLong(rec->total),
-        Py_NewRef(topic),
-        PyLong_FromLong(rec->queue_id),
-        PyLong_FromLong(rec->sys_flag),
-        PyLong_FromLongLong(rec->body_pos - at - 32), /* store_timestamp: 32 before the body */
-    };
-    int failed = 0;
-    for (int c = 0; c < RUN_COLUMNS; c++) {
-        if (values[c] == NULL || PyList_Append(columns[c], values[c])) {
-            failed = -1;
-        }
-        Py_XDECREF(values[c]);
+/* The value of a column's row: the previous row's object again when the value repeats
+ * (runs of one shape repeat sizes and positions: no int made per record), else a new
+ * int. NULL: out of memory. */
+static PyObject *column_int(PyObject *previous, long long value) {
+    if (previous != NULL && PyLong_AsLongLong(previous) == value) {
+        return Py_NewRef(previous);
     }
-    return failed;
+    return PyLong_FromLongLong(value);
+}
+
+/* The columns of the checked records, each list made at its final length. */
+static PyObject *run_columns(const RunRecord *recs, const int64_t *starts, Py_ssize_t count,
+                             PyObject *const *topics) {
+    PyObject *columns[RUN_COLUMNS] = {NULL};
+    PyObject *result = NULL;
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        if ((columns[c] = PyList_New(count)) == NULL) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const RunRecord *rec = &recs[i];
+        PyObject *before[RUN_COLUMNS] = {NULL};
+        if (i > 0) {
+            for (int c = 0; c < RUN_COLUMNS; c++) {
+                before[c] = PyList_GET_ITEM(columns[c], i - 1);
+            }
+        }
+        PyObject *values[RUN_COLUMNS] = {
+            PyLong_FromLongLong(starts[i]),
+            column_int(before[1], rec->total),
+            Py_NewRef(topics[i]),
+            column_int(before[3], rec->queue_id),
+            column_int(before[4], rec->sys_flag),
+            /* store_timestamp: 32 bytes before the body */
+            column_int(before[5], rec->body_pos - starts[i] - 32),
+        };
+        int failed = 0;
+        for (int c = 0; c < RUN_COLUMNS; c++) {
+            if (values[c] == NULL) {
+                failed = 1;
+            } else {
+                PyList_SET_ITEM(columns[c], i, values[c]); /* (NULL rows: see below) */
+            }
+        }
+        if (failed) {
+            goto done; /* a list with NULL items is still freed correctly */
+        }
+    }
+    result = PyTuple_Pack(RUN_COLUMNS, columns[0], columns[1], columns[2], columns[3],
+                          columns[4], columns[5]);
+done:
+    for (int c = 0; c < RUN_COLUMNS; c++) {
+        Py_XDECREF(columns[c]);
+    }
+    return result;
 }
 
 PyDoc_STRVAR(scan_run_doc,
@@ -511,6 +549,42 @@ PyDoc_STRVAR(scan_run_doc,
              "The columns of the checked run (starts, sizes, topics, queue_ids, sys_flags,\n"
              "store_timestamp_positions), or None when a record fails a check (the\n"
              "reference, tide.format._record_run.scan_run_python, then says which).");
+
+/* A run's records as the scan finds them, in a buffer that grows by doubling. */
+typedef struct {
+    RunRecord *recs;
+    int64_t *starts;
+    PyObject **topics; /* borrowed from `held` (one object per change of topic) */
+    Py_ssize_t count, room;
+} RunRows;
+
+static int rows_add(RunRows *rows, int64_t at, const RunRecord *rec, PyObject *topic) {
+    if (rows->count == rows->room) {
+        Py_ssize_t room = rows->room ? rows->room * 2 : 128;
+        RunRecord *recs = PyMem_Realloc(rows->recs, (size_t)room * sizeof(RunRecord));
+        if (recs != NULL) {
+            rows->recs = recs;
+        }
+        int64_t *starts = PyMem_Realloc(rows->starts, (size_t)room * sizeof(int64_t));
+        if (starts != NULL) {
+            rows->starts = starts;
+        }
+        PyObject **topics = PyMem_Realloc(rows->topics, (size_t)room * sizeof(PyObject *));
+        if (topics != NULL) {
+            rows->topics = topics;
+        }
+        if (recs == NULL || starts == NULL || topics == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        rows->room = room;
+    }
+    rows->recs[rows->count] = *rec;
+    rows->starts[rows->count] = at;
+    rows->topics[rows->count] = topic;
+    rows->count++;
+    return 0;
+}
 
 static PyObject *scan_run(PyObject *self, PyObject *args) {
     (void)self;
@@ -521,43 +595,40 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
         return NULL;
     }
     const unsigned char *d = view.buf;
-    PyObject *columns[RUN_COLUMNS] = {NULL};
+    RunRows rows = {NULL, NULL, NULL, 0, 0};
     PyObject *topic = NULL, *result = NULL;
+    PyObject *held = PyList_New(0); /* the topics met, kept alive until the columns exist */
     int64_t at = 0;
-    Py_ssize_t count = 0;
-    for (int c = 0; c < RUN_COLUMNS; c++) {
-        if ((columns[c] = PyList_New(0)) == NULL) {
-            goto done;
-        }
+    if (held == NULL) {
+        goto done;
     }
     while (at < view.len) {
         RunRecord rec;
-        if (!run_record(d, at, view.len, max_body_bytes, &rec) || count >= max_records) {
+        if (!run_record(d, at, view.len, max_body_bytes, &rec) || rows.count >= max_records) {
             result = Py_NewRef(Py_None);
             goto done;
         }
         Py_ssize_t topic_len = (Py_ssize_t)(rec.name_end - rec.topic_at);
         if (topic == NULL || PyBytes_GET_SIZE(topic) != topic_len ||
             memcmp(PyBytes_AS_STRING(topic), d + rec.topic_at, (size_t)topic_len) != 0) {
-            Py_XSETREF(topic, PyBytes_FromStringAndSize((const char *)d + rec.topic_at,
-                                                        topic_len));
-            if (topic == NULL) {
+            topic = PyBytes_FromStringAndSize((const char *)d + rec.topic_at, topic_len);
+            if (topic == NULL || PyList_Append(held, topic)) {
+                Py_XDECREF(topic);
                 goto done;
             }
+            Py_DECREF(topic); /* held keeps it */
         }
-        if (run_append(columns, at, &rec, topic)) {
+        if (rows_add(&rows, at, &rec, topic)) {
             goto done;
         }
-        count++;
         at += rec.total;
     }
-    result = PyTuple_Pack(RUN_COLUMNS, columns[0], columns[1], columns[2], columns[3],
-                          columns[4], columns[5]);
+    result = run_columns(rows.recs, rows.starts, rows.count, rows.topics);
 done:
-    for (int c = 0; c < RUN_COLUMNS; c++) {
-        Py_XDECREF(columns[c]);
-    }
-    Py_XDECREF(topic);
+    PyMem_Free(rows.recs);
+    PyMem_Free(rows.starts);
+    PyMem_Free(rows.topics);
+    Py_XDECREF(held);
     PyBuffer_Release(&view);
     return result;
 }
@@ -572,23 +643,93 @@ static inline void put_be64(unsigned char *p, int64_t value) {
     }
 }
 
-/* The next queue offset of key in table (0 when absent), and table[key] moved past it. */
-static int next_queue_offset(PyObject *table, PyObject *key, long long *queue_offset) {
-    PyObject *current = PyDict_GetItemWithError(table, key); /* borrowed */
-    if (current == NULL && PyErr_Occurred()) {
+/* The queue offsets a run moves on, kept in C while the run is patched: a run's records
+ * name a few queues many times (the store passes one key object per queue), so a record
+ * costs a pointer comparison instead of two dict operations and an int object; the
+ * table gets each queue's next offset when the run is done (or fails; or when a 33rd
+ * queue needs a slot). */
+#define PATCH_SLOTS 32
+
+typedef struct {
+    PyObject *key; /* borrowed from the run's keys */
+    long long next;
+} QueueSlot;
+
+typedef struct {
+    QueueSlot slots[PATCH_SLOTS];
+    int count;
+} QueueSlots;
+
+/* The slot of key (the same object, else an equal key), or -1: not kept. */
+static int find_slot(QueueSlots *s, PyObject *key, int *found) {
+    for (int i = s->count - 1; i >= 0; i--) {
+        if (s->slots[i].key == key) {
+            *found = i;
+            return 0;
+        }
+    }
+    for (int i = 0; i < s->count; i++) {
+        int equal = PyObject_RichCompareBool(s->slots[i].key, key, Py_EQ);
+        if (equal < 0) {
+            return -1;
+        }
+        if (equal) {
+            *found = i;
+            return 0;
+        }
+    }
+    *found = -1;
+    return 0;
+}
+
+/* Each slot's next offset into table, in the order the queues were met (the order the
+ * reference inserts new keys); an error already set is kept. */
+static int store_slots(QueueSlots *s, PyObject *table) {
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    int failed = 0;
+    for (int i = 0; i < s->count && !failed; i++) {
+        PyObject *next = PyLong_FromLongLong(s->slots[i].next);
+        failed = next == NULL || PyDict_SetItem(table, s->slots[i].key, next);
+        Py_XDECREF(next);
+    }
+    if (type != NULL) {
+        PyErr_Restore(type, value, trace);
         return -1;
     }
-    *queue_offset = current == NULL ? 0 : PyLong_AsLongLong(current);
-    if (*queue_offset == -1 && PyErr_Occurred()) {
+    return failed ? -1 : 0;
+}
+
+/* The next queue offset of key (0 when table has none), moved on: a queue met for the
+ * first time takes a slot, its offset read from table (full slots go to the table
+ * first, so new queues enter it in the order met, as in the reference). */
+static int next_slot_offset(QueueSlots *s, PyObject *table, PyObject *key,
+                            long long *queue_offset) {
+    int i;
+    if (find_slot(s, key, &i)) {
         return -1;
     }
-    PyObject *next = PyLong_FromLongLong(*queue_offset + 1);
-    if (next == NULL) {
-        return -1;
+    if (i < 0) {
+        if (s->count == PATCH_SLOTS) { /* full: to the table, and start again */
+            if (store_slots(s, table)) {
+                return -1;
+            }
+            s->count = 0;
+        }
+        PyObject *current = PyDict_GetItemWithError(table, key); /* borrowed */
+        if (current == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        long long first = current == NULL ? 0 : PyLong_AsLongLong(current);
+        if (first == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        i = s->count++;
+        s->slots[i].key = key;
+        s->slots[i].next = first;
     }
-    int failed = PyDict_SetItem(table, key, next);
-    Py_DECREF(next);
-    return failed;
+    *queue_offset = s->slots[i].next++;
+    return 0;
 }
 
 static int patch_one(unsigned char *d, Py_ssize_t len, Py_ssize_t at, Py_ssize_t size,
@@ -609,9 +750,24 @@ static int patch_one(unsigned char *d, Py_ssize_t len, Py_ssize_t at, Py_ssize_t
     return 0;
 }
 
+static int patch_slots(Py_buffer *data, PyObject *sizes, PyObject *keys, PyObject *ts_positions,
+                       PyObject *table, long long physical, long long now, Py_buffer *host,
+                       PyObject *out_physical, PyObject *out_queue_offsets, QueueSlots *slots);
+
 static int patch_rows(Py_buffer *data, PyObject *sizes, PyObject *keys, PyObject *ts_positions,
                       PyObject *table, long long physical, long long now, Py_buffer *host,
                       PyObject *out_physical, PyObject *out_queue_offsets) {
+    QueueSlots slots;
+    slots.count = 0;
+    int failed = patch_slots(data, sizes, keys, ts_positions, table, physical, now, host,
+                             out_physical, out_queue_offsets, &slots);
+    /* (the keys stay alive: the caller holds the sequence) */
+    return store_slots(&slots, table) || failed ? -1 : 0;
+}
+
+static int patch_slots(Py_buffer *data, PyObject *sizes, PyObject *keys, PyObject *ts_positions,
+                       PyObject *table, long long physical, long long now, Py_buffer *host,
+                       PyObject *out_physical, PyObject *out_queue_offsets, QueueSlots *slots) {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(sizes), at = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sizes, i));
@@ -621,7 +777,7 @@ static int patch_rows(Py_buffer *data, PyObject *sizes, PyObject *keys, PyObject
         }
         PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
         long long queue_offset = 0; /* None: transaction prepared/rollback, no entry */
-        if (key != Py_None && next_queue_offset(table, key, &queue_offset)) {
+        if (key != Py_None && next_slot_offset(slots, table, key, &queue_offset)) {
             return -1;
         }
         if (patch_one(data->buf, data->len, at, size, ts_pos, queue_offset, physical + at, now,

@@ -129,6 +129,11 @@ def pack_index_header(header: IndexHeader) -> bytes:
     return _HEADER.pack(*header)
 
 
+def write_index_header(buf: WritableBuffer, header: IndexHeader) -> None:
+    """``header`` into the first INDEX_HEADER_BYTES of ``buf`` (in place)."""
+    _HEADER.pack_into(buf, 0, *header)
+
+
 def unpack_index_header(buf: Buffer) -> IndexHeader:
     """The header's 40 bytes as they are (a fresh file has ``index_count`` 0)."""
     return IndexHeader(*_HEADER.unpack_from(buf, 0))

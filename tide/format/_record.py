@@ -492,6 +492,15 @@ def decode_record(
     return record
 
 
+TOTAL_SIZE_BYTES = _I32.size  # the TOTALSIZE field, first in every record and blank
+
+
+def record_total_size(buf: Buffer, pos: int) -> int:
+    """The TOTALSIZE field of the record (or blank marker) at ``buf[pos:]``, unchecked."""
+    size: int = _I32.unpack_from(buf, pos)[0]
+    return size
+
+
 def record_body_crc(buf: Buffer, pos: int) -> int:
     """The body CRC the record at ``buf[pos:]`` stores."""
     crc: int = _U32.unpack_from(buf, pos + BODY_CRC_POS)[0]

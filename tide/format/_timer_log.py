@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import re
 import struct
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from tide.format._record import BLANK_MAGIC, Buffer
@@ -45,6 +46,9 @@ _UNIT = struct.Struct(">iqiqiqiiq")
 _BLANK = struct.Struct(">iqi")
 assert _UNIT.size == TIMER_LOG_UNIT_BYTES
 assert _BLANK.size == TIMER_LOG_BLANK_BYTES
+# A unit's size, enqueue time and delay alone (the last slot time of a segment).
+_UNIT_TIMES = struct.Struct(">i8x4xqi24x")
+assert _UNIT_TIMES.size == TIMER_LOG_UNIT_BYTES
 
 
 class TimerLogUnit(NamedTuple):
@@ -84,6 +88,12 @@ def unpack_timer_unit(buf: Buffer, pos: int = 0) -> TimerLogUnit:
     """The unit at ``pos`` as stored (no checks; see :func:`timer_unit_error`)."""
     _size, *fields = _UNIT.unpack_from(buf, pos)
     return TimerLogUnit(*fields)
+
+
+def iter_unit_times(buf: Buffer) -> Iterator[tuple[int, int, int]]:
+    """(size, enqueue time ms, delay ms) of each whole unit of ``buf``, unpacked in C;
+    the caller stops at the first whose size is not TIMER_LOG_UNIT_BYTES (the blank)."""
+    return _UNIT_TIMES.iter_unpack(buf)
 
 
 def pack_timer_blank(bytes_left: int) -> bytes:

@@ -23,6 +23,7 @@ the ROLL bit, and filed again from there when that slot fires.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,6 +49,12 @@ NO_POS = -1  # TimerWheel.BLANK
 
 _SLOT = struct.Struct(">qqqii")
 assert _SLOT.size == TIMER_SLOT_BYTES
+
+
+def iter_timer_slots(buf: Buffer) -> Iterator[tuple[int, int, int, int, int]]:
+    """(time in precision units, first_pos, last_pos, num, magic) of each slot of a
+    wheel file's bytes, in file order, unpacked in C (recovery reads them all)."""
+    return _SLOT.iter_unpack(buf)
 
 
 class TimerSlot(NamedTuple):

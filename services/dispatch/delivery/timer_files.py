@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,8 @@ from tide.format import (
     TimerLogUnit,
     TimerSlot,
     TimerWheelGeometry,
+    iter_timer_slots,
+    iter_unit_times,
     pack_timer_blank,
     pack_timer_unit,
     parse_segment_name,
@@ -37,11 +38,6 @@ from tide.format import (
     wheel_file_error,
 )
 
-_SLOT = struct.Struct(">qqqii")  # tide.format's slot layout, unpacked in bulk
-# A unit's size, enqueue time and delay (tide.format's unit layout), unpacked in bulk.
-_UNIT_TIMES = struct.Struct(">i8x4xqi24x")
-assert _UNIT_TIMES.size == TIMER_LOG_UNIT_BYTES
-
 
 def _last_slot_ms(mm: mmap.mmap) -> int:
     """The latest slot time of a segment's units (a unit's size field is 52; the scan
@@ -50,7 +46,7 @@ def _last_slot_ms(mm: mmap.mmap) -> int:
     usable = len(mm) - len(mm) % TIMER_LOG_UNIT_BYTES
     view = memoryview(mm)[:usable]
     try:
-        for size, enqueue_ms, delay_ms in _UNIT_TIMES.iter_unpack(view):
+        for size, enqueue_ms, delay_ms in iter_unit_times(view):
             if size != TIMER_LOG_UNIT_BYTES:
                 break
             last = max(last, enqueue_ms + delay_ms)
@@ -114,7 +110,7 @@ class TimerWheel:
         lap = geometry.wheel_slots
         view = memoryview(self.mm)[: geometry.file_bytes]
         try:
-            for index, (stored, first, last, num, magic) in enumerate(_SLOT.iter_unpack(view)):
+            for index, (stored, first, last, num, magic) in enumerate(iter_timer_slots(view)):
                 if last >= 0 and stored == start_units + (index - first_index) % lap:
                     yield TimerSlot(stored * step, first, last, num, magic)
         finally:

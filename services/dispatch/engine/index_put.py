@@ -41,11 +41,10 @@ from tide.format import (
     put_keys,
     read_index_header,
     time_diff_seconds,
+    write_index_header,
 )
 from tide.format import IndexHeader as _Header
 
-_HEADER = struct.Struct(">qqqqii")  # docs/formats.md, "Index file"
-assert _HEADER.size == INDEX_HEADER_BYTES
 _LITTLE = sys.byteorder == "little"
 _WORDS = INDEX_ENTRY_BYTES // 4  # an entry: hash, offset (2 words), time, previous
 _MAX_TIME_RUNS = 64  # more distinct timestamps in a batch: one time per entry
@@ -116,15 +115,16 @@ def _put(
         # (in order: the last key of a shared slot is the one it names)
         deque(map(_set_int, repeat(table), slots, _NUMBERS.swapped(first, count)), maxlen=0)
     head_first = first <= 1
-    _HEADER.pack_into(
+    write_index_header(
         buf,
-        0,
-        stamps[0] if head_first else header.begin_timestamp_ms,
-        stamps[-1],
-        phy_offsets[0] if head_first else header.begin_phy_offset,
-        phy_offsets[-1],
-        header.hash_slot_count + fresh,
-        first + count,
+        _Header(
+            stamps[0] if head_first else header.begin_timestamp_ms,
+            stamps[-1],
+            phy_offsets[0] if head_first else header.begin_phy_offset,
+            phy_offsets[-1],
+            header.hash_slot_count + fresh,
+            first + count,
+        ),
     )
     return True
 

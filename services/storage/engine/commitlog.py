@@ -10,7 +10,6 @@ in the rest of a segment, a blank marker ends it and the record goes to the next
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,12 +23,14 @@ from services.storage.engine.segment_files import SegmentSpaceError, unlock
 from services.storage.engine.segment_queue import SegmentQueue
 from tide.format import (
     BLANK_MARKER_BYTES,
+    TOTAL_SIZE_BYTES,
     DecodedRecord,
     RecordError,
     decode_record,
     find_blank_marker,
     patch_run,
     record_size,
+    record_total_size,
     segment_name,
     write_blank,
 )
@@ -37,7 +38,6 @@ from tide.limits import RECORD_MAX_BYTES
 from tide.mapped import MappedFile
 
 log = logging.getLogger("tide.storage.commitlog")
-_TOTAL_SIZE = struct.Struct(">i")
 MIN_RECORD_BYTES = record_size(0, 1, 0)  # no body, a 1-byte topic, no properties
 AppendListener = Callable[[int], None]
 
@@ -200,8 +200,12 @@ class CommitLog:
         """Offsets, the store time and host patched into ``run.data``, then the bytes copied
         into the segment(s): one ``patch_run`` and one slice assignment per segment."""
         now = max(self._clock_ms(), self._last_store_timestamp_ms)
-        self._ensure_room(run.sizes)
         segment = self.writable_segment()
+        if segment.wrote > 0 and segment.wrote + len(run.data) + BLANK_MARKER_BYTES <= (
+            segment.size_bytes
+        ):
+            return self._append_within(run, segment, now)  # the usual case
+        self._ensure_room(run.sizes)
         source = memoryview(run.data)
         physical: list[int] = []
         queue_offsets: list[int] = []
@@ -237,6 +241,29 @@ class CommitLog:
         self._last_store_timestamp_ms = now
         end = segment.start_offset + segment.wrote
         return AppendBatch(now, physical, run.sizes, queue_offsets, end)
+
+    def _append_within(self, run: RecordRun, segment: MappedFile, now: int) -> AppendBatch:
+        """:meth:`_append_locked` of a run that fits the rest of a segment already
+        written to: one patch and one copy, no piece of any column (``patch_run``
+        checks that the sizes add up to the run's bytes)."""
+        pos = segment.wrote
+        data = run.data
+        physical, queue_offsets = patch_run(
+            data,
+            run.sizes,
+            run.queue_keys,
+            run.store_timestamp_positions,
+            self.offsets.next_offsets,
+            segment.start_offset + pos,
+            now,
+            self._store_host,
+        )
+        segment.write_target[pos : pos + len(data)] = data
+        self._publish(segment, pos + len(data), now)
+        self._last_store_timestamp_ms = now
+        return AppendBatch(
+            now, physical, run.sizes, queue_offsets, segment.start_offset + segment.wrote
+        )
 
     def _next_segment(self, segment: MappedFile, now: int) -> MappedFile:
         """End ``segment`` with a blank marker; the next one (made by _ensure_room)."""
@@ -306,7 +333,7 @@ class CommitLog:
 
     def record_size_at(self, offset: int) -> int:
         """The TOTALSIZE field at ``offset`` (RecordError when it cannot be a record)."""
-        (size,) = _TOTAL_SIZE.unpack(self._read_bytes(offset, _TOTAL_SIZE.size))
+        size = record_total_size(self._read_bytes(offset, TOTAL_SIZE_BYTES), 0)
         if not MIN_RECORD_BYTES <= size <= self.segments.size_bytes:
             raise RecordError(f"no record at {offset}: its size field says {size}")
         return int(size)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import reduce
-from itertools import repeat
 from operator import or_
 
 from services.storage.engine.errors import InvalidMessageError
@@ -23,8 +22,6 @@ from services.storage.engine.message_codec import PRODUCER_SYSFLAG_MASK
 from services.storage.engine.record_run import QueueKey, RecordRun, run_from_records
 from tide.format import (
     BORN_HOST_POS,
-    MAGIC_POS,
-    MESSAGE_MAGIC_V1,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
     SYSFLAG_TRANSACTION_MASK,
@@ -34,6 +31,7 @@ from tide.format import (
     decode_record,
     encode_record,
     is_queue_less,
+    properties_position,
     scan_run,
 )
 from tide.quoting import quote
@@ -82,7 +80,7 @@ class RunChecker:
             topics[name] = self._topic(
                 layout, name, write_queue_count, default_queue_count, missing
             )
-        flags = reduce(or_, layout.sys_flags, 0)
+        flags = reduce(or_, set(layout.sys_flags), 0)  # (the few distinct values)
         if flags & ~_RUN_SYSFLAG_MASK:
             raise InvalidMessageError(_first_bad(layout, topics))
         keys = _queue_keys(layout, topics)
@@ -125,16 +123,13 @@ class RunChecker:
             strict=True,
         ):
             record = decode_record(data, at, at + size)
-            topic_pos = at + ts_pos + 32 + len(record.body)
-            magic = int.from_bytes(data[at + MAGIC_POS : at + MAGIC_POS + 4], "big", signed=True)
-            name_pos = topic_pos + (1 if magic == MESSAGE_MAGIC_V1 else 2)
             records.append(
                 encode_record(
                     topics[name][0],
                     name,
                     record.queue_id,
                     record.body,
-                    bytes(data[name_pos + len(name) + 2 : at + size]),
+                    bytes(data[properties_position(data, at) : at + size]),
                     record.flag,
                     record.sys_flag | SYSFLAG_STORE_HOST_V6,
                     record.born_timestamp_ms,
@@ -152,15 +147,23 @@ def _queue_keys(layout: RunLayout, topics: Topics) -> list[QueueKey]:
     queue_ids = layout.queue_ids
     if len(topics) == 1:
         ((topic, count),) = topics.values()
-        if min(queue_ids) < 0 or max(queue_ids) >= count:
+        distinct = set(queue_ids)  # (min and max over the few queues, not the records)
+        if min(distinct) < 0 or max(distinct) >= count:
             raise InvalidMessageError(_first_bad(layout, topics))
-        return list(zip(repeat(topic), queue_ids, strict=False))
+        # One key object per queue: the lock-time patch (patch_run) compares keys by
+        # identity first, and no tuple is made per record.
+        key_of = {queue_id: (topic, queue_id) for queue_id in distinct}
+        return list(map(key_of.__getitem__, queue_ids))
     keys: list[QueueKey] = []
+    key_by_queue: dict[tuple[bytes, int], QueueKey] = {}  # one key object per queue, as above
     for name, queue_id in zip(layout.topics, queue_ids, strict=True):
-        topic, count = topics[name]
-        if not 0 <= queue_id < count:
-            raise InvalidMessageError(_first_bad(layout, topics))
-        keys.append((topic, queue_id))
+        key = key_by_queue.get((name, queue_id))
+        if key is None:
+            topic, count = topics[name]
+            if not 0 <= queue_id < count:
+                raise InvalidMessageError(_first_bad(layout, topics))
+            key = key_by_queue[name, queue_id] = (topic, queue_id)
+        keys.append(key)
     return keys
 
 
