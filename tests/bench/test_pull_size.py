@@ -7,6 +7,7 @@ import pytest
 
 from tide.bench import Workload, WorkloadError, apply_overrides
 from tide.bench._load import next_pull_size
+from tide.bench._workload import workload_from_mapping
 
 
 def test_full_pulls_double_up_to_the_most_and_a_short_one_resets() -> None:
@@ -45,7 +46,7 @@ def test_without_pull_batch_max_every_pull_asks_for_pull_batch() -> None:
 )
 def test_bad_pull_batch_max_is_named(changes: dict[str, int], message: str) -> None:
     with pytest.raises(WorkloadError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        Workload(name="w", **changes)
+        workload_from_mapping({"name": "w", **changes})
 
 
 def test_pull_batch_max_can_be_set_on_the_command_line() -> None:
