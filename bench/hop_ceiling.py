@@ -17,10 +17,10 @@ target can be checked against what the process layout itself allows:
 * ``chain-consume``: the same with a consumer long-polling the gateway's ``Pull`` for the
   chunks, which the gateway deals round robin to ``--queues`` queues (the consumer keeps
   a pull in flight on each; up to ``--pull-batch`` messages rounded up to whole batches
-  a call), as Tide's consumers do while producers run. Each request carries its send
-  time in its first body (bodies of 8 bytes or more), so the consumer reports the
-  end-to-end latency of each request (``e2e_p50_ms`` / ``e2e_p99_ms``), as ``tide
-  bench`` does for Tide's.
+  a call, and with ``--pull-batch-max`` twice as many after a full answer, up to it),
+  as Tide's consumers do while producers run. Each request carries its send time in its
+  first body (bodies of 8 bytes or more), so the consumer reports the end-to-end latency
+  of each request (``e2e_p50_ms`` / ``e2e_p99_ms``), as ``tide bench`` does for Tide's.
 
 Nothing is parsed, checked, encoded, stored or indexed, and the consumer reads one stream
 of chunks instead of one queue at a time: every simplification favours the chain, so its
@@ -66,6 +66,7 @@ COUNT = struct.Struct(">I")  # batches in a Tail chunk or a Pull answer; a queue
 SEQUENCE = struct.Struct(">q")  # the last chunk of the queue the puller has
 STAMP = struct.Struct(">q")  # a request's send time (perf_counter_ns), in its first body
 STAMP_MARK = b"\xa5" * STAMP.size  # where the stamp goes in the prebuilt request
+PULL_TAIL = struct.Struct(">II")  # a Pull's queue and the batches it asks for at most
 MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
 MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
 MAX_QUEUED_BLOBS = 100_000  # a Tail follower or watcher further behind ends the run
@@ -78,6 +79,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "inflight": (1, 64),
     "rate": (0, 10_000_000),
     "pull_batch": (1, 1024),
+    "pull_batch_max": (0, 1024),
     "queues": (1, 64),
     "warmup_s": (0, 60),
     "duration_s": (0.1, 600),
@@ -262,13 +264,14 @@ class _Gateway:
 
     async def pull(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         (sequence,) = SEQUENCE.unpack_from(request)
-        (queue,) = COUNT.unpack_from(request, SEQUENCE.size)
+        queue, asked = PULL_TAIL.unpack_from(request, SEQUENCE.size)
         chunks = self.queues[queue]
-        last, batches, taken = chunks.after(sequence, self.max_pull_batches)
+        max_batches = min(asked, self.max_pull_batches)
+        last, batches, taken = chunks.after(sequence, max_batches)
         if not taken:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(chunks.arrived.wait(), PULL_TIMEOUT_S)
-            last, batches, taken = chunks.after(sequence, self.max_pull_batches)
+            last, batches, taken = chunks.after(sequence, max_batches)
         return SEQUENCE.pack(last) + COUNT.pack(batches) + b"".join(taken)
 
 
@@ -427,18 +430,28 @@ async def _produce(
 
 
 async def _consume(
-    channel: grpc.aio.Channel, queue: int, request: _Request, counts: _Counts
+    channel: grpc.aio.Channel,
+    queue: int,
+    batches: tuple[int, int],
+    request: _Request,
+    counts: _Counts,
 ) -> None:
-    """Long-poll one queue of the gateway's chunks."""
+    """Long-poll one queue of the gateway's chunks, asking for ``batches[0]`` batches a
+    pull, twice as many after a full answer up to ``batches[1]`` (as ``tide bench``'s
+    consumer does with ``pull_batch_max``)."""
     pull = channel.unary_unary(f"/{RELAY}/Pull", None, None)
     sequence = 0
     header = SEQUENCE.size + COUNT.size
+    base, most = batches
+    asked = base
     while True:
-        answer: bytes = await pull(SEQUENCE.pack(sequence) + COUNT.pack(queue))
+        answer: bytes = await pull(SEQUENCE.pack(sequence) + PULL_TAIL.pack(queue, asked))
         now_ns = time.perf_counter_ns()
         sequence = SEQUENCE.unpack_from(answer)[0]
+        got = COUNT.unpack_from(answer, SEQUENCE.size)[0]
+        asked = min(2 * asked, most) if got >= asked else base
         if counts.measuring:
-            counts.consumed_batches += COUNT.unpack_from(answer, SEQUENCE.size)[0]
+            counts.consumed_batches += got
             counts.e2e_latencies_s += request.e2e_s(answer[header:], now_ns)
 
 
@@ -491,8 +504,11 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
             channel = await stack.enter_async_context(
                 grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             )
+            batches = _pull_batches(args)
             for queue in range(args.queues):
-                tasks.append(asyncio.create_task(_consume(channel, queue, request, counts)))
+                tasks.append(
+                    asyncio.create_task(_consume(channel, queue, batches, request, counts))
+                )
         await asyncio.sleep(args.warmup_s)
         counts.measuring = True
         started = time.perf_counter()
@@ -507,9 +523,14 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
     return counts, seconds
 
 
+def _pull_batches(args: argparse.Namespace) -> tuple[int, int]:
+    """Whole batches a pull asks for: (at first, at most)."""
+    base = math.ceil(args.pull_batch / args.batch)
+    return base, max(base, math.ceil(args.pull_batch_max / args.batch))
+
+
 def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
-    max_pull_batches = math.ceil(args.pull_batch / args.batch)
-    with _processes(case, max_pull_batches, args.queues) as processes:
+    with _processes(case, _pull_batches(args)[1], args.queues) as processes:
         front = processes[-1]
         before = {p.name: p.cpu_s() for p in processes}
         client_before = time.process_time()
@@ -577,6 +598,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--inflight", type=int, default=16, help="requests per producer")
     parser.add_argument("--rate", type=float, default=0, help="msgs/s in all; 0: unpaced")
     parser.add_argument("--pull-batch", type=int, default=256, help="messages per Pull")
+    parser.add_argument(
+        "--pull-batch-max",
+        type=int,
+        default=0,
+        help="after a full pull the next asks twice as many, up to this; 0: --pull-batch",
+    )
     parser.add_argument("--queues", type=int, default=4, help="pulled concurrently")
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--duration-s", type=float, default=10.0)

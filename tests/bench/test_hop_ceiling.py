@@ -127,6 +127,7 @@ def test_unknown_cases_are_refused() -> None:
         (["--batch", "0"], "--batch is 0; give 1..1024"),
         (["--inflight", "65"], "--inflight is 65; give 1..64"),
         (["--duration-s", "0"], "--duration-s is 0; give 0.1..600"),
+        (["--pull-batch-max", "2000"], "--pull-batch-max is 2000; give 0..1024"),
     ],
 )
 def test_out_of_range_options_are_refused(argv: list[str], message: str) -> None:
@@ -138,6 +139,7 @@ def test_a_paced_run_stays_at_its_rate_and_two_queues_are_consumed(tmp_path: Pat
     out = tmp_path / "paced.json"
     command = [sys.executable, "-m", "bench.hop_ceiling", "--cases", "chain-consume"]
     command += ["--batch", "1", "--rate", "200", "--queues", "2", "--pull-batch", "8"]
+    command += ["--pull-batch-max", "32"]
     command += ["--warmup-s", "0.3", "--duration-s", "1.5", "--json-out", str(out)]
     done = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False

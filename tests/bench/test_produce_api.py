@@ -44,6 +44,9 @@ def test_tide_bench_run_on_a_produce_stream(stream_cluster: Cluster) -> None:
         warmup_s=0.3,
         duration_s=1.0,
         long_poll_ms=500,
+        # small pulls that grow while the consumer is behind: still every message once
+        pull_batch=8,
+        pull_batch_max=64,
     )
     report = run_workload(workload, stream_cluster.gateway.listen)
     assert report["ok"], report["last_error"]

@@ -408,6 +408,17 @@ async def consume_queue(
                 record((now_ns - int(sent, 16)) // 1000, count)
             counters.consumed += reply.record_count
         request.offset = reply.next_offset
+        request.max_messages = next_pull_size(workload, request.max_messages, reply.record_count)
+
+
+def next_pull_size(workload: Workload, asked: int, got: int) -> int:
+    """The next pull's max_messages: a full answer means the queue holds more (the consumer
+    is behind), so it asks for twice as many, up to ``pull_batch_max``: fewer, larger pulls
+    catch up with less per-pull cost and fewer round trips, as a Kafka fetch takes what is
+    there up to its byte limit. A short answer (caught up) goes back to ``pull_batch``."""
+    if got >= asked:
+        return min(max(asked * 2, workload.pull_batch), workload.pull_batch_max or asked)
+    return workload.pull_batch
 
 
 async def sample(

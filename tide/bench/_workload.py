@@ -66,6 +66,10 @@ class Workload:
     warmup_s: float = 5.0
     duration_s: float = 30.0
     pull_batch: int = 256
+    # A pull that came back full (the consumer is behind) doubles the next one's
+    # max_messages up to this; one that was not goes back to pull_batch. 0: always
+    # pull_batch.
+    pull_batch_max: int = 0
     long_poll_ms: int = 2_000
     producer_processes: int = 1
     consumer_processes: int = 1
@@ -83,6 +87,7 @@ class Workload:
             ("inflight", 1, MAX_INFLIGHT),
             ("consumers_per_topic", 0, MAX_CLIENTS),
             ("pull_batch", 1, MAX_PULL_BATCH),
+            ("pull_batch_max", 0, MAX_PULL_BATCH),
             ("long_poll_ms", 1, MAX_LONG_POLL_MS),
             ("producer_processes", 1, MAX_PROCESSES),
             ("consumer_processes", 1, MAX_PROCESSES),
@@ -117,6 +122,12 @@ class Workload:
         if self.produce_api not in PRODUCE_APIS:
             raise WorkloadError(
                 f"produce_api is {self.produce_api!r}; give one of {', '.join(PRODUCE_APIS)}"
+            )
+        if 0 < self.pull_batch_max < self.pull_batch:
+            raise WorkloadError(
+                f"pull_batch_max is {self.pull_batch_max}, below pull_batch "
+                f"({self.pull_batch}); give 0 (pull_batch always) or {self.pull_batch}.."
+                f"{MAX_PULL_BATCH}"
             )
         if not isinstance(self.description, str):
             raise WorkloadError(f"description is {self.description!r}; give a string")
