@@ -89,3 +89,13 @@ def v4_record_fields(
     ]
     | None
 ): ...
+def put_index_keys(
+    buf: bytearray | memoryview | mmap.mmap,
+    slot_count: int,
+    max_entries: int,
+    key_hashes: Sequence[int],
+    phy_offsets: Sequence[int],
+    store_timestamps_ms: Sequence[int],
+    fd: int,
+    /,
+) -> int: ...
