@@ -16,12 +16,22 @@ Body CRCs are not checked, as the dispatch service does not check them by defaul
 
 Times are CPU times of this process (``time.process_time``), per stage, so that other
 load on the machine does not count; ``--wall`` reports wall-clock times instead.
+
+    python -m bench.dispatch_apply --records 200000 --ab-index-put 5
+
+A/B of the index put alone, in one process: the 1-key case, rounds alternating the
+compiled index put (``tide.format.put_key_batch`` on ``_ccore.put_index_keys``) and its
+pure-Python twin (``put_key_batch_python``), everything else as this process runs it;
+each round's apply records/s, then the medians and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import random
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,7 +39,14 @@ from pathlib import Path
 
 from services.dispatch.dispatcher import TAIL_CHUNK_BYTES
 from services.dispatch.engine.dispatch_store import DispatchConfig, DispatchStore
-from tide.format import HostAddress, encode_properties, encode_record, pack_host, patch_record
+from tide.format import (
+    HostAddress,
+    _index_put,
+    encode_properties,
+    encode_record,
+    pack_host,
+    patch_record,
+)
 from tide.tail import RecordAssembler, RecordBatch
 
 HOST = pack_host(HostAddress("127.0.0.1", 10911))
@@ -37,6 +54,7 @@ QUEUES = 8
 CHUNK_BYTES = TAIL_CHUNK_BYTES
 
 
+@functools.cache
 def commitlog_bytes(
     records: int, with_keys: bool, *, random_queues: bool = False, tag: bool = True
 ) -> bytes:
@@ -104,6 +122,32 @@ def run(
     )
 
 
+def ab_index_put(records: int, rounds: int, chunk_bytes: int, clock: Callable[[], float]) -> None:
+    """The 1-key case, compiled and pure-Python index put alternating (module docstring)."""
+    compiled = _index_put.compiled_put
+    if compiled is None:
+        raise SystemExit("the compiled core is off or not built: nothing to compare")
+    applied: dict[str, list[float]] = {"compiled": [], "python": []}
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| round | index put | records | assembler records/s | apply records/s | together records/s |")
+    print("|---|---|---|---|---|---|")
+    try:
+        for number in range(1, rounds + 1):
+            for side, put in (("compiled", compiled), ("python", None)):
+                _index_put.compiled_put = put
+                line = run(records, True, chunk_bytes, clock)
+                applied[side].append(float(line.split("|")[4].replace(",", "")))
+                print(f"| {number} | {side} |{line.split('|', 2)[2]}", flush=True)
+    finally:
+        _index_put.compiled_put = compiled
+    medians = {side: statistics.median(values) for side, values in applied.items()}
+    print(
+        f"median apply records/s: compiled {medians['compiled']:,.0f}, python "
+        f"{medians['python']:,.0f} ({medians['compiled'] / medians['python']:.2f}x); "
+        f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000, help="records per case")
@@ -118,8 +162,18 @@ def main() -> None:
     parser.add_argument(
         "--no-tag", action="store_true", help="no TAGS property (as bench.dispatch_replay's)"
     )
+    parser.add_argument(
+        "--ab-index-put",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="A/B the compiled index put against its Python twin (1 key), this many rounds",
+    )
     args = parser.parse_args()
     clock = time.perf_counter if args.wall else time.process_time
+    if args.ab_index_put:
+        ab_index_put(args.records, args.ab_index_put, args.chunk_bytes, clock)
+        return
     print("| keys | records | assembler records/s | apply records/s | together records/s |")
     print("|---|---|---|---|---|")
     for with_keys in (False, True):
