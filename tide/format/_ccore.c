@@ -1847,6 +1847,71 @@ done:
     return result;
 }
 
+/* -- consume_queue_entries: the bytes of a run of consume-queue entries --------------- */
+
+/* docs/formats.md, "Consume queue" (tide/format/_consume_queue.py): an entry is
+ * commitlog offset i64, size i32, tags code i64, big-endian. */
+#define CQ_ENTRY_BYTES 20
+
+PyDoc_STRVAR(consume_queue_entries_doc,
+             "consume_queue_entries(commitlog_offsets, sizes, tags_codes)\n--\n\n"
+             "tide.format.pack_entries of three lists (or tuples) of one length; None when\n"
+             "they are not, or a value is not an int that fits (the reference then packs\n"
+             "or raises). The reference: tide.format._consume_queue.pack_entries_python.");
+
+static PyObject *consume_queue_entries(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *offsets, *sizes, *codes;
+    if (!PyArg_ParseTuple(args, "OOO:consume_queue_entries", &offsets, &sizes, &codes)) {
+        return NULL;
+    }
+    if (!(PyList_CheckExact(offsets) || PyTuple_CheckExact(offsets)) ||
+        !(PyList_CheckExact(sizes) || PyTuple_CheckExact(sizes)) ||
+        !(PyList_CheckExact(codes) || PyTuple_CheckExact(codes))) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(offsets);
+    if (PySequence_Fast_GET_SIZE(sizes) != count || PySequence_Fast_GET_SIZE(codes) != count ||
+        count > PY_SSIZE_T_MAX / CQ_ENTRY_BYTES) {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * CQ_ENTRY_BYTES);
+    if (out == NULL) {
+        return NULL;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    long long last_size = 0, last_code = 0;
+    PyObject *last_size_obj = NULL, *last_code_obj = NULL; /* (borrowed: repeats skip) */
+    for (Py_ssize_t i = 0; i < count; i++, p += CQ_ENTRY_BYTES) {
+        PyObject *o = PySequence_Fast_GET_ITEM(offsets, i);
+        PyObject *s = PySequence_Fast_GET_ITEM(sizes, i);
+        PyObject *c = PySequence_Fast_GET_ITEM(codes, i);
+        if (!PyLong_CheckExact(o) || !PyLong_CheckExact(s) || !PyLong_CheckExact(c)) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        int offset_overflow = 0, size_overflow = 0, code_overflow = 0;
+        long long offset = PyLong_AsLongLongAndOverflow(o, &offset_overflow);
+        if (s != last_size_obj) {
+            last_size = PyLong_AsLongLongAndOverflow(s, &size_overflow);
+            last_size_obj = s;
+        }
+        if (c != last_code_obj) {
+            last_code = PyLong_AsLongLongAndOverflow(c, &code_overflow);
+            last_code_obj = c;
+        }
+        if (offset_overflow || size_overflow || code_overflow || last_size < INT32_MIN ||
+            last_size > INT32_MAX) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        put_be64(p, offset);
+        put_be32(p + 8, (uint32_t)(int32_t)last_size);
+        put_be64(p + 12, last_code);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -1860,6 +1925,8 @@ static PyMethodDef methods[] = {
     {"record_tags", record_tags, METH_VARARGS, record_tags_doc},
     {"v4_record_fields", v4_record_fields, METH_VARARGS, v4_record_fields_doc},
     {"put_index_keys", put_index_keys, METH_VARARGS, put_index_keys_doc},
+    {"consume_queue_entries", consume_queue_entries, METH_VARARGS,
+     consume_queue_entries_doc},
     {NULL, NULL, 0, NULL},
 };
 

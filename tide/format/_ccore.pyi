@@ -99,3 +99,6 @@ def put_index_keys(
     fd: int,
     /,
 ) -> int: ...
+def consume_queue_entries(
+    commitlog_offsets: object, sizes: object, tags_codes: object, /
+) -> bytes | None: ...
