@@ -1,4 +1,5 @@
-"""put_key_batch (the dispatch's batch index put) writes what tide.format.put_keys writes."""
+"""put_key_batch_python (the index put's pure-Python twin, tide/format/_index_put.py)
+writes what tide.format.put_keys writes."""
 
 from __future__ import annotations
 
