@@ -16,12 +16,24 @@ Body CRCs are not checked, as the dispatch service does not check them by defaul
 
 Times are CPU times of this process (``time.process_time``), per stage, so that other
 load on the machine does not count; ``--wall`` reports wall-clock times instead.
+
+    python -m bench.dispatch_apply --records 200000 --ab 5 [--ab-parts index|entries|both]
+
+A/B in one process: the 1-key case, rounds alternating the compiled index put
+(``tide.format.put_key_batch`` on ``_ccore.put_index_keys``) and/or the compiled
+consume-queue entries' bytes (``tide.format.pack_entries`` on
+``_ccore.consume_queue_entries``) with their pure-Python twins (``put_key_batch_python``,
+``pack_entries_python``), everything else as this process runs it; each round's apply
+records/s, then the medians and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import random
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,7 +41,15 @@ from pathlib import Path
 
 from services.dispatch.dispatcher import TAIL_CHUNK_BYTES
 from services.dispatch.engine.dispatch_store import DispatchConfig, DispatchStore
-from tide.format import HostAddress, encode_properties, encode_record, pack_host, patch_record
+from tide.format import (
+    HostAddress,
+    _consume_queue,
+    _index_put,
+    encode_properties,
+    encode_record,
+    pack_host,
+    patch_record,
+)
 from tide.tail import RecordAssembler, RecordBatch
 
 HOST = pack_host(HostAddress("127.0.0.1", 10911))
@@ -37,6 +57,7 @@ QUEUES = 8
 CHUNK_BYTES = TAIL_CHUNK_BYTES
 
 
+@functools.cache
 def commitlog_bytes(
     records: int, with_keys: bool, *, random_queues: bool = False, tag: bool = True
 ) -> bytes:
@@ -104,6 +125,50 @@ def run(
     )
 
 
+def _use_compiled(parts: tuple[str, ...], on: bool, saved: dict[str, object]) -> None:
+    """The compiled index put and/or entries' bytes, or their Python twins."""
+    if "index" in parts:
+        _index_put.compiled_put = saved["index"] if on else None  # type: ignore[assignment]
+    if "entries" in parts:
+        _consume_queue._compiled_entries = saved["entries"] if on else None  # type: ignore[assignment]
+
+
+def ab_twins(
+    records: int, rounds: int, parts: tuple[str, ...], chunk_bytes: int, clock: Callable[[], float]
+) -> None:
+    """The 1-key case, the compiled ``parts`` and their Python twins alternating (module
+    docstring)."""
+    saved: dict[str, object] = {
+        "index": _index_put.compiled_put,
+        "entries": _consume_queue._compiled_entries,
+    }
+    if any(saved[part] is None for part in parts):
+        raise SystemExit("the compiled core is off or not built: nothing to compare")
+    applied: dict[str, list[float]] = {"compiled": [], "python": []}
+    print(f"A/B of {' and '.join(parts)}; load average {' '.join(_load())}")
+    print("| round | side | records | assembler records/s | apply records/s | together |")
+    print("|---|---|---|---|---|---|")
+    try:
+        for number in range(1, rounds + 1):
+            for side, values in applied.items():
+                _use_compiled(parts, side == "compiled", saved)
+                line = run(records, True, chunk_bytes, clock)
+                values.append(float(line.split("|")[4].replace(",", "")))
+                print(f"| {number} | {side} |{line.split('|', 2)[2]}", flush=True)
+    finally:
+        _use_compiled(parts, True, saved)
+    medians = {side: statistics.median(values) for side, values in applied.items()}
+    print(
+        f"median apply records/s: compiled {medians['compiled']:,.0f}, python "
+        f"{medians['python']:,.0f} ({medians['compiled'] / medians['python']:.2f}x); "
+        f"load average after {' '.join(_load())}"
+    )
+
+
+def _load() -> list[str]:
+    return [f"{x:.2f}" for x in os.getloadavg()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000, help="records per case")
@@ -118,8 +183,25 @@ def main() -> None:
     parser.add_argument(
         "--no-tag", action="store_true", help="no TAGS property (as bench.dispatch_replay's)"
     )
+    parser.add_argument(
+        "--ab",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="A/B compiled parts against their Python twins (1 key), this many rounds",
+    )
+    parser.add_argument(
+        "--ab-parts",
+        choices=("index", "entries", "both"),
+        default="index",
+        help="what --ab compares: the index put, the consume-queue entries' bytes, both",
+    )
     args = parser.parse_args()
     clock = time.perf_counter if args.wall else time.process_time
+    if args.ab:
+        parts = ("index", "entries") if args.ab_parts == "both" else (args.ab_parts,)
+        ab_twins(args.records, args.ab, parts, args.chunk_bytes, clock)
+        return
     print("| keys | records | assembler records/s | apply records/s | together records/s |")
     print("|---|---|---|---|---|")
     for with_keys in (False, True):

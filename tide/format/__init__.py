@@ -93,6 +93,7 @@ from tide.format._index_file import (
     unpack_index_header,
     write_index_header,
 )
+from tide.format._index_put import put_key_batch
 from tide.format._javahash import (
     index_key_hash,
     java_string_hashcode,
@@ -711,6 +712,7 @@ __all__ = [
     "properties_position",
     "property_error",
     "put_key",
+    "put_key_batch",
     "put_keys",
     "put_wheel_slot",
     "read_index_header",

@@ -13,6 +13,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define MESSAGE_MAGIC_V1 ((int32_t)0xDAA320A7)
@@ -1575,6 +1576,342 @@ done:
     return result;
 }
 
+/* -- put_index_keys: the dispatch's batch put into an index file --------------------- */
+
+/* The index file layout: docs/formats.md, "Index file" (tide/format/_index_file.py):
+ * a 40-byte header (begin/end timestamp i64, begin/end physical offset i64, hash slot
+ * count i32, index count i32), slot_count 4-byte slots, max_entries 20-byte entries
+ * (key hash i32, physical offset i64, time diff in seconds i32, previous entry i32). */
+#define INDEX_HEADER_BYTES 40
+#define INDEX_SLOT_BYTES 4
+#define INDEX_ENTRY_BYTES 20
+#define INDEX_POS_BEGIN_TIMESTAMP 0
+#define INDEX_POS_END_TIMESTAMP 8
+#define INDEX_POS_BEGIN_PHY_OFFSET 16
+#define INDEX_POS_END_PHY_OFFSET 24
+#define INDEX_POS_HASH_SLOT_COUNT 32
+#define INDEX_POS_INDEX_COUNT 36
+#define INDEX_ENTRY_POS_PREV 16
+
+/* time_diff_seconds: Java's truncating division of the difference, clamped to
+ * [0, INT32_MAX]; 0 when there is no begin time. (Unsigned: no overflow.) */
+static inline uint32_t index_time_diff(int64_t stamp, int64_t begin) {
+    if (begin <= 0 || stamp <= begin) {
+        return 0;
+    }
+    uint64_t diff = ((uint64_t)stamp - (uint64_t)begin) / 1000u;
+    return diff > INT32_MAX ? (uint32_t)INT32_MAX : (uint32_t)diff;
+}
+
+/* The newest entry of each slot the batch has used so far: open addressing, twice the
+ * batch's size (a power of two), EMPTY_SLOT marking a free place. */
+#define EMPTY_SLOT UINT32_MAX
+typedef struct {
+    uint32_t *slots;
+    int32_t *numbers;
+    size_t mask;
+} SlotMap;
+
+static int slot_map_init(SlotMap *m, Py_ssize_t count) {
+    size_t capacity = 16;
+    while (capacity < (size_t)count * 2) {
+        capacity *= 2;
+    }
+    m->mask = capacity - 1;
+    m->slots = PyMem_Malloc(capacity * sizeof(uint32_t));
+    m->numbers = PyMem_Malloc(capacity * sizeof(int32_t));
+    if (m->slots == NULL || m->numbers == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(m->slots, 0xFF, capacity * sizeof(uint32_t));
+    return 0;
+}
+
+/* The place of slot in the map: where it is, or the free place it would take. */
+static inline size_t slot_map_find(const SlotMap *m, uint32_t slot) {
+    size_t at = ((size_t)slot * 0x9E3779B1u) & m->mask;
+    while (m->slots[at] != EMPTY_SLOT && m->slots[at] != slot) {
+        at = (at + 1) & m->mask;
+    }
+    return at;
+}
+
+/* The batch's key hashes, offsets and timestamps as C values (the first count of each). */
+static int index_columns(PyObject *hashes, PyObject *offsets, PyObject *stamps, Py_ssize_t count,
+                         uint32_t *h, int64_t *o, int64_t *t) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long hash = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(hashes, i));
+        if (hash == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (hash < 0 || hash > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "put_index_keys: key hash %lld at %zd is not in "
+                         "[0, 2^31)", hash, i);
+            return -1;
+        }
+        h[i] = (uint32_t)hash;
+        o[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(offsets, i));
+        t[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(stamps, i));
+        if ((o[i] == -1 || t[i] == -1) && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    unsigned char *file;     /* the whole index file */
+    Py_ssize_t entries_at;   /* where entry 0 is */
+    uint32_t slot_count;
+    int32_t first;           /* the number the batch's first entry gets */
+    int64_t begin_timestamp; /* the header's */
+} IndexTarget;
+
+/* Each key's entry into out (count x 20 bytes) as one put_key after another would write
+ * it; the batch's slots (in order) into slots_out; returns how many slots go from empty
+ * to used (put_key's rule: a slot naming the entry being written is a torn put, whose
+ * entry still links the older chain; a value that is no older entry is "empty"). */
+static int64_t index_entries(const IndexTarget *x, SlotMap *m, Py_ssize_t count, const uint32_t *h,
+                             const int64_t *o, const int64_t *t, unsigned char *out,
+                             uint32_t *slots_out) {
+    int64_t fresh = 0;
+    int64_t begin = x->begin_timestamp, last_stamp = 0;
+    uint32_t last_diff = 0;
+    const unsigned char *table = x->file + INDEX_HEADER_BYTES;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t number = x->first + (int32_t)i;
+        uint32_t slot = h[i] % x->slot_count;
+        size_t at = slot_map_find(m, slot);
+        int32_t prev;
+        if (m->slots[at] == slot) {
+            prev = m->numbers[at];
+        } else {
+            prev = be32(table + (size_t)slot * INDEX_SLOT_BYTES);
+            if (prev == number) {
+                const unsigned char *torn =
+                    x->file + x->entries_at + (Py_ssize_t)number * INDEX_ENTRY_BYTES;
+                prev = be32(torn + INDEX_ENTRY_POS_PREV);
+                if (!(prev > 0 && prev < number)) {
+                    prev = 0;
+                }
+            } else if (prev <= 0 || prev > number) {
+                prev = 0;
+            }
+            m->slots[at] = slot;
+        }
+        m->numbers[at] = number;
+        fresh += prev == 0;
+        slots_out[i] = slot;
+        if (i <= 1 || t[i] != last_stamp) { /* (a time per run of equal stamps) */
+            last_stamp = t[i];
+            last_diff = index_time_diff(t[i], begin);
+        }
+        if (i == 0 && x->first <= 1) {
+            begin = t[0]; /* the very first entry of a file sets the later ones' begin */
+        }
+        unsigned char *e = out + i * INDEX_ENTRY_BYTES;
+        put_be32(e, h[i]);
+        put_be64(e + 4, o[i]);
+        put_be32(e + 12, last_diff);
+        put_be32(e + 16, (uint32_t)prev);
+    }
+    return fresh;
+}
+
+static int index_write_entries(unsigned char *file, int fd, const unsigned char *entries,
+                               Py_ssize_t len, Py_ssize_t start) {
+    if (fd < 0) {
+        memcpy(file + start, entries, (size_t)len);
+        return 0;
+    }
+    Py_ssize_t written;
+    Py_BEGIN_ALLOW_THREADS written = pwrite(fd, entries, (size_t)len, (off_t)start);
+    Py_END_ALLOW_THREADS if (written < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (written != len) {
+        PyErr_Format(PyExc_OSError, "short write of %zd index entry bytes at %zd", len, start);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(put_index_keys_doc,
+             "put_index_keys(buf, slot_count, max_entries, key_hashes, phy_offsets,\n"
+             "               store_timestamps_ms, fd)\n--\n\n"
+             "tide.format.put_key_batch: the keys into the index file buf (one put_key\n"
+             "after another, same bytes); how many were put. fd >= 0: the entries are\n"
+             "written with pwrite on it. The reference: tide.format._index_put.\n"
+             "put_key_batch_python.");
+
+static PyObject *put_index_keys(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t slot_count, max_entries;
+    PyObject *hashes_in, *offsets_in, *stamps_in;
+    int fd;
+    if (!PyArg_ParseTuple(args, "w*nnOOOi:put_index_keys", &view, &slot_count, &max_entries,
+                          &hashes_in, &offsets_in, &stamps_in, &fd)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *hashes = NULL, *offsets = NULL, *stamps = NULL;
+    uint32_t *h = NULL, *slots = NULL;
+    int64_t *o = NULL, *t = NULL;
+    unsigned char *entries = NULL;
+    SlotMap m = {NULL, NULL, 0};
+    if (slot_count <= 0 || slot_count > INT32_MAX || max_entries <= 1 ||
+        max_entries > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "put_index_keys: slot count %zd, max entries %zd",
+                     slot_count, max_entries);
+        goto done;
+    }
+    long long file_bytes = INDEX_HEADER_BYTES + (long long)slot_count * INDEX_SLOT_BYTES +
+                           (long long)max_entries * INDEX_ENTRY_BYTES;
+    if (view.len < file_bytes) {
+        PyErr_Format(PyExc_ValueError, "index buffer of %zd bytes, geometry needs %lld", view.len,
+                     file_bytes);
+        goto done;
+    }
+    if ((hashes = PySequence_Fast(hashes_in, "key_hashes: a sequence")) == NULL ||
+        (offsets = PySequence_Fast(offsets_in, "phy_offsets: a sequence")) == NULL ||
+        (stamps = PySequence_Fast(stamps_in, "store_timestamps_ms: a sequence")) == NULL) {
+        goto done;
+    }
+    Py_ssize_t given = PySequence_Fast_GET_SIZE(hashes);
+    if (PySequence_Fast_GET_SIZE(offsets) != given || PySequence_Fast_GET_SIZE(stamps) != given) {
+        PyErr_SetString(PyExc_ValueError, "put_index_keys: the three columns differ in length");
+        goto done;
+    }
+    unsigned char *file = view.buf;
+    int32_t first = be32(file + INDEX_POS_INDEX_COUNT);
+    first = first > 0 ? first : 1; /* IndexHeader.load: a fresh file counts from 1 */
+    Py_ssize_t count = given < max_entries - first ? given : max_entries - first;
+    if (count <= 0) {
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    h = PyMem_Malloc((size_t)count * sizeof(uint32_t));
+    slots = PyMem_Malloc((size_t)count * sizeof(uint32_t));
+    o = PyMem_Malloc((size_t)count * sizeof(int64_t));
+    t = PyMem_Malloc((size_t)count * sizeof(int64_t));
+    entries = PyMem_Malloc((size_t)count * INDEX_ENTRY_BYTES);
+    if (h == NULL || slots == NULL || o == NULL || t == NULL || entries == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (index_columns(hashes, offsets, stamps, count, h, o, t) < 0 ||
+        slot_map_init(&m, count) < 0) {
+        goto done;
+    }
+    IndexTarget x = {file, INDEX_HEADER_BYTES + slot_count * INDEX_SLOT_BYTES,
+                     (uint32_t)slot_count, first, be64(file + INDEX_POS_BEGIN_TIMESTAMP)};
+    int64_t slots_used = be32(file + INDEX_POS_HASH_SLOT_COUNT) +
+                         index_entries(&x, &m, count, h, o, t, entries, slots);
+    if (slots_used > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "put_index_keys: hash slot count past 2^31 - 1");
+        goto done;
+    }
+    /* entries, slots, header: put_key's order (a crash in between leaves slots naming
+     * entries the header does not count, which put_key takes as torn puts) */
+    Py_ssize_t start = x.entries_at + (Py_ssize_t)first * INDEX_ENTRY_BYTES;
+    if (index_write_entries(file, fd, entries, count * INDEX_ENTRY_BYTES, start) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* (in order: the last key of a slot names it) */
+        put_be32(file + INDEX_HEADER_BYTES + (size_t)slots[i] * INDEX_SLOT_BYTES,
+                 (uint32_t)(first + (int32_t)i));
+    }
+    if (first <= 1) {
+        put_be64(file + INDEX_POS_BEGIN_TIMESTAMP, t[0]);
+        put_be64(file + INDEX_POS_BEGIN_PHY_OFFSET, o[0]);
+    }
+    put_be64(file + INDEX_POS_END_TIMESTAMP, t[count - 1]);
+    put_be64(file + INDEX_POS_END_PHY_OFFSET, o[count - 1]);
+    put_be32(file + INDEX_POS_HASH_SLOT_COUNT, (uint32_t)slots_used);
+    put_be32(file + INDEX_POS_INDEX_COUNT, (uint32_t)(first + (int32_t)count));
+    result = PyLong_FromSsize_t(count);
+done:
+    PyMem_Free(m.slots);
+    PyMem_Free(m.numbers);
+    PyMem_Free(h);
+    PyMem_Free(slots);
+    PyMem_Free(o);
+    PyMem_Free(t);
+    PyMem_Free(entries);
+    Py_XDECREF(hashes);
+    Py_XDECREF(offsets);
+    Py_XDECREF(stamps);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- consume_queue_entries: the bytes of a run of consume-queue entries --------------- */
+
+/* docs/formats.md, "Consume queue" (tide/format/_consume_queue.py): an entry is
+ * commitlog offset i64, size i32, tags code i64, big-endian. */
+#define CQ_ENTRY_BYTES 20
+
+PyDoc_STRVAR(consume_queue_entries_doc,
+             "consume_queue_entries(commitlog_offsets, sizes, tags_codes)\n--\n\n"
+             "tide.format.pack_entries of three lists (or tuples) of one length; None when\n"
+             "they are not, or a value is not an int that fits (the reference then packs\n"
+             "or raises). The reference: tide.format._consume_queue.pack_entries_python.");
+
+static PyObject *consume_queue_entries(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *offsets, *sizes, *codes;
+    if (!PyArg_ParseTuple(args, "OOO:consume_queue_entries", &offsets, &sizes, &codes)) {
+        return NULL;
+    }
+    if (!(PyList_CheckExact(offsets) || PyTuple_CheckExact(offsets)) ||
+        !(PyList_CheckExact(sizes) || PyTuple_CheckExact(sizes)) ||
+        !(PyList_CheckExact(codes) || PyTuple_CheckExact(codes))) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(offsets);
+    if (PySequence_Fast_GET_SIZE(sizes) != count || PySequence_Fast_GET_SIZE(codes) != count ||
+        count > PY_SSIZE_T_MAX / CQ_ENTRY_BYTES) {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * CQ_ENTRY_BYTES);
+    if (out == NULL) {
+        return NULL;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    long long last_size = 0, last_code = 0;
+    PyObject *last_size_obj = NULL, *last_code_obj = NULL; /* (borrowed: repeats skip) */
+    for (Py_ssize_t i = 0; i < count; i++, p += CQ_ENTRY_BYTES) {
+        PyObject *o = PySequence_Fast_GET_ITEM(offsets, i);
+        PyObject *s = PySequence_Fast_GET_ITEM(sizes, i);
+        PyObject *c = PySequence_Fast_GET_ITEM(codes, i);
+        if (!PyLong_CheckExact(o) || !PyLong_CheckExact(s) || !PyLong_CheckExact(c)) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        int offset_overflow = 0, size_overflow = 0, code_overflow = 0;
+        long long offset = PyLong_AsLongLongAndOverflow(o, &offset_overflow);
+        if (s != last_size_obj) {
+            last_size = PyLong_AsLongLongAndOverflow(s, &size_overflow);
+            last_size_obj = s;
+        }
+        if (c != last_code_obj) {
+            last_code = PyLong_AsLongLongAndOverflow(c, &code_overflow);
+            last_code_obj = c;
+        }
+        if (offset_overflow || size_overflow || code_overflow || last_size < INT32_MIN ||
+            last_size > INT32_MAX) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        put_be64(p, offset);
+        put_be32(p + 8, (uint32_t)(int32_t)last_size);
+        put_be64(p + 12, last_code);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -1587,6 +1924,9 @@ static PyMethodDef methods[] = {
     {"span_records", span_records, METH_VARARGS, span_records_doc},
     {"record_tags", record_tags, METH_VARARGS, record_tags_doc},
     {"v4_record_fields", v4_record_fields, METH_VARARGS, v4_record_fields_doc},
+    {"put_index_keys", put_index_keys, METH_VARARGS, put_index_keys_doc},
+    {"consume_queue_entries", consume_queue_entries, METH_VARARGS,
+     consume_queue_entries_doc},
     {NULL, NULL, 0, NULL},
 };
 

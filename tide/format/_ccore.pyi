@@ -89,3 +89,16 @@ def v4_record_fields(
     ]
     | None
 ): ...
+def put_index_keys(
+    buf: bytearray | memoryview | mmap.mmap,
+    slot_count: int,
+    max_entries: int,
+    key_hashes: Sequence[int],
+    phy_offsets: Sequence[int],
+    store_timestamps_ms: Sequence[int],
+    fd: int,
+    /,
+) -> int: ...
+def consume_queue_entries(
+    commitlog_offsets: object, sizes: object, tags_codes: object, /
+) -> bytes | None: ...

@@ -17,9 +17,10 @@ import mmap
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, TypeAlias
 
+from tide.format import _core
 from tide.format._record import Buffer
 from tide.format._segments import segment_name
 
@@ -58,7 +59,22 @@ def pack_entry_into(
 def pack_entries(
     commitlog_offsets: Iterable[int], sizes: Iterable[int], tags_codes: Iterable[int]
 ) -> bytes:
-    """The bytes of consecutive entries (``pack_entry`` of each, joined).
+    """The bytes of consecutive entries (``pack_entry`` of each, joined): the compiled
+    core's ``consume_queue_entries`` for three lists or tuples of one length whose values
+    fit, else (or on the pure-Python path) :func:`pack_entries_python`, which also says
+    what does not fit."""
+    compiled = _compiled_entries
+    if compiled is not None:
+        data = compiled(commitlog_offsets, sizes, tags_codes)
+        if data is not None:
+            return data
+    return pack_entries_python(commitlog_offsets, sizes, tags_codes)
+
+
+def pack_entries_python(
+    commitlog_offsets: Iterable[int], sizes: Iterable[int], tags_codes: Iterable[int]
+) -> bytes:
+    """:func:`pack_entries`' pure-Python twin (tests/format/test_ccore_entries.py).
 
     One ``struct`` call per entry, in C; or, for a run of sequences whose entries all
     have the same tags code (one tag), column by column: the entries start as copies of
@@ -77,6 +93,9 @@ def pack_entries(
     return b"".join(map(_ENTRY.pack, commitlog_offsets, sizes, tags_codes))
 
 
+_compiled_entries: Callable[[Iterable[int], Iterable[int], Iterable[int]], bytes | None] | None = (
+    None if _core.ccore is None else _core.ccore.consume_queue_entries
+)
 _COLUMNS_FROM = 16  # fewer entries: one struct call each is as fast
 _LITTLE = sys.byteorder == "little"
 _SIZE_AND_TAGS = struct.Struct(">iq")  # an entry's last 12 bytes

@@ -29,7 +29,7 @@ guarded by a lock held only to copy or change the list; a reader then pins each 
 reads with ``MappedFile.hold`` / ``release``, so a file deleted meanwhile is unlinked at once
 but unmapped only once no reader holds it (or after :data:`DESTROY_FORCE_AFTER_MS`).
 Entries are written in place while readers read. A batch of keys (:meth:`build_keys`,
-:func:`tide.format.put_keys`, here through ``index_put.put_key_batch``) writes its
+:func:`tide.format.put_keys`, here through ``tide.format.put_key_batch``, compiled) writes its
 entries, then its slots, then the header once, as ``put_key`` does for one key (so a
 crash in between leaves what ``put_key`` repairs); meanwhile a slot may name an entry
 the header does not count yet, which a reader takes for an empty chain. So batches are
@@ -48,7 +48,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.dispatch.engine.index_put import put_key_batch
 from tide.files import allocate_file, fsync_dir
 from tide.format import (
     INDEX_HEADER_BYTES,
@@ -64,6 +63,7 @@ from tide.format import (
     init_index_header,
     is_index_full,
     parse_index_file_name,
+    put_key_batch,
     read_index_header,
     select_phy_offsets,
 )

@@ -1,4 +1,5 @@
-"""put_key_batch (the dispatch's batch index put) writes what tide.format.put_keys writes."""
+"""put_key_batch_python (the index put's pure-Python twin, tide/format/_index_put.py)
+writes what tide.format.put_keys writes."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from array import array
 
 import pytest
 
-from services.dispatch.engine.index_put import _runs, _swapped, _SwappedNumbers, put_key_batch
 from tide.format import IndexGeometry, put_keys, read_index_header
+from tide.format._index_put import _runs, _swapped, _SwappedNumbers
+from tide.format._index_put import put_key_batch_python as put_key_batch
 
 
 def _random_batches(rnd: random.Random, geometry: IndexGeometry, damaged: bool) -> None:
@@ -99,7 +101,7 @@ def test_keys_sharing_slots_are_chained_without_tide_format(
     def refused(*args: object, **kwargs: object) -> int:
         raise AssertionError("tide.format.put_keys was called")
 
-    monkeypatch.setattr("services.dispatch.engine.index_put.put_keys", refused)
+    monkeypatch.setattr("tide.format._index_put.put_keys", refused)
     for hashes, offsets, stamps in batches:
         put_key_batch(ours, geometry, hashes, offsets, stamps)
     assert ours == theirs

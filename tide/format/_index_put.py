@@ -1,9 +1,14 @@
-"""The dispatch's batch put into an index file: :func:`tide.format.put_keys`, cheaper.
+"""The dispatch's batch put into an index file: :func:`put_keys`, cheaper.
 
-Same bytes, same result: the common case of a batch (each slot empty or naming an older
-entry) is written here with a handful of C-level passes per batch instead of an object
-or two per key; anything else (a slot naming an entry the header does not count: a torn
-put) is left to ``tide.format.put_keys``. What is cheaper:
+:func:`put_key_batch` runs the compiled core's ``put_index_keys`` (tide/format/_ccore.c:
+one C pass per batch) unless the pure-Python path runs (``TIDE_NO_EXTENSIONS=1``, or the
+core did not import: tide.format._core); :func:`put_key_batch_python` is its pure-Python
+twin, held byte-identical to it by tests/format/test_ccore_index_put.py.
+
+The Python twin: same bytes, same result as ``put_keys``: the common case of a batch
+(each slot empty or naming an older entry) is written here with a handful of C-level
+passes per batch instead of an object or two per key; anything else (a slot naming an
+entry the header does not count: a torn put) is left to ``put_keys``. What is cheaper:
 
 * the entries are assembled column-wise: each 20-byte entry is five big-endian 32-bit
   words (hash, offset high, offset low, time, previous entry), written with one strided
@@ -32,18 +37,19 @@ from itertools import compress, repeat
 from operator import getitem, mod, ne, setitem
 from typing import cast
 
-from tide.format import (
+from tide.format import _core
+from tide.format._consume_queue import WritableBuffer
+from tide.format._index_file import (
     HASH_SLOT_BYTES,
     INDEX_ENTRY_BYTES,
     INDEX_HEADER_BYTES,
     IndexGeometry,
-    WritableBuffer,
     put_keys,
     read_index_header,
     time_diff_seconds,
     write_index_header,
 )
-from tide.format import IndexHeader as _Header
+from tide.format._index_file import IndexHeader as _Header
 
 _LITTLE = sys.byteorder == "little"
 _WORDS = INDEX_ENTRY_BYTES // 4  # an entry: hash, offset (2 words), time, previous
@@ -51,6 +57,14 @@ _MAX_TIME_RUNS = 64  # more distinct timestamps in a batch: one time per entry
 # ``table[i]`` and ``table[i] = v`` on an int memoryview, as functions for map
 _get_int = cast("Callable[[memoryview, int], int]", getitem)
 _set_int = cast("Callable[[memoryview, int, int], None]", setitem)
+
+
+PutIndexKeys = Callable[
+    [WritableBuffer, int, int, Sequence[int], Sequence[int], Sequence[int], int], int
+]
+# The compiled put, or None when the pure-Python path runs (a module attribute, so that
+# bench.dispatch_apply can turn it off for its A/B rounds).
+compiled_put: PutIndexKeys | None = None if _core.ccore is None else _core.ccore.put_index_keys
 
 
 def put_key_batch(
@@ -62,7 +76,35 @@ def put_key_batch(
     *,
     fd: int | None = None,
 ) -> int:
-    """:func:`tide.format.put_keys` (same arguments, bytes and result)."""
+    """:func:`put_keys` (same arguments, bytes and result): the keys into the index file
+    ``buf``; how many were put, from the first (fewer when the file is full). ``fd``: the
+    file ``buf`` maps, the entries are then written with ``pwrite`` on it."""
+    put = compiled_put
+    if put is None:
+        return put_key_batch_python(
+            buf, geometry, key_hashes, phy_offsets, store_timestamps_ms, fd=fd
+        )
+    return put(
+        buf,
+        geometry.slot_count,
+        geometry.max_entries,
+        key_hashes,
+        phy_offsets,
+        store_timestamps_ms,
+        -1 if fd is None else fd,
+    )
+
+
+def put_key_batch_python(
+    buf: WritableBuffer,
+    geometry: IndexGeometry,
+    key_hashes: Sequence[int],
+    phy_offsets: Sequence[int],
+    store_timestamps_ms: Sequence[int],
+    *,
+    fd: int | None = None,
+) -> int:
+    """:func:`put_key_batch`'s pure-Python twin (same arguments, bytes and result)."""
     if len(buf) < geometry.file_bytes:
         return put_keys(buf, geometry, key_hashes, phy_offsets, store_timestamps_ms, fd=fd)
     header = read_index_header(buf)
