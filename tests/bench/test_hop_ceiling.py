@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,8 +91,11 @@ def test_the_cases_run_end_to_end_and_report(tmp_path: Path) -> None:
     out = tmp_path / "ceiling.json"
     command = [sys.executable, "-m", "bench.hop_ceiling", "--batch", "10", "--inflight", "4"]
     command += ["--warmup-s", "0.3", "--duration-s", "1", "--json-out", str(out)]
+    # The relays' ready files (tempfile's) under tmp_path: their command lines name it, so
+    # the check below sees this run's relays only, not another benchmark on the machine.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, env=env
     )
     assert done.returncode == 0, done.stderr
     assert "| chain-consume |" in done.stdout
@@ -109,7 +114,10 @@ def test_the_cases_run_end_to_end_and_report(tmp_path: Path) -> None:
     assert results["chain-consume"]["consume_msgs_per_s"] > 0
     # Every relay was stopped.
     leftovers = subprocess.run(
-        ["pgrep", "-f", "bench.hop_ceiling serve"], capture_output=True, text=True, check=False
+        ["pgrep", "-f", f"bench[.]hop_ceiling serve .*{re.escape(str(tmp_path))}/"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert leftovers.stdout.strip() == ""
 
