@@ -16,6 +16,12 @@ RMQ5_VENV  := .venv-rmq5
 RMQ5_STAMP := $(RMQ5_VENV)/.installed
 RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
+# make test runs pytest on this many pytest-xdist workers (most tests wait on service
+# processes, so two keep both cores busy), a test module or a directory sharing a costly
+# fixture per worker at a time, the longest first (tests/_xdist.py). PYTEST_WORKERS=0: serially.
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+
 .PHONY: up test chromium lint typecheck protos check-protos venv rmq5-venv clean bench
 
 $(STAMP): pyproject.toml setup.py tide/format/_ccore.c
@@ -52,9 +58,9 @@ test: $(STAMP) $(RMQ5_STAMP) chromium
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	@# The 30 slowest tests are printed at the end: the suite's 20-minute budget is watched from them.
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q --durations=30 $(XDIST)
 	@# The pure-Python twins of the compiled core (docs/performance.md), a second time.
-	TIDE_NO_EXTENSIONS=1 $(PY) -m pytest -q -rfE $(PURE_PYTHON_TESTS)
+	TIDE_NO_EXTENSIONS=1 $(PY) -m pytest -q -rfE $(XDIST) $(PURE_PYTHON_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -191,9 +191,12 @@ class _RssSampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _body(due_ms: int, number: int, body_bytes: int) -> bytes:
@@ -416,6 +419,9 @@ def run(args: argparse.Namespace, root: Path) -> Report:
         timeout_s = args.lead_s + args.spread_s + args.drain_timeout_s
         _wait_delivered(dispatch, last_due, timeout_s)
         cpu_delivered = cluster.cpu_s()
+        # Sampling stops first: each peak (VmHWM) then bounds every sample, which a sample
+        # taken during the read-back below (it grows the dispatch) would not be.
+        sampler.stop()
         peaks = {name: _rss_kib(pid, "VmHWM") * 1024 for name, pid in cluster.pids.items()}
         read = _read_back(dispatch, storage)
     lateness, copies = read.lateness_ms, read.copies

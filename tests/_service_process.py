@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import grpc
 import pytest
 
+from tests import _ports
 from tide.spawn import NotReadyError, wait_ready
 from tide.spawn import spawn as tide_spawn
 from tide.tls import TlsFiles, channel_credentials
@@ -41,6 +41,12 @@ def child_env() -> dict[str, str]:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def free_port() -> int:
+    """A port to start a service on that no other test (of either xdist worker) gets:
+    tests/_ports.py. Prefer port 0 and the ready file's port where the test allows."""
+    return _ports.free_port()
+
+
 def spawn(
     args: tuple[str, ...], workdir: Path, *, ready_file: bool = True
 ) -> subprocess.Popen[bytes]:
@@ -59,14 +65,6 @@ def spawn(
             stdout=out,
             stderr=err,
         )
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (bound and released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass

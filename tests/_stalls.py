@@ -15,10 +15,13 @@ TICK_S = 0.01  # the probe's sleep: short enough to see stalls of tens of ms
 
 class StallProbe:
     """``with StallProbe() as probe: ...``; then ``probe.worst_ms``: the longest a 10 ms
-    sleep overslept in between (0 when quiet, seconds under heavy load)."""
+    sleep overslept in between (0 when quiet, seconds under heavy load), and
+    ``probe.total_late_ms``: all its oversleeping added up (how much of the time a
+    process on this box waited for a core instead of running)."""
 
     def __init__(self) -> None:
         self.worst_ms = 0.0
+        self.total_late_ms = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
 
@@ -28,6 +31,7 @@ class StallProbe:
             time.sleep(TICK_S)  # the measurement itself: how late does it wake
             late_ms = (time.monotonic() - started - TICK_S) * 1000
             self.worst_ms = max(self.worst_ms, late_ms)
+            self.total_late_ms += max(0.0, late_ms)
 
     def __enter__(self) -> StallProbe:
         self._thread.start()

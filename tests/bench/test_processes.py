@@ -14,6 +14,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from tests._cluster import Cluster, cluster_fixture
+from tests._stalls import StallProbe
 from tide.bench import Workload, WorkloadError, run_workload, workload_from_mapping
 from tide.bench._load import QueueRef
 from tide.bench._procs import consumer_plans, producer_plans
@@ -140,7 +141,8 @@ def test_producers_and_consumers_in_processes_merge_into_one_report(
         duration_s=DURATION_S,
         long_poll_ms=500,
     )
-    report = run_workload(workload, bench_cluster.gateway.listen)
+    with StallProbe() as probe:
+        report = run_workload(workload, bench_cluster.gateway.listen)
     assert report["ok"], report["last_error"]
     processes = report["client_processes"]
     assert [p["role"] for p in processes] == [
@@ -166,11 +168,15 @@ def test_producers_and_consumers_in_processes_merge_into_one_report(
     latency = report["publish_latency_ms"]
     assert latency["count"] == sum(p["window_calls"] for p in producers)
     assert window == latency["count"] * BATCH  # every call answered SEND_OK
-    # Each producer process paces its half of the rate.
+    # Each producer process paces its half of the rate: not the whole rate each (above),
+    # nor much less than its half, less what a loaded box took from it: the time a
+    # process here waited for a core (the stall probe; ~0 on a quiet box), up to all of it.
     expected = RATE * DURATION_S
-    assert 0.5 * expected <= window <= 1.1 * expected + 2 * workload.inflight * BATCH
+    assert window <= 1.1 * expected + 2 * workload.inflight * BATCH
+    stalled_s = min(probe.total_late_ms / 1000, DURATION_S)
+    assert window >= 0.5 * RATE * (DURATION_S - stalled_s), (window, probe.total_late_ms)
     halves = [p["window_published"] for p in producers]
-    assert abs(halves[0] - halves[1]) <= 0.2 * window
+    assert abs(halves[0] - halves[1]) <= 0.2 * window + 0.5 * RATE * stalled_s, halves
     e2e = report["e2e_latency_ms"]
     assert e2e["count"] >= report["consume"]["messages"] > 0  # window start .. drained
     for summary in (latency, e2e):

@@ -19,6 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from tests._ports import free_port
 from tide.spawn import spawn, wait_ready
 from tide.waiting import wait_until
 
@@ -131,13 +132,6 @@ def shared_echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Echo
 def channel(shared_echo: tuple[EchoProcess, str]) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(shared_echo[1]) as chan:
         yield chan
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def unary(chan: grpc.Channel, method: str) -> grpc.UnaryUnaryMultiCallable[bytes, bytes]:

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import random
 import re
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests._ports import free_port
 from tests.services.storage.conftest import (
     SEGMENT_BYTES,
     StorageLauncher,
@@ -124,13 +124,6 @@ def small_window_channel(target: str) -> grpc.aio.Channel:
     leaves the rest of the stream unsent (else gRPC may buffer megabytes of it)."""
     options = [*CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
     return grpc.aio.insecure_channel(target, options=options)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def resume_offsets(records: list[logging.LogRecord]) -> list[int]:

@@ -4,6 +4,7 @@ client logs under ~/logs), answering the JSON lines it printed."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -13,12 +14,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[4]
 PROGRAM = Path(__file__).with_name("rmq5_client.py")
 RMQ5_PYTHON = ROOT / ".venv-rmq5" / "bin" / "python"
+RMQ5_STAMP = ROOT / ".venv-rmq5" / ".installed"  # the Makefile's: the client is installed
+RMQ5_LOCK = ROOT / ".venv-rmq5.lock"
 CLIENT_TIMEOUT_S = 180.0  # past the program's own deadline: a hang fails, not blocks
 
 
 def client_python() -> Path:
-    if not RMQ5_PYTHON.exists():
-        subprocess.run(["make", "-C", str(ROOT), "rmq5-venv"], check=True)
+    """The venv's python, the venv made first when missing: under a lock (both xdist
+    workers may find it missing) and judged by the stamp (its python exists before the
+    client is installed)."""
+    if not RMQ5_STAMP.exists():
+        with RMQ5_LOCK.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not RMQ5_STAMP.exists():
+                subprocess.run(["make", "-C", str(ROOT), "rmq5-venv"], check=True)
     return RMQ5_PYTHON
 
 
