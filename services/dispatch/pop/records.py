@@ -4,6 +4,8 @@ stores (the retry topic's, %DLQ%<group>'s)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tide.format import (
     ACK_TAG,
     CHECKPOINT_RUN_MAX_COUNT,
@@ -32,6 +34,7 @@ from tide.format import (
     encode_record,
     pack_host,
     parse_host,
+    run_checkpoint_id,
 )
 from tide.v1 import storage_pb2 as storage_pb
 
@@ -55,6 +58,18 @@ def checkpoint_runs(cks: list[PopCheckpoint], now_ms: int) -> list[bytes]:
             encode_checkpoints(cks[i : i + CHECKPOINT_RUN_MAX_COUNT]), CHECKPOINTS_TAG, now_ms
         )
         for i in range(0, len(cks), CHECKPOINT_RUN_MAX_COUNT)
+    ]
+
+
+def checkpoint_run_ids(run_offsets: Sequence[int], count: int) -> list[int]:
+    """The names of the ``count`` checkpoints :func:`checkpoint_runs` wrote, given each
+    run record's revive queue offset: the i-th is entry i % CHECKPOINT_RUN_MAX_COUNT of
+    run i // CHECKPOINT_RUN_MAX_COUNT."""
+    runs = -(-count // CHECKPOINT_RUN_MAX_COUNT)
+    assert len(run_offsets) == runs, (len(run_offsets), runs)
+    return [
+        run_checkpoint_id(run_offsets[i // CHECKPOINT_RUN_MAX_COUNT], i % CHECKPOINT_RUN_MAX_COUNT)
+        for i in range(count)
     ]
 
 

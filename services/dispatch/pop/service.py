@@ -37,7 +37,7 @@ import grpc
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
-from services.dispatch.pop.records import checkpoint_runs
+from services.dispatch.pop.records import checkpoint_run_ids, checkpoint_runs
 from services.dispatch.pop.state import PopOptions, PopState, QueueKey, key_of
 from services.dispatch.pop.stored import read_messages
 from services.dispatch.storage_client import AppendedRun, StorageClient
@@ -45,7 +45,6 @@ from services.dispatch.tail_cache import TailCache
 from tide.format import (
     ACK_REASON_ACK,
     ACK_TAG,
-    CHECKPOINT_RUN_MAX_COUNT,
     CHECKPOINT_TAG,
     CHECKPOINTS_TAG,
     REVIVE_GROUP,
@@ -291,11 +290,7 @@ class PopService:
             cks = [self._checkpoint(c, request, until) for c in taken]
             records = checkpoint_runs(cks, now)
             appended = await self.append(b"".join(records), len(records))
-            ids = [
-                run_checkpoint_id(run_offset, index)
-                for run_offset in appended.queue_offsets
-                for index in range(CHECKPOINT_RUN_MAX_COUNT)
-            ][: len(cks)]
+            ids = checkpoint_run_ids(appended.queue_offsets, len(cks))
             for candidate, ck, offset in zip(taken, cks, ids, strict=True):
                 key, entry, stored, attempt, retry = candidate
                 self.state.fifo_attempts.pop((key, entry.queue_offset), None)
