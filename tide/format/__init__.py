@@ -274,6 +274,7 @@ from tide.format._retry_policy import (
     RetryPolicyType,
     should_dead_letter,
 )
+from tide.format._run_check import check_run
 from tide.format._scheduled import (
     SCHEDULE_BOOKKEEPING,
     delay_level_properties,
@@ -618,6 +619,7 @@ __all__ = [
     "WritableBuffer",
     "abort_file_exists",
     "body_length_pos",
+    "check_run",
     "committed_properties",
     "consume_queue_segment_bytes",
     "consume_queue_segment_name",

@@ -1912,6 +1912,292 @@ static PyObject *consume_queue_entries(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* -- s25-core: the storage's checks of a producer's run in one call ------------------- */
+
+/* check_run (issue 21 target 5): the layout scan of scan_run and the store's rules on it
+ * (each topic resolved once, the sys_flag bits allowed, each queue id within its topic's
+ * write queues, one key object per queue, None for a transaction prepared / rollback
+ * record), returning what the append lock needs. Reference:
+ * tide.format._run_check.check_run_python. */
+
+#define CHECK_KEY_ARRAY 1024 /* queue ids below: their keys in an array; above: a dict */
+
+typedef struct {
+    PyObject *prefix; /* what resolve named the topic (the key's first item) */
+    long long count;  /* its write queue count */
+    PyObject **keys;  /* (prefix, queue id) per queue id below CHECK_KEY_ARRAY, or NULL */
+    PyObject *more;   /* queue id -> key for the others, or NULL */
+} CheckTopic;
+
+typedef struct {
+    CheckTopic *items;
+    Py_ssize_t count, room;
+} CheckTopics;
+
+static void check_topics_free(CheckTopics *t) {
+    for (Py_ssize_t i = 0; i < t->count; i++) {
+        CheckTopic *e = &t->items[i];
+        if (e->keys != NULL) {
+            long long n = e->count < CHECK_KEY_ARRAY ? e->count : CHECK_KEY_ARRAY;
+            for (long long q = 0; q < n; q++) {
+                Py_XDECREF(e->keys[q]);
+            }
+            PyMem_Free(e->keys);
+        }
+        Py_XDECREF(e->more);
+        Py_XDECREF(e->prefix);
+    }
+    PyMem_Free(t->items);
+}
+
+/* resolve(name, index) for a topic met for the first time, at record index: its entry
+ * appended to t. -1: an error (resolve's own, or a malformed answer). */
+static int check_topic_add(CheckTopics *t, PyObject *resolve, PyObject *name, Py_ssize_t index) {
+    if (t->count == t->room) {
+        Py_ssize_t room = t->room ? t->room * 2 : 4;
+        CheckTopic *items = PyMem_Realloc(t->items, (size_t)room * sizeof(CheckTopic));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->items = items;
+        t->room = room;
+    }
+    PyObject *answer = PyObject_CallFunction(resolve, "On", name, index);
+    if (answer == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 2) {
+        Py_DECREF(answer);
+        PyErr_SetString(PyExc_TypeError, "check_run: resolve must answer (name, write queues)");
+        return -1;
+    }
+    long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(answer, 1));
+    if (count == -1 && PyErr_Occurred()) {
+        Py_DECREF(answer);
+        return -1;
+    }
+    CheckTopic *e = &t->items[t->count++];
+    e->prefix = Py_NewRef(PyTuple_GET_ITEM(answer, 0));
+    e->count = count;
+    e->keys = NULL;
+    e->more = NULL;
+    Py_DECREF(answer);
+    return 0;
+}
+
+/* The key (prefix, queue_id) of a queue of topic e (0 <= queue_id < e->count), one
+ * object per queue (borrowed: e keeps it). NULL: out of memory. */
+static PyObject *check_key(CheckTopic *e, int32_t queue_id) {
+    if (queue_id < CHECK_KEY_ARRAY) {
+        if (e->keys == NULL) {
+            long long n = e->count < CHECK_KEY_ARRAY ? e->count : CHECK_KEY_ARRAY;
+            e->keys = PyMem_Calloc((size_t)n, sizeof(PyObject *));
+            if (e->keys == NULL) {
+                PyErr_NoMemory();
+                return NULL;
+            }
+        }
+        if (e->keys[queue_id] == NULL) {
+            e->keys[queue_id] = Py_BuildValue("(Oi)", e->prefix, queue_id);
+        }
+        return e->keys[queue_id];
+    }
+    if (e->more == NULL && (e->more = PyDict_New()) == NULL) {
+        return NULL;
+    }
+    PyObject *id = PyLong_FromLong(queue_id);
+    if (id == NULL) {
+        return NULL;
+    }
+    PyObject *key = PyDict_GetItemWithError(e->more, id); /* borrowed */
+    if (key == NULL && !PyErr_Occurred()) {
+        key = Py_BuildValue("(Oi)", e->prefix, queue_id);
+        if (key != NULL) {
+            int failed = PyDict_SetItem(e->more, id, key);
+            Py_DECREF(key); /* the dict keeps it */
+            key = failed ? NULL : key;
+        }
+    }
+    Py_DECREF(id);
+    return key;
+}
+
+/* Each record's topic entry (row_topic), resolve called once per topic in the order
+ * first met. -1: an error. */
+static int check_resolve(const RunRows *rows, PyObject *resolve, CheckTopics *t,
+                         Py_ssize_t *row_topic) {
+    PyObject *index_of = PyDict_New(); /* topic bytes -> entry number */
+    if (index_of == NULL) {
+        return -1;
+    }
+    int failed = 0;
+    Py_ssize_t current = -1;
+    for (Py_ssize_t i = 0; i < rows->count && !failed; i++) {
+        if (i == 0 || rows->topics[i] != rows->topics[i - 1]) { /* a change of topic */
+            PyObject *found = PyDict_GetItemWithError(index_of, rows->topics[i]);
+            if (found != NULL) {
+                current = PyLong_AsSsize_t(found);
+            } else if (PyErr_Occurred()) {
+                failed = 1;
+                break;
+            } else {
+                PyObject *number = PyLong_FromSsize_t(t->count);
+                failed = number == NULL || PyDict_SetItem(index_of, rows->topics[i], number) ||
+                         check_topic_add(t, resolve, rows->topics[i], i);
+                Py_XDECREF(number);
+                current = t->count - 1;
+            }
+        }
+        row_topic[i] = current;
+    }
+    Py_DECREF(index_of);
+    return failed ? -1 : 0;
+}
+
+/* The keys column: 1 done, 0 a queue id outside its topic's write queues, -1 an error. */
+static int check_keys(const RunRows *rows, CheckTopics *t, const Py_ssize_t *row_topic,
+                      PyObject *keys) {
+    for (Py_ssize_t i = 0; i < rows->count; i++) {
+        CheckTopic *e = &t->items[row_topic[i]];
+        int32_t queue_id = rows->recs[i].queue_id, tx = rows->recs[i].sys_flag & TX_MASK;
+        if (queue_id < 0 || queue_id >= e->count) {
+            return 0;
+        }
+        PyObject *key = Py_None;
+        if (tx != TX_PREPARED && tx != TX_ROLLBACK && (key = check_key(e, queue_id)) == NULL) {
+            return -1;
+        }
+        PyList_SET_ITEM(keys, i, Py_NewRef(key));
+    }
+    return 1;
+}
+
+/* (sizes, keys, store timestamp positions) of the checked rows. */
+static PyObject *check_columns(const RunRows *rows, PyObject *keys) {
+    PyObject *sizes = PyList_New(rows->count), *positions = PyList_New(rows->count);
+    PyObject *result = NULL;
+    if (sizes == NULL || positions == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < rows->count; i++) {
+        const RunRecord *rec = &rows->recs[i];
+        PyObject *size = column_int(i ? PyList_GET_ITEM(sizes, i - 1) : NULL, rec->total);
+        /* store_timestamp: 32 bytes before the body */
+        PyObject *pos = column_int(i ? PyList_GET_ITEM(positions, i - 1) : NULL,
+                                   rec->body_pos - rows->starts[i] - 32);
+        if (size == NULL || pos == NULL) {
+            Py_XDECREF(size);
+            Py_XDECREF(pos);
+            goto done;
+        }
+        PyList_SET_ITEM(sizes, i, size);
+        PyList_SET_ITEM(positions, i, pos);
+    }
+    result = PyTuple_Pack(3, sizes, keys, positions);
+done:
+    Py_XDECREF(sizes);
+    Py_XDECREF(positions);
+    return result;
+}
+
+/* The rows of the run: 1 all passed the layout checks, 0 one failed, -1 an error. */
+static int check_scan(const unsigned char *d, Py_ssize_t len, long long max_body_bytes,
+                      Py_ssize_t max_records, PyObject *held, RunRows *rows) {
+    PyObject *topic = NULL;
+    int64_t at = 0;
+    while (at < len) {
+        RunRecord rec;
+        if (!run_record(d, at, len, max_body_bytes, &rec) || rows->count >= max_records) {
+            return 0;
+        }
+        Py_ssize_t topic_len = (Py_ssize_t)(rec.name_end - rec.topic_at);
+        if (topic == NULL || PyBytes_GET_SIZE(topic) != topic_len ||
+            memcmp(PyBytes_AS_STRING(topic), d + rec.topic_at, (size_t)topic_len) != 0) {
+            topic = PyBytes_FromStringAndSize((const char *)d + rec.topic_at, topic_len);
+            if (topic == NULL || PyList_Append(held, topic)) {
+                Py_XDECREF(topic);
+                return -1;
+            }
+            Py_DECREF(topic); /* held keeps it */
+        }
+        if (rows_add(rows, at, &rec, topic)) {
+            return -1;
+        }
+        at += rec.total;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(check_run_doc,
+             "check_run(data, max_body_bytes, max_records, resolve, allowed_sys_flags)\n--\n\n"
+             "scan_run's checks, then the store's: resolve(topic bytes, index of its first\n"
+             "record) -> (name, write queue count) once per topic in the order met, every\n"
+             "sys_flag within allowed_sys_flags, every queue id within its topic's write\n"
+             "queues. (sizes, queue keys, store timestamp positions) with one (name,\n"
+             "queue id) object per queue and None for a transaction prepared / rollback\n"
+             "record; None when a layout check fails, False when a rule does (before\n"
+             "resolve is called / after). Reference: tide.format._run_check.check_run_python.");
+
+static PyObject *check_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    long long max_body_bytes, allowed;
+    Py_ssize_t max_records;
+    PyObject *resolve;
+    if (!PyArg_ParseTuple(args, "y*LnOL:check_run", &view, &max_body_bytes, &max_records,
+                          &resolve, &allowed)) {
+        return NULL;
+    }
+    RunRows rows = {NULL, NULL, NULL, 0, 0};
+    CheckTopics topics = {NULL, 0, 0};
+    Py_ssize_t *row_topic = NULL;
+    PyObject *keys = NULL, *result = NULL;
+    PyObject *held = PyList_New(0); /* the topics met, kept alive until the end */
+    int found;
+    if (held == NULL || (found = check_scan(view.buf, view.len, max_body_bytes, max_records,
+                                            held, &rows)) < 0) {
+        goto done;
+    }
+    if (!found) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    row_topic = PyMem_Malloc((size_t)(rows.count ? rows.count : 1) * sizeof(Py_ssize_t));
+    if (row_topic == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (check_resolve(&rows, resolve, &topics, row_topic)) {
+        goto done;
+    }
+    long long flags = 0;
+    for (Py_ssize_t i = 0; i < rows.count; i++) {
+        flags |= rows.recs[i].sys_flag;
+    }
+    if (flags & ~allowed) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    if ((keys = PyList_New(rows.count)) == NULL ||
+        (found = check_keys(&rows, &topics, row_topic, keys)) < 0) {
+        goto done;
+    }
+    result = found ? check_columns(&rows, keys) : Py_NewRef(Py_False);
+done:
+    Py_XDECREF(keys); /* (a list with NULL items left by a failure is freed correctly) */
+    check_topics_free(&topics);
+    PyMem_Free(row_topic);
+    PyMem_Free(rows.recs);
+    PyMem_Free(rows.starts);
+    PyMem_Free(rows.topics);
+    Py_XDECREF(held);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- end of s25-core ------------------------------------------------------------------ */
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -1927,6 +2213,8 @@ static PyMethodDef methods[] = {
     {"put_index_keys", put_index_keys, METH_VARARGS, put_index_keys_doc},
     {"consume_queue_entries", consume_queue_entries, METH_VARARGS,
      consume_queue_entries_doc},
+    /* s25-core */
+    {"check_run", check_run, METH_VARARGS, check_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

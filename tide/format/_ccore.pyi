@@ -102,3 +102,13 @@ def put_index_keys(
 def consume_queue_entries(
     commitlog_offsets: object, sizes: object, tags_codes: object, /
 ) -> bytes | None: ...
+
+# s25-core
+def check_run(
+    data: bytes | bytearray | memoryview,
+    max_body_bytes: int,
+    max_records: int,
+    resolve: Callable[[bytes, int], tuple[Hashable, int]],
+    allowed_sys_flags: int,
+    /,
+) -> tuple[list[int], list[tuple[Hashable, int] | None], list[int]] | bool | None: ...

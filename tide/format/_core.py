@@ -89,6 +89,8 @@ scan_run: ScanRun | None = None if ccore is None else ccore.scan_run
 patch_run: PatchRun | None = None if ccore is None else ccore.patch_run
 replay_records: ReplayRecords | None = None if ccore is None else ccore.replay_records
 encode_run_v4: EncodeRunV4 | None = None if ccore is None else ccore.encode_run_v4
+# check_run's arguments and answer are typed where it is wrapped (tide.format._run_check).
+check_run: Callable[..., object] | None = None if ccore is None else ccore.check_run
 index_key_hashes_ascii: Callable[[Sequence[bytes], bytes], list[int] | None] | None = (
     None if ccore is None else ccore.index_key_hashes_ascii
 )

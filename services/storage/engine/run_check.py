@@ -14,23 +14,20 @@ encoded again with the 20-byte store host (a run always carries an 8-byte slot).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import reduce
-from operator import or_
 
 from services.storage.engine.errors import InvalidMessageError
 from services.storage.engine.message_codec import PRODUCER_SYSFLAG_MASK
-from services.storage.engine.record_run import QueueKey, RecordRun, run_from_records
+from services.storage.engine.record_run import RecordRun, run_from_records
 from tide.format import (
     BORN_HOST_POS,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
-    SYSFLAG_TRANSACTION_MASK,
     EncodedRecord,
     RecordError,
     RunLayout,
+    check_run,
     decode_record,
     encode_record,
-    is_queue_less,
     properties_position,
     scan_run,
 )
@@ -66,47 +63,50 @@ class RunChecker:
         """The run ready for the lock, and the topics it would auto-create (the caller
         creates them once the run passed).
 
-        Per record only the layout scan runs in Python; the store's checks work on the
-        columns (a min / max over the queue ids, an or over the flags)."""
-        try:
-            layout = scan_run(data, self._max_body_bytes, self._max_records)
-        except RecordError as exc:
-            raise InvalidMessageError(f"records: {exc}") from None
-        if not layout.count:
-            raise InvalidMessageError("records is empty: send at least one record")
+        One call checks the layout and the store's rules (``tide.format.check_run``,
+        compiled when the core runs); the topic table is asked once per topic of the
+        run. A rule broken is named by :func:`_first_bad`, on the slow path."""
         missing: list[str] = []
         topics: Topics = {}
-        for name in dict.fromkeys(layout.topics):
-            topics[name] = self._topic(
-                layout, name, write_queue_count, default_queue_count, missing
+
+        def resolve(name: bytes, index: int) -> tuple[str, int]:
+            topics[name] = found = self._topic(
+                index, name, write_queue_count, default_queue_count, missing
             )
-        flags = reduce(or_, set(layout.sys_flags), 0)  # (the few distinct values)
-        if flags & ~_RUN_SYSFLAG_MASK:
+            return found
+
+        try:
+            checked = check_run(
+                data, self._max_body_bytes, self._max_records, resolve, _RUN_SYSFLAG_MASK
+            )
+            if checked is None:
+                layout = scan_run(data, self._max_body_bytes, self._max_records)
+        except RecordError as exc:
+            raise InvalidMessageError(f"records: {exc}") from None
+        if checked is None:
             raise InvalidMessageError(_first_bad(layout, topics))
-        keys = _queue_keys(layout, topics)
-        if flags & SYSFLAG_TRANSACTION_MASK:  # prepared / rollback records take no offset
-            keys = [
-                None if is_queue_less(sys_flag) else key
-                for key, sys_flag in zip(keys, layout.sys_flags, strict=True)
-            ]
+        sizes, keys, positions = checked
+        if not sizes:
+            raise InvalidMessageError("records is empty: send at least one record")
         if len(self._store_host) != 8:
+            layout = scan_run(data, self._max_body_bytes, self._max_records)
             return self._with_v6_store_host(data, layout, topics), missing
-        return RecordRun(data, layout.sizes, keys, layout.store_timestamp_positions), missing
+        return RecordRun(data, sizes, keys, positions), missing
 
     def _topic(
         self,
-        layout: RunLayout,
+        index: int,
         name: bytes,
         write_queue_count: TopicLookup,
         default_queue_count: int,
         missing: list[str],
     ) -> tuple[str, int]:
-        """(name, write queue count); a topic to create is noted in ``missing``."""
+        """(name, write queue count) of the topic first named by record ``index``; a
+        topic to create is noted in ``missing``."""
         try:
             topic = self._topic_name(name)
             count = write_queue_count(topic)
         except InvalidMessageError as exc:
-            index = layout.topics.index(name)
             raise InvalidMessageError(f"records: record {index}: {exc}") from None
         if count is None:
             missing.append(topic)
@@ -140,31 +140,6 @@ class RunChecker:
                 )
             )
         return run_from_records(records)
-
-
-def _queue_keys(layout: RunLayout, topics: Topics) -> list[QueueKey]:
-    """(topic, queue id) per record, checking each queue id against its topic."""
-    queue_ids = layout.queue_ids
-    if len(topics) == 1:
-        ((topic, count),) = topics.values()
-        distinct = set(queue_ids)  # (min and max over the few queues, not the records)
-        if min(distinct) < 0 or max(distinct) >= count:
-            raise InvalidMessageError(_first_bad(layout, topics))
-        # One key object per queue: the lock-time patch (patch_run) compares keys by
-        # identity first, and no tuple is made per record.
-        key_of = {queue_id: (topic, queue_id) for queue_id in distinct}
-        return list(map(key_of.__getitem__, queue_ids))
-    keys: list[QueueKey] = []
-    key_by_queue: dict[tuple[bytes, int], QueueKey] = {}  # one key object per queue, as above
-    for name, queue_id in zip(layout.topics, queue_ids, strict=True):
-        key = key_by_queue.get((name, queue_id))
-        if key is None:
-            topic, count = topics[name]
-            if not 0 <= queue_id < count:
-                raise InvalidMessageError(_first_bad(layout, topics))
-            key = key_by_queue[name, queue_id] = (topic, queue_id)
-        keys.append(key)
-    return keys
 
 
 def _first_bad(layout: RunLayout, topics: Topics) -> str:
