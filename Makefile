@@ -24,7 +24,7 @@ XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
 .PHONY: up test chromium lint typecheck protos check-protos venv rmq5-venv clean bench
 
-$(STAMP): pyproject.toml setup.py tide/format/_ccore.c
+$(STAMP): pyproject.toml setup.py tide/format/_ccore.c tide/format/_crc32.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

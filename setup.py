@@ -15,6 +15,7 @@ if os.environ.get("TIDE_NO_EXTENSIONS", "") in ("", "0"):
         Extension(
             "tide.format._ccore",
             sources=["tide/format/_ccore.c"],
+            depends=["tide/format/_crc32.h"],  # the body CRC (included by _ccore.c)
             libraries=["z"],  # crc32: the zlib that Python's zlib module uses
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=implicit"],
         )

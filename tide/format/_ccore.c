@@ -16,6 +16,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "_crc32.h" /* body_crc (s25-core) */
+
 #define MESSAGE_MAGIC_V1 ((int32_t)0xDAA320A7)
 #define FIXED_BYTES_V4 91
 #define HEAD_V4_BYTES 88
@@ -124,7 +126,7 @@ static Py_ssize_t check_record(const ScanArgs *a, Py_ssize_t pos, Py_ssize_t *to
         return 0;
     }
     if (a->check_crc &&
-        crc32(0L, r + HEAD_V4_BYTES, (uInt)body_len) != beu32(r + POS_BODY_CRC)) {
+        body_crc(r + HEAD_V4_BYTES, (size_t)body_len) != beu32(r + POS_BODY_CRC)) {
         return 0;
     }
     *topic_at = topic_pos;
@@ -475,7 +477,7 @@ static int run_record(const unsigned char *d, int64_t at, int64_t end_of_run,
     /* name_pos: the position of the properties length */
     if (body_len > max_body_bytes || name_pos + 2 > end ||
         name_pos + 2 + (int64_t)be16(d + name_pos) != end ||
-        crc32(0L, d + body_pos, (uInt)body_len) != beu32(r + POS_BODY_CRC) ||
+        body_crc(d + body_pos, (size_t)body_len) != beu32(r + POS_BODY_CRC) ||
         name_pos == out->topic_at) {
         return 0;
     }
@@ -906,7 +908,7 @@ static int any_record(const unsigned char *b, int64_t pos, int64_t limit, int64_
         be64(r + POS_PHYSICAL_OFFSET) != expected) {
         return 0;
     }
-    if (check_crc && crc32(0L, r + body_at, (uInt)body_len) != beu32(r + POS_BODY_CRC)) {
+    if (check_crc && body_crc(r + body_at, (size_t)body_len) != beu32(r + POS_BODY_CRC)) {
         return 0;
     }
     out->size = total;
@@ -1051,7 +1053,7 @@ static unsigned char *put_record(unsigned char *out, const RunHeader *h, int32_t
     memset(out, 0, HEAD_V4_BYTES);
     put_be32(out, (uint32_t)size);
     put_be32(out + POS_MAGIC, (uint32_t)h->magic);
-    put_be32(out + POS_BODY_CRC, (uint32_t)crc32(0L, body->buf, (uInt)body->len));
+    put_be32(out + POS_BODY_CRC, body_crc(body->buf, (size_t)body->len));
     put_be32(out + POS_QUEUE_ID, (uint32_t)queue_id);
     put_be64(out + 40, h->born_ms); /* born_timestamp, after sys_flag */
     memcpy(out + 48, h->born_host, 8);
@@ -1420,7 +1422,7 @@ static int v4_fields_at(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size,
     }
     int64_t body_len = be32(d + pos + POS_BODY_LEN);
     const unsigned char *body = d + pos + HEAD_V4_BYTES;
-    if (crc32(0L, body, (uInt)body_len) != beu32(d + pos + POS_BODY_CRC) ||
+    if (body_crc(body, (size_t)body_len) != beu32(d + pos + POS_BODY_CRC) ||
         be64(d + pos + POS_PHYSICAL_OFFSET) < 0) {
         return -1;
     }
