@@ -830,3 +830,21 @@ def test_get_units_with_every_read_overlapped_is_empty(
     assert queue.get_units(0, 5) == []
     assert queue.get(0, 5) == []
     queue.close()
+
+
+@pytest.mark.skipif(not __debug__, reason="the zero check is an assert (python -O skips it)")
+def test_a_run_landing_on_a_non_zero_slot_is_refused(tmp_path: Path) -> None:
+    """The check before a run's write (a write must land on zeros) still reads the
+    disk: a slot that holds bytes it should not is refused, and nothing is written."""
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 3)
+    segment_file = queue_dir(tmp_path) / f"{0:020d}"
+    with segment_file.open("r+b") as raw:
+        raw.seek(6 * 20 + 19)  # entry 6's last byte: inside the run put below
+        raw.write(b"\x01")
+    run = range(3, 9)
+    with pytest.raises(AssertionError):
+        queue.put_run(run, [n * SIZE for n in run], [SIZE] * 6, list(run))
+    assert queue.max_offset == 3
+    assert file_bytes(tmp_path, 0)[60:120] == bytes(60)  # entries 3-5: not written either
+    queue.close()
