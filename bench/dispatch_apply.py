@@ -25,6 +25,12 @@ consume-queue entries' bytes (``tide.format.pack_entries`` on
 ``_ccore.consume_queue_entries``) with their pure-Python twins (``put_key_batch_python``,
 ``pack_entries_python``), everything else as this process runs it; each round's apply
 records/s, then the medians and the load average.
+
+    python -m bench.dispatch_apply --records 200000 --ab-zero-check 7
+
+A/B in one process of the consume queue's check before a run's write (a ``pread`` of
+the bytes about to be written, asserted zero): rounds alternating the check and none
+(an ``assert`` that always holds, as under ``python -O``), the 1-key case.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.dispatch.dispatcher import TAIL_CHUNK_BYTES
+from services.dispatch.engine import consume_queue
 from services.dispatch.engine.dispatch_store import DispatchConfig, DispatchStore
 from tide.format import (
     HostAddress,
@@ -165,6 +172,33 @@ def ab_twins(
     )
 
 
+def ab_zero_check(records: int, rounds: int, chunk_bytes: int, clock: Callable[[], float]) -> None:
+    """The 1-key case with the consume queue's zero check and without it, alternating
+    (module docstring)."""
+    check = consume_queue._lands_on_zeros
+    sides: dict[str, list[float]] = {"check": [], "none": []}
+    print(f"A/B of the zero check; load average {' '.join(_load())}")
+    try:
+        for number in range(1, rounds + 1):
+            order = list(sides) if number % 2 else list(reversed(sides))
+            for side in order:
+                consume_queue._lands_on_zeros = check if side == "check" else _no_check
+                line = run(records, True, chunk_bytes, clock)
+                sides[side].append(float(line.split("|")[4].replace(",", "")))
+                print(f"| {number} | {side} |{line.split('|', 2)[2]}", flush=True)
+    finally:
+        consume_queue._lands_on_zeros = check  # type: ignore[assignment]
+    medians = {side: statistics.median(values) for side, values in sides.items()}
+    print(
+        f"median apply records/s: check {medians['check']:,.0f}, none {medians['none']:,.0f} "
+        f"({medians['check'] / medians['none']:.2f}x); load average after {' '.join(_load())}"
+    )
+
+
+def _no_check(segment: object, position: int, end: int) -> bool:
+    return True
+
+
 def _load() -> list[str]:
     return [f"{x:.2f}" for x in os.getloadavg()]
 
@@ -196,8 +230,18 @@ def main() -> None:
         default="index",
         help="what --ab compares: the index put, the consume-queue entries' bytes, both",
     )
+    parser.add_argument(
+        "--ab-zero-check",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="A/B the consume queue's zero check before a write against none, this many rounds",
+    )
     args = parser.parse_args()
     clock = time.perf_counter if args.wall else time.process_time
+    if args.ab_zero_check:
+        ab_zero_check(args.records, args.ab_zero_check, args.chunk_bytes, clock)
+        return
     if args.ab:
         parts = ("index", "entries") if args.ab_parts == "both" else (args.ab_parts,)
         ab_twins(args.records, args.ab, parts, args.chunk_bytes, clock)
