@@ -187,7 +187,7 @@ def ab_zero_check(records: int, rounds: int, chunk_bytes: int, clock: Callable[[
                 sides[side].append(float(line.split("|")[4].replace(",", "")))
                 print(f"| {number} | {side} |{line.split('|', 2)[2]}", flush=True)
     finally:
-        consume_queue._lands_on_zeros = check  # type: ignore[assignment]
+        consume_queue._lands_on_zeros = check
     medians = {side: statistics.median(values) for side, values in sides.items()}
     print(
         f"median apply records/s: check {medians['check']:,.0f}, none {medians['none']:,.0f} "
