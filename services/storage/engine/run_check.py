@@ -1,9 +1,10 @@
 """A producer's record run, checked against the store before the append lock.
 
-``tide.format.scan_run`` checks the layout (sizes, magic, lengths, body CRC); here come
-the store's own rules: each topic is a valid name that exists (or may be auto-created)
-and is writable, each queue id is within the topic's write queues, the sys_flag sets
-only the bits a producer may set. The whole run is checked before anything is written:
+``tide.format.check_run`` checks the layout (sizes, magic, lengths, body CRC) and then
+the store's own rules, in one call (compiled when the core runs): each topic is a valid
+name that exists (or may be auto-created) and is writable (asked of the store once per
+topic), each queue id is within the topic's write queues, the sys_flag sets only the
+bits a producer may set. The whole run is checked before anything is written:
 one bad record rejects it all. The store host is written under the lock, with the
 store timestamp next to it (commitlog.py).
 
