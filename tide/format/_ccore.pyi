@@ -102,3 +102,19 @@ def put_index_keys(
 def consume_queue_entries(
     commitlog_offsets: object, sizes: object, tags_codes: object, /
 ) -> bytes | None: ...
+
+# The gateway's produce path (services/gateway/produce.py; tide/format/_bodies_run.py).
+def scan_bodies(
+    request: bytes | bytearray | memoryview, max_body_bytes: int, /
+) -> tuple[bytes, int] | None: ...
+def encode_bodies_run(
+    request: bytes | bytearray | memoryview,
+    magic: int,
+    topic_part: bytes,
+    queue_id: int,
+    unique_keys: list[str],
+    uniq_key_name: bytes,
+    born_ms: int,
+    born_host: bytes,
+    /,
+) -> bytes: ...
