@@ -46,7 +46,7 @@ from services.gateway.produce_results import (
 )
 from services.gateway.produce_routes import explicit_queue, no_writable_queue
 from services.gateway.produce_timed import encode_timed, timed_deliveries, within_bounds
-from services.gateway.records import BornHosts, add_message
+from services.gateway.records import BornHosts, add_message, append_request
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.scheduled import (
     DeliveryBounds,
@@ -72,7 +72,6 @@ from tide.limits import request_error
 from tide.naming import topic_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
-from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.gateway.produce")
 
@@ -646,7 +645,7 @@ class Producer:
     async def _call_append(self, member: Member, run: bytes, count: int) -> Outcome:
         """Append the run of ``count`` records to the member; raises :class:`_AppendFailed`
         (the fault tolerance learns about the broker either way)."""
-        request = storage_pb.AppendRequest(records=[run]).SerializeToString()
+        request = append_request(run)
         started = time.monotonic()
         try:
             outcome = await self._channels.appends(member.storage).append(

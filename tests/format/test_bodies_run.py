@@ -20,7 +20,11 @@ from tide.format import (
     scan_run,
     topic_part,
 )
-from tide.format._bodies_run import encode_bodies_run_python, scan_bodies_python
+from tide.format._bodies_run import (
+    encode_bodies_run_python,
+    numbered_keys_python,
+    scan_bodies_python,
+)
 from tide.v1 import gateway_pb2 as pb
 
 compiled = _core.ccore
@@ -211,3 +215,25 @@ def test_reference_encode_refuses_what_it_cannot_take() -> None:
             UNIQ_KEY,
             1,
         )
+
+
+@pytest.mark.parametrize(
+    ("head", "first", "count"),
+    [("", 0, 0), ("A" * 28, 0, 3), ("7F000001", 0xFFFE, 5), ("H", 65535, 70_000), ("H", -2, 4)],
+)
+def test_numbered_keys_as_the_reference(head: str, first: int, count: int) -> None:
+    expected = numbered_keys_python(head, first, count)
+    assert len(expected) == count
+    if count >= 2:
+        assert expected[1] == f"{head}{(first + 1) & 0xFFFF:04X}"
+    if compiled is not None:
+        assert compiled.numbered_keys(head, first, count) == expected
+
+
+@needs_compiled
+def test_compiled_numbered_keys_take_an_ascii_head() -> None:
+    assert compiled is not None
+    with pytest.raises(ValueError, match="ASCII"):
+        compiled.numbered_keys("Ü", 0, 1)
+    with pytest.raises(ValueError, match="count"):
+        compiled.numbered_keys("A", 0, -1)

@@ -3,7 +3,7 @@
 One small module per layout; this package re-exports the public surface.
 """
 
-from tide.format._bodies_run import encode_bodies_run, scan_bodies
+from tide.format._bodies_run import encode_bodies_run, numbered_keys, scan_bodies
 from tide.format._checkpoint import CHECKPOINT_FILE_BYTES, Checkpoint
 from tide.format._config_json import DataVersion
 from tide.format._consume_queue import (
@@ -684,6 +684,7 @@ __all__ = [
     "message_type_error",
     "message_type_of",
     "msg_id_prefix",
+    "numbered_keys",
     "op_body",
     "op_properties",
     "pack_entries",

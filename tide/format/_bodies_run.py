@@ -36,6 +36,9 @@ _compiled_scan: ScanBodies | None = None if _core.ccore is None else _core.ccore
 _compiled_encode: EncodeBodiesRun | None = (
     None if _core.ccore is None else _core.ccore.encode_bodies_run
 )
+_compiled_keys: Callable[[str, int, int], list[str]] | None = (
+    None if _core.ccore is None else _core.ccore.numbered_keys
+)
 
 
 class _NotBodies(Exception):
@@ -89,6 +92,20 @@ def encode_bodies_run(
         ),
         len(unique_keys),
     )
+
+
+def numbered_keys(head: str, first: int, count: int) -> list[str]:
+    """``head`` followed by the 4 upper-case hex digits of ``(first + i) & 0xFFFF``, for
+    each i below ``count``: a batch's unique keys (services/gateway/uniq.py). The
+    compiled core's when it runs (``head`` ASCII)."""
+    if _compiled_keys is not None:
+        return _compiled_keys(head, first, count)
+    return numbered_keys_python(head, first, count)
+
+
+def numbered_keys_python(head: str, first: int, count: int) -> list[str]:
+    """:func:`numbered_keys` in Python: the reference of ``_ccore.numbered_keys``."""
+    return [f"{head}{counter & 0xFFFF:04X}" for counter in range(first, first + count)]
 
 
 def scan_bodies_python(request: bytes, max_body_bytes: int) -> tuple[bytes, int] | None:
@@ -192,6 +209,8 @@ def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
 __all__ = [
     "encode_bodies_run",
     "encode_bodies_run_python",
+    "numbered_keys",
+    "numbered_keys_python",
     "scan_bodies",
     "scan_bodies_python",
 ]

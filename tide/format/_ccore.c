@@ -2174,6 +2174,44 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(numbered_keys_doc,
+             "numbered_keys(head, first, count)\n--\n\n"
+             "[head + the 4 upper-case hex digits of (first + i) & 0xFFFF for i in\n"
+             "range(count)]: a batch's unique keys (head: ASCII). Reference:\n"
+             "tide.format._bodies_run.numbered_keys_python.");
+
+static PyObject *numbered_keys(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *head;
+    Py_ssize_t first, count;
+    if (!PyArg_ParseTuple(args, "Unn:numbered_keys", &head, &first, &count)) {
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(head) || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "numbered_keys: an ASCII head and a count >= 0");
+        return NULL;
+    }
+    static const char hex[] = "0123456789ABCDEF";
+    Py_ssize_t head_len = PyUnicode_GET_LENGTH(head);
+    const char *head_text = (const char *)PyUnicode_DATA(head);
+    PyObject *keys = PyList_New(count);
+    for (Py_ssize_t i = 0; keys != NULL && i < count; i++) {
+        PyObject *key = PyUnicode_New(head_len + 4, 127);
+        if (key == NULL) {
+            Py_CLEAR(keys);
+            break;
+        }
+        char *out = (char *)PyUnicode_DATA(key);
+        unsigned counter = (unsigned)((size_t)first + (size_t)i) & 0xFFFF;
+        memcpy(out, head_text, (size_t)head_len);
+        for (int digit = 0; digit < 4; digit++) {
+            out[head_len + digit] = hex[(counter >> (12 - 4 * digit)) & 0xF];
+        }
+        PyList_SET_ITEM(keys, i, key);
+    }
+    return keys;
+}
+
 /* == end of the gateway's produce path ============================================= */
 
 static PyMethodDef methods[] = {
@@ -2194,6 +2232,7 @@ static PyMethodDef methods[] = {
     /* the gateway's produce path (s25-gateway) */
     {"scan_bodies", scan_bodies, METH_VARARGS, scan_bodies_doc},
     {"encode_bodies_run", encode_bodies_run, METH_VARARGS, encode_bodies_run_doc},
+    {"numbered_keys", numbered_keys, METH_VARARGS, numbered_keys_doc},
     {NULL, NULL, 0, NULL},
 };
 

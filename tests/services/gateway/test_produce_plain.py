@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from services.gateway.produce_plain import PlainBatch, PlainGroup
-from services.gateway.records import add_message, message_properties
+from services.gateway.records import add_message, append_request, message_properties
 from services.gateway.routes import QueueRef
 from services.gateway.selection import hash_index, one_sharding_queue
 from tide.format import (
@@ -21,6 +21,7 @@ from tide.format import (
     topic_part,
 )
 from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
 
 BORN = bytes([10, 0, 0, 1, 0, 0, 0x13, 0x88])
 NOW_MS = 1_700_000_000_000
@@ -128,3 +129,9 @@ def test_one_sharding_queue_only_when_every_key_hashes_to_one_queue() -> None:
     explicit = pb.ProduceMessage(topic="T", body=b"x", queue=pb.QueueRef(queue_id=0))
     assert one_sharding_queue([explicit], queues) is None
     assert one_sharding_queue(batch(sharing[0]), []) is None
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16_383, 16_384, 2_097_152])
+def test_an_append_request_framed_by_hand_is_protobuf_s(size: int) -> None:
+    run = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    assert append_request(run) == storage_pb.AppendRequest(records=[run]).SerializeToString()
