@@ -36,7 +36,7 @@ from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.message_types import check_message_types, check_produce_topics
 from services.gateway.options import GatewayConfig
 from services.gateway.produce_idempotent import bare_idempotent, produce_idempotent
-from services.gateway.produce_plain import PlainBatch, PlainGroup
+from services.gateway.produce_plain import PlainBatch, PlainGroup, bodies_wire
 from services.gateway.produce_results import (
     Written,
     appended_response,
@@ -64,10 +64,8 @@ from tide.format import (
     TIMER_TOPIC,
     RunWriter,
     TopicMessageType,
-    scan_bodies,
     topic_part,
 )
-from tide.format._core import using_extensions
 from tide.limits import request_error
 from tide.naming import topic_error
 from tide.server import ServiceError
@@ -155,7 +153,7 @@ class Producer:
             timed = await self._produce_timed(request, peer, request_bytes, internal)
             if timed is not None:
                 return timed
-        wire = self._bodies_wire(request)
+        wire = bodies_wire(request, self._config.max_message_body_bytes)
         if wire is not None:  # bodies only, of one valid topic: told from the bytes
             check = ProduceCheck({wire[0]}, routed=False, bodies_only=True, typed=False)
         else:
@@ -210,23 +208,6 @@ class Producer:
                 for message, item in zip(messages, pending, strict=True)
             )
         return response
-
-    def _bodies_wire(self, request: pb.ProduceRequest) -> tuple[str, bytes] | None:
-        """(topic, the request serialized) when the compiled core runs and the request
-        is bodies only of one valid topic (tide.format.scan_bodies: one C pass over its
-        bytes instead of a look at each message); else None, checked field by field.
-        The pure-Python path keeps validate.py's check, cheaper than reading the bytes
-        in Python."""
-        if not using_extensions():
-            return None
-        wire = request.SerializeToString()
-        found = scan_bodies(wire, self._config.max_message_body_bytes)
-        if found is None:
-            return None
-        topic = found[0].decode("utf-8")  # protobuf checked the string's encoding
-        if topic_error(topic) is not None:
-            return None  # check_produce_messages names the first message and the error
-        return topic, wire
 
     def _plain_batch(
         self,
