@@ -66,10 +66,11 @@ def main() -> None:
 
     def one_request() -> bytes:
         request = pb.ProduceRequest.FromString(wire_in)
-        size = request.ByteSize()
+        serialized = request.SerializeToString() if new else None  # the stream's size
+        size = request.ByteSize() if serialized is None else len(serialized)
         request_error(request)
         messages = request.messages
-        wire = produce_plain.bodies_wire(request, MAX_BODY_BYTES) if new else None
+        wire = produce_plain.bodies_wire(request, MAX_BODY_BYTES, serialized) if new else None
         if wire is None:
             check_produce_messages(messages, MAX_BODY_BYTES, messages_bytes(request, size))
         keys = keys_made.next_many(len(messages))

@@ -126,11 +126,19 @@ class Producer:
         self.halves_stored = 0  # transactional messages stored as half messages (a metric)
 
     async def produce(
-        self, request: pb.ProduceRequest, peer: str, request_bytes: int, *, internal: bool = False
+        self,
+        request: pb.ProduceRequest,
+        peer: str,
+        request_bytes: int,
+        wire: bytes | None = None,
+        *,
+        internal: bool = False,
     ) -> pb.ProduceResponse:
         """One Produce (or ProduceStream request) of ``request_bytes`` encoded (what the
-        caller sized it at for its limits). ``internal``: the gateway's own writers
-        (send-back, resends), which may write system topics and skip the type check."""
+        caller sized it at for its limits); ``wire``: the request serialized, when the
+        caller has it (else serialized here if the bytes path wants it). ``internal``:
+        the gateway's own writers (send-back, resends), which may write system topics
+        and skip the type check."""
         error = request_error(request)  # ProduceStream's requests: the interceptor leaves them
         if error is not None:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, error)
@@ -153,9 +161,9 @@ class Producer:
             timed = await self._produce_timed(request, peer, request_bytes, internal)
             if timed is not None:
                 return timed
-        wire = bodies_wire(request, self._config.max_message_body_bytes)
-        if wire is not None:  # bodies only, of one valid topic: told from the bytes
-            check = ProduceCheck({wire[0]}, routed=False, bodies_only=True, typed=False)
+        bodies = bodies_wire(request, self._config.max_message_body_bytes, wire)
+        if bodies is not None:  # bodies only, of one valid topic: told from the bytes
+            check = ProduceCheck({bodies[0]}, routed=False, bodies_only=True, typed=False)
         else:
             check = check_produce_messages(
                 messages,
@@ -187,8 +195,8 @@ class Producer:
         )
         if not check.delayed and not check.transactional and len(views) == 1:
             plain = self._plain_batch(messages, unique_keys, views, check, request)
-            if plain is not None and wire is not None:
-                plain.wire = wire[1]
+            if plain is not None and bodies is not None:
+                plain.wire = bodies[1]
             if plain is not None:
                 await self._send_plain(plain, born_host, now_ms)
                 return await self._plain_response(plain, born_host, now_ms)

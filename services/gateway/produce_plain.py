@@ -32,15 +32,19 @@ from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
 
 
-def bodies_wire(request: pb.ProduceRequest, max_body_bytes: int) -> tuple[str, bytes] | None:
-    """(topic, the request serialized) when the compiled core runs and the request is
-    bodies only of one valid topic (tide.format.scan_bodies: one C pass over its bytes
-    instead of a look at each message); else None: validate.py checks it field by field
-    (and names what is wrong). The pure-Python path keeps that check, cheaper than
-    reading the bytes in Python."""
+def bodies_wire(
+    request: pb.ProduceRequest, max_body_bytes: int, wire: bytes | None = None
+) -> tuple[str, bytes] | None:
+    """(topic, ``wire``: the request serialized, made here when not given) when the
+    compiled core runs and the request is bodies only of one valid topic
+    (tide.format.scan_bodies: one C pass over its bytes instead of a look at each
+    message); else None: validate.py checks it field by field (and names what is
+    wrong). The pure-Python path keeps that check, cheaper than reading the bytes in
+    Python."""
     if not using_extensions():
         return None
-    wire = request.SerializeToString()
+    if wire is None:
+        wire = request.SerializeToString()
     found = scan_bodies(wire, max_body_bytes)
     if found is None:
         return None
