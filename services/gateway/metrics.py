@@ -253,11 +253,11 @@ class GatewayMetrics:
         has one), and its in-band error counted."""
 
         async def produce_one(
-            request: pb.ProduceRequest, peer: str, request_bytes: int
+            request: pb.ProduceRequest, peer: str, request_bytes: int, wire: bytes | None
         ) -> pb.ProduceResponse:
             started = time.perf_counter()
             try:
-                response = await produce(request, peer, request_bytes)
+                response = await produce(request, peer, request_bytes, wire)
             except ServiceError as exc:
                 name = exc.code.name
                 self.stream_errors[name] = self.stream_errors.get(name, 0) + 1

@@ -36,7 +36,7 @@ from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.message_types import check_message_types, check_produce_topics
 from services.gateway.options import GatewayConfig
 from services.gateway.produce_idempotent import bare_idempotent, produce_idempotent
-from services.gateway.produce_plain import PlainBatch, PlainGroup
+from services.gateway.produce_plain import PlainBatch, PlainGroup, bodies_wire
 from services.gateway.produce_results import (
     Written,
     appended_response,
@@ -46,7 +46,7 @@ from services.gateway.produce_results import (
 )
 from services.gateway.produce_routes import explicit_queue, no_writable_queue
 from services.gateway.produce_timed import encode_timed, timed_deliveries, within_bounds
-from services.gateway.records import BornHosts, add_message
+from services.gateway.records import BornHosts, add_message, append_request
 from services.gateway.routes import Member, QueueRef, RouteCache, TopicView
 from services.gateway.scheduled import (
     DeliveryBounds,
@@ -59,12 +59,17 @@ from services.gateway.selection import QueueSelector, by_sharding_key, one_shard
 from services.gateway.transactions import add_half, set_transaction_ids
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import ProduceCheck, check_produce_messages
-from tide.format import SHARDING_KEY, TIMER_TOPIC, RunWriter, TopicMessageType, topic_part
+from tide.format import (
+    SHARDING_KEY,
+    TIMER_TOPIC,
+    RunWriter,
+    TopicMessageType,
+    topic_part,
+)
 from tide.limits import request_error
 from tide.naming import topic_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
-from tide.v1 import storage_pb2 as storage_pb
 
 log = logging.getLogger("tide.gateway.produce")
 
@@ -121,11 +126,19 @@ class Producer:
         self.halves_stored = 0  # transactional messages stored as half messages (a metric)
 
     async def produce(
-        self, request: pb.ProduceRequest, peer: str, request_bytes: int, *, internal: bool = False
+        self,
+        request: pb.ProduceRequest,
+        peer: str,
+        request_bytes: int,
+        wire: bytes | None = None,
+        *,
+        internal: bool = False,
     ) -> pb.ProduceResponse:
         """One Produce (or ProduceStream request) of ``request_bytes`` encoded (what the
-        caller sized it at for its limits). ``internal``: the gateway's own writers
-        (send-back, resends), which may write system topics and skip the type check."""
+        caller sized it at for its limits); ``wire``: the request serialized, when the
+        caller has it (else serialized here if the bytes path wants it). ``internal``:
+        the gateway's own writers (send-back, resends), which may write system topics
+        and skip the type check."""
         error = request_error(request)  # ProduceStream's requests: the interceptor leaves them
         if error is not None:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, error)
@@ -148,9 +161,15 @@ class Producer:
             timed = await self._produce_timed(request, peer, request_bytes, internal)
             if timed is not None:
                 return timed
-        check = check_produce_messages(
-            messages, self._config.max_message_body_bytes, messages_bytes(request, request_bytes)
-        )
+        bodies = bodies_wire(request, self._config.max_message_body_bytes, wire)
+        if bodies is not None:  # bodies only, of one valid topic: told from the bytes
+            check = ProduceCheck({bodies[0]}, routed=False, bodies_only=True, typed=False)
+        else:
+            check = check_produce_messages(
+                messages,
+                self._config.max_message_body_bytes,
+                messages_bytes(request, request_bytes),
+            )
         respond = runs_response if request.compact_results else produce_response
         if check.transactional and request.compact_results:
             raise ServiceError(
@@ -176,6 +195,8 @@ class Producer:
         )
         if not check.delayed and not check.transactional and len(views) == 1:
             plain = self._plain_batch(messages, unique_keys, views, check, request)
+            if plain is not None and bodies is not None:
+                plain.wire = bodies[1]
             if plain is not None:
                 await self._send_plain(plain, born_host, now_ms)
                 return await self._plain_response(plain, born_host, now_ms)
@@ -613,7 +634,7 @@ class Producer:
     async def _call_append(self, member: Member, run: bytes, count: int) -> Outcome:
         """Append the run of ``count`` records to the member; raises :class:`_AppendFailed`
         (the fault tolerance learns about the broker either way)."""
-        request = storage_pb.AppendRequest(records=[run]).SerializeToString()
+        request = append_request(run)
         started = time.monotonic()
         try:
             outcome = await self._channels.appends(member.storage).append(

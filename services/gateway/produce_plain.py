@@ -18,9 +18,43 @@ from dataclasses import dataclass
 from services.gateway.produce_results import Appended, Written
 from services.gateway.records import add_message
 from services.gateway.routes import Member, QueueRef, TopicView
-from tide.format import SHARDING_KEY, UNIQ_KEY, RunWriter, TopicMessageType
+from tide.format import (
+    SHARDING_KEY,
+    UNIQ_KEY,
+    RunWriter,
+    TopicMessageType,
+    encode_bodies_run,
+    scan_bodies,
+)
+from tide.format._core import using_extensions
+from tide.naming import topic_error
 from tide.server import ServiceError
 from tide.v1 import gateway_pb2 as pb
+
+
+def bodies_wire(
+    request: pb.ProduceRequest, max_body_bytes: int, wire: bytes | None = None
+) -> tuple[str, bytes] | None:
+    """(topic, ``wire``: the request serialized, made here when not given) when the
+    compiled core runs and the request is bodies only of one valid topic
+    (tide.format.scan_bodies: one C pass over its bytes instead of a look at each
+    message); else None: validate.py checks it field by field (and names what is
+    wrong). The pure-Python path keeps that check, cheaper than reading the bytes in
+    Python."""
+    if not using_extensions():
+        return None
+    if wire is None:
+        wire = request.SerializeToString()
+    found = scan_bodies(wire, max_body_bytes)
+    if found is None:
+        return None
+    try:
+        topic = found[0].decode("utf-8")  # protobuf checked the string's encoding
+    except UnicodeDecodeError:
+        return None
+    if topic_error(topic) is not None:
+        return None
+    return topic, wire
 
 
 @dataclass(slots=True)
@@ -57,6 +91,9 @@ class PlainBatch:
         self.compact = compact
         self.appended: Appended | None = None
         self.unique_keys = unique_keys
+        # The request serialized, when its messages are bodies only (validate.py) as
+        # tide.format.scan_bodies told: encoded from these bytes in one compiled pass.
+        self.wire: bytes | None = None
         self.view = view
         count = len(messages)
         self.rows: list[Written | None] = [None] * count
@@ -68,6 +105,11 @@ class PlainBatch:
     def encode(self, group: PlainGroup, magic: int, topic_part: bytes, now_ms: int) -> None:
         """The batch's messages into the group's run (born now unless a message says when)."""
         messages, keys, queue_id = self.messages, self.unique_keys, group.queue_id
+        if self.wire is not None and not self.groups:
+            encode_bodies_run(
+                group.writer, self.wire, magic, topic_part, queue_id, keys, UNIQ_KEY, now_ms
+            )
+            return
         if self.bodies_only:  # one loop over whole columns
             bodies = [m.body for m in messages]
             if self.groups:  # message_properties' order: UNIQ_KEY, then the group

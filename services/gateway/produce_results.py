@@ -82,29 +82,31 @@ _OFFSET_HEX_DIGITS = 16  # a msg id ends with the physical offset in these
 
 def appended_response(unique_keys: Sequence[str], appended: Appended) -> pb.ProduceResponse:
     """The compact response of a request whose messages all went to one queue in one
-    append: a single run, its columns sliced from the Append's response."""
+    append: a single run, its columns sliced from the Append's response. Built in place
+    (a run made apart and put into the response is copied, keys and all), the offsets
+    copied as a whole when the append carried only this request."""
     broker_name, queue_id, response, start = appended
     count = len(unique_keys)
     end = start + count
     queue_offsets = response.queue_offsets
     first_queue_offset = queue_offsets[start]
     assert queue_offsets[end - 1] == first_queue_offset + count - 1, "one queue, in order"
-    return pb.ProduceResponse(
-        runs=[
-            pb.ProduceRun(
-                first_index=0,
-                count=count,
-                status=STATUS[response.status],
-                broker_name=broker_name,
-                queue_id=queue_id,
-                first_queue_offset=first_queue_offset,
-                msg_id_prefix=response.msg_id_prefix,
-                physical_offsets=response.physical_offsets[start:end],
-                unique_keys=unique_keys,
-                store_timestamp_ms=response.store_timestamp_ms,
-            )
-        ]
+    physical_offsets = response.physical_offsets
+    answer = pb.ProduceResponse()
+    run = answer.runs.add(
+        first_index=0,
+        count=count,
+        status=STATUS[response.status],
+        broker_name=broker_name,
+        queue_id=queue_id,
+        first_queue_offset=first_queue_offset,
+        msg_id_prefix=response.msg_id_prefix,
+        store_timestamp_ms=response.store_timestamp_ms,
     )
+    whole = start == 0 and end == len(physical_offsets)
+    run.physical_offsets.extend(physical_offsets if whole else physical_offsets[start:end])
+    run.unique_keys.extend(unique_keys)
+    return answer
 
 
 def runs_response(

@@ -44,8 +44,10 @@ MAX_PRODUCE_STREAMS = 4096
 # max_produce_stream_in_flight_bytes (the reader stops reading at it).
 DEFAULT_PRODUCE_STREAM_IN_FLIGHT_BYTES = 32 << 20
 
-# (request, peer, the request's encoded size in bytes)
-ProduceOne = Callable[[pb.ProduceRequest, str, int], Coroutine[Any, Any, pb.ProduceResponse]]
+# (request, peer, the request's encoded size in bytes, the request serialized)
+ProduceOne = Callable[
+    [pb.ProduceRequest, str, int, bytes | None], Coroutine[Any, Any, pb.ProduceResponse]
+]
 _DRAINED = object()  # queued by drain(): no more requests will be read
 
 
@@ -150,14 +152,17 @@ class ProduceStreams:
     ) -> asyncio.Task[pb.ProduceResponse]:
         """The request's task; its bytes are held (the stream's and the gateway's) until
         it is done, or it is refused RESOURCE_EXHAUSTED by the gateway's budget."""
-        size = request.ByteSize()
+        # Serialized once: its length is the size, its bytes the produce's (one encode
+        # of the request, where ByteSize and the bytes path's own serialization were two).
+        wire = request.SerializeToString()
+        size = len(wire)
         try:
             check_produce_size(size)  # first: a permanent refusal, not a retryable one
             self.budget.take(size)
         except ServiceError as exc:
             return asyncio.create_task(_refuse(exc))
         stream.budget.force(size)
-        task = asyncio.create_task(self.produce(request, peer, size))
+        task = asyncio.create_task(self.produce(request, peer, size, wire))
         task.add_done_callback(lambda _: _give(size, stream.budget, self.budget))
         return task
 

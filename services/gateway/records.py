@@ -65,6 +65,23 @@ def message_properties(message: pb.ProduceMessage, unique_key: str, group: str =
     return text.encode("utf-8")
 
 
+# AppendRequest.records (field 2, length-delimited): its key byte.
+_RECORDS_KEY = b"\x12"
+
+
+def append_request(run: bytes) -> bytes:
+    """``storage_pb.AppendRequest(records=[run]).SerializeToString()``, one copy of the
+    run instead of two (into the message, then out of it): the field's key, the run's
+    length as a varint, the run."""
+    size = len(run)
+    length = bytearray()
+    while size > 0x7F:
+        length.append(size & 0x7F | 0x80)
+        size >>= 7
+    length.append(size)
+    return b"".join((_RECORDS_KEY, length, run))
+
+
 class BornHosts:
     """Packed born hosts (8 bytes IPv4, 20 bytes IPv6) by gRPC peer, cached."""
 

@@ -72,10 +72,10 @@ class GatewayServicer(AuthAdminRpcs, pb_grpc.GatewayServicer):
         self.produce_streams.drain()
 
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        size_bytes = request.ByteSize()
-        check_produce_size(size_bytes)  # first: a permanent refusal, not a retryable one
-        with self.produce_budget.held(size_bytes):
-            return await self._producer.produce(request, context.peer(), size_bytes)
+        wire = request.SerializeToString()  # its size, and the produce's bytes path
+        check_produce_size(len(wire))  # first: a permanent refusal, not a retryable one
+        with self.produce_budget.held(len(wire)):
+            return await self._producer.produce(request, context.peer(), len(wire), wire)
 
     async def ProduceStream(
         self, request_iterator: AsyncIterator[pb.ProduceRequest], context: Context

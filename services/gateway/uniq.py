@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from tide.format import numbered_keys
+
 UNIQUE_KEY_CHARS = 32
 _FIXED = struct.Struct(">4sHI")
 
@@ -90,4 +92,4 @@ class UniqueKeyGenerator:
         head = self._time_part()
         first = self._counter
         self._counter = (first + count) & 0xFFFF
-        return [f"{head}{counter & 0xFFFF:04X}" for counter in range(first, first + count)]
+        return numbered_keys(head, first, count)  # one compiled loop when it runs

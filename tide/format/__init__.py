@@ -3,6 +3,7 @@
 One small module per layout; this package re-exports the public surface.
 """
 
+from tide.format._bodies_run import encode_bodies_run, numbered_keys, scan_bodies
 from tide.format._checkpoint import CHECKPOINT_FILE_BYTES, Checkpoint
 from tide.format._config_json import DataVersion
 from tide.format._consume_queue import (
@@ -640,6 +641,7 @@ __all__ = [
     "delay_level_properties",
     "dlq_topic",
     "encode_ack",
+    "encode_bodies_run",
     "encode_checkpoint",
     "encode_checkpoints",
     "encode_delay_offsets",
@@ -684,6 +686,7 @@ __all__ = [
     "message_type_error",
     "message_type_of",
     "msg_id_prefix",
+    "numbered_keys",
     "op_body",
     "op_properties",
     "pack_entries",
@@ -734,6 +737,7 @@ __all__ = [
     "retry_topic",
     "revive_offset_of",
     "run_checkpoint_id",
+    "scan_bodies",
     "scan_record",
     "scan_run",
     "scan_timer_log_segment",

@@ -2199,6 +2199,307 @@ done:
 }
 
 /* -- end of s25-core ------------------------------------------------------------------ */
+/* == The gateway's produce path (issue 21, part s25-gateway) ========================
+ *
+ * A ProduceRequest whose messages are each only a topic (one topic for all) and a body:
+ * the common request of a high-throughput producer. scan_bodies tells such a request
+ * from its serialized form in one pass without a Python object per message, and
+ * encode_bodies_run lays its messages out as a record run (encode_run_v4's layout, the
+ * UNIQ_KEY property only) reading the bodies from the same bytes. References:
+ * tide.format._bodies_run.scan_bodies_python and encode_bodies_run_python.
+ *
+ * The wire: a ProduceRequest is field 1 (messages, length-delimited: tag 0x0A) and
+ * field 2 (compact_results, varint: tag 0x10); a ProduceMessage is field 1 (topic,
+ * 0x0A) and field 2 (body, 0x12). Any other field, or either field of a message twice
+ * or missing, and the request is not one of bodies only (the caller checks it field by
+ * field, which names what is wrong). */
+
+#define WIRE_MESSAGES_TAG 0x0A
+#define WIRE_COMPACT_TAG 0x10
+#define WIRE_TOPIC_TAG 0x0A
+#define WIRE_BODY_TAG 0x12
+
+/* The varint at d[*pos..end) into *value; 0, or -1 when cut short or over 10 bytes. */
+static int wire_varint(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos,
+                       uint64_t *value) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70 && *pos < end; shift += 7) {
+        unsigned char byte = d[(*pos)++];
+        v |= (uint64_t)(byte & 0x7F) << shift;
+        if (!(byte & 0x80)) {
+            *value = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A length-delimited field's bytes after its tag at *pos: 0, or -1 when they overrun. */
+static int wire_span(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos,
+                     const unsigned char **at, Py_ssize_t *len) {
+    uint64_t n;
+    if (wire_varint(d, end, pos, &n) || n > (uint64_t)(end - *pos)) {
+        return -1;
+    }
+    *at = d + *pos;
+    *len = (Py_ssize_t)n;
+    *pos += (Py_ssize_t)n;
+    return 0;
+}
+
+typedef struct {
+    const unsigned char *topic, *body;
+    Py_ssize_t topic_len, body_len;
+} BareMessage;
+
+/* The message d[0..len) when it is exactly a topic and a body (each once, non-empty). */
+static int bare_message(const unsigned char *d, Py_ssize_t len, BareMessage *m) {
+    Py_ssize_t pos = 0;
+    m->topic = m->body = NULL;
+    while (pos < len) {
+        unsigned char tag = d[pos++];
+        const unsigned char **at;
+        Py_ssize_t *field_len;
+        if (tag == WIRE_TOPIC_TAG && m->topic == NULL) {
+            at = &m->topic, field_len = &m->topic_len;
+        } else if (tag == WIRE_BODY_TAG && m->body == NULL) {
+            at = &m->body, field_len = &m->body_len;
+        } else {
+            return -1;
+        }
+        if (wire_span(d, len, &pos, at, field_len)) {
+            return -1;
+        }
+    }
+    return m->topic != NULL && m->body != NULL && m->topic_len > 0 && m->body_len > 0 ? 0 : -1;
+}
+
+/* The next message of the request at *pos: 1, 0 at the end, -1 when not bodies only. */
+static int next_bare(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos, BareMessage *m) {
+    while (*pos < end) {
+        unsigned char tag = d[(*pos)++];
+        if (tag == WIRE_COMPACT_TAG) {
+            uint64_t ignored;
+            if (wire_varint(d, end, pos, &ignored)) {
+                return -1;
+            }
+            continue;
+        }
+        const unsigned char *at;
+        Py_ssize_t len;
+        if (tag != WIRE_MESSAGES_TAG || wire_span(d, end, pos, &at, &len)) {
+            return -1;
+        }
+        return bare_message(at, len, m) ? -1 : 1;
+    }
+    return 0;
+}
+
+/* The count of the request's messages when they are bodies only of one topic, each body
+ * at most max_body bytes (*topic: the first's); -1 when not; 0 for no message. */
+static Py_ssize_t count_bare(const unsigned char *d, Py_ssize_t len, Py_ssize_t max_body,
+                             BareMessage *first) {
+    Py_ssize_t pos = 0, count = 0;
+    BareMessage m;
+    int more;
+    while ((more = next_bare(d, len, &pos, &m)) == 1) {
+        if (m.body_len > max_body) {
+            return -1;
+        }
+        if (count == 0) {
+            *first = m;
+        } else if (m.topic_len != first->topic_len ||
+                   memcmp(m.topic, first->topic, (size_t)m.topic_len) != 0) {
+            return -1;
+        }
+        count++;
+    }
+    return more < 0 ? -1 : count;
+}
+
+PyDoc_STRVAR(scan_bodies_doc,
+             "scan_bodies(request, max_body_bytes)\n--\n\n"
+             "(topic as UTF-8 bytes, message count) when the serialized ProduceRequest has\n"
+             "messages of one topic, each only that topic and a body of 1..max_body_bytes\n"
+             "bytes (besides, only compact_results); else None. Reference:\n"
+             "tide.format._bodies_run.scan_bodies_python.");
+
+static PyObject *scan_bodies(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer wire;
+    Py_ssize_t max_body;
+    if (!PyArg_ParseTuple(args, "y*n:scan_bodies", &wire, &max_body)) {
+        return NULL;
+    }
+    BareMessage first;
+    Py_ssize_t count = count_bare(wire.buf, wire.len, max_body, &first);
+    PyObject *result = NULL;
+    if (count <= 0) {
+        result = Py_NewRef(Py_None);
+    } else {
+        result = Py_BuildValue("(y#n)", (const char *)first.topic, first.topic_len, count);
+    }
+    PyBuffer_Release(&wire);
+    return result;
+}
+
+/* The UNIQ_KEY properties of key i: name \x01 key \x02 into out (of out_cap bytes); its
+ * length, or -1 with an error set. */
+static Py_ssize_t key_properties(PyObject *keys, Py_ssize_t i, const Py_buffer *name,
+                                 unsigned char *out, Py_ssize_t out_cap) {
+    PyObject *key = PyList_GET_ITEM(keys, i);
+    Py_ssize_t key_len;
+    const char *text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &key_len) : NULL;
+    if (text == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "encode_bodies_run: unique key %zd is not a str", i);
+        }
+        return -1;
+    }
+    Py_ssize_t len = name->len + key_len + 2;
+    if (len > out_cap) {
+        PyErr_Format(PyExc_ValueError, "encode_bodies_run: unique key %zd is too long", i);
+        return -1;
+    }
+    memcpy(out, name->buf, (size_t)name->len);
+    out[name->len] = 1;
+    memcpy(out + name->len + 1, text, (size_t)key_len);
+    out[len - 1] = 2;
+    return len;
+}
+
+/* The run's size for the request's messages, or -1 with an error set. */
+static Py_ssize_t bodies_run_size(const Py_buffer *wire, PyObject *keys, const Py_buffer *name,
+                                  Py_ssize_t fixed, unsigned char *scratch) {
+    Py_ssize_t pos = 0, count = 0, total = 0, count_keys = PyList_GET_SIZE(keys);
+    BareMessage m;
+    int more;
+    while ((more = next_bare(wire->buf, wire->len, &pos, &m)) == 1) {
+        if (count >= count_keys) {
+            break;
+        }
+        Py_ssize_t props = key_properties(keys, count, name, scratch, 65535);
+        if (props < 0) {
+            return -1;
+        }
+        if (m.body_len > INT32_MAX - fixed - 65535) {
+            PyErr_Format(PyExc_ValueError, "encode_bodies_run: body %zd does not fit a record",
+                         count);
+            return -1;
+        }
+        total += fixed + m.body_len + props;
+        count++;
+    }
+    if (more < 0 || count != count_keys || (more == 1 && count >= count_keys)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "encode_bodies_run: not a request of bodies only with one unique key "
+                        "per message (scan_bodies it first)");
+        return -1;
+    }
+    return total;
+}
+
+static void put_bodies(unsigned char *out, const RunHeader *h, int32_t queue_id,
+                       const Py_buffer *wire, PyObject *keys, const Py_buffer *name,
+                       unsigned char *scratch) {
+    Py_ssize_t pos = 0, i = 0;
+    BareMessage m;
+    while (next_bare(wire->buf, wire->len, &pos, &m) == 1) {
+        Py_buffer body = {.buf = (void *)m.body, .len = m.body_len};
+        Py_buffer prop = {.buf = scratch};
+        prop.len = key_properties(keys, i++, name, scratch, 65535); /* sized before */
+        out = put_record(out, h, queue_id, &body, &prop);
+    }
+}
+
+PyDoc_STRVAR(encode_bodies_run_doc,
+             "encode_bodies_run(request, magic, topic_part, queue_id, unique_keys,\n"
+             "                  uniq_key_name, born_ms, born_host)\n--\n\n"
+             "The messages of a serialized ProduceRequest that scan_bodies took, as one run\n"
+             "of records to queue_id (encode_run_v4's layout), message i's properties\n"
+             "uniq_key_name \\x01 unique_keys[i] \\x02. Reference:\n"
+             "tide.format._bodies_run.encode_bodies_run_python.");
+
+static PyObject *encode_bodies_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer wire, topic_part, name, born_host;
+    PyObject *keys;
+    int queue_id;
+    RunHeader h;
+    if (!PyArg_ParseTuple(args, "y*iy*iO!y*Ly*:encode_bodies_run", &wire, &h.magic,
+                          &topic_part, &queue_id, &PyList_Type, &keys, &name, &h.born_ms,
+                          &born_host)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    unsigned char *scratch = PyMem_Malloc(65535);
+    if (scratch == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (born_host.len != 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "encode_bodies_run: the born host must be 8 bytes (IPv4)");
+        goto done;
+    }
+    h.topic_part = topic_part.buf;
+    h.topic_part_len = topic_part.len;
+    h.born_host = born_host.buf;
+    Py_ssize_t fixed = FIXED_BYTES_V4 - 1 + topic_part.len;
+    Py_ssize_t size = bodies_run_size(&wire, keys, &name, fixed, scratch);
+    if (size < 0 || (result = PyBytes_FromStringAndSize(NULL, size)) == NULL) {
+        goto done;
+    }
+    put_bodies((unsigned char *)PyBytes_AS_STRING(result), &h, (int32_t)queue_id, &wire, keys,
+               &name, scratch);
+done:
+    PyMem_Free(scratch);
+    PyBuffer_Release(&wire);
+    PyBuffer_Release(&topic_part);
+    PyBuffer_Release(&name);
+    PyBuffer_Release(&born_host);
+    return result;
+}
+
+PyDoc_STRVAR(numbered_keys_doc,
+             "numbered_keys(head, first, count)\n--\n\n"
+             "[head + the 4 upper-case hex digits of (first + i) & 0xFFFF for i in\n"
+             "range(count)]: a batch's unique keys (head: ASCII). Reference:\n"
+             "tide.format._bodies_run.numbered_keys_python.");
+
+static PyObject *numbered_keys(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *head;
+    Py_ssize_t first, count;
+    if (!PyArg_ParseTuple(args, "Unn:numbered_keys", &head, &first, &count)) {
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(head) || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "numbered_keys: an ASCII head and a count >= 0");
+        return NULL;
+    }
+    static const char hex[] = "0123456789ABCDEF";
+    Py_ssize_t head_len = PyUnicode_GET_LENGTH(head);
+    const char *head_text = (const char *)PyUnicode_DATA(head);
+    PyObject *keys = PyList_New(count);
+    for (Py_ssize_t i = 0; keys != NULL && i < count; i++) {
+        PyObject *key = PyUnicode_New(head_len + 4, 127);
+        if (key == NULL) {
+            Py_CLEAR(keys);
+            break;
+        }
+        char *out = (char *)PyUnicode_DATA(key);
+        unsigned counter = (unsigned)((size_t)first + (size_t)i) & 0xFFFF;
+        memcpy(out, head_text, (size_t)head_len);
+        for (int digit = 0; digit < 4; digit++) {
+            out[head_len + digit] = hex[(counter >> (12 - 4 * digit)) & 0xF];
+        }
+        PyList_SET_ITEM(keys, i, key);
+    }
+    return keys;
+}
+
+/* == end of the gateway's produce path ============================================= */
 
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
@@ -2217,6 +2518,10 @@ static PyMethodDef methods[] = {
      consume_queue_entries_doc},
     /* s25-core */
     {"check_run", check_run, METH_VARARGS, check_run_doc},
+    /* the gateway's produce path (s25-gateway) */
+    {"scan_bodies", scan_bodies, METH_VARARGS, scan_bodies_doc},
+    {"encode_bodies_run", encode_bodies_run, METH_VARARGS, encode_bodies_run_doc},
+    {"numbered_keys", numbered_keys, METH_VARARGS, numbered_keys_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -112,3 +112,20 @@ def check_run(
     allowed_sys_flags: int,
     /,
 ) -> tuple[list[int], list[tuple[Hashable, int] | None], list[int]] | bool | None: ...
+
+# The gateway's produce path (services/gateway/produce.py; tide/format/_bodies_run.py).
+def scan_bodies(
+    request: bytes | bytearray | memoryview, max_body_bytes: int, /
+) -> tuple[bytes, int] | None: ...
+def encode_bodies_run(
+    request: bytes | bytearray | memoryview,
+    magic: int,
+    topic_part: bytes,
+    queue_id: int,
+    unique_keys: list[str],
+    uniq_key_name: bytes,
+    born_ms: int,
+    born_host: bytes,
+    /,
+) -> bytes: ...
+def numbered_keys(head: str, first: int, count: int, /) -> list[str]: ...

@@ -207,6 +207,11 @@ class RunWriter:
             )
         self.count += len(bodies)
 
+    def add_run(self, run: bytes, count: int) -> None:
+        """``count`` records already laid out as this writer would (its born host)."""
+        self._parts.append(run)
+        self.count += count
+
     def getvalue(self) -> bytes:
         return b"".join(self._parts)
 

@@ -50,9 +50,10 @@ def check_stored(
         messages, facts, strict=True
     ):
         assert status == OK
+        # Held until the dispatch has it: the produce's answer comes from the storage.
         request = pb.PullRequest(
             topic=message.topic, broker_name=broker, queue_id=queue_id, offset=offset,
-            max_messages=1,
+            max_messages=1, long_poll_timeout_ms=10_000,
         )  # fmt: skip
         (stored,) = stub.Pull(request, timeout=RPC_TIMEOUT_S).messages
         assert (stored.body, stored.queue_offset, stored.msg_id) == (message.body, offset, msg_id)

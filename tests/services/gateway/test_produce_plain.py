@@ -9,11 +9,19 @@ from typing import Any, cast
 import pytest
 
 from services.gateway.produce_plain import PlainBatch, PlainGroup
-from services.gateway.records import add_message, message_properties
+from services.gateway.records import add_message, append_request, message_properties
 from services.gateway.routes import QueueRef
 from services.gateway.selection import hash_index, one_sharding_queue
-from tide.format import RunWriter, TopicMessageType, scan_run, topic_part
+from tide.format import (
+    HostAddress,
+    RunWriter,
+    TopicMessageType,
+    pack_host,
+    scan_run,
+    topic_part,
+)
 from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
 
 BORN = bytes([10, 0, 0, 1, 0, 0, 0x13, 0x88])
 NOW_MS = 1_700_000_000_000
@@ -44,6 +52,24 @@ def test_both_encodings_give_the_same_run(queue_id: int, bodies_only: bool) -> N
     run = group.writer.getvalue()
     assert run == _one_by_one(messages, keys, queue_id)
     assert scan_run(run, 1 << 20).count == len(messages)
+
+
+@pytest.mark.parametrize("born", [BORN, pack_host(HostAddress("::1", 5000))])
+def test_a_batch_read_from_its_bytes_encodes_the_same_run(born: bytes) -> None:
+    """The bodies-only batch encoded from the request's bytes (tide.format.
+    encode_bodies_run, compiled when it runs) gives the column encoding's run."""
+    messages = [pb.ProduceMessage(topic="T", body=bytes([i]) * (i + 1)) for i in range(7)]
+    keys = [f"{i:032X}" for i in range(7)]
+    magic, part = topic_part(b"T")
+    runs = []
+    for wire in (None, pb.ProduceRequest(messages=messages).SerializeToString()):
+        plain = PlainBatch(messages, keys, _view(TopicMessageType.NORMAL), bodies_only=True)
+        plain.wire = wire
+        group = PlainGroup(cast(Any, None), RunWriter(born), 2)
+        plain.encode(group, magic, part, NOW_MS)
+        assert group.writer.count == 7
+        runs.append(group.writer.getvalue())
+    assert runs[0] == runs[1]
 
 
 def _view(message_type: TopicMessageType) -> Any:
@@ -103,3 +129,9 @@ def test_one_sharding_queue_only_when_every_key_hashes_to_one_queue() -> None:
     explicit = pb.ProduceMessage(topic="T", body=b"x", queue=pb.QueueRef(queue_id=0))
     assert one_sharding_queue([explicit], queues) is None
     assert one_sharding_queue(batch(sharing[0]), []) is None
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16_383, 16_384, 2_097_152])
+def test_an_append_request_framed_by_hand_is_protobuf_s(size: int) -> None:
+    run = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    assert append_request(run) == storage_pb.AppendRequest(records=[run]).SerializeToString()

@@ -1,0 +1,170 @@
+"""Issue 21 target 2, A/B: two versions of the code alternating on fresh clusters, each
+process's CPU per published message, and the ceiling's chain in the same run.
+
+    git archive <commit> tide services bench | tar -x -C /tmp/old      # the old code
+    cp tide/format/_ccore*.so /tmp/old/tide/format/                    # its core, if same
+    python -m bench.produce_ab --version old=/tmp/old --version new=. --rounds 3
+
+Each round runs every version in turn (the order reversed every other round), each on a
+fresh ``tide up`` (``--flush async``, no console; the services import the version's
+code: ``PYTHONPATH``), then ``bench.hop_ceiling --cases chain``. A version's run is
+``tide bench run 1-topic-4-queues-128b-batch100-stream --set consumers_per_topic=0``
+(warm-up 3 s, 10 s measured) from this tree's load generator; the CPU of each service
+(``/proc/PID/stat``) over the whole bench divided by every message it published
+(warm-up included). One JSON line per run on stdout; the load average with each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+WORKLOAD = REPO / "bench" / "workloads" / "1-topic-4-queues-128b-batch100-stream.yaml"
+SERVICES = ("gateway", "storage", "dispatch", "nameserver")
+START_TIMEOUT_S = 60.0
+RUN_TIMEOUT_S = 300.0
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Every descendant of ``pid``: its command line."""
+    listing = subprocess.run(
+        ["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True, check=True
+    ).stdout
+    rows = [line.split(None, 2) for line in listing.splitlines()]
+    found: dict[int, str] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for row in rows:
+            if len(row) == 3 and int(row[1]) == parent:
+                found[int(row[0])] = row[2]
+                frontier.append(int(row[0]))
+    return found
+
+
+def _wait_for_port(port: int, up: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if up.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster did not start (tide up: {up.returncode})")
+        time.sleep(0.2)
+
+
+def run_version(name: str, code: Path, first_port: int, store: Path) -> dict[str, Any]:
+    """One target-2 run of the version whose code is at ``code``."""
+    ports = {"namesrv": first_port, "storage": first_port + 10, "dispatch": first_port + 20}
+    gateway_port = first_port + 30
+    env = dict(os.environ, PYTHONPATH=str(code.resolve()))
+    command = [sys.executable, "-m", "tide.cli", "up", "--store-dir", str(store)]
+    for service, port in ports.items():
+        command += [f"--{service}-port", str(port)]
+    command += ["--gateway-port", str(gateway_port), "--no-console", "--flush", "async"]
+    # From a neutral directory, so the services import the version's code, not this tree.
+    up = subprocess.Popen(
+        command, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for_port(gateway_port, up)
+        pids = {
+            service: pid
+            for pid, args in _children(up.pid).items()
+            for service in SERVICES
+            if f"services.{service}" in args
+        }
+        load_before, started = loadavg(), time.monotonic()
+        before = {service: process_cpu_s(pid) for service, pid in pids.items()}
+        bench = subprocess.run(
+            [sys.executable, "-m", "tide.cli", "bench", "run", str(WORKLOAD), "--gateway",
+             f"127.0.0.1:{gateway_port}", "--json", "--quiet", "--set", "warmup_s=3",
+             "--set", "duration_s=10", "--set", "consumers_per_topic=0"],
+            cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True,
+        )  # fmt: skip
+        after = {service: process_cpu_s(pid) for service, pid in pids.items()}
+    finally:
+        os.killpg(up.pid, signal.SIGTERM)
+        up.wait(START_TIMEOUT_S)
+    report = json.loads(bench.stdout)
+    published = report["totals"]["published"]
+    return {
+        "version": name,
+        "publish_msgs_per_s": report["publish"]["msgs_per_s"],
+        "cpu_us_per_msg": {
+            service: round((after[service] - before[service]) / published * 1e6, 2)
+            for service in pids
+        },
+        "wall_s": round(time.monotonic() - started, 1),
+        "load": [load_before, loadavg()],
+    }
+
+
+def run_chain() -> dict[str, Any]:
+    """The ceiling's chain (relays in the place of Tide's services), same shape."""
+    with tempfile.TemporaryDirectory() as out:
+        path = Path(out) / "chain.json"
+        subprocess.run(
+            [sys.executable, "-m", "bench.hop_ceiling", "--cases", "chain", "--warmup-s", "3",
+             "--duration-s", "10", "--json-out", str(path)],
+            cwd=REPO, capture_output=True, timeout=RUN_TIMEOUT_S, check=True,
+        )  # fmt: skip
+        result: dict[str, Any] = json.loads(path.read_text())["results"][0]
+    # The relays' CPU covers warm-up and window; their messages, the window's: per
+    # message over both at the window's rate (an estimate, as docs/benchmarks.md says).
+    rate = result["publish_msgs_per_s"]
+    return {
+        "version": "chain",
+        "publish_msgs_per_s": rate,
+        "cpu_us_per_msg": {
+            name: round(cpu / (rate * 13.0) * 1e6, 2) for name, cpu in result["cpu_s"].items()
+        },
+        "load": loadavg(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--version", action="append", required=True, metavar="NAME=DIR",
+        help="a version's code (a directory holding tide/ and services/); give two or more",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (>= 1)")
+    parser.add_argument("--port", type=int, default=32200, help="first of 31 ports used")
+    args = parser.parse_args()
+    versions = [(name, Path(path)) for name, _, path in (v.partition("=") for v in args.version)]
+    for rnd in range(max(1, args.rounds)):
+        order = versions if rnd % 2 == 0 else versions[::-1]
+        for name, code in order:
+            store = Path(tempfile.mkdtemp(prefix=f"produce-ab-{name}-"))
+            try:
+                row = run_version(name, code, args.port, store)
+            finally:
+                shutil.rmtree(store, ignore_errors=True)
+            print(json.dumps({"round": rnd, **row}), flush=True)
+        print(json.dumps({"round": rnd, **run_chain()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
