@@ -1398,17 +1398,21 @@ done:
     return result;
 }
 
-/* -- v4_record_fields: the client's decoding of pulled records ---------------------- */
+/* -- v4_record_fields: the one reader of whole records (the client's decoding of pulled
+ * records, the storage's StoredMessage reads) ----------------------------------------- */
 
-#define FIELD_COLUMNS 12
+#define FIELD_COLUMNS 16
 enum {
     F_SIZE, F_QUEUE_ID, F_QUEUE_OFFSET, F_PHYSICAL_OFFSET, F_BORN_TS, F_STORE_TS,
-    F_BORN_HOST, F_STORE_HOST, F_RECONSUME, F_BODY, F_TOPIC, F_PROPERTIES
+    F_BORN_HOST, F_STORE_HOST, F_RECONSUME, F_BODY, F_TOPIC, F_PROPERTIES,
+    F_FLAG, F_SYS_FLAG, F_PREPARED, F_BODY_CRC
 };
+#define POS_FLAG 16
 #define POS_BORN_TIMESTAMP 40
 #define POS_BORN_HOST 48
 #define POS_STORE_HOST 64
 #define POS_RECONSUME 72
+#define POS_PREPARED 76
 
 /* The bounds of the V1-magic IPv4 record d[pos:pos+size] whose body CRC and physical
  * offset check, or -1 (the reference decoder then says what is wrong). */
@@ -1493,7 +1497,11 @@ static int field_row(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size, Py
                      same_bytes(d + topic_at + 1, props_at - 2 - topic_at - 1, &last[2])) ||
            put_field(c[F_PROPERTIES], i,
                      properties_dict((const char *)d + props_at, pos + size - props_at,
-                                     reference));
+                                     reference)) ||
+           put_field(c[F_FLAG], i, PyLong_FromLong(be32(r + POS_FLAG))) ||
+           put_field(c[F_SYS_FLAG], i, PyLong_FromLong(be32(r + POS_SYS_FLAG))) ||
+           put_field(c[F_PREPARED], i, PyLong_FromLongLong(be64(r + POS_PREPARED))) ||
+           put_field(c[F_BODY_CRC], i, PyLong_FromUnsignedLong(beu32(r + POS_BODY_CRC)));
 }
 
 /* 0 when the count records fill d[0:len] and each is read into the columns; 1 when one
@@ -1529,10 +1537,11 @@ done:
 
 PyDoc_STRVAR(v4_record_fields_doc,
              "v4_record_fields(records, count, decode_properties)\n--\n\n"
-             "The fields of the count records back to back in records, as 12 columns:\n"
+             "The fields of the count records back to back in records, as 16 columns:\n"
              "sizes, queue ids, queue offsets, physical offsets, born and store times,\n"
-             "born and store hosts (packed), reconsume times, bodies, topics (bytes) and\n"
-             "properties (dicts: ASCII ones read here, others by decode_properties);\n"
+             "born and store hosts (packed), reconsume times, bodies, topics (bytes),\n"
+             "properties (dicts: ASCII ones read here, others by decode_properties),\n"
+             "flags, sys flags, prepared transaction offsets and body CRCs;\n"
              "None unless each is a V1-magic IPv4 record whose lengths\n"
              "add up, body CRC checks and physical offset is not negative, and they fill\n"
              "the bytes (the reference decoder then says what is wrong).\n"

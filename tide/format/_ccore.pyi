@@ -86,6 +86,10 @@ def v4_record_fields(
         list[bytes],
         list[bytes],
         list[dict[str, str]],
+        list[int],
+        list[int],
+        list[int],
+        list[int],
     ]
     | None
 ): ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, TypeAlias, cast
 
 from tide.format import _core
 from tide.format._properties import TAGS, decode_properties
@@ -98,7 +98,7 @@ def record_tags_python(records: bytes, count: int) -> tuple[list[int], list[str]
 
 # v4_record_fields' answer: sizes, queue ids, queue offsets, physical offsets, born and
 # store times, born and store hosts (packed), reconsume times, bodies, topics (bytes),
-# properties (decoded).
+# properties (decoded), flags, sys flags, prepared transaction offsets, body CRCs.
 RecordFields: TypeAlias = tuple[
     list[int],
     list[int],
@@ -112,7 +112,12 @@ RecordFields: TypeAlias = tuple[
     list[bytes],
     list[bytes],
     list[dict[str, str]],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
 ]
+FIELD_COLUMNS = 16
 _v4_record_fields_c: (
     Callable[[Buffer, int, Callable[[bytes], dict[str, str]]], RecordFields | None] | None
 ) = None if _core.ccore is None else _core.ccore.v4_record_fields
@@ -122,67 +127,86 @@ def v4_record_fields(records: bytes, count: int) -> RecordFields | None:
     """The fields of the ``count`` records back to back in ``records``, as columns, when
     each is a V1-magic IPv4 record whose lengths add up, body CRC checks and physical
     offset is not negative, and they fill the bytes; else None (the caller's decoder then
-    reads them one by one and names the record that fails)."""
+    reads them one by one and names the record that fails).
+
+    tide.format's one reader of whole records (docs/performance.md, "One place knows
+    each layout"): the client's decoding of pulled records and the storage's
+    StoredMessage reads (services/storage/convert.py) both call it."""
     if _v4_record_fields_c is not None:
         return _v4_record_fields_c(records, count, decode_properties)
     return v4_record_fields_python(records, count)
 
 
 def v4_record_fields_python(records: bytes, count: int) -> RecordFields | None:
-    """:func:`v4_record_fields` in Python: the reference of ``_ccore.v4_record_fields``."""
-    columns: RecordFields = ([], [], [], [], [], [], [], [], [], [], [], [])
-    pos, end = 0, len(records)
+    """:func:`v4_record_fields` in Python: the reference of ``_ccore.v4_record_fields``.
+    One row (a tuple) a record, turned into the columns at the end: cheaper than 16
+    appends a record."""
+    rows: list[tuple[Any, ...]] = []
+    add = rows.append
+    unpack = RECORD_HEADER_V4.unpack_from
+    u16 = _U16.unpack_from
+    crc32 = zlib.crc32
+    pos, end_of_records = 0, len(records)
     for _ in range(count):
-        if end - pos < FIXED_BYTES_V4 or not _v4_fields_into(records, pos, columns):
+        if end_of_records - pos < FIXED_BYTES_V4:
             return None
-        pos += columns[0][-1]
-    return columns if pos == end else None
-
-
-def _v4_fields_into(data: bytes, pos: int, columns: RecordFields) -> bool:
-    """Append the fields of the record at ``data[pos:]`` when it is one this path reads."""
-    (
-        size,
-        magic,
-        body_crc,
-        queue_id,
-        _,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_ms,
-        born,
-        store_ms,
-        store,
-        reconsume_times,
-        _,
-        body_len,
-    ) = RECORD_HEADER_V4.unpack_from(data, pos)
-    end = pos + size
-    if magic != MESSAGE_MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6 or not body_len >= 0:
-        return False
-    if not FIXED_BYTES_V4 <= size <= len(data) - pos:
-        return False
-    topic_at = pos + HEADER_V4_BYTES + body_len
-    if topic_at + 3 > end:
-        return False
-    props_len_at = topic_at + 1 + data[topic_at]
-    if props_len_at + 2 > end or props_len_at + 2 + _U16.unpack_from(data, props_len_at)[0] != end:
-        return False
-    body = data[pos + HEADER_V4_BYTES : topic_at]
-    if zlib.crc32(body) != body_crc or physical_offset < 0:
-        return False
-    columns[0].append(size)
-    columns[1].append(queue_id)
-    columns[2].append(queue_offset)
-    columns[3].append(physical_offset)
-    columns[4].append(born_ms)
-    columns[5].append(store_ms)
-    columns[6].append(born)
-    columns[7].append(store)
-    columns[8].append(reconsume_times)
-    columns[9].append(body)
-    columns[10].append(data[topic_at + 1 : props_len_at])
-    props = data[props_len_at + 2 : end]
-    columns[11].append(decode_properties(props) if props else {})
-    return True
+        (
+            size,
+            magic,
+            body_crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_ms,
+            born,
+            store_ms,
+            store,
+            reconsume_times,
+            prepared_transaction_offset,
+            body_len,
+        ) = unpack(records, pos)
+        end = pos + size
+        topic_at = pos + HEADER_V4_BYTES + body_len
+        if (
+            magic != MESSAGE_MAGIC_V1
+            or sys_flag & SYSFLAG_HOSTS_V6
+            or body_len < 0
+            or not FIXED_BYTES_V4 <= size <= end_of_records - pos
+            or topic_at + 3 > end
+        ):
+            return None
+        props_len_at = topic_at + 1 + records[topic_at]
+        if props_len_at + 2 > end or props_len_at + 2 + u16(records, props_len_at)[0] != end:
+            return None
+        body = records[pos + HEADER_V4_BYTES : topic_at]
+        if crc32(body) != body_crc or physical_offset < 0:
+            return None
+        props = records[props_len_at + 2 : end]
+        add(
+            (
+                size,
+                queue_id,
+                queue_offset,
+                physical_offset,
+                born_ms,
+                store_ms,
+                born,
+                store,
+                reconsume_times,
+                body,
+                records[topic_at + 1 : props_len_at],
+                decode_properties(props) if props else {},
+                flag,
+                sys_flag,
+                prepared_transaction_offset,
+                body_crc,
+            )
+        )
+        pos = end
+    if pos != end_of_records:
+        return None
+    if not rows:
+        return ([], [], [], [], [], [], [], [], [], [], [], [], [], [], [], [])
+    return cast(RecordFields, tuple(map(list, zip(*rows, strict=True))))
