@@ -263,9 +263,12 @@ def encode_message_properties(
     if properties:
         if "" in properties:
             raise InvalidMessageError("a property name is empty")
-        # Names, then a lookup each: a protobuf map's items() is the slow generic view.
-        text = "".join([f"{name}\x01{properties[name]}\x02" for name in properties])
         count = len(properties)
+        if count == 1:  # the common case (a producer's UNIQ_KEY): no comprehension
+            (name,) = properties
+            text = f"{name}\x01{properties[name]}\x02"
+        else:  # names, then a lookup each: a protobuf map's items() is the slow generic view
+            text = "".join([f"{name}\x01{properties[name]}\x02" for name in properties])
     if tags:
         error = tag_error(tags)  # produce's rule: a tag a subscription can select
         if error is not None:
