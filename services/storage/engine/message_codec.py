@@ -31,13 +31,15 @@ from tide.format import (
     property_error,
 )
 from tide.limits import KEYS_MAX_COUNT, limit_text
-from tide.naming import tag_error, topic_error
+from tide.naming import TAG_MAX_CHARS, tag_error, topic_error
 from tide.quoting import quote
 
 # sys_flag bits a producer may set: compression, multi tags, transaction type and
 # compression type. The host bits belong to the store.
 PRODUCER_SYSFLAG_MASK = 0b111_0000_1111
 MAX_CACHED_NAMES = 100_000
+# A tag alone always fits the properties (UTF-8: at most 4 bytes a character).
+assert len(TAGS) + 2 + 4 * TAG_MAX_CHARS <= MAX_PROPERTIES_BYTES
 
 
 class MessageLike(Protocol):
@@ -258,6 +260,11 @@ def encode_message_properties(
     and one ``\x02`` per property, and the joined keys exactly ``len(keys) - 1`` single
     spaces. Only when a check fails is each part looked at, to say which one is wrong.
     """
+    if tags and not keys and not properties:  # a tag alone, the common case: its text is
+        error = tag_error(tags)  # checked whole (no control character, a bounded length)
+        if error is not None:
+            raise InvalidMessageError(error)
+        return f"{TAGS}\x01{tags}\x02".encode()
     text = ""
     count = 0
     if properties:
