@@ -9,7 +9,8 @@
   fields, services/storage/convert.py, into a ``ReadResponse``);
 * ``encode``: a field-per-message Append's validation and encoding
   (``MessageCodec.encode_batch``, services/storage/engine/message_codec.py) of a batch
-  of 100 such ``tide.v1.Message``s, without the append.
+  of 100 such ``tide.v1.Message``s, without the append; ``encode_tag_only``: the same
+  with a tag alone (bench/storage_append.py's messages).
 
 Runs on whichever tree ``services`` and ``tide`` import from, so an A/B of two trees is
 this file run alternately with PYTHONPATH set to each (docs/benchmarks.md); with
@@ -101,8 +102,12 @@ def time_read(store: MessageStore, calls: int) -> float:
     return (time.thread_time() - started) / (calls * len(positions)) * 1e6
 
 
-def time_encode(codec: MessageCodec, calls: int) -> float:
+def time_encode(codec: MessageCodec, calls: int, tag_only: bool = False) -> float:
     batch = messages()
+    if tag_only:  # bench/storage_append.py's messages: a tag, no key, no property
+        batch = [
+            pb.Message(topic=m.topic, queue_id=m.queue_id, body=m.body, tags="TagA") for m in batch
+        ]
     started = time.thread_time()
     for _ in range(calls):
         codec.encode_batch(batch, QUEUE_COUNTS, BORN_HOST)
@@ -125,6 +130,7 @@ def main() -> None:
             cases: dict[str, Callable[[], float]] = {
                 "read": lambda: time_read(store, args.calls),
                 "encode": lambda: time_encode(codec, args.calls),
+                "encode_tag_only": lambda: time_encode(codec, args.calls, tag_only=True),
             }
             for run in cases.values():
                 run()  # warm-up
