@@ -62,7 +62,7 @@ def stored_messages_fields(
     as :func:`tide.stored.stored_message` of ``decode_record``, read by tide.format's one
     record reader (``v4_record_fields``, compiled when built) in one call for the whole
     Read. ``hosts`` caches packed host -> ``ip:port`` text."""
-    columns = v4_record_fields(records, len(offsets))
+    columns = v4_record_fields(records, len(offsets), stored=True)
     if columns is None or columns[3] != offsets:  # (physical offsets: where they were read)
         return None
     try:

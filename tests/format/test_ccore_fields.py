@@ -94,7 +94,7 @@ def test_compiled_agrees_with_reference(seed: int) -> None:
 @compiled
 def test_edge_cases() -> None:
     assert _core.ccore is not None
-    empty: tuple[list[object], ...] = tuple([] for _ in range(16))
+    empty: tuple[list[object], ...] = tuple([] for _ in range(12))
     assert (
         _core.ccore.v4_record_fields(b"", 0, decode_properties)
         == empty

@@ -40,7 +40,7 @@ from tide.format import (
     topic_part,
     unpack_host,
 )
-from tide.format._record_spans import RecordFields, v4_record_fields_python
+from tide.format._record_spans import StoredRecordFields, v4_record_fields_python
 
 V4_HOSTS = [HostAddress("10.0.0.7", 10911), HostAddress("255.255.255.255", 65535)]
 V6_HOSTS = [HostAddress("2001:db8::1", 10911), HostAddress("::", 0)]
@@ -149,7 +149,7 @@ FIELD_NAMES = (
 )
 
 
-def fields_of_columns(columns: RecordFields, index: int) -> dict[str, object]:
+def fields_of_columns(columns: StoredRecordFields, index: int) -> dict[str, object]:
     """Record ``index``'s fields from the reader's columns, named as decode_record's."""
     (_, queue_id, queue_offset, physical, born_ms, store_ms, born, store, reconsume) = (
         column[index] for column in columns[:9]
@@ -176,10 +176,12 @@ def fields_of_columns(columns: RecordFields, index: int) -> dict[str, object]:
 
 
 def readers() -> list[object]:
-    found: list[object] = [v4_record_fields_python]
+    found: list[object] = [lambda data, count: v4_record_fields_python(data, count, True)]
     if _core.ccore is not None:
         ccore = _core.ccore
-        found.append(lambda data, count: ccore.v4_record_fields(data, count, decode_properties))
+        found.append(
+            lambda data, count: ccore.v4_record_fields(data, count, decode_properties, True)
+        )
     return found
 
 
@@ -258,9 +260,10 @@ def test_compiled_reader_equals_reference_on_damaged_records(seed: int) -> None:
     data = place(records, base=rnd.choice([0, 4096]))
     for piece in (data, *(damaged(rnd, data) for _ in range(6))):
         for count in (len(records) - 1, len(records), len(records) + 1):
-            assert _core.ccore.v4_record_fields(
-                piece, count, decode_properties
-            ) == v4_record_fields_python(piece, count)
+            for stored in (False, True):
+                assert _core.ccore.v4_record_fields(
+                    piece, count, decode_properties, stored
+                ) == v4_record_fields_python(piece, count, stored)
 
 
 @compiled

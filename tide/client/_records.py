@@ -202,7 +202,6 @@ def _messages(decoder: _Decoder, fields: RecordFields) -> tuple[ReceivedMessage,
             body,
             topic,
             props,
-            *_,  # flag, sys_flag, prepared transaction offset, body CRC: not a message's
         ) in zip(*fields, strict=True)
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeAlias, cast
+from typing import Any, Literal, TypeAlias, cast, overload
 
 from tide.format import _core
 from tide.format._properties import TAGS, decode_properties
@@ -98,8 +98,23 @@ def record_tags_python(records: bytes, count: int) -> tuple[list[int], list[str]
 
 # v4_record_fields' answer: sizes, queue ids, queue offsets, physical offsets, born and
 # store times, born and store hosts (packed), reconsume times, bodies, topics (bytes),
-# properties (decoded), flags, sys flags, prepared transaction offsets, body CRCs.
+# properties (decoded); with ``stored``, then flags, sys flags, prepared transaction
+# offsets and body CRCs (what a StoredMessage has and a client's message has not).
 RecordFields: TypeAlias = tuple[
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[bytes],
+    list[bytes],
+    list[int],
+    list[bytes],
+    list[bytes],
+    list[dict[str, str]],
+]
+StoredRecordFields: TypeAlias = tuple[
     list[int],
     list[int],
     list[int],
@@ -117,32 +132,74 @@ RecordFields: TypeAlias = tuple[
     list[int],
     list[int],
 ]
-FIELD_COLUMNS = 16
-_v4_record_fields_c: (
-    Callable[[Buffer, int, Callable[[bytes], dict[str, str]]], RecordFields | None] | None
-) = None if _core.ccore is None else _core.ccore.v4_record_fields
+_v4_record_fields_c: Callable[..., Any] | None = (
+    None if _core.ccore is None else _core.ccore.v4_record_fields
+)
 
 
-def v4_record_fields(records: bytes, count: int) -> RecordFields | None:
-    """The fields of the ``count`` records back to back in ``records``, as columns, when
-    each is a V1-magic IPv4 record whose lengths add up, body CRC checks and physical
-    offset is not negative, and they fill the bytes; else None (the caller's decoder then
-    reads them one by one and names the record that fails).
+@overload
+def v4_record_fields(
+    records: bytes, count: int, stored: Literal[False] = False
+) -> RecordFields | None: ...
+@overload
+def v4_record_fields(
+    records: bytes, count: int, stored: Literal[True]
+) -> StoredRecordFields | None: ...
+@overload
+def v4_record_fields(
+    records: bytes, count: int, stored: bool
+) -> RecordFields | StoredRecordFields | None: ...
+def v4_record_fields(
+    records: bytes, count: int, stored: bool = False
+) -> RecordFields | StoredRecordFields | None:
+    """The fields of the ``count`` records back to back in ``records``, as columns (12;
+    16 when ``stored``), when each is a V1-magic IPv4 record whose lengths add up, body
+    CRC checks and physical offset is not negative, and they fill the bytes; else None
+    (the caller's decoder then reads them one by one and names the record that fails).
 
     tide.format's one reader of whole records (docs/performance.md, "One place knows
-    each layout"): the client's decoding of pulled records and the storage's
-    StoredMessage reads (services/storage/convert.py) both call it."""
+    each layout"): the client's decoding of pulled records and, with ``stored``, the
+    storage's StoredMessage reads (services/storage/convert.py) both call it."""
     if _v4_record_fields_c is not None:
-        return _v4_record_fields_c(records, count, decode_properties)
-    return v4_record_fields_python(records, count)
+        found: RecordFields | StoredRecordFields | None = _v4_record_fields_c(
+            records, count, decode_properties, stored
+        )
+        return found
+    return v4_record_fields_python(records, count, stored)
 
 
-def v4_record_fields_python(records: bytes, count: int) -> RecordFields | None:
-    """:func:`v4_record_fields` in Python: the reference of ``_ccore.v4_record_fields``.
-    One row (a tuple) a record, turned into the columns at the end: cheaper than 16
-    appends a record."""
-    rows: list[tuple[Any, ...]] = []
-    add = rows.append
+@overload
+def v4_record_fields_python(
+    records: bytes, count: int, stored: Literal[False] = False
+) -> RecordFields | None: ...
+@overload
+def v4_record_fields_python(
+    records: bytes, count: int, stored: Literal[True]
+) -> StoredRecordFields | None: ...
+@overload
+def v4_record_fields_python(
+    records: bytes, count: int, stored: bool
+) -> RecordFields | StoredRecordFields | None: ...
+def v4_record_fields_python(
+    records: bytes, count: int, stored: bool = False
+) -> RecordFields | StoredRecordFields | None:
+    """:func:`v4_record_fields` in Python: the reference of ``_ccore.v4_record_fields``."""
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(16 if stored else 12))
+    (
+        add_size,
+        add_queue_id,
+        add_queue_offset,
+        add_physical_offset,
+        add_born_ms,
+        add_store_ms,
+        add_born,
+        add_store,
+        add_reconsume,
+        add_body,
+        add_topic,
+        add_props,
+    ) = (column.append for column in columns[:12])
+    extra = [column.append for column in columns[12:]]
     unpack = RECORD_HEADER_V4.unpack_from
     u16 = _U16.unpack_from
     crc32 = zlib.crc32
@@ -184,29 +241,24 @@ def v4_record_fields_python(records: bytes, count: int) -> RecordFields | None:
         if crc32(body) != body_crc or physical_offset < 0:
             return None
         props = records[props_len_at + 2 : end]
-        add(
-            (
-                size,
-                queue_id,
-                queue_offset,
-                physical_offset,
-                born_ms,
-                store_ms,
-                born,
-                store,
-                reconsume_times,
-                body,
-                records[topic_at + 1 : props_len_at],
-                decode_properties(props) if props else {},
-                flag,
-                sys_flag,
-                prepared_transaction_offset,
-                body_crc,
-            )
-        )
+        add_size(size)
+        add_queue_id(queue_id)
+        add_queue_offset(queue_offset)
+        add_physical_offset(physical_offset)
+        add_born_ms(born_ms)
+        add_store_ms(store_ms)
+        add_born(born)
+        add_store(store)
+        add_reconsume(reconsume_times)
+        add_body(body)
+        add_topic(records[topic_at + 1 : props_len_at])
+        add_props(decode_properties(props) if props else {})
+        if extra:
+            extra[0](flag)
+            extra[1](sys_flag)
+            extra[2](prepared_transaction_offset)
+            extra[3](body_crc)
         pos = end
     if pos != end_of_records:
         return None
-    if not rows:
-        return ([], [], [], [], [], [], [], [], [], [], [], [], [], [], [], [])
-    return cast(RecordFields, tuple(map(list, zip(*rows, strict=True))))
+    return cast(RecordFields | StoredRecordFields, columns)
