@@ -4,8 +4,10 @@ of an index file's header or entry, of a consume-queue entry, of a timer wheel s
 timer log unit, nor unpacks a packed host by hand; they import tide.format's names
 (MAGIC_POS, ..., RECORD_HEADER_V4) and readers (scan_record, properties_position,
 record_total_size, write_index_header, iter_timer_slots, iter_unit_times, unpack_host).
-The record's whole header struct is used outside tide/format by the two modules listed
-in HEADER_USERS only (what is left of issue 21's "one encoder and one reader")."""
+No module outside tide/format packs or unpacks the record's header: a record is encoded
+by tide.format's encoder (encode_record; RunWriter, compiled encode_run_v4) and read
+whole by its reader (v4_record_fields, compiled when built; decode_record for the rest),
+issue 21's "one encoder and one reader per language"."""
 
 from __future__ import annotations
 
@@ -31,11 +33,10 @@ OTHER_FORMAT = re.compile(r"""["'][<>!=]?(qqqqii|iqii|qiq|qqqii|iqiqiqiiq|i8x4xq
 # A packed host's ``ip:port`` spelled out by hand (tide.format.unpack_host says it).
 HOST_BY_HAND = re.compile(r"packed\[0\]\}\.\{packed\[1\]")
 # The record header struct itself: an encoder or a reader of the record outside
-# tide/format. These two are left (docs/performance.md, "One place knows each layout"):
-# the store codec's inline encoder of MessageInput batches and the storage's StoredMessage
-# fast reader. A new user fails the test; folding one in asks to remove it here.
+# tide/format (docs/performance.md, "One place knows each layout"). There is none left;
+# a new one fails the test.
 HEADER_STRUCT = re.compile(r"RECORD_HEADER_V4\.(pack|unpack)")
-HEADER_USERS = {"services/storage/engine/message_codec.py", "services/storage/convert.py"}
+HEADER_USERS: set[str] = set()
 
 
 def sources() -> list[tuple[str, str]]:
@@ -62,7 +63,7 @@ def test_record_header_positions_live_in_tide_format_only() -> None:
     assert offending_lines() == []
 
 
-def test_the_record_header_struct_is_used_by_the_known_modules_only() -> None:
+def test_no_module_outside_tide_format_packs_or_unpacks_the_record_header() -> None:
     users = {name for name, text in sources() if HEADER_STRUCT.search(text)}
     assert users == HEADER_USERS
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from typing import Any
 
 from services.storage.engine.topic_table import TopicConfig
@@ -14,7 +13,6 @@ from tide.format import (
     DEFAULT_EXPONENTIAL_MULTIPLIER,
     DEFAULT_RETRY_MAX_TIMES,
     DEFAULT_RETRY_QUEUE_NUMS,
-    HEADER_V4_BYTES,
     KEYS,
     MAX_CONSUME_TIMEOUT_MINUTE,
     MAX_CUSTOM_RETRY_DELAYS,
@@ -22,18 +20,15 @@ from tide.format import (
     MAX_RETRY_MAX_TIMES,
     MAX_RETRY_MULTIPLIER,
     MAX_RETRY_QUEUE_NUMS,
-    MESSAGE_MAGIC_V1,
-    RECORD_HEADER_V4,
-    SYSFLAG_HOSTS_V6,
     TAGS,
     CustomizedRetryPolicy,
     ExponentialRetryPolicy,
     GroupRetryPolicy,
     RetryPolicyType,
     SubscriptionGroupConfig,
-    decode_properties,
     group_topic_error,
     unpack_host,
+    v4_record_fields,
 )
 from tide.format._group_config import DEFAULT_CONSUME_TIMEOUT_MINUTE  # not exported
 from tide.naming import consumer_group_error
@@ -51,73 +46,66 @@ def stored_message_fields(
     data: bytes, offset: int, hosts: dict[bytes, str]
 ) -> dict[str, Any] | None:
     """The ``StoredMessage`` fields (zero values left out) of the record ``data`` read at
-    ``offset``, for the common record (1-byte topic length, IPv4 hosts) when it passes
-    the reader's checks (size, magic, field lengths, physical offset, body CRC, UTF-8
-    topic); None otherwise: the caller then takes the general decoder, which says what
-    is wrong. The same values as :func:`tide.stored.stored_message` of ``decode_record``,
-    without its intermediate objects. ``hosts`` caches packed host -> ``ip:port`` text."""
-    size = len(data)
-    if size < HEADER_V4_BYTES + 3:
-        return None
-    (
-        total_size,
-        magic,
-        body_crc,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp_ms,
-        born,
-        store_timestamp_ms,
-        store,
-        reconsume_times,
-        prepared_transaction_offset,
-        body_len,
-    ) = RECORD_HEADER_V4.unpack_from(data)
-    if (
-        total_size != size
-        or magic != MESSAGE_MAGIC_V1
-        or sys_flag & SYSFLAG_HOSTS_V6
-        or physical_offset != offset
-        or body_len < 0
-    ):
-        return None
-    topic_pos = HEADER_V4_BYTES + body_len
-    if topic_pos + 1 > size:
-        return None
-    props_len_pos = topic_pos + 1 + data[topic_pos]
-    if (
-        props_len_pos + 2 > size
-        or props_len_pos + 2 + (data[props_len_pos] << 8 | data[props_len_pos + 1]) != size
-    ):
-        return None
-    body = data[HEADER_V4_BYTES:topic_pos]
-    if zlib.crc32(body) != body_crc:
+    ``offset``, or None: :func:`stored_messages_fields` of one record."""
+    found = stored_messages_fields(data, [offset], hosts)
+    return None if found is None else found[0]
+
+
+def stored_messages_fields(
+    records: bytes, offsets: list[int], hosts: dict[bytes, str]
+) -> list[dict[str, Any]] | None:
+    """The ``StoredMessage`` fields (zero values left out) of the records back to back in
+    ``records``, the i-th read at ``offsets[i]``, when each is a common record (1-byte
+    topic length, IPv4 hosts) that passes the reader's checks (size, magic, field
+    lengths, physical offset, body CRC, UTF-8 topic); None otherwise: the caller then
+    reads them one by one, and the general decoder says what is wrong. The same values
+    as :func:`tide.stored.stored_message` of ``decode_record``, read by tide.format's one
+    record reader (``v4_record_fields``, compiled when built) in one call for the whole
+    Read. ``hosts`` caches packed host -> ``ip:port`` text."""
+    columns = v4_record_fields(records, len(offsets), stored=True)
+    if columns is None or columns[3] != offsets:  # (physical offsets: where they were read)
         return None
     try:
-        topic = data[topic_pos + 1 : props_len_pos].decode("utf-8")
-    except UnicodeDecodeError:
+        return [_fields(row, hosts) for row in zip(*columns, strict=True)]
+    except UnicodeDecodeError:  # a topic that is not UTF-8
         return None
-    born_host = hosts.get(born) or _host_text(born, hosts)
-    store_host = hosts.get(store) or _host_text(store, hosts)
+
+
+def _fields(row: tuple[Any, ...], hosts: dict[bytes, str]) -> dict[str, Any]:
+    """One record's StoredMessage fields from its row of ``v4_record_fields``' columns."""
+    (
+        size,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        born_timestamp_ms,
+        store_timestamp_ms,
+        born,
+        store,
+        reconsume_times,
+        body,
+        topic,
+        props,
+        flag,
+        sys_flag,
+        prepared_transaction_offset,
+        body_crc,
+    ) = row
     fields: dict[str, Any] = {
-        "topic": topic,
+        "topic": topic.decode("utf-8"),
         "body": body,
         "born_timestamp_ms": born_timestamp_ms,
-        "born_host": born_host,
+        "born_host": hosts.get(born) or _host_text(born, hosts),
         "queue_offset": queue_offset,
         "physical_offset": physical_offset,
         "size": size,
         "store_timestamp_ms": store_timestamp_ms,
-        "store_host": store_host,
+        "store_host": hosts.get(store) or _host_text(store, hosts),
         "body_crc": body_crc,
         # make_msg_id inline: the packed store host is the id's prefix (on a slave too).
         "msg_id": f"{store.hex().upper()}{physical_offset:016X}",
     }
-    if props_len_pos + 2 < size:
-        props = decode_properties(data[props_len_pos + 2 :])
+    if props:
         fields["properties"] = props
         tags = props.get(TAGS)
         if tags:

@@ -17,7 +17,7 @@ from typing import NoReturn
 import grpc
 from opentelemetry import trace
 
-from services.storage import auth_rpc, convert, span_read
+from services.storage import auth_rpc, convert, position_read, span_read
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -43,14 +43,13 @@ from services.storage.options import DEFAULT_APPEND_IN_FLIGHT_BYTES, MAX_TAIL_CH
 from services.storage.replication.node import Replication, wait_replicated
 from services.storage.retry_topics import ensure_retry_topic
 from tide.files import ConfigLimitError, is_out_of_space
-from tide.format import RecordError, is_hidden_topic, producer_id_error, scan_run
+from tide.format import is_hidden_topic, producer_id_error, scan_run
 from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
 from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
-from tide.stored import stored_message
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -423,51 +422,9 @@ class StorageServicer(pb_grpc.StorageServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Read asks for {total} bytes; at most {MAX_READ_BYTES} per call: split it",
             )
-        store = self._store()
-        response = pb.ReadResponse()
-        add = response.results.add
-        hosts = self._hosts
-        for index, pos in enumerate(request.positions):
-            offset, size = pos.physical_offset, pos.size
-            if offset < 0 or size < 0:
-                raise _invalid(
-                    f"positions[{index}]: physical_offset and size must be >= 0 "
-                    f"(got {offset}, {size})"
-                )
-            if size:  # the common read: the record's bytes, decoded in one step
-                try:
-                    _, data = store.commitlog.read_raw(offset, size)
-                except OffsetBelowMinError:
-                    data = b""
-                if len(data) == size:
-                    fields = convert.stored_message_fields(data, offset, hosts)
-                    if fields is not None:
-                        add(status=pb.FOUND, message=fields)
-                        continue
-            result = self._read_one(store, offset, size)  # anything else: the general path
-            if size == 0:  # sized by the record itself: count what it really is
-                total += result.message.size
-                if total > MAX_READ_BYTES:
-                    raise ServiceError(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"Read returns over {MAX_READ_BYTES} bytes; at most that per call: "
-                        "split it",
-                    )
-            response.results.append(result)
-        return response
-
-    @staticmethod
-    def _read_one(store: MessageStore, offset: int, size: int) -> pb.ReadResult:
-        try:
-            record = store.commitlog.read_record(offset, size)
-        except OffsetBelowMinError:
-            return pb.ReadResult(status=pb.OFFSET_BELOW_MIN)
-        except IndexError:
-            return pb.ReadResult(status=pb.OFFSET_ABOVE_MAX)
-        except RecordError:
-            return pb.ReadResult(status=pb.NOT_A_RECORD)
-        message = stored_message(record)
-        return pb.ReadResult(status=pb.FOUND, message=message)
+        return position_read.read_positions(
+            self._store().commitlog, request.positions, self._hosts, total, MAX_READ_BYTES
+        )
 
     async def Tail(
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext[object, object]

@@ -254,7 +254,7 @@ from tide.format._record_run import (
     topic_part,
 )
 from tide.format._record_scan import V4RunScanner
-from tide.format._record_spans import record_tags, span_records
+from tide.format._record_spans import record_tags, span_records, v4_record_fields
 from tide.format._resync import (
     TailMarks,
     data_end,
@@ -772,6 +772,7 @@ __all__ = [
     "unpack_index_header",
     "unpack_slot",
     "unpack_timer_unit",
+    "v4_record_fields",
     "wheel_file_error",
     "write_blank",
     "write_index_header",

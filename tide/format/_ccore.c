@@ -1400,17 +1400,22 @@ done:
     return result;
 }
 
-/* -- v4_record_fields: the client's decoding of pulled records ---------------------- */
+/* -- v4_record_fields: the one reader of whole records (the client's decoding of pulled
+ * records, the storage's StoredMessage reads) ----------------------------------------- */
 
-#define FIELD_COLUMNS 12
+#define FIELD_COLUMNS 16 /* with the stored fields; 12 without (the client's) */
+#define MESSAGE_COLUMNS 12
 enum {
     F_SIZE, F_QUEUE_ID, F_QUEUE_OFFSET, F_PHYSICAL_OFFSET, F_BORN_TS, F_STORE_TS,
-    F_BORN_HOST, F_STORE_HOST, F_RECONSUME, F_BODY, F_TOPIC, F_PROPERTIES
+    F_BORN_HOST, F_STORE_HOST, F_RECONSUME, F_BODY, F_TOPIC, F_PROPERTIES,
+    F_FLAG, F_SYS_FLAG, F_PREPARED, F_BODY_CRC
 };
+#define POS_FLAG 16
 #define POS_BORN_TIMESTAMP 40
 #define POS_BORN_HOST 48
 #define POS_STORE_HOST 64
 #define POS_RECONSUME 72
+#define POS_PREPARED 76
 
 /* The bounds of the V1-magic IPv4 record d[pos:pos+size] whose body CRC and physical
  * offset check, or -1 (the reference decoder then says what is wrong). */
@@ -1495,7 +1500,12 @@ static int field_row(const unsigned char *d, Py_ssize_t pos, Py_ssize_t size, Py
                      same_bytes(d + topic_at + 1, props_at - 2 - topic_at - 1, &last[2])) ||
            put_field(c[F_PROPERTIES], i,
                      properties_dict((const char *)d + props_at, pos + size - props_at,
-                                     reference));
+                                     reference)) ||
+           (c[F_FLAG] != NULL &&
+            (put_field(c[F_FLAG], i, PyLong_FromLong(be32(r + POS_FLAG))) ||
+             put_field(c[F_SYS_FLAG], i, PyLong_FromLong(be32(r + POS_SYS_FLAG))) ||
+             put_field(c[F_PREPARED], i, PyLong_FromLongLong(be64(r + POS_PREPARED))) ||
+             put_field(c[F_BODY_CRC], i, PyLong_FromUnsignedLong(beu32(r + POS_BODY_CRC)))));
 }
 
 /* 0 when the count records fill d[0:len] and each is read into the columns; 1 when one
@@ -1530,11 +1540,13 @@ done:
 }
 
 PyDoc_STRVAR(v4_record_fields_doc,
-             "v4_record_fields(records, count, decode_properties)\n--\n\n"
+             "v4_record_fields(records, count, decode_properties, stored=False)\n--\n\n"
              "The fields of the count records back to back in records, as 12 columns:\n"
              "sizes, queue ids, queue offsets, physical offsets, born and store times,\n"
-             "born and store hosts (packed), reconsume times, bodies, topics (bytes) and\n"
+             "born and store hosts (packed), reconsume times, bodies, topics (bytes),\n"
              "properties (dicts: ASCII ones read here, others by decode_properties);\n"
+             "with stored, 16: then flags, sys flags, prepared transaction offsets and\n"
+             "body CRCs. "
              "None unless each is a V1-magic IPv4 record whose lengths\n"
              "add up, body CRC checks and physical offset is not negative, and they fill\n"
              "the bytes (the reference decoder then says what is wrong).\n"
@@ -1545,15 +1557,17 @@ static PyObject *v4_record_fields(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t count;
     PyObject *reference;
-    if (!PyArg_ParseTuple(args, "y*nO:v4_record_fields", &view, &count, &reference)) {
+    int stored = 0;
+    if (!PyArg_ParseTuple(args, "y*nO|p:v4_record_fields", &view, &count, &reference, &stored)) {
         return NULL;
     }
     PyObject *result = NULL, *columns[FIELD_COLUMNS] = {NULL};
+    int column_count = stored ? FIELD_COLUMNS : MESSAGE_COLUMNS; /* (the others stay NULL) */
     if (count < 0) {
         PyErr_Format(PyExc_ValueError, "v4_record_fields: count %zd is negative", count);
         goto done;
     }
-    for (int n = 0; n < FIELD_COLUMNS; n++) {
+    for (int n = 0; n < column_count; n++) {
         if ((columns[n] = PyList_New(count)) == NULL) {
             goto done;
         }
@@ -1563,8 +1577,8 @@ static PyObject *v4_record_fields(PyObject *self, PyObject *args) {
     }
     int outcome = field_rows(view.buf, view.len, count, columns, reference);
     if (outcome == 0) {
-        result = PyTuple_New(FIELD_COLUMNS);
-        for (int n = 0; result != NULL && n < FIELD_COLUMNS; n++) {
+        result = PyTuple_New(column_count);
+        for (int n = 0; result != NULL && n < column_count; n++) {
             PyTuple_SET_ITEM(result, n, Py_NewRef(columns[n]));
         }
     } else if (outcome == 1) {

@@ -1,5 +1,6 @@
 import mmap
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 # Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
 # each function is named in its docstring there and in docs/performance.md.
@@ -71,24 +72,9 @@ def v4_record_fields(
     records: bytes | bytearray | memoryview,
     count: int,
     decode_properties: Callable[[bytes], dict[str, str]],
+    stored: bool = False,
     /,
-) -> (
-    tuple[
-        list[int],
-        list[int],
-        list[int],
-        list[int],
-        list[int],
-        list[int],
-        list[bytes],
-        list[bytes],
-        list[int],
-        list[bytes],
-        list[bytes],
-        list[dict[str, str]],
-    ]
-    | None
-): ...
+) -> tuple[list[Any], ...] | None: ...
 def put_index_keys(
     buf: bytearray | memoryview | mmap.mmap,
     slot_count: int,

@@ -93,6 +93,10 @@ SYSFLAG_HOSTS_V6 = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
 _STORE_TS_POS_V4 = STORE_TIMESTAMP_POS_V4
 assert _STORE_TS_POS_V4 == PREFIX_BYTES + 8 and BORN_HOST_POS == PREFIX_BYTES
 _TOPIC_LEN_V1 = [bytes((n,)) for n in range(MAX_TOPIC_BYTES_V1 + 1)]
+# encode_record's callables, one global lookup each (it runs once a record)
+_pack_header_v4 = RECORD_HEADER_V4.pack
+_pack_u16 = _U16.pack
+_crc32 = zlib.crc32
 
 
 def host_length(sys_flag: int, bit: int) -> int:
@@ -155,7 +159,10 @@ def encode_record(
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
 ) -> EncodedRecord:
-    """Encode one record (the hot path: keep it lean).
+    """Encode one record (the hot path: keep it lean): tide.format's one encoder of a
+    record in Python, called record by record by the store's codec (field-per-message
+    Appends) and the producer-side :class:`RunWriter` (docs/performance.md, "One place
+    knows each layout").
 
     Hosts are packed (see :func:`tide.format.pack_host`); the IPv6 bits of ``sys_flag``
     must agree with their lengths. Validation of user input is the caller's job; the
@@ -166,18 +173,20 @@ def encode_record(
     assert 0 < topic_len <= MAX_TOPIC_BYTES_V2 and props_len <= MAX_PROPERTIES_BYTES
     if topic_len <= MAX_TOPIC_BYTES_V1:
         magic = MESSAGE_MAGIC_V1
-        topic_part = _TOPIC_LEN_V1[topic_len] + topic_bytes
+        topic_length = _TOPIC_LEN_V1[topic_len]
+        fixed_and_topic = FIXED_BYTES_V4 + topic_len  # (its 1-byte length counted in)
     else:
         magic = MESSAGE_MAGIC_V2
-        topic_part = _U16.pack(topic_len) + topic_bytes
+        topic_length = _pack_u16(topic_len)
+        fixed_and_topic = FIXED_BYTES_V4 + 1 + topic_len
     body_len = len(body)
     if len(born_host) == 8 and len(store_host) == 8:
-        assert not sys_flag & (SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6)
-        size = FIXED_BYTES_V4 - 1 + body_len + len(topic_part) + props_len
-        header = RECORD_HEADER_V4.pack(
+        assert not sys_flag & SYSFLAG_HOSTS_V6
+        size = fixed_and_topic + body_len + props_len
+        header = _pack_header_v4(
             size,
             magic,
-            zlib.crc32(body),
+            _crc32(body),
             queue_id,
             flag,
             0,
@@ -202,7 +211,9 @@ def encode_record(
             born_host, 0, store_host, reconsume_times, prepared_transaction_offset, body_len
         )
         ts_pos = store_timestamp_pos(sys_flag)
-    data = b"".join((header, body, topic_part, _U16.pack(props_len), properties_bytes))
+    data = b"".join(
+        (header, body, topic_length, topic_bytes, _pack_u16(props_len), properties_bytes)
+    )
     assert len(data) == size
     return EncodedRecord(data, topic, queue_id, sys_flag, ts_pos)
 

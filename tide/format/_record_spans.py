@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, Literal, TypeAlias, cast, overload
 
 from tide.format import _core
 from tide.format._properties import TAGS, decode_properties
@@ -98,7 +98,8 @@ def record_tags_python(records: bytes, count: int) -> tuple[list[int], list[str]
 
 # v4_record_fields' answer: sizes, queue ids, queue offsets, physical offsets, born and
 # store times, born and store hosts (packed), reconsume times, bodies, topics (bytes),
-# properties (decoded).
+# properties (decoded); with ``stored``, then flags, sys flags, prepared transaction
+# offsets and body CRCs (what a StoredMessage has and a client's message has not).
 RecordFields: TypeAlias = tuple[
     list[int],
     list[int],
@@ -113,76 +114,151 @@ RecordFields: TypeAlias = tuple[
     list[bytes],
     list[dict[str, str]],
 ]
-_v4_record_fields_c: (
-    Callable[[Buffer, int, Callable[[bytes], dict[str, str]]], RecordFields | None] | None
-) = None if _core.ccore is None else _core.ccore.v4_record_fields
+StoredRecordFields: TypeAlias = tuple[
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[bytes],
+    list[bytes],
+    list[int],
+    list[bytes],
+    list[bytes],
+    list[dict[str, str]],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+]
+_v4_record_fields_c: Callable[..., Any] | None = (
+    None if _core.ccore is None else _core.ccore.v4_record_fields
+)
 
 
-def v4_record_fields(records: bytes, count: int) -> RecordFields | None:
-    """The fields of the ``count`` records back to back in ``records``, as columns, when
-    each is a V1-magic IPv4 record whose lengths add up, body CRC checks and physical
-    offset is not negative, and they fill the bytes; else None (the caller's decoder then
-    reads them one by one and names the record that fails)."""
+@overload
+def v4_record_fields(
+    records: bytes, count: int, stored: Literal[False] = False
+) -> RecordFields | None: ...
+@overload
+def v4_record_fields(
+    records: bytes, count: int, stored: Literal[True]
+) -> StoredRecordFields | None: ...
+@overload
+def v4_record_fields(
+    records: bytes, count: int, stored: bool
+) -> RecordFields | StoredRecordFields | None: ...
+def v4_record_fields(
+    records: bytes, count: int, stored: bool = False
+) -> RecordFields | StoredRecordFields | None:
+    """The fields of the ``count`` records back to back in ``records``, as columns (12;
+    16 when ``stored``), when each is a V1-magic IPv4 record whose lengths add up, body
+    CRC checks and physical offset is not negative, and they fill the bytes; else None
+    (the caller's decoder then reads them one by one and names the record that fails).
+
+    tide.format's one reader of whole records (docs/performance.md, "One place knows
+    each layout"): the client's decoding of pulled records and, with ``stored``, the
+    storage's StoredMessage reads (services/storage/convert.py) both call it."""
     if _v4_record_fields_c is not None:
-        return _v4_record_fields_c(records, count, decode_properties)
-    return v4_record_fields_python(records, count)
+        found: RecordFields | StoredRecordFields | None = _v4_record_fields_c(
+            records, count, decode_properties, stored
+        )
+        return found
+    return v4_record_fields_python(records, count, stored)
 
 
-def v4_record_fields_python(records: bytes, count: int) -> RecordFields | None:
+@overload
+def v4_record_fields_python(
+    records: bytes, count: int, stored: Literal[False] = False
+) -> RecordFields | None: ...
+@overload
+def v4_record_fields_python(
+    records: bytes, count: int, stored: Literal[True]
+) -> StoredRecordFields | None: ...
+@overload
+def v4_record_fields_python(
+    records: bytes, count: int, stored: bool
+) -> RecordFields | StoredRecordFields | None: ...
+def v4_record_fields_python(
+    records: bytes, count: int, stored: bool = False
+) -> RecordFields | StoredRecordFields | None:
     """:func:`v4_record_fields` in Python: the reference of ``_ccore.v4_record_fields``."""
-    columns: RecordFields = ([], [], [], [], [], [], [], [], [], [], [], [])
-    pos, end = 0, len(records)
-    for _ in range(count):
-        if end - pos < FIXED_BYTES_V4 or not _v4_fields_into(records, pos, columns):
-            return None
-        pos += columns[0][-1]
-    return columns if pos == end else None
-
-
-def _v4_fields_into(data: bytes, pos: int, columns: RecordFields) -> bool:
-    """Append the fields of the record at ``data[pos:]`` when it is one this path reads."""
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(16 if stored else 12))
     (
-        size,
-        magic,
-        body_crc,
-        queue_id,
-        _,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_ms,
-        born,
-        store_ms,
-        store,
-        reconsume_times,
-        _,
-        body_len,
-    ) = RECORD_HEADER_V4.unpack_from(data, pos)
-    end = pos + size
-    if magic != MESSAGE_MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6 or not body_len >= 0:
-        return False
-    if not FIXED_BYTES_V4 <= size <= len(data) - pos:
-        return False
-    topic_at = pos + HEADER_V4_BYTES + body_len
-    if topic_at + 3 > end:
-        return False
-    props_len_at = topic_at + 1 + data[topic_at]
-    if props_len_at + 2 > end or props_len_at + 2 + _U16.unpack_from(data, props_len_at)[0] != end:
-        return False
-    body = data[pos + HEADER_V4_BYTES : topic_at]
-    if zlib.crc32(body) != body_crc or physical_offset < 0:
-        return False
-    columns[0].append(size)
-    columns[1].append(queue_id)
-    columns[2].append(queue_offset)
-    columns[3].append(physical_offset)
-    columns[4].append(born_ms)
-    columns[5].append(store_ms)
-    columns[6].append(born)
-    columns[7].append(store)
-    columns[8].append(reconsume_times)
-    columns[9].append(body)
-    columns[10].append(data[topic_at + 1 : props_len_at])
-    props = data[props_len_at + 2 : end]
-    columns[11].append(decode_properties(props) if props else {})
-    return True
+        add_size,
+        add_queue_id,
+        add_queue_offset,
+        add_physical_offset,
+        add_born_ms,
+        add_store_ms,
+        add_born,
+        add_store,
+        add_reconsume,
+        add_body,
+        add_topic,
+        add_props,
+    ) = (column.append for column in columns[:12])
+    extra = [column.append for column in columns[12:]]
+    unpack = RECORD_HEADER_V4.unpack_from
+    u16 = _U16.unpack_from
+    crc32 = zlib.crc32
+    pos, end_of_records = 0, len(records)
+    for _ in range(count):
+        if end_of_records - pos < FIXED_BYTES_V4:
+            return None
+        (
+            size,
+            magic,
+            body_crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_ms,
+            born,
+            store_ms,
+            store,
+            reconsume_times,
+            prepared_transaction_offset,
+            body_len,
+        ) = unpack(records, pos)
+        end = pos + size
+        topic_at = pos + HEADER_V4_BYTES + body_len
+        if (
+            magic != MESSAGE_MAGIC_V1
+            or sys_flag & SYSFLAG_HOSTS_V6
+            or body_len < 0
+            or not FIXED_BYTES_V4 <= size <= end_of_records - pos
+            or topic_at + 3 > end
+        ):
+            return None
+        props_len_at = topic_at + 1 + records[topic_at]
+        if props_len_at + 2 > end or props_len_at + 2 + u16(records, props_len_at)[0] != end:
+            return None
+        body = records[pos + HEADER_V4_BYTES : topic_at]
+        if crc32(body) != body_crc or physical_offset < 0:
+            return None
+        props = records[props_len_at + 2 : end]
+        add_size(size)
+        add_queue_id(queue_id)
+        add_queue_offset(queue_offset)
+        add_physical_offset(physical_offset)
+        add_born_ms(born_ms)
+        add_store_ms(store_ms)
+        add_born(born)
+        add_store(store)
+        add_reconsume(reconsume_times)
+        add_body(body)
+        add_topic(records[topic_at + 1 : props_len_at])
+        add_props(decode_properties(props) if props else {})
+        if extra:
+            extra[0](flag)
+            extra[1](sys_flag)
+            extra[2](prepared_transaction_offset)
+            extra[3](body_crc)
+        pos = end
+    if pos != end_of_records:
+        return None
+    return cast(RecordFields | StoredRecordFields, columns)

@@ -11,22 +11,15 @@ store; checks that usually pass are done once per message on whole strings.
 
 from __future__ import annotations
 
-import struct
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.storage.engine.errors import InvalidMessageError
 from tide.format import (
-    FIXED_BYTES_V4,
     KEYS,
     MAX_PROPERTIES_BYTES,
-    MAX_TOPIC_BYTES_V1,
-    MESSAGE_MAGIC_V1,
-    RECORD_HEADER_V4,
-    STORE_TIMESTAMP_POS_V4,
     SYSFLAG_BORN_HOST_V6,
     SYSFLAG_STORE_HOST_V6,
     TAGS,
@@ -38,19 +31,15 @@ from tide.format import (
     property_error,
 )
 from tide.limits import KEYS_MAX_COUNT, limit_text
-from tide.naming import tag_error, topic_error
+from tide.naming import TAG_MAX_CHARS, tag_error, topic_error
 from tide.quoting import quote
 
 # sys_flag bits a producer may set: compression, multi tags, transaction type and
 # compression type. The host bits belong to the store.
 PRODUCER_SYSFLAG_MASK = 0b111_0000_1111
 MAX_CACHED_NAMES = 100_000
-# The fast path's layout (docs/formats.md, "Message record"), the same as encode_record's
-# for IPv4 hosts and a topic of at most 127 bytes: the fixed header (RECORD_HEADER_V4),
-# then body, 1-byte topic length + topic, 2-byte properties length + properties. The
-# lock-time fields (queue offset, physical offset, store time) stay zero.
-_U16 = struct.Struct(">H")
-_UNKNOWN_HOST = (b"", 1)  # a born host not parsed yet: the general path parses it
+# A tag alone always fits the properties (UTF-8: at most 4 bytes a character).
+assert len(TAGS) + 2 + 4 * TAG_MAX_CHARS <= MAX_PROPERTIES_BYTES
 
 
 class MessageLike(Protocol):
@@ -106,9 +95,7 @@ class MessageCodec:
         self._store_host = pack_host(store_host)
         self._store_flag = SYSFLAG_STORE_HOST_V6 if store_host.is_v6 else 0
         self._max_body_bytes = max_body_bytes
-        self._topics: dict[str, bytes] = {}
-        # Checked topics of at most 127 bytes -> their 1-byte length + UTF-8 bytes.
-        self._topic_parts: dict[str, bytes] = {}
+        self._topics: dict[str, bytes] = {}  # checked topics -> their UTF-8 bytes
         self._hosts: dict[str, tuple[bytes, int]] = {}
 
     def encode_batch(
@@ -124,37 +111,33 @@ class MessageCodec:
         default_host = self.born_host(default_born_host) if default_born_host else None
         if default_host is None:
             default_host = (self._store_host, SYSFLAG_BORN_HOST_V6 if self._store_flag else 0)
-        if self._store_flag or default_host[1]:  # an IPv6 host: the general encoder
-            return self._encode_each(messages, queue_counts, now_ms, default_host)
         records: list[EncodedRecord] = []
         append = records.append
-        topic_parts = self._topic_parts
+        topics = self._topics
         hosts = self._hosts
-        header = RECORD_HEADER_V4.pack
-        u16 = _U16.pack
-        crc32 = zlib.crc32
         store_host = self._store_host
+        store_flag = self._store_flag
         max_body = self._max_body_bytes
-        fixed = FIXED_BYTES_V4 - 1
         for index, msg in enumerate(messages):
-            # The common record inline; anything unusual (an unchecked or long topic, an
-            # IPv6 born host, a value out of range) goes through _encode, which raises.
+            # The checks that usually pass inline; anything unusual (an unchecked topic, a
+            # born host not parsed yet, a value out of range) goes through _encode, which
+            # raises or encodes. Either way tide.format's encoder lays the record out.
             topic = msg.topic
-            topic_part = topic_parts.get(topic)
+            topic_bytes = topics.get(topic)
             queue_id = msg.queue_id
             body = msg.body
             sys_flag = msg.sys_flag
             born_text = msg.born_host
-            born = (hosts.get(born_text) if born_text else default_host) or _UNKNOWN_HOST
+            born = hosts.get(born_text) if born_text else default_host
             if (
-                topic_part is None
-                or born[1]
+                topic_bytes is None
+                or born is None
                 or not 0 <= queue_id < queue_counts[topic]
                 or len(body) > max_body
                 or sys_flag & ~PRODUCER_SYSFLAG_MASK
             ):
                 try:
-                    if born_text:
+                    if born is None:
                         born = self.born_host(born_text)
                     append(self._encode(msg, queue_counts, now_ms, born))
                 except InvalidMessageError as exc:
@@ -164,40 +147,20 @@ class MessageCodec:
                 properties = encode_message_properties(msg.tags, msg.keys, msg.properties)
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message[{index}]: {exc}") from None
-            body_len = len(body)
-            props_len = len(properties)
-            sys_flag |= born[1]
             append(
-                EncodedRecord(
-                    b"".join(
-                        (
-                            header(
-                                fixed + body_len + len(topic_part) + props_len,
-                                MESSAGE_MAGIC_V1,
-                                crc32(body),
-                                queue_id,
-                                msg.flag,
-                                0,
-                                0,
-                                sys_flag,
-                                msg.born_timestamp_ms or now_ms,
-                                born[0],
-                                0,
-                                store_host,
-                                msg.reconsume_times,
-                                msg.prepared_transaction_offset,
-                                body_len,
-                            ),
-                            body,
-                            topic_part,
-                            u16(props_len),
-                            properties,
-                        )
-                    ),
+                encode_record(
                     topic,
+                    topic_bytes,
                     queue_id,
-                    sys_flag,
-                    STORE_TIMESTAMP_POS_V4,
+                    body,
+                    properties,
+                    msg.flag,
+                    sys_flag | store_flag | born[1],
+                    msg.born_timestamp_ms or now_ms,
+                    born[0],
+                    store_host,
+                    msg.reconsume_times,
+                    msg.prepared_transaction_offset,
                 )
             )
         return records
@@ -229,8 +192,6 @@ class MessageCodec:
         encoded = topic.encode("utf-8")
         if len(self._topics) < MAX_CACHED_NAMES:
             self._topics[topic] = encoded
-            if len(encoded) <= MAX_TOPIC_BYTES_V1:
-                self._topic_parts[topic] = bytes((len(encoded),)) + encoded
         return encoded
 
     def born_host(self, text: str) -> tuple[bytes, int]:
@@ -299,14 +260,22 @@ def encode_message_properties(
     and one ``\x02`` per property, and the joined keys exactly ``len(keys) - 1`` single
     spaces. Only when a check fails is each part looked at, to say which one is wrong.
     """
+    if tags and not keys and not properties:  # a tag alone, the common case: its text is
+        error = tag_error(tags)  # checked whole (no control character, a bounded length)
+        if error is not None:
+            raise InvalidMessageError(error)
+        return f"{TAGS}\x01{tags}\x02".encode()
     text = ""
     count = 0
     if properties:
         if "" in properties:
             raise InvalidMessageError("a property name is empty")
-        # Names, then a lookup each: a protobuf map's items() is the slow generic view.
-        text = "".join([f"{name}\x01{properties[name]}\x02" for name in properties])
         count = len(properties)
+        if count == 1:  # the common case (a producer's UNIQ_KEY): no comprehension
+            (name,) = properties
+            text = f"{name}\x01{properties[name]}\x02"
+        else:  # names, then a lookup each: a protobuf map's items() is the slow generic view
+            text = "".join([f"{name}\x01{properties[name]}\x02" for name in properties])
     if tags:
         error = tag_error(tags)  # produce's rule: a tag a subscription can select
         if error is not None:

@@ -1,8 +1,11 @@
-"""The codec's inline encoding of common records (IPv4 hosts, topic of at most 127 bytes)
-gives the bytes ``encode_record`` gives, and the same errors; the Append response builder
-gives the documented ids."""
+"""The codec's encoding of a batch (checks inline, then tide.format's ``encode_record``)
+gives the bytes of its general path, and the same errors; the Append response builder
+gives the documented ids; a Read's records decoded by tide.format's reader give the
+general decoder's StoredMessage."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
@@ -152,3 +155,27 @@ def test_read_fields_refuse_what_the_general_decoder_refuses() -> None:
     corrupt[100] ^= 0xFF  # inside the body: CRC mismatch
     assert convert.stored_message_fields(bytes(corrupt), 500, {}) is None
     assert convert.stored_message_fields(bytes(len(data)), 500, {}) is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_reads_records_decode_together_as_one_by_one(seed: int) -> None:
+    """convert.stored_messages_fields (one reader call for a Read's records) gives what
+    the general decoder gives each record, and None when one record is not the reader's
+    (an IPv6 born host) or was not read where it says (the caller then goes one by one)."""
+    rnd = random.Random(seed)
+    messages = [rnd.choice(_messages()) for _ in range(rnd.randint(1, 20))]
+    records = _codec().encode_batch(messages, COUNTS, "10.1.2.3:4444")
+    offsets, pieces, at = [], [], 1 << 30
+    for record in records:
+        offsets.append(at)
+        pieces.append(_stored(record.data, at))
+        at += len(record.data)
+    found = convert.stored_messages_fields(b"".join(pieces), offsets, {})
+    if any(record.sys_flag & 0b110000 for record in records):
+        assert found is None
+        return
+    assert found is not None
+    for fields, data, offset in zip(found, pieces, offsets, strict=True):
+        decoded = decode_record(data, 0, len(data), expected_offset=offset)
+        assert pb.StoredMessage(**fields) == stored_message(decoded)
+    assert convert.stored_messages_fields(b"".join(pieces), [o + 1 for o in offsets], {}) is None
