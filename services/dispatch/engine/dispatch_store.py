@@ -102,6 +102,31 @@ def _ends(batch: RecordBatch) -> list[int]:
     return list(map(add, batch.positions, batch.sizes))
 
 
+# At most this many blocks of one queue's records in a batch are looked for (each is a
+# count over the batch's queue ids): more, and the records are grouped one at a time.
+MAX_QUEUE_BLOCKS = 64
+
+
+def _queue_blocks(queue_ids: list[int]) -> list[tuple[int, range]] | None:
+    """Each queue's records as one range, in order, when each queue's records are back
+    to back (a Tail chunk of whole produce requests, each run of records to one queue,
+    as the gateway appends them); None otherwise. A count and a slice's count per queue
+    (C-speed), no Python step per record."""
+    blocks: list[tuple[int, range]] = []
+    start, count = 0, len(queue_ids)
+    while start < count:
+        if len(blocks) == MAX_QUEUE_BLOCKS:
+            return None
+        queue_id = queue_ids[start]
+        size = queue_ids.count(queue_id)
+        stop = start + size
+        if queue_ids[start:stop].count(queue_id) != size:
+            return None  # not all of them back to back
+        blocks.append((queue_id, range(start, stop)))
+        start = stop
+    return blocks
+
+
 def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[bytes]] | None:
     """The index keys of a batch (without the topic) as columns, when every record has
     the same ones: UNIQ_KEY if every record has one (``uniq_keys``), then KEYS if every
@@ -426,6 +451,9 @@ class DispatchStore:
                     (topics[0], queue_ids[start]): range(start, count, period)
                     for start in range(period)
                 }
+            blocks = _queue_blocks(queue_ids)
+            if blocks is not None:
+                return {(topics[0], queue_id): block for queue_id, block in blocks}
         groups: dict[tuple[str, int], list[int]]
         if single:
             # One topic (the usual case): grouped by queue id, an int (cheaper to hash).
