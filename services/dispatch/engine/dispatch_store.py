@@ -19,16 +19,15 @@ directories are empty (a rebuild from the whole commitlog).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import repeat
 from operator import add, itemgetter
 from pathlib import Path
-from typing import NamedTuple, NoReturn, TypeVar
+from typing import NamedTuple, NoReturn
 
 from services.dispatch.engine.batch_fields import (
     DispatchProperties,
@@ -74,7 +73,6 @@ from tide.tail import RecordAt, RecordBatch, gc_paused
 log = logging.getLogger("tide.dispatch.store")
 PROGRESS_FILE = "dispatch_progress.json"
 LOCK_FILE = "dispatch.lock"
-_E = TypeVar("_E")
 # At most this many keys of a record are indexed: produce and append refuse more
 # (tide.limits), so only a record appended as raw bytes by another writer can have more.
 MAX_KEYS_PER_RECORD = KEYS_MAX_COUNT
@@ -102,56 +100,6 @@ class _KeyPrefixes(dict[str, bytes]):
 def _ends(batch: RecordBatch) -> list[int]:
     """Where each record of the batch ends in its data."""
     return list(map(add, batch.positions, batch.sizes))
-
-
-# One queue's records back to back in a batch: a run of one queue id (the ids as bytes).
-_QUEUE_RUN = re.compile(rb"(.)\1*", re.S)
-
-
-class _Spans:
-    """One queue's records of a batch as ranges of it (runs of its records back to
-    back), its columns picked as slices joined."""
-
-    __slots__ = ("count", "ranges")
-
-    def __init__(self, ranges: list[range]) -> None:
-        self.ranges = ranges
-        self.count = sum(map(len, ranges))
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[int]:
-        return chain.from_iterable(self.ranges)
-
-    def pick(self, column: Sequence[_E]) -> list[_E]:
-        picked: list[_E] = []
-        for span in self.ranges:
-            picked += column[span.start : span.stop]
-        return picked
-
-
-def _queue_runs(queue_ids: list[int]) -> dict[int, range | _Spans] | None:
-    """Each queue's records as ranges of the batch, queues in order of first record,
-    when the batch is runs of one queue's records (a Tail chunk of whole produce
-    requests, each to one queue, as the gateway appends them): one regular-expression
-    match per run, no Python step per record. None when the ids are not all 0..255 or
-    the runs are short (more than a quarter of the records: grouped one at a time)."""
-    try:
-        packed = bytes(queue_ids)
-    except ValueError:  # an id above 255
-        return None
-    found: dict[int, list[range]] = {}
-    most = len(queue_ids) // 4
-    for number, match in enumerate(_QUEUE_RUN.finditer(packed)):
-        if number > most:
-            return None
-        start, stop = match.span()
-        found.setdefault(packed[start], []).append(range(start, stop))
-    return {
-        queue_id: spans[0] if len(spans) == 1 else _Spans(spans)
-        for queue_id, spans in found.items()
-    }
 
 
 def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[bytes]] | None:
@@ -461,7 +409,7 @@ class DispatchStore:
                 batch.body_crc(last),
             )
 
-    def _queued(self, batch: RecordBatch) -> dict[tuple[str, int], list[int] | range | _Spans]:
+    def _queued(self, batch: RecordBatch) -> dict[tuple[str, int], list[int] | range]:
         """Indexes of the records that take a queue entry, grouped by queue: a list, or
         a range when the queues take turns (one producer sending to its queues round
         robin, the default queue selection): record ``i`` goes to the same queue as
@@ -478,9 +426,6 @@ class DispatchStore:
                     (topics[0], queue_ids[start]): range(start, count, period)
                     for start in range(period)
                 }
-            runs = _queue_runs(queue_ids)
-            if runs is not None:
-                return {(topics[0], queue_id): group for queue_id, group in runs.items()}
         groups: dict[tuple[str, int], list[int]]
         if single:
             # One topic (the usual case): grouped by queue id, an int (cheaper to hash).
@@ -524,17 +469,13 @@ class DispatchStore:
         for (topic, queue_id), group in self._queued(batch).items():
             queue = self.consume_queues.get_or_create(topic, queue_id)
             top: int | None = None  # after the last entry written
-            first = batch.queue_offsets[next(iter(group))]
+            first = batch.queue_offsets[group[0]]
             run = range(first, first + len(group))
             pick: Callable[[list[int]], Sequence[int]]
-            if isinstance(group, range):  # the queues take turns, or one run: slices
+            if isinstance(group, range):  # the queues take turns: slices
                 pick = itemgetter(slice(group.start, group.stop, group.step))
                 queue_offsets = pick(batch.queue_offsets)
                 consecutive = len(group) > 1 and queue_offsets == list(run)
-            elif isinstance(group, _Spans):  # runs of the queue's records: slices joined
-                pick = group.pick
-                queue_offsets = pick(batch.queue_offsets)
-                consecutive = queue_offsets == list(run)
             elif len(group) > 1:
                 pick = itemgetter(*group)
                 queue_offsets = pick(batch.queue_offsets)

@@ -16,8 +16,6 @@ from services.dispatch.engine.dispatch_store import (
     DispatchConfig,
     DispatchDivergedError,
     DispatchStore,
-    _queue_runs,
-    _Spans,
 )
 from tide.files import FileLockedError
 from tide.format import (
@@ -317,59 +315,6 @@ def test_round_robin_batches_write_what_records_one_by_one_write(
 ) -> None:
     """The queues taking turns: each queue's records are a slice of the batch."""
     _check_batches_write_what_one_by_one_writes(tmp_path, _round_robin_log(keys, gap), split)
-
-
-def _blocks_log(gap: bool) -> Log:
-    """One topic, produce requests of 5 records each to one queue (queues 2, 0, 3, 2, 1,
-    ...: a queue again after others, or right after itself), as the gateway appends
-    them; ``gap``: queue 3 skips queue offsets midway (puts one by one)."""
-    log = Log()
-    for request in range(9):
-        queue_id = (2, 0, 3, 2, 1, 3, 0, 0, 2)[request]
-        if gap and request == 5:
-            log.next_queue_offset[("BL", 3)] += 2
-        for i in range(5):
-            n = 5 * request + i
-            log.add(Msg("BL", queue_id, tags="TagA", keys=f"k{n}"), store_ms=1_000 + 50 * n)
-    return log
-
-
-@pytest.mark.parametrize("split", [1, 5, 7, 10, 15, 1000])
-@pytest.mark.parametrize("gap", [False, True])
-def test_blocks_of_one_queue_write_what_records_one_by_one_write(
-    tmp_path: Path, split: int, gap: bool
-) -> None:
-    """Each queue's records back to back in a batch (or not, when a queue comes again
-    after others): the same files and arrivals as one record at a time."""
-    _check_batches_write_what_one_by_one_writes(tmp_path, _blocks_log(gap), split)
-
-
-@pytest.mark.parametrize(
-    ("queue_ids", "runs"),
-    [
-        ([3], {3: [range(0, 1)]}),
-        ([1, 1, 0, 0, 0, 2, 2, 2], {1: [range(0, 2)], 0: [range(2, 5)], 2: [range(5, 8)]}),
-        ([1, 1, 0, 0, 1, 1, 1, 1], {1: [range(0, 2), range(4, 8)], 0: [range(2, 4)]}),
-        (
-            [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0],
-            {0: [range(0, 7), range(11, 12)], 1: [range(7, 11)]},
-        ),
-        ([0, 1, 0, 1, 0, 1, 0, 1], None),  # runs too short: one record at a time
-        ([300, 300, 300, 300], None),  # an id above 255
-    ],
-)
-def test_queue_runs(queue_ids: list[int], runs: dict[int, list[range]] | None) -> None:
-    found = _queue_runs(queue_ids)
-    if runs is None:
-        assert found is None
-        return
-    assert found is not None
-    assert {q: g.ranges if isinstance(g, _Spans) else [g] for q, g in found.items()} == runs
-    assert list(found) == list(runs)  # queues in order of first record
-    for queue_id, group in found.items():
-        assert list(group) == [i for i, q in enumerate(queue_ids) if q == queue_id]
-        if isinstance(group, _Spans):
-            assert group.pick(list(range(100, 100 + len(queue_ids)))) == [100 + i for i in group]
 
 
 def _check_batches_write_what_one_by_one_writes(tmp_path: Path, log: Log, split: int) -> None:
