@@ -4,9 +4,11 @@
 
 Builds a commitlog byte stream of 128-byte messages in memory (8 queues of one topic
 taking turns, as one producer's round robin sends them, or in random order with
-``--random-queues``; one tag, or none with ``--no-tag``, with or without one key each),
-cuts it into Tail chunks (2 MiB, what the dispatcher asks for), then measures
-in-process, chunk by chunk as a dispatch runs: the assembler
+``--random-queues``, or ``--queue-runs N`` records to a queue before the next, as the
+gateway appends produce requests of N records; one tag, or none with ``--no-tag``,
+with or without one key each), cuts it into Tail chunks (2 MiB, what the dispatcher
+asks for; ``--chunk-bytes``), then measures in-process, chunk by chunk as a dispatch
+runs: the assembler
 (``RecordAssembler.feed_chunk``: finds and checks the records of each chunk, in place)
 and ``DispatchStore.apply`` of each chunk's batches (consume queue entries + index
 entries).
@@ -66,7 +68,12 @@ CHUNK_BYTES = TAIL_CHUNK_BYTES
 
 @functools.cache
 def commitlog_bytes(
-    records: int, with_keys: bool, *, random_queues: bool = False, tag: bool = True
+    records: int,
+    with_keys: bool,
+    *,
+    random_queues: bool = False,
+    tag: bool = True,
+    queue_runs: int = 1,
 ) -> bytes:
     data = bytearray()
     next_offsets = [0] * QUEUES
@@ -74,7 +81,7 @@ def commitlog_bytes(
     rng = random.Random(7)
     for i in range(records):
         props = {**({"TAGS": "TagA"} if tag else {}), **({"KEYS": f"key-{i}"} if with_keys else {})}
-        queue_id = rng.randrange(QUEUES) if random_queues else i % QUEUES
+        queue_id = rng.randrange(QUEUES) if random_queues else i // queue_runs % QUEUES
         rec = encode_record(
             "BenchTopic",
             b"BenchTopic",
@@ -103,8 +110,11 @@ def run(
     verify_body_crc: bool = False,
     random_queues: bool = False,
     tag: bool = True,
+    queue_runs: int = 1,
 ) -> str:
-    data = commitlog_bytes(records, with_keys, random_queues=random_queues, tag=tag)
+    data = commitlog_bytes(
+        records, with_keys, random_queues=random_queues, tag=tag, queue_runs=queue_runs
+    )
     chunks = [(pos, min(pos + chunk_bytes, len(data))) for pos in range(0, len(data), chunk_bytes)]
     assembler = RecordAssembler(0, check_crc=verify_body_crc)
     assemble_s = apply_s = 0.0
@@ -215,6 +225,14 @@ def main() -> None:
         "--random-queues", action="store_true", help="queues in random order, not round robin"
     )
     parser.add_argument(
+        "--queue-runs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N records to a queue, then the next (a produce request of N records, as the"
+        " gateway appends it); 1: the queues take turns record by record",
+    )
+    parser.add_argument(
         "--no-tag", action="store_true", help="no TAGS property (as bench.dispatch_replay's)"
     )
     parser.add_argument(
@@ -257,6 +275,7 @@ def main() -> None:
             verify_body_crc=args.verify_body_crc,
             random_queues=args.random_queues,
             tag=not args.no_tag,
+            queue_runs=max(1, args.queue_runs),
         )
         print(line, flush=True)
 

@@ -61,6 +61,14 @@ MAX_TAIL_STREAMS = 256
 # Open Replicate streams (slaves): each holds one chunk of at most --ha-batch-bytes.
 MAX_REPLICATE_STREAMS = 64
 TAIL_IDLE_RECHECK_S = 1.0
+# A Tail stream that sent its last chunk less than TAIL_BUSY_S before an append woke it
+# waits TAIL_LINGER_S more before reading, so the appends of a busy stream ride fewer,
+# larger chunks: each chunk costs its follower (the dispatch) a gRPC read, a scan and
+# an apply of fixed cost, ~0.5 us a message at the ~120 KB chunks of a producers-only
+# run (docs/performance.md, "Dispatch apply: where the time goes"). Slower streams
+# (one chunk in 5 ms or more) get theirs at once: no latency added there.
+TAIL_BUSY_S = 0.005
+TAIL_LINGER_S = 0.002
 
 _ERROR_CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -467,6 +475,7 @@ class StorageServicer(pb_grpc.StorageServicer):
 
         store.commitlog.add_listener(on_append)
         self._tail_wakers.add(arrived)
+        last_sent_s = -TAIL_BUSY_S  # (monotonic) nothing sent yet: not busy
         try:
             while not self._draining.is_set():
                 arrived.clear()
@@ -479,8 +488,11 @@ class StorageServicer(pb_grpc.StorageServicer):
                         offset=start, data=data, max_offset=store.segments.max_offset
                     )
                     offset = start + len(data)
+                    last_sent_s = time.monotonic()
                     continue
                 await _wait_set(arrived, TAIL_IDLE_RECHECK_S)
+                if time.monotonic() - last_sent_s < TAIL_BUSY_S:
+                    await asyncio.sleep(TAIL_LINGER_S)  # busy: let more appends land
         finally:
             self._tail_wakers.discard(arrived)
             store.commitlog.remove_listener(on_append)

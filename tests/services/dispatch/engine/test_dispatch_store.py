@@ -317,6 +317,31 @@ def test_round_robin_batches_write_what_records_one_by_one_write(
     _check_batches_write_what_one_by_one_writes(tmp_path, _round_robin_log(keys, gap), split)
 
 
+def _blocks_log(gap: bool) -> Log:
+    """One topic, produce requests of 5 records each to one queue (queues 2, 0, 3, 2, 1,
+    ...: a queue again after others, or right after itself), as the gateway appends
+    them; ``gap``: queue 3 skips queue offsets midway (puts one by one)."""
+    log = Log()
+    for request in range(9):
+        queue_id = (2, 0, 3, 2, 1, 3, 0, 0, 2)[request]
+        if gap and request == 5:
+            log.next_queue_offset[("BL", 3)] += 2
+        for i in range(5):
+            n = 5 * request + i
+            log.add(Msg("BL", queue_id, tags="TagA", keys=f"k{n}"), store_ms=1_000 + 50 * n)
+    return log
+
+
+@pytest.mark.parametrize("split", [1, 5, 7, 10, 15, 1000])
+@pytest.mark.parametrize("gap", [False, True])
+def test_blocks_of_one_queue_write_what_records_one_by_one_write(
+    tmp_path: Path, split: int, gap: bool
+) -> None:
+    """Each queue's records back to back in a batch (or not, when a queue comes again
+    after others): the same files and arrivals as one record at a time."""
+    _check_batches_write_what_one_by_one_writes(tmp_path, _blocks_log(gap), split)
+
+
 def _check_batches_write_what_one_by_one_writes(tmp_path: Path, log: Log, split: int) -> None:
     records = log.records()
     one, many = _store(tmp_path / "one"), _store(tmp_path / "many")
