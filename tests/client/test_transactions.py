@@ -151,8 +151,13 @@ def test_unresolved_halves_are_checked_with_a_live_producer(tx_cluster: Cluster)
         admin.create_topic(topic, read_queue_nums=1, message_type="TRANSACTION")
         kept = producer.send_transaction(Message(topic, "commit me"), lambda m, h: UNKNOWN)
         dropped = producer.send_transaction(Message(topic, "roll me"), lambda m, h: UNKNOWN)
-        assert {kept.half.queue_offset, dropped.half.queue_offset} <= producer_halves(
-            gateway, "PG_check"
+        # (the dispatch learns of the halves from the storage's Tail: wait for it)
+        wait_until(
+            lambda: (
+                {kept.half.queue_offset, dropped.half.queue_offset}
+                <= producer_halves(gateway, "PG_check")
+            ),
+            "both halves listed as unresolved for the group",
         )
         with Producer(gateway, producer_group="PG_check", transaction_checker=checker):
             wait_until(
