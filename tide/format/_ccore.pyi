@@ -127,7 +127,9 @@ def queue_runs(
     sizes: object,
     codes: object,
     /,
-) -> list[tuple[str, int, int | list[int], list[int], list[int], list[int]]] | None: ...
+) -> (
+    list[tuple[str, int, int | Sequence[int], Sequence[int], Sequence[int], Sequence[int]]] | None
+): ...
 def back_to_back_runs(
     offsets: object, positions: object, sizes: object, /
 ) -> list[tuple[int, int, int]] | None: ...
