@@ -144,6 +144,7 @@ def test_random_batches_twins_and_the_rule_agree(seed: int) -> None:
 def test_random_batches_compiled_equals_the_twin(seed: int) -> None:
     c = _batch(random.Random(seed))
     want = _norm(queue_runs_python(*_queue_runs_args(c)))
+    assert want is not None
     got = _core_fn("queue_runs")(*_queue_runs_args(c))
     assert got == want
     assert [type(run[2]) for run in got] == [type(run[2]) for run in want]
