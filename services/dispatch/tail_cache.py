@@ -8,9 +8,10 @@ bytes too (``GetQueueEntriesRequest.records``) and save the gateway the Storage/
 
 The cache holds *runs*: commitlog ranges ``[start, end)`` of records back to back, each a
 reference into the bytes a :class:`~tide.tail.RecordBatch` points into (the received Tail
-chunk: no copy). A batch is one run in the common case, found without a Python step per
-record; a batch whose records are not back to back (a blank marker between segments, a
-record joined from two chunks) is split into runs. Runs are kept in offset order, strictly
+chunk: no copy). A batch is one run in the common case, found in one call
+(``tide.format.back_to_back_runs``, compiled); a batch whose records are not back to
+back (a blank marker between segments, a record joined from two chunks) is split into
+runs. Runs are kept in offset order, strictly
 increasing and never overlapping; the oldest are evicted past ``max_bytes``, counted as
 the memory really held (the whole buffer a run references, plus a per-run overhead).
 
@@ -24,10 +25,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from itertools import repeat
-from operator import add
 from typing import NamedTuple
 
+from tide.format import back_to_back_runs
 from tide.tail import RecordBatch
 
 # What a run costs beyond the bytes it references (the run tuple, its list slots).
@@ -92,7 +92,8 @@ class TailCache:
             return
         if batch.start_offset < self.end_offset:
             self.clear()
-        for start, end, position in _runs(batch):
+        # One run in the common case (records back to back), found in one call.
+        for start, end, position in back_to_back_runs(batch.offsets, batch.positions, batch.sizes):
             self._append(batch.data, start, end, position)
         self._evict(self.max_bytes)
 
@@ -176,36 +177,3 @@ class TailCache:
         elif first >= _COMPACT_MIN and 2 * first >= len(self._runs):
             del self._runs[:first], self._starts[:first]
             self._first = 0
-
-
-def _runs(batch: RecordBatch) -> list[tuple[int, int, int]]:
-    """The batch's records as runs back to back both in the commitlog and in
-    ``batch.data``: (start offset, end offset, position of start in data). One run in the
-    common case (C-speed checks over the columns, no Python step per record)."""
-    offsets, positions, sizes = batch.offsets, batch.positions, batch.sizes
-    start, end = offsets[0], batch.end_offset
-    shift = positions[0] - start
-    if (
-        positions[-1] - offsets[-1] == shift
-        and sum(sizes) == end - start  # no gap between the records in the commitlog
-        and positions == list(map(add, offsets, repeat(shift)))  # nor in data
-    ):
-        return [(start, end, positions[0])]
-    return _split(offsets, positions, sizes)
-
-
-def _split(
-    offsets: list[int], positions: list[int], sizes: list[int]
-) -> list[tuple[int, int, int]]:
-    """The runs of records back to back (a step per record: batches that are not one run
-    are rare, e.g. at a segment's end)."""
-    runs: list[tuple[int, int, int]] = []
-    start, position, end = offsets[0], positions[0], offsets[0] + sizes[0]
-    for offset, pos, size in zip(offsets[1:], positions[1:], sizes[1:], strict=True):
-        if offset == end and pos == position + (end - start):
-            end += size
-            continue
-        runs.append((start, end, position))
-        start, position, end = offset, pos, offset + size
-    runs.append((start, end, position))
-    return runs

@@ -50,6 +50,13 @@ from tide.format._delay_offset import (
     decode_delay_offsets,
     encode_delay_offsets,
 )
+from tide.format._dispatch_columns import (
+    BackToBackRun,
+    QueueRun,
+    back_to_back_runs,
+    queue_runs,
+    record_ends,
+)
 from tide.format._group_config import (
     DEFAULT_RETRY_MAX_TIMES,
     DEFAULT_RETRY_QUEUE_NUMS,
@@ -569,6 +576,7 @@ __all__ = [
     "UNIQ_KEY",
     "V2_TRANSACTION_ID_SEPARATOR",
     "WAIT",
+    "BackToBackRun",
     "BatchEntry",
     "Buffer",
     "Checkpoint",
@@ -594,6 +602,7 @@ __all__ = [
     "ProducerEntry",
     "ProducerStateError",
     "ProducerStateSnapshot",
+    "QueueRun",
     "ReceiptHandle",
     "ReceiptHandleError",
     "RecordError",
@@ -619,6 +628,7 @@ __all__ = [
     "V4RunScanner",
     "WritableBuffer",
     "abort_file_exists",
+    "back_to_back_runs",
     "body_length_pos",
     "check_run",
     "committed_properties",
@@ -720,6 +730,7 @@ __all__ = [
     "put_key_batch",
     "put_keys",
     "put_wheel_slot",
+    "queue_runs",
     "read_index_header",
     "read_slot",
     "read_snapshot",
@@ -727,6 +738,7 @@ __all__ = [
     "read_wheel_slot",
     "real_destination",
     "record_body_crc",
+    "record_ends",
     "record_properties",
     "record_size",
     "record_tags",

@@ -2515,6 +2515,353 @@ static PyObject *numbered_keys(PyObject *self, PyObject *args) {
 
 /* == end of the gateway's produce path ============================================= */
 
+/* == the dispatch apply's per-batch columns (issue 21 target 4, part s26-dispatch) ====
+ * What DispatchStore.apply and the tail cache did in Python between the compiled calls,
+ * once per batch: the record ends, each queue's records as columns, the runs of records
+ * back to back. References: tide/format/_dispatch_columns.py. Each declines (None) what
+ * it does not take (not exact lists of one length, an int that does not fit, too many
+ * queues) and the reference answers instead. */
+
+/* Borrowed items of an exact list, as long longs; 0 (no exception set) when one is not an
+ * exact int or does not fit. */
+static int list_as_ll(PyObject *list, long long *out, Py_ssize_t count) {
+    PyObject *last = NULL;
+    long long value = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        if (item != last) {
+            int overflow = 0;
+            if (!PyLong_CheckExact(item)) {
+                return 0;
+            }
+            value = PyLong_AsLongLongAndOverflow(item, &overflow);
+            if (overflow || (value == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                return 0;
+            }
+            last = item;
+        }
+        out[i] = value;
+    }
+    return 1;
+}
+
+static int exact_lists(PyObject *const *lists, int how_many, Py_ssize_t *count) {
+    for (int k = 0; k < how_many; k++) {
+        if (!PyList_CheckExact(lists[k])) {
+            return 0;
+        }
+        if (k == 0) {
+            *count = PyList_GET_SIZE(lists[0]);
+        } else if (PyList_GET_SIZE(lists[k]) != *count) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(record_ends_doc,
+             "record_ends(positions, sizes)\n--\n\n"
+             "[positions[i] + sizes[i]]: where each record of a batch ends in its data;\n"
+             "None when the two are not lists of one length of ints that fit in 63 bits.\n"
+             "Reference: tide.format._dispatch_columns.record_ends_python.");
+
+static PyObject *record_ends(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *lists[2];
+    if (!PyArg_ParseTuple(args, "OO:record_ends", &lists[0], &lists[1])) {
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    if (!exact_lists(lists, 2, &count)) {
+        Py_RETURN_NONE;
+    }
+    long long *values = PyMem_Malloc(sizeof(long long) * (size_t)(2 * count + 1));
+    if (values == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *out = NULL;
+    if (!list_as_ll(lists[0], values, count) || !list_as_ll(lists[1], values + count, count)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long a = values[i], b = values[count + i];
+        if ((b > 0 && a > LLONG_MAX - b) || (b < 0 && a < LLONG_MIN - b)) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    out = PyList_New(count);
+    for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
+        PyObject *end = PyLong_FromLongLong(values[i] + values[count + i]);
+        if (end == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, end);
+    }
+done:
+    PyMem_Free(values);
+    return out;
+}
+
+/* queue_runs: more queues than this in one batch declines (the reference groups them). */
+#define QUEUE_RUNS_MAX_QUEUES 64
+#define TX_MASK (3 << 2)
+#define TX_PREPARED (1 << 2)
+#define TX_ROLLBACK (3 << 2)
+
+typedef struct {
+    PyObject *topic;  /* borrowed: the first record's topic object of this queue */
+    long long queue_id;
+    Py_ssize_t first; /* the first record of this queue (queue-less or not) */
+    Py_ssize_t taken; /* its records that take an entry */
+    Py_ssize_t filled;
+    long long first_offset; /* the queue offset of its first record taking one */
+    int consecutive;
+    PyObject *offsets, *sizes, *codes, *queue_offsets; /* new lists */
+} QueueRun;
+
+static void queue_runs_free(QueueRun *runs, int count) {
+    for (int g = 0; g < count; g++) {
+        Py_XDECREF(runs[g].offsets);
+        Py_XDECREF(runs[g].sizes);
+        Py_XDECREF(runs[g].codes);
+        Py_XDECREF(runs[g].queue_offsets);
+    }
+}
+
+/* The group of (topic, queue_id): the last one met first (records come in runs), then the
+ * others; -1 with no exception: a new queue; -2: an error (set). */
+static int queue_run_of(QueueRun *runs, int count, int last, PyObject *topic, long long id) {
+    for (int k = -1; k < count; k++) {
+        int g = k < 0 ? last : k;
+        if (g < 0 || (k >= 0 && g == last) || runs[g].queue_id != id) {
+            continue;
+        }
+        if (runs[g].topic == topic) {
+            return g;
+        }
+        int equal = PyUnicode_Compare(runs[g].topic, topic);
+        if (equal == -1 && PyErr_Occurred()) {
+            return -2;
+        }
+        if (equal == 0) {
+            return g;
+        }
+    }
+    return -1;
+}
+
+/* Fill each queue's lists (counted already) with its records' items. */
+static int queue_runs_fill(QueueRun *runs, int groups, const int *group_of, PyObject *const *in,
+                           Py_ssize_t count) {
+    for (int g = 0; g < groups; g++) {
+        QueueRun *r = &runs[g];
+        if (r->taken == 0) {
+            continue;
+        }
+        r->offsets = PyList_New(r->taken);
+        r->sizes = PyList_New(r->taken);
+        r->codes = PyList_New(r->taken);
+        r->queue_offsets = r->consecutive ? NULL : PyList_New(r->taken);
+        if (r->offsets == NULL || r->sizes == NULL || r->codes == NULL ||
+            (!r->consecutive && r->queue_offsets == NULL)) {
+            return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (group_of[i] < 0) {
+            continue;
+        }
+        QueueRun *r = &runs[group_of[i]];
+        Py_ssize_t at = r->filled++;
+        PyList_SET_ITEM(r->offsets, at, Py_NewRef(PyList_GET_ITEM(in[0], i)));
+        PyList_SET_ITEM(r->sizes, at, Py_NewRef(PyList_GET_ITEM(in[1], i)));
+        PyList_SET_ITEM(r->codes, at, Py_NewRef(PyList_GET_ITEM(in[2], i)));
+        if (!r->consecutive) {
+            PyList_SET_ITEM(r->queue_offsets, at, Py_NewRef(PyList_GET_ITEM(in[3], i)));
+        }
+    }
+    return 1;
+}
+
+static PyObject *queue_runs_answer(QueueRun *runs, int groups) {
+    PyObject *out = PyList_New(0);
+    for (int g = 0; out != NULL && g < groups; g++) {
+        QueueRun *r = &runs[g];
+        if (r->taken == 0) {
+            continue;
+        }
+        PyObject *id = PyLong_FromLongLong(r->queue_id);
+        PyObject *first = r->consecutive ? PyLong_FromLongLong(r->first_offset)
+                                         : Py_NewRef(r->queue_offsets);
+        PyObject *item = (id == NULL || first == NULL)
+                             ? NULL
+                             : PyTuple_Pack(6, r->topic, id, first, r->offsets, r->sizes,
+                                            r->codes);
+        Py_XDECREF(id);
+        Py_XDECREF(first);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(item);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(queue_runs_doc,
+             "queue_runs(topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes)\n"
+             "--\n\n"
+             "A batch's records that take a consume-queue entry (not a transaction's\n"
+             "prepared or rollback record), grouped by (topic, queue id) in the order the\n"
+             "queues are first met: [(topic, queue_id, queue offsets, offsets, sizes,\n"
+             "codes)], the queue offsets an int (the first) when they are consecutive and\n"
+             "more than one, else a list. None when the columns are not exact lists of one\n"
+             "length of str topics and ints that fit in 64 bits, or hold more than 64\n"
+             "queues. Reference: tide.format._dispatch_columns.queue_runs_python.");
+
+static PyObject *queue_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *in[7]; /* offsets, sizes, codes, queue_offsets, topics, queue_ids, flags */
+    if (!PyArg_ParseTuple(args, "OOOOOOO:queue_runs", &in[4], &in[5], &in[6], &in[3], &in[0],
+                          &in[1], &in[2])) {
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    if (!exact_lists(in, 7, &count)) {
+        Py_RETURN_NONE;
+    }
+    long long *cols = PyMem_Malloc(sizeof(long long) * (size_t)(3 * count + 1));
+    int *group_of = PyMem_Malloc(sizeof(int) * (size_t)(count + 1));
+    QueueRun runs[QUEUE_RUNS_MAX_QUEUES];
+    int groups = 0, last = -1;
+    PyObject *out = NULL;
+    if (cols == NULL || group_of == NULL) {
+        out = PyErr_NoMemory();
+        goto done;
+    }
+    long long *ids = cols, *flags = cols + count, *qos = cols + 2 * count;
+    if (!list_as_ll(in[5], ids, count) || !list_as_ll(in[6], flags, count) ||
+        !list_as_ll(in[3], qos, count)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *topic = PyList_GET_ITEM(in[4], i);
+        if (!PyUnicode_CheckExact(topic)) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        int g = queue_run_of(runs, groups, last, topic, ids[i]);
+        if (g == -2) {
+            goto done;
+        }
+        if (g == -1) {
+            if (groups == QUEUE_RUNS_MAX_QUEUES) {
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+            g = groups++;
+            runs[g] = (QueueRun){.topic = topic, .queue_id = ids[i], .first = i};
+        }
+        last = g;
+        long long tx = flags[i] & TX_MASK;
+        if (tx == TX_PREPARED || tx == TX_ROLLBACK) {
+            group_of[i] = -1;
+            continue;
+        }
+        group_of[i] = g;
+        QueueRun *r = &runs[g];
+        if (r->taken == 0) {
+            r->first_offset = qos[i];
+            r->consecutive = 1;
+        } else if (r->consecutive &&
+                   (r->first_offset > LLONG_MAX - r->taken || qos[i] != r->first_offset + r->taken)) {
+            r->consecutive = 0;
+        }
+        r->taken++;
+    }
+    for (int g = 0; g < groups; g++) {
+        if (runs[g].taken < 2) {
+            runs[g].consecutive = 0;
+        }
+    }
+    if (queue_runs_fill(runs, groups, group_of, in, count)) {
+        out = queue_runs_answer(runs, groups);
+    }
+    queue_runs_free(runs, groups);
+done:
+    PyMem_Free(cols);
+    PyMem_Free(group_of);
+    return out;
+}
+
+PyDoc_STRVAR(back_to_back_runs_doc,
+             "back_to_back_runs(offsets, positions, sizes)\n--\n\n"
+             "A batch's records as runs back to back both in the commitlog and in its data:\n"
+             "[(start offset, end offset, position of start)], a record joining the run\n"
+             "before it when it starts where that run ends in both. None when the columns\n"
+             "are not exact lists of one length (>= 1) of ints that fit in 63 bits.\n"
+             "Reference: tide.format._dispatch_columns.back_to_back_runs_python.");
+
+static PyObject *back_to_back_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *in[3];
+    if (!PyArg_ParseTuple(args, "OOO:back_to_back_runs", &in[0], &in[1], &in[2])) {
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    if (!exact_lists(in, 3, &count) || count == 0) {
+        Py_RETURN_NONE;
+    }
+    long long *cols = PyMem_Malloc(sizeof(long long) * (size_t)(3 * count));
+    if (cols == NULL) {
+        return PyErr_NoMemory();
+    }
+    long long *offsets = cols, *positions = cols + count, *sizes = cols + 2 * count;
+    PyObject *out = NULL;
+    const long long limit = LLONG_MAX / 4; /* sums below cannot overflow */
+    if (!list_as_ll(in[0], offsets, count) || !list_as_ll(in[1], positions, count) ||
+        !list_as_ll(in[2], sizes, count)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (offsets[i] < -limit || offsets[i] > limit || positions[i] < -limit ||
+            positions[i] > limit || sizes[i] < -limit || sizes[i] > limit) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    out = PyList_New(0);
+    long long start = offsets[0], position = positions[0], end = offsets[0] + sizes[0];
+    for (Py_ssize_t i = 1; out != NULL && i <= count; i++) {
+        if (i < count && offsets[i] == end && positions[i] == position + (end - start)) {
+            end += sizes[i];
+            continue;
+        }
+        PyObject *run = Py_BuildValue("(LLL)", start, end, position);
+        if (run == NULL || PyList_Append(out, run) < 0) {
+            Py_XDECREF(run);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(run);
+        if (i < count) {
+            start = offsets[i], position = positions[i], end = offsets[i] + sizes[i];
+        }
+    }
+done:
+    PyMem_Free(cols);
+    return out;
+}
+
+/* == end of the dispatch apply's per-batch columns =================================== */
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -2536,6 +2883,10 @@ static PyMethodDef methods[] = {
     {"scan_bodies", scan_bodies, METH_VARARGS, scan_bodies_doc},
     {"encode_bodies_run", encode_bodies_run, METH_VARARGS, encode_bodies_run_doc},
     {"numbered_keys", numbered_keys, METH_VARARGS, numbered_keys_doc},
+    /* the dispatch apply's per-batch columns (s26-dispatch) */
+    {"record_ends", record_ends, METH_VARARGS, record_ends_doc},
+    {"queue_runs", queue_runs, METH_VARARGS, queue_runs_doc},
+    {"back_to_back_runs", back_to_back_runs, METH_VARARGS, back_to_back_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -115,3 +115,21 @@ def encode_bodies_run(
     /,
 ) -> bytes: ...
 def numbered_keys(head: str, first: int, count: int, /) -> list[str]: ...
+
+# The dispatch apply's per-batch columns (s26-dispatch; tide/format/_dispatch_columns.py).
+def record_ends(positions: object, sizes: object, /) -> list[int] | None: ...
+def queue_runs(
+    topics: object,
+    queue_ids: object,
+    sys_flags: object,
+    queue_offsets: object,
+    offsets: object,
+    sizes: object,
+    codes: object,
+    /,
+) -> (
+    list[tuple[str, int, int | Sequence[int], Sequence[int], Sequence[int], Sequence[int]]] | None
+): ...
+def back_to_back_runs(
+    offsets: object, positions: object, sizes: object, /
+) -> list[tuple[int, int, int]] | None: ...

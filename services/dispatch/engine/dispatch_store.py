@@ -21,11 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import add, itemgetter
+from operator import add
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
@@ -64,6 +63,8 @@ from tide.format import (
     decode_properties,
     is_queue_less,
     parse_delay_property,
+    queue_runs,
+    record_ends,
     schedule_tags_code,
 )
 from tide.limits import KEYS_MAX_COUNT
@@ -95,11 +96,6 @@ class _KeyPrefixes(dict[str, bytes]):
             self.clear()
         prefix = self[topic] = f"{topic}#".encode()
         return prefix
-
-
-def _ends(batch: RecordBatch) -> list[int]:
-    """Where each record of the batch ends in its data."""
-    return list(map(add, batch.positions, batch.sizes))
 
 
 def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[bytes]] | None:
@@ -373,7 +369,9 @@ class DispatchStore:
         arrivals: list[Arrival] = []
         try:
             with gc_paused():
-                props = properties_between(batch.data, batch.props_starts, _ends(batch))
+                props = properties_between(
+                    batch.data, batch.props_starts, record_ends(batch.positions, batch.sizes)
+                )
                 try:
                     self._put_entries(batch, props, arrivals)
                 except ConsumeQueueConflictError:
@@ -409,94 +407,45 @@ class DispatchStore:
                 batch.body_crc(last),
             )
 
-    def _queued(self, batch: RecordBatch) -> dict[tuple[str, int], list[int] | range]:
-        """Indexes of the records that take a queue entry, grouped by queue: a list, or
-        a range when the queues take turns (one producer sending to its queues round
-        robin, the default queue selection): record ``i`` goes to the same queue as
-        record ``i + k``, ``k`` being the number of queues of the batch."""
-        topics, queue_ids, flags = batch.topics, batch.queue_ids, batch.sys_flags
-        count = len(topics)
-        single = topics.count(topics[0]) == count
-        queue_less = any(is_queue_less(flag) for flag in set(flags))
-        if single and not queue_less:
-            period = len(set(queue_ids))
-            if period < count and queue_ids[period:] == queue_ids[:-period]:
-                # (the first ``period`` ids are then the distinct ones)
-                return {
-                    (topics[0], queue_ids[start]): range(start, count, period)
-                    for start in range(period)
-                }
-        groups: dict[tuple[str, int], list[int]]
-        if single:
-            # One topic (the usual case): grouped by queue id, an int (cheaper to hash).
-            by_id: defaultdict[int, list[int]] = defaultdict(list)
-            for index, queue_id in enumerate(batch.queue_ids):
-                by_id[queue_id].append(index)
-            topic = topics[0]
-            groups = {(topic, queue_id): group for queue_id, group in by_id.items()}
-        else:
-            groups = defaultdict(list)
-            for index, queue in enumerate(zip(topics, batch.queue_ids, strict=True)):
-                groups[queue].append(index)
-        if queue_less:
-            for queue, group in list(groups.items()):
-                kept = [index for index in group if not is_queue_less(flags[index])]
-                if kept:
-                    groups[queue] = kept
-                else:
-                    del groups[queue]
-        return dict(groups)
-
     def _put_entries(
         self, batch: RecordBatch, props: DispatchProperties, arrivals: list[Arrival]
     ) -> None:
         """Each queue's entries: a run of consecutive queue offsets (the usual case) in
         one ``put_run``, anything else one ``put`` at a time. An arrival per queue that
         grew, with the offset after the last entry written, as one put each would say,
-        added to ``arrivals`` as each queue is done."""
+        added to ``arrivals`` as each queue is done. The records are grouped by queue,
+        and each queue's columns picked, in one call (``tide.format.queue_runs``)."""
         tags = props.tags
-        one_tag = tags.count(tags[0]) == len(tags)  # (or none) in the whole batch
-        if one_tag:
+        if tags.count(tags[0]) == len(tags):  # one tag (or none) in the whole batch
             codes = [self._tags_codes[tags[0]]] * len(tags)
         else:
             codes = list(map(self._tags_codes.__getitem__, tags))
         if SCHEDULE_TOPIC in batch.topics:  # rare: delay-level messages
-            one_tag = False
             codes = [
                 self._schedule_code(batch, index, code) if topic == SCHEDULE_TOPIC else code
                 for index, (topic, code) in enumerate(zip(batch.topics, codes, strict=True))
             ]
-        for (topic, queue_id), group in self._queued(batch).items():
+        runs = queue_runs(
+            batch.topics,
+            batch.queue_ids,
+            batch.sys_flags,
+            batch.queue_offsets,
+            batch.offsets,
+            batch.sizes,
+            codes,
+        )
+        for topic, queue_id, queue_offsets, offsets, sizes, run_codes in runs:
             queue = self.consume_queues.get_or_create(topic, queue_id)
             top: int | None = None  # after the last entry written
-            first = batch.queue_offsets[group[0]]
-            run = range(first, first + len(group))
-            pick: Callable[[list[int]], Sequence[int]]
-            if isinstance(group, range):  # the queues take turns: slices
-                pick = itemgetter(slice(group.start, group.stop, group.step))
-                queue_offsets = pick(batch.queue_offsets)
-                consecutive = len(group) > 1 and queue_offsets == list(run)
-            elif len(group) > 1:
-                pick = itemgetter(*group)
-                queue_offsets = pick(batch.queue_offsets)
-                consecutive = queue_offsets == tuple(run)
+            if isinstance(queue_offsets, int):  # consecutive: one run
+                run = range(queue_offsets, queue_offsets + len(offsets))
+                if queue.put_run(run, offsets, sizes, run_codes, from_batch=True):
+                    top = run.stop
             else:
-                queue_offsets, consecutive = (first,), False
-            if consecutive:
-                if queue.put_run(
-                    run,  # a range: consecutive, put_run need not check
-                    pick(batch.offsets),
-                    pick(batch.sizes),
-                    codes[: len(group)] if one_tag else pick(codes),
-                    from_batch=True,
+                for queue_offset, offset, size, code in zip(
+                    queue_offsets, offsets, sizes, run_codes, strict=True
                 ):
-                    top = queue_offsets[-1] + 1
-            else:
-                for index in group:
-                    queue_offset = batch.queue_offsets[index]
-                    if queue.put(
-                        queue_offset, batch.offsets[index], batch.sizes[index], codes[index]
-                    ):
+                    if queue.put(queue_offset, offset, size, code):
                         top = queue_offset + 1
             if top is not None:
                 arrivals.append(Arrival(topic, queue_id, top))
