@@ -8,11 +8,9 @@ partly allocated temporary file is removed. (With both ``--preallocate`` and
 
 Warm-up takes the page faults off the append path (measured on the 2-core box: copying a
 230-byte record into a fresh page-faulting mapping costs 0.86 us, into a warmed one
-0.2 us). From the allocator thread it writes zeros over the new segment through the file
-descriptor (the pages into the page cache: on ext4 6x less kernel CPU than faulting them
-in through the mapping, :func:`warm_up`), maps every page with
-``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+; where refused, the first append to a page
-takes a minor fault), then tries ``mlock`` and ``madvise(WILLNEED)``. A refusal by the
+0.2 us). It touches every page of the new segment from the allocator thread with
+``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+; writing zeros through the file descriptor
+where that is refused), then tries ``mlock`` and ``madvise(WILLNEED)``. A refusal by the
 OS is logged once, not fatal. All of it runs through syscalls that release the GIL, so
 appends go on meanwhile. The appender unlocks a segment once it is full, so at most the
 segment being written and the next one stay locked.
@@ -70,19 +68,13 @@ def create_segment(
 
 
 def warm_up(segment: MappedFile) -> None:
-    """Put every page of the new ``segment`` in the page cache (zeros written through
-    the file descriptor), map them writable, then try to pin it.
-
-    The zeros go first because on ext4 a page of a preallocated (unwritten) extent
-    first touched through the mapping costs a fault and a journal handle of its own:
-    ``MADV_POPULATE_WRITE`` alone took 0.14-0.19 s of kernel CPU a 128 MiB segment
-    (~6 us a page) on the 2-core box, 1 MiB ``pwrite``s of zeros and then the madvise
-    0.025 s; the pages are dirtied either way (docs/performance.md, "Target 4 for the
-    storage, second round")."""
-    zeros = bytes(_WARM_CHUNK_BYTES)
-    for pos in range(0, segment.size_bytes, _WARM_CHUNK_BYTES):
-        os.pwrite(segment.fileno, zeros[: min(_WARM_CHUNK_BYTES, segment.size_bytes - pos)], pos)
-    _madvise(segment, MADV_POPULATE_WRITE, "MADV_POPULATE_WRITE")
+    """Fault in every page of ``segment`` (writable), then try to pin it."""
+    if not _madvise(segment, MADV_POPULATE_WRITE, "MADV_POPULATE_WRITE"):
+        zeros = bytes(_WARM_CHUNK_BYTES)
+        for pos in range(0, segment.size_bytes, _WARM_CHUNK_BYTES):
+            os.pwrite(
+                segment.fileno, zeros[: min(_WARM_CHUNK_BYTES, segment.size_bytes - pos)], pos
+            )
     segment.locked = _mlock(segment, lock=True)
     _madvise(segment, int(mmap.MADV_WILLNEED), "MADV_WILLNEED")
 
