@@ -3,9 +3,10 @@
 A Tail chunk is ~120 KB of commitlog read out of a segment's mapping. Built as a
 ``TailChunk`` and serialized by grpc, its data is copied three times (out of the mapping,
 into the message, out of the message into the serialized answer), each into a freshly
-allocated buffer: ~100 us a chunk measured on the 2-core box against ~2.5 us for one
-copy out of the mapping between a hand-made key and length (docs/performance.md, "Target
-4 for the storage, second round"). The bytes are those protobuf writes itself
+allocated buffer: 27-35 us a chunk read from a cold mapping on the 2-core box (with the
+services' malloc settings; ~100 us without them) against 20-22 us for one copy out of
+the mapping between a hand-made key and length (docs/performance.md, "Target 4 for the
+storage, second round"). The bytes are those protobuf writes itself
 (``tests/server/test_framed.py`` holds them to it), so callers still parse a
 ``TailChunk``.
 """
