@@ -62,9 +62,12 @@ class StorageService:
         return store
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
-        # Tail yields its chunks serialized (framed by hand around the commitlog's bytes).
+        # Tail and AppendStream yield their answers serialized (framed by hand).
         add_with_serializers(
-            pb_grpc.add_StorageServicer_to_server, self._servicer, server, {"Tail": serialized}
+            pb_grpc.add_StorageServicer_to_server,
+            self._servicer,
+            server,
+            {"Tail": serialized, "AppendStream": serialized},
         )
 
     def drain(self) -> None:

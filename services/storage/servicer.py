@@ -48,7 +48,7 @@ from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
 from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
-from tide.server._framed import tail_chunk_frame
+from tide.server._framed import framed_answer, tail_chunk_frame
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
@@ -167,6 +167,7 @@ async def _wait_set(event: asyncio.Event, timeout_s: float) -> None:
 
 
 _tracer = trace.get_tracer("tide.storage")
+_APPEND_ANSWER = framed_answer(pb.AppendStreamResponse)
 
 
 def _name_span(request: pb.AppendRequest, count: int) -> None:
@@ -260,16 +261,18 @@ class StorageServicer(pb_grpc.StorageServicer):
     ) -> pb.AppendResponse:
         return await self._append(request, context, TRACING.enabled)
 
-    async def AppendStream(
+    async def AppendStream(  # type: ignore[override]
         self,
         request_iterator: AsyncIterator[pb.AppendRequest],
         context: grpc.aio.ServicerContext[object, object],
-    ) -> AsyncIterator[pb.AppendStreamResponse]:
+    ) -> AsyncIterator[bytes]:
         """Append's requests over one stream, answered in order and in-band (the
         protocol is in storage.proto). No spans per request: a stream carries no trace
-        context (callers of a sampled trace use Append)."""
+        context (callers of a sampled trace use Append). The answers are serialized
+        ``AppendStreamResponse``s (the service registers AppendStream with
+        ``tide.server.serialized``), each response framed by hand (_APPEND_ANSWER)."""
         async for response in self._append_streams.serve(
-            request_iterator, context, self._append_untraced, pb.AppendStreamResponse
+            request_iterator, context, self._append_untraced, _APPEND_ANSWER
         ):
             yield response
 

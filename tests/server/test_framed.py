@@ -7,7 +7,13 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from tide.server._framed import add_with_serializers, serialized, tail_chunk_frame, varint
+from tide.server._framed import (
+    add_with_serializers,
+    framed_answer,
+    serialized,
+    tail_chunk_frame,
+    varint,
+)
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -81,3 +87,33 @@ def test_add_with_serializers_refuses_an_unknown_method() -> None:
             _Server(),  # type: ignore[arg-type]
             {"Tale": serialized},
         )
+
+
+def _response_of_size(inner_bytes: int) -> pb.AppendResponse:
+    """An AppendResponse whose serialization is ``inner_bytes`` long (msg_id_prefix's
+    length picked to land on the size; 0: the empty response)."""
+    if inner_bytes == 0:
+        return pb.AppendResponse()
+    response = pb.AppendResponse(physical_offsets=[1 << 40] * 3, sizes=[230] * 3)
+    fixed = len(response.SerializeToString())
+    for prefix_bytes in range(inner_bytes - fixed - 4, inner_bytes - fixed + 1):
+        response.msg_id_prefix = "P" * max(0, prefix_bytes)
+        if len(response.SerializeToString()) == inner_bytes:
+            return response
+    raise AssertionError(f"no response of {inner_bytes} bytes")
+
+
+@pytest.mark.parametrize("inner_bytes", [0, 40, 127, 128, 16383, 16384, 2_097_152])
+def test_framed_answer_is_protobufs_stream_answer(inner_bytes: int) -> None:
+    response = _response_of_size(inner_bytes)
+    answer = framed_answer(pb.AppendStreamResponse)
+    expected = pb.AppendStreamResponse(response=response)
+    assert answer(response=response) == expected.SerializeToString()
+    assert pb.AppendStreamResponse.FromString(answer(response=response)) == expected
+
+
+def test_framed_answer_serializes_an_error_as_the_message_does() -> None:
+    answer = framed_answer(pb.AppendStreamResponse)
+    framed = answer(error_code=3, error_message="records: record 1: bad")
+    expected = pb.AppendStreamResponse(error_code=3, error_message="records: record 1: bad")
+    assert framed == expected.SerializeToString()

@@ -14,7 +14,7 @@ storage, second round"). The bytes are those protobuf writes itself
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -48,6 +48,31 @@ def tail_chunk_frame(offset: int, size: int, max_offset: int) -> tuple[bytes, by
         head += _TAIL_DATA_KEY + varint(size)
     tail = _TAIL_MAX_OFFSET_KEY + varint(max_offset) if max_offset else b""
     return head, tail
+
+
+# The `response` field (1, length-delimited) of a stream's answer (AppendStreamResponse,
+# ReadStreamResponse: storage.proto's in-band stream protocol).
+_ANSWER_RESPONSE_KEY = b"\x0a"
+
+
+class _Serializable(Protocol):
+    def SerializeToString(self) -> bytes: ...
+
+
+def framed_answer(answer_type: Callable[..., _Serializable]) -> Callable[..., bytes]:
+    """A stream's ``answer`` (tide.server RequestStreams.serve) that gives the answer
+    serialized: a response framed by hand around its own serialization (building the
+    answer message copied the response into it first: ~3.7 us of an AppendStream's
+    ~12 us a 100-record answer), an error as ``answer_type`` serializes it. The bytes
+    are protobuf's (``tests/server/test_framed.py``)."""
+
+    def answer(response: _Serializable | None = None, **error: object) -> bytes:
+        if response is None:
+            return answer_type(**error).SerializeToString()
+        inner = response.SerializeToString()
+        return b"".join((_ANSWER_RESPONSE_KEY, varint(len(inner)), inner))
+
+    return answer
 
 
 def serialized(message: bytes) -> bytes:
