@@ -6,9 +6,9 @@ into the message, out of the message into the serialized answer), each into a fr
 allocated buffer: 27-35 us a chunk read from a cold mapping on the 2-core box (with the
 services' malloc settings; ~100 us without them) against 20-22 us for one copy out of
 the mapping between a hand-made key and length (docs/performance.md, "Target 4 for the
-storage, second round"). The bytes are those protobuf writes itself
-(``tests/server/test_framed.py`` holds them to it), so callers still parse a
-``TailChunk``.
+storage, second round"). A stream's answer (``framed_answer``) is framed the same way
+around its response's serialization. The bytes are those protobuf writes itself
+(``tests/server/test_framed.py`` holds them to it), so callers still parse the messages.
 """
 
 from __future__ import annotations
