@@ -30,6 +30,7 @@ from services.storage.replication.settings import BrokerRole
 from services.storage.servicer import StorageServicer
 from tide.limits import APPEND_MAX_BYTES
 from tide.server import Config, load_config, run_service
+from tide.server._framed import add_with_serializers, serialized
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tide.storage")
@@ -61,7 +62,13 @@ class StorageService:
         return store
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_StorageServicer_to_server(self._servicer, server)
+        # Tail and AppendStream yield their answers serialized (framed by hand).
+        add_with_serializers(
+            pb_grpc.add_StorageServicer_to_server,
+            self._servicer,
+            server,
+            {"Tail": serialized, "AppendStream": serialized},
+        )
 
     def drain(self) -> None:
         self._servicer.drain()

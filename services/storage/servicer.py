@@ -48,6 +48,7 @@ from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
 from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
+from tide.server._framed import framed_answer, tail_chunk_frame
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING
 from tide.v1 import storage_pb2 as pb
@@ -166,6 +167,7 @@ async def _wait_set(event: asyncio.Event, timeout_s: float) -> None:
 
 
 _tracer = trace.get_tracer("tide.storage")
+_APPEND_ANSWER = framed_answer(pb.AppendStreamResponse)
 
 
 def _name_span(request: pb.AppendRequest, count: int) -> None:
@@ -259,16 +261,18 @@ class StorageServicer(pb_grpc.StorageServicer):
     ) -> pb.AppendResponse:
         return await self._append(request, context, TRACING.enabled)
 
-    async def AppendStream(
+    async def AppendStream(  # type: ignore[override]
         self,
         request_iterator: AsyncIterator[pb.AppendRequest],
         context: grpc.aio.ServicerContext[object, object],
-    ) -> AsyncIterator[pb.AppendStreamResponse]:
+    ) -> AsyncIterator[bytes]:
         """Append's requests over one stream, answered in order and in-band (the
         protocol is in storage.proto). No spans per request: a stream carries no trace
-        context (callers of a sampled trace use Append)."""
+        context (callers of a sampled trace use Append). The answers are serialized
+        ``AppendStreamResponse``s (the service registers AppendStream with
+        ``tide.server.serialized``), each response framed by hand (_APPEND_ANSWER)."""
         async for response in self._append_streams.serve(
-            request_iterator, context, self._append_untraced, pb.AppendStreamResponse
+            request_iterator, context, self._append_untraced, _APPEND_ANSWER
         ):
             yield response
 
@@ -434,9 +438,12 @@ class StorageServicer(pb_grpc.StorageServicer):
             self._store().commitlog, request.positions, self._hosts, total, MAX_READ_BYTES
         )
 
-    async def Tail(
+    async def Tail(  # type: ignore[override]
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> AsyncIterator[pb.TailChunk]:
+    ) -> AsyncIterator[bytes]:
+        """Serialized ``TailChunk``s, framed by hand around the commitlog's bytes (the
+        service registers Tail with ``tide.server.serialized``: no copy into and out of
+        a message, docs/performance.md "Target 4 for the storage, second round")."""
         store = self._store()
         chunk_bytes = request.max_chunk_bytes or self._tail_chunk_bytes
         if not 0 < chunk_bytes <= MAX_TAIL_CHUNK_BYTES:
@@ -458,8 +465,8 @@ class StorageServicer(pb_grpc.StorageServicer):
 
     async def _tail(
         self, store: MessageStore, offset: int, chunk_bytes: int
-    ) -> AsyncGenerator[pb.TailChunk, None]:
-        """Tail's chunks from ``offset`` on, until the service drains."""
+    ) -> AsyncGenerator[bytes, None]:
+        """Tail's chunks (serialized) from ``offset`` on, until the service drains."""
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
         arrived = asyncio.Event()
@@ -473,6 +480,10 @@ class StorageServicer(pb_grpc.StorageServicer):
             else:
                 loop.call_soon_threadsafe(arrived.set)
 
+        def frame(start: int, size: int) -> tuple[bytes, bytes]:
+            # max_offset: the store's when the chunk was cut (for the follower's lag).
+            return tail_chunk_frame(start, size, store.segments.max_offset)
+
         store.commitlog.add_listener(on_append)
         self._tail_wakers.add(arrived)
         last_sent_s = -TAIL_BUSY_S  # (monotonic) nothing sent yet: not busy
@@ -480,14 +491,14 @@ class StorageServicer(pb_grpc.StorageServicer):
             while not self._draining.is_set():
                 arrived.clear()
                 try:
-                    start, data = store.commitlog.read_tail(offset, chunk_bytes)
+                    start, size, chunk = store.commitlog.read_tail_framed(
+                        offset, chunk_bytes, frame
+                    )
                 except OffsetBelowMinError as exc:
                     raise ServiceError(grpc.StatusCode.OUT_OF_RANGE, str(exc)) from exc
-                if data:
-                    yield pb.TailChunk(
-                        offset=start, data=data, max_offset=store.segments.max_offset
-                    )
-                    offset = start + len(data)
+                if size:
+                    yield chunk
+                    offset = start + size
                     last_sent_s = time.monotonic()
                     continue
                 await _wait_set(arrived, TAIL_IDLE_RECHECK_S)

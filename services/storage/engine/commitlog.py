@@ -366,7 +366,35 @@ class CommitLog:
         inside the filler) continues at the next segment's start."""
         return self._read_chunk(offset, max_bytes, skip_filler=True)
 
-    def _read_chunk(self, offset: int, max_bytes: int, *, skip_filler: bool) -> tuple[int, bytes]:
+    def read_tail_framed(
+        self, offset: int, max_bytes: int, frame: Callable[[int, int], tuple[bytes, bytes]]
+    ) -> tuple[int, int, bytes]:
+        """:meth:`read_tail`'s chunk copied once out of the mapping, between the bytes
+        ``frame(start, size)`` gives (the Tail's answer framed by hand: no copy of the
+        chunk into and out of a message). Returns (start, size, framed); size 0: no data
+        (framed is then empty)."""
+        found: list[tuple[int, int]] = []
+
+        def take(segment: MappedFile, start: int, pos: int, size: int) -> bytes:
+            head, tail = frame(start, size)
+            found.append((start, size))
+            with memoryview(segment.mm) as mapping, mapping[pos : pos + size] as data:
+                return b"".join((head, data, tail))
+
+        framed = self._read_chunk(offset, max_bytes, skip_filler=True, take=take)[1]
+        start, size = found[0] if found else (offset, 0)
+        return start, size, framed
+
+    def _read_chunk(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        skip_filler: bool,
+        take: Callable[[MappedFile, int, int, int], bytes] | None = None,
+    ) -> tuple[int, bytes]:
+        """``take(segment, offset, position, size)`` turns the chunk found into bytes
+        while the segment is held (default: a copy of it)."""
         if offset < self.segments.min_offset:
             raise OffsetBelowMinError(
                 f"offset {offset} is below the commitlog min offset {self.segments.min_offset}"
@@ -383,10 +411,14 @@ class CommitLog:
             if blank < 0 or pos < blank + BLANK_MARKER_BYTES:
                 if blank >= 0:
                     end = min(end, blank + BLANK_MARKER_BYTES)
-                return offset, segment.read(pos, end - pos) if end > pos else b""
+                if end <= pos:
+                    return offset, b""
+                if take is None:
+                    return offset, segment.read(pos, end - pos)
+                return offset, take(segment, offset, pos, end - pos)
         finally:
             segment.release()
-        return self._read_chunk(segment.end_offset, max_bytes, skip_filler=True)
+        return self._read_chunk(segment.end_offset, max_bytes, skip_filler=True, take=take)
 
     def _blank_position(self, segment: MappedFile) -> int:
         """Where the blank marker of a full segment is (cached), or -1. It sits within the

@@ -59,7 +59,7 @@ from services.storage.engine.queue_offsets import QueueOffsetTable
 from services.storage.engine.record_run import RecordRun, run_from_records
 from services.storage.engine.recovery import RecoveryReport, recover
 from services.storage.engine.retention import RetentionService
-from services.storage.engine.run_check import RunChecker
+from services.storage.engine.run_check import RunChecker, Topics
 from services.storage.engine.segment_queue import SegmentQueue
 from services.storage.engine.store_files import (
     StoreLock,
@@ -67,7 +67,7 @@ from services.storage.engine.store_files import (
     remove_abort_file,
 )
 from services.storage.engine.system_topics import ensure_system_topics, grow_schedule_topic
-from services.storage.engine.topic_table import TOPICS_FILE, TopicTable
+from services.storage.engine.topic_table import TOPICS_FILE, TopicChange, TopicTable
 from services.storage.engine.write_buffer_pool import CommitService, WriteBufferPool
 from tide.files import DiskSpace, fsync_dir, is_out_of_space
 from tide.format import (
@@ -135,6 +135,13 @@ class MessageStore:
         store_host = parse_host(config.store_host)
         self.codec = MessageCodec(store_host, config.max_message_body_bytes)
         self._store_host = pack_host(store_host)
+        # put_run's topic lookups (UTF-8 name -> name, write queue count) for topics
+        # that exist: a run's topics are looked up once per topic, and the same few
+        # topics come in every run. Emptied on every change of the topic table (its
+        # listener), so a deleted, read-only or resized topic is looked up again; at
+        # most one entry a topic of the table. Replaced, not cleared: a check under way
+        # when the table changes (from another thread) fills the dropped one.
+        self._run_topics: Topics = {}
         self.run_checker = RunChecker(
             self._store_host,
             config.max_message_body_bytes,
@@ -170,6 +177,7 @@ class MessageStore:
         abnormal = abort_file_exists(cfg.store_dir)
         self.checkpoint = StoreCheckpoint(cfg.store_dir)
         self.topics = TopicTable(cfg.config_dir)
+        self.topics.add_listener(self._topics_changed)
         self.groups = GroupTable(cfg.config_dir)
         ensure_system_topics(self.topics)
         self.consumer_offsets = ConsumerOffsets(
@@ -452,25 +460,34 @@ class MessageStore:
         looked_up: list[str] = []
 
         def write_queue_count(topic: str) -> int | None:
-            looked_up.append(topic)  # once per topic of the run
+            looked_up.append(topic)  # once per topic of the run not in the cache
             return self._write_queue_count(topic)
 
-        run = self._checked_run(chunks, write_queue_count)
+        run = self._checked_run(chunks, write_queue_count, self._run_topics)
         if SCHEDULE_TOPIC in looked_up:
+            self._run_topics.pop(SCHEDULE_TOPIC.encode(), None)  # grows: looked up each time
             queue_ids = [k[1] for k in run.queue_keys if k is not None and k[0] == SCHEDULE_TOPIC]
             grow_schedule_topic(self.topics, max(queue_ids, default=0))
         return self._append(run)
+
+    def _topics_changed(self, _: TopicChange) -> None:
+        self._run_topics = {}
 
     def _checked_run(
         self,
         chunks: Sequence[bytes],
         write_queue_count: Callable[[str], int | None] | None = None,
+        cache: Topics | None = None,
     ) -> RecordRun:
         """``chunks`` joined and checked (topics it names created); ``write_queue_count``
-        looks up a topic's write queues (default: the topic table's)."""
+        looks up a topic's write queues (default: the topic table's), ``cache`` keeps
+        its answers (RunChecker.check)."""
         data = bytearray().join(chunks)  # one copy: the store patches it in place
         run, missing = self.run_checker.check(
-            data, write_queue_count or self._write_queue_count, self.config.default_queue_nums
+            data,
+            write_queue_count or self._write_queue_count,
+            self.config.default_queue_nums,
+            cache,
         )
         for topic in missing:
             self.topics.ensure(topic, self.config.default_queue_nums)

@@ -59,21 +59,29 @@ class RunChecker:
         self._topic_name = topic_name
 
     def check(
-        self, data: bytearray, write_queue_count: TopicLookup, default_queue_count: int
+        self,
+        data: bytearray,
+        write_queue_count: TopicLookup,
+        default_queue_count: int,
+        cache: Topics | None = None,
     ) -> tuple[RecordRun, list[str]]:
         """The run ready for the lock, and the topics it would auto-create (the caller
         creates them once the run passed).
 
         One call checks the layout and the store's rules (``tide.format.check_run``,
         compiled when the core runs); the topic table is asked once per topic of the
-        run. A rule broken is named by :func:`_first_bad`, on the slow path."""
+        run, unless ``cache`` has the topic: it keeps the answers for topics that
+        exist (the caller empties it whenever the topic table changes)."""
         missing: list[str] = []
         topics: Topics = {}
 
         def resolve(name: bytes, index: int) -> tuple[str, int]:
-            topics[name] = found = self._topic(
-                index, name, write_queue_count, default_queue_count, missing
-            )
+            found = cache.get(name) if cache is not None else None
+            if found is None:
+                found = self._topic(index, name, write_queue_count, default_queue_count, missing)
+                if cache is not None and not missing:
+                    cache[name] = found
+            topics[name] = found
             return found
 
         try:

@@ -90,6 +90,17 @@ def test_tail_streams_past_the_limit_are_refused(
     asyncio.run(run())
 
 
+async def _status_error(call: Any) -> grpc.aio.AioRpcError:
+    """The stream's own status as an error (a stream-stream call is not awaitable)."""
+    return grpc.aio.AioRpcError(
+        await call.code(),
+        await call.initial_metadata(),
+        await call.trailing_metadata(),
+        await call.details(),
+        await call.debug_error_string(),
+    )
+
+
 def test_append_streams_past_the_limit_are_refused(
     shared_storage: StorageProcess, topic_name: str
 ) -> None:
@@ -102,11 +113,10 @@ def test_append_streams_past_the_limit_are_refused(
         except grpc.aio.AioRpcError:
             # The server refused the stream before the write went out: grpc.aio fails the
             # write with its own INTERNAL; the stream's status is the server's answer.
-            await call
-            raise
+            raise await _status_error(call) from None
         answer = await call.read()  # answered: the server's handler runs
         if answer is grpc.aio.EOF:  # type: ignore[attr-defined]
-            await call  # raises the stream's status
+            raise await _status_error(call)
         assert answer.error_code == 0, answer.error_message
 
     async def run() -> None:

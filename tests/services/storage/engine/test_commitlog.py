@@ -501,3 +501,29 @@ def test_read_tail_ends_a_segment_with_its_blank_marker(make_store: StoreFactory
     # read_raw keeps the file's bytes, filler included.
     offset, data = commitlog.read_raw(blank_at, 64 * 1024)
     assert (offset, len(data)) == (blank_at, 500)
+
+
+def test_read_tail_framed_is_read_tail_between_the_frame(make_store: StoreFactory) -> None:
+    """The framed read gives read_tail's chunk (across a blank marker and its filler,
+    and at the end: no data) between the frame's bytes for that chunk."""
+    store = make_store()
+    fill_segment(store, leave_bytes=500)
+    blank_at = store.status().max_offset
+    store.put([msg_of_size(1_000)])  # rolls
+    end = store.status().max_offset
+    commitlog = store.commitlog
+    asked: list[tuple[int, int]] = []
+
+    def frame(start: int, size: int) -> tuple[bytes, bytes]:
+        asked.append((start, size))
+        return b"<%d:%d>" % (start, size), b"</>"
+
+    for offset in (0, blank_at - 100, blank_at + BLANK_BYTES, SEGMENT_BYTES - 1, end):
+        asked.clear()
+        start, data = commitlog.read_tail(offset, 64 * 1024)
+        framed = commitlog.read_tail_framed(offset, 64 * 1024, frame)
+        if data:
+            assert asked == [(start, len(data))]
+            assert framed == (start, len(data), b"<%d:%d>" % (start, len(data)) + data + b"</>")
+        else:
+            assert asked == [] and framed == (offset, 0, b"")

@@ -12,6 +12,7 @@ from services.storage.engine.errors import (
     NotWritableError,
     TopicNotFoundError,
 )
+from services.storage.engine.topic_table import TopicConfig
 from tests.services.storage.engine.conftest import (
     SEGMENT_BYTES,
     StoreFactory,
@@ -179,3 +180,26 @@ def test_empty_records_are_refused(make_store: StoreFactory) -> None:
     store = make_store()
     with pytest.raises(InvalidMessageError, match="records is empty"):
         store.put_run([b""])
+
+
+def test_a_topic_change_is_seen_by_the_next_run(make_store: StoreFactory) -> None:
+    """put_run keeps its topic lookups between runs: each change of the topic table
+    (fewer write queues, read-only, deleted, created again) reaches the next run."""
+    store = make_store(auto_create_topics=False)
+    store.topics.upsert(TopicConfig("T", 4, 4))
+    store.put_run([run(("T", 3))])
+    store.put_run([run(("T", 3))])  # from the kept lookup
+    store.topics.upsert(TopicConfig("T", 4, 2))
+    with pytest.raises(InvalidMessageError, match="outside the 2 write queues"):
+        store.put_run([run(("T", 3))])
+    store.put_run([run(("T", 1))])
+    store.topics.upsert(TopicConfig("T", 4, 2, perm=4))
+    with pytest.raises(NotWritableError, match="not writable"):
+        store.put_run([run(("T", 1))])
+    store.topics.upsert(TopicConfig("T", 4, 2))
+    store.put_run([run(("T", 1))])
+    store.topics.delete("T")
+    with pytest.raises(TopicNotFoundError, match="'T' does not exist"):
+        store.put_run([run(("T", 1))])
+    store.topics.upsert(TopicConfig("T", 8, 8))
+    assert store.put_run([run(("T", 7))]).batch.queue_offsets == [0]

@@ -1,0 +1,119 @@
+"""tide.server._framed: hand-framed answers are the bytes protobuf writes."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import grpc
+import pytest
+
+from tide.server._framed import (
+    add_with_serializers,
+    framed_answer,
+    serialized,
+    tail_chunk_frame,
+    varint,
+)
+from tide.v1 import storage_pb2 as pb
+from tide.v1 import storage_pb2_grpc as pb_grpc
+
+# Each side of every varint length boundary (1 to 10 bytes) in int64, zero and negatives.
+_BOUNDARIES = sorted(
+    {0, 1, -1, -(1 << 63), (1 << 63) - 1}
+    | {(1 << bits) + delta for bits in range(7, 63, 7) for delta in (-1, 0)}
+)
+
+
+@pytest.mark.parametrize("value", _BOUNDARIES)
+def test_varint_is_protobufs_int64(value: int) -> None:
+    expected = pb.TailChunk(offset=value).SerializeToString()
+    assert (b"\x08" + varint(value) if value else b"") == expected
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 2_097_151, 2_097_152])
+@pytest.mark.parametrize("offset", [0, 1, 127, 128, (1 << 35) + 5, -1])
+def test_tail_chunk_frame_is_protobufs_tail_chunk(offset: int, size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    for max_offset in (0, offset + size, 1 << 40):
+        head, tail = tail_chunk_frame(offset, size, max_offset)
+        expected = pb.TailChunk(offset=offset, data=data, max_offset=max_offset)
+        assert head + data + tail == expected.SerializeToString()
+        assert pb.TailChunk.FromString(head + data + tail) == expected
+
+
+def _servicer() -> Any:
+    """The generated base servicer (abstract to mypy; registering needs no method)."""
+    return cast(Any, pb_grpc.StorageServicer)()
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.generic: list[grpc.GenericRpcHandler[Any, Any]] = []
+        self.registered: dict[str, dict[str, grpc.RpcMethodHandler[Any, Any]]] = {}
+
+    def add_generic_rpc_handlers(
+        self, handlers: tuple[grpc.GenericRpcHandler[Any, Any], ...]
+    ) -> None:
+        self.generic.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.registered[service] = handlers
+
+
+def test_add_with_serializers_replaces_only_the_named_method() -> None:
+    plain = _Server()
+    pb_grpc.add_StorageServicer_to_server(_servicer(), cast(Any, plain))
+    patched = _Server()
+    add_with_serializers(
+        pb_grpc.add_StorageServicer_to_server,
+        _servicer(),
+        patched,  # type: ignore[arg-type]
+        {"Tail": serialized},
+    )
+    before, after = plain.registered["tide.v1.Storage"], patched.registered["tide.v1.Storage"]
+    assert set(before) == set(after)
+    assert after["Tail"].response_serializer is serialized
+    assert after["Tail"].request_deserializer == before["Tail"].request_deserializer
+    for name in set(before) - {"Tail"}:
+        assert after[name].response_serializer == before[name].response_serializer
+    assert len(patched.generic) == 1
+
+
+def test_add_with_serializers_refuses_an_unknown_method() -> None:
+    with pytest.raises(ValueError, match="no method"):
+        add_with_serializers(
+            pb_grpc.add_StorageServicer_to_server,
+            _servicer(),
+            _Server(),  # type: ignore[arg-type]
+            {"Tale": serialized},
+        )
+
+
+def _response_of_size(inner_bytes: int) -> pb.AppendResponse:
+    """An AppendResponse whose serialization is ``inner_bytes`` long (msg_id_prefix's
+    length picked to land on the size; 0: the empty response)."""
+    if inner_bytes == 0:
+        return pb.AppendResponse()
+    response = pb.AppendResponse(physical_offsets=[1 << 40] * 3, sizes=[230] * 3)
+    fixed = len(response.SerializeToString())
+    for prefix_bytes in range(inner_bytes - fixed - 4, inner_bytes - fixed + 1):
+        response.msg_id_prefix = "P" * max(0, prefix_bytes)
+        if len(response.SerializeToString()) == inner_bytes:
+            return response
+    raise AssertionError(f"no response of {inner_bytes} bytes")
+
+
+@pytest.mark.parametrize("inner_bytes", [0, 40, 127, 128, 16383, 16384, 2_097_152])
+def test_framed_answer_is_protobufs_stream_answer(inner_bytes: int) -> None:
+    response = _response_of_size(inner_bytes)
+    answer = framed_answer(pb.AppendStreamResponse)
+    expected = pb.AppendStreamResponse(response=response)
+    assert answer(response=response) == expected.SerializeToString()
+    assert pb.AppendStreamResponse.FromString(answer(response=response)) == expected
+
+
+def test_framed_answer_serializes_an_error_as_the_message_does() -> None:
+    answer = framed_answer(pb.AppendStreamResponse)
+    framed = answer(error_code=3, error_message="records: record 1: bad")
+    expected = pb.AppendStreamResponse(error_code=3, error_message="records: record 1: bad")
+    assert framed == expected.SerializeToString()
