@@ -7,6 +7,14 @@ arrive meanwhile wait, and the next call carries all of them (up to ``max_messag
 messages and ``max_bytes``). Nothing waits on a timer: with a call slot free a group
 is sent at once, so a lightly loaded gateway adds no latency.
 
+A group of one plain message (``SMALL_GROUP_MAX_MESSAGES``) may also take one of
+``small_in_flight`` extra call slots when nothing waits: a few callers sending single
+messages (issue 21 target 3: 4 in flight) would otherwise wait for the append in flight
+before theirs (~0.6 ms of a ~4 ms call, docs/performance.md "One call's serial path"),
+and coalescing them saves little, since they rarely arrive together. Groups of several
+messages, idempotent ones (their order matters to the storage's sequence checks) and
+groups arriving while others wait keep the coalescing slots.
+
 Each group is kept as its serialized ``AppendRequest``; requests concatenate into one
 (a repeated field's entries simply follow each other), and each group gets the response
 with the range of its entries (results or record columns), in the same order. The
@@ -71,6 +79,10 @@ UNREACHABLE = frozenset(
 # the dispatch behind it see fewer, larger appends (unary 91-97 k -> 106 k msgs/s).
 DEFAULT_APPENDS_IN_FLIGHT = 1
 MAX_APPENDS_IN_FLIGHT = 16
+# Call slots a lone single-message group may take besides --appends-in-flight (brokers.py
+# gives this; the queue's default is none), and what counts as such a group.
+SMALL_APPENDS_IN_FLIGHT = 4
+SMALL_GROUP_MAX_MESSAGES = 1
 MAX_COALESCED_MESSAGES = 2_000
 MAX_COALESCED_BYTES = 4 << 20
 # What a group's serialized AppendRequest carries (only groups of one kind concatenate).
@@ -98,10 +110,12 @@ class AppendQueue:
         max_in_flight: int = DEFAULT_APPENDS_IN_FLIGHT,
         max_messages: int = MAX_COALESCED_MESSAGES,
         max_bytes: int = MAX_COALESCED_BYTES,
+        small_in_flight: int = 0,
     ) -> None:
         self._append = append
         self._limit = limit
         self._max_in_flight = max_in_flight
+        self._max_small_in_flight = max_in_flight + small_in_flight
         self._max_messages = max_messages
         self._max_bytes = max_bytes
         self._in_flight = 0
@@ -117,7 +131,14 @@ class AppendQueue:
     ) -> Outcome:
         """Append the serialized request ``data`` of ``count`` messages (or records) of
         ``kind`` (PLAIN or PRODUCER_RUNS); raises the call's ``grpc.aio.AioRpcError``."""
-        if self._in_flight < self._max_in_flight and not self._waiting:
+        if not self._waiting and (
+            self._in_flight < self._max_in_flight
+            or (
+                self._in_flight < self._max_small_in_flight
+                and count <= SMALL_GROUP_MAX_MESSAGES
+                and kind == PLAIN
+            )
+        ):
             self._in_flight += 1
             try:
                 return await self._call(data, count, timeout_s)

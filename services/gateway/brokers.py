@@ -14,7 +14,12 @@ from typing import Any
 import grpc
 from opentelemetry import trace
 
-from services.gateway.append_queue import DEFAULT_APPENDS_IN_FLIGHT, UNREACHABLE, AppendQueue
+from services.gateway.append_queue import (
+    DEFAULT_APPENDS_IN_FLIGHT,
+    SMALL_APPENDS_IN_FLIGHT,
+    UNREACHABLE,
+    AppendQueue,
+)
 from services.gateway.append_streams import AppendStreamPool, append_stream_pool
 from services.gateway.read_streams import (
     EntriesStreamPool,
@@ -145,7 +150,9 @@ class BrokerChannels:
                 request_serializer=None,  # requests arrive serialized
                 response_deserializer=storage_pb.AppendResponse.FromString,
             )
-            streams = append_stream_pool(channel, address, self._appends_in_flight)
+            # a stream per call slot, the small groups' included (append_queue.py)
+            slots = self._appends_in_flight + SMALL_APPENDS_IN_FLIGHT
+            streams = append_stream_pool(channel, address, slots)
             self._streams[address] = streams
 
             async def append(data: bytes, timeout_s: float) -> storage_pb.AppendResponse:
@@ -154,7 +161,12 @@ class BrokerChannels:
                     return response
                 return await streams.call(data, timeout_s)
 
-            queue = AppendQueue(append, self.limit(address), max_in_flight=self._appends_in_flight)
+            queue = AppendQueue(
+                append,
+                self.limit(address),
+                max_in_flight=self._appends_in_flight,
+                small_in_flight=SMALL_APPENDS_IN_FLIGHT,
+            )
             self._appends[address] = queue
         return queue
 

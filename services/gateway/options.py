@@ -164,7 +164,8 @@ OPTIONS: tuple[Option, ...] = (
         int,
         1,
         "Appends in flight to one storage; produces arriving meanwhile wait and go together "
-        "in the next one (more: lower latency for a few large producers, more calls)",
+        "in the next one (more: lower latency for a few large producers, more calls); a lone "
+        "single message may also take one of 4 more",
         unit="calls",
     ),
     Option(

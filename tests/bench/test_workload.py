@@ -201,3 +201,6 @@ def test_the_issue_s_workloads_are_shipped() -> None:
     assert load_workload("e2e-latency-5k", WORKLOADS).rate == 5000.0
     produce_only = load_workload("single-message-1k-produce-1000", WORKLOADS)
     assert (produce_only.rate, produce_only.batch_size, produce_only.consumers) == (1000.0, 1, 0)
+    # target 3 sends as bench.hop_ceiling's client does: requests on one ProduceStream
+    single = load_workload("single-message-1k", WORKLOADS)
+    assert (single.batch_size, single.produce_api) == (1, "stream")

@@ -317,3 +317,50 @@ async def _plain_and_idempotent_groups_never_share_a_call() -> None:
     # In order, a call taking the waiting groups while they are of its first one's kind.
     assert storage.calls == [[1], [2, 3], [4], [5]]
     assert [_offsets(outcome) for outcome in outcomes] == [[2], [3], [4], [5]]
+
+
+def test_lone_single_messages_take_the_small_slots_and_the_rest_coalesces() -> None:
+    asyncio.run(_lone_single_messages_take_the_small_slots_and_the_rest_coalesces())
+
+
+async def _lone_single_messages_take_the_small_slots_and_the_rest_coalesces() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1, small_in_flight=2)
+    calls = [asyncio.ensure_future(queue.append(_request(n), 1, 5.0)) for n in (1, 2, 3)]
+    await asyncio.sleep(0)
+    assert storage.calls == [[1], [2], [3]]  # the slot, then the two small ones: no wait
+    assert queue.in_flight == 3
+    runs = append_queue.PRODUCER_RUNS
+    waiting = [
+        asyncio.ensure_future(queue.append(_request(4), 1, 5.0)),  # the small slots are taken
+        asyncio.ensure_future(queue.append(_request(5, 6), 2, 5.0)),
+        asyncio.ensure_future(queue.append(_request(7), 1, 5.0, kind=runs)),
+    ]
+    await asyncio.sleep(0)
+    assert storage.calls == [[1], [2], [3]]
+    storage.gate.set()
+    outcomes = await asyncio.gather(*calls, *waiting)
+    assert [_offsets(outcome) for outcome in outcomes] == [[1], [2], [3], [4], [5, 6], [7]]
+    assert storage.calls[3:] == [[4, 5, 6], [7]]  # the waiting ones coalesce, by kind
+    assert queue.in_flight == 0
+
+
+def test_idempotent_and_several_message_groups_wait_for_the_slot() -> None:
+    asyncio.run(_idempotent_and_several_message_groups_wait_for_the_slot())
+
+
+async def _idempotent_and_several_message_groups_wait_for_the_slot() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1, small_in_flight=4)
+    first = asyncio.ensure_future(queue.append(_request(1), 1, 5.0))
+    await asyncio.sleep(0)
+    runs = append_queue.PRODUCER_RUNS
+    idempotent = asyncio.ensure_future(queue.append(_request(2), 1, 5.0, kind=runs))
+    await asyncio.sleep(0)
+    several = asyncio.ensure_future(queue.append(_request(3, 4), 2, 5.0))
+    lone = asyncio.ensure_future(queue.append(_request(5), 1, 5.0))  # others wait: it waits
+    await asyncio.sleep(0)
+    assert storage.calls == [[1]]
+    storage.gate.set()
+    await asyncio.gather(first, idempotent, several, lone)
+    assert storage.calls == [[1], [2], [3, 4, 5]]
