@@ -128,8 +128,14 @@ def test_unresolved_halves_are_checked_by_an_async_checker(aio_tx_cluster: Clust
             async with Producer(gateway, producer_group="PG_aio_check") as producer:
                 kept = await producer.send_transaction(Message(topic, "commit me"), unknown)
                 dropped = await producer.send_transaction(Message(topic, "roll me"), unknown)
-            listed = await asyncio.to_thread(producer_halves, gateway, "PG_aio_check")
-            assert {kept.half.queue_offset, dropped.half.queue_offset} <= listed
+            both = {kept.half.queue_offset, dropped.half.queue_offset}
+            # The dispatch learns of the halves through the storage's Tail, which may send
+            # a busy stream's appends a few ms later: wait for it to list them.
+            await asyncio.to_thread(
+                wait_until,
+                lambda: both <= producer_halves(gateway, "PG_aio_check"),
+                "both halves listed as unresolved",
+            )
             async with Producer(
                 gateway, producer_group="PG_aio_check", transaction_checker=checker
             ) as checking:

@@ -21,10 +21,11 @@ STREAMS_PER_CHANNEL = 64  # below HTTP/2's usual cap on concurrent streams per c
 
 
 async def open_until_refused(
-    storage: StorageProcess, limit: int, open_one: Any, confirm: Any
+    storage: StorageProcess, limit: int, open_one: Any, confirm: Any, refusal: Any = None
 ) -> tuple[grpc.aio.AioRpcError, list[Any], list[Any]]:
     """Open ``limit`` streams (each confirmed open by the server), then one more: its
-    error, the open calls and the channels."""
+    error (``refusal(call)`` when given, else what ``confirm`` raises), the open calls
+    and the channels."""
     channels = [
         grpc.aio.insecure_channel(storage.listen) for _ in range(limit // STREAMS_PER_CHANNEL + 2)
     ]
@@ -34,6 +35,8 @@ async def open_until_refused(
         calls.append(call)
     await asyncio.gather(*(confirm(call) for call in calls))
     extra = open_one(pb_grpc.StorageStub(channels[-1]))
+    if refusal is not None:
+        return await refusal(extra), calls, channels
     try:
         await confirm(extra)
     except grpc.aio.AioRpcError as exc:
@@ -108,20 +111,22 @@ def test_append_streams_past_the_limit_are_refused(
         return stub.AppendStream(None, timeout=RPC_TIMEOUT_S * 3)
 
     async def confirm(call: Any) -> None:
-        try:
-            await call.write(pb.AppendRequest(messages=[message(topic_name, 0, b"a")]))
-        except grpc.aio.AioRpcError:
-            # The server refused the stream before the write went out: grpc.aio fails the
-            # write with its own INTERNAL; the stream's status is the server's answer.
-            raise await _status_error(call) from None
+        await call.write(pb.AppendRequest(messages=[message(topic_name, 0, b"a")]))
         answer = await call.read()  # answered: the server's handler runs
-        if answer is grpc.aio.EOF:  # type: ignore[attr-defined]
-            raise await _status_error(call)
+        assert answer is not grpc.aio.EOF, await call.details()  # type: ignore[attr-defined]
         assert answer.error_code == 0, answer.error_message
+
+    async def refused(call: Any) -> grpc.aio.AioRpcError:
+        # The server refuses a stream as its handler starts, before reading a request,
+        # so the extra stream is not written to: a write racing the refusal fails with
+        # grpc.aio's own INTERNAL, which then replaces the server's status on the call.
+        code = await call.code()  # (the call's deadline bounds the wait)
+        assert code is not grpc.StatusCode.OK, "the extra stream was not refused"
+        return await _status_error(call)
 
     async def run() -> None:
         error, calls, channels = await open_until_refused(
-            shared_storage, MAX_REQUEST_STREAMS, open_one, confirm
+            shared_storage, MAX_REQUEST_STREAMS, open_one, confirm, refused
         )
         try:
             assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
