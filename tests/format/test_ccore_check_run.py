@@ -126,3 +126,18 @@ def test_an_error_of_resolve_passes_through_both() -> None:
     for check in (_core.check_run, check_run_python):
         with pytest.raises(LookupError, match=re.escape("no topic b'U' (record 1)")):
             check(writer.getvalue(), 1_000, 1_000, resolve, ALL_FLAGS)
+
+
+@pytest.mark.parametrize("topics", [4, 5, 9, 17])
+def test_many_topics_in_one_run_check_the_same(topics: int) -> None:
+    """The compiled check's table of topics starts with room for 4 and doubles: a run
+    that fills it exactly, and ones that grow it once, twice and three times."""
+    writer = RunWriter(V4)
+    for index in range(2 * topics):
+        topic = f"Topic{index % topics}"
+        writer.add(topic, topic.encode(), index % 3, b"body", b"", 0, 0, 9)
+    calls: Calls = []
+    checked = check_run(writer.getvalue(), 1_000, 1_000, resolver({}, calls), ALL_FLAGS)
+    assert checked is not None
+    assert [name for name, _ in calls] == [f"Topic{i}".encode() for i in range(topics)]
+    assert_same(writer.getvalue(), {}, ALL_FLAGS)

@@ -20,6 +20,7 @@ from tide.format import (
     record_tags,
     span_records,
 )
+from tide.format._columns import TagColumns
 from tide.format._record import PHYSICAL_OFFSET_POS
 from tide.format._record_spans import record_tags_python, span_records_python
 
@@ -66,7 +67,7 @@ def damage(rnd: random.Random, data: bytes) -> bytes:
     return bytes(out)
 
 
-def reference_tags(data: bytes, count: int) -> tuple[list[int], list[str]] | str:
+def reference_tags(data: bytes, count: int) -> TagColumns | str:
     try:
         return record_tags_python(data, count)
     except Exception as exc:  # the reference's error, whatever it is, is the answer

@@ -129,3 +129,14 @@ def test_a_range_outside_the_buffer_is_refused_by_both() -> None:
         for compiled in (False, True):
             with pytest.raises(ValueError, match="start <= end <= len"):
                 scanned(compiled, record, start, end, 0, max_record_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("count", [1024, 1025, 2100])
+def test_a_stream_past_the_first_1024_positions_scans_the_same(count: int) -> None:
+    """The compiled scan's position arrays start at 1,024 entries and double: a stream
+    that fills them exactly, and ones that grow them once and twice, take every record."""
+    data = bytearray()
+    for index in range(count):
+        data += make_record(len(data), b"m" * (index % 7), topic=("A", "Topic")[index % 2])
+    stream = bytes(data)
+    assert assert_same(stream, 0, len(stream), 0, max_record_bytes=1 << 20) == len(stream)

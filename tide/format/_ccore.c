@@ -46,6 +46,31 @@ static inline int64_t be64(const unsigned char *p) {
 
 static inline unsigned be16(const unsigned char *p) { return ((unsigned)p[0] << 8) | p[1]; }
 
+/* The growable arrays' one way to grow: `items`, full with its `room` items of item_bytes
+ * each, reallocated to hold one more (the room doubled, or first_room when it has none
+ * yet; the new room in *new_room). NULL with MemoryError set when out of memory or when
+ * the new size would overflow: then `items` is unchanged and still the caller's to free
+ * (so a caller growing parallel arrays can stop at the first failure). */
+static void *grow_full(void *items, Py_ssize_t room, size_t item_bytes, Py_ssize_t first_room,
+                       Py_ssize_t *new_room) {
+    if (room > PY_SSIZE_T_MAX / 2) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    Py_ssize_t grown = room ? room * 2 : first_room;
+    if ((size_t)grown > (size_t)PY_SSIZE_T_MAX / item_bytes) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    void *bigger = PyMem_Realloc(items, (size_t)grown * item_bytes);
+    if (bigger == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *new_room = grown;
+    return bigger;
+}
+
 /* The growing array of the positions of the records taken. */
 typedef struct {
     Py_ssize_t *items;
@@ -55,10 +80,10 @@ typedef struct {
 
 static int positions_add(Positions *ps, Py_ssize_t pos) {
     if (ps->count == ps->capacity) {
-        Py_ssize_t capacity = ps->capacity ? ps->capacity * 2 : 1024;
-        Py_ssize_t *items = PyMem_Realloc(ps->items, (size_t)capacity * sizeof(Py_ssize_t));
+        Py_ssize_t capacity = 0;
+        Py_ssize_t *items =
+            grow_full(ps->items, ps->capacity, sizeof(Py_ssize_t), 1024, &capacity);
         if (items == NULL) {
-            PyErr_NoMemory();
             return -1;
         }
         ps->items = items;
@@ -563,23 +588,24 @@ typedef struct {
 
 static int rows_add(RunRows *rows, int64_t at, const RunRecord *rec, PyObject *topic) {
     if (rows->count == rows->room) {
-        Py_ssize_t room = rows->room ? rows->room * 2 : 128;
-        RunRecord *recs = PyMem_Realloc(rows->recs, (size_t)room * sizeof(RunRecord));
-        if (recs != NULL) {
-            rows->recs = recs;
-        }
-        int64_t *starts = PyMem_Realloc(rows->starts, (size_t)room * sizeof(int64_t));
-        if (starts != NULL) {
-            rows->starts = starts;
-        }
-        PyObject **topics = PyMem_Realloc(rows->topics, (size_t)room * sizeof(PyObject *));
-        if (topics != NULL) {
-            rows->topics = topics;
-        }
-        if (recs == NULL || starts == NULL || topics == NULL) {
-            PyErr_NoMemory();
+        /* Three arrays, one room: it grows only once all three have (the ones grown
+         * before a failure are kept, larger than the room, and freed by the caller). */
+        Py_ssize_t room = 0;
+        RunRecord *recs = grow_full(rows->recs, rows->room, sizeof(RunRecord), 128, &room);
+        if (recs == NULL) {
             return -1;
         }
+        rows->recs = recs;
+        int64_t *starts = grow_full(rows->starts, rows->room, sizeof(int64_t), 128, &room);
+        if (starts == NULL) {
+            return -1;
+        }
+        rows->starts = starts;
+        PyObject **topics = grow_full(rows->topics, rows->room, sizeof(PyObject *), 128, &room);
+        if (topics == NULL) {
+            return -1;
+        }
+        rows->topics = topics;
         rows->room = room;
     }
     rows->recs[rows->count] = *rec;
@@ -1970,10 +1996,9 @@ static void check_topics_free(CheckTopics *t) {
  * appended to t. -1: an error (resolve's own, or a malformed answer). */
 static int check_topic_add(CheckTopics *t, PyObject *resolve, PyObject *name, Py_ssize_t index) {
     if (t->count == t->room) {
-        Py_ssize_t room = t->room ? t->room * 2 : 4;
-        CheckTopic *items = PyMem_Realloc(t->items, (size_t)room * sizeof(CheckTopic));
+        Py_ssize_t room = 0;
+        CheckTopic *items = grow_full(t->items, t->room, sizeof(CheckTopic), 4, &room);
         if (items == NULL) {
-            PyErr_NoMemory();
             return -1;
         }
         t->items = items;

@@ -2,6 +2,15 @@ import mmap
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from tide.format._columns import (
+    CheckedRun,
+    PatchedOffsets,
+    PropertyColumns,
+    RunColumns,
+    ScanColumns,
+    TagColumns,
+)
+
 # Typed stub of the compiled core (tide/format/_ccore.c); the pure-Python reference of
 # each function is named in its docstring there and in docs/performance.md.
 
@@ -14,24 +23,13 @@ def scan_v4_run(
     check_crc: bool,
     window: int,
     /,
-) -> tuple[
-    int,
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[str],
-    list[int],
-]: ...
+) -> ScanColumns: ...
 def dispatch_properties(
     data: bytes | bytearray | memoryview, starts: Sequence[int], ends: Sequence[int], /
-) -> tuple[list[bytes], list[bytes], list[bytes | None]]: ...
+) -> PropertyColumns: ...
 def scan_run(
     data: bytes | bytearray | memoryview, max_body_bytes: int, max_records: int, /
-) -> tuple[list[int], list[int], list[bytes], list[int], list[int], list[int]] | None: ...
+) -> RunColumns | None: ...
 def patch_run(
     data: bytearray | memoryview,
     sizes: Sequence[int],
@@ -42,7 +40,7 @@ def patch_run(
     now_ms: int,
     store_host: bytes,
     /,
-) -> tuple[list[int], list[int]]: ...
+) -> PatchedOffsets: ...
 def replay_records(
     buf: bytes | bytearray | memoryview | mmap.mmap,
     pos: int,
@@ -65,9 +63,7 @@ def encode_run_v4(
 ) -> bytes: ...
 def index_key_hashes_ascii(keys: Sequence[bytes], prefix: bytes, /) -> list[int] | None: ...
 def span_records(piece: bytes | bytearray | memoryview, offset: int, at_most: int, /) -> int: ...
-def record_tags(
-    records: bytes | bytearray | memoryview, count: int, /
-) -> tuple[list[int], list[str]] | None: ...
+def record_tags(records: bytes | bytearray | memoryview, count: int, /) -> TagColumns | None: ...
 def v4_record_fields(
     records: bytes | bytearray | memoryview,
     count: int,
@@ -97,7 +93,7 @@ def check_run(
     resolve: Callable[[bytes, int], tuple[Hashable, int]],
     allowed_sys_flags: int,
     /,
-) -> tuple[list[int], list[tuple[Hashable, int] | None], list[int]] | bool | None: ...
+) -> CheckedRun[Hashable] | bool | None: ...
 
 # The gateway's produce path (services/gateway/produce.py; tide/format/_bodies_run.py).
 def scan_bodies(

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TypeAlias
 
+from tide.format._columns import PatchedOffsets, PropertyColumns, RunColumns, ScanColumns
+
 NO_EXTENSIONS_ENV = "TIDE_NO_EXTENSIONS"
 
 
@@ -43,28 +45,12 @@ def _load() -> ModuleType | None:
 ccore = _load()
 
 
-# scan_v4_run's answer: the stop, then the columns (tide/format/_ccore.pyi).
-ScanColumns: TypeAlias = tuple[
-    int,
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[str],
-    list[int],
-]
+# The answers' column tuples: tide/format/_columns.py (the stub's too).
 ScanV4Run: TypeAlias = Callable[[bytes, int, int, int, int, bool, int], ScanColumns]
-# dispatch_properties' answer: keys, tags, uniq_keys.
-PropertyColumns: TypeAlias = tuple[list[bytes], list[bytes], list[bytes | None]]
 DispatchProperties: TypeAlias = Callable[[bytes, Sequence[int], Sequence[int]], PropertyColumns]
-# scan_run's answer: starts, sizes, topics, queue_ids, sys_flags, store timestamp positions.
-RunColumns: TypeAlias = tuple[list[int], list[int], list[bytes], list[int], list[int], list[int]]
 ScanRun: TypeAlias = Callable[[bytes | bytearray, int, int], RunColumns | None]
 # patch_run's arguments are typed where it is wrapped (tide.format._record_run).
-PatchRun: TypeAlias = Callable[..., tuple[list[int], list[int]]]
+PatchRun: TypeAlias = Callable[..., PatchedOffsets]
 ReplayRecords: TypeAlias = Callable[
     [
         bytes | bytearray | memoryview | mmap.mmap,

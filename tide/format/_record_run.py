@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tide.format import _core
+from tide.format._columns import PatchedOffsets
 from tide.format._record import (
     FIXED_BYTES_V4,
     MAX_PROPERTIES_BYTES,
@@ -358,7 +359,7 @@ def patch_run(
     physical_offset: int,
     now_ms: int,
     store_host: bytes,
-) -> tuple[list[int], list[int]]:
+) -> PatchedOffsets:
     """Fill the lock-time fields of every record of a checked run going into one segment
     at ``physical_offset``: its queue offset (``table[key]``, 0 when absent, then moved
     on; 0 and no entry for a key of None), physical offset, store time and store host.
@@ -385,7 +386,7 @@ def patch_run_python(
     physical_offset: int,
     now_ms: int,
     store_host: bytes,
-) -> tuple[list[int], list[int]]:
+) -> PatchedOffsets:
     """:func:`patch_run` in Python: the reference of ``tide.format._ccore.patch_run``."""
     get_next = table.get
     patch_offsets = _OFFSETS.pack_into

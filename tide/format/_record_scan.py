@@ -33,7 +33,7 @@ from itertools import repeat
 from operator import add, eq, getitem, sub
 from typing import Any, Literal, NamedTuple, cast
 
-from tide.format._core import ScanColumns
+from tide.format._columns import ScanColumns
 from tide.format._record import (
     BODY_CRC_POS,
     BODY_LENGTH_POS_V4,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeAlias, cast, overload
 
 from tide.format import _core
+from tide.format._columns import TagColumns
 from tide.format._properties import TAGS, decode_properties
 from tide.format._record import (
     FIXED_BYTES_V4,
@@ -35,7 +36,7 @@ _U16 = struct.Struct(">H")
 _span_records_c: Callable[[Buffer, int, int], int] | None = (
     None if _core.ccore is None else _core.ccore.span_records
 )
-_record_tags_c: Callable[[Buffer, int], tuple[list[int], list[str]] | None] | None = (
+_record_tags_c: Callable[[Buffer, int], TagColumns | None] | None = (
     None if _core.ccore is None else _core.ccore.record_tags
 )
 
@@ -68,7 +69,7 @@ def span_records_python(piece: Buffer, offset: int, at_most: int) -> int:
     return found
 
 
-def record_tags(records: bytes, count: int) -> tuple[list[int], list[str]]:
+def record_tags(records: bytes, count: int) -> TagColumns:
     """The TOTALSIZE and TAGS ('' when absent) of each of the ``count`` records back to
     back in ``records``. Raises RecordError (or struct.error on cut bytes) or
     AssertionError when the records do not end with the bytes."""
@@ -81,7 +82,7 @@ def record_tags(records: bytes, count: int) -> tuple[list[int], list[str]]:
     return record_tags_python(records, count)
 
 
-def record_tags_python(records: bytes, count: int) -> tuple[list[int], list[str]]:
+def record_tags_python(records: bytes, count: int) -> TagColumns:
     """:func:`record_tags` in Python: the reference of ``_ccore.record_tags``."""
     view = memoryview(records)
     sizes: list[int] = []

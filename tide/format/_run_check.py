@@ -17,12 +17,11 @@ from operator import or_
 from typing import TypeAlias, TypeVar, cast
 
 from tide.format import _core
+from tide.format._columns import CheckedRun
 from tide.format._record import SYSFLAG_TRANSACTION_MASK, is_queue_less
 from tide.format._record_run import scan_run_python
 
 _Name = TypeVar("_Name", bound=Hashable)
-# (sizes, queue keys, store timestamp positions)
-CheckedRun: TypeAlias = tuple[list[int], list[tuple[_Name, int] | None], list[int]]
 # resolve(topic's UTF-8 bytes, index of its first record) -> (name, write queue count)
 Resolve: TypeAlias = Callable[[bytes, int], tuple[_Name, int]]
 _compiled = _core.check_run  # the twin of check_run_python, or None

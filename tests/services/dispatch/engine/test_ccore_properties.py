@@ -14,6 +14,7 @@ import pytest
 
 from services.dispatch.engine.batch_fields import properties_between_python
 from tide.format import _core, encode_properties
+from tide.format._columns import PropertyColumns
 
 pytestmark = pytest.mark.skipif(
     _core.dispatch_properties is None, reason="the compiled core is not built or is off"
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 PIECES = [b"KEYS", b"TAGS", b"UNIQ_KEY", b"KEY", b"UNIQ", b"x", b"\x00", b"\x01", b"\x02", b""]
 
 
-def compiled(data: bytes, starts: list[int], ends: list[int]) -> _core.PropertyColumns:
+def compiled(data: bytes, starts: list[int], ends: list[int]) -> PropertyColumns:
     assert _core.dispatch_properties is not None
     return _core.dispatch_properties(data, starts, ends)
 
