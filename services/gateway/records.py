@@ -11,6 +11,7 @@ import logging
 
 from tide.format import KEYS, SHARDING_KEY, TAGS, UNIQ_KEY, RunWriter, pack_host, parse_host
 from tide.server import peer_address
+from tide.server._framed import varint
 from tide.v1 import gateway_pb2 as pb
 
 log = logging.getLogger("tide.gateway.records")
@@ -73,13 +74,7 @@ def append_request(run: bytes) -> bytes:
     """``storage_pb.AppendRequest(records=[run]).SerializeToString()``, one copy of the
     run instead of two (into the message, then out of it): the field's key, the run's
     length as a varint, the run."""
-    size = len(run)
-    length = bytearray()
-    while size > 0x7F:
-        length.append(size & 0x7F | 0x80)
-        size >>= 7
-    length.append(size)
-    return b"".join((_RECORDS_KEY, length, run))
+    return b"".join((_RECORDS_KEY, varint(len(run)), run))
 
 
 class BornHosts:
