@@ -34,8 +34,10 @@ V6 = pack_host(HostAddress("::1", 10911))
 MAX_BODY = 4096
 
 
-def request(*messages: pb.ProduceMessage, compact: bool = False) -> bytes:
-    return pb.ProduceRequest(messages=list(messages), compact_results=compact).SerializeToString()
+def request(*messages: pb.ProduceMessage, compact: bool = False, pack: bool = False) -> bytes:
+    return pb.ProduceRequest(
+        messages=list(messages), compact_results=compact, pack_answers=pack
+    ).SerializeToString()
 
 
 def bare(topic: str = "T", body: bytes = b"x") -> pb.ProduceMessage:
@@ -69,6 +71,19 @@ def test_bodies_only_requests_are_taken() -> None:
     assert scans(request(bare("Topic", b"a"), bare("Topic", b"bc"))) == (b"Topic", 2)
     assert scans(request(bare(), compact=True)) == (b"T", 1)
     assert scans(request(*[bare("Ü" * 60, b"y" * MAX_BODY)] * 3)) == ("Ü".encode() * 60, 3)
+
+
+def test_pack_answers_is_taken_as_compact_results_is() -> None:
+    """A ProduceStream's requests ask for packed answers (field 3, before or after the
+    messages): the flag changes only the answer, so the request is still bodies only and
+    its run the same as without it."""
+    plain = request(bare("T", b"a"), bare("T", b"bc"), compact=True)
+    packed = request(bare("T", b"a"), bare("T", b"bc"), compact=True, pack=True)
+    assert packed != plain
+    assert scans(packed) == scans(b"\x18\x01" + plain) == (b"T", 2)
+    keys = ["0A", "0B"]
+    assert encodes(packed, keys) == encodes(b"\x18\x01" + plain, keys) == encodes(plain, keys)
+    assert scans(plain + b"\x18") is None  # the flag's value cut off
 
 
 @pytest.mark.parametrize(
@@ -153,7 +168,11 @@ def test_random_batches_scan_and_encode_as_the_field_path(seed: int) -> None:
         rnd.randbytes(rnd.choice([1, 2, 127, 128, 300, MAX_BODY]))
         for _ in range(rnd.randint(1, 120))
     ]
-    wire = request(*[bare(topic, body) for body in bodies], compact=rnd.random() < 0.5)
+    wire = request(
+        *[bare(topic, body) for body in bodies],
+        compact=rnd.random() < 0.5,
+        pack=rnd.random() < 0.5,
+    )
     assert scans(wire) == (topic.encode(), len(bodies))
     keys = [f"{rnd.getrandbits(128):032X}" for _ in bodies]
     run = encodes(wire, keys)

@@ -102,12 +102,17 @@ def _walked_stamps(records: bytes, count: int, length: int) -> list[bytes]:
     return stamps
 
 
-def request_template(topic: str, message_size: int, batch_size: int) -> bytes:
+def request_template(
+    topic: str, message_size: int, batch_size: int, *, pack_answers: bool = False
+) -> bytes:
     """A serialized ProduceRequest whose bodies start with :data:`PLACEHOLDER`; it asks
-    for compact results (a run per queue, as tide.client does)."""
+    for compact results (a run per queue, as tide.client does) and, for a ProduceStream,
+    for packed answers (as tide.client's stream does)."""
     body = PLACEHOLDER + b"x" * (message_size - STAMP_BYTES)
     request = pb.ProduceRequest(
-        messages=[pb.ProduceMessage(topic=topic, body=body)] * batch_size, compact_results=True
+        messages=[pb.ProduceMessage(topic=topic, body=body)] * batch_size,
+        compact_results=True,
+        pack_answers=pack_answers,
     )
     data = request.SerializeToString()
     if data.count(PLACEHOLDER) != batch_size:
@@ -334,15 +339,16 @@ async def _stream_session(
 
     writing = asyncio.create_task(writer())
     try:
-        async for answer in call:
-            begin = sent.popleft()
-            slots.release()
-            if answer.error_code:
-                state.counters.publish_errors += 1
-                state.counters.last_error = f"code {answer.error_code}: {answer.error_message}"
-                continue
-            state.publish_latency.record((time.monotonic_ns() - begin) // 1000)
-            _count_results(state, answer.response)
+        async for message in call:
+            for answer in (message, *message.next):  # next: answers packed with it
+                begin = sent.popleft()
+                slots.release()
+                if answer.error_code:
+                    state.counters.publish_errors += 1
+                    state.counters.last_error = f"code {answer.error_code}: {answer.error_message}"
+                    continue
+                state.publish_latency.record((time.monotonic_ns() - begin) // 1000)
+                _count_results(state, answer.response)
         await writing
     finally:  # when the stream failed, its error is raised, not the writer's
         writing.cancel()

@@ -217,7 +217,12 @@ def _start_producers(
     for topic in plan.topics:
         channel = open_channel(plan.target, plan.tls)
         channels.append(channel)
-        template = request_template(topic, workload.message_size, workload.batch_size)
+        template = request_template(
+            topic,
+            workload.message_size,
+            workload.batch_size,
+            pack_answers=workload.produce_api == "stream",
+        )
         tasks.append(asyncio.create_task(produce(channel, state, template, workload, rate)))
     return tasks
 

@@ -248,7 +248,12 @@ async def _start_producers(
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     rate = workload.rate / workload.producers
     for topic in topics:
-        template = request_template(topic, workload.message_size, workload.batch_size)
+        template = request_template(
+            topic,
+            workload.message_size,
+            workload.batch_size,
+            pack_answers=workload.produce_api == "stream",
+        )
         for _ in range(workload.producers_per_topic):
             channel = open_channel(target, load.tls)
             load.channels.append(channel)

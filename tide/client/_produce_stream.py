@@ -1,10 +1,13 @@
 """A producer's ProduceStream: pipelined Produce requests on one open gRPC stream.
 
 Requests are written in submission order and the gateway answers them in that order, so
-each answer completes the oldest pending send. One thread per open stream reads the
-answers; gRPC's own thread writes the requests from a queue. A request's failure comes
-in-band (the error Produce would have raised) and the stream goes on; a stream that
-breaks fails every request not yet answered and the next request opens a new stream.
+each answer completes the oldest pending send. Requests ask for packed answers
+(``pack_answers``): one stream message may carry the answers of several requests
+(:func:`answers_in`), fewer messages for both ends to handle under load. One thread per
+open stream reads the answers; gRPC's own thread writes the requests from a queue. A
+request's failure comes in-band (the error Produce would have raised) and the stream goes
+on; a stream that breaks fails every request not yet answered and the next request opens
+a new stream.
 
 UNAVAILABLE (in-band: every broker unreachable; or the stream's end: the gateway shut
 down or could not be reached) is retried as the unary calls are, per the connection's
@@ -43,6 +46,16 @@ def answer_error(answer: gateway_pb2.ProduceStreamResponse, what: str) -> TideEr
     """The error of an in-band failed answer: the one Produce would have raised."""
     code = _CODES.get(answer.error_code, grpc.StatusCode.UNKNOWN)
     return error_from_status(code, answer.error_message, what)
+
+
+def answers_in(
+    message: gateway_pb2.ProduceStreamResponse,
+) -> list[gateway_pb2.ProduceStreamResponse]:
+    """The answers one stream message carries, in request order: its own, then those it
+    packs (``next``: a gateway packs them only for requests that set pack_answers)."""
+    if not message.next:
+        return [message]
+    return [message, *message.next]
 
 
 def failure_error(failure: Exception, what: str) -> Exception:
@@ -107,6 +120,7 @@ class _Session:
             if self.broken:
                 return False
             pending.attempts += 1
+            pending.request.pack_answers = True
             self.pending.append(pending)
             self.requests.put(pending.request)
         return True
@@ -124,10 +138,11 @@ class _Session:
 
     def _read(self) -> None:
         try:
-            for answer in self.call:
-                with self.lock:
-                    pending = self.pending.popleft()
-                self._answer(pending, answer)
+            for message in self.call:
+                for answer in answers_in(message):
+                    with self.lock:
+                        pending = self.pending.popleft()
+                    self._answer(pending, answer)
             failure: Exception = Unavailable("the gateway ended the ProduceStream early")
         except grpc.RpcError as exc:
             failure = exc

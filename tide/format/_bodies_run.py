@@ -26,6 +26,7 @@ from tide.format._record_run import RunWriter
 
 _MESSAGES_TAG = 0x0A
 _COMPACT_TAG = 0x10
+_PACK_ANSWERS_TAG = 0x18  # ProduceRequest.pack_answers: like compact_results, answer-only
 _TOPIC_TAG = 0x0A
 _BODY_TAG = 0x12
 _VARINT_MAX_BYTES = 10
@@ -48,7 +49,8 @@ class _NotBodies(Exception):
 def scan_bodies(request: bytes, max_body_bytes: int) -> tuple[bytes, int] | None:
     """(topic as UTF-8, message count) when the serialized ``request`` has messages of
     one topic, each only that topic and a body of 1..``max_body_bytes`` bytes (besides
-    them only ``compact_results``); else None. The compiled core's when it runs."""
+    them only ``compact_results`` and ``pack_answers``); else None. The compiled core's
+    when it runs."""
     if _compiled_scan is not None:
         return _compiled_scan(request, max_body_bytes)
     return scan_bodies_python(request, max_body_bytes)
@@ -158,7 +160,7 @@ def _bodies(request: bytes) -> list[tuple[bytes, bytes]]:
     while at < end:
         tag = request[at]
         at += 1
-        if tag == _COMPACT_TAG:
+        if tag in (_COMPACT_TAG, _PACK_ANSWERS_TAG):
             _, at = _varint(request, at, end)
             continue
         if tag != _MESSAGES_TAG:

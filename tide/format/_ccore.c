@@ -2247,14 +2247,16 @@ done:
  * UNIQ_KEY property only) reading the bodies from the same bytes. References:
  * tide.format._bodies_run.scan_bodies_python and encode_bodies_run_python.
  *
- * The wire: a ProduceRequest is field 1 (messages, length-delimited: tag 0x0A) and
- * field 2 (compact_results, varint: tag 0x10); a ProduceMessage is field 1 (topic,
- * 0x0A) and field 2 (body, 0x12). Any other field, or either field of a message twice
+ * The wire: a ProduceRequest is field 1 (messages, length-delimited: tag 0x0A), field 2
+ * (compact_results, varint: tag 0x10) and field 3 (pack_answers, varint: tag 0x18; the
+ * two flags change only the answer); a ProduceMessage is field 1 (topic, 0x0A) and
+ * field 2 (body, 0x12). Any other field, or either field of a message twice
  * or missing, and the request is not one of bodies only (the caller checks it field by
  * field, which names what is wrong). */
 
 #define WIRE_MESSAGES_TAG 0x0A
 #define WIRE_COMPACT_TAG 0x10
+#define WIRE_PACK_ANSWERS_TAG 0x18
 #define WIRE_TOPIC_TAG 0x0A
 #define WIRE_BODY_TAG 0x12
 
@@ -2317,7 +2319,7 @@ static int bare_message(const unsigned char *d, Py_ssize_t len, BareMessage *m) 
 static int next_bare(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos, BareMessage *m) {
     while (*pos < end) {
         unsigned char tag = d[(*pos)++];
-        if (tag == WIRE_COMPACT_TAG) {
+        if (tag == WIRE_COMPACT_TAG || tag == WIRE_PACK_ANSWERS_TAG) {
             uint64_t ignored;
             if (wire_varint(d, end, pos, &ignored)) {
                 return -1;
@@ -2360,7 +2362,7 @@ PyDoc_STRVAR(scan_bodies_doc,
              "scan_bodies(request, max_body_bytes)\n--\n\n"
              "(topic as UTF-8 bytes, message count) when the serialized ProduceRequest has\n"
              "messages of one topic, each only that topic and a body of 1..max_body_bytes\n"
-             "bytes (besides, only compact_results); else None. Reference:\n"
+             "bytes (besides, only compact_results and pack_answers); else None. Reference:\n"
              "tide.format._bodies_run.scan_bodies_python.");
 
 static PyObject *scan_bodies(PyObject *self, PyObject *args) {

@@ -229,6 +229,7 @@ class ProduceRequest(_message.Message):
 
     MESSAGES_FIELD_NUMBER: _builtins.int
     COMPACT_RESULTS_FIELD_NUMBER: _builtins.int
+    PACK_ANSWERS_FIELD_NUMBER: _builtins.int
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     FIRST_SEQUENCE_FIELD_NUMBER: _builtins.int
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
@@ -236,6 +237,12 @@ class ProduceRequest(_message.Message):
     """Answer with ProduceResponse.runs (a ProduceRun per run of messages that went to one
     queue, or failed alike) instead of a ProduceResult per message: the same facts with
     much less to build and to parse per message, for large batches.
+    """
+    pack_answers: _builtins.bool
+    """On a ProduceStream: this request's answer may ride in an earlier request's answer
+    (ProduceStreamResponse.next) when that one is written while this one is ready, so a
+    busy stream carries fewer, larger answers (each stream message costs both ends a
+    gRPC read or write). A client that sets it reads `next`; Produce ignores it.
     """
     producer_id: _builtins.str
     """idem: an idempotent producer's batch (docs/client.md "Exactly-once produce"). Every
@@ -259,13 +266,14 @@ class ProduceRequest(_message.Message):
         *,
         messages: _abc.Iterable[Global___ProduceMessage] | None = ...,
         compact_results: _builtins.bool = ...,
+        pack_answers: _builtins.bool = ...,
         producer_id: _builtins.str = ...,
         first_sequence: _builtins.int = ...,
         producer_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compact_results", b"compact_results", "first_sequence", b"first_sequence", "messages", b"messages", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compact_results", b"compact_results", "first_sequence", b"first_sequence", "messages", b"messages", "pack_answers", b"pack_answers", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -451,6 +459,7 @@ class ProduceStreamResponse(_message.Message):
     RESPONSE_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
     error_code: _builtins.int
     """0 (OK) or the grpc.StatusCode value number Produce would have failed with, e.g. 3
     INVALID_ARGUMENT (the message names the field), 5 NOT_FOUND (unknown topic).
@@ -458,16 +467,24 @@ class ProduceStreamResponse(_message.Message):
     error_message: _builtins.str
     @_builtins.property
     def response(self) -> Global___ProduceResponse: ...
+    @_builtins.property
+    def next(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceStreamResponse]:
+        """The answers of the requests right after this one, in order (each without `next` of
+        its own), when they asked for pack_answers and were ready when this one was written;
+        at most 32 (the requests one stream has in flight). Empty for other clients.
+        """
+
     def __init__(
         self,
         *,
         response: Global___ProduceResponse | None = ...,
         error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
+        next: _abc.Iterable[Global___ProduceStreamResponse] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "response", b"response"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "next", b"next", "response", b"response"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -124,6 +124,7 @@ def test_answers_come_back_in_request_order(cluster: Cluster, topic_name: str) -
         requests.append(pb.ProduceRequest(messages=[message] * (1 + index % 5)))
     answers = stream(cluster.gateway.stub, requests)
     assert len(answers) == len(requests)
+    assert not any(answer.next for answer in answers)  # not asked for: one answer each
     for sent, answer in zip(requests, answers, strict=True):
         assert answer.error_code == 0, answer.error_message
         expected = (sent.messages[0].queue.broker_name, sent.messages[0].queue.queue_id)
@@ -157,6 +158,34 @@ def test_a_bad_request_is_answered_in_band_and_the_stream_goes_on(
     assert "T_no_such_topic_for_produce_stream" in answers[4].error_message
     assert not answers[1].HasField("response")
     assert [len(a.response.results) for a in answers] == [1, 0, 1, 0, 0, 2]
+
+
+def test_packed_answers_answer_every_request_once_in_order(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """Requests asking for pack_answers (as tide.client's do): the answers, taken out of
+    each message and its ``next``, are exactly the unpacked answers' order and content;
+    an in-band error rides along where it belongs."""
+    cluster.create_topic(topic_name, queues=2)
+    requests = []
+    for index in range(300):
+        if index % 50 == 7:
+            sent = pb.ProduceRequest(messages=[pb.ProduceMessage(topic="bad topic!", body=b"x")])
+        else:
+            sent = request(topic_name, *(f"r{index}m{m}" for m in range(1 + index % 4)))
+        sent.pack_answers = True
+        requests.append(sent)
+    messages = stream(cluster.gateway.stub, requests)
+    answers = [answer for message in messages for answer in (message, *message.next)]
+    assert len(answers) == len(requests)
+    for index, (sent, answer) in enumerate(zip(requests, answers, strict=True)):
+        if index % 50 == 7:
+            assert answer.error_code == INVALID and "messages[0]" in answer.error_message
+            continue
+        assert answer.error_code == 0, answer.error_message
+        assert len(answer.response.results) == len(sent.messages)
+    assert all(not answer.next for message in messages for answer in message.next)
+    assert len(messages) <= len(requests)
 
 
 def test_half_close_answers_everything_then_ends(cluster: Cluster, topic_name: str) -> None:

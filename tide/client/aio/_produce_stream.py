@@ -24,6 +24,7 @@ from tide.client._errors import TideError, Unavailable
 from tide.client._produce_stream import (
     CLOSE_EXTRA_S,
     answer_error,
+    answers_in,
     failure_error,
     retry_wait_ms,
 )
@@ -77,6 +78,7 @@ class _Session:
         if self.broken:
             return False
         pending.attempts += 1
+        pending.request.pack_answers = True
         self.pending.append(pending)
         self._requests.put_nowait(pending.request)
         return True
@@ -95,8 +97,9 @@ class _Session:
     async def _read(self) -> None:
         failure: Exception = Unavailable("the gateway ended the ProduceStream early")
         try:
-            async for answer in self.call:
-                self._answer(self.pending.popleft(), answer)
+            async for message in self.call:
+                for answer in answers_in(message):
+                    self._answer(self.pending.popleft(), answer)
         except grpc.RpcError as exc:
             failure = exc
         except asyncio.CancelledError:
