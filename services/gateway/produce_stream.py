@@ -50,6 +50,10 @@ MAX_PRODUCE_STREAM_IN_FLIGHT = 32
 # Answers packed into one ProduceStreamResponse besides its own: all a stream may have in
 # flight, so one write can answer everything that was ready.
 MAX_PACKED_ANSWERS = MAX_PRODUCE_STREAM_IN_FLIGHT
+# ... and at most this many bytes of packed answers in one message: a fourth of the 4 MiB a
+# gRPC client receives by default (answers with a result per message of 1,000-message
+# requests are ~100 KB each; compact ones a few hundred bytes).
+MAX_PACKED_ANSWER_BYTES = 1 << 20
 # Streams open at once; more are refused RESOURCE_EXHAUSTED.
 MAX_PRODUCE_STREAMS = 4096
 # Bytes of the requests of one stream started and not yet done: the default of
@@ -231,21 +235,26 @@ async def _answers(stream: _Stream) -> AsyncIterator[pb.ProduceStreamResponse]:
 
 def _pack(stream: _Stream, answer: pb.ProduceStreamResponse) -> int:
     """Add to ``answer.next`` the answers of the queued requests that follow it while
-    they asked for packing and are done; the first item that is not stays carried."""
-    queue, packable, packed = stream.queue, stream.packable, 0
+    they asked for packing, are done and fit (MAX_PACKED_ANSWERS, MAX_PACKED_ANSWER_BYTES);
+    the first item that does not stays carried, for the next message."""
+    queue, packable, packed, size = stream.queue, stream.packable, 0, 0
     while packed < MAX_PACKED_ANSWERS and not queue.empty():
         item = queue.get_nowait()
-        if not (
+        if (
             isinstance(item, asyncio.Task)
             and item in packable
             and item.done()
             and not item.cancelled()
         ):
-            stream.carried = item
-            break
-        packable.discard(item)
-        answer.next.append(_answer_of_done(item))
-        packed += 1
+            following = _answer_of_done(item)
+            size += following.ByteSize()
+            if size <= MAX_PACKED_ANSWER_BYTES:
+                packable.discard(item)
+                answer.next.append(following)
+                packed += 1
+                continue
+        stream.carried = item
+        break
     return packed
 
 

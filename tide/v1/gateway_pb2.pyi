@@ -471,7 +471,7 @@ class ProduceStreamResponse(_message.Message):
     def next(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceStreamResponse]:
         """The answers of the requests right after this one, in order (each without `next` of
         its own), when they asked for pack_answers and were ready when this one was written;
-        at most 32 (the requests one stream has in flight). Empty for other clients.
+        at most 32 (the requests one stream has in flight) and 1 MiB. Empty for other clients.
         """
 
     def __init__(

@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 import grpc
 
 from services.gateway.produce_stream import (
+    MAX_PACKED_ANSWER_BYTES,
     MAX_PACKED_ANSWERS,
     MAX_PRODUCE_STREAM_IN_FLIGHT,
     _answers,
@@ -28,6 +29,17 @@ def response(count: int) -> pb.ProduceResponse:
 
 async def answered(count: int) -> pb.ProduceResponse:
     return response(count)
+
+
+async def answered_big() -> pb.ProduceResponse:
+    """A result per message of a 1,000-message request, ids and all (~80 KB)."""
+    ids = [f"{i:032X}" for i in range(1_000)]
+    return pb.ProduceResponse(
+        results=[
+            pb.ProduceResult(msg_id=i, unique_key=i, broker_name="broker-a", queue_offset=n)
+            for n, i in enumerate(ids)
+        ]
+    )
 
 
 async def refused() -> pb.ProduceResponse:
@@ -155,6 +167,27 @@ def test_at_most_max_packed_answers_ride_in_one_message() -> None:
     messages, _ = run(scenario)
     assert [len(m.next) for m in messages] == [MAX_PACKED_ANSWERS, 2]
     assert [len(a.response.results) for a in flatten(messages)] == list(range(1, total + 1))
+
+
+def test_packed_answers_stop_at_their_byte_bound() -> None:
+    """Answers with a result per message of big requests: as many as fit in
+    MAX_PACKED_ANSWER_BYTES ride along, the next one starts a message of its own."""
+    per_answer = pb.ProduceStreamResponse(response=asyncio.run(answered_big())).ByteSize()
+    fit = MAX_PACKED_ANSWER_BYTES // per_answer
+    assert 1 <= fit < MAX_PACKED_ANSWERS - 2
+    total = fit + 3
+
+    async def scenario(stream: _Stream) -> Answers:
+        for _ in range(total):
+            await start(stream, answered_big(), pack=True)
+        await asyncio.sleep(0)
+        stream.queue.put_nowait(None)
+        return await collect(stream)
+
+    messages, stream = run(scenario)
+    assert [len(m.next) for m in messages] == [fit, 1]
+    assert sum(m.ByteSize() for m in messages[0].next) <= MAX_PACKED_ANSWER_BYTES
+    assert slots_free(stream) == MAX_PRODUCE_STREAM_IN_FLIGHT
 
 
 def test_the_end_marker_met_while_packing_still_ends_the_stream() -> None:
