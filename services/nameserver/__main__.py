@@ -1,6 +1,10 @@
 """``python -m services.nameserver``: the name server."""
 
-from services.nameserver.service import main
+from tide.grpc_defaults import use_tide_grpc_defaults
+
+use_tide_grpc_defaults()  # before anything imports grpc (tide/grpc_defaults.py)
+
+from services.nameserver.service import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from tide.cli import (
+from tide.grpc_defaults import use_tide_grpc_defaults
+
+use_tide_grpc_defaults()  # before the commands import grpc (tide/grpc_defaults.py)
+
+from tide.cli import (  # noqa: E402
     _auth,
     _bench,
     _cluster,
