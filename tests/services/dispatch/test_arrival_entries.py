@@ -1,7 +1,7 @@
 """WatchArrivals with ``entries_max_count``: a notice carries the queue's entries from the
 max offset the watch announced before (GetQueueEntries' answer with spans and records)
-when a records reader found nothing new there, against real storage and dispatch
-processes."""
+when a records reader lately read the queue to its end (or nearly), against real storage
+and dispatch processes."""
 
 from __future__ import annotations
 
@@ -94,11 +94,11 @@ def test_notices_carry_the_entries_since_the_previous_one(
         cancel(call)
 
 
-def test_notices_carry_entries_only_where_a_reader_waits(
+def test_notices_carry_entries_only_after_a_reader_caught_up(
     shared_pair: Pair, topic_name: str
 ) -> None:
-    """No reader found the queue empty, one reads behind, one waits at another offset, a
-    tag-filtered reader waits: no entries. A reader waiting at the announced offset: them."""
+    """No reader yet, a tag-filtered reader, a reader of entries (no records): no entries.
+    A records reader that read to the end: them. One that read far behind: none again."""
     pair = shared_pair
     pair.storage.append([message(topic_name, 0, b"x")])
     pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
@@ -107,25 +107,33 @@ def test_notices_carry_entries_only_where_a_reader_waits(
     stub = pair.dispatch.stub
     try:
         assert next(notices).max_offset == 1
-        pair.storage.append([message(topic_name, 0, b"nobody waits")])
+        pair.storage.append([message(topic_name, 0, b"nobody reads")])
         (alone,) = notices_until(notices, 0, 2)
         assert not alone.HasField("entries")
-        wait_at(pair, topic_name, 2)
-        # ...then a reader reads behind (offset 0 has entries): it is not waiting.
-        behind = stub.GetQueueEntries(spans_request(topic_name), timeout=RPC_TIMEOUT_S)
-        assert behind.spans
-        pair.storage.append([message(topic_name, 0, b"read behind")])
-        (after_behind,) = notices_until(notices, 0, 3)
-        assert not after_behind.HasField("entries")
-        tagged = spans_request(topic_name, offset=3, tag_codes=[7])
+        tagged = spans_request(topic_name, offset=2, tag_codes=[7])
         assert not stub.GetQueueEntries(tagged, timeout=RPC_TIMEOUT_S).spans
+        plain = pb.GetQueueEntriesRequest(topic=topic_name, queue_id=0, offset=2, max_count=8)
+        assert not stub.GetQueueEntries(plain, timeout=RPC_TIMEOUT_S).entries
         pair.storage.append([message(topic_name, 0, b"tag filter")])
-        (after_tagged,) = notices_until(notices, 0, 4)
-        assert not after_tagged.HasField("entries")
-        wait_at(pair, topic_name, 4)
-        pair.storage.append([message(topic_name, 0, b"waited for")])
-        (waited,) = notices_until(notices, 0, 5)
-        check_entries(pair, waited, 4)
+        (after_others,) = notices_until(notices, 0, 3)
+        assert not after_others.HasField("entries")
+        # A records reader from the start reads to the end: the next notice has entries.
+        read = stub.GetQueueEntries(spans_request(topic_name), timeout=RPC_TIMEOUT_S)
+        assert read.next_offset == read.max_offset == 3
+        pair.storage.append([message(topic_name, 0, b"caught up")])
+        (caught_up,) = notices_until(notices, 0, 4)
+        check_entries(pair, caught_up, 3)
+        # Far behind: a read stopping more than CAUGHT_UP_MAX_BEHIND_ENTRIES short.
+        many = servicer_module.CAUGHT_UP_MAX_BEHIND_ENTRIES + 2
+        pair.storage.append([message(topic_name, 0, b"m") for _ in range(many)])
+        (bulk,) = notices_until(notices, 0, 4 + many)
+        assert bulk.entries_offset == 4  # still caught up when it was sent (1,024 at most)
+        assert bulk.entries.next_offset == 4 + 1024 and bulk.entries.records
+        behind = stub.GetQueueEntries(spans_request(topic_name, max_count=1), timeout=RPC_TIMEOUT_S)
+        assert behind.next_offset == 1 and behind.max_offset == 4 + many
+        pair.storage.append([message(topic_name, 0, b"read behind")])
+        (after_behind,) = notices_until(notices, 0, 5 + many)
+        assert not after_behind.HasField("entries")
     finally:
         cancel(call)
 
@@ -177,20 +185,26 @@ def test_bad_entry_limits_are_invalid(shared_pair: Pair, fields: dict[str, int],
     expect_error(INVALID, lambda: next(iter(watch(shared_pair.dispatch, "T", **fields))), text)
 
 
-def test_waiting_readers_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_caught_up_readers_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MAX_CAUGHT_UP_QUEUES queues (deleted topics' stay) they are forgotten at once;
-    a queue read behind is forgotten on its own."""
+    a queue read far behind is forgotten on its own; each read to the end lets
+    CAUGHT_UP_NOTICES notices carry entries."""
     monkeypatch.setattr(servicer_module, "MAX_CAUGHT_UP_QUEUES", 3)
+    monkeypatch.setattr(servicer_module, "CAUGHT_UP_NOTICES", 2)
+    behind = servicer_module.CAUGHT_UP_MAX_BEHIND_ENTRIES
     servicer = DispatchServicer(lambda: cast(Running, None), ArrivalHub())
     try:
         for queue_id in range(3):
             servicer._note_caught_up("T", queue_id, 5, 5)
-        servicer._note_caught_up("T", 2, 6, 6)  # known queue: no clearing
-        assert servicer._caught_up == {("T", 0): 5, ("T", 1): 5, ("T", 2): 6}
-        servicer._note_caught_up("T", 1, 3, 6)  # read behind
+        servicer._note_caught_up("T", 2, 6, 6 + behind)  # known queue, nearly: no clearing
+        assert servicer._caught_up == {("T", 0): 2, ("T", 1): 2, ("T", 2): 2}
+        servicer._note_caught_up("T", 1, 3, 4 + behind)  # read far behind
         assert ("T", 1) not in servicer._caught_up
-        servicer._note_caught_up("T", 1, 6, 6)
+        assert [servicer._take_caught_up(("T", 0)) for _ in range(3)] == [True, True, False]
+        servicer._note_caught_up("T", 0, 7, 7)  # read to the end again
+        assert servicer._take_caught_up(("T", 0))
+        servicer._note_caught_up("T", 1, 8, 8)  # three again
         servicer._note_caught_up("T", 9, 1, 1)  # a fourth: the others go
-        assert servicer._caught_up == {("T", 9): 1}
+        assert servicer._caught_up == {("T", 9): 2}
     finally:
         servicer._readers.shutdown(wait=True)

@@ -88,21 +88,49 @@ def test_held_records_pulls_are_answered_from_the_notice(arrivals_cluster: Clust
     assert [b for b, *_ in decoded(again)] == [b"r0-0", b"r1-0", b"r1-1", b"r2-0", b"r2-1", b"r2-2"]
 
 
+def test_pulls_that_find_records_are_answered_from_kept_entries(
+    arrivals_cluster: Cluster,
+) -> None:
+    """A held pull taking fewer records than the notice carried, then the pulls that find
+    the rest (not held): answered from the entries the gateway kept, exactly as the
+    dispatch answers them; a pull from an older offset asks the dispatch."""
+    cluster = arrivals_cluster
+    topic = "T_arrivals_kept"
+    cluster.create_topic(topic, queues=1)
+    arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # the watch is open now
+    before = metric(cluster, ANSWERED)
+    bodies = [f"k{i}".encode() * (i + 1) for i in range(5)]
+    first = arrive(cluster, topic, 1, bodies, encoding=RECORDS, max_messages=2)
+    got = [(body, queue_offset) for body, _, queue_offset, _, _ in decoded(first)]
+    offset = first.next_offset
+    while offset < 6:  # the notice that woke the first pull came: the rest is kept
+        answer = cluster.gateway.stub.Pull(
+            pull(topic, offset, encoding=RECORDS, max_messages=2), timeout=RPC_TIMEOUT_S
+        )
+        assert answer.status == Status.FOUND and answer.max_offset == 6
+        got += [(body, queue_offset) for body, _, queue_offset, _, _ in decoded(answer)]
+        offset = answer.next_offset
+    assert got == [(body, 1 + i) for i, body in enumerate(bodies)]
+    assert metric(cluster, ANSWERED) == before + 3  # the held pull and the two after it
+    asked = cluster.gateway.stub.Pull(
+        pull(topic, 0, encoding=RECORDS, max_messages=3), timeout=RPC_TIMEOUT_S
+    )
+    assert [body for body, *_ in decoded(asked)] == [b"warm", *bodies[:2]]
+    assert metric(cluster, ANSWERED) == before + 3
+
+
 def test_other_held_pulls_ask_the_dispatch(arrivals_cluster: Cluster) -> None:
-    """Fewer messages wanted than arrived, a tag expression, decoded messages: answered
-    correctly, through GetQueueEntries as before (the counter does not move)."""
+    """A tag expression, decoded messages: answered correctly, through GetQueueEntries
+    as before (the counter does not move)."""
     cluster = arrivals_cluster
     topic = "T_arrivals_ask"
     cluster.create_topic(topic, queues=1)
     arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # the watch is open now
     before = metric(cluster, ANSWERED)
-    fewer = arrive(cluster, topic, 1, [b"b1", b"b2", b"b3"], encoding=RECORDS, max_messages=2)
-    assert [body for body, *_ in decoded(fewer)] == [b"b1", b"b2"]
-    assert fewer.next_offset == 3
-    tagged = arrive(cluster, topic, 4, [b"a1", b"b4", b"a2"], encoding=RECORDS, expression="A")
+    tagged = arrive(cluster, topic, 1, [b"a1", b"b4", b"a2"], encoding=RECORDS, expression="A")
     assert [(body, tag) for body, *_, tag in decoded(tagged)] == [(b"a1", "A"), (b"a2", "A")]
-    assert tagged.next_offset == 7
-    messages = arrive(cluster, topic, 7, [b"b5", b"a3"])
+    assert tagged.next_offset == 4
+    messages = arrive(cluster, topic, 4, [b"b5", b"a3"])
     assert [m.body for m in messages.messages] == [b"b5", b"a3"]
     assert not messages.records
     assert metric(cluster, ANSWERED) == before
