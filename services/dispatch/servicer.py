@@ -17,6 +17,7 @@ import grpc
 
 from services.dispatch import lookup
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.caught_up import SMALL_NOTICE_MAX_BYTES, CaughtUpReaders
 from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.delivery.timer import TimerService
 from services.dispatch.dispatcher import Dispatcher
@@ -67,18 +68,6 @@ READER_THREADS = 4
 STATUS_STORAGE_TIMEOUT_S = 1.0
 _I64_MAX = 2**63 - 1
 _NO_CODES: frozenset[int] = frozenset()
-# Queues whose caught-up reader is remembered (deleted topics' queues stay until then);
-# forgotten all at once past it (their next notices carry no entries, once).
-MAX_CAUGHT_UP_QUEUES = 100_000
-# A queue's notices carry its entries for this many notices (per watch) after a records
-# reader last read it to its end. A gateway answers that consumer's pulls from the
-# notices' entries without reading here, so its reads stop; past this its notices go back
-# to offsets only until a read reaches the end again (one GetQueueEntries a queue per
-# this many notices while it keeps up), and a consumer that left costs this many.
-CAUGHT_UP_NOTICES = 128
-# A read that ends this many entries or fewer before the queue's end counts as caught up:
-# the consumer reaches the notices' entries with its next pull or so (one pull's worth).
-CAUGHT_UP_MAX_BEHIND_ENTRIES = MAX_GET_ENTRIES
 MAX_POP_QUEUES = QUEUE_NUMS_MAX  # queues one PopMessages / GetPopLag names
 MAX_HALVES_ANSWERED = 10_000  # half messages in one TakeTransactionChecks / ListHalfMessages
 _T = TypeVar("_T")
@@ -208,9 +197,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         # leaves its thread running).
         self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tide-dispatch-read")
         self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
-        # Queues a records reader (no tag filter) last read to their end: how many more
-        # arrival notices carry the entries since the previous notice.
-        self._caught_up: dict[tuple[str, int], int] = {}
+        # What the queues' last records reads say about their notices (caught_up.py).
+        self._caught_up = CaughtUpReaders()
 
     def drain(self) -> None:
         """End every WatchArrivals and GetQueueEntriesStream stream (the server is
@@ -276,8 +264,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         if request.spans:  # the hot path of every pull: bare tuples, no Entry objects
             self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
             if request.records and not codes:
-                self._note_caught_up(
-                    request.topic, request.queue_id, response.next_offset, max_offset
+                self._caught_up.note_read(
+                    (request.topic, request.queue_id), offset, response.next_offset, max_offset
                 )
         elif offset < max_offset:
             scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
@@ -290,28 +278,6 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             # the queue no longer serves).
             raise _out_of_range(queue, offset, queue.min_offset, max_offset)
         return response
-
-    def _note_caught_up(self, topic: str, queue_id: int, next_offset: int, max_offset: int) -> None:
-        """Remember that a records reader of the queue read it to its end, or nearly
-        (within CAUGHT_UP_MAX_BEHIND_ENTRIES: a consumer keeping up), so that its notices
-        carry the entries since the previous one; forget it once a read stops further
-        back (it reads behind: notices carry none for it)."""
-        key = (topic, queue_id)
-        if max_offset - next_offset <= CAUGHT_UP_MAX_BEHIND_ENTRIES:
-            if key not in self._caught_up and len(self._caught_up) >= MAX_CAUGHT_UP_QUEUES:
-                self._caught_up.clear()
-            self._caught_up[key] = CAUGHT_UP_NOTICES
-        elif key in self._caught_up:
-            del self._caught_up[key]
-
-    def _take_caught_up(self, key: tuple[str, int]) -> bool:
-        """Whether a notice of the queue carries entries (a records reader read it to its
-        end, and fewer than CAUGHT_UP_NOTICES notices carried them since); counts it."""
-        left = self._caught_up.get(key, 0)
-        if left <= 0:
-            return False
-        self._caught_up[key] = left - 1
-        return True
 
     def _add_spans(
         self,
@@ -448,11 +414,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                         if entries_max_count:
                             since = announced.get(key)
                             announced[key] = max_offset
-                            if (
-                                since is not None
-                                and since < max_offset
-                                and self._take_caught_up(key)
-                            ):
+                            if since is not None and since < max_offset:
                                 self._add_notice_entries(
                                     notice, since, entries_max_count, entries_max_bytes
                                 )
@@ -463,23 +425,38 @@ class DispatchServicer(pb_grpc.DispatchServicer):
     ) -> None:
         """The queue's entries from ``since`` with their records, as GetQueueEntries with
         spans and records answers them, when the tail cache holds every record (the
-        watcher answers the pulls from ``since`` on with them, without asking). Only for a
-        queue whose records reader read it to its end lately: one that reads behind would
-        not use them."""
+        watcher answers the pulls from ``since`` on with them, without asking), in the
+        two cases caught_up.py gives: a small notice while a records reader keeps up
+        (all its entries or none), or any notice where a records pull is held."""
+        key = (notice.topic, notice.queue_id)
+        if self._caught_up.take_small(key, since, notice.max_offset):
+            small_bytes = min(max_bytes, SMALL_NOTICE_MAX_BYTES)
+            if self._try_notice_entries(notice, since, max_count, small_bytes, whole=True):
+                return
+        if self._caught_up.waiting_at(key, since):
+            self._try_notice_entries(notice, since, max_count, max_bytes, whole=False)
+
+    def _try_notice_entries(
+        self, notice: pb.ArrivalNotice, since: int, max_count: int, max_bytes: int, *, whole: bool
+    ) -> bool:
+        """Sets the notice's entries from ``since`` (``whole``: only when they reach its
+        max offset within the limits); whether it did."""
         queue = self._running().store.consume_queues.find(notice.topic, notice.queue_id)
         if queue is None:
-            return
+            return False
         max_offset = queue.max_offset  # max first, as GetQueueEntries
         min_offset = queue.min_offset
         if not min_offset <= since < max_offset:  # retention passed it: nothing to carry
-            return
+            return False
         entries = pb.GetQueueEntriesResponse(
             next_offset=since, min_offset=min_offset, max_offset=max_offset
         )
         self._add_spans(entries, queue, max_count, _NO_CODES, max_bytes, records=True)
-        if entries.records:
-            notice.entries_offset = since
-            notice.entries.CopyFrom(entries)
+        if not entries.records or (whole and entries.next_offset < notice.max_offset):
+            return False
+        notice.entries_offset = since
+        notice.entries.CopyFrom(entries)
+        return True
 
     # -- status ----------------------------------------------------------------------
     async def GetStatus(
