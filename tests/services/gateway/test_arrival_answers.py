@@ -25,13 +25,23 @@ ANSWERED = "tide_gateway_pulls_answered_from_arrivals_total"
 HELD = "tide_gateway_held_pulls"
 LONG_POLL_MS = 20_000
 
+METRICS = ("--metrics-listen", "127.0.0.1:0")
 arrivals_cluster = cluster_fixture(
-    name="arrivals_cluster", brokers=1, gateway_args=("--metrics-listen", "127.0.0.1:0")
+    name="arrivals_cluster", brokers=1, gateway_args=METRICS, dispatch_args=METRICS
 )
 
 
 def metric(cluster: Cluster, name: str) -> float:
     return total(scrape(cluster.gateway.ready["metrics"]), name)
+
+
+def dispatch_reads(cluster: Cluster) -> float:
+    """GetQueueEntries calls with records the dispatch answered (tail cache hits and
+    misses: the notices' entries are not counted)."""
+    scraped = scrape(str(cluster.brokers[0].dispatch.ready["metrics"]))
+    return total(scraped, "tide_dispatch_tail_cache_hits_total") + total(
+        scraped, "tide_dispatch_tail_cache_misses_total"
+    )
 
 
 def wait_for_metric(cluster: Cluster, name: str, done: Any, what: str) -> None:
@@ -117,6 +127,39 @@ def test_pulls_that_find_records_are_answered_from_kept_entries(
     )
     assert [body for body, *_ in decoded(asked)] == [b"warm", *bodies[:2]]
     assert metric(cluster, ANSWERED) == before + 3
+
+
+def test_a_pull_after_a_small_notice_does_not_ask_the_dispatch(
+    arrivals_cluster: Cluster,
+) -> None:
+    """A consumer that keeps up (its last read found nothing new) pulls after a single
+    message arrived, nobody held: the small notice carried the record and the gateway
+    answers from it; the dispatch answers no GetQueueEntries for it."""
+    cluster = arrivals_cluster
+    topic = "T_arrivals_small"
+    cluster.create_topic(topic, queues=2)
+    arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # caught up at 0; watch open
+    produce(cluster, topic, [(b"small", "B")])  # offset 1: no pull held
+    # Notices come in order on one watch: once a pull held on queue 1 is woken, the
+    # gateway has taken in queue 0's notice.
+    other = pb.PullRequest(
+        topic=topic, broker_name="broker-a", queue_id=1, long_poll_timeout_ms=LONG_POLL_MS
+    )
+    woken = held_pull(cluster, other)
+    queue_1 = pb.QueueRef(broker_name="broker-a", queue_id=1)
+    message = pb.ProduceMessage(topic=topic, body=b"q1", queue=queue_1)
+    cluster.gateway.stub.Produce(pb.ProduceRequest(messages=[message]), timeout=RPC_TIMEOUT_S)
+    assert [m.body for m in woken.result().messages] == [b"q1"]
+    reads, answered = dispatch_reads(cluster), metric(cluster, ANSWERED)
+    answer = cluster.gateway.stub.Pull(pull(topic, 1, encoding=RECORDS), timeout=RPC_TIMEOUT_S)
+    assert answer.status == Status.FOUND and answer.next_offset == answer.max_offset == 2
+    assert [(body, offset) for body, _, offset, _, _ in decoded(answer)] == [(b"small", 1)]
+    assert metric(cluster, ANSWERED) == answered + 1
+    assert dispatch_reads(cluster) == reads
+    # From an offset the notices did not bring: asked.
+    again = cluster.gateway.stub.Pull(pull(topic, 0, encoding=RECORDS), timeout=RPC_TIMEOUT_S)
+    assert [body for body, *_ in decoded(again)] == [b"warm", b"small"]
+    assert dispatch_reads(cluster) == reads + 1
 
 
 def test_other_held_pulls_ask_the_dispatch(arrivals_cluster: Cluster) -> None:
