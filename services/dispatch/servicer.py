@@ -17,7 +17,6 @@ import grpc
 
 from services.dispatch import lookup
 from services.dispatch.arrivals import ArrivalHub
-from services.dispatch.caught_up import SMALL_NOTICE_MAX_BYTES, CaughtUpReaders
 from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.delivery.timer import TimerService
 from services.dispatch.dispatcher import Dispatcher
@@ -68,6 +67,9 @@ READER_THREADS = 4
 STATUS_STORAGE_TIMEOUT_S = 1.0
 _I64_MAX = 2**63 - 1
 _NO_CODES: frozenset[int] = frozenset()
+# Queues whose waiting reader is remembered (deleted topics' queues stay until then);
+# forgotten all at once past it (their next notices carry no entries, once).
+MAX_CAUGHT_UP_QUEUES = 100_000
 MAX_POP_QUEUES = QUEUE_NUMS_MAX  # queues one PopMessages / GetPopLag names
 MAX_HALVES_ANSWERED = 10_000  # half messages in one TakeTransactionChecks / ListHalfMessages
 _T = TypeVar("_T")
@@ -197,8 +199,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         # leaves its thread running).
         self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tide-dispatch-read")
         self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
-        # What the queues' last records reads say about their notices (caught_up.py).
-        self._caught_up = CaughtUpReaders()
+        # Queues where a records reader found nothing new, at that offset (one per queue
+        # at most): the arrival notices that start there carry their entries.
+        self._caught_up: dict[tuple[str, int], int] = {}
 
     def drain(self) -> None:
         """End every WatchArrivals and GetQueueEntriesStream stream (the server is
@@ -264,9 +267,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         if request.spans:  # the hot path of every pull: bare tuples, no Entry objects
             self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
             if request.records and not codes:
-                self._caught_up.note_read(
-                    (request.topic, request.queue_id), offset, response.next_offset, max_offset
-                )
+                self._note_caught_up(request.topic, request.queue_id, offset, max_offset)
         elif offset < max_offset:
             scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
             # Not past the max offset reported (the queue may grow meanwhile).
@@ -279,6 +280,18 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             raise _out_of_range(queue, offset, queue.min_offset, max_offset)
         return response
 
+    def _note_caught_up(self, topic: str, queue_id: int, offset: int, max_offset: int) -> None:
+        """Remember that a records reader of the queue found nothing new at ``offset`` (a
+        gateway will hold its pull there, until the next arrival's notice); forget it
+        once one finds entries (it is reading behind: notices carry none for it)."""
+        key = (topic, queue_id)
+        if offset == max_offset:
+            if key not in self._caught_up and len(self._caught_up) >= MAX_CAUGHT_UP_QUEUES:
+                self._caught_up.clear()
+            self._caught_up[key] = offset
+        elif key in self._caught_up:
+            del self._caught_up[key]
+
     def _add_spans(
         self,
         response: pb.GetQueueEntriesResponse,
@@ -287,13 +300,10 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         codes: frozenset[int],
         max_bytes: int,
         records: bool,
-        *,
-        counted: bool = True,
     ) -> None:
         """Fill ``response`` (its offsets set, next_offset the request's offset, in the
         queue's range) with the spans from there and, with ``records``, their records when
-        the tail cache holds them all; move next_offset past the entries looked at.
-        ``counted``: in the tail cache's hits / misses (GetQueueEntries, not notices)."""
+        the tail cache holds them all; move next_offset past the entries looked at."""
         offset = response.next_offset
         if offset == response.max_offset:
             return
@@ -304,16 +314,16 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         for physical_offset, size, count in spans:
             add_span(physical_offset=physical_offset, size=size, count=count)
         if records and spans:
-            held = self._cached_records(spans, counted)
+            held = self._cached_records(spans)
             if held is not None:
                 response.records = held
         response.next_offset = next_offset
 
-    def _cached_records(self, spans: list[Span], counted: bool) -> bytes | None:
+    def _cached_records(self, spans: list[Span]) -> bytes | None:
         """The spans' records from the dispatcher's tail cache when it holds them all
         (saves the gateway the Storage/Read hop for consumers that keep up), else None."""
         cache = self._running().dispatcher.tail_cache
-        return cache.records(((offset, size) for offset, size, _ in spans), counted=counted)
+        return cache.records((offset, size) for offset, size, _ in spans)
 
     async def GetQueueOffsets(
         self, request: pb.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext[object, object]
@@ -417,7 +427,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                         if entries_max_count:
                             since = announced.get(key)
                             announced[key] = max_offset
-                            if since is not None and since < max_offset:
+                            if since is not None and self._caught_up.get(key) == since < max_offset:
                                 self._add_notice_entries(
                                     notice, since, entries_max_count, entries_max_bytes
                                 )
@@ -428,40 +438,23 @@ class DispatchServicer(pb_grpc.DispatchServicer):
     ) -> None:
         """The queue's entries from ``since`` with their records, as GetQueueEntries with
         spans and records answers them, when the tail cache holds every record (the
-        watcher answers the pulls from ``since`` on with them, without asking), in the
-        two cases caught_up.py gives: a small notice while a records reader keeps up
-        (all its entries or none), or any notice where a records pull is held."""
-        key = (notice.topic, notice.queue_id)
-        if self._caught_up.take_small(key, since, notice.max_offset):
-            small_bytes = min(max_bytes, SMALL_NOTICE_MAX_BYTES)
-            if self._try_notice_entries(notice, since, max_count, small_bytes, whole=True):
-                return
-        if self._caught_up.waiting_at(key, since):
-            self._try_notice_entries(notice, since, max_count, max_bytes, whole=False)
-
-    def _try_notice_entries(
-        self, notice: pb.ArrivalNotice, since: int, max_count: int, max_bytes: int, *, whole: bool
-    ) -> bool:
-        """Sets the notice's entries from ``since`` (``whole``: only when they reach its
-        max offset within the limits); whether it did."""
+        watcher answers a pull held at ``since`` with them, without asking). Only for a
+        queue whose last records reader found nothing new at ``since``: one that reads
+        behind would not use them."""
         queue = self._running().store.consume_queues.find(notice.topic, notice.queue_id)
         if queue is None:
-            return False
+            return
         max_offset = queue.max_offset  # max first, as GetQueueEntries
         min_offset = queue.min_offset
         if not min_offset <= since < max_offset:  # retention passed it: nothing to carry
-            return False
+            return
         entries = pb.GetQueueEntriesResponse(
             next_offset=since, min_offset=min_offset, max_offset=max_offset
         )
-        self._add_spans(
-            entries, queue, max_count, _NO_CODES, max_bytes, records=True, counted=False
-        )
-        if not entries.records or (whole and entries.next_offset < notice.max_offset):
-            return False
-        notice.entries_offset = since
-        notice.entries.CopyFrom(entries)
-        return True
+        self._add_spans(entries, queue, max_count, _NO_CODES, max_bytes, records=True)
+        if entries.records:
+            notice.entries_offset = since
+            notice.entries.CopyFrom(entries)
 
     # -- status ----------------------------------------------------------------------
     async def GetStatus(

@@ -17,11 +17,10 @@ for entries; a notice recorded after that sequence number wakes it at once.
 
 The watch asks for the arrived entries too (``WatchArrivalsRequest.entries_max_count``):
 a notice then carries the queue's new entries with their records, from the offset the
-previous notice announced, when a records pull lately read the queue to its end (the
-dispatch remembers when, per queue) and the dispatch's tail cache held them. They are
-kept per queue (arrived_entries.py): the pulls of a consumer that keeps up, held or
-not, are answered from them without asking the dispatch again (pull.py): one internal
-call and one turn of the dispatch's loop less per pull.
+previous notice announced, when a pull found nothing new there (the dispatch remembers
+the last empty answer per queue) and the dispatch's tail cache held them. The pull held
+at that offset (a consumer that keeps up) is woken with them and answers without
+asking the dispatch again (pull.py): one internal call less per arrival.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import logging
 
 import grpc
 
-from services.gateway.arrived_entries import ArrivedEntries
 from services.gateway.brokers import BrokerChannels, rpc_problem
 from tide.limits import PULL_MAX_MESSAGES
 from tide.server import ServiceError
@@ -53,9 +51,6 @@ CLOSING = -1
 WOKEN_BY_BREAK = -2
 # Entries a notice carries at most: a pull's max_messages at most (pull.MAX_MESSAGES).
 NOTICE_MAX_ENTRIES = PULL_MAX_MESSAGES
-# Record bytes of notice entries kept for pulls (arrived_entries.py), in all; per queue
-# it is the gateway's --max-pull-bytes (what one notice carries at most).
-ARRIVED_MAX_BYTES = 64 << 20
 # What a waiter is woken with: a notice (with entries, maybe), or one of the values above
 # (or a max offset a recheck found).
 Wake = int | dispatch_pb.ArrivalNotice
@@ -86,10 +81,6 @@ class HeldPulls:
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._recheck: asyncio.Task[None] | None = None
         self._closing = False
-        # The entries the notices carried, for the pulls that come for them.
-        self.arrived = ArrivedEntries(
-            max_queue_bytes=notice_max_bytes, max_total_bytes=ARRIVED_MAX_BYTES
-        )
 
     @property
     def held(self) -> int:
@@ -205,13 +196,11 @@ class HeldPulls:
                 async for notice in stub.WatchArrivals(request):
                     failures = 0
                     key = (address, notice.topic, notice.queue_id)
-                    self.arrived.add(key, notice)
                     self.notify(key, notice.max_offset, notice)
                 problem = "the stream ended (dispatch stopping)"
             except grpc.aio.AioRpcError as exc:
                 problem = rpc_problem(exc)
             failures += 1
-            self.arrived.forget_address(address)  # the dispatch may come back cut
             if failures == 1:
                 self._wake_address(address)
             if not self._has_waiters(address):

@@ -10,9 +10,9 @@
 
 With ``encoding = ENCODING_RECORDS`` steps 1 and 2 ask for spans of adjacent records
 instead, and the stored records are handed on undecoded (pull_records.py); a consumer
-that keeps up gets them from the dispatch's tail cache in step 1, without step 2, and
-without step 1 either when the master's arrival notices carried them (long_poll.py,
-arrived_entries.py: what notices carried is kept per queue for the pulls that follow).
+that keeps up gets them from the dispatch's tail cache in step 1, without step 2, and a
+pull held until they arrived gets them with the arrival notice, without step 1 either
+(long_poll.py).
 
 Statuses as RocketMQ's getMessage: FOUND; NO_NEW_MESSAGE (offset == max offset);
 NO_MATCHED_MESSAGE (entries looked at, none matched; next_offset moves past them);
@@ -252,12 +252,7 @@ class Puller:
             await self._queue_locks.check_pull(request)
         deadline = time.monotonic() + timeout_ms / 1000
         offset = request.offset
-        from_arrivals = records and tag_filter.matches_all and not browse
         while True:
-            if from_arrivals:
-                answer = self._kept_answer(target, offset, max_messages)
-                if answer is not None:
-                    return answer
             since = self._held.sequence
             response, member = await read_queue(
                 self._routes,
@@ -279,7 +274,7 @@ class Puller:
             woken, arrived = await self._held.wait(key, offset, remaining_s, since)
             if not woken:
                 return response  # timed out (or the gateway is stopping)
-            if arrived is not None and from_arrivals:
+            if arrived is not None and records and tag_filter.matches_all:
                 answer = self._arrived_answer(member, target, arrived, max_messages)
                 if answer is not None:
                     return answer
@@ -359,29 +354,6 @@ class Puller:
         records, count = self._cached(arrived, member, target, "WatchArrivals")
         self.arrival_answers += 1
         return _records_answer(arrived, records, count, MATCH_ALL)
-
-    def _kept_answer(
-        self, target: QueueTarget, offset: int, max_messages: int
-    ) -> pb.PullResponse | None:
-        """A records pull's answer from the entries the master's notices carried
-        (arrived_entries.py: a consumer that keeps up), or None when they do not hold
-        ``offset`` (then it asks the dispatch as usual)."""
-        master = target.members[0] if target.members else None
-        if master is None or master.broker_id != 0 or not master.dispatch:
-            return None
-        kept = self._held.arrived.take(
-            (master.dispatch, target.topic, target.queue_id),
-            offset,
-            max_messages,
-            self._config.max_pull_bytes,
-        )
-        if kept is None:
-            return None
-        self.arrival_answers += 1
-        response = _answer(Status.FOUND, kept.next_offset, kept.min_offset, kept.max_offset)
-        response.records = kept.records
-        response.record_count = kept.count
-        return response
 
     async def _pull_records(
         self,

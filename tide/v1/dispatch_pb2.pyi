@@ -401,9 +401,9 @@ class WatchArrivalsRequest(_message.Message):
     """When > 0 (1..1024), a notice also carries the queue's newly arrived entries with
     their records (ArrivalNotice.entries): what GetQueueEntries with spans and records
     would answer from the max offset this watch announced last for the queue, with this
-    max_count and entries_max_bytes as max_bytes, while a reader keeps up there. Lets the
-    watcher answer the pulls from that offset on without asking for them. 0: notices
-    carry offsets only.
+    max_count and entries_max_bytes as max_bytes, when a reader waits there. Lets the
+    watcher answer a pull held at that offset without asking for them. 0: notices carry
+    offsets only.
     """
     entries_max_bytes: _builtins.int
     """The max_bytes of those entries (>= 0; 0: no byte limit asked); at most 32 MiB, as
@@ -454,10 +454,9 @@ class ArrivalNotice(_message.Message):
     def entries(self) -> Global___GetQueueEntriesResponse:
         """With WatchArrivalsRequest.entries_max_count: GetQueueEntries' answer for offset
         entries_offset (spans and records; no tag codes), set only when the last
-        GetQueueEntries with spans and records (and no tag codes) of the queue read it to its
-        end or within 1,024 entries of it (a reader keeps up there), on at most 128 notices
-        after that read, and the dispatch's tail cache held every record (never on a queue's
-        first notice).
+        GetQueueEntries with spans and records (and no tag codes) of the queue found nothing
+        new at entries_offset (a reader is waiting there) and the dispatch's tail cache held
+        every record (never on a queue's first notice).
         """
 
     def __init__(

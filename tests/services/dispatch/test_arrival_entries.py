@@ -1,19 +1,19 @@
 """WatchArrivals with ``entries_max_count``: a notice carries the queue's entries from the
 max offset the watch announced before (GetQueueEntries' answer with spans and records)
-when it is small and a records reader lately read the queue to its end (or nearly), or
-when a records read found nothing new where it starts, against real storage and
-dispatch processes."""
+when a records reader found nothing new there, against real storage and dispatch
+processes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 
-from services.dispatch import caught_up as caught_up_module
-from services.dispatch.caught_up import CaughtUpReaders
+from services.dispatch import servicer as servicer_module
+from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.servicer import DispatchServicer, Running
 from tests.services.dispatch.conftest import RPC_TIMEOUT_S, DispatchProcess, Pair
 from tests.services.dispatch.test_tail_cache import spans_request, storage_records
 from tests.services.storage.conftest import cancel, expect_error, message
@@ -94,11 +94,11 @@ def test_notices_carry_the_entries_since_the_previous_one(
         cancel(call)
 
 
-def test_notices_carry_entries_only_after_a_reader_caught_up(
+def test_notices_carry_entries_only_where_a_reader_waits(
     shared_pair: Pair, topic_name: str
 ) -> None:
-    """No reader yet, a tag-filtered reader, a reader of entries (no records): no entries.
-    A records reader that read to the end: them. One that read far behind: none again."""
+    """No reader found the queue empty, one reads behind, one waits at another offset, a
+    tag-filtered reader waits: no entries. A reader waiting at the announced offset: them."""
     pair = shared_pair
     pair.storage.append([message(topic_name, 0, b"x")])
     pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
@@ -107,69 +107,25 @@ def test_notices_carry_entries_only_after_a_reader_caught_up(
     stub = pair.dispatch.stub
     try:
         assert next(notices).max_offset == 1
-        pair.storage.append([message(topic_name, 0, b"nobody reads")])
+        pair.storage.append([message(topic_name, 0, b"nobody waits")])
         (alone,) = notices_until(notices, 0, 2)
         assert not alone.HasField("entries")
-        tagged = spans_request(topic_name, offset=2, tag_codes=[7])
-        assert not stub.GetQueueEntries(tagged, timeout=RPC_TIMEOUT_S).spans
-        plain = pb.GetQueueEntriesRequest(topic=topic_name, queue_id=0, offset=2, max_count=8)
-        assert not stub.GetQueueEntries(plain, timeout=RPC_TIMEOUT_S).entries
-        pair.storage.append([message(topic_name, 0, b"tag filter")])
-        (after_others,) = notices_until(notices, 0, 3)
-        assert not after_others.HasField("entries")
-        # A records reader from the start reads to the end: the next notice has entries.
-        read = stub.GetQueueEntries(spans_request(topic_name), timeout=RPC_TIMEOUT_S)
-        assert read.next_offset == read.max_offset == 3
-        pair.storage.append([message(topic_name, 0, b"caught up")])
-        (caught_up,) = notices_until(notices, 0, 4)
-        check_entries(pair, caught_up, 3)
-        # Far behind: a read stopping more than CAUGHT_UP_MAX_BEHIND_ENTRIES short.
-        many = caught_up_module.CAUGHT_UP_MAX_BEHIND_ENTRIES + 2
-        pair.storage.append([message(topic_name, 0, b"m") for _ in range(many)])
-        notices_until(notices, 0, 4 + many)
-        behind = stub.GetQueueEntries(spans_request(topic_name, max_count=1), timeout=RPC_TIMEOUT_S)
-        assert behind.next_offset == 1 and behind.max_offset == 4 + many
+        wait_at(pair, topic_name, 2)
+        # ...then a reader reads behind (offset 0 has entries): it is not waiting.
+        behind = stub.GetQueueEntries(spans_request(topic_name), timeout=RPC_TIMEOUT_S)
+        assert behind.spans
         pair.storage.append([message(topic_name, 0, b"read behind")])
-        (after_behind,) = notices_until(notices, 0, 5 + many)
+        (after_behind,) = notices_until(notices, 0, 3)
         assert not after_behind.HasField("entries")
-    finally:
-        cancel(call)
-
-
-def test_big_notices_carry_entries_only_where_a_pull_is_held(
-    shared_pair: Pair, topic_name: str
-) -> None:
-    """While a records reader keeps up (read to the end, not held there), a notice of
-    more than SMALL_NOTICE_MAX_ENTRIES entries or SMALL_NOTICE_MAX_BYTES of records
-    carries none (a busy queue: its consumer asks the dispatch, in fewer, larger pulls);
-    small ones around it do. A big one carries them when a records read found nothing
-    new at its start (a pull is held there)."""
-    pair = shared_pair
-    pair.storage.append([message(topic_name, 0, b"x")])
-    pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
-    call = watch(pair.dispatch, topic_name, entries_max_count=1024)
-    notices = iter(call)
-    stub = pair.dispatch.stub
-    try:
-        assert next(notices).max_offset == 1
-        read = stub.GetQueueEntries(spans_request(topic_name), timeout=RPC_TIMEOUT_S)
-        assert read.next_offset == read.max_offset == 1  # caught up, read from 0
-        over = caught_up_module.SMALL_NOTICE_MAX_ENTRIES + 1
-        pair.storage.append([message(topic_name, 0, b"b") for _ in range(over)])
-        (many,) = notices_until(notices, 0, 1 + over)
-        assert not many.HasField("entries")
-        end = 1 + over
-        pair.storage.append([message(topic_name, 0, b"small")])
-        (small,) = notices_until(notices, 0, end + 1)
-        check_entries(pair, small, end)
-        body = b"w" * (caught_up_module.SMALL_NOTICE_MAX_BYTES // 2)
-        pair.storage.append([message(topic_name, 0, body), message(topic_name, 0, body)])
-        (wide,) = notices_until(notices, 0, end + 3)
-        assert not wide.HasField("entries")
-        wait_at(pair, topic_name, end + 3)  # a pull is held there now
-        pair.storage.append([message(topic_name, 0, b"h") for _ in range(over)])
-        (held,) = notices_until(notices, 0, end + 3 + over)
-        check_entries(pair, held, end + 3)
+        tagged = spans_request(topic_name, offset=3, tag_codes=[7])
+        assert not stub.GetQueueEntries(tagged, timeout=RPC_TIMEOUT_S).spans
+        pair.storage.append([message(topic_name, 0, b"tag filter")])
+        (after_tagged,) = notices_until(notices, 0, 4)
+        assert not after_tagged.HasField("entries")
+        wait_at(pair, topic_name, 4)
+        pair.storage.append([message(topic_name, 0, b"waited for")])
+        (waited,) = notices_until(notices, 0, 5)
+        check_entries(pair, waited, 4)
     finally:
         cancel(call)
 
@@ -221,27 +177,20 @@ def test_bad_entry_limits_are_invalid(shared_pair: Pair, fields: dict[str, int],
     expect_error(INVALID, lambda: next(iter(watch(shared_pair.dispatch, "T", **fields))), text)
 
 
-def test_caught_up_readers_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_waiting_readers_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MAX_CAUGHT_UP_QUEUES queues (deleted topics' stay) they are forgotten at once;
-    a queue read far behind is forgotten on its own; each read to the end lets
-    CAUGHT_UP_NOTICES small notices carry entries; a read that found nothing new marks
-    where a pull is held."""
-    monkeypatch.setattr(caught_up_module, "MAX_CAUGHT_UP_QUEUES", 3)
-    monkeypatch.setattr(caught_up_module, "CAUGHT_UP_NOTICES", 2)
-    behind = caught_up_module.CAUGHT_UP_MAX_BEHIND_ENTRIES
-    small = caught_up_module.SMALL_NOTICE_MAX_ENTRIES
-    readers = CaughtUpReaders()
-    for queue_id in range(3):
-        readers.note_read(("T", queue_id), 5, 5, 5)
-    readers.note_read(("T", 2), 0, 6, 6 + behind)  # known queue, nearly: no clearing
-    assert len(readers) == 3
-    assert readers.waiting_at(("T", 0), 5) and not readers.waiting_at(("T", 2), 6)
-    readers.note_read(("T", 1), 0, 3, 4 + behind)  # read far behind
-    assert not readers.take_small(("T", 1), 5, 6) and not readers.waiting_at(("T", 1), 5)
-    assert not readers.take_small(("T", 0), 5, 6 + small)  # big: not counted
-    assert [readers.take_small(("T", 0), 5, 6) for _ in range(3)] == [True, True, False]
-    readers.note_read(("T", 0), 3, 7, 7)  # read to the end again
-    assert readers.take_small(("T", 0), 7, 7 + small)
-    readers.note_read(("T", 1), 8, 8, 8)  # three again
-    readers.note_read(("T", 9), 1, 1, 1)  # a fourth: the others go
-    assert len(readers) == 1 and readers.waiting_at(("T", 9), 1)
+    a queue read behind is forgotten on its own."""
+    monkeypatch.setattr(servicer_module, "MAX_CAUGHT_UP_QUEUES", 3)
+    servicer = DispatchServicer(lambda: cast(Running, None), ArrivalHub())
+    try:
+        for queue_id in range(3):
+            servicer._note_caught_up("T", queue_id, 5, 5)
+        servicer._note_caught_up("T", 2, 6, 6)  # known queue: no clearing
+        assert servicer._caught_up == {("T", 0): 5, ("T", 1): 5, ("T", 2): 6}
+        servicer._note_caught_up("T", 1, 3, 6)  # read behind
+        assert ("T", 1) not in servicer._caught_up
+        servicer._note_caught_up("T", 1, 6, 6)
+        servicer._note_caught_up("T", 9, 1, 1)  # a fourth: the others go
+        assert servicer._caught_up == {("T", 9): 1}
+    finally:
+        servicer._readers.shutdown(wait=True)

@@ -25,23 +25,13 @@ ANSWERED = "tide_gateway_pulls_answered_from_arrivals_total"
 HELD = "tide_gateway_held_pulls"
 LONG_POLL_MS = 20_000
 
-METRICS = ("--metrics-listen", "127.0.0.1:0")
 arrivals_cluster = cluster_fixture(
-    name="arrivals_cluster", brokers=1, gateway_args=METRICS, dispatch_args=METRICS
+    name="arrivals_cluster", brokers=1, gateway_args=("--metrics-listen", "127.0.0.1:0")
 )
 
 
 def metric(cluster: Cluster, name: str) -> float:
     return total(scrape(cluster.gateway.ready["metrics"]), name)
-
-
-def dispatch_reads(cluster: Cluster) -> float:
-    """GetQueueEntries calls with records the dispatch answered (tail cache hits and
-    misses: the notices' entries are not counted)."""
-    scraped = scrape(str(cluster.brokers[0].dispatch.ready["metrics"]))
-    return total(scraped, "tide_dispatch_tail_cache_hits_total") + total(
-        scraped, "tide_dispatch_tail_cache_misses_total"
-    )
 
 
 def wait_for_metric(cluster: Cluster, name: str, done: Any, what: str) -> None:
@@ -98,82 +88,21 @@ def test_held_records_pulls_are_answered_from_the_notice(arrivals_cluster: Clust
     assert [b for b, *_ in decoded(again)] == [b"r0-0", b"r1-0", b"r1-1", b"r2-0", b"r2-1", b"r2-2"]
 
 
-def test_pulls_that_find_records_are_answered_from_kept_entries(
-    arrivals_cluster: Cluster,
-) -> None:
-    """A held pull taking fewer records than the notice carried, then the pulls that find
-    the rest (not held): answered from the entries the gateway kept, exactly as the
-    dispatch answers them; a pull from an older offset asks the dispatch."""
-    cluster = arrivals_cluster
-    topic = "T_arrivals_kept"
-    cluster.create_topic(topic, queues=1)
-    arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # the watch is open now
-    before = metric(cluster, ANSWERED)
-    bodies = [f"k{i}".encode() * (i + 1) for i in range(5)]
-    first = arrive(cluster, topic, 1, bodies, encoding=RECORDS, max_messages=2)
-    got = [(body, queue_offset) for body, _, queue_offset, _, _ in decoded(first)]
-    offset = first.next_offset
-    while offset < 6:  # the notice that woke the first pull came: the rest is kept
-        answer = cluster.gateway.stub.Pull(
-            pull(topic, offset, encoding=RECORDS, max_messages=2), timeout=RPC_TIMEOUT_S
-        )
-        assert answer.status == Status.FOUND and answer.max_offset == 6
-        got += [(body, queue_offset) for body, _, queue_offset, _, _ in decoded(answer)]
-        offset = answer.next_offset
-    assert got == [(body, 1 + i) for i, body in enumerate(bodies)]
-    assert metric(cluster, ANSWERED) == before + 3  # the held pull and the two after it
-    asked = cluster.gateway.stub.Pull(
-        pull(topic, 0, encoding=RECORDS, max_messages=3), timeout=RPC_TIMEOUT_S
-    )
-    assert [body for body, *_ in decoded(asked)] == [b"warm", *bodies[:2]]
-    assert metric(cluster, ANSWERED) == before + 3
-
-
-def test_a_pull_after_a_small_notice_does_not_ask_the_dispatch(
-    arrivals_cluster: Cluster,
-) -> None:
-    """A consumer that keeps up (its last read found nothing new) pulls after a single
-    message arrived, nobody held: the small notice carried the record and the gateway
-    answers from it; the dispatch answers no GetQueueEntries for it."""
-    cluster = arrivals_cluster
-    topic = "T_arrivals_small"
-    cluster.create_topic(topic, queues=2)
-    arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # caught up at 0; watch open
-    produce(cluster, topic, [(b"small", "B")])  # offset 1: no pull held
-    # Notices come in order on one watch: once a pull held on queue 1 is woken, the
-    # gateway has taken in queue 0's notice.
-    other = pb.PullRequest(
-        topic=topic, broker_name="broker-a", queue_id=1, long_poll_timeout_ms=LONG_POLL_MS
-    )
-    woken = held_pull(cluster, other)
-    queue_1 = pb.QueueRef(broker_name="broker-a", queue_id=1)
-    message = pb.ProduceMessage(topic=topic, body=b"q1", queue=queue_1)
-    cluster.gateway.stub.Produce(pb.ProduceRequest(messages=[message]), timeout=RPC_TIMEOUT_S)
-    assert [m.body for m in woken.result().messages] == [b"q1"]
-    reads, answered = dispatch_reads(cluster), metric(cluster, ANSWERED)
-    answer = cluster.gateway.stub.Pull(pull(topic, 1, encoding=RECORDS), timeout=RPC_TIMEOUT_S)
-    assert answer.status == Status.FOUND and answer.next_offset == answer.max_offset == 2
-    assert [(body, offset) for body, _, offset, _, _ in decoded(answer)] == [(b"small", 1)]
-    assert metric(cluster, ANSWERED) == answered + 1
-    assert dispatch_reads(cluster) == reads
-    # From an offset the notices did not bring: asked.
-    again = cluster.gateway.stub.Pull(pull(topic, 0, encoding=RECORDS), timeout=RPC_TIMEOUT_S)
-    assert [body for body, *_ in decoded(again)] == [b"warm", b"small"]
-    assert dispatch_reads(cluster) == reads + 1
-
-
 def test_other_held_pulls_ask_the_dispatch(arrivals_cluster: Cluster) -> None:
-    """A tag expression, decoded messages: answered correctly, through GetQueueEntries
-    as before (the counter does not move)."""
+    """Fewer messages wanted than arrived, a tag expression, decoded messages: answered
+    correctly, through GetQueueEntries as before (the counter does not move)."""
     cluster = arrivals_cluster
     topic = "T_arrivals_ask"
     cluster.create_topic(topic, queues=1)
     arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # the watch is open now
     before = metric(cluster, ANSWERED)
-    tagged = arrive(cluster, topic, 1, [b"a1", b"b4", b"a2"], encoding=RECORDS, expression="A")
+    fewer = arrive(cluster, topic, 1, [b"b1", b"b2", b"b3"], encoding=RECORDS, max_messages=2)
+    assert [body for body, *_ in decoded(fewer)] == [b"b1", b"b2"]
+    assert fewer.next_offset == 3
+    tagged = arrive(cluster, topic, 4, [b"a1", b"b4", b"a2"], encoding=RECORDS, expression="A")
     assert [(body, tag) for body, *_, tag in decoded(tagged)] == [(b"a1", "A"), (b"a2", "A")]
-    assert tagged.next_offset == 4
-    messages = arrive(cluster, topic, 4, [b"b5", b"a3"])
+    assert tagged.next_offset == 7
+    messages = arrive(cluster, topic, 7, [b"b5", b"a3"])
     assert [m.body for m in messages.messages] == [b"b5", b"a3"]
     assert not messages.records
     assert metric(cluster, ANSWERED) == before
