@@ -300,10 +300,13 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         codes: frozenset[int],
         max_bytes: int,
         records: bool,
+        *,
+        counted: bool = True,
     ) -> None:
         """Fill ``response`` (its offsets set, next_offset the request's offset, in the
         queue's range) with the spans from there and, with ``records``, their records when
-        the tail cache holds them all; move next_offset past the entries looked at."""
+        the tail cache holds them all; move next_offset past the entries looked at.
+        ``counted``: in the tail cache's hits / misses (GetQueueEntries, not notices)."""
         offset = response.next_offset
         if offset == response.max_offset:
             return
@@ -314,16 +317,16 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         for physical_offset, size, count in spans:
             add_span(physical_offset=physical_offset, size=size, count=count)
         if records and spans:
-            held = self._cached_records(spans)
+            held = self._cached_records(spans, counted)
             if held is not None:
                 response.records = held
         response.next_offset = next_offset
 
-    def _cached_records(self, spans: list[Span]) -> bytes | None:
+    def _cached_records(self, spans: list[Span], counted: bool) -> bytes | None:
         """The spans' records from the dispatcher's tail cache when it holds them all
         (saves the gateway the Storage/Read hop for consumers that keep up), else None."""
         cache = self._running().dispatcher.tail_cache
-        return cache.records((offset, size) for offset, size, _ in spans)
+        return cache.records(((offset, size) for offset, size, _ in spans), counted=counted)
 
     async def GetQueueOffsets(
         self, request: pb.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext[object, object]
@@ -451,7 +454,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         entries = pb.GetQueueEntriesResponse(
             next_offset=since, min_offset=min_offset, max_offset=max_offset
         )
-        self._add_spans(entries, queue, max_count, _NO_CODES, max_bytes, records=True)
+        self._add_spans(
+            entries, queue, max_count, _NO_CODES, max_bytes, records=True, counted=False
+        )
         if entries.records:
             notice.entries_offset = since
             notice.entries.CopyFrom(entries)

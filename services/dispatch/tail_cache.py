@@ -51,7 +51,8 @@ class TailCache:
     """The newest records' bytes by commitlog offset, at most ``max_bytes`` held (0: off).
 
     ``hits`` / ``misses`` count :meth:`records` calls answered / not (whole calls, as the
-    answer is all or nothing); ``held_bytes`` is the memory charged.
+    answer is all or nothing; ``counted=False`` calls, the arrival notices' entries, are
+    not: the counters are the pulls' reads); ``held_bytes`` is the memory charged.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -111,17 +112,17 @@ class TailCache:
             return None
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def records(self, spans: Iterable[tuple[int, int]]) -> bytes | None:
+    def records(self, spans: Iterable[tuple[int, int]], *, counted: bool = True) -> bytes | None:
         """Every span's bytes ((offset, size) pairs) back to back, when all are held (what
         Storage/Read of those spans answers), else None. No spans: None, not counted."""
         parts: list[memoryview] = []
         for offset, size in spans:
             if not self._collect(offset, size, parts):
-                self.misses += 1
+                self.misses += counted
                 return None
         if not parts:
             return None
-        self.hits += 1
+        self.hits += counted
         return b"".join(parts)
 
     # -- internals -----------------------------------------------------------------

@@ -212,6 +212,10 @@ def test_records_counts_hits_and_misses() -> None:
     assert cache.records([(1000, 100), (1300, 1)]) is None  # all or nothing
     assert cache.records([]) is None  # nothing asked: not counted
     assert (cache.hits, cache.misses) == (1, 1)
+    # The arrival notices' entries (counted=False): the counters are the pulls' reads.
+    assert cache.records([(1000, 100)], counted=False) == LOG[1000:1100]
+    assert cache.records([(1300, 1)], counted=False) is None
+    assert (cache.hits, cache.misses) == (1, 1)
 
 
 # -- batches from the Tail assembler -------------------------------------------------
