@@ -9,7 +9,8 @@ a gateway), creates a NORMAL and a FIFO topic of ``--queues`` queues, then:
 * produce: ``--count`` 128-byte messages in batches of 100 through ``tide.client``'s
   Producer, to the NORMAL topic (round robin), to the FIFO topic (each message with
   one of ``--groups`` message groups, routed by its hash and stored with
-  ``__SHARDINGKEY``: a batch spread over every queue, the gateway's general path) and
+  ``__SHARDINGKEY``: a batch spread over every queue, the gateway's plain path split
+  by queue since issue 21's FIFO follow-up, its general path before) and
   to a second FIFO topic in batches whose groups all hash to one queue (batch ``i`` to
   queue ``i % --queues``, as a producer batching per queue sends: the gateway's plain
   path), alternating batch by batch so that all see the same load: messages/s of each,

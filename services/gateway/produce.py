@@ -13,7 +13,9 @@ The common request (one topic, no explicit queue or sharding key) takes a shorte
 (:class:`PlainBatch`): one queue for the whole batch, its records encoded in one run;
 what it could not write goes the general way for its retries. So does a batch of one
 topic whose sharding keys all hash to one queue (FIFO produce of one message group, or
-of groups sharing a queue).
+of groups sharing a queue), and one whose keys hash to several queues (FIFO produce of
+many groups): split by queue in one compiled call, each broker's queues in one run, the
+brokers concurrently (``_send_spread``).
 
 Outcome: every message written -> their results; none written -> the call fails with the
 first failure's status; some written -> the others are SEND_FAILED with their error.
@@ -36,7 +38,7 @@ from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.message_types import check_message_types, check_produce_topics
 from services.gateway.options import GatewayConfig
 from services.gateway.produce_idempotent import bare_idempotent, produce_idempotent
-from services.gateway.produce_plain import PlainBatch, PlainGroup, bodies_wire
+from services.gateway.produce_plain import PlainBatch, PlainGroup, bodies_wire, broker_runs
 from services.gateway.produce_results import (
     Written,
     appended_response,
@@ -55,7 +57,7 @@ from services.gateway.scheduled import (
     is_delayed,
     scheduled_record,
 )
-from services.gateway.selection import QueueSelector, by_sharding_key, one_sharding_queue
+from services.gateway.selection import QueueSelector, by_sharding_key, sharding_parts
 from services.gateway.transactions import add_half, set_transaction_ids
 from services.gateway.uniq import UniqueKeyGenerator
 from services.gateway.validate import ProduceCheck, check_produce_messages
@@ -225,8 +227,8 @@ class Producer:
         check: ProduceCheck,
         request: pb.ProduceRequest,
     ) -> PlainBatch | None:
-        """The batch of one topic's messages for one queue (the plain path), or None:
-        the general path takes it."""
+        """The batch of one topic's messages for one queue, or split by their sharding
+        keys' queues (the plain path), or None: the general path takes it."""
         (view,) = views.values()
         compact = request.compact_results
         if not check.routed:  # round robin (a FIFO topic refuses messages without a group)
@@ -235,8 +237,8 @@ class Producer:
             return PlainBatch(
                 messages, unique_keys, view, bodies_only=check.bodies_only, compact=compact
             )
-        queue = one_sharding_queue(messages, view.writable)
-        if queue is None:  # an explicit queue, or keys of several queues
+        parts = sharding_parts(messages, view.writable, keyed=check.keyed_bodies)
+        if parts is None:  # an explicit queue, or a message without a key
             return None
         return PlainBatch(
             messages,
@@ -244,7 +246,8 @@ class Producer:
             view,
             bodies_only=check.keyed_bodies,
             compact=compact,
-            queue=queue,
+            queue=parts[0][0] if len(parts) == 1 else None,
+            parts=parts if len(parts) > 1 else None,
         )
 
     async def _plain_response(
@@ -258,7 +261,7 @@ class Producer:
         # their group's order would break.
         if plain.unsent and self._config.produce_retries and not plain.groups:
             messages, unique_keys = plain.messages, plain.unique_keys
-            sharded = plain.queue is not None  # hashed again over the other brokers' queues
+            sharded = plain.sharded  # hashed again over the other brokers' queues
             pending = [
                 _Pending(
                     index,
@@ -468,41 +471,66 @@ class Producer:
         view = plain.view
         if not view.writable:
             raise no_writable_queue(view)
+        if plain.parts is not None:
+            await self._send_spread(plain, plain.parts, born_host, now_ms)
+            return
         queue = plain.queue or self._selector.round_robin(view.topic, view.writable)
         assert queue is not None  # nothing excluded, and the topic has writable queues
         count = len(plain.messages)
         member = view.master(queue.broker_name)
         if member is None:  # the route changed under us: the general way decides
-            error = no_writable_queue(view)
-            for index in range(count):
-                plain.errors[index] = error
-                plain.unsent.append((index, queue.broker_name))
+            plain.failed(range(count), no_writable_queue(view), queue.broker_name)
             return
         group = PlainGroup(member, RunWriter(born_host), queue.queue_id)
         magic, part = self._topic_part(view.topic)
         plain.encode(group, magic, part, now_ms)
         await self._append_plain(plain, group)
 
-    async def _append_plain(self, plain: PlainBatch, group: PlainGroup) -> None:
+    async def _send_spread(
+        self,
+        plain: PlainBatch,
+        parts: list[tuple[QueueRef, list[int]]],
+        born_host: bytes,
+        now_ms: int,
+    ) -> None:
+        """One attempt: each queue's messages encoded in order, a broker's queues one after
+        the other in one run, the brokers' Appends concurrently (as the general path's)."""
+        magic, part = self._topic_part(plain.view.topic)
+        sends = []
+        for run in broker_runs(plain, parts, born_host, magic, part, now_ms):
+            if run.group is None:  # the route changed under us: as _send_plain
+                plain.failed(run.positions, no_writable_queue(plain.view), run.broker_name)
+                continue
+            sends.append(self._append_plain(plain, run.group, run.positions, run.queue_ids))
+        await asyncio.gather(*sends)
+
+    async def _append_plain(
+        self,
+        plain: PlainBatch,
+        group: PlainGroup,
+        positions: list[int] | None = None,
+        queue_ids: list[int] | None = None,
+    ) -> None:
+        """Append the group's run: the whole batch's, or that of the messages at
+        ``positions`` (to ``queue_ids``); their rows or errors into the batch."""
         data = group.writer.getvalue()
-        count = len(plain.messages)
+        indexes = range(len(plain.messages)) if positions is None else positions
+        count = len(indexes)
         try:
             outcome = await self._call_append(group.member, data, count)
         except _AppendFailed as failed:
-            plain.errors[:] = [failed.error] * count
-            if failed.unreachable:
-                name = group.member.broker_name
-                plain.unsent.extend((index, name) for index in range(count))
+            unsent = group.member.broker_name if failed.unreachable else None
+            plain.failed(indexes, failed.error, unsent)
             if failed.not_found:
                 self._routes.invalidate(plain.view.topic)
             return
         self.written_bytes += len(data)
         name = group.member.broker_name
-        if plain.compact:  # the response's run is sliced from the Append's answer
+        if plain.compact and positions is None:  # the run is sliced from the Append's answer
             plain.appended = (name, group.queue_id, outcome.response, outcome.start)
             return
-        queue_ids = [group.queue_id] * count
-        plain.rows[:] = written_rows(name, queue_ids, outcome.response, outcome.start)
+        queue_ids = queue_ids or [group.queue_id] * count
+        plain.written(positions, written_rows(name, queue_ids, outcome.response, outcome.start))
 
     # -- the general path --------------------------------------------------------
     def _choose(self, item: _Pending) -> QueueRef | None:

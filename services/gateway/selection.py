@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 
 from services.gateway.fault import LatencyFaultTolerance
 from services.gateway.routes import QueueRef
-from tide.format import sharding_key_index
+from tide.format import sharding_groups, sharding_key_index
 from tide.v1 import gateway_pb2 as pb
 
 # Topics with a round-robin counter (the least recently used are dropped past this).
@@ -39,29 +39,25 @@ def by_sharding_key(
     return queues[hash_index(key, len(queues))]
 
 
-def one_sharding_queue(
-    messages: Sequence[pb.ProduceMessage], queues: Sequence[QueueRef]
-) -> QueueRef | None:
-    """The queue every message's sharding key hashes to, when every message has a
-    sharding key and they all hash to one queue (one message group, or groups that
-    share a queue); else None. A key repeated back to back is hashed once."""
+def sharding_parts(
+    messages: Sequence[pb.ProduceMessage], queues: Sequence[QueueRef], *, keyed: bool = False
+) -> list[tuple[QueueRef, list[int]]] | None:
+    """The batch's message positions by the queue each one's sharding key hashes to
+    (:func:`by_sharding_key`'s queue), in order within each queue, the queues in the
+    order of their first message, when every message has a sharding key; else None.
+    ``keyed``: every message is known to have one (validate.py's keyed_bodies). Spread
+    over several queues, a batch with an empty key is None too: the general path sends
+    such a message round robin (one queue it would take alone, as one key). Split in one
+    compiled call (tide.format.sharding_groups)."""
     if not queues:
         return None
-    count = len(queues)
-    index, previous = -1, None
-    for message in messages:
-        if message.WhichOneof("route") != "sharding_key":
-            return None
-        key = message.sharding_key
-        if key == previous:
-            continue
-        previous = key
-        found = hash_index(key, count)
-        if index < 0:
-            index = found
-        elif found != index:
-            return None
-    return queues[index]
+    if not keyed and any(message.WhichOneof("route") != "sharding_key" for message in messages):
+        return None
+    keys = [message.sharding_key for message in messages]
+    groups = sharding_groups(keys, len(queues))
+    if len(groups) > 1 and "" in keys:
+        return None
+    return [(queues[index], positions) for index, positions in groups]
 
 
 class QueueSelector:

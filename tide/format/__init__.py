@@ -291,6 +291,7 @@ from tide.format._scheduled import (
     timer_properties,
 )
 from tide.format._segments import parse_segment_name, segment_name
+from tide.format._sharding_groups import ShardingGroup, sharding_groups
 from tide.format._store_root import (
     ABORT_FILE,
     CHECKPOINT_FILE,
@@ -611,6 +612,7 @@ __all__ = [
     "RunWriter",
     "ScanKind",
     "ScanResult",
+    "ShardingGroup",
     "SimpleSubscription",
     "Snapshot",
     "SubscriptionGroupConfig",
@@ -758,6 +760,7 @@ __all__ = [
     "segment_name",
     "segment_start_for",
     "select_phy_offsets",
+    "sharding_groups",
     "sharding_key_index",
     "should_dead_letter",
     "slot_for",

@@ -2889,6 +2889,144 @@ done:
 
 /* == end of the dispatch apply's per-batch columns =================================== */
 
+/* == the gateway's FIFO produce: a batch's messages by queue (issue 21, part s27-fifo) ==
+ * A Produce whose messages each carry a sharding key (a FIFO topic's message group) is
+ * split by the queue each key hashes to (RocketMQ's SelectMessageQueueByHash), then
+ * encoded one run per queue. Reference: tide/format/_sharding_groups.py. */
+
+/* Bound on the queues of one topic this takes (a table of that many ints); above it
+ * the reference answers. */
+#define SHARDING_GROUPS_MAX_QUEUES 65536
+
+/* Java's String.hashCode() over the key's UTF-16 code units (a code point above the BMP
+ * counts as its two surrogates; lone surrogates as they are), as an unsigned 32-bit sum. */
+static uint32_t java_hash_str(PyObject *key) {
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(key);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c > 0xFFFF) {
+            c -= 0x10000;
+            h = h * 31u + (uint32_t)(0xD800 + (c >> 10));
+            h = h * 31u + (uint32_t)(0xDC00 + (c & 0x3FF));
+        } else {
+            h = h * 31u + (uint32_t)c;
+        }
+    }
+    return h;
+}
+
+/* Math.abs(hashCode % count): Java's remainder keeps the sign; abs(a % n) == abs(a) % n. */
+static Py_ssize_t sharding_index(uint32_t h, Py_ssize_t count) {
+    int64_t signed_h = (int32_t)h;
+    int64_t magnitude = signed_h < 0 ? -signed_h : signed_h;
+    return (Py_ssize_t)(magnitude % (int64_t)count);
+}
+
+/* [(queue index, [positions])] from each key's queue index (index_of) and its group's size. */
+static PyObject *sharding_groups_answer(const Py_ssize_t *index_of, Py_ssize_t n,
+                                        const int *group_of_queue, const Py_ssize_t *first_of,
+                                        const Py_ssize_t *size_of, int groups) {
+    PyObject *out = PyList_New(groups);
+    Py_ssize_t *filled = PyMem_Calloc((size_t)groups + 1, sizeof(Py_ssize_t));
+    if (out == NULL || filled == NULL) {
+        Py_XDECREF(out);
+        PyMem_Free(filled);
+        return filled == NULL ? PyErr_NoMemory() : NULL;
+    }
+    for (int g = 0; g < groups; g++) {
+        PyObject *positions = PyList_New(size_of[g]);
+        PyObject *item =
+            positions == NULL ? NULL : Py_BuildValue("(nN)", index_of[first_of[g]], positions);
+        if (item == NULL) {
+            Py_DECREF(out);
+            PyMem_Free(filled);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, g, item);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int g = group_of_queue[index_of[i]];
+        PyObject *positions = PyTuple_GET_ITEM(PyList_GET_ITEM(out, g), 1);
+        PyObject *position = PyLong_FromSsize_t(i);
+        if (position == NULL) {
+            Py_DECREF(out);
+            PyMem_Free(filled);
+            return NULL;
+        }
+        PyList_SET_ITEM(positions, filled[g]++, position);
+    }
+    PyMem_Free(filled);
+    return out;
+}
+
+PyDoc_STRVAR(sharding_groups_doc,
+             "sharding_groups(keys, count)\n--\n\n"
+             "A batch's messages by the queue their sharding keys hash to among count\n"
+             "queues (RocketMQ's SelectMessageQueueByHash, Math.abs(key.hashCode() %\n"
+             "count)): [(queue index, [positions of its keys, in order])], the queues in\n"
+             "the order their first key comes. None when keys is not an exact list of\n"
+             "exact str or count is above 65536 (the reference answers); ValueError when\n"
+             "count < 1. Reference: tide.format._sharding_groups.sharding_groups_python.");
+
+static PyObject *sharding_groups(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *keys;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "On:sharding_groups", &keys, &count)) {
+        return NULL;
+    }
+    if (count < 1) {
+        PyErr_SetString(PyExc_ValueError, "sharding_groups: count must be >= 1");
+        return NULL;
+    }
+    if (!PyList_CheckExact(keys) || count > SHARDING_GROUPS_MAX_QUEUES) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    Py_ssize_t *index_of = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(3 * n + 1));
+    int *group_of_queue = PyMem_Malloc(sizeof(int) * (size_t)count);
+    PyObject *out = NULL;
+    if (index_of == NULL || group_of_queue == NULL) {
+        out = PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t *first_of = index_of + n, *size_of = index_of + 2 * n; /* by group */
+    for (Py_ssize_t q = 0; q < count; q++) {
+        group_of_queue[q] = -1;
+    }
+    int groups = 0;
+    PyObject *previous = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (key == previous) { /* a group's messages often come back to back */
+            index_of[i] = index_of[i - 1];
+        } else if (!PyUnicode_CheckExact(key)) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        } else {
+            index_of[i] = sharding_index(java_hash_str(key), count);
+            previous = key;
+        }
+        int g = group_of_queue[index_of[i]];
+        if (g < 0) {
+            g = group_of_queue[index_of[i]] = groups++;
+            first_of[g] = i;
+            size_of[g] = 0;
+        }
+        size_of[g]++;
+    }
+    out = sharding_groups_answer(index_of, n, group_of_queue, first_of, size_of, groups);
+done:
+    PyMem_Free(index_of);
+    PyMem_Free(group_of_queue);
+    return out;
+}
+
+/* == end of the gateway's FIFO produce ================================================ */
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -2914,6 +3052,8 @@ static PyMethodDef methods[] = {
     {"record_ends", record_ends, METH_VARARGS, record_ends_doc},
     {"queue_runs", queue_runs, METH_VARARGS, queue_runs_doc},
     {"back_to_back_runs", back_to_back_runs, METH_VARARGS, back_to_back_runs_doc},
+    /* the gateway's FIFO produce (s27-fifo) */
+    {"sharding_groups", sharding_groups, METH_VARARGS, sharding_groups_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -129,3 +129,6 @@ def queue_runs(
 def back_to_back_runs(
     offsets: object, positions: object, sizes: object, /
 ) -> list[tuple[int, int, int]] | None: ...
+
+# The gateway's FIFO produce (s27-fifo; tide/format/_sharding_groups.py).
+def sharding_groups(keys: object, count: int, /) -> list[tuple[int, list[int]]] | None: ...

@@ -155,3 +155,103 @@ def test_a_batch_of_groups_sharing_a_queue_is_stored_there_in_send_order(
     assert [message.properties[SHARDING_KEY] for _, message in stored] == [
         m.sharding_key for m in messages
     ]
+
+
+def expected_queue(key: str, queues_per_broker: int) -> tuple[str, int]:
+    """The (broker, queue id) a group hashes to: the writable queues sorted by broker, id."""
+    index = hash_index(key, 2 * queues_per_broker)
+    if index < queues_per_broker:
+        return "broker-a", index
+    return "broker-b", index - queues_per_broker
+
+
+def spread_batch(topic: str, groups: list[str], per_group: int) -> list[pb.ProduceMessage]:
+    """Each group's messages interleaved with the others' (round by round), bodies
+    ``group/n``: a FIFO producer batching the orders of many customers."""
+    return [
+        pb.ProduceMessage(topic=topic, body=f"{group}/{n}".encode(), sharding_key=group)
+        for n in range(per_group)
+        for group in groups
+    ]
+
+
+def per_message(response: pb.ProduceResponse) -> list[tuple[str, int, int, str, str]]:
+    """(broker, queue id, queue offset, msg id, error) of each message, in the request's
+    order, from per-message results or compact runs alike."""
+    if response.results:
+        return [
+            (r.broker_name, r.queue_id, r.queue_offset, r.msg_id, r.error) for r in response.results
+        ]
+    found: list[tuple[str, int, int, str, str]] = []
+    for run in response.runs:
+        assert run.first_index == len(found), "runs in the request's order, none missing"
+        for k in range(run.count):
+            if run.status == pb.ProduceResult.SEND_FAILED:
+                found.append(("", 0, 0, "", run.error))
+                continue
+            msg_id = f"{run.msg_id_prefix}{run.physical_offsets[k]:016X}"
+            found.append((run.broker_name, run.queue_id, run.first_queue_offset + k, msg_id, ""))
+    return found
+
+
+def test_a_batch_of_many_groups_lands_each_on_its_queue_in_order(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """A batch whose groups hash to every queue (the gateway's plain path since issue
+    21's FIFO follow-up: split by queue, one run per broker): each message in its group's
+    queue with its group stored, each group in order, the answer (per message, then
+    compact) in the request's order, and each queue's messages back to back in the
+    commitlog (the general path wrote them in the request's order, queues interleaved)."""
+    _create(cluster, topic_name, "FIFO")
+    groups = [f"customer-{i}" for i in range(24)]
+    first = spread_batch(topic_name, groups, PER_GROUP)
+    second = spread_batch(topic_name, groups, 2)
+    for message in second:
+        message.body += b"/again"
+    answers = [
+        per_message(cluster.gateway.stub.Produce(request, timeout=RPC_TIMEOUT_S))
+        for request in (
+            pb.ProduceRequest(messages=first),
+            pb.ProduceRequest(messages=second, compact_results=True),
+        )
+    ]
+    sent = first + second
+    answered = answers[0] + answers[1]
+    assert len({(broker, queue) for broker, queue, *_ in answered}) == 6  # every queue
+    next_offsets: dict[tuple[str, int], int] = {}
+    for message, (broker, queue_id, queue_offset, _, error) in zip(sent, answered, strict=True):
+        assert not error
+        assert (broker, queue_id) == expected_queue(message.sharding_key, 3)
+        expected = next_offsets.get((broker, queue_id), queue_offset)
+        assert queue_offset == expected, "each queue's offsets follow the request's order"
+        next_offsets[(broker, queue_id)] = queue_offset + 1
+    wait_until(lambda: len(_pull_all(cluster, topic_name)) == len(sent), "every message pullable")
+    stored = _pull_all(cluster, topic_name)
+    msg_ids = {m.body: msg_id for m, (*_, msg_id, _) in zip(sent, answered, strict=True)}
+    by_group: dict[str, list[bytes]] = {}
+    for broker, record in stored:
+        group = record.body.decode().split("/")[0]
+        assert record.properties[SHARDING_KEY] == group
+        assert (broker, record.queue_id) == expected_queue(group, 3)
+        assert record.msg_id == msg_ids[record.body]
+        by_group.setdefault(group, []).append(record.body)
+    sent_by_group: dict[str, list[bytes]] = {}
+    for message in sent:
+        sent_by_group.setdefault(message.sharding_key, []).append(message.body)
+    assert by_group == sent_by_group  # each group whole, in the order sent
+    for request_messages in (first, second):  # one request's messages of a queue: one run
+        bodies = {m.body for m in request_messages}
+        for (broker, queue_id), run in _queue_runs(stored, bodies).items():
+            ends = [m.physical_offset + m.size for m in run[:-1]]
+            starts = [m.physical_offset for m in run[1:]]
+            assert starts == ends, f"{broker} queue {queue_id}: its records back to back"
+
+
+def _queue_runs(
+    stored: list[tuple[str, storage_pb.StoredMessage]], bodies: set[bytes]
+) -> dict[tuple[str, int], list[storage_pb.StoredMessage]]:
+    runs: dict[tuple[str, int], list[storage_pb.StoredMessage]] = {}
+    for broker, message in stored:
+        if message.body in bodies:
+            runs.setdefault((broker, message.queue_id), []).append(message)
+    return runs

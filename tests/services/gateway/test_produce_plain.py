@@ -11,7 +11,7 @@ import pytest
 from services.gateway.produce_plain import PlainBatch, PlainGroup
 from services.gateway.records import add_message, append_request, message_properties
 from services.gateway.routes import QueueRef
-from services.gateway.selection import hash_index, one_sharding_queue
+from services.gateway.selection import hash_index, sharding_parts
 from tide.format import (
     HostAddress,
     RunWriter,
@@ -105,7 +105,10 @@ def test_a_sharded_batch_encodes_what_the_general_path_encodes(
     assert plain.groups is fifo
 
 
-def test_one_sharding_queue_only_when_every_key_hashes_to_one_queue() -> None:
+def test_sharding_parts_split_a_keyed_batch_by_queue() -> None:
+    """One part when every key hashes to one queue (the one-queue path), several when
+    they hash to several (each queue's positions in order), None when a message has no
+    key or names its queue, or an empty key would be sent round robin alone."""
     queues = [QueueRef("broker-a", 0), QueueRef("broker-a", 1), QueueRef("broker-b", 0)]
     keys = [f"k{i}" for i in range(30)]
     by_queue: dict[int, list[str]] = {}
@@ -122,13 +125,20 @@ def test_one_sharding_queue_only_when_every_key_hashes_to_one_queue() -> None:
             for key in routes
         ]
 
-    assert one_sharding_queue(batch(sharing[0], sharing[0]), queues) == queues[index]
-    assert one_sharding_queue(batch(*sharing), queues) == queues[index]  # groups share it
-    assert one_sharding_queue(batch(sharing[0], other), queues) is None  # two queues
-    assert one_sharding_queue(batch(sharing[0], None), queues) is None  # one unkeyed
+    one = queues[index]
+    assert sharding_parts(batch(sharing[0], sharing[0]), queues) == [(one, [0, 1])]
+    assert sharding_parts(batch(*sharing), queues) == [(one, list(range(len(sharing))))]
+    two = queues[hash_index(other, 3)]
+    spread = batch(sharing[0], other, sharing[1], other)
+    assert sharding_parts(spread, queues) == [(one, [0, 2]), (two, [1, 3])]
+    assert sharding_parts(spread, queues, keyed=True) == [(one, [0, 2]), (two, [1, 3])]
+    assert sharding_parts(batch(sharing[0], None), queues) is None  # one unkeyed
     explicit = pb.ProduceMessage(topic="T", body=b"x", queue=pb.QueueRef(queue_id=0))
-    assert one_sharding_queue([explicit], queues) is None
-    assert one_sharding_queue(batch(sharing[0]), []) is None
+    assert sharding_parts([explicit], queues) is None
+    assert sharding_parts(batch(sharing[0]), []) is None
+    empty = next(key for key in keys if hash_index(key, 3) != 0)  # "" hashes to queue 0
+    assert sharding_parts(batch("", "", ""), queues) == [(queues[0], [0, 1, 2])]
+    assert sharding_parts(batch(empty, ""), queues) is None
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 16_383, 16_384, 2_097_152])
