@@ -57,6 +57,7 @@ from tide.format._dispatch_columns import (
     queue_runs,
     record_ends,
 )
+from tide.format._entry_spans import UNLIMITED_BYTES, Span, Spans, select_spans
 from tide.format._group_config import (
     DEFAULT_RETRY_MAX_TIMES,
     DEFAULT_RETRY_QUEUE_NUMS,
@@ -574,6 +575,7 @@ __all__ = [
     "TRAN_MSG",
     "TRAN_RESOLUTION",
     "UNIQ_KEY",
+    "UNLIMITED_BYTES",
     "V2_TRANSACTION_ID_SEPARATOR",
     "WAIT",
     "BackToBackRun",
@@ -613,6 +615,8 @@ __all__ = [
     "ScanResult",
     "SimpleSubscription",
     "Snapshot",
+    "Span",
+    "Spans",
     "SubscriptionGroupConfig",
     "SubscriptionGroupTable",
     "TailMarks",
@@ -758,6 +762,7 @@ __all__ = [
     "segment_name",
     "segment_start_for",
     "select_phy_offsets",
+    "select_spans",
     "sharding_key_index",
     "should_dead_letter",
     "slot_for",

@@ -129,3 +129,14 @@ def queue_runs(
 def back_to_back_runs(
     offsets: object, positions: object, sizes: object, /
 ) -> list[tuple[int, int, int]] | None: ...
+
+# GetQueueEntries' span selection (s27-spans; tide/format/_entry_spans.py).
+def entry_spans(
+    entries: bytes | bytearray | memoryview | mmap.mmap,
+    first_offset: int,
+    max_count: int,
+    tag_codes: object,
+    max_bytes: int,
+    next_offset: int,
+    /,
+) -> tuple[list[tuple[int, int, int]], int] | None: ...

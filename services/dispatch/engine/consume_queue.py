@@ -12,7 +12,7 @@ its first entry: a put either writes all its entries or none.
 Lifecycle: ``load()`` maps the files, ``recover()`` finds the end; then ``put`` etc.
 
 Threads: one writer (the dispatcher) calls put, truncate_past, delete_below and close
-(serialized by a lock anyway); flush may run on another thread. Readers (get, get_units,
+(serialized by a lock anyway); flush may run on another thread. Readers (get, get_bytes,
 entry_at, search_first, last_entry, min_offset, max_offset) may run on any thread
 meanwhile:
 
@@ -95,9 +95,6 @@ _PRE_BLANK_CHUNK = PRE_BLANK_ENTRY * _SCAN_CHUNK_ENTRIES
 _WRITE_CHUNK_BYTES = len(_PRE_BLANK_CHUNK)
 # bytes.translate table: 1 for a byte with the sign bit set, else 0.
 _SIGN_BIT = bytes(int(b >= 0x80) for b in range(256))
-# An entry as get_units returns it: (commitlog_offset, size, tags_code); a PRE_BLANK is
-# (0, PRE_BLANK_SIZE, 0).
-Unit = tuple[int, int, int]
 
 
 class ConsumeQueueError(Exception):
@@ -728,13 +725,15 @@ class ConsumeQueue:
         Empty while a truncation runs."""
         return self._read_retried(queue_offset, max_count, self._get)
 
-    def get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
-        """:meth:`get`'s entries as bare ``(commitlog_offset, size, tags_code)`` tuples
-        (the one at index ``i`` is queue offset ``queue_offset + i``).
+    def get_bytes(self, queue_offset: int, max_count: int) -> bytes:
+        """:meth:`get`'s entries as their bytes (``ENTRY_BYTES`` each, the one at byte
+        ``i * ENTRY_BYTES`` is queue offset ``queue_offset + i``), the runs of two
+        segments joined; empty when get's list is.
 
-        For the hot read paths (GetQueueEntries' spans: every pull): the tuples come
-        from ``tide.format.iter_entries`` in C, several times cheaper than an Entry each."""
-        return self._read_retried(queue_offset, max_count, self._get_units)
+        For the hot read path (GetQueueEntries' spans: every pull): no object per entry,
+        ``tide.format.select_spans`` reads them in the compiled core."""
+        runs: list[bytes] = self._read_retried(queue_offset, max_count, self._get_runs)
+        return b"".join(runs)
 
     def _read_retried(
         self, queue_offset: int, max_count: int, read: Callable[[int, int], list[_T]]
@@ -756,12 +755,8 @@ class ConsumeQueue:
             entries += [Entry(n, *unit) for n, unit in enumerate(iter_entries(data), offset)]
         return entries
 
-    def _get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
-        runs = self._written_runs(queue_offset, max_count)
-        units: list[Unit] = []
-        for _, data in runs:
-            units += iter_entries(data)
-        return units
+    def _get_runs(self, queue_offset: int, max_count: int) -> list[bytes]:
+        return [data for _, data in self._written_runs(queue_offset, max_count)]
 
     def _written_runs(self, queue_offset: int, max_count: int) -> Iterator[tuple[int, bytes]]:
         """The bytes of get's entries, one run per segment, each with the queue offset of
