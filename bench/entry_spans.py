@@ -12,11 +12,12 @@ with a filter on A (half of them), as ``DispatchServicer._add_spans`` does:
 
 * ``compiled``: ``ConsumeQueue.get_bytes`` + ``tide.format.select_spans``
   (``_ccore.entry_spans``);
-* ``twin``: ``get_bytes`` + its pure-Python twin ``select_spans_python`` (what
-  ``TIDE_NO_EXTENSIONS=1`` runs);
-* ``old``: the path before it (s27-spans): one tuple per entry (the consume queue's
-  former ``get_units``: ``iter_entries`` of the runs into a list), then the former
-  ``select_spans`` over the tuples, kept below for this comparison.
+* ``twin``: what ``TIDE_NO_EXTENSIONS=1`` runs: ``get_bytes`` with the pure-Python
+  ``first_unwritten_python``, then ``select_spans_python``;
+* ``old``: the path before s27-spans: the read with ``first_unwritten_python``, one
+  tuple per entry (the consume queue's former ``get_units``: ``iter_entries`` of the
+  runs into a list), then the former ``select_spans`` over the tuples, kept below for
+  this comparison.
 
 Rounds alternate the three; each round times ``--calls`` calls of each with
 ``time.process_time`` (CPU of this process, so other load on the box does not count);
@@ -34,6 +35,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
+from services.dispatch.engine import consume_queue
 from services.dispatch.engine.consume_queue import ConsumeQueue
 from tide.format import (
     PRE_BLANK_SIZE,
@@ -45,11 +47,13 @@ from tide.format import (
     select_spans,
     tags_code,
 )
+from tide.format._consume_queue import first_unwritten_python
 from tide.format._entry_spans import select_spans_python
 
 PULL_ENTRIES = 1024  # PULL_MAX_MESSAGES: what one pull asks for at most
 RECORD_BYTES = 128 + 100  # a 128-byte body and its record's header and properties
 Way = Callable[[ConsumeQueue, int, frozenset[int]], Spans]
+_FIRST_UNWRITTEN = getattr(consume_queue, "first_unwritten")  # noqa: B009 (not re-exported)
 
 
 def old_select_spans(
@@ -119,7 +123,13 @@ def filled_queue(root: Path, entries: int, run: int, rnd: random.Random) -> Cons
     return queue
 
 
-def round_seconds(way: Way, queue: ConsumeQueue, starts: list[int], codes: frozenset[int]) -> float:
+def round_seconds(
+    name: str, way: Way, queue: ConsumeQueue, starts: list[int], codes: frozenset[int]
+) -> float:
+    """CPU seconds of ``way`` on each start; the read's first_unwritten the one the way
+    stands for (the module's global, which ConsumeQueue._written_runs calls)."""
+    found = _FIRST_UNWRITTEN if name == "compiled" else first_unwritten_python
+    setattr(consume_queue, "first_unwritten", found)  # noqa: B010 (not re-exported)
     began = time.process_time()
     for offset in starts:
         way(queue, offset, codes)
@@ -146,7 +156,7 @@ def main() -> None:
             seconds: dict[str, list[float]] = {name: [] for name in ways}
             for _ in range(args.rounds):
                 for name, way in ways.items():
-                    seconds[name].append(round_seconds(way, queue, starts, codes))
+                    seconds[name].append(round_seconds(name, way, queue, starts, codes))
             print(f"{label}: {PULL_ENTRIES} entries a call, medians of {args.rounds} rounds")
             base = statistics.median(seconds["old"])
             for name, values in seconds.items():

@@ -1,10 +1,12 @@
-"""GetQueueEntries' span selection in the compiled core (``_ccore.entry_spans``, through
-``tide.format.select_spans``) against its pure-Python twin (``select_spans_python``):
-the same answer on random queues (PRE_BLANKs, gaps, tag filters, byte and count limits),
-edge cases and damaged entries; the same ValueError for a length that is not whole
-entries; and where the compiled one declines (None: tag codes or ints it does not take)
-the twin's answer. Run on the pure-Python path too (Makefile PURE_PYTHON_TESTS), where
-``select_spans`` is the twin."""
+"""GetQueueEntries' span selection and where the consume queue's read stops, in the
+compiled core (``_ccore.entry_spans`` and ``_ccore.first_unwritten``, through
+``tide.format.select_spans`` and ``first_unwritten``) against their pure-Python twins
+(``select_spans_python``, ``first_unwritten_python``): the same answer on random queues
+(PRE_BLANKs, gaps, tag filters, byte and count limits), edge cases and damaged entries;
+the same ValueError for a length that is not whole entries; and where the compiled
+selection declines (None: tag codes or ints it does not take) the twin's answer. Run on
+the pure-Python path too (Makefile PURE_PYTHON_TESTS), where the wrappers are the
+twins."""
 
 from __future__ import annotations
 
@@ -13,7 +15,15 @@ from collections.abc import Callable, Collection
 
 import pytest
 
-from tide.format import PRE_BLANK_SIZE, Spans, _core, pack_entries, select_spans
+from tide.format import (
+    PRE_BLANK_SIZE,
+    Spans,
+    _core,
+    first_unwritten,
+    pack_entries,
+    select_spans,
+)
+from tide.format._consume_queue import first_unwritten_python
 from tide.format._entry_spans import select_spans_python
 
 compiled = pytest.mark.skipif(_core.ccore is None, reason="the compiled core is not built or off")
@@ -195,3 +205,31 @@ def test_tag_codes_as_python_compares_them() -> None:
         {1, 0, -5, 1 << 62},
     ):
         both(entries, 0, 32, codes, 0, 0)
+
+
+# -- first_unwritten: where a read of the queue's entries stops -------------------------
+@pytest.mark.parametrize("seed", range(5))
+def test_first_unwritten_same_index_as_the_twin(seed: int) -> None:
+    """Random runs of written entries with an unwritten one (offset < 0, size <= 0, all
+    zeros) at a random place, or none; and random bytes."""
+    rnd = random.Random(2000 + seed)
+    unwritten = [(-1, 10, 0), (5, 0, 0), (5, -1, 0), (0, 0, 0), (-(2**63), -(2**31), 1)]
+    for _ in range(60):
+        units = queue(rnd, rnd.choice([0, 1, 50, 1024]))
+        at = rnd.randrange(len(units) + 1)
+        if at < len(units) and rnd.random() < 0.8:
+            units[at] = rnd.choice(unwritten)
+        data = packed(units)
+        want = next((i for i, (o, s, _) in enumerate(units) if o < 0 or s <= 0), len(units))
+        assert first_unwritten_python(data) == want
+        assert first_unwritten(data) == want
+        assert first_unwritten(memoryview(data)) == want
+        noise = rnd.randbytes(20 * rnd.randrange(1, 30))
+        assert first_unwritten(noise) == first_unwritten_python(noise)
+
+
+@pytest.mark.parametrize("find", [first_unwritten, first_unwritten_python])
+def test_first_unwritten_refuses_a_length_not_whole_entries(find: Callable[..., int]) -> None:
+    assert find(b"") == 0
+    with pytest.raises(ValueError, match="entries of 41 bytes: not a multiple of 20"):
+        find(bytes(41))

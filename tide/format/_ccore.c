@@ -3089,6 +3089,37 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(first_unwritten_doc,
+             "first_unwritten(entries)\n--\n\n"
+             "tide.format.first_unwritten: the index of the first consume-queue entry that\n"
+             "RocketMQ's recovery does not count as written (offset < 0 or size <= 0), or\n"
+             "the entry count. ValueError when the length is not a multiple of 20. The\n"
+             "reference: tide.format._consume_queue.first_unwritten_python.");
+
+static PyObject *first_unwritten(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:first_unwritten", &view)) {
+        return NULL;
+    }
+    if (view.len % CQ_ENTRY_BYTES) {
+        PyErr_Format(PyExc_ValueError,
+                     "consume queue entries of %zd bytes: not a multiple of %d (one entry)",
+                     view.len, CQ_ENTRY_BYTES);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t count = view.len / CQ_ENTRY_BYTES, i = 0;
+    const unsigned char *d = view.buf;
+    for (; i < count; i++, d += CQ_ENTRY_BYTES) {
+        if (be64(d) < 0 || be32(d + CQ_POS_SIZE) <= 0) {
+            break;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(i);
+}
+
 /* == end of entry_spans ============================================================== */
 
 static PyMethodDef methods[] = {
@@ -3118,6 +3149,7 @@ static PyMethodDef methods[] = {
     {"back_to_back_runs", back_to_back_runs, METH_VARARGS, back_to_back_runs_doc},
     /* GetQueueEntries' span selection (s27-spans) */
     {"entry_spans", entry_spans, METH_VARARGS, entry_spans_doc},
+    {"first_unwritten", first_unwritten, METH_VARARGS, first_unwritten_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -61,6 +61,7 @@ from tide.format import (
     PRE_BLANK_SIZE,
     consume_queue_segment_bytes,
     first_queue_offset,
+    first_unwritten,
     iter_entries,
     logical_position,
     pack_entries,
@@ -93,8 +94,6 @@ _ZERO_ENTRY = bytes(ENTRY_BYTES)
 _SCAN_CHUNK_ENTRIES = 4096
 _PRE_BLANK_CHUNK = PRE_BLANK_ENTRY * _SCAN_CHUNK_ENTRIES
 _WRITE_CHUNK_BYTES = len(_PRE_BLANK_CHUNK)
-# bytes.translate table: 1 for a byte with the sign bit set, else 0.
-_SIGN_BIT = bytes(int(b >= 0x80) for b in range(256))
 
 
 class ConsumeQueueError(Exception):
@@ -135,25 +134,6 @@ class Entry(NamedTuple):
 class Recovered(NamedTuple):
     max_offset: int  # the next queue offset to write
     max_commitlog_end: int  # end of the last entry's record in the commitlog; 0 for none
-
-
-def first_unwritten(data: bytes) -> int:
-    """Index of the first entry of ``data`` that RocketMQ's recovery does not count as
-    written (``offset < 0 or size <= 0``), or the entry count if all are.
-
-    Column-wise with C-speed bytes operations (a 6 MB segment in milliseconds): the sign
-    byte of every offset and size, and the OR of the four size bytes."""
-    count, rest = divmod(len(data), ENTRY_BYTES)
-    assert rest == 0, len(data)
-    if not count:
-        return 0
-    negative_offset = data[0::ENTRY_BYTES].translate(_SIGN_BIT).find(1)
-    negative_size = data[8::ENTRY_BYTES].translate(_SIGN_BIT).find(1)
-    size_bits = 0
-    for column in range(8, 12):
-        size_bits |= int.from_bytes(data[column::ENTRY_BYTES], "big")
-    zero_size = size_bits.to_bytes(count, "big").find(0)
-    return min(i for i in (negative_offset, negative_size, zero_size, count) if i >= 0)
 
 
 def make_dirs(directory: Path) -> None:
@@ -761,7 +741,7 @@ class ConsumeQueue:
     def _written_runs(self, queue_offset: int, max_count: int) -> Iterator[tuple[int, bytes]]:
         """The bytes of get's entries, one run per segment, each with the queue offset of
         its first entry; they end before the first entry RocketMQ does not count as
-        written (:func:`first_unwritten`: one C-speed pass over a run, so that a read
+        written (:func:`tide.format.first_unwritten`: one pass over a run in C, so that a read
         racing a truncation that zeroed entries under it stops there) or at a segment
         retention deleted meanwhile. Consume it inside ``_consistent``."""
         end = self._max_offset  # captured before the segment list

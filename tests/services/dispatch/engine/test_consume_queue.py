@@ -23,13 +23,13 @@ from services.dispatch.engine.consume_queue import (
     ConsumeQueueOrderError,
     Entry,
     Recovered,
-    first_unwritten,
 )
 from tide.format import (
     ENTRY_BYTES,
     PRE_BLANK_ENTRY,
     PRE_BLANK_SIZE,
     ConsumeQueueEntry,
+    first_unwritten,
     iter_entries,
     select_spans,
     unpack_entry,
