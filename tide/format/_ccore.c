@@ -2983,9 +2983,18 @@ static int close_span(PyObject *spans, int64_t start, int64_t size, int64_t coun
     if (count == 0) {
         return 0;
     }
-    PyObject *span = Py_BuildValue("(LLL)", (long long)start, (long long)size, (long long)count);
+    PyObject *span = PyTuple_New(3);
     if (span == NULL) {
         return -1;
+    }
+    const int64_t fields[3] = {start, size, count};
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        PyObject *value = PyLong_FromLongLong(fields[i]);
+        if (value == NULL) {
+            Py_DECREF(span);
+            return -1;
+        }
+        PyTuple_SET_ITEM(span, i, value);
     }
     int failed = PyList_Append(spans, span);
     Py_DECREF(span);
