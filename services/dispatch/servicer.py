@@ -23,12 +23,12 @@ from services.dispatch.dispatcher import Dispatcher
 from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.dispatch_store import Arrival, DispatchStore
 from services.dispatch.engine.index_service import MAX_QUERY_COUNT, MAX_QUERY_KEY_CHARS
-from services.dispatch.entry_spans import UNLIMITED_BYTES, Span, select_spans
 from services.dispatch.pop.handles import PopHandles
 from services.dispatch.pop.revive import Reviver
 from services.dispatch.pop.service import PopService
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.transaction.service import TransactionService
+from tide.format import UNLIMITED_BYTES, Span, select_spans
 from tide.limits import (
     ACK_ENTRIES_MAX_COUNT,
     EXPRESSION_MAX_TAGS,
@@ -163,7 +163,7 @@ def _add_entries(
     max_bytes: int,
 ) -> int:
     """Adds to ``response.entries`` the entries GetQueueEntries takes from ``looked_at``
-    (the rules of :func:`~services.dispatch.entry_spans.select_spans`, one QueueEntry
+    (the rules of :func:`tide.format.select_spans`, one QueueEntry
     each) and returns the next offset: past the last entry looked at, or the entry the
     byte limit stopped at."""
     add = response.entries.add
@@ -264,7 +264,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             next_offset=offset, min_offset=min_offset, max_offset=max_offset
         )
         codes = frozenset(request.tag_codes)
-        if request.spans:  # the hot path of every pull: bare tuples, no Entry objects
+        if request.spans:  # the hot path of every pull: raw entries, selected in C
             self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
             if request.records and not codes:
                 self._note_caught_up(request.topic, request.queue_id, offset, max_offset)
@@ -311,8 +311,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         if offset == response.max_offset:
             return
         scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
-        units = queue.get_units(offset, min(scan, response.max_offset - offset))
-        spans, next_offset = select_spans(units, offset, max_count, codes, max_bytes, offset)
+        entries = queue.get_bytes(offset, min(scan, response.max_offset - offset))
+        spans, next_offset = select_spans(entries, offset, max_count, codes, max_bytes, offset)
         add_span = response.spans.add
         for physical_offset, size, count in spans:
             add_span(physical_offset=physical_offset, size=size, count=count)

@@ -18,6 +18,7 @@ from tide.format._consume_queue import (
     consume_queue_segment_name,
     entry_is_written,
     first_queue_offset,
+    first_unwritten,
     iter_entries,
     logical_position,
     pack_entries,
@@ -57,6 +58,7 @@ from tide.format._dispatch_columns import (
     queue_runs,
     record_ends,
 )
+from tide.format._entry_spans import UNLIMITED_BYTES, Span, Spans, select_spans
 from tide.format._group_config import (
     DEFAULT_RETRY_MAX_TIMES,
     DEFAULT_RETRY_QUEUE_NUMS,
@@ -575,6 +577,7 @@ __all__ = [
     "TRAN_MSG",
     "TRAN_RESOLUTION",
     "UNIQ_KEY",
+    "UNLIMITED_BYTES",
     "V2_TRANSACTION_ID_SEPARATOR",
     "WAIT",
     "BackToBackRun",
@@ -615,6 +618,8 @@ __all__ = [
     "ShardingGroup",
     "SimpleSubscription",
     "Snapshot",
+    "Span",
+    "Spans",
     "SubscriptionGroupConfig",
     "SubscriptionGroupTable",
     "TailMarks",
@@ -670,6 +675,7 @@ __all__ = [
     "find_next_record",
     "first_pos_past",
     "first_queue_offset",
+    "first_unwritten",
     "format_sequences",
     "group_of_dlq_topic",
     "group_of_retry_topic",
@@ -760,6 +766,7 @@ __all__ = [
     "segment_name",
     "segment_start_for",
     "select_phy_offsets",
+    "select_spans",
     "sharding_groups",
     "sharding_key_index",
     "should_dead_letter",

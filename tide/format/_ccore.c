@@ -3026,6 +3026,247 @@ done:
 }
 
 /* == end of the gateway's FIFO produce ================================================ */
+/* == entry_spans: GetQueueEntries' selection as record spans (s27-spans) ============
+ *
+ * The pull's hot path in the dispatch: the consume queue's raw entries (CQ_ENTRY_BYTES
+ * each, consume_queue_entries' layout) picked and grouped into runs of records back to
+ * back in the commitlog, without a Python object per entry. The rules and the reference:
+ * tide.format._entry_spans.select_spans_python. */
+
+#define CQ_POS_SIZE 8 /* after the commitlog offset (i64) */
+#define CQ_POS_TAGS_CODE 12 /* after the size (i32) */
+#define CQ_PRE_BLANK_SIZE INT32_MAX /* tide.format.PRE_BLANK_SIZE */
+/* Tag codes one call holds in C (tide.limits.EXPRESSION_MAX_TAGS); more: the reference. */
+#define SPANS_MAX_TAG_CODES 256
+
+PyDoc_STRVAR(entry_spans_doc,
+             "entry_spans(entries, first_offset, max_count, tag_codes, max_bytes, next_offset)\n"
+             "--\n\n"
+             "tide.format.select_spans over consume-queue entries' bytes: (spans, next_offset).\n"
+             "ValueError when the length is not a multiple of 20; None (the reference then\n"
+             "answers) when tag_codes is not a set of at most 256 ints that fit in 64 bits or\n"
+             "an int argument does not fit. The reference:\n"
+             "tide.format._entry_spans.select_spans_python.");
+
+static int compare_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The set's ints, sorted, into codes; their count, or -1 when it is not a set of at most
+ * SPANS_MAX_TAG_CODES ints that fit (no error set: the caller declines), -2 on an error. */
+static Py_ssize_t sorted_tag_codes(PyObject *set, int64_t codes[SPANS_MAX_TAG_CODES]) {
+    if (!PyAnySet_Check(set) || PySet_GET_SIZE(set) > SPANS_MAX_TAG_CODES) {
+        return -1;
+    }
+    PyObject *it = PyObject_GetIter(set);
+    if (it == NULL) {
+        return -2;
+    }
+    Py_ssize_t count = 0;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        int overflow = 0;
+        long long value = PyLong_Check(item) && (PyLong_CheckExact(item) || PyBool_Check(item))
+                              ? PyLong_AsLongLongAndOverflow(item, &overflow)
+                              : 0;
+        int fits = PyLong_Check(item) && (PyLong_CheckExact(item) || PyBool_Check(item)) &&
+                   !overflow && count < SPANS_MAX_TAG_CODES;
+        Py_DECREF(item);
+        if (!fits) {
+            Py_DECREF(it);
+            return -1;
+        }
+        codes[count++] = value;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        return -2;
+    }
+    qsort(codes, (size_t)count, sizeof(int64_t), compare_i64);
+    return count;
+}
+
+static int has_code(const int64_t *codes, Py_ssize_t count, int64_t code) {
+    Py_ssize_t lo = 0, hi = count;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (codes[mid] < code) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < count && codes[lo] == code;
+}
+
+/* One int argument as an int64, or 0 when it is not an int that fits (no error set). */
+static int i64_arg(PyObject *o, int64_t *out) {
+    if (!PyLong_Check(o)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (value == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = value;
+    return 1;
+}
+
+/* The span being built appended to spans (when it holds records); -1 on an error. */
+static int close_span(PyObject *spans, int64_t start, int64_t size, int64_t count) {
+    if (count == 0) {
+        return 0;
+    }
+    PyObject *span = PyTuple_New(3);
+    if (span == NULL) {
+        return -1;
+    }
+    const int64_t fields[3] = {start, size, count};
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        PyObject *value = PyLong_FromLongLong(fields[i]);
+        if (value == NULL) {
+            Py_DECREF(span);
+            return -1;
+        }
+        PyTuple_SET_ITEM(span, i, value);
+    }
+    int failed = PyList_Append(spans, span);
+    Py_DECREF(span);
+    return failed;
+}
+
+typedef struct {
+    int64_t first_offset, max_count, limit, next_offset;
+    const int64_t *codes;
+    Py_ssize_t code_count; /* 0: every tag */
+} SpanArgs;
+
+/* The selection over count entries at d into spans; the next offset, or -1 (error set)
+ * via *failed. */
+static int64_t select_into(const unsigned char *d, Py_ssize_t count, const SpanArgs *a,
+                           PyObject *spans, int *failed) {
+    int64_t next_offset = a->next_offset, taken = 0, total = 0;
+    int64_t start = 0, size = 0, span_count = 0, end = 0;
+    int has_end = 0; /* whether end is where the current span's records end */
+    for (Py_ssize_t i = 0; i < count; i++, d += CQ_ENTRY_BYTES) {
+        if (taken >= a->max_count) {
+            break;
+        }
+        int64_t queue_offset = a->first_offset + (int64_t)i;
+        int64_t offset = be64(d);
+        int32_t entry_size = be32(d + CQ_POS_SIZE);
+        int64_t code = be64(d + CQ_POS_TAGS_CODE);
+        if ((entry_size == CQ_PRE_BLANK_SIZE && offset == 0 && code == 0) ||
+            (a->code_count && !has_code(a->codes, a->code_count, code))) {
+            next_offset = queue_offset + 1;
+            continue;
+        }
+        total += entry_size;
+        if (total > a->limit && taken) {
+            *failed = close_span(spans, start, size, span_count);
+            return queue_offset;
+        }
+        next_offset = queue_offset + 1;
+        taken++;
+        if (has_end && offset == end) {
+            size += entry_size;
+            span_count++;
+        } else {
+            if (close_span(spans, start, size, span_count) < 0) {
+                *failed = 1;
+                return 0;
+            }
+            start = offset, size = entry_size, span_count = 1;
+        }
+        /* past the int64 range no entry's offset can equal it */
+        has_end = !__builtin_add_overflow(offset, (int64_t)entry_size, &end);
+    }
+    *failed = close_span(spans, start, size, span_count);
+    return next_offset;
+}
+
+static PyObject *entry_spans(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    PyObject *first_in, *max_count_in, *codes_in, *max_bytes_in, *next_in;
+    if (!PyArg_ParseTuple(args, "y*OOOOO:entry_spans", &view, &first_in, &max_count_in,
+                          &codes_in, &max_bytes_in, &next_in)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (view.len % CQ_ENTRY_BYTES) {
+        PyErr_Format(PyExc_ValueError,
+                     "consume queue entries of %zd bytes: not a multiple of %d (one entry)",
+                     view.len, CQ_ENTRY_BYTES);
+        goto done;
+    }
+    Py_ssize_t count = view.len / CQ_ENTRY_BYTES;
+    int64_t codes[SPANS_MAX_TAG_CODES];
+    SpanArgs a = {.codes = codes};
+    int64_t max_bytes = 0;
+    Py_ssize_t code_count = sorted_tag_codes(codes_in, codes);
+    if (code_count == -2) {
+        goto done;
+    }
+    if (code_count == -1 || !i64_arg(first_in, &a.first_offset) ||
+        !i64_arg(max_count_in, &a.max_count) || !i64_arg(max_bytes_in, &max_bytes) ||
+        !i64_arg(next_in, &a.next_offset) || a.first_offset > INT64_MAX - count) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    a.code_count = code_count;
+    a.limit = max_bytes ? max_bytes : INT64_MAX;
+    PyObject *spans = PyList_New(0);
+    if (spans == NULL) {
+        goto done;
+    }
+    int failed = 0;
+    int64_t next_offset = select_into(view.buf, count, &a, spans, &failed);
+    if (failed) {
+        Py_DECREF(spans);
+        goto done;
+    }
+    result = Py_BuildValue("(NL)", spans, (long long)next_offset);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(first_unwritten_doc,
+             "first_unwritten(entries)\n--\n\n"
+             "tide.format.first_unwritten: the index of the first consume-queue entry that\n"
+             "RocketMQ's recovery does not count as written (offset < 0 or size <= 0), or\n"
+             "the entry count. ValueError when the length is not a multiple of 20. The\n"
+             "reference: tide.format._consume_queue.first_unwritten_python.");
+
+static PyObject *first_unwritten(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:first_unwritten", &view)) {
+        return NULL;
+    }
+    if (view.len % CQ_ENTRY_BYTES) {
+        PyErr_Format(PyExc_ValueError,
+                     "consume queue entries of %zd bytes: not a multiple of %d (one entry)",
+                     view.len, CQ_ENTRY_BYTES);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t count = view.len / CQ_ENTRY_BYTES, i = 0;
+    const unsigned char *d = view.buf;
+    for (; i < count; i++, d += CQ_ENTRY_BYTES) {
+        if (be64(d) < 0 || be32(d + CQ_POS_SIZE) <= 0) {
+            break;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(i);
+}
+
+/* == end of entry_spans ============================================================== */
 
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
@@ -3054,6 +3295,9 @@ static PyMethodDef methods[] = {
     {"back_to_back_runs", back_to_back_runs, METH_VARARGS, back_to_back_runs_doc},
     /* the gateway's FIFO produce (s27-fifo) */
     {"sharding_groups", sharding_groups, METH_VARARGS, sharding_groups_doc},
+    /* GetQueueEntries' span selection (s27-spans) */
+    {"entry_spans", entry_spans, METH_VARARGS, entry_spans_doc},
+    {"first_unwritten", first_unwritten, METH_VARARGS, first_unwritten_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -132,3 +132,14 @@ def back_to_back_runs(
 
 # The gateway's FIFO produce (s27-fifo; tide/format/_sharding_groups.py).
 def sharding_groups(keys: object, count: int, /) -> list[tuple[int, list[int]]] | None: ...
+# GetQueueEntries' span selection (s27-spans; tide/format/_entry_spans.py).
+def entry_spans(
+    entries: bytes | bytearray | memoryview | mmap.mmap,
+    first_offset: int,
+    max_count: int,
+    tag_codes: object,
+    max_bytes: int,
+    next_offset: int,
+    /,
+) -> tuple[list[tuple[int, int, int]], int] | None: ...
+def first_unwritten(entries: bytes | bytearray | memoryview | mmap.mmap, /) -> int: ...

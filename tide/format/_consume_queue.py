@@ -127,6 +127,48 @@ def iter_entries(buf: Buffer) -> Iterator[tuple[int, int, int]]:
     return _ENTRY.iter_unpack(buf)
 
 
+def first_unwritten(data: Buffer) -> int:
+    """Index of the first entry of ``data`` that RocketMQ's recovery does not count as
+    written (``offset < 0 or size <= 0``), or the entry count if all are; ValueError when
+    ``data`` is not whole entries. In the compiled core (``_ccore.first_unwritten``: one
+    pass, no copy) when it is built, else :func:`first_unwritten_python`."""
+    compiled = _compiled_first_unwritten
+    if compiled is not None:
+        return compiled(data)
+    return first_unwritten_python(data)
+
+
+def first_unwritten_python(data: Buffer) -> int:
+    """:func:`first_unwritten` in Python (tests/format/test_ccore_entry_spans.py).
+
+    Column-wise with C-speed bytes operations (a 6 MB segment in milliseconds): the sign
+    byte of every offset and size, and the OR of the four size bytes."""
+    data = bytes(data)
+    count, rest = divmod(len(data), ENTRY_BYTES)
+    if rest:
+        raise ValueError(
+            f"consume queue entries of {len(data)} bytes: not a multiple of {ENTRY_BYTES} "
+            "(one entry)"
+        )
+    if not count:
+        return 0
+    negative_offset = data[0::ENTRY_BYTES].translate(_SIGN_BIT).find(1)
+    negative_size = data[_SIZE_POS::ENTRY_BYTES].translate(_SIGN_BIT).find(1)
+    size_bits = 0
+    for column in range(_SIZE_POS, _SIZE_POS + 4):
+        size_bits |= int.from_bytes(data[column::ENTRY_BYTES], "big")
+    zero_size = size_bits.to_bytes(count, "big").find(0)
+    return min(i for i in (negative_offset, negative_size, zero_size, count) if i >= 0)
+
+
+_compiled_first_unwritten: Callable[[Buffer], int] | None = (
+    None if _core.ccore is None else _core.ccore.first_unwritten
+)
+_SIZE_POS = 8  # an entry's size, after its commitlog offset
+# bytes.translate table: 1 for a byte with the sign bit set, else 0.
+_SIGN_BIT = bytes(int(b >= 0x80) for b in range(256))
+
+
 def unpack_entry(buf: Buffer, pos: int = 0) -> ConsumeQueueEntry:
     """The entry at ``pos`` (raises struct.error when fewer than 20 bytes remain)."""
     return ConsumeQueueEntry(*_ENTRY.unpack_from(buf, pos))

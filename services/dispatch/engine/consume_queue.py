@@ -12,7 +12,7 @@ its first entry: a put either writes all its entries or none.
 Lifecycle: ``load()`` maps the files, ``recover()`` finds the end; then ``put`` etc.
 
 Threads: one writer (the dispatcher) calls put, truncate_past, delete_below and close
-(serialized by a lock anyway); flush may run on another thread. Readers (get, get_units,
+(serialized by a lock anyway); flush may run on another thread. Readers (get, get_bytes,
 entry_at, search_first, last_entry, min_offset, max_offset) may run on any thread
 meanwhile:
 
@@ -61,6 +61,7 @@ from tide.format import (
     PRE_BLANK_SIZE,
     consume_queue_segment_bytes,
     first_queue_offset,
+    first_unwritten,
     iter_entries,
     logical_position,
     pack_entries,
@@ -93,11 +94,6 @@ _ZERO_ENTRY = bytes(ENTRY_BYTES)
 _SCAN_CHUNK_ENTRIES = 4096
 _PRE_BLANK_CHUNK = PRE_BLANK_ENTRY * _SCAN_CHUNK_ENTRIES
 _WRITE_CHUNK_BYTES = len(_PRE_BLANK_CHUNK)
-# bytes.translate table: 1 for a byte with the sign bit set, else 0.
-_SIGN_BIT = bytes(int(b >= 0x80) for b in range(256))
-# An entry as get_units returns it: (commitlog_offset, size, tags_code); a PRE_BLANK is
-# (0, PRE_BLANK_SIZE, 0).
-Unit = tuple[int, int, int]
 
 
 class ConsumeQueueError(Exception):
@@ -138,25 +134,6 @@ class Entry(NamedTuple):
 class Recovered(NamedTuple):
     max_offset: int  # the next queue offset to write
     max_commitlog_end: int  # end of the last entry's record in the commitlog; 0 for none
-
-
-def first_unwritten(data: bytes) -> int:
-    """Index of the first entry of ``data`` that RocketMQ's recovery does not count as
-    written (``offset < 0 or size <= 0``), or the entry count if all are.
-
-    Column-wise with C-speed bytes operations (a 6 MB segment in milliseconds): the sign
-    byte of every offset and size, and the OR of the four size bytes."""
-    count, rest = divmod(len(data), ENTRY_BYTES)
-    assert rest == 0, len(data)
-    if not count:
-        return 0
-    negative_offset = data[0::ENTRY_BYTES].translate(_SIGN_BIT).find(1)
-    negative_size = data[8::ENTRY_BYTES].translate(_SIGN_BIT).find(1)
-    size_bits = 0
-    for column in range(8, 12):
-        size_bits |= int.from_bytes(data[column::ENTRY_BYTES], "big")
-    zero_size = size_bits.to_bytes(count, "big").find(0)
-    return min(i for i in (negative_offset, negative_size, zero_size, count) if i >= 0)
 
 
 def make_dirs(directory: Path) -> None:
@@ -728,13 +705,15 @@ class ConsumeQueue:
         Empty while a truncation runs."""
         return self._read_retried(queue_offset, max_count, self._get)
 
-    def get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
-        """:meth:`get`'s entries as bare ``(commitlog_offset, size, tags_code)`` tuples
-        (the one at index ``i`` is queue offset ``queue_offset + i``).
+    def get_bytes(self, queue_offset: int, max_count: int) -> bytes:
+        """:meth:`get`'s entries as their bytes (``ENTRY_BYTES`` each, the one at byte
+        ``i * ENTRY_BYTES`` is queue offset ``queue_offset + i``), the runs of two
+        segments joined; empty when get's list is.
 
-        For the hot read paths (GetQueueEntries' spans: every pull): the tuples come
-        from ``tide.format.iter_entries`` in C, several times cheaper than an Entry each."""
-        return self._read_retried(queue_offset, max_count, self._get_units)
+        For the hot read path (GetQueueEntries' spans: every pull): no object per entry,
+        ``tide.format.select_spans`` reads them in the compiled core."""
+        runs: list[bytes] = self._read_retried(queue_offset, max_count, self._get_runs)
+        return b"".join(runs)
 
     def _read_retried(
         self, queue_offset: int, max_count: int, read: Callable[[int, int], list[_T]]
@@ -756,17 +735,13 @@ class ConsumeQueue:
             entries += [Entry(n, *unit) for n, unit in enumerate(iter_entries(data), offset)]
         return entries
 
-    def _get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
-        runs = self._written_runs(queue_offset, max_count)
-        units: list[Unit] = []
-        for _, data in runs:
-            units += iter_entries(data)
-        return units
+    def _get_runs(self, queue_offset: int, max_count: int) -> list[bytes]:
+        return [data for _, data in self._written_runs(queue_offset, max_count)]
 
     def _written_runs(self, queue_offset: int, max_count: int) -> Iterator[tuple[int, bytes]]:
         """The bytes of get's entries, one run per segment, each with the queue offset of
         its first entry; they end before the first entry RocketMQ does not count as
-        written (:func:`first_unwritten`: one C-speed pass over a run, so that a read
+        written (:func:`tide.format.first_unwritten`: one pass over a run in C, so that a read
         racing a truncation that zeroed entries under it stops there) or at a segment
         retention deleted meanwhile. Consume it inside ``_consistent``."""
         end = self._max_offset  # captured before the segment list

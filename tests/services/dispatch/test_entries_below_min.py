@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from services.dispatch.arrivals import ArrivalHub
-from services.dispatch.engine.consume_queue import ConsumeQueue, Entry, Unit
+from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.servicer import DispatchServicer, Running
 from tide.server import ServiceError
 from tide.v1 import dispatch_pb2 as pb
@@ -39,9 +39,9 @@ class CleanedMidCall(ConsumeQueue):
         self._cleanup_first()
         return super().get(queue_offset, max_count)
 
-    def get_units(self, queue_offset: int, max_count: int) -> list[Unit]:
+    def get_bytes(self, queue_offset: int, max_count: int) -> bytes:
         self._cleanup_first()
-        return super().get_units(queue_offset, max_count)
+        return super().get_bytes(queue_offset, max_count)
 
 
 @pytest.mark.parametrize("spans", [False, True])

@@ -1,7 +1,8 @@
 """GetQueueEntries' ``max_bytes`` and ``spans``: the pure selection and grouping
-(services/dispatch/entry_spans.py), then against real storage and dispatch processes over
-gRPC, unary and on GetQueueEntriesStream. Spans are checked against the ``entries``
-answer to the same request: same records, same count and bytes, grouped where adjacent."""
+(tide/format/_entry_spans.py, over packed entries), then against real storage and
+dispatch processes over gRPC, unary and on GetQueueEntriesStream. Spans are checked
+against the ``entries`` answer to the same request: same records, same count and
+bytes, grouped where adjacent."""
 
 from __future__ import annotations
 
@@ -13,22 +14,37 @@ from functools import partial
 import grpc
 import pytest
 
-from services.dispatch.engine.consume_queue import Entry, Unit
-from services.dispatch.entry_spans import Span, Spans, select_spans
+from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.servicer import _add_entries
 from tests.services.dispatch.conftest import RPC_TIMEOUT_S, Pair
 from tests.services.dispatch.test_entries_stream import exchange
 from tests.services.storage.conftest import expect_error, message
-from tide.format import PRE_BLANK_SIZE, tags_code
+from tide.format import PRE_BLANK_SIZE, Span, Spans, pack_entries, select_spans, tags_code
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NO_CODES: frozenset[int] = frozenset()
-PRE_BLANK: Unit = (0, PRE_BLANK_SIZE, 0)  # as ConsumeQueue.get_units returns it
+# An entry as (commitlog_offset, size, tags_code); a PRE_BLANK is (0, PRE_BLANK_SIZE, 0).
+Unit = tuple[int, int, int]
+PRE_BLANK: Unit = (0, PRE_BLANK_SIZE, 0)
 
 
 # -- select_spans: the pure function ---------------------------------------------------
+def select(
+    units: list[Unit],
+    first_offset: int,
+    max_count: int,
+    codes: frozenset[int],
+    max_bytes: int,
+    next_offset: int,
+) -> Spans:
+    """select_spans over ``units`` packed as ConsumeQueue.get_bytes returns them."""
+    columns = [list(column) for column in zip(*units, strict=True)] or [[], [], []]
+    entries = pack_entries(*columns)
+    return select_spans(entries, first_offset, max_count, codes, max_bytes, next_offset)
+
+
 def run(
     sizes: list[int],
     gaps: tuple[int, ...] = (),
@@ -45,7 +61,7 @@ def run(
         position += 7 if index in gaps else 0
         units.append((position, size, index % 3))
         position += size
-    return select_spans(units, 10, max_count, codes, max_bytes, 10)
+    return select(units, 10, max_count, codes, max_bytes, 10)
 
 
 def test_adjacent_records_make_one_span_and_gaps_start_new_ones() -> None:
@@ -55,7 +71,7 @@ def test_adjacent_records_make_one_span_and_gaps_start_new_ones() -> None:
 
 
 def test_nothing_looked_at_keeps_the_offset() -> None:
-    assert select_spans([], 42, 32, NO_CODES, 0, 42) == ([], 42)
+    assert select([], 42, 32, NO_CODES, 0, 42) == ([], 42)
 
 
 def test_max_count_counts_the_taken_entries() -> None:
@@ -77,13 +93,13 @@ def test_skipped_entries_break_spans_but_advance_the_offset() -> None:
 
 def test_pre_blank_entries_are_skipped() -> None:
     units = [PRE_BLANK, PRE_BLANK, (500, 80, 0)]
-    assert select_spans(units, 0, 32, NO_CODES, 0, 0) == ([(500, 80, 1)], 3)
-    assert select_spans(units[:2], 0, 32, NO_CODES, 0, 0) == ([], 2)
+    assert select(units, 0, 32, NO_CODES, 0, 0) == ([(500, 80, 1)], 3)
+    assert select(units[:2], 0, 32, NO_CODES, 0, 0) == ([], 2)
     # Queue offsets count from first_offset.
-    assert select_spans(units, 40, 32, NO_CODES, 0, 40) == ([(500, 80, 1)], 43)
+    assert select(units, 40, 32, NO_CODES, 0, 40) == ([(500, 80, 1)], 43)
     # Only (0, PRE_BLANK_SIZE, 0) is a PRE_BLANK (Entry.is_pre_blank), whatever its size.
     odd = [(0, PRE_BLANK_SIZE, 1), (7, PRE_BLANK_SIZE, 0)]
-    assert select_spans(odd, 0, 32, NO_CODES, 0, 0) == (
+    assert select(odd, 0, 32, NO_CODES, 0, 0) == (
         [(0, PRE_BLANK_SIZE, 1), (7, PRE_BLANK_SIZE, 1)],
         2,
     )
@@ -110,7 +126,7 @@ def test_select_agrees_with_the_entries_answer() -> None:
         response = pb.GetQueueEntriesResponse(next_offset=first)
         entries = [Entry(first + i, *unit) for i, unit in enumerate(units)]
         expected = _add_entries(response, entries, max_count, codes, max_bytes)
-        spans, next_offset = select_spans(units, first, max_count, codes, max_bytes, first)
+        spans, next_offset = select(units, first, max_count, codes, max_bytes, first)
         assert next_offset == expected
         assert spans == grouped(list(response.entries))
 

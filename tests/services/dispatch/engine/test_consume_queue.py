@@ -23,9 +23,17 @@ from services.dispatch.engine.consume_queue import (
     ConsumeQueueOrderError,
     Entry,
     Recovered,
-    first_unwritten,
 )
-from tide.format import PRE_BLANK_ENTRY, PRE_BLANK_SIZE, ConsumeQueueEntry, unpack_entry
+from tide.format import (
+    ENTRY_BYTES,
+    PRE_BLANK_ENTRY,
+    PRE_BLANK_SIZE,
+    ConsumeQueueEntry,
+    first_unwritten,
+    iter_entries,
+    select_spans,
+    unpack_entry,
+)
 from tide.mapped import MappedFile
 
 EPS = 10  # entries per segment
@@ -692,7 +700,12 @@ def test_put_run_checks_order_and_arguments(tmp_path: Path) -> None:
     assert queue.put_run([], [], [], []) == 0
 
 
-# -- get_units: get's entries as bare tuples ----------------------------------------------
+# -- get_bytes: get's entries as their bytes ---------------------------------------------
+def get_units(queue: ConsumeQueue, offset: int, count: int) -> list[tuple[int, int, int]]:
+    """get_bytes(offset, count), checked to be whole entries, unpacked."""
+    data = queue.get_bytes(offset, count)
+    assert type(data) is bytes and len(data) % ENTRY_BYTES == 0
+    return list(iter_entries(data))
 
 
 def as_units(entries: list[Entry]) -> list[tuple[int, int, int]]:
@@ -700,16 +713,15 @@ def as_units(entries: list[Entry]) -> list[tuple[int, int, int]]:
 
 
 def check_units(queue: ConsumeQueue, offset: int, count: int) -> list[tuple[int, int, int]]:
-    """get_units(offset, count), checked to be get's entries, queue offsets from offset."""
-    units = queue.get_units(offset, count)
+    """get_bytes(offset, count), checked to be get's entries, queue offsets from offset."""
+    units = get_units(queue, offset, count)
     entries = queue.get(offset, count)
     assert units == as_units(entries)
     assert [e.queue_offset for e in entries] == list(range(offset, offset + len(units)))
-    assert all(type(u) is tuple for u in units)
     return units
 
 
-def test_get_units_is_get_as_tuples_on_random_queues(tmp_path: Path) -> None:
+def test_get_bytes_is_get_packed_on_random_queues(tmp_path: Path) -> None:
     """Against get and against a model of what was put (gaps read as PRE_BLANKs)."""
     rng = random.Random(5)
     pre_blank = (0, PRE_BLANK_SIZE, 0)
@@ -740,7 +752,7 @@ def test_get_units_is_get_as_tuples_on_random_queues(tmp_path: Path) -> None:
     assert pre_blanks > 20  # the gaps were padded, and read back as PRE_BLANKs
 
 
-def test_get_units_across_a_segment_boundary(tmp_path: Path) -> None:
+def test_get_bytes_across_a_segment_boundary(tmp_path: Path) -> None:
     queue = open_queue(tmp_path)
     fill(queue, 0, 25)  # segments of EPS = 10 entries
     assert check_units(queue, 5, 10) == [(n * SIZE, SIZE, n) for n in range(5, 15)]
@@ -750,9 +762,27 @@ def test_get_units_across_a_segment_boundary(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_get_units_range_rules(tmp_path: Path) -> None:
+def test_spans_cross_a_segment_boundary(tmp_path: Path) -> None:
+    """The runs of two segments, joined by get_bytes, make one span where their records
+    are back to back (fill: entry n at commitlog n * SIZE, tags code n)."""
     queue = open_queue(tmp_path)
-    assert queue.get_units(0, 1) == []  # empty queue
+    fill(queue, 0, 25)  # segments of EPS = 10 entries
+    entries = queue.get_bytes(5, 10)
+    assert select_spans(entries, 5, 32, frozenset(), 0, 5) == ([(500, 10 * SIZE, 10)], 15)
+    assert select_spans(entries, 5, 32, frozenset({9, 10, 12}), 0, 5) == (
+        [(900, 2 * SIZE, 2), (1200, SIZE, 1)],
+        15,
+    )
+    assert select_spans(queue.get_bytes(0, 100), 0, 100, frozenset(), 0, 0) == (
+        [(0, 25 * SIZE, 25)],
+        25,
+    )
+    queue.close()
+
+
+def test_get_bytes_range_rules(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    assert get_units(queue, 0, 1) == []  # empty queue
     assert queue.put(13, 7000, 50, 1)  # PRE_BLANKs at 10..12, below min_offset
     assert queue.put(16, 7050, 60, 2)  # PRE_BLANKs at 14, 15
     assert (queue.min_offset, queue.max_offset) == (13, 17)
@@ -766,7 +796,7 @@ def test_get_units_range_rules(tmp_path: Path) -> None:
     assert check_units(queue, 16, MAX_GET_ENTRIES) == [(7050, 60, 2)]
     for bad in (0, -1, MAX_GET_ENTRIES + 1):
         with pytest.raises(ValueError, match="max count"):
-            queue.get_units(13, bad)
+            get_units(queue, 13, bad)
     queue.close()
 
 
@@ -782,7 +812,7 @@ def test_get_units_range_rules(tmp_path: Path) -> None:
         (14, bytes(20)),  # inside the second segment
     ],
 )
-def test_get_units_stops_at_an_unwritten_entry(tmp_path: Path, at: int, raw: bytes) -> None:
+def test_get_bytes_stops_at_an_unwritten_entry(tmp_path: Path, at: int, raw: bytes) -> None:
     queue = open_queue(tmp_path)
     fill(queue, 0, 20)
     start, position = divmod(at * 20, SEG)
@@ -799,7 +829,7 @@ def test_get_units_stops_at_an_unwritten_entry(tmp_path: Path, at: int, raw: byt
     queue.close()
 
 
-def test_get_units_retries_a_read_that_a_truncation_overlapped(
+def test_get_bytes_retries_a_read_that_a_truncation_overlapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = open_queue(tmp_path)
@@ -817,17 +847,17 @@ def test_get_units_retries_a_read_that_a_truncation_overlapped(
 
     monkeypatch.setattr(queue, "_read_run", racing)
     # (Without the retry: entries 0..9 as copied, the second segment gone.)
-    assert queue.get_units(0, 15) == [(0, SIZE, 0), (100, SIZE, 1), (200, SIZE, 2)]
+    assert get_units(queue, 0, 15) == [(0, SIZE, 0), (100, SIZE, 1), (200, SIZE, 2)]
     queue.close()
 
 
-def test_get_units_with_every_read_overlapped_is_empty(
+def test_get_bytes_with_every_read_overlapped_is_empty(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = open_queue(tmp_path)
     fill(queue, 0, 5)
     monkeypatch.setattr(queue, "_truncations", 1)  # a truncation that never ends
-    assert queue.get_units(0, 5) == []
+    assert get_units(queue, 0, 5) == []
     assert queue.get(0, 5) == []
     queue.close()
 

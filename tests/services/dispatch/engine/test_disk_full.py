@@ -23,7 +23,7 @@ from services.dispatch.engine.dispatch_store import (
 )
 from services.dispatch.engine.index_service import IndexService
 from tests.services.dispatch.engine.test_dispatch_store import Log, Msg
-from tide.format import IndexGeometry, index_key_hash
+from tide.format import IndexGeometry, index_key_hash, iter_entries
 from tide.tail import RecordAt
 
 EPS = 4  # entries per consume queue segment
@@ -63,11 +63,11 @@ def test_consume_queue_run_enospc_on_a_later_segment_writes_nothing(
     with pytest.raises(OSError) as info:
         queue.put_run(range(10), offsets, [50] * 10, [7] * 10)
     assert info.value.errno == errno.ENOSPC
-    assert queue.max_offset == 0 and queue.get_units(0, 10) == []
+    assert queue.max_offset == 0 and queue.get_bytes(0, 10) == b""
     assert junk(tmp_path) == []
     monkeypatch.undo()
     assert queue.put_run(range(10), offsets, [50] * 10, [7] * 10) == 10  # the retry
-    assert [unit[0] for unit in queue.get_units(0, 10)] == offsets
+    assert [unit[0] for unit in iter_entries(queue.get_bytes(0, 10))] == offsets
 
 
 def test_index_roll_enospc_puts_no_key_of_the_batch(
