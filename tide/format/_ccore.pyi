@@ -132,6 +132,7 @@ def back_to_back_runs(
 
 # The gateway's FIFO produce (s27-fifo; tide/format/_sharding_groups.py).
 def sharding_groups(keys: object, count: int, /) -> list[tuple[int, list[int]]] | None: ...
+
 # GetQueueEntries' span selection (s27-spans; tide/format/_entry_spans.py).
 def entry_spans(
     entries: bytes | bytearray | memoryview | mmap.mmap,
