@@ -22,6 +22,7 @@ ENTRY_MODULES = [
     "services.storage.__main__",
     "services.dispatch.__main__",
     "services.nameserver.__main__",
+    "services.console.__main__",
     "tide.cli",
     "bench",
 ]

@@ -10,11 +10,15 @@ import socket
 import sys
 from types import FrameType
 
-import uvicorn
+from tide.grpc_defaults import use_tide_grpc_defaults
 
-from services.console.app import create_app
-from services.console.config import ConfigError, ConsoleConfig, from_args
-from tide.server import READY_FILE_ENV, write_ready_file
+use_tide_grpc_defaults()  # before anything imports grpc (tide/grpc_defaults.py)
+
+import uvicorn  # noqa: E402
+
+from services.console.app import create_app  # noqa: E402
+from services.console.config import ConfigError, ConsoleConfig, from_args  # noqa: E402
+from tide.server import READY_FILE_ENV, write_ready_file  # noqa: E402
 
 _log = logging.getLogger("services.console")
 
