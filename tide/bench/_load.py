@@ -28,6 +28,7 @@ import grpc
 from tide.auth.client import Credentials, aio_signing_interceptors
 from tide.bench._stats import Latency
 from tide.bench._workload import STAMP_BYTES, Workload
+from tide.client._produce_stream import answers_in
 from tide.client._rpc import ClientTls, tls_credentials
 from tide.format import SYS_FLAG_POS, body_length_pos
 from tide.v1 import gateway_pb2 as pb
@@ -340,7 +341,7 @@ async def _stream_session(
     writing = asyncio.create_task(writer())
     try:
         async for message in call:
-            for answer in (message, *message.next):  # next: answers packed with it
+            for answer in answers_in(message):  # its own, then those packed with it
                 begin = sent.popleft()
                 slots.release()
                 if answer.error_code:
