@@ -5,15 +5,14 @@ test_producer_batching.py.)"""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import grpc
 import pytest
 
 from tide.client import Message, SendResult, TideError, Unavailable
-from tide.client._accumulator import Accumulator, Limits, Outcome
+from tide.client._accumulator import Accumulator, Limits
 from tide.client._convert import to_produce_message
 from tide.client._in_flight import InFlight
 from tide.client._producer import _results
@@ -114,64 +113,6 @@ def test_a_failed_call_fails_each_of_its_messages_with_the_cause() -> None:
     assert in_flight.sends == 0
 
 
-@contextlib.contextmanager
-def synced_sends(acc: Accumulator, count: int) -> Iterator[list[Outcome]]:
-    """``count`` blocking send()s under way, their messages added: the batch goes as
-    all of them now wait in it (inside this block, as send() waits)."""
-    with contextlib.ExitStack() as callers:
-        for _ in range(count):
-            callers.enter_context(acc.sync_send())
-        outcomes: list[Outcome] = []
-        for index in range(count):
-            message = Message("T", f"m{index}")
-            outcomes.append(acc.add_synced(message, to_produce_message(message)))
-        yield outcomes
-
-
-def test_blocking_sends_each_get_their_own_outcome_and_give_back_their_room() -> None:
-    """The blocking send()'s lighter outcome (no Future) keeps every message's exact
-    result or error, and the in-flight room of each comes back once."""
-    gateway = Gateway(partly_written)
-    acc, in_flight = accumulator(gateway, batch_max_messages=100)
-    with synced_sends(acc, 3) as (first, second, third):
-        a, b = first.result(RESULT_TIMEOUT_S), second.result(RESULT_TIMEOUT_S)
-        with pytest.raises(TideError, match="broker-b: the disk is full"):
-            third.result(RESULT_TIMEOUT_S)
-    assert (a.queue_offset, b.queue_offset) == (40, 41) and first.done() and second.done()
-    with pytest.raises(TideError, match="broker-b: the disk is full"):
-        third.result(RESULT_TIMEOUT_S)  # an outcome stays readable
-    assert first.result(RESULT_TIMEOUT_S) is a
-    acc.close()
-    assert in_flight.sends == 0 and in_flight.bytes == 0
-
-
-def test_a_failed_call_fails_every_blocking_send_in_it_with_the_cause() -> None:
-    cause = Unavailable("every broker is unreachable", grpc.StatusCode.UNAVAILABLE)
-    gateway = Gateway(lambda _: cause)
-    acc, in_flight = accumulator(gateway, batch_max_messages=100)
-    with synced_sends(acc, 4) as outcomes:
-        for outcome in outcomes:
-            with pytest.raises(Unavailable) as raised:
-                outcome.result(RESULT_TIMEOUT_S)
-            assert raised.value is cause
-    assert len(gateway.requests) == 1
-    acc.close()
-    assert in_flight.sends == 0
-
-
-def test_an_outcome_not_yet_answered_times_out_and_is_finished_once() -> None:
-    outcome = Outcome()
-    released: list[int] = []
-    outcome.on_done = lambda: released.append(1)
-    assert not outcome.done()
-    with pytest.raises(TimeoutError):
-        outcome.result(0.01)
-    outcome.set_exception(ValueError("the cause"))
-    assert outcome.done() and released == [1]
-    with pytest.raises(RuntimeError):  # a second outcome is a bug, and says so
-        outcome.set_exception(ValueError("again"))
-
-
 def test_a_refusal_naming_one_message_is_resent_message_by_message() -> None:
     def refuse_the_second(
         request: gateway_pb2.ProduceRequest,
@@ -233,9 +174,9 @@ def written(request: gateway_pb2.ProduceRequest) -> gateway_pb2.ProduceResponse:
     )
 
 
-def add_synced(acc: Accumulator, body: str) -> Outcome:
+def add_synced(acc: Accumulator, body: str) -> Future[SendResult]:
     message = Message("T", body)
-    return acc.add_synced(message, to_produce_message(message))
+    return acc.add(message, to_produce_message(message), synced=True)
 
 
 def test_sync_sends_go_together_once_none_is_on_its_way() -> None:

@@ -28,7 +28,6 @@ have had alone. Futures cancelled before their batch goes are not sent.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import logging
 import threading
@@ -53,7 +52,7 @@ from tide.client._in_flight import InFlight
 from tide.client._types import Message, SendResult
 from tide.v1 import gateway_pb2
 
-__all__ = ["Accumulator", "Limits", "Outcome"]
+__all__ = ["Accumulator", "Limits"]
 
 _log = logging.getLogger("tide.client.producer")
 
@@ -63,68 +62,12 @@ Carrier = Callable[[gateway_pb2.ProduceRequest, str], "Future[gateway_pb2.Produc
 Unpack = Callable[[list[Message], gateway_pb2.ProduceResponse, str], list[SendResult]]
 
 
-def _nothing() -> None:
-    pass
-
-
-class Outcome:
-    """A blocking ``send()``'s result: what a Future gives it, for less. One lock, taken
-    at birth and released once when the result or error is in, which is what the
-    waiting caller acquires; a Future builds a Condition per message and its waiter
-    wakes twice (once for the notify, once for the Condition's lock, which the thread
-    setting the 16 results of a batch still holds). It cannot be cancelled (the caller
-    is blocked in ``result``), and ``on_done`` (the in-flight room) runs once."""
-
-    __slots__ = ("_done", "_error", "_result", "on_done")
-
-    def __init__(self) -> None:
-        self._done = _thread.allocate_lock()
-        self._done.acquire()
-        self.on_done: Callable[[], None] = _nothing
-        self._result: SendResult | None = None
-        self._error: BaseException | None = None
-
-    def set_running_or_notify_cancel(self) -> bool:
-        return True
-
-    def set_result(self, result: SendResult) -> None:
-        self._result = result
-        self._finish()
-
-    def set_exception(self, error: BaseException) -> None:
-        self._error = error
-        self._finish()
-
-    def _finish(self) -> None:
-        self.on_done()
-        self._done.release()  # a second outcome is a bug: RuntimeError (unlocked lock)
-
-    def done(self) -> bool:
-        return not self._done.locked()
-
-    def result(self, timeout_s: float | None = None) -> SendResult:
-        """The result, or raise the error; waits for it (TimeoutError after
-        ``timeout_s``, for tests: send() itself waits until close() fails it)."""
-        if not self._done.acquire(timeout=-1 if timeout_s is None else timeout_s):
-            raise TimeoutError("the send was not answered in time")
-        self._done.release()  # the outcome stays readable
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-
 class _Entry(Entry):
     __slots__ = ("future", "running")
 
-    def __init__(
-        self,
-        message: Message,
-        produce: gateway_pb2.ProduceMessage,
-        future: Future[SendResult] | Outcome,
-    ) -> None:
+    def __init__(self, message: Message, produce: gateway_pb2.ProduceMessage) -> None:
         super().__init__(message, produce)
-        self.future = future
+        self.future: Future[SendResult] = Future()
         self.running = False  # its future marked running (a split send goes again)
 
     def start(self) -> bool:
@@ -186,34 +129,22 @@ class Accumulator:
                 if sync_open and sync_open == self._sync_sends:
                     self._changed.notify()
 
-    def add(self, message: Message, produce: gateway_pb2.ProduceMessage) -> Future[SendResult]:
-        """Queue one checked message of ``send_async``; waits while the in-flight bound
-        is reached (ResourceExhausted after the RPC timeout)."""
-        future: Future[SendResult] = Future()
-        entry = _Entry(message, produce, future)
+    def add(
+        self, message: Message, produce: gateway_pb2.ProduceMessage, *, synced: bool = False
+    ) -> Future[SendResult]:
+        """Queue one checked message (``synced``: its sender waits for it inside
+        ``sync_send``); waits while the in-flight bound is reached (ResourceExhausted
+        after the RPC timeout)."""
+        entry = _Entry(message, produce)
         size = entry.size_bytes
         self._in_flight.acquire(size, self._timeout_s, "send")
-        future.add_done_callback(lambda _: self._in_flight.release(size))
-        self._queue(entry, synced=False)
-        return future
-
-    def add_synced(self, message: Message, produce: gateway_pb2.ProduceMessage) -> Outcome:
-        """``add`` for a blocking ``send()`` (inside ``sync_send``): its outcome's
-        ``result()`` waits for the answer."""
-        outcome = Outcome()
-        entry = _Entry(message, produce, outcome)
-        size = entry.size_bytes
-        self._in_flight.acquire(size, self._timeout_s, "send")
-        outcome.on_done = lambda: self._in_flight.release(size)
-        self._queue(entry, synced=True)
-        return outcome
-
-    def _queue(self, entry: _Entry, *, synced: bool) -> None:
+        entry.future.add_done_callback(lambda _: self._in_flight.release(size))
         try:
             self._add(entry, synced)
         except BaseException as exc:
             entry.future.set_exception(exc)  # releases the in-flight room
             raise
+        return entry.future
 
     def _add(self, entry: _Entry, synced: bool) -> None:
         with self._changed:
