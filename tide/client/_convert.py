@@ -96,13 +96,14 @@ def to_produce_message(message: Message) -> gateway_pb2.ProduceMessage:
     delays = (message.delay_level, message.deliver_at_ms, message.delay_ms)
     if any(delays):
         _check_delay(message)
-    proto = gateway_pb2.ProduceMessage(
-        topic=message.topic,
-        body=bytes(body),
-        tags=message.tags,
-        keys=list(message.keys),
-        properties=dict(message.properties),
-    )
+    # only the fields given: upb's constructor costs ~1 us a send more for empty ones
+    proto = gateway_pb2.ProduceMessage(topic=message.topic, body=bytes(body))
+    if message.tags:
+        proto.tags = message.tags
+    if message.keys:
+        proto.keys.extend(message.keys)
+    if message.properties:
+        proto.properties.update(message.properties)
     if message.unique_key:
         proto.unique_key = message.unique_key
     if message.sharding_key is not None:
