@@ -29,11 +29,11 @@ have had alone. Futures cancelled before their batch goes are not sent.
 from __future__ import annotations
 
 import _thread
-import contextlib
+import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from tide.client._batching import (
@@ -101,6 +101,22 @@ class _Entry(Entry):
         return outcome
 
 
+class _SyncSend:
+    """A blocking send() under way, from its start until it returns."""
+
+    __slots__ = ("_accumulator",)
+
+    def __init__(self, accumulator: Accumulator) -> None:
+        self._accumulator = accumulator
+
+    def __enter__(self) -> None:
+        self._accumulator._sync_sends.append(None)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._accumulator._sync_sends.pop()
+        self._accumulator._sync_send_ended()
+
+
 class Accumulator:
     """Collects single sends into per-topic batches; one sender thread hands them out."""
 
@@ -132,25 +148,29 @@ class Accumulator:
         # send() calls under way (from their start until they return); how many of them
         # wait in an open batch is self._batches.sync_open: when all do, no send() is on
         # its way to join them
-        self._sync_sends = 0
+        # send() calls under way, one item each (append and pop are atomic: the 16
+        # callers woken by one answer do not all take the condition again to leave)
+        self._sync_sends: collections.deque[None] = collections.deque()
         self.calls_sent = 0  # Produce calls made (tests, diagnostics)
         self.sender_wakeups = 0  # the sender's waits that ended (tests, diagnostics)
         self.messages_sent = 0
 
-    @contextlib.contextmanager
-    def sync_send(self) -> Iterator[None]:
+    def sync_send(self) -> _SyncSend:
         """Around a blocking send() (its message built and added inside, then awaited):
         while every send() under way waits in an open batch, those batches go without
         waiting out their linger (no send() is on its way to join them)."""
-        with self._changed:
-            self._sync_sends += 1
-        try:
-            yield
-        finally:
+        return _SyncSend(self)
+
+    def _sync_send_ended(self) -> None:
+        """(a send() popped from ``_sync_sends``) wake the sender when every send() still
+        under way waits in an open batch: read unlocked as a hint, checked again under
+        the condition. No wake-up is lost: a send() that joins a batch checks under the
+        condition after any earlier pop."""
+        sync_open = self._batches.sync_open
+        if sync_open and sync_open == len(self._sync_sends):
             with self._changed:
-                self._sync_sends -= 1
                 sync_open = self._batches.sync_open
-                if sync_open and sync_open == self._sync_sends:
+                if sync_open and sync_open == len(self._sync_sends):
                     self._changed.notify()
 
     def add(
@@ -193,7 +213,7 @@ class Accumulator:
             wake = done == READY
             if done == OPENED:
                 wake = time.monotonic() + self._limits.linger_s < self._wake_s
-            if synced and self._batches.sync_open == self._sync_sends:
+            if synced and self._batches.sync_open == len(self._sync_sends):
                 wake = True
             self._start_sender()
             if wake:
@@ -240,7 +260,7 @@ class Accumulator:
                 free = self._calls < self._limits.max_calls
                 if free:
                     batch, wait_s = self._batches.due(
-                        now_s, closing=self._closing, sync_sends=self._sync_sends
+                        now_s, closing=self._closing, sync_sends=len(self._sync_sends)
                     )
                     if batch is not None:
                         self._calls += 1
