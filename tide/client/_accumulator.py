@@ -1,7 +1,9 @@
 """A producer's accumulator: single sends from many threads share Produce calls.
 
 Kafka's ``linger.ms`` / ``batch.size`` and RocketMQ's autoBatch: each ``send`` or
-``send_async`` adds its message to its topic's open batch and gets a future. One sender
+``send_async`` adds its message to its topic's open batch; ``send_async`` gets a future,
+a blocking ``send`` waits on a lock its batch's answer releases (cheaper to wake for 16
+waiting threads than a Future: docs/performance.md). One sender
 thread hands a batch to a carrier (a unary call on the producer's threads, or a request
 on its ProduceStream) when the batch is full (``batch_max_messages``, or
 ``batch_max_bytes``: a message that does not fit starts the next batch, one larger than
