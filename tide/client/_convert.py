@@ -154,18 +154,32 @@ def from_produce_runs(
         written = run.status != gateway_pb2.ProduceResult.SEND_FAILED
         if written and len(run.physical_offsets) != run.count:
             raise TideError(f"the gateway's run at {run.first_index} lacks physical offsets")
+        first = run.first_index
+        if first + run.count > len(topics):
+            raise TideError(f"the gateway's runs cover more than {len(topics)} messages")
+        # a run's fields read once, and one MessageQueue per topic of the run (immutable,
+        # shared): this loop runs for every message a blocking send() waits on
+        prefix, offsets, broker, queue_id = (
+            run.msg_id_prefix,
+            run.physical_offsets,
+            run.broker_name,
+            run.queue_id,
+        )
+        first_offset, stored_ms = run.first_queue_offset, run.store_timestamp_ms
+        queues: dict[str, MessageQueue] = {}
         for i, unique_key in enumerate(run.unique_keys):
-            index = run.first_index + i
-            if index >= len(topics):
-                raise TideError(f"the gateway's runs cover more than {len(topics)} messages")
+            topic = topics[first + i]
+            queue = queues.get(topic)
+            if queue is None:
+                queue = queues[topic] = MessageQueue(topic, broker, queue_id)
             results.append(
                 SendResult(
                     status=status,
-                    msg_id=f"{run.msg_id_prefix}{run.physical_offsets[i]:016X}" if written else "",
+                    msg_id=f"{prefix}{offsets[i]:016X}" if written else "",
                     unique_key=unique_key,
-                    queue=MessageQueue(topics[index], run.broker_name, run.queue_id),
-                    queue_offset=run.first_queue_offset + i if written else 0,
-                    store_timestamp_ms=run.store_timestamp_ms,
+                    queue=queue,
+                    queue_offset=first_offset + i if written else 0,
+                    store_timestamp_ms=stored_ms,
                     error=error,
                 )
             )
