@@ -1,7 +1,9 @@
 """A producer's accumulator: single sends from many threads share Produce calls.
 
 Kafka's ``linger.ms`` / ``batch.size`` and RocketMQ's autoBatch: each ``send`` or
-``send_async`` adds its message to its topic's open batch and gets a future. One sender
+``send_async`` adds its message to its topic's open batch; ``send_async`` gets a future,
+a blocking ``send`` waits on a lock its batch's answer releases (cheaper to wake for 16
+waiting threads than a Future: docs/performance.md). One sender
 thread hands a batch to a carrier (a unary call on the producer's threads, or a request
 on its ProduceStream) when the batch is full (``batch_max_messages``, or
 ``batch_max_bytes``: a message that does not fit starts the next batch, one larger than
@@ -28,11 +30,12 @@ have had alone. Futures cancelled before their batch goes are not sent.
 
 from __future__ import annotations
 
-import contextlib
+import _thread
+import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from tide.client._batching import (
@@ -63,18 +66,57 @@ Unpack = Callable[[list[Message], gateway_pb2.ProduceResponse, str], list[SendRe
 
 
 class _Entry(Entry):
-    __slots__ = ("future", "running")
+    """An accumulated message and how its sender waits: a Future for ``send_async``;
+    for a blocking ``send()`` one held lock the answer releases (a Future's condition,
+    waiter lock and callbacks cost 16 waiting threads more GIL time than the rest of
+    the send: docs/performance.md)."""
 
-    def __init__(self, message: Message, produce: gateway_pb2.ProduceMessage) -> None:
+    __slots__ = ("done", "future", "outcome", "running")
+
+    def __init__(
+        self, message: Message, produce: gateway_pb2.ProduceMessage, *, blocking: bool
+    ) -> None:
         super().__init__(message, produce)
-        self.future: Future[SendResult] = Future()
-        self.running = False  # its future marked running (a split send goes again)
+        self.future: Future[SendResult] | None = None if blocking else Future()
+        self.done: _thread.LockType | None = None
+        if blocking:
+            self.done = _thread.allocate_lock()
+            self.done.acquire()  # released once, by the answer
+        self.outcome: SendResult | BaseException | None = None
+        self.running = blocking  # its future marked running (a split send goes again)
 
     def start(self) -> bool:
         """Mark the future running; False when it was cancelled (not sent, then)."""
         if not self.running:
+            assert self.future is not None  # a blocking send() is never cancelled
             self.running = self.future.set_running_or_notify_cancel()
         return self.running
+
+    def wait(self) -> SendResult:
+        """A blocking send's outcome, once answered (its result, or its error raised)."""
+        assert self.done is not None
+        self.done.acquire()
+        outcome = self.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
+
+
+class _SyncSend:
+    """A blocking send() under way, from its start until it returns."""
+
+    __slots__ = ("_accumulator",)
+
+    def __init__(self, accumulator: Accumulator) -> None:
+        self._accumulator = accumulator
+
+    def __enter__(self) -> None:
+        self._accumulator._sync_sends.append(None)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._accumulator._sync_sends.pop()
+        self._accumulator._sync_send_ended()
 
 
 class Accumulator:
@@ -108,43 +150,60 @@ class Accumulator:
         # send() calls under way (from their start until they return); how many of them
         # wait in an open batch is self._batches.sync_open: when all do, no send() is on
         # its way to join them
-        self._sync_sends = 0
+        # send() calls under way, one item each (append and pop are atomic: the 16
+        # callers woken by one answer do not all take the condition again to leave)
+        self._sync_sends: collections.deque[None] = collections.deque()
         self.calls_sent = 0  # Produce calls made (tests, diagnostics)
         self.sender_wakeups = 0  # the sender's waits that ended (tests, diagnostics)
         self.messages_sent = 0
 
-    @contextlib.contextmanager
-    def sync_send(self) -> Iterator[None]:
+    def sync_send(self) -> _SyncSend:
         """Around a blocking send() (its message built and added inside, then awaited):
         while every send() under way waits in an open batch, those batches go without
         waiting out their linger (no send() is on its way to join them)."""
-        with self._changed:
-            self._sync_sends += 1
-        try:
-            yield
-        finally:
+        return _SyncSend(self)
+
+    def _sync_send_ended(self) -> None:
+        """(a send() popped from ``_sync_sends``) wake the sender when every send() still
+        under way waits in an open batch: read unlocked as a hint, checked again under
+        the condition. No wake-up is lost: a send() that joins a batch checks under the
+        condition after any earlier pop."""
+        sync_open = self._batches.sync_open
+        if sync_open and sync_open == len(self._sync_sends):
             with self._changed:
-                self._sync_sends -= 1
                 sync_open = self._batches.sync_open
-                if sync_open and sync_open == self._sync_sends:
+                if sync_open and sync_open == len(self._sync_sends):
                     self._changed.notify()
 
     def add(
         self, message: Message, produce: gateway_pb2.ProduceMessage, *, synced: bool = False
     ) -> Future[SendResult]:
-        """Queue one checked message (``synced``: its sender waits for it inside
-        ``sync_send``); waits while the in-flight bound is reached (ResourceExhausted
-        after the RPC timeout)."""
-        entry = _Entry(message, produce)
+        """Queue one checked message for a future (``synced``: its sender waits for it
+        inside ``sync_send``); waits while the in-flight bound is reached
+        (ResourceExhausted after the RPC timeout)."""
+        entry = self._queue(message, produce, synced=synced, blocking=False)
+        assert entry.future is not None
+        return entry.future
+
+    def send(self, message: Message, produce: gateway_pb2.ProduceMessage) -> SendResult:
+        """Queue one checked message of a blocking send() (inside ``sync_send``) and wait
+        for its outcome: its result, or its error raised."""
+        return self._queue(message, produce, synced=True, blocking=True).wait()
+
+    def _queue(
+        self, message: Message, produce: gateway_pb2.ProduceMessage, *, synced: bool, blocking: bool
+    ) -> _Entry:
+        entry = _Entry(message, produce, blocking=blocking)
         size = entry.size_bytes
         self._in_flight.acquire(size, self._timeout_s, "send")
-        entry.future.add_done_callback(lambda _: self._in_flight.release(size))
+        if entry.future is not None:
+            entry.future.add_done_callback(lambda _: self._in_flight.release(size))
         try:
             self._add(entry, synced)
         except BaseException as exc:
-            entry.future.set_exception(exc)  # releases the in-flight room
+            self._settle([entry], exc)  # releases the in-flight room
             raise
-        return entry.future
+        return entry
 
     def _add(self, entry: _Entry, synced: bool) -> None:
         with self._changed:
@@ -156,7 +215,7 @@ class Accumulator:
             wake = done == READY
             if done == OPENED:
                 wake = time.monotonic() + self._limits.linger_s < self._wake_s
-            if synced and self._batches.sync_open == self._sync_sends:
+            if synced and self._batches.sync_open == len(self._sync_sends):
                 wake = True
             self._start_sender()
             if wake:
@@ -203,7 +262,7 @@ class Accumulator:
                 free = self._calls < self._limits.max_calls
                 if free:
                     batch, wait_s = self._batches.due(
-                        now_s, closing=self._closing, sync_sends=self._sync_sends
+                        now_s, closing=self._closing, sync_sends=len(self._sync_sends)
                     )
                     if batch is not None:
                         self._calls += 1
@@ -228,8 +287,7 @@ class Accumulator:
             answer = self._carry(request, what)
         except BaseException as exc:  # closed under it: each send gets the reason
             self._call_done()
-            for entry in entries:
-                entry.future.set_exception(exc)
+            self._settle(entries, exc)
             return
         answer.add_done_callback(lambda done: self._answered(batch, entries, done, what))
 
@@ -250,20 +308,38 @@ class Accumulator:
             return
         self._call_done()
         if error is not None:
-            for entry in entries:
-                entry.future.set_exception(error)
+            self._settle(entries, error)
             return
         try:
             results = self._unpack([e.message for e in entries], done.result(), what)
         except TideError as exc:
-            for entry in entries:
-                entry.future.set_exception(exc)
+            self._settle(entries, exc)
             return
-        for entry, outcome in zip(entries, outcomes(results), strict=True):
-            if isinstance(outcome, TideError):
-                entry.future.set_exception(outcome)
-            else:
-                entry.future.set_result(outcome)
+        self._settle(entries, outcomes(results))
+
+    def _settle(
+        self, entries: list[_Entry], outcome: BaseException | list[SendResult | TideError]
+    ) -> None:
+        """Give each entry its outcome (one for all, or one each): futures are set (their
+        callbacks free their in-flight room); blocking sends get theirs and their room is
+        freed in one step for the lot."""
+        freed_sends = freed_bytes = 0
+        for i, entry in enumerate(entries):
+            own = outcome if isinstance(outcome, BaseException) else outcome[i]
+            future = entry.future
+            if future is not None:
+                if isinstance(own, BaseException):
+                    future.set_exception(own)
+                else:
+                    future.set_result(own)
+                continue
+            assert entry.done is not None
+            freed_sends += 1
+            freed_bytes += entry.size_bytes
+            entry.outcome = own
+            entry.done.release()
+        if freed_sends:
+            self._in_flight.release(freed_bytes, freed_sends)
 
     def _call_done(self) -> None:
         with self._changed:
@@ -275,6 +351,4 @@ class Accumulator:
             batches = self._batches.drain()
             self._closing = True
         for batch in batches:
-            for entry in batch.entries:
-                if entry.start():
-                    entry.future.set_exception(error)
+            self._settle([e for e in batch.entries if e.start()], error)

@@ -33,9 +33,10 @@ class InFlight:
                 raise self.exhausted(what, timeout_s)
             self.take(size_bytes)
 
-    def release(self, size_bytes: int) -> None:
+    def release(self, size_bytes: int, sends: int = 1) -> None:
+        """Give back ``sends`` sends holding ``size_bytes`` in all."""
         with self._changed:
-            self.give_back(size_bytes)
+            self.give_back(size_bytes, sends)
             self._changed.notify_all()
 
     # The bookkeeping (the asyncio producer's bound, aio/_in_flight.py, shares it).
@@ -50,8 +51,8 @@ class InFlight:
         self.bytes += size_bytes
         self.peak_bytes = max(self.peak_bytes, self.bytes)
 
-    def give_back(self, size_bytes: int) -> None:
-        self.sends -= 1
+    def give_back(self, size_bytes: int, sends: int = 1) -> None:
+        self.sends -= sends
         self.bytes -= size_bytes
 
     def exhausted(self, what: str, timeout_s: float) -> ResourceExhausted:

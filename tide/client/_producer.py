@@ -173,7 +173,9 @@ class Producer(Closing):
                 deliver_at_ms=deliver_at_ms,
                 delay_ms=delay_ms,
             )
-            return self._accumulate(message, synced=True).result()
+            if self._connection.closed:
+                raise TideError("the producer is closed")
+            return self._accumulator.send(message, to_produce_message(message))
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Send up to ``MAX_BATCH_MESSAGES`` messages in one call; results in order.
@@ -220,10 +222,10 @@ class Producer(Closing):
         )
         return self._accumulate(message)
 
-    def _accumulate(self, message: Message, *, synced: bool = False) -> Future[SendResult]:
+    def _accumulate(self, message: Message) -> Future[SendResult]:
         if self._connection.closed:
             raise TideError("the producer is closed")
-        return self._accumulator.add(message, to_produce_message(message), synced=synced)
+        return self._accumulator.add(message, to_produce_message(message))
 
     def _carry(
         self, request: gateway_pb2.ProduceRequest, what: str
