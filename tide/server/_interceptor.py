@@ -234,6 +234,8 @@ def _checked(call: _Call, request: Any, streamed: bool, checked: bool) -> Any:
 def _wrap_coroutine(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
     async def wrapped(request: Any, context: Context) -> Any:
         span = call.span(context, None if streamed else request)
+        if span is trace.INVALID_SPAN:  # tracing off: no span to make current or end
+            return await _run_untraced(behaviour, call, request, context, streamed, checked)
         with trace.use_span(
             span, end_on_exit=True, record_exception=False, set_status_on_exception=False
         ):
@@ -247,6 +249,26 @@ def _wrap_coroutine(behaviour: Behaviour, call: _Call, streamed: bool, checked: 
             return result
 
     return wrapped
+
+
+async def _run_untraced(
+    behaviour: Behaviour,
+    call: _Call,
+    request: Any,
+    context: Context,
+    streamed: bool,
+    checked: bool,
+) -> Any:
+    """A unary-answer call while it has no span (tracing off, health, reflection): the
+    same checks, errors and metrics, without attaching the invalid span as the current
+    one and ending it (~1.5 us a call of context-variable work that changes nothing:
+    the current span is already the invalid one)."""
+    try:
+        await call.check_ready(context)
+        return await behaviour(_checked(call, request, streamed, checked), context)
+    except Exception as exc:
+        call.record_error(_error_code(exc, context))
+        await call.fail(trace.INVALID_SPAN, context, exc)
 
 
 def _wrap_async_gen(behaviour: Behaviour, call: _Call, streamed: bool, checked: bool) -> Behaviour:
