@@ -117,6 +117,13 @@ def test_commit_past_the_queue_max_is_refused_with_its_min_and_max(
         )
         return stub.GetOffset(request, timeout=RPC_TIMEOUT_S).offset
 
+    def served_max() -> int:
+        request = pb.QueueOffsetsRequest(topic=topic_name, broker_name="broker-a", queue_id=0)
+        return stub.GetQueueOffsets(request, timeout=RPC_TIMEOUT_S).max_offset
+
+    # The refusal quotes the queue's offsets as the dispatch serves them, which follows
+    # the storage's acknowledgement by a moment: wait until it serves all three.
+    wait_until(lambda: served_max() == 3, "the dispatch to serve the three messages")
     expect_error(
         INVALID,
         lambda: commit(1_000_000_000),
