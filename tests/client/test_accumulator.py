@@ -11,15 +11,13 @@ from concurrent.futures import Future
 import grpc
 import pytest
 
+from tests.client._accumulators import accumulator
 from tide.client import Message, SendResult, TideError, Unavailable
-from tide.client._accumulator import Accumulator, Limits
+from tide.client._accumulator import Accumulator
 from tide.client._convert import to_produce_message
-from tide.client._in_flight import InFlight
-from tide.client._producer import _results
 from tide.v1 import gateway_pb2
 
 RESULT_TIMEOUT_S = 10.0
-LONG_LINGER_MS = 60_000
 
 
 Answer = Callable[[gateway_pb2.ProduceRequest], gateway_pb2.ProduceResponse | BaseException]
@@ -43,14 +41,6 @@ class Gateway:
         else:
             future.set_result(answer)
         return future
-
-
-def accumulator(gateway: Gateway, batch_max_messages: int) -> tuple[Accumulator, InFlight]:
-    in_flight = InFlight(256, 1 << 20)
-    limits = Limits(LONG_LINGER_MS, batch_max_messages, 1 << 20, 4)
-    return Accumulator(
-        limits, in_flight, gateway, _results, timeout_s=1.0, close_timeout_s=10.0
-    ), in_flight
 
 
 def send(acc: Accumulator, topic: str, count: int) -> list[Future[SendResult]]:

@@ -11,16 +11,14 @@ from concurrent.futures import Future
 import grpc
 import pytest
 
+from tests.client._accumulators import accumulator
 from tide.client import Message, SendResult, TideError, Unavailable
-from tide.client._accumulator import Accumulator, Limits
+from tide.client._accumulator import Accumulator
 from tide.client._convert import to_produce_message
-from tide.client._in_flight import InFlight
-from tide.client._producer import _results
 from tide.v1 import gateway_pb2
 from tide.waiting import wait_until
 
 RESULT_TIMEOUT_S = 10.0
-LONG_LINGER_MS = 60_000
 THREADS = 16
 SENDS_PER_THREAD = 25
 
@@ -81,13 +79,6 @@ class Gateway:
 
         threading.Thread(target=answer).start()
         return future
-
-
-def accumulator(gateway: Gateway, batch_max_messages: int) -> tuple[Accumulator, InFlight]:
-    in_flight = InFlight(256, 1 << 20)
-    limits = Limits(LONG_LINGER_MS, batch_max_messages, 1 << 20, 4)
-    acc = Accumulator(limits, in_flight, gateway, _results, timeout_s=1.0, close_timeout_s=10.0)
-    return acc, in_flight
 
 
 def blocking_send(acc: Accumulator, body: str) -> SendResult:
@@ -152,15 +143,7 @@ def test_a_carrier_closed_under_the_batch_fails_its_callers() -> None:
     ) -> Future[gateway_pb2.ProduceResponse]:
         raise TideError("the producer is closed")
 
-    in_flight = InFlight(256, 1 << 20)
-    acc = Accumulator(
-        Limits(LONG_LINGER_MS, 256, 1 << 20, 4),
-        in_flight,
-        closed,
-        _results,
-        timeout_s=1.0,
-        close_timeout_s=10.0,
-    )
+    acc, in_flight = accumulator(closed, batch_max_messages=256)
     with pytest.raises(TideError, match="the producer is closed"):
         blocking_send(acc, "m")
     acc.close()
