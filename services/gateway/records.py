@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from tide.format import KEYS, SHARDING_KEY, TAGS, UNIQ_KEY, RunWriter, pack_host, parse_host
+from tide.format import KEYS, SHARDING_KEY, TAGS, UNIQ_KEY, RunWriter, pack_host, parse_host, varint
 from tide.server import peer_address
-from tide.server._framed import varint
 from tide.v1 import gateway_pb2 as pb
 
 log = logging.getLogger("tide.gateway.records")

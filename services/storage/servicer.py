@@ -18,6 +18,7 @@ import grpc
 from opentelemetry import trace
 
 from services.storage import auth_rpc, convert, position_read, span_read
+from services.storage.append_answer import columns_answer, columns_response
 from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -141,20 +142,6 @@ def _append_response(
     return response
 
 
-def _columns_response(
-    batch: AppendBatch, status: pb.AppendStatus.ValueType, prefix: str
-) -> pb.AppendResponse:
-    """The answer to a ``records`` request: one status, the offsets as packed columns."""
-    return pb.AppendResponse(
-        status=status,
-        msg_id_prefix=prefix,
-        store_timestamp_ms=batch.store_timestamp_ms,
-        physical_offsets=batch.physical_offsets,
-        queue_offsets=batch.queue_offsets,
-        sizes=batch.sizes,
-    )
-
-
 async def _wait_set(event: asyncio.Event, timeout_s: float) -> None:
     """Until ``event`` is set or ``timeout_s`` passed (then callers re-check: retention
     may have moved the min offset). A timer, no task: a Tail stream following live waits
@@ -259,7 +246,9 @@ class StorageServicer(pb_grpc.StorageServicer):
     async def Append(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.AppendResponse:
-        return await self._append(request, context, TRACING.enabled)
+        response = await self._append(request, context, TRACING.enabled, serialized=False)
+        assert not isinstance(response, bytes)
+        return response
 
     async def AppendStream(  # type: ignore[override]
         self,
@@ -270,7 +259,8 @@ class StorageServicer(pb_grpc.StorageServicer):
         protocol is in storage.proto). No spans per request: a stream carries no trace
         context (callers of a sampled trace use Append). The answers are serialized
         ``AppendStreamResponse``s (the service registers AppendStream with
-        ``tide.server.serialized``), each response framed by hand (_APPEND_ANSWER)."""
+        ``tide.server.serialized``), each response framed by hand (_APPEND_ANSWER), a
+        ``records`` request's response serialized by hand too (append_answer.py)."""
         async for response in self._append_streams.serve(
             request_iterator, context, self._append_untraced, _APPEND_ANSWER
         ):
@@ -278,38 +268,53 @@ class StorageServicer(pb_grpc.StorageServicer):
 
     async def _append_untraced(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> pb.AppendResponse:
-        return await self._append(request, context, False)
+    ) -> pb.AppendResponse | bytes:
+        return await self._append(request, context, False, serialized=True)
 
     async def _append(
         self,
         request: pb.AppendRequest,
         context: grpc.aio.ServicerContext[object, object],
         traced: bool,
-    ) -> pb.AppendResponse:
+        serialized: bool,
+    ) -> pb.AppendResponse | bytes:
         """One Append: the response, or raises ServiceError (Append and AppendStream).
-        ``traced``: name the current span and add the flush and replica wait spans."""
-        with self.append_budget.held(request.ByteSize()):
-            return await self._append_held(request, context, traced)
+        ``traced``: name the current span and add the flush and replica wait spans.
+        ``serialized``: a ``records`` request's response as its bytes.
+
+        The request holds ``max_append_in_flight_bytes`` for its records' bytes (the
+        run joined from them is what the storage keeps while it waits), or for its
+        serialized size when it carries messages: ``ByteSize()`` serializes the whole
+        request, ~59 us for an 88 KB request of records in one process, once per append
+        (docs/performance.md, "The storage's Append answer and budget")."""
+        chunks = list(request.records)  # one copy out of the request, used throughout
+        size_bytes = sum(map(len, chunks)) if chunks else request.ByteSize()
+        budget = self.append_budget
+        budget.take(size_bytes)
+        try:
+            return await self._append_held(request, chunks, context, traced, serialized)
+        finally:
+            budget.give(size_bytes)
 
     async def _append_held(
         self,
         request: pb.AppendRequest,
+        chunks: list[bytes],
         context: grpc.aio.ServicerContext[object, object],
         traced: bool,
-    ) -> pb.AppendResponse:
+        serialized: bool,
+    ) -> pb.AppendResponse | bytes:
         started = time.perf_counter()
         store = self._store()
-        records = request.records
-        if records and request.messages:
+        if chunks and request.messages:
             raise _invalid("set messages or records, not both")
         try:
             if request.producer_runs:
-                result = self._put_producer_runs(request, store)
+                result = self._put_producer_runs(request, chunks, store)
             elif request.producer_id:
-                result = self._put_idempotent(request, store)
-            elif records:
-                result = store.put_run(records)
+                result = self._put_idempotent(request, chunks, store)
+            elif chunks:
+                result = store.put_run(chunks)
             else:
                 self._check_message_count(len(request.messages), store)
                 result = store.put(request.messages, peer_address(context.peer()))
@@ -336,19 +341,19 @@ class StorageServicer(pb_grpc.StorageServicer):
         observer = self.append_observer
         if observer is not None:
             observer(count, result.batch, started)
-        if records:
-            response = _columns_response(result.batch, status, store.msg_id_prefix)
-            if result.duplicate:
-                response.duplicate = True
-            return response
+        if chunks:
+            answer = columns_answer if serialized else columns_response
+            return answer(result.batch, status, store.msg_id_prefix, result.duplicate)
         return _append_response(result.batch, request, status, store.msg_id_prefix)
 
     @staticmethod
-    def _put_idempotent(request: pb.AppendRequest, store: MessageStore) -> PutResult:
+    def _put_idempotent(
+        request: pb.AppendRequest, chunks: list[bytes], store: MessageStore
+    ) -> PutResult:
         error = producer_id_error(request.producer_id)
         if error is not None:
             raise _invalid(f"producer_id {quote(request.producer_id)}: {error}")
-        if not request.records or request.messages:
+        if not chunks or request.messages:
             raise _invalid("an idempotent Append (producer_id) carries records, not messages")
         if request.first_sequence < 0 or request.producer_epoch < 0:
             raise _invalid(
@@ -356,11 +361,13 @@ class StorageServicer(pb_grpc.StorageServicer):
                 f"{request.producer_epoch} must not be negative"
             )
         return store.put_run_idempotent(
-            request.records, request.producer_id, request.producer_epoch, request.first_sequence
+            chunks, request.producer_id, request.producer_epoch, request.first_sequence
         )
 
     @staticmethod
-    def _put_producer_runs(request: pb.AppendRequest, store: MessageStore) -> PutResult:
+    def _put_producer_runs(
+        request: pb.AppendRequest, chunks: list[bytes], store: MessageStore
+    ) -> PutResult:
         if request.producer_id or request.messages:
             raise _invalid(
                 "producer_runs carries each run's producer fields: not with producer_id or messages"
@@ -380,7 +387,7 @@ class StorageServicer(pb_grpc.StorageServicer):
             batches.append(
                 ProducerBatch(entry.producer_id, entry.producer_epoch, entry.first_sequence)
             )
-        return store.put_producer_runs(request.records, batches)
+        return store.put_producer_runs(chunks, batches)
 
     @staticmethod
     async def _wait_durable(

@@ -12,22 +12,9 @@ from tide.server._framed import (
     framed_answer,
     serialized,
     tail_chunk_frame,
-    varint,
 )
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
-
-# Each side of every varint length boundary (1 to 10 bytes) in int64, zero and negatives.
-_BOUNDARIES = sorted(
-    {0, 1, -1, -(1 << 63), (1 << 63) - 1}
-    | {(1 << bits) + delta for bits in range(7, 63, 7) for delta in (-1, 0)}
-)
-
-
-@pytest.mark.parametrize("value", _BOUNDARIES)
-def test_varint_is_protobufs_int64(value: int) -> None:
-    expected = pb.TailChunk(offset=value).SerializeToString()
-    assert (b"\x08" + varint(value) if value else b"") == expected
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 2_097_151, 2_097_152])
@@ -110,6 +97,13 @@ def test_framed_answer_is_protobufs_stream_answer(inner_bytes: int) -> None:
     expected = pb.AppendStreamResponse(response=response)
     assert answer(response=response) == expected.SerializeToString()
     assert pb.AppendStreamResponse.FromString(answer(response=response)) == expected
+
+
+def test_framed_answer_frames_a_response_given_serialized() -> None:
+    response = pb.AppendResponse(msg_id_prefix="7F0000010000", physical_offsets=[1, 2])
+    answer = framed_answer(pb.AppendStreamResponse)
+    expected = pb.AppendStreamResponse(response=response).SerializeToString()
+    assert answer(response.SerializeToString()) == expected == answer(response)
 
 
 def test_framed_answer_serializes_an_error_as_the_message_does() -> None:

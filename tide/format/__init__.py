@@ -417,6 +417,7 @@ from tide.format._v2_transaction_id import (
     encode_v2_transaction_id,
     parse_v2_transaction_id,
 )
+from tide.format._varint import packed_varints, varint
 
 __all__ = [
     "ABORT_FILE",
@@ -716,6 +717,7 @@ __all__ = [
     "pack_slot",
     "pack_timer_blank",
     "pack_timer_unit",
+    "packed_varints",
     "parse_delay_levels",
     "parse_delay_property",
     "parse_host",
@@ -795,6 +797,7 @@ __all__ = [
     "unpack_slot",
     "unpack_timer_unit",
     "v4_record_fields",
+    "varint",
     "wheel_file_error",
     "write_blank",
     "write_index_header",

@@ -3268,6 +3268,68 @@ static PyObject *first_unwritten(PyObject *self, PyObject *args) {
 
 /* == end of entry_spans ============================================================== */
 
+/* == packed_varints: a packed repeated int64/int32 field's payload (protobuf) ========== */
+
+PyDoc_STRVAR(packed_varints_doc,
+             "packed_varints(values, /) -> bytes\n"
+             "--\n\n"
+             "tide.format.packed_varints: the payload of a packed repeated int64 or int32\n"
+             "field as protobuf writes it, each value a base-128 varint, low group first,\n"
+             "a negative value as its 64-bit two's complement (ten bytes). OverflowError\n"
+             "for a value outside int64, TypeError for a non-int. The reference:\n"
+             "tide.format._varint.packed_varints_python.");
+
+/* The most bytes one varint takes: 64 bits in groups of 7. */
+#define VARINT_MAX_BYTES 10
+
+static PyObject *packed_varints(PyObject *self, PyObject *values) {
+    (void)self;
+    PyObject *seq = PySequence_Fast(values, "packed_varints takes a sequence of ints");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (count > PY_SSIZE_T_MAX / VARINT_MAX_BYTES) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * VARINT_MAX_BYTES);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(out), *p = start;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!PyLong_Check(items[i])) {
+            PyErr_Format(PyExc_TypeError, "packed_varints: values[%zd] is %.80s, not an int", i,
+                         Py_TYPE(items[i])->tp_name);
+            goto fail;
+        }
+        long long value = PyLong_AsLongLong(items[i]);
+        if (value == -1 && PyErr_Occurred()) {
+            goto fail; /* OverflowError: outside int64 */
+        }
+        uint64_t u = (uint64_t)value;
+        while (u > 0x7F) {
+            *p++ = (unsigned char)((u & 0x7F) | 0x80);
+            u >>= 7;
+        }
+        *p++ = (unsigned char)u;
+    }
+    Py_DECREF(seq);
+    if (_PyBytes_Resize(&out, p - start) < 0) {
+        return NULL;
+    }
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* == end of packed_varints ============================================================ */
+
 static PyMethodDef methods[] = {
     {"scan_v4_run", scan_v4_run, METH_VARARGS, scan_v4_run_doc},
     {"dispatch_properties", dispatch_properties, METH_VARARGS, dispatch_properties_doc},
@@ -3298,6 +3360,8 @@ static PyMethodDef methods[] = {
     /* GetQueueEntries' span selection (s27-spans) */
     {"entry_spans", entry_spans, METH_VARARGS, entry_spans_doc},
     {"first_unwritten", first_unwritten, METH_VARARGS, first_unwritten_doc},
+    /* the storage's Append answer (s29) */
+    {"packed_varints", packed_varints, METH_O, packed_varints_doc},
     {NULL, NULL, 0, NULL},
 };
 

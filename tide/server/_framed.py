@@ -18,23 +18,12 @@ from typing import Any, Protocol
 
 import grpc
 
-_UINT64_MASK = (1 << 64) - 1
+from tide.format import varint
+
 # Keys of TailChunk's fields (field number << 3 | wire type): 1 and 3 varint, 2 bytes.
 _TAIL_OFFSET_KEY = b"\x08"
 _TAIL_DATA_KEY = b"\x12"
 _TAIL_MAX_OFFSET_KEY = b"\x18"
-
-
-def varint(value: int) -> bytes:
-    """``value`` as protobuf writes an int64/int32/uint field: base 128, low group
-    first; a negative number as its 64-bit two's complement (ten bytes)."""
-    value &= _UINT64_MASK
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def tail_chunk_frame(offset: int, size: int, max_offset: int) -> tuple[bytes, bytes]:
@@ -64,12 +53,13 @@ def framed_answer(answer_type: Callable[..., _Serializable]) -> Callable[..., by
     serialized: a response framed by hand around its own serialization (building the
     answer message copied the response into it first: ~3.7 us of an AppendStream's
     ~12 us a 100-record answer), an error as ``answer_type`` serializes it. The bytes
-    are protobuf's (``tests/server/test_framed.py``)."""
+    are protobuf's (``tests/server/test_framed.py``). A response given as ``bytes`` is
+    one already serialized (the storage's ``records`` answer, written by hand)."""
 
-    def answer(response: _Serializable | None = None, **error: object) -> bytes:
+    def answer(response: _Serializable | bytes | None = None, **error: object) -> bytes:
         if response is None:
             return answer_type(**error).SerializeToString()
-        inner = response.SerializeToString()
+        inner = response if isinstance(response, bytes) else response.SerializeToString()
         return b"".join((_ANSWER_RESPONSE_KEY, varint(len(inner)), inner))
 
     return answer

@@ -22,7 +22,7 @@ from tests.services.storage.conftest import (
     expect_error,
     message,
 )
-from tests.services.storage.test_append_stream import exchange
+from tests.services.storage.test_append_stream import exchange, run_of
 from tide.commitlog import iter_records
 from tide.v1 import storage_pb2 as pb
 from tide.waiting import wait_until
@@ -86,6 +86,35 @@ def test_an_append_larger_than_the_limit_is_refused_and_writes_nothing(
     assert [r.status for r in results] == [pb.PUT_OK, pb.PUT_OK]
     # Only the two messages of the second request were written.
     assert stored_offsets(storage) == [r.physical_offset for r in results]
+
+
+def test_records_count_their_bytes_against_the_limit(
+    storage: StorageProcess, topic_name: str
+) -> None:
+    """An Append of records holds the records' bytes (the run joined from them): runs
+    adding up to more than the limit are refused whole, in-band on a stream too, and
+    runs just under it are written."""
+    body = bytes(BODY_BYTES)
+    per_run = 4
+    run = run_of(topic_name, *[body] * per_run)
+    over = LIMIT_BYTES // len(run) + 1  # runs whose bytes add up to more than the limit
+    too_big = pb.AppendRequest(records=[run] * over)
+    assert len(run) * over > LIMIT_BYTES
+    fits = pb.AppendRequest(records=[run] * (over - 1))
+    assert len(run) * (over - 1) < LIMIT_BYTES
+    expect_error(
+        EXHAUSTED,
+        lambda: storage.stub.Append(too_big, timeout=RPC_TIMEOUT_S),
+        f"this request is {len(run) * over} bytes",
+        LIMIT_TEXT,
+    )
+    answers = asyncio.run(exchange(storage, [too_big, fits]))
+    assert answers[0].error_code == EXHAUSTED.value[0]
+    assert f"this request is {len(run) * over} bytes" in answers[0].error_message
+    assert answers[1].error_code == 0
+    written = answers[1].response
+    assert len(written.physical_offsets) == per_run * (over - 1)
+    assert stored_offsets(storage) == list(written.physical_offsets)
 
 
 def test_concurrent_appends_stay_under_the_limit_and_lose_nothing_acknowledged(
