@@ -7,6 +7,7 @@ they are protobuf's own."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -47,17 +48,21 @@ def cases() -> list[tuple[AppendBatch, pb.AppendStatus.ValueType, str, bool]]:
     return found
 
 
-@pytest.mark.skipif(_core.ccore is None, reason="the compiled core is not built or off")
-def test_the_hand_written_answer_is_protobufs() -> None:
-    for found in cases():
-        assert columns_answer(*found) == columns_response(*found).SerializeToString(), found
+def _packers() -> list[Callable[[Sequence[int]], bytes]]:
+    packers: list[Callable[[Sequence[int]], bytes]] = [packed_varints_python]
+    if _core.ccore is not None:
+        packers.append(_core.ccore.packed_varints)
+    return packers
 
 
-def test_the_hand_written_answer_with_pythons_columns_is_protobufs(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("pack", _packers())
+def test_the_hand_written_answer_is_protobufs(
+    monkeypatch: pytest.MonkeyPatch, pack: Callable[[Sequence[int]], bytes]
 ) -> None:
+    """With the compiled columns (as the storage runs with its core) and with the
+    Python twin's."""
     monkeypatch.setattr(append_answer, "using_extensions", lambda: True)
-    monkeypatch.setattr(append_answer, "packed_varints", packed_varints_python)
+    monkeypatch.setattr(append_answer, "packed_varints", pack)
     for found in cases():
         assert columns_answer(*found) == columns_response(*found).SerializeToString(), found
 
