@@ -84,7 +84,7 @@ class Gateway:
 def blocking_send(acc: Accumulator, body: str) -> SendResult:
     with acc.sync_send():
         message = Message("T", body)
-        return acc.send(message, to_produce_message(message))
+        return acc.send(message.topic, to_produce_message(message))
 
 
 def in_threads(count: int, work: Callable[[int], None]) -> None:

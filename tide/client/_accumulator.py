@@ -52,7 +52,7 @@ from tide.client._batching import (
 )
 from tide.client._errors import TideError, Unavailable
 from tide.client._in_flight import InFlight
-from tide.client._types import Message, SendResult
+from tide.client._types import SendResult
 from tide.v1 import gateway_pb2
 
 __all__ = ["Accumulator", "Limits"]
@@ -61,8 +61,9 @@ _log = logging.getLogger("tide.client.producer")
 
 # A carrier: send one request, the future holds the answer or the TideError.
 Carrier = Callable[[gateway_pb2.ProduceRequest, str], "Future[gateway_pb2.ProduceResponse]"]
-# The per-message results of a call (raises TideError when the answer does not fit).
-Unpack = Callable[[list[Message], gateway_pb2.ProduceResponse, str], list[SendResult]]
+# The per-message results of a call, given its messages' topics (raises TideError when
+# the answer does not fit).
+Unpack = Callable[[list[str], gateway_pb2.ProduceResponse, str], list[SendResult]]
 
 
 class _Entry(Entry):
@@ -73,10 +74,8 @@ class _Entry(Entry):
 
     __slots__ = ("done", "future", "outcome", "running")
 
-    def __init__(
-        self, message: Message, produce: gateway_pb2.ProduceMessage, *, blocking: bool
-    ) -> None:
-        super().__init__(message, produce)
+    def __init__(self, topic: str, produce: gateway_pb2.ProduceMessage, *, blocking: bool) -> None:
+        super().__init__(topic, produce)
         self.future: Future[SendResult] | None = None if blocking else Future()
         self.done: _thread.LockType | None = None
         if blocking:
@@ -104,7 +103,8 @@ class _Entry(Entry):
 
 
 class _SyncSend:
-    """A blocking send() under way, from its start until it returns."""
+    """A blocking send() under way, from its start until it returns (one per accumulator:
+    it holds no state of its own)."""
 
     __slots__ = ("_accumulator",)
 
@@ -138,7 +138,10 @@ class Accumulator:
         self._unpack = unpack
         self._timeout_s = timeout_s  # the longest a send waits for in-flight room
         self._close_timeout_s = close_timeout_s  # the longest close waits for answers
-        self._changed = threading.Condition()
+        # the condition's lock, taken directly where nothing waits (Condition's own
+        # __enter__ and __exit__ are two more Python calls on every send)
+        self._mutex = threading.RLock()
+        self._changed = threading.Condition(self._mutex)
         self._batches: Batches[_Entry] = Batches(limits)
         self._calls = 0
         self._closing = False
@@ -153,6 +156,7 @@ class Accumulator:
         # send() calls under way, one item each (append and pop are atomic: the 16
         # callers woken by one answer do not all take the condition again to leave)
         self._sync_sends: collections.deque[None] = collections.deque()
+        self._sync_send = _SyncSend(self)
         self.calls_sent = 0  # Produce calls made (tests, diagnostics)
         self.sender_wakeups = 0  # the sender's waits that ended (tests, diagnostics)
         self.messages_sent = 0
@@ -161,7 +165,7 @@ class Accumulator:
         """Around a blocking send() (its message built and added inside, then awaited):
         while every send() under way waits in an open batch, those batches go without
         waiting out their linger (no send() is on its way to join them)."""
-        return _SyncSend(self)
+        return self._sync_send
 
     def _sync_send_ended(self) -> None:
         """(a send() popped from ``_sync_sends``) wake the sender when every send() still
@@ -176,37 +180,37 @@ class Accumulator:
                     self._changed.notify()
 
     def add(
-        self, message: Message, produce: gateway_pb2.ProduceMessage, *, synced: bool = False
+        self, topic: str, produce: gateway_pb2.ProduceMessage, *, synced: bool = False
     ) -> Future[SendResult]:
-        """Queue one checked message for a future (``synced``: its sender waits for it
-        inside ``sync_send``); waits while the in-flight bound is reached
+        """Queue one checked message to ``topic`` for a future (``synced``: its sender
+        waits for it inside ``sync_send``); waits while the in-flight bound is reached
         (ResourceExhausted after the RPC timeout)."""
-        entry = self._queue(message, produce, synced=synced, blocking=False)
-        assert entry.future is not None
-        return entry.future
-
-    def send(self, message: Message, produce: gateway_pb2.ProduceMessage) -> SendResult:
-        """Queue one checked message of a blocking send() (inside ``sync_send``) and wait
-        for its outcome: its result, or its error raised."""
-        return self._queue(message, produce, synced=True, blocking=True).wait()
-
-    def _queue(
-        self, message: Message, produce: gateway_pb2.ProduceMessage, *, synced: bool, blocking: bool
-    ) -> _Entry:
-        entry = _Entry(message, produce, blocking=blocking)
+        entry = _Entry(topic, produce, blocking=False)
+        future = entry.future
+        assert future is not None
         size = entry.size_bytes
         self._in_flight.acquire(size, self._timeout_s, "send")
-        if entry.future is not None:
-            entry.future.add_done_callback(lambda _: self._in_flight.release(size))
+        future.add_done_callback(lambda _: self._in_flight.release(size))
+        self._add_or_settle(entry, synced)
+        return future
+
+    def send(self, topic: str, produce: gateway_pb2.ProduceMessage) -> SendResult:
+        """Queue one checked message to ``topic`` of a blocking send() (inside
+        ``sync_send``) and wait for its outcome: its result, or its error raised."""
+        entry = _Entry(topic, produce, blocking=True)
+        self._in_flight.acquire(entry.size_bytes, self._timeout_s, "send")
+        self._add_or_settle(entry, True)
+        return entry.wait()
+
+    def _add_or_settle(self, entry: _Entry, synced: bool) -> None:
         try:
             self._add(entry, synced)
         except BaseException as exc:
             self._settle([entry], exc)  # releases the in-flight room
             raise
-        return entry
 
     def _add(self, entry: _Entry, synced: bool) -> None:
-        with self._changed:
+        with self._mutex:
             if self._closing:
                 raise TideError("the producer is closed")
             done = self._batches.add(entry, synced=synced)
@@ -275,7 +279,7 @@ class Accumulator:
                 self.sender_wakeups += 1
 
     def _send(self, batch: Batch[_Entry]) -> None:
-        entries = [e for e in batch.entries if e.start()]
+        entries = [e for e in batch.entries if e.running or e.start()]
         if not entries:
             self._call_done()
             return
@@ -311,7 +315,8 @@ class Accumulator:
             self._settle(entries, error)
             return
         try:
-            results = self._unpack([e.message for e in entries], done.result(), what)
+            # a batch is of one topic
+            results = self._unpack([batch.topic] * len(entries), done.result(), what)
         except TideError as exc:
             self._settle(entries, exc)
             return
@@ -342,7 +347,7 @@ class Accumulator:
             self._in_flight.release(freed_bytes, freed_sends)
 
     def _call_done(self) -> None:
-        with self._changed:
+        with self._mutex:
             self._calls -= 1
             self._changed.notify()  # the sender is the only one waiting
 

@@ -23,19 +23,24 @@ class InFlight:
         self.sends = 0
         self.bytes = 0
         self.peak_bytes = 0  # the most held at once (tests, diagnostics)
-        self._changed = threading.Condition()
+        # the condition's lock, taken directly (Condition's own __enter__ and __exit__
+        # are two more Python calls on every send)
+        self._mutex = threading.RLock()
+        self._changed = threading.Condition(self._mutex)
 
     def acquire(self, size_bytes: int, timeout_s: float, what: str) -> None:
         """Wait for room for one send of ``size_bytes``; ResourceExhausted after
         ``timeout_s``."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: self.fits(size_bytes), timeout_s):
+        with self._mutex:
+            if not self.fits(size_bytes) and not self._changed.wait_for(
+                lambda: self.fits(size_bytes), timeout_s
+            ):  # the room is there, the common case: no predicate, no wait
                 raise self.exhausted(what, timeout_s)
             self.take(size_bytes)
 
     def release(self, size_bytes: int, sends: int = 1) -> None:
         """Give back ``sends`` sends holding ``size_bytes`` in all."""
-        with self._changed:
+        with self._mutex:
             self.give_back(size_bytes, sends)
             self._changed.notify_all()
 
