@@ -336,7 +336,7 @@ class Accumulator:
         if should_split(batch, entries, error):
             with self._changed:  # before the call is freed: they go next
                 self._batches.split(batch.topic, entries)
-            self._call_done()
+            self._call_done(wake=True)  # they are ready
             return
         self._call_done()
         if error is not None:
@@ -382,10 +382,15 @@ class Accumulator:
         if freed_sends:
             self._in_flight.release(freed_bytes, freed_sends)
 
-    def _call_done(self) -> None:
+    def _call_done(self, *, wake: bool = False) -> None:
+        """A call answered (or not made). The sender is woken (``wake``: batches were made
+        ready) only when it can be waiting for this: all calls were taken, or it is
+        closing. Else it would wake to find nothing new: every answer used to wake it
+        (2.8 wake-ups a call with 16 blocking senders)."""
         with self._mutex:
             self._calls -= 1
-            self._changed.notify()  # the sender is the only one waiting
+            if wake or self._closing or self._calls == self._limits.max_calls - 1:
+                self._changed.notify()  # the sender is the only one waiting
 
     def _fail_all(self, error: BaseException) -> None:
         with self._changed:
