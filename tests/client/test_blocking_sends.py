@@ -247,3 +247,52 @@ def test_a_chain_skips_every_sender_that_left() -> None:
     _wake(entries[0])
     assert _outcome(entries[0]) == "outcome 0"
     assert _outcome(entries[3]) == "outcome 3"
+
+
+class HeldGateway:
+    """Answers each call (every message written) once the test lets it."""
+
+    def __init__(self) -> None:
+        self.requests: list[gateway_pb2.ProduceRequest] = []
+        self.go = threading.Event()
+
+    def __call__(
+        self, request: gateway_pb2.ProduceRequest, what: str
+    ) -> Future[gateway_pb2.ProduceResponse]:
+        self.requests.append(request)
+        future: Future[gateway_pb2.ProduceResponse] = Future()
+
+        def answer() -> None:
+            self.go.wait(RESULT_TIMEOUT_S)
+            future.set_result(each_written(request))
+
+        threading.Thread(target=answer).start()
+        return future
+
+
+def test_sends_in_unanswered_calls_and_waiting_for_room_are_counted() -> None:
+    """What decides whether a batch opened by a send() needs the sender to time its
+    linger: the send()s whose messages are in calls not answered yet, and those waiting
+    for in-flight room, are not on their way to join it."""
+    gateway = HeldGateway()
+    acc, in_flight = accumulator(gateway, batch_max_messages=256)
+    in_flight.max_sends = 1  # the second send waits for the first's room
+    results: dict[int, SendResult] = {}
+
+    def work(thread: int) -> None:
+        results[thread] = blocking_send(acc, f"ok-{thread}")
+
+    first = threading.Thread(target=work, args=(0,))
+    first.start()
+    wait_until(lambda: len(gateway.requests) == 1, "the first send's call", RESULT_TIMEOUT_S)
+    assert (acc._sync_sent, acc._sync_blocked) == (1, 0)
+    second = threading.Thread(target=work, args=(1,))
+    second.start()
+    wait_until(lambda: acc._sync_blocked == 1, "the second waiting for room", RESULT_TIMEOUT_S)
+    gateway.go.set()
+    for thread in (first, second):
+        thread.join(RESULT_TIMEOUT_S)
+    assert {t: r.unique_key for t, r in results.items()} == {0: "k-ok-0", 1: "k-ok-1"}
+    assert (acc._sync_sent, acc._sync_blocked) == (0, 0)
+    acc.close()
+    assert in_flight.sends == 0

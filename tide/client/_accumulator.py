@@ -118,6 +118,11 @@ class _Entry(Entry):
         return outcome
 
 
+def _blocking(entries: list[_Entry]) -> int:
+    """How many of ``entries`` are blocking send()s."""
+    return sum(1 for e in entries if e.done is not None)
+
+
 def _wake(entry: _Entry | None) -> None:
     """Wake ``entry``'s sender; when it left, take its turn and wake the next instead.
     (A leaving sender sets ``left`` before it tries its lock, this reads ``left`` after
@@ -185,6 +190,12 @@ class Accumulator:
         # callers woken by one answer do not all take the condition again to leave)
         self._sync_sends: collections.deque[None] = collections.deque()
         self._sync_send = _SyncSend(self)
+        # send() calls not on their way to a batch: their messages in calls not answered
+        # yet, or waiting for in-flight room. While there are none, a batch opened by a
+        # send() needs no wake-up to time its linger: every other send() under way joins
+        # it soon, and the last to join wakes the sender (one wake-up a call, not two)
+        self._sync_sent = 0
+        self._sync_blocked = 0
         self.calls_sent = 0  # Produce calls made (tests, diagnostics)
         self.sender_wakeups = 0  # the sender's waits that ended (tests, diagnostics)
         self.messages_sent = 0
@@ -226,9 +237,19 @@ class Accumulator:
         """Queue one checked message to ``topic`` of a blocking send() (inside
         ``sync_send``) and wait for its outcome: its result, or its error raised."""
         entry = _Entry(topic, produce, blocking=True)
-        self._in_flight.acquire(entry.size_bytes, self._timeout_s, "send")
+        self._in_flight.acquire(
+            entry.size_bytes, self._timeout_s, "send", on_wait=self._sync_waits_for_room
+        )
         self._add_or_settle(entry, True)
         return entry.wait()
+
+    def _sync_waits_for_room(self, waiting: int) -> None:
+        """(from the in-flight bound, under its lock) a send() starts (1) or stops (-1)
+        waiting for room: while it waits, open batches' lingers are timed again."""
+        with self._mutex:
+            self._sync_blocked += waiting
+            if waiting > 0:
+                self._changed.notify()
 
     def _add_or_settle(self, entry: _Entry, synced: bool) -> None:
         try:
@@ -245,7 +266,7 @@ class Accumulator:
             # only what changes the sender's next step wakes it: a batch ready, a new
             # linger ending before its wait does, or every send() now waiting in a batch
             wake = done == READY
-            if done == OPENED:
+            if done == OPENED and not (synced and self._sync_sent == self._sync_blocked == 0):
                 wake = time.monotonic() + self._limits.linger_s < self._wake_s
             if synced and self._batches.sync_open == len(self._sync_sends):
                 wake = True
@@ -298,6 +319,7 @@ class Accumulator:
                     )
                     if batch is not None:
                         self._calls += 1
+                        self._sync_sent += _blocking(batch.entries)
                         return batch
                 # waiting for a free call, a new batch's linger does not matter (an answer
                 # wakes it)
@@ -308,8 +330,9 @@ class Accumulator:
 
     def _send(self, batch: Batch[_Entry]) -> None:
         entries = [e for e in batch.entries if e.running or e.start()]
+        sent = _blocking(entries)  # a blocking send() is never cancelled: all of them
         if not entries:
-            self._call_done()
+            self._call_done(sent=sent)
             return
         what = batch.what
         request = request_of(entries)
@@ -318,10 +341,10 @@ class Accumulator:
         try:
             answer = self._carry(request, what)
         except BaseException as exc:  # closed under it: each send gets the reason
-            self._call_done()
+            self._call_done(sent=sent)
             self._settle(entries, exc)
             return
-        answer.add_done_callback(lambda done: self._answered(batch, entries, done, what))
+        answer.add_done_callback(lambda done: self._answered(batch, entries, sent, done, what))
 
     # -- answers (on the carrier's thread) ----------------------------------------------
 
@@ -329,6 +352,7 @@ class Accumulator:
         self,
         batch: Batch[_Entry],
         entries: list[_Entry],
+        sent: int,
         done: Future[gateway_pb2.ProduceResponse],
         what: str,
     ) -> None:
@@ -336,9 +360,9 @@ class Accumulator:
         if should_split(batch, entries, error):
             with self._changed:  # before the call is freed: they go next
                 self._batches.split(batch.topic, entries)
-            self._call_done(wake=True)  # they are ready
+            self._call_done(sent=sent, wake=True)  # they are ready
             return
-        self._call_done()
+        self._call_done(sent=sent)
         if error is not None:
             self._settle(entries, error)
             return
@@ -382,13 +406,15 @@ class Accumulator:
         if freed_sends:
             self._in_flight.release(freed_bytes, freed_sends)
 
-    def _call_done(self, *, wake: bool = False) -> None:
-        """A call answered (or not made). The sender is woken (``wake``: batches were made
-        ready) only when it can be waiting for this: all calls were taken, or it is
-        closing. Else it would wake to find nothing new: every answer used to wake it
-        (2.8 wake-ups a call with 16 blocking senders)."""
+    def _call_done(self, *, sent: int, wake: bool = False) -> None:
+        """A call of ``sent`` blocking sends answered (or not made): their senders are on
+        their way. The sender is woken (``wake``: batches were made ready) only when it
+        can be waiting for this: all calls were taken, or it is closing. Else it would
+        wake to find nothing new: every answer used to wake it (2.8 wake-ups a call with
+        16 blocking senders)."""
         with self._mutex:
             self._calls -= 1
+            self._sync_sent -= sent
             if wake or self._closing or self._calls == self._limits.max_calls - 1:
                 self._changed.notify()  # the sender is the only one waiting
 
