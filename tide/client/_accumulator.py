@@ -12,7 +12,9 @@ that goes alone), or ``linger_ms`` after its first message, and while fewer than
 message therefore waits at most ``linger_ms`` (plus a free call). Batches holding
 messages of blocking ``send()`` calls go sooner: as soon as every ``send()`` under way
 waits in an open batch, since no caller is then on its way to join them (lingering
-would only hold the callers; docs/performance.md measures it). The rules themselves are
+would only hold the callers; docs/performance.md measures it); and while every other
+``send()`` under way is on its way (none in an unanswered call, none waiting for
+in-flight room), such a batch waits for them, not for its linger. The rules themselves are
 ``tide.client._batching``'s, shared with the asyncio producer.
 
 Why batches are per topic: the gateway routes each message by itself (explicit queue,
@@ -228,7 +230,8 @@ class Accumulator:
         future = entry.future
         assert future is not None
         size = entry.size_bytes
-        self._in_flight.acquire(size, self._timeout_s, "send")
+        on_wait = self._sync_waits_for_room if synced else None
+        self._in_flight.acquire(size, self._timeout_s, "send", on_wait=on_wait)
         future.add_done_callback(lambda _: self._in_flight.release(size))
         self._add_or_settle(entry, synced)
         return future
