@@ -45,7 +45,7 @@ class Gateway:
 
 def send(acc: Accumulator, topic: str, count: int) -> list[Future[SendResult]]:
     messages = [Message(topic, f"m{i}") for i in range(count)]
-    return [acc.add(message, to_produce_message(message)) for message in messages]
+    return [acc.add(message.topic, to_produce_message(message)) for message in messages]
 
 
 def partly_written(request: gateway_pb2.ProduceRequest) -> gateway_pb2.ProduceResponse:
@@ -166,7 +166,7 @@ def written(request: gateway_pb2.ProduceRequest) -> gateway_pb2.ProduceResponse:
 
 def add_synced(acc: Accumulator, body: str) -> Future[SendResult]:
     message = Message("T", body)
-    return acc.add(message, to_produce_message(message), synced=True)
+    return acc.add(message.topic, to_produce_message(message), synced=True)
 
 
 def test_sync_sends_go_together_once_none_is_on_its_way() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 import pytest
 
@@ -20,9 +22,13 @@ from tide.client import (
     Unavailable,
 )
 from tide.client._convert import (
+    _VALID_TOPICS_MAX,
+    _valid_topics,
+    check_topic,
     from_produce_result,
     from_produce_runs,
     from_pull_response,
+    plain_produce_message,
     to_produce_message,
 )
 from tide.client._errors import error_from_status
@@ -77,6 +83,50 @@ def test_bad_messages_are_refused_before_any_call(message: Message, error: str) 
         to_produce_message(message)
 
 
+@pytest.mark.parametrize(
+    "body", [b"x", b"", "h\u00e9llo", bytearray(b"ab"), memoryview(b"cd"), b"y" * 1024]
+)
+def test_a_topic_and_a_body_build_what_their_message_builds(body: bytes | str) -> None:
+    """send()'s path without a Message gives the very ProduceMessage of one."""
+    plain = plain_produce_message("T", body)
+    assert plain == to_produce_message(Message("T", body))
+    assert plain.SerializeToString() == to_produce_message(Message("T", body)).SerializeToString()
+    assert type(plain.body) is bytes
+
+
+@pytest.mark.parametrize(
+    ("topic", "body"), [("a b", b"x"), ("", b"x"), ("T" * 128, b"x"), ("T", 5), ("T", None)]
+)
+def test_a_bad_topic_or_body_is_refused_alike_without_a_message(topic: str, body: bytes) -> None:
+    with pytest.raises(InvalidArgument) as from_message:
+        to_produce_message(Message(topic, body))
+    with pytest.raises(InvalidArgument) as plain:
+        plain_produce_message(topic, body)
+    assert str(plain.value) == str(from_message.value)
+
+
+def test_valid_topics_are_remembered_up_to_a_bound() -> None:
+    for i in range(_VALID_TOPICS_MAX + 10):
+        check_topic(f"T{i}")
+    assert 0 < len(_valid_topics) <= _VALID_TOPICS_MAX
+    check_topic("T1")
+    with pytest.raises(InvalidArgument, match="contains ' '"):
+        check_topic("T 1")  # never remembered
+
+
+def test_the_send_path_refuses_what_a_message_would() -> None:
+    """send() of a topic and a body takes the path without a Message; the same errors."""
+    with Producer("127.0.0.1:1") as producer:  # nothing listens: nothing is sent
+        with pytest.raises(InvalidArgument, match="contains ' '"):
+            producer.send("a b", b"x")
+        with pytest.raises(InvalidArgument, match="give bytes or str"):
+            producer.send("T", 5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="a sequence of keys"):
+            producer.send("T", b"x", keys="")
+    with pytest.raises(TideError, match="closed"):
+        producer.send("a b", b"x")  # closed first, as for any message
+
+
 def test_produce_result() -> None:
     result = from_produce_result(
         "T",
@@ -123,6 +173,18 @@ def test_produce_runs_expand_to_the_same_results() -> None:
     assert from_produce_runs(topics, runs) == [
         from_produce_result(topic, result) for topic, result in zip(topics, expected, strict=True)
     ]
+    # made without the dataclass's __init__: the very same value objects
+    for result, made in zip(
+        from_produce_runs(topics, runs),
+        [from_produce_result(t, r) for t, r in zip(topics, expected, strict=True)],
+        strict=True,
+    ):
+        assert (hash(result), repr(result)) == (hash(made), repr(made))
+        assert dataclasses.asdict(result) == dataclasses.asdict(made)
+        assert dataclasses.replace(result, error="z") == dataclasses.replace(made, error="z")
+        assert result.written == made.written
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            result.error = "z"  # type: ignore[misc]
     with pytest.raises(TideError, match="cover 3 of 4"):
         from_produce_runs(topics, runs[:2])
     with pytest.raises(TideError, match="in order"):

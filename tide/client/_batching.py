@@ -23,7 +23,7 @@ import grpc
 
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._rpc import MAX_SEND_BYTES
-from tide.client._types import Message, SendResult
+from tide.client._types import SendResult, SendStatus
 from tide.v1 import gateway_pb2
 
 # The sender wakes at least this often (a bound on its waits; it is woken sooner).
@@ -50,12 +50,13 @@ class Limits:
 
 
 class Entry:
-    """One accumulated message (the accumulators add the future of their kind)."""
+    """One accumulated message: its topic and its checked ProduceMessage (the
+    accumulators add the future of their kind)."""
 
-    __slots__ = ("message", "produce", "size_bytes")
+    __slots__ = ("produce", "size_bytes", "topic")
 
-    def __init__(self, message: Message, produce: gateway_pb2.ProduceMessage) -> None:
-        self.message = message
+    def __init__(self, topic: str, produce: gateway_pb2.ProduceMessage) -> None:
+        self.topic = topic
         self.produce = produce
         self.size_bytes = entry_bytes(produce)
 
@@ -99,7 +100,10 @@ READY = 2
 
 
 def request_of(entries: list[E]) -> gateway_pb2.ProduceRequest:
-    return gateway_pb2.ProduceRequest(messages=[e.produce for e in entries], compact_results=True)
+    request = gateway_pb2.ProduceRequest(compact_results=True)
+    # extend copies each message as the constructor does, ~25 % cheaper (upb)
+    request.messages.extend([e.produce for e in entries])
+    return request
 
 
 class Batches(Generic[E]):
@@ -123,7 +127,7 @@ class Batches(Generic[E]):
         JOINED when it only joined an open batch."""
         limits = self.limits
         done = JOINED
-        topic = entry.message.topic
+        topic = entry.topic
         batch = self._open.get(topic)
         if batch is not None and batch.size_bytes + entry.size_bytes > limits.batch_max_bytes:
             self._make_ready(topic)  # this one starts the next
@@ -195,9 +199,10 @@ def should_split(batch: Batch[E], entries: list[E], error: BaseException | None)
 def outcomes(results: list[SendResult]) -> list[SendResult | TideError]:
     """Each message's outcome by send's rule: a message not written is an error of its
     own."""
+    failed = SendStatus.SEND_FAILED  # ``written``, without a property call a message
     return [
         result
-        if result.written
+        if result.status is not failed
         else TideError(f"send to {result.queue.topic!r} failed: {result.error}")
         for result in results
     ]

@@ -10,7 +10,7 @@ bound alone is let through when nothing else is in flight (it would never fit ot
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tide.client._errors import ResourceExhausted
 from tide.client._types import Message
@@ -23,19 +23,38 @@ class InFlight:
         self.sends = 0
         self.bytes = 0
         self.peak_bytes = 0  # the most held at once (tests, diagnostics)
-        self._changed = threading.Condition()
+        # the condition's lock, taken directly (Condition's own __enter__ and __exit__
+        # are two more Python calls on every send)
+        self._mutex = threading.RLock()
+        self._changed = threading.Condition(self._mutex)
 
-    def acquire(self, size_bytes: int, timeout_s: float, what: str) -> None:
+    def acquire(
+        self,
+        size_bytes: int,
+        timeout_s: float,
+        what: str,
+        *,
+        on_wait: Callable[[int], None] | None = None,
+    ) -> None:
         """Wait for room for one send of ``size_bytes``; ResourceExhausted after
-        ``timeout_s``."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: self.fits(size_bytes), timeout_s):
-                raise self.exhausted(what, timeout_s)
+        ``timeout_s``. ``on_wait(1)`` when it has to wait, ``on_wait(-1)`` when that ends
+        (called under this bound's lock)."""
+        with self._mutex:
+            if not self.fits(size_bytes):  # the room is there, the common case: no wait
+                if on_wait is not None:
+                    on_wait(1)
+                try:
+                    room = self._changed.wait_for(lambda: self.fits(size_bytes), timeout_s)
+                finally:
+                    if on_wait is not None:
+                        on_wait(-1)
+                if not room:
+                    raise self.exhausted(what, timeout_s)
             self.take(size_bytes)
 
     def release(self, size_bytes: int, sends: int = 1) -> None:
         """Give back ``sends`` sends holding ``size_bytes`` in all."""
-        with self._changed:
+        with self._mutex:
             self.give_back(size_bytes, sends)
             self._changed.notify_all()
 

@@ -12,7 +12,12 @@ from typing import TypeVar
 from tide.auth.client import Credentials
 from tide.client._accumulator import Accumulator, Limits
 from tide.client._closing import Closing
-from tide.client._convert import from_produce_result, from_produce_runs, to_produce_message
+from tide.client._convert import (
+    from_produce_result,
+    from_produce_runs,
+    plain_produce_message,
+    to_produce_message,
+)
 from tide.client._errors import InvalidArgument, TideError
 from tide.client._in_flight import InFlight, message_bytes
 from tide.client._produce_stream import ProduceStream
@@ -124,7 +129,7 @@ class Producer(Closing):
             limits,
             self._in_flight,
             self._carry,
-            _results,
+            topic_results,
             timeout_s=rpc_timeout_ms / 1000,
             close_timeout_s=close_timeout_s(retry, rpc_timeout_ms),
         )
@@ -161,6 +166,15 @@ class Producer(Closing):
         ``delay_level``, ``deliver_at_ms`` or ``delay_ms`` (at most one) deliver it later
         (see :class:`Message`)."""
         with self._accumulator.sync_send():  # from here this caller will join a batch
+            if (
+                sharding_key is None
+                and queue is None
+                and not (tags or keys or properties or delay_level or deliver_at_ms or delay_ms)
+                and not isinstance(keys, str)  # "" is refused below as any str is
+            ):  # a topic and a body: no Message to build (the common send)
+                if self._connection.closed:
+                    raise TideError("the producer is closed")
+                return self._accumulator.send(topic, plain_produce_message(topic, body))
             message = Message(
                 topic,
                 body,
@@ -175,7 +189,7 @@ class Producer(Closing):
             )
             if self._connection.closed:
                 raise TideError("the producer is closed")
-            return self._accumulator.send(message, to_produce_message(message))
+            return self._accumulator.send(topic, to_produce_message(message))
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Send up to ``MAX_BATCH_MESSAGES`` messages in one call; results in order.
@@ -225,7 +239,7 @@ class Producer(Closing):
     def _accumulate(self, message: Message) -> Future[SendResult]:
         if self._connection.closed:
             raise TideError("the producer is closed")
-        return self._accumulator.add(message, to_produce_message(message))
+        return self._accumulator.add(message.topic, to_produce_message(message))
 
     def _carry(
         self, request: gateway_pb2.ProduceRequest, what: str
@@ -350,22 +364,28 @@ def _request(messages: Sequence[Message]) -> tuple[gateway_pb2.ProduceRequest, i
 def _results(
     messages: Sequence[Message], response: gateway_pb2.ProduceResponse, what: str
 ) -> list[SendResult]:
+    return topic_results([m.topic for m in messages], response, what)
+
+
+def topic_results(
+    topics: Sequence[str], response: gateway_pb2.ProduceResponse, what: str
+) -> list[SendResult]:
+    """The results of a call whose messages went to ``topics`` (one each, in order)."""
     if response.runs:  # the compact answer the request asks for
         try:
-            results = from_produce_runs([m.topic for m in messages], response.runs)
+            results = from_produce_runs(topics, response.runs)
         except TideError as exc:
             raise TideError(f"{what}: {exc}") from exc
     else:  # a gateway that predates compact results
-        if len(response.results) != len(messages):
+        if len(response.results) != len(topics):
             raise TideError(
                 f"{what}: the gateway answered {len(response.results)} results for "
-                f"{len(messages)} messages"
+                f"{len(topics)} messages"
             )
-        results = [
-            from_produce_result(m.topic, r) for m, r in zip(messages, response.results, strict=True)
-        ]
+        results = [from_produce_result(t, r) for t, r in zip(topics, response.results, strict=True)]
+    ok = SendStatus.SEND_OK
     for result in results:
-        if result.status is not SendStatus.SEND_OK:
+        if result.status is not ok:
             _log.warning("%s: a message %s: %s", what, result.status.value, result.error)
     return results
 

@@ -67,12 +67,13 @@ def withdraw_or_report(future: asyncio.Future[Any], cancelled: BaseException) ->
 
 
 class _AioEntry(Entry):
-    __slots__ = ("delivery",)
+    __slots__ = ("delivery", "message")
 
     def __init__(
         self, message: Message, produce: gateway_pb2.ProduceMessage, delivery: Delivery
     ) -> None:
-        super().__init__(message, produce)
+        super().__init__(message.topic, produce)
+        self.message = message
         self.delivery = delivery
 
 
