@@ -104,7 +104,9 @@ def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[
     record has exactly one key (no space); [] when no record has either; None for
     anything else (records with different numbers of keys)."""
     columns: list[list[bytes]] = []
-    missing = uniq_keys.count(None)
+    # all() first: a truth test a key, where count(None) compares each bytes with None
+    # (~20 ns a record against ~6); every key present is the common case.
+    missing = 0 if all(uniq_keys) else uniq_keys.count(None)
     if missing == 0:
         columns.append(uniq_keys)  # type: ignore[arg-type]  # no None in it
     elif missing != len(uniq_keys):

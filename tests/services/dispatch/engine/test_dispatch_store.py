@@ -16,6 +16,7 @@ from services.dispatch.engine.dispatch_store import (
     DispatchConfig,
     DispatchDivergedError,
     DispatchStore,
+    _key_columns,
 )
 from tide.files import FileLockedError
 from tide.format import (
@@ -467,3 +468,14 @@ def test_a_batch_with_ipv6_records_and_a_segment_end(tmp_path: Path) -> None:
     finally:
         one.close()
         many.close()
+
+
+def test_key_columns_tell_present_empty_and_missing_uniq_keys_apart() -> None:
+    """UNIQ_KEY is a column when every record has one, even an empty value (b"" is a
+    value, None is absent); none at all is no column; some is no columns (one by one)."""
+    assert _key_columns([b"", b""], [b"u1", b"u2"]) == [[b"u1", b"u2"]]
+    assert _key_columns([b"", b""], [b"u1", b""]) == [[b"u1", b""]]
+    assert _key_columns([b"", b""], [None, None]) == []
+    assert _key_columns([b"", b""], [b"u1", None]) is None
+    assert _key_columns([b"", b""], [None, b""]) is None
+    assert _key_columns([b"k1", b"k2"], [b"u1", b"u2"]) == [[b"u1", b"u2"], [b"k1", b"k2"]]
