@@ -115,7 +115,7 @@ def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[
         if b" " in b"\x02".join(keys):
             return None
         columns.append(keys)
-    elif any(keys):
+    elif keys.count(keys[0]) != len(keys) and any(keys):  # (keys all alike: all empty)
         return None
     return columns
 
@@ -468,9 +468,14 @@ class DispatchStore:
         offsets, stamps, topics = batch.offsets, batch.store_timestamps, batch.topics
         keys, uniq_keys = props.keys, props.uniq_keys
         flags = batch.sys_flags
-        rollback = any(
-            f & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK for f in set(flags)
-        )
+        # One flag for the whole batch is the usual case: a count (identity first: small
+        # ints are shared) is ~10x cheaper than the set of them.
+        if flags.count(flags[0]) == len(flags):
+            rollback = flags[0] & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK
+        else:
+            rollback = any(
+                f & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK for f in set(flags)
+            )
         columns = None if rollback else _key_columns(keys, uniq_keys)
         if columns is not None:
             # The common cases: every record has the same number of keys (0, 1 or 2:

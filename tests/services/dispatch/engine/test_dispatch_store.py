@@ -135,6 +135,22 @@ def test_transactions_prepared_indexed_rollback_skipped(open_store: DispatchStor
     assert open_store.index.query("T", "r", 10, 0, 10**13) == []
 
 
+def test_a_batch_of_rollbacks_alone_indexes_nothing(open_store: DispatchStore) -> None:
+    """Every record of the batch with the same flag (the batch-wide check), rollbacks: no
+    key indexed; then a batch of one flag, 0: its keys indexed."""
+    log = Log()
+    for key in ("r1", "r2", "r3"):
+        log.add(Msg("T", 0, keys=key, uniq=f"U{key}", sys_flag=SYSFLAG_TRANSACTION_ROLLBACK))
+    assert open_store.apply(log.records()) == []
+    for key in ("r1", "r2", "r3", "Ur1"):
+        assert open_store.index.query("T", key, 10, 0, 10**13) == []
+    start = len(log.data)
+    kept = [log.add(Msg("T", 1, keys=key, uniq=f"U{key}")) for key in ("k1", "k2")]
+    open_store.apply(log.records(start))
+    assert open_store.index.query("T", "k2", 10, 0, 10**13) == [kept[1]]
+    assert open_store.index.query("T", "Uk1", 10, 0, 10**13) == [kept[0]]
+
+
 def test_redispatch_is_idempotent(open_store: DispatchStore) -> None:
     log = Log()
     for i in range(20):
@@ -479,3 +495,6 @@ def test_key_columns_tell_present_empty_and_missing_uniq_keys_apart() -> None:
     assert _key_columns([b"", b""], [b"u1", None]) is None
     assert _key_columns([b"", b""], [None, b""]) is None
     assert _key_columns([b"k1", b"k2"], [b"u1", b"u2"]) == [[b"u1", b"u2"], [b"k1", b"k2"]]
+    # KEYS on some records only: no columns (one by one), whichever record has them.
+    assert _key_columns([b"", b"k2"], [b"u1", b"u2"]) is None
+    assert _key_columns([b"k1", b""], [None, None]) is None
