@@ -120,6 +120,15 @@ def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[
     return columns
 
 
+def _holds(topics: list[str], topic: str) -> bool:
+    """``topic in topics``, answered from the first when they are all one topic (the
+    usual batch): a count (identity first: a stream's topics are one object) is ~10x
+    cheaper than ``in``, which compares every other topic with ``topic``."""
+    if topics and topics.count(topics[0]) == len(topics):
+        return topics[0] == topic
+    return topic in topics
+
+
 class DispatchDiskFullError(Exception):
     """The store's disk is full (ENOSPC): the batch was not wholly applied. Nothing
     half-written is served (a queue's entries are published after they are written, a
@@ -422,7 +431,7 @@ class DispatchStore:
             codes = [self._tags_codes[tags[0]]] * len(tags)
         else:
             codes = list(map(self._tags_codes.__getitem__, tags))
-        if SCHEDULE_TOPIC in batch.topics:  # rare: delay-level messages
+        if _holds(batch.topics, SCHEDULE_TOPIC):  # rare: delay-level messages
             codes = [
                 self._schedule_code(batch, index, code) if topic == SCHEDULE_TOPIC else code
                 for index, (topic, code) in enumerate(zip(batch.topics, codes, strict=True))

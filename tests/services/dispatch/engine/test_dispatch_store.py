@@ -16,6 +16,7 @@ from services.dispatch.engine.dispatch_store import (
     DispatchConfig,
     DispatchDivergedError,
     DispatchStore,
+    _holds,
     _key_columns,
 )
 from tide.files import FileLockedError
@@ -498,3 +499,12 @@ def test_key_columns_tell_present_empty_and_missing_uniq_keys_apart() -> None:
     # KEYS on some records only: no columns (one by one), whichever record has them.
     assert _key_columns([b"", b"k2"], [b"u1", b"u2"]) is None
     assert _key_columns([b"k1", b""], [None, None]) is None
+
+
+def test_holds_answers_in_for_one_topic_and_for_many() -> None:
+    schedule = "SCHEDULE_TOPIC_XXXX"
+    assert _holds([schedule] * 3, schedule) and not _holds(["A"] * 3, schedule)
+    assert _holds(["A", schedule, "A"], schedule) and not _holds(["A", "B"], schedule)
+    # Equal topics that are distinct objects are one topic all the same.
+    assert _holds(["".join(["SCHEDULE_TOPIC", "_XXXX"]), schedule], schedule)
+    assert not _holds([], schedule)
