@@ -47,6 +47,10 @@ class _Run(NamedTuple):
     cost: int  # bytes charged against max_bytes
 
 
+# What an evicted run's place holds until the lists are compacted (nothing).
+_EVICTED = _Run(0, 0, b"", 0, 0)
+
+
 class TailCache:
     """The newest records' bytes by commitlog offset, at most ``max_bytes`` held (0: off).
 
@@ -168,8 +172,14 @@ class TailCache:
         self._compact()
 
     def _pop_oldest(self) -> None:
-        self._held -= self._runs[self._first].cost
-        self._first += 1
+        """Evict the oldest run and let go of its bytes now: left in the list until the
+        next compaction, evicted runs held up to max_bytes more (a full cache of ~120 KB
+        chunks compacts every ~500 runs), freed in bursts that handed the heap's top back
+        to the kernel, to be faulted in again by the chunks received next."""
+        first = self._first
+        self._held -= self._runs[first].cost
+        self._runs[first] = _EVICTED
+        self._first = first + 1
 
     def _compact(self) -> None:
         first = self._first

@@ -332,3 +332,20 @@ def test_damaged_columns_compiled_equals_the_twin_or_declines(seed: int) -> None
         assert got_runs is None or got_runs == back_to_back_runs_python(offsets, positions, sizes)
         got_ends = _core_fn("record_ends")(positions, sizes)
         assert got_ends is None or got_ends == record_ends_python(positions, sizes)
+
+
+@compiled
+def test_record_ends_of_records_back_to_back_are_the_next_positions() -> None:
+    """Where a record ends where the next starts, the compiled record_ends gives that
+    position's own int object (no new one to make and free); other ends are new ints of
+    the same values."""
+    positions = [1_000_000, 1_000_400, 1_000_800, 1_005_000, 1_005_300]
+    sizes = [400, 400, 300, 300, 300]
+    ends = _core_fn("record_ends")(positions, sizes)
+    assert (
+        ends
+        == record_ends_python(positions, sizes)
+        == [p + s for p, s in zip(positions, sizes, strict=True)]
+    )
+    assert ends[0] is positions[1] and ends[1] is positions[2] and ends[3] is positions[4]
+    assert ends[2] is not positions[3] and ends[4] == 1_005_600

@@ -140,3 +140,21 @@ def test_a_stream_past_the_first_1024_positions_scans_the_same(count: int) -> No
         data += make_record(len(data), b"m" * (index % 7), topic=("A", "Topic")[index % 2])
     stream = bytes(data)
     assert assert_same(stream, 0, len(stream), 0, max_record_bytes=1 << 20) == len(stream)
+
+
+def test_equal_sizes_and_timestamps_of_neighbours_are_one_object_each() -> None:
+    """A produce request's records share a store timestamp and often a size: the compiled
+    scan gives a record the int object of the record before it when the value is the same
+    (fewer objects made and freed a record), and values stay the reference's."""
+    data = bytearray()
+    for index in range(6):
+        body = b"m" * (300 if index < 4 else 301)  # sizes over 256: not cached ints
+        data += make_record(len(data), body, store_ms=(7_000_000 if index < 3 else 7_000_001))
+    stream = bytes(data)
+    assert assert_same(stream, 0, len(stream), 0, max_record_bytes=1 << 20) == len(stream)
+    _, columns = scanned(True, stream, 0, len(stream), 0, max_record_bytes=1 << 20)
+    sizes, stamps = columns["sizes"], columns["store_timestamps"]
+    assert sizes[0] is sizes[1] is sizes[2] is sizes[3] and sizes[4] is sizes[5]
+    assert sizes[3] != sizes[4] and sizes[3] is not sizes[4]
+    assert stamps[0] is stamps[1] is stamps[2] and stamps[3] is stamps[4] is stamps[5]
+    assert stamps[2] + 1 == stamps[3]

@@ -161,6 +161,23 @@ static Py_ssize_t check_record(const ScanArgs *a, Py_ssize_t pos, Py_ssize_t *to
 
 static PyObject *new_int_list(Py_ssize_t count) { return PyList_New(count); }
 
+/* The int v: the previous record's object when it has the same value, else a new one
+ * (then the one *prev names; borrowed: its list holds it). A produce request's records
+ * share a store timestamp and, often, a size: one object fewer to make and free a
+ * record for each such column, values unchanged. */
+static PyObject *int_as_before(long long v, PyObject **prev, long long *prev_value) {
+    if (*prev != NULL && *prev_value == v) {
+        Py_INCREF(*prev);
+        return *prev;
+    }
+    PyObject *made = PyLong_FromLongLong(v);
+    if (made != NULL) {
+        *prev = made;
+        *prev_value = v;
+    }
+    return made;
+}
+
 /* The columns of the records at ps (checked), in the order scan_v4_run returns them. */
 static PyObject *columns(const ScanArgs *a, const Positions *ps, PyObject *topics,
                          const Py_ssize_t *props_starts, Py_ssize_t stop) {
@@ -173,6 +190,8 @@ static PyObject *columns(const ScanArgs *a, const Positions *ps, PyObject *topic
             goto done;
         }
     }
+    PyObject *prev_size = NULL, *prev_stamp = NULL;
+    long long prev_size_value = 0, prev_stamp_value = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t pos = ps->items[i];
         Py_ssize_t next = i + 1 < n ? ps->items[i + 1] : stop;
@@ -180,11 +199,11 @@ static PyObject *columns(const ScanArgs *a, const Positions *ps, PyObject *topic
         PyObject *values[N] = {
             PyLong_FromSsize_t(pos),
             PyLong_FromLongLong(a->base_offset + pos),
-            PyLong_FromSsize_t(next - pos),
+            int_as_before(next - pos, &prev_size, &prev_size_value),
             PyLong_FromLong(be32(r + POS_QUEUE_ID)),
             PyLong_FromLongLong(be64(r + POS_QUEUE_OFFSET)),
             PyLong_FromLong(be32(r + POS_SYS_FLAG)),
-            PyLong_FromLongLong(be64(r + POS_STORE_TIMESTAMP)),
+            int_as_before(be64(r + POS_STORE_TIMESTAMP), &prev_stamp, &prev_stamp_value),
             PyLong_FromSsize_t(props_starts[i]),
         };
         for (int c = 0; c < N; c++) {
@@ -2621,7 +2640,12 @@ static PyObject *record_ends(PyObject *self, PyObject *args) {
     }
     out = PyList_New(count);
     for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
-        PyObject *end = PyLong_FromLongLong(values[i] + values[count + i]);
+        long long value = values[i] + values[count + i];
+        /* Records back to back (a scanned chunk's): a record ends where the next one
+         * starts, an int object that exists already, instead of a new one to free. */
+        PyObject *end = i + 1 < count && values[i + 1] == value
+                            ? Py_NewRef(PyList_GET_ITEM(lists[0], i + 1))
+                            : PyLong_FromLongLong(value);
         if (end == NULL) {
             Py_CLEAR(out);
             break;

@@ -104,7 +104,9 @@ def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[
     record has exactly one key (no space); [] when no record has either; None for
     anything else (records with different numbers of keys)."""
     columns: list[list[bytes]] = []
-    missing = uniq_keys.count(None)
+    # all() first: a truth test a key, where count(None) compares each bytes with None
+    # (~20 ns a record against ~6); every key present is the common case.
+    missing = 0 if all(uniq_keys) else uniq_keys.count(None)
     if missing == 0:
         columns.append(uniq_keys)  # type: ignore[arg-type]  # no None in it
     elif missing != len(uniq_keys):
@@ -113,9 +115,18 @@ def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[
         if b" " in b"\x02".join(keys):
             return None
         columns.append(keys)
-    elif any(keys):
+    elif keys.count(keys[0]) != len(keys) and any(keys):  # (keys all alike: all empty)
         return None
     return columns
+
+
+def _holds(topics: list[str], topic: str) -> bool:
+    """``topic in topics``, answered from the first when they are all one topic (the
+    usual batch): a count (identity first: a stream's topics are one object) is ~10x
+    cheaper than ``in``, which compares every other topic with ``topic``."""
+    if topics and topics.count(topics[0]) == len(topics):
+        return topics[0] == topic
+    return topic in topics
 
 
 class DispatchDiskFullError(Exception):
@@ -420,7 +431,7 @@ class DispatchStore:
             codes = [self._tags_codes[tags[0]]] * len(tags)
         else:
             codes = list(map(self._tags_codes.__getitem__, tags))
-        if SCHEDULE_TOPIC in batch.topics:  # rare: delay-level messages
+        if _holds(batch.topics, SCHEDULE_TOPIC):  # rare: delay-level messages
             codes = [
                 self._schedule_code(batch, index, code) if topic == SCHEDULE_TOPIC else code
                 for index, (topic, code) in enumerate(zip(batch.topics, codes, strict=True))
@@ -466,9 +477,14 @@ class DispatchStore:
         offsets, stamps, topics = batch.offsets, batch.store_timestamps, batch.topics
         keys, uniq_keys = props.keys, props.uniq_keys
         flags = batch.sys_flags
-        rollback = any(
-            f & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK for f in set(flags)
-        )
+        # One flag for the whole batch is the usual case: a count (identity first: small
+        # ints are shared) is ~10x cheaper than the set of them.
+        if flags.count(flags[0]) == len(flags):
+            rollback = flags[0] & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK
+        else:
+            rollback = any(
+                f & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK for f in set(flags)
+            )
         columns = None if rollback else _key_columns(keys, uniq_keys)
         if columns is not None:
             # The common cases: every record has the same number of keys (0, 1 or 2:

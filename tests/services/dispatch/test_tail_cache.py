@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -135,6 +136,26 @@ def test_eviction_over_many_runs_stays_consistent() -> None:
     cache.discard_below(newest - 90)
     assert len(cache) == 10
     assert got(cache, newest - 90, 100) == LOG[newest - 90 : newest + 10]
+
+
+def test_an_evicted_run_lets_go_of_its_bytes_at_once() -> None:
+    # Held until the next compaction, evicted chunks doubled the cache's memory and were
+    # freed in bursts (docs/performance.md, "The dispatch's CPU per message, third round").
+    cost = len(HEAD) + 100 + RUN_OVERHEAD_BYTES
+    cache = TailCache(2 * cost)
+    oldest = chunk(1000, [100])
+    data = oldest.data
+    unheld = sys.getrefcount(data)
+    cache.add(oldest)
+    del oldest
+    assert sys.getrefcount(data) == unheld  # the batch's reference went, the run's came
+    cache.add(chunk(1100, [100]))
+    assert sys.getrefcount(data) == unheld
+    cache.add(chunk(1200, [100]))  # evicts the first run, long before a compaction
+    assert sys.getrefcount(data) == unheld - 1
+    assert len(cache) == 2 and got(cache, 1100, 200) == LOG[1100:1300]
+    cache.discard_below(1200)
+    assert len(cache) == 1 and got(cache, 1200, 100) == LOG[1200:1300]
 
 
 def test_clear_and_discard_below() -> None:

@@ -16,6 +16,8 @@ from services.dispatch.engine.dispatch_store import (
     DispatchConfig,
     DispatchDivergedError,
     DispatchStore,
+    _holds,
+    _key_columns,
 )
 from tide.files import FileLockedError
 from tide.format import (
@@ -132,6 +134,22 @@ def test_transactions_prepared_indexed_rollback_skipped(open_store: DispatchStor
     assert open_store.consume_queues.find("T", 0) is None
     assert open_store.index.query("T", "p", 10, 0, 10**13) == [prepared]
     assert open_store.index.query("T", "r", 10, 0, 10**13) == []
+
+
+def test_a_batch_of_rollbacks_alone_indexes_nothing(open_store: DispatchStore) -> None:
+    """Every record of the batch with the same flag (the batch-wide check), rollbacks: no
+    key indexed; then a batch of one flag, 0: its keys indexed."""
+    log = Log()
+    for key in ("r1", "r2", "r3"):
+        log.add(Msg("T", 0, keys=key, uniq=f"U{key}", sys_flag=SYSFLAG_TRANSACTION_ROLLBACK))
+    assert open_store.apply(log.records()) == []
+    for key in ("r1", "r2", "r3", "Ur1"):
+        assert open_store.index.query("T", key, 10, 0, 10**13) == []
+    start = len(log.data)
+    kept = [log.add(Msg("T", 1, keys=key, uniq=f"U{key}")) for key in ("k1", "k2")]
+    open_store.apply(log.records(start))
+    assert open_store.index.query("T", "k2", 10, 0, 10**13) == [kept[1]]
+    assert open_store.index.query("T", "Uk1", 10, 0, 10**13) == [kept[0]]
 
 
 def test_redispatch_is_idempotent(open_store: DispatchStore) -> None:
@@ -467,3 +485,26 @@ def test_a_batch_with_ipv6_records_and_a_segment_end(tmp_path: Path) -> None:
     finally:
         one.close()
         many.close()
+
+
+def test_key_columns_tell_present_empty_and_missing_uniq_keys_apart() -> None:
+    """UNIQ_KEY is a column when every record has one, even an empty value (b"" is a
+    value, None is absent); none at all is no column; some is no columns (one by one)."""
+    assert _key_columns([b"", b""], [b"u1", b"u2"]) == [[b"u1", b"u2"]]
+    assert _key_columns([b"", b""], [b"u1", b""]) == [[b"u1", b""]]
+    assert _key_columns([b"", b""], [None, None]) == []
+    assert _key_columns([b"", b""], [b"u1", None]) is None
+    assert _key_columns([b"", b""], [None, b""]) is None
+    assert _key_columns([b"k1", b"k2"], [b"u1", b"u2"]) == [[b"u1", b"u2"], [b"k1", b"k2"]]
+    # KEYS on some records only: no columns (one by one), whichever record has them.
+    assert _key_columns([b"", b"k2"], [b"u1", b"u2"]) is None
+    assert _key_columns([b"k1", b""], [None, None]) is None
+
+
+def test_holds_answers_in_for_one_topic_and_for_many() -> None:
+    schedule = "SCHEDULE_TOPIC_XXXX"
+    assert _holds([schedule] * 3, schedule) and not _holds(["A"] * 3, schedule)
+    assert _holds(["A", schedule, "A"], schedule) and not _holds(["A", "B"], schedule)
+    # Equal topics that are distinct objects are one topic all the same.
+    assert _holds(["".join(["SCHEDULE_TOPIC", "_XXXX"]), schedule], schedule)
+    assert not _holds([], schedule)
