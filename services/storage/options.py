@@ -106,8 +106,9 @@ OPTIONS: tuple[Option, ...] = (
         int,
         DEFAULT_APPEND_IN_FLIGHT_BYTES,
         "bytes of the Append requests (Append calls and AppendStream requests) held at once, "
-        "e.g. waiting for a sync flush or a slave; an Append past it gets RESOURCE_EXHAUSTED "
-        "and writes nothing",
+        "e.g. waiting for a sync flush or a slave (a request of `records` counts its records' "
+        "bytes, one of `messages` its serialized size); an Append past it gets "
+        "RESOURCE_EXHAUSTED and writes nothing",
         unit="bytes",
     ),
     Option("auto_create_topics", bool, True, "create unknown topics on first append"),
