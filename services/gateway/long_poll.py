@@ -21,6 +21,10 @@ previous notice announced, when a pull found nothing new there (the dispatch rem
 the last empty answer per queue) and the dispatch's tail cache held them. The pull held
 at that offset (a consumer that keeps up) is woken with them and answers without
 asking the dispatch again (pull.py): one internal call less per arrival.
+
+A pull with ``min_messages`` (fuller pulls, Kafka's fetch.min.bytes) waits here before it
+reads (:meth:`HeldPulls.wait_filled`): on the same futures, woken once the queue's max
+offset reaches the pull's offset + min_messages, judged from the notices alone.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class HeldPulls:
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._recheck: asyncio.Task[None] | None = None
         self._closing = False
+        # Pulls held for their min_messages (a metric).
+        self.filled_waits = 0
 
     @property
     def held(self) -> int:
@@ -131,6 +137,35 @@ class HeldPulls:
                 f"{self._held} pulls are held already, the limit (--max-held-pulls "
                 f"{self._max_held}); retry later or pull with a shorter long_poll_timeout_ms",
             )
+        woken = await self._hold(key, offset, timeout_s)
+        if woken is None:
+            return False, None
+        if isinstance(woken, int):
+            return woken != CLOSING, None
+        if woken.entries_offset == offset and woken.HasField("entries"):
+            return True, woken.entries
+        return True, None
+
+    async def wait_filled(self, key: QueueKey, offset: int, count: int, timeout_s: float) -> None:
+        """Hold until the queue holds at least ``count`` entries past ``offset`` (its max
+        offset ``>= offset + count``) or the timeout: a pull's min_messages wait. Returns
+        at once when the last notice already says so, or when ``--max-held-pulls`` are
+        held (the wait only makes pulls fuller: the pull reads now rather than being
+        refused). The notice remembered for the queue is its max offset at some point
+        (max offsets only grow), so it is enough to go on without reading."""
+        last = offset + count - 1  # woken once the max offset passes it
+        notice = self._notices.get(key)
+        if self._closing or (notice is not None and notice[0] > last):
+            return
+        if self._held >= self._max_held:
+            return
+        self.filled_waits += 1
+        await self._hold(key, last, timeout_s)
+
+    async def _hold(self, key: QueueKey, offset: int, timeout_s: float) -> Wake | None:
+        """Wait (counted as held) until a notice or recheck says the queue's max offset
+        passed ``offset``, or a broken stream or closing wakes it: what woke it, or None
+        at the timeout."""
         self._ensure_watch(key[0])
         future: asyncio.Future[Wake] = asyncio.get_running_loop().create_future()
         waiters = self._waiters.get(key)
@@ -140,19 +175,14 @@ class HeldPulls:
         self._held += 1
         try:
             async with asyncio.timeout(timeout_s):
-                woken = await future
+                return await future
         except TimeoutError:
-            return False, None
+            return None
         finally:
             self._held -= 1
             del waiters[future]
             if not waiters and self._waiters.get(key) is waiters:
                 del self._waiters[key]
-        if isinstance(woken, int):
-            return woken != CLOSING, None
-        if woken.entries_offset == offset and woken.HasField("entries"):
-            return True, woken.entries
-        return True, None
 
     def notify(
         self, key: QueueKey, max_offset: int, notice: dispatch_pb.ArrivalNotice | None = None

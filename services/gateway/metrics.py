@@ -20,7 +20,9 @@ latency is one histogram record), and its trace attributes.
   queue it watches), ``tide_gateway_held_receives`` (POP Receives held now, at most
   ``--max-held-receives``),
   ``tide_gateway_pulls_answered_from_arrivals_total`` (held pulls answered with the
-  entries and records their arrival notice carried, without a GetQueueEntries call);
+  entries and records their arrival notice carried, without a GetQueueEntries call),
+  ``tide_gateway_pulls_held_for_min_messages_total`` (pulls held for their
+  ``min_messages`` before reading: the queue had fewer past their offset);
 * ``tide_gateway_consumer_lag_messages{group,topic,broker,queue}``: for the queues whose
   offsets a group committed through this gateway (at most ``MAX_LAG_QUEUES``, forgotten
   after ``LAG_FORGET_S`` without a commit), max offset - committed offset, scanned every
@@ -173,6 +175,13 @@ class GatewayMetrics:
             self._arrival_answers,
             "held pulls answered with the entries their arrival notice carried (no "
             "GetQueueEntries call)",
+        )
+        observable_total(
+            meter,
+            "tide_gateway_pulls_held_for_min_messages_total",
+            lambda: self._held.filled_waits,
+            "pulls held for their min_messages before reading (the queue had fewer past "
+            "the pull's offset)",
         )
         if self._send_backs is not None:
             send_back_total(meter, self._send_backs)

@@ -230,6 +230,9 @@ class Puller:
                 f"long_poll_timeout_ms must be in 0..{self._config.max_long_poll_ms} "
                 f"(--max-long-poll-ms; got {timeout_ms})"
             )
+        min_messages, fill_wait_ms = self._fill(request, max_messages)
+        if browse:
+            min_messages = 0
         try:
             tag_filter = parse_expression(request.expression)
         except ExpressionError as exc:
@@ -250,8 +253,11 @@ class Puller:
         await self._gate.check(request.consumer_group, target.broker_name, target.members)
         if self._queue_locks is not None and not browse:
             await self._queue_locks.check_pull(request)
-        deadline = time.monotonic() + timeout_ms / 1000
+        started = time.monotonic()
+        deadline = started + timeout_ms / 1000
         offset = request.offset
+        if min_messages > 1 and fill_wait_ms > 0:
+            await self._wait_filled(target, offset, min_messages, fill_wait_ms / 1000)
         while True:
             since = self._held.sequence
             response, member = await read_queue(
@@ -278,6 +284,34 @@ class Puller:
                 answer = self._arrived_answer(member, target, arrived, max_messages)
                 if answer is not None:
                     return answer
+
+    def _fill(self, request: pb.PullRequest, max_messages: int) -> tuple[int, int]:
+        """The pull's (min_messages, min_messages_wait_ms), checked."""
+        min_messages, wait_ms = request.min_messages, request.min_messages_wait_ms
+        if not 0 <= min_messages <= max_messages:
+            raise invalid(
+                f"min_messages must be in 0..max_messages ({max_messages}; got {min_messages}): "
+                "a pull cannot wait for more messages than it takes"
+            )
+        if not 0 <= wait_ms <= self._config.max_long_poll_ms:
+            raise invalid(
+                f"min_messages_wait_ms must be in 0..{self._config.max_long_poll_ms} "
+                f"(--max-long-poll-ms; got {wait_ms})"
+            )
+        return min_messages, wait_ms
+
+    async def _wait_filled(
+        self, target: QueueTarget, offset: int, min_messages: int, wait_s: float
+    ) -> None:
+        """Hold the pull until its queue has ``min_messages`` past ``offset`` on the member
+        the read will ask first (readers.py) or ``wait_s``. Only the arrival notices are
+        looked at: the read that follows gives the answer, whatever they said."""
+        order = self._members.order(target.members)
+        member = order[0] if order else None
+        if member is None or not member.dispatch:
+            return
+        key = (member.dispatch, target.topic, target.queue_id)
+        await self._held.wait_filled(key, offset, min_messages, wait_s)
 
     async def _pull_shared(
         self,

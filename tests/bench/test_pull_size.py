@@ -52,3 +52,11 @@ def test_bad_pull_batch_max_is_named(changes: dict[str, int], message: str) -> N
 def test_pull_batch_max_can_be_set_on_the_command_line() -> None:
     changed = apply_overrides(Workload(name="w"), ["pull_batch_max=512"])
     assert changed.pull_batch_max == 512
+
+
+def test_a_pull_min_above_the_pull_batch_is_refused() -> None:
+    Workload(name="w", pull_batch=256, pull_min_messages=256, pull_min_wait_ms=50)
+    with pytest.raises(WorkloadError, match=r"pull_min_messages is 257, above pull_batch \(256\)"):
+        Workload(name="w", pull_batch=256, pull_min_messages=257)
+    with pytest.raises(WorkloadError, match=r"pull_min_wait_ms is 30001; give 0\.\.30000"):
+        Workload(name="w", pull_min_wait_ms=30_001)

@@ -157,6 +157,27 @@ def test_long_poll_is_answered_soon_after_a_send(cluster: Cluster) -> None:
     assert elapsed_s < LONG_POLL_MS / 1000
 
 
+def test_fuller_pulls_wait_for_min_messages(cluster: Cluster) -> None:
+    """The pull's min_messages and its wait reach the gateway (its semantics:
+    tests/services/gateway/test_fuller_pulls.py); out of bounds, nothing is sent."""
+    gateway = cluster.gateway.listen
+    cluster.create_topic("T_fuller", queues=1, brokers=["broker-a"])
+    queue = MessageQueue("T_fuller", "broker-a", 0)
+    with Producer(gateway) as producer, PullConsumer("G_fuller", gateway) as consumer:
+        producer.send("T_fuller", b"one")
+        wait_dispatched(cluster, consumer, [queue], 1)
+        wait_ms = 300
+        started = time.monotonic()
+        result = consumer.pull(queue, 0, min_messages=2, min_messages_wait_ms=wait_ms)
+        # Held for the second message that never came: answered at the wait's end.
+        assert time.monotonic() - started >= wait_ms / 1000
+        assert [m.body for m in result.messages] == [b"one"]
+        with pytest.raises(InvalidArgument, match=r"min_messages is 8; give 0..max_messages \(7\)"):
+            consumer.pull(queue, 0, max_messages=7, min_messages=8)
+        with pytest.raises(InvalidArgument, match="min_messages_wait_ms is -1"):
+            consumer.pull(queue, 0, min_messages=2, min_messages_wait_ms=-1)
+
+
 def test_offsets_commit_and_search(cluster: Cluster) -> None:
     gateway = cluster.gateway.listen
     cluster.create_topic("T_offsets", queues=1, brokers=["broker-b"])

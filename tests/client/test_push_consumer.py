@@ -10,6 +10,7 @@ import pytest
 from tests._cluster import Cluster
 from tide.client import (
     Admin,
+    InvalidArgument,
     MessageQueue,
     Producer,
     PullConsumer,
@@ -17,6 +18,7 @@ from tide.client import (
     ReceivedMessage,
     TopicNotFound,
 )
+from tide.client._push_options import push_options
 from tide.v1 import gateway_pb2
 from tide.waiting import wait_until
 
@@ -228,3 +230,47 @@ def test_unknown_topic_fails_at_start(cluster: Cluster) -> None:
     with Admin(cluster.gateway.listen) as admin:
         assert admin.consumers("G_push_missing") == []
     member.shutdown()  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"min_messages": 33}, r"min_messages is 33; give 0..max_messages \(32\)"),
+        (
+            {"min_messages": -1, "max_messages": 8},
+            r"min_messages is -1; give 0..max_messages \(8\)",
+        ),
+        ({"min_messages_wait_ms": 30_001}, r"min_messages_wait_ms is 30001; give 0..30000"),
+    ],
+)
+def test_fuller_pull_options_are_checked(options: dict[str, int], message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        PushConsumer("G_opts", "T_opts", "*", lambda m: None, "127.0.0.1:1", **options)  # type: ignore[arg-type]
+
+
+def test_retry_topic_pulls_never_wait_for_more() -> None:
+    options = push_options(
+        "G_fuller",
+        "T_fuller",
+        "*",
+        consume_from="last",
+        client_id=None,
+        heartbeat_interval_ms=1_000,
+        rebalance_interval_ms=1_000,
+        takeover_delay_ms=None,
+        long_poll_timeout_ms=1_000,
+        max_messages=64,
+        min_messages=32,
+        min_messages_wait_ms=50,
+        commit_interval_ms=1_000,
+        max_retries=1,
+        retry_backoff_ms=1,
+        max_queues=4,
+        release_timeout_ms=1_000,
+        orderly=False,
+        max_reconsume_times=0,
+        lock_interval_ms=1_000,
+    )
+    settings, retry = options.settings, options.retry_settings
+    assert (settings.min_messages, settings.min_messages_wait_ms) == (32, 50)
+    assert (retry.min_messages, retry.min_messages_wait_ms) == (0, 0)

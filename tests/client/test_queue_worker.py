@@ -309,3 +309,20 @@ def test_a_failed_send_back_is_tried_again_within_seconds_however_long_the_outag
 def test_reader_type() -> None:
     # the fake stays a GatewayReader, so the worker's typing holds
     assert isinstance(cast(GatewayReader, MemoryReader(0)), GatewayReader)
+
+
+def test_pulls_carry_the_fuller_pull_settings() -> None:
+    class Recording(MemoryReader):
+        def __init__(self) -> None:
+            super().__init__(3)
+            self.asked: list[tuple[int, int]] = []
+
+        def pull_future(self, request: gateway_pb2.PullRequest) -> Any:
+            self.asked.append((request.min_messages, request.min_messages_wait_ms))
+            return super().pull_future(request)
+
+    reader = Recording()
+    fuller = settings(min_messages=2, min_messages_wait_ms=40)
+    worker = QueueWorker(QUEUE, reader, fuller, lambda m: None)
+    run_until(worker, lambda: reader.commits == [3], "offset 3 committed")
+    assert reader.asked and set(reader.asked) == {(2, 40)}

@@ -392,11 +392,13 @@ async def consume_queue(
         max_messages=workload.pull_batch,
         long_poll_timeout_ms=workload.long_poll_ms,
         encoding=pb.PullRequest.ENCODING_RECORDS,
+        min_messages=workload.pull_min_messages,
+        min_messages_wait_ms=workload.pull_min_wait_ms,
     )
     counters = state.counters
     record = state.e2e_latency.record
     stop = state.stop_consuming
-    timeout_s = workload.long_poll_ms / 1000 + CALL_TIMEOUT_S
+    timeout_s = max(workload.long_poll_ms, workload.pull_min_wait_ms) / 1000 + CALL_TIMEOUT_S
     while not stop.is_set():
         try:
             reply = await pull(request, timeout=timeout_s)

@@ -71,6 +71,10 @@ class Workload:
     # pull_batch.
     pull_batch_max: int = 0
     long_poll_ms: int = 2_000
+    # Each pull's min_messages and min_messages_wait_ms (the gateway holds a pull until its
+    # queue has that many past the offset, up to the wait; 0: reads at once).
+    pull_min_messages: int = 0
+    pull_min_wait_ms: int = 0
     producer_processes: int = 1
     consumer_processes: int = 1
     produce_api: str = "unary"
@@ -89,6 +93,8 @@ class Workload:
             ("pull_batch", 1, MAX_PULL_BATCH),
             ("pull_batch_max", 0, MAX_PULL_BATCH),
             ("long_poll_ms", 1, MAX_LONG_POLL_MS),
+            ("pull_min_messages", 0, MAX_PULL_BATCH),
+            ("pull_min_wait_ms", 0, MAX_LONG_POLL_MS),
             ("producer_processes", 1, MAX_PROCESSES),
             ("consumer_processes", 1, MAX_PROCESSES),
         ):
@@ -128,6 +134,11 @@ class Workload:
                 f"pull_batch_max is {self.pull_batch_max}, below pull_batch "
                 f"({self.pull_batch}); give 0 (pull_batch always) or {self.pull_batch}.."
                 f"{MAX_PULL_BATCH}"
+            )
+        if self.pull_min_messages > self.pull_batch:
+            raise WorkloadError(
+                f"pull_min_messages is {self.pull_min_messages}, above pull_batch "
+                f"({self.pull_batch}); give 0..{self.pull_batch}"
             )
         if not isinstance(self.description, str):
             raise WorkloadError(f"description is {self.description!r}; give a string")

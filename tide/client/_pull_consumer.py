@@ -60,6 +60,9 @@ def pull_request(
     max_messages: int,
     expression: str,
     long_poll_timeout_ms: int,
+    *,
+    min_messages: int = 0,
+    min_messages_wait_ms: int = 0,
 ) -> gateway_pb2.PullRequest:
     """A checked Pull request (records encoding)."""
     if not 1 <= max_messages <= MAX_PULL_MESSAGES:
@@ -68,6 +71,7 @@ def pull_request(
         raise InvalidArgument(
             f"long_poll_timeout_ms is {long_poll_timeout_ms}; give 0..{MAX_LONG_POLL_TIMEOUT_MS}"
         )
+    check_fill(max_messages, min_messages, min_messages_wait_ms)
     if offset < 0:
         raise InvalidArgument(f"offset is {offset}; give 0 or more")
     return gateway_pb2.PullRequest(
@@ -80,7 +84,27 @@ def pull_request(
         expression=expression,
         long_poll_timeout_ms=long_poll_timeout_ms,
         encoding=gateway_pb2.PullRequest.ENCODING_RECORDS,
+        min_messages=min_messages,
+        min_messages_wait_ms=min_messages_wait_ms,
     )
+
+
+def check_fill(max_messages: int, min_messages: int, min_messages_wait_ms: int) -> None:
+    """A pull's min_messages (0..max_messages) and its wait (0..30 s), checked."""
+    if not 0 <= min_messages <= max_messages:
+        raise InvalidArgument(
+            f"min_messages is {min_messages}; give 0..max_messages ({max_messages})"
+        )
+    if not 0 <= min_messages_wait_ms <= MAX_LONG_POLL_TIMEOUT_MS:
+        raise InvalidArgument(
+            f"min_messages_wait_ms is {min_messages_wait_ms}; give 0..{MAX_LONG_POLL_TIMEOUT_MS}"
+        )
+
+
+def held_ms(request: gateway_pb2.PullRequest) -> int:
+    """The longest the gateway may hold ``request`` (its long poll and its min_messages
+    wait start together): added to the call's deadline."""
+    return max(request.long_poll_timeout_ms, request.min_messages_wait_ms)
 
 
 def commit_request(
@@ -182,8 +206,20 @@ class GatewayReader:
         max_messages: int,
         expression: str,
         long_poll_timeout_ms: int,
+        *,
+        min_messages: int = 0,
+        min_messages_wait_ms: int = 0,
     ) -> gateway_pb2.PullRequest:
-        return pull_request(group, queue, offset, max_messages, expression, long_poll_timeout_ms)
+        return pull_request(
+            group,
+            queue,
+            offset,
+            max_messages,
+            expression,
+            long_poll_timeout_ms,
+            min_messages=min_messages,
+            min_messages_wait_ms=min_messages_wait_ms,
+        )
 
     def pull(
         self,
@@ -193,15 +229,25 @@ class GatewayReader:
         max_messages: int,
         expression: str,
         long_poll_timeout_ms: int,
+        *,
+        min_messages: int = 0,
+        min_messages_wait_ms: int = 0,
     ) -> PullResult:
         request = self.pull_request(
-            group, queue, offset, max_messages, expression, long_poll_timeout_ms
+            group,
+            queue,
+            offset,
+            max_messages,
+            expression,
+            long_poll_timeout_ms,
+            min_messages=min_messages,
+            min_messages_wait_ms=min_messages_wait_ms,
         )
         response = self.connection.call(
             self.connection.stub.Pull,
             request,
             f"Pull from {queue} at {offset}",
-            extra_timeout_ms=long_poll_timeout_ms,
+            extra_timeout_ms=held_ms(request),
         )
         return from_pull_response(queue, response)
 
@@ -212,7 +258,7 @@ class GatewayReader:
         return self.connection.future(
             self.connection.stub.Pull,
             request,
-            extra_timeout_ms=request.long_poll_timeout_ms,
+            extra_timeout_ms=held_ms(request),
         )
 
     def offsets(self, queue: MessageQueue) -> QueueOffsets:
@@ -315,12 +361,25 @@ class PullConsumer(Closing):
         max_messages: int = 32,
         expression: str = "*",
         long_poll_timeout_ms: int = 0,
+        *,
+        min_messages: int = 0,
+        min_messages_wait_ms: int = 0,
     ) -> PullResult:
         """Up to ``max_messages`` messages from ``offset`` matching ``expression`` ("*" or
         "TagA || TagB"). With nothing new and ``long_poll_timeout_ms`` > 0 the gateway holds
-        the call until a message arrives or the wait ends (then NO_NEW_MESSAGE)."""
+        the call until a message arrives or the wait ends (then NO_NEW_MESSAGE). With
+        ``min_messages`` > 1 and ``min_messages_wait_ms`` > 0 it first holds the call
+        while the queue has fewer than ``min_messages`` past ``offset``, up to that wait
+        (fuller pulls, as Kafka's fetch.min.bytes and fetch.max.wait.ms)."""
         return self._reader.pull(
-            self.group, queue, offset, max_messages, expression, long_poll_timeout_ms
+            self.group,
+            queue,
+            offset,
+            max_messages,
+            expression,
+            long_poll_timeout_ms,
+            min_messages=min_messages,
+            min_messages_wait_ms=min_messages_wait_ms,
         )
 
     def commit(self, queue: MessageQueue, offset: int) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tide.client._allocate import allocate_averagely, owners
 from tide.client._convert import check_group, check_topic
 from tide.client._errors import InvalidArgument
-from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, MAX_PULL_MESSAGES
+from tide.client._pull_consumer import MAX_LONG_POLL_TIMEOUT_MS, MAX_PULL_MESSAGES, check_fill
 from tide.client._queue_worker import WorkerSettings
 from tide.client._start_offset import ConsumeFrom
 from tide.client._types import RETRY_TOPIC_PREFIX, MessageQueue
@@ -58,6 +58,8 @@ def push_options(
     long_poll_timeout_ms: int,
     max_messages: int,
     commit_interval_ms: int,
+    min_messages: int = 0,
+    min_messages_wait_ms: int = 0,
     max_retries: int,
     retry_backoff_ms: int,
     max_queues: int,
@@ -81,6 +83,7 @@ def push_options(
     check_range("rebalance_interval_ms", rebalance_interval_ms, 10, 600_000)
     check_range("long_poll_timeout_ms", long_poll_timeout_ms, 0, MAX_LONG_POLL_TIMEOUT_MS)
     check_range("max_messages", max_messages, 1, MAX_PULL_MESSAGES)
+    check_fill(max_messages, min_messages, min_messages_wait_ms)
     check_range("commit_interval_ms", commit_interval_ms, 0, 600_000)
     check_range("max_retries", max_retries, 0, MAX_RETRIES_LIMIT)
     check_range("retry_backoff_ms", retry_backoff_ms, 0, 600_000)
@@ -104,6 +107,8 @@ def push_options(
         error_backoff_ms=min(1_000, max(10, rebalance_interval_ms)),
         orderly=orderly,
         max_reconsume_times=max_reconsume_times,
+        min_messages=min_messages,
+        min_messages_wait_ms=min_messages_wait_ms,
     )
     return PushOptions(
         retry_topic=retry_topic,
@@ -114,9 +119,14 @@ def push_options(
         # A retry topic's messages are those the group failed: every one is wanted, from
         # the first (RocketMQ's computePullFromWhere starts a retry topic at 0 even for
         # CONSUME_FROM_LAST_OFFSET: a redelivery sent back before this member started
-        # must not be skipped).
+        # must not be skipped). Its pulls read at once: redeliveries are few, a fuller
+        # pull would only delay them.
         retry_settings=dataclasses.replace(
-            settings, expression="*", consume_from=ConsumeFrom.parse("first")
+            settings,
+            expression="*",
+            consume_from=ConsumeFrom.parse("first"),
+            min_messages=0,
+            min_messages_wait_ms=0,
         ),
     )
 

@@ -68,6 +68,10 @@ class WorkerSettings:
     # sent back at once. max_reconsume_times: SendBack's (0: the group's config).
     orderly: bool = False
     max_reconsume_times: int = 0
+    # Fuller pulls: the gateway holds a pull while its queue has fewer than min_messages
+    # past the offset, up to min_messages_wait_ms (0: reads at once).
+    min_messages: int = 0
+    min_messages_wait_ms: int = 0
 
 
 def retry_wait_ms(settings: WorkerSettings, failures: int) -> int:
@@ -234,6 +238,8 @@ class QueueWorker:
             settings.max_messages,
             settings.expression,
             settings.long_poll_timeout_ms,
+            min_messages=settings.min_messages,
+            min_messages_wait_ms=settings.min_messages_wait_ms,
         )
         request.client_id = self._client_id
         with self._lock:

@@ -528,6 +528,8 @@ class PullRequest(_message.Message):
     EXPRESSION_FIELD_NUMBER: _builtins.int
     LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     ENCODING_FIELD_NUMBER: _builtins.int
+    MIN_MESSAGES_FIELD_NUMBER: _builtins.int
+    MIN_MESSAGES_WAIT_MS_FIELD_NUMBER: _builtins.int
     CLIENT_ID_FIELD_NUMBER: _builtins.int
     consumer_group: _builtins.str
     topic: _builtins.str
@@ -541,6 +543,20 @@ class PullRequest(_message.Message):
     long_poll_timeout_ms: _builtins.int
     """0 answers at once; at most 30000."""
     encoding: Global___PullRequest.Encoding.ValueType
+    min_messages: _builtins.int
+    """Fuller pulls (Kafka's fetch.min.bytes and fetch.max.wait.ms, counted in messages):
+    while the queue holds fewer than min_messages entries past `offset`, the gateway holds
+    the pull up to min_messages_wait_ms for more before it reads, and answers as soon as
+    there are min_messages (or at the wait's end with what there is). A consumer that
+    keeps up then makes fewer, larger pulls (each pull's fixed cost is paid less often)
+    for at most min_messages_wait_ms more latency. 0 or 1 (the default): read at once.
+    At most max_messages (its default, 32, when 0). Entries count whatever the expression
+    (a tag filter) keeps. Ignored by BrowseQueue.
+    """
+    min_messages_wait_ms: _builtins.int
+    """0..--max-long-poll-ms (30000 by default); 0: no wait. The wait and the long poll
+    start together: the call is held at most the longer of the two.
+    """
     client_id: _builtins.str
     """fifo (issue 19): the pulling member of consumer_group. When set and the queue is
     locked by another member of the group (LockQueues), the pull is refused
@@ -558,11 +574,13 @@ class PullRequest(_message.Message):
         expression: _builtins.str = ...,
         long_poll_timeout_ms: _builtins.int = ...,
         encoding: Global___PullRequest.Encoding.ValueType = ...,
+        min_messages: _builtins.int = ...,
+        min_messages_wait_ms: _builtins.int = ...,
         client_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "client_id", b"client_id", "consumer_group", b"consumer_group", "encoding", b"encoding", "expression", b"expression", "long_poll_timeout_ms", b"long_poll_timeout_ms", "max_messages", b"max_messages", "offset", b"offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "client_id", b"client_id", "consumer_group", b"consumer_group", "encoding", b"encoding", "expression", b"expression", "long_poll_timeout_ms", b"long_poll_timeout_ms", "max_messages", b"max_messages", "min_messages", b"min_messages", "min_messages_wait_ms", b"min_messages_wait_ms", "offset", b"offset", "queue_id", b"queue_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -115,6 +116,8 @@ def test_errors_are_the_sync_clients(cluster: Cluster) -> None:
                 await consumer.queues("T_aio_missing")
             with pytest.raises(InvalidArgument, match="max_messages"):
                 await consumer.pull(MessageQueue("T_aio_errors", "broker-a", 0), 0, 0)
+            with pytest.raises(InvalidArgument, match="min_messages is 40"):
+                await consumer.pull(MessageQueue("T_aio_errors", "broker-a", 0), 0, min_messages=40)
         with pytest.raises(InvalidArgument, match="linger_ms"):
             Producer(gateway, linger_ms=-1)
         with pytest.raises(InvalidArgument, match="producer_group"):
@@ -144,6 +147,11 @@ def test_offsets_commit_search_and_long_poll(cluster: Cluster) -> None:
             await producer.send("T_aio_offsets", b"wake up")
             answer = await poll
             assert [m.body for m in answer.messages] == [b"wake up"]
+            # A fuller pull: held for a second message that never comes, until its wait.
+            started = time.monotonic()
+            fuller = await c.pull(queue, 3, min_messages=2, min_messages_wait_ms=300)
+            assert time.monotonic() - started >= 0.3
+            assert [m.body for m in fuller.messages] == [b"wake up"]
             # Cancelling a long poll ends it at once.
             idle = asyncio.create_task(c.pull(queue, 4, long_poll_timeout_ms=20_000))
             await asyncio.to_thread(cluster.gateway.wait_held, 1)

@@ -10,6 +10,7 @@ from tide.client._convert import check_group, check_topic, from_pull_response
 from tide.client._pull_consumer import (
     commit_request,
     committed_request,
+    held_ms,
     offsets_request,
     pull_request,
     readable_queues,
@@ -54,7 +55,7 @@ class AioReader:
             self.connection.stub.Pull,
             request,
             f"Pull from {queue} at {request.offset}",
-            extra_timeout_ms=request.long_poll_timeout_ms,
+            extra_timeout_ms=held_ms(request),
         )
         return from_pull_response(queue, response)
 
@@ -149,10 +150,20 @@ class PullConsumer:
         max_messages: int = 32,
         expression: str = "*",
         long_poll_timeout_ms: int = 0,
+        *,
+        min_messages: int = 0,
+        min_messages_wait_ms: int = 0,
     ) -> PullResult:
         """As the sync ``pull``; cancelling it ends a long poll at once."""
         request = pull_request(
-            self.group, queue, offset, max_messages, expression, long_poll_timeout_ms
+            self.group,
+            queue,
+            offset,
+            max_messages,
+            expression,
+            long_poll_timeout_ms,
+            min_messages=min_messages,
+            min_messages_wait_ms=min_messages_wait_ms,
         )
         return await self._reader.pull(request, queue)
 

@@ -156,7 +156,14 @@ class AioQueueWorker:
         """One (long-polling) pull; None when ``stop`` cancelled it."""
         s = self._settings
         request = pull_request(
-            s.group, self.queue, offset, s.max_messages, s.expression, s.long_poll_timeout_ms
+            s.group,
+            self.queue,
+            offset,
+            s.max_messages,
+            s.expression,
+            s.long_poll_timeout_ms,
+            min_messages=s.min_messages,
+            min_messages_wait_ms=s.min_messages_wait_ms,
         )
         request.client_id = self._client_id
         self._pull = asyncio.get_running_loop().create_task(self._reader.pull(request, self.queue))
