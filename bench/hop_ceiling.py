@@ -18,7 +18,10 @@ target can be checked against what the process layout itself allows:
   chunks, which the gateway deals round robin to ``--queues`` queues (the consumer keeps
   a pull in flight on each; up to ``--pull-batch`` messages rounded up to whole batches
   a call, and with ``--pull-batch-max`` twice as many after a full answer, up to it),
-  as Tide's consumers do while producers run. Each request carries its send time in its
+  as Tide's consumers do while producers run; with ``--pull-min`` and
+  ``--pull-min-wait-ms`` the gateway holds a pull until that many messages (whole
+  batches) are there or the wait ends, as Tide's fuller pulls (a Pull's ``min_messages``
+  and ``min_messages_wait_ms``) do. Each request carries its send time in its
   first body (bodies of 8 bytes or more), so the consumer reports the end-to-end latency
   of each request (``e2e_p50_ms`` / ``e2e_p99_ms``), as ``tide bench`` does for Tide's.
 
@@ -80,6 +83,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "rate": (0, 10_000_000),
     "pull_batch": (1, 1024),
     "pull_batch_max": (0, 1024),
+    "pull_min": (0, 1024),
+    "pull_min_wait_ms": (0, 30_000),
     "queues": (1, 64),
     "warmup_s": (0, 60),
     "duration_s": (0.1, 600),
@@ -198,14 +203,25 @@ class _Chunks:
         return sequence + len(taken), batches, taken
 
 
+@dataclass(frozen=True)
+class _Fill:
+    """A pull waits for ``batches`` (whole batches) up to ``wait_s``: fuller pulls."""
+
+    batches: int
+    wait_s: float
+
+
 class _Gateway:
     """``ProduceStream`` relayed to the storage with coalesced appends; ``Pull`` from the
     chunks the dispatch pushed."""
 
-    def __init__(self, storage: str, dispatch: str, max_pull_batches: int, queues: int) -> None:
+    def __init__(
+        self, storage: str, dispatch: str, max_pull_batches: int, queues: int, fill: _Fill
+    ) -> None:
         self.storage = storage
         self.dispatch = dispatch
         self.max_pull_batches = max_pull_batches
+        self.fill = fill
         self.echo = _Echo()
         self.pending: list[tuple[bytes, asyncio.Future[None]]] = []
         self.wake = asyncio.Event()
@@ -268,6 +284,13 @@ class _Gateway:
         chunks = self.queues[queue]
         max_batches = min(asked, self.max_pull_batches)
         last, batches, taken = chunks.after(sequence, max_batches)
+        want = min(self.fill.batches, max_batches)
+        if batches < want and self.fill.wait_s > 0:
+            deadline = time.monotonic() + self.fill.wait_s
+            while batches < want and (left_s := deadline - time.monotonic()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(chunks.arrived.wait(), left_s)
+                last, batches, taken = chunks.after(sequence, max_batches)
         if not taken:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(chunks.arrived.wait(), PULL_TIMEOUT_S)
@@ -288,7 +311,8 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
         handlers["Watch"] = grpc.unary_stream_rpc_method_handler(dispatch.watchers.stream)
         background.append(asyncio.create_task(dispatch.follow()))
     else:
-        gateway = _Gateway(args.storage, args.dispatch, args.max_pull_batches, args.queues)
+        fill = _Fill(args.pull_min_batches, args.pull_min_wait_ms / 1000)
+        gateway = _Gateway(args.storage, args.dispatch, args.max_pull_batches, args.queues, fill)
         handlers["ProduceStream"] = grpc.stream_stream_rpc_method_handler(gateway.produce_stream)
         handlers["Pull"] = grpc.unary_unary_rpc_method_handler(gateway.pull)
         background += [
@@ -328,7 +352,9 @@ class _Process:
 
 
 @contextlib.contextmanager
-def _processes(case: str, max_pull_batches: int, queues: int) -> Iterator[list[_Process]]:
+def _processes(
+    case: str, max_pull_batches: int, queues: int, fill: tuple[int, int] = (0, 0)
+) -> Iterator[list[_Process]]:
     """The case's servers, the last one the one clients call; stopped on the way out."""
     me = ["bench.hop_ceiling", "serve"]
     started: list[_Process] = []
@@ -347,6 +373,7 @@ def _processes(case: str, max_pull_batches: int, queues: int) -> Iterator[list[_
             gateway = [*me, "gateway", "--storage", storage.address]
             gateway += ["--dispatch", dispatch.address]
             gateway += ["--max-pull-batches", str(max_pull_batches), "--queues", str(queues)]
+            gateway += ["--pull-min-batches", str(fill[0]), "--pull-min-wait-ms", str(fill[1])]
             start("gateway", gateway)
         yield started
 
@@ -530,7 +557,8 @@ def _pull_batches(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
-    with _processes(case, _pull_batches(args)[1], args.queues) as processes:
+    fill = (math.ceil(args.pull_min / args.batch), args.pull_min_wait_ms)
+    with _processes(case, _pull_batches(args)[1], args.queues, fill) as processes:
         front = processes[-1]
         before = {p.name: p.cpu_s() for p in processes}
         client_before = time.process_time()
@@ -591,6 +619,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--dispatch", default="")
     serve.add_argument("--max-pull-batches", type=int, default=3)
     serve.add_argument("--queues", type=int, default=4)
+    serve.add_argument("--pull-min-batches", type=int, default=0)
+    serve.add_argument("--pull-min-wait-ms", type=int, default=0)
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--message-size", type=int, default=128, help="body bytes")
     parser.add_argument("--batch", type=int, default=100, help="messages per request")
@@ -605,6 +635,15 @@ def _parser() -> argparse.ArgumentParser:
         help="after a full pull the next asks twice as many, up to this; 0: --pull-batch",
     )
     parser.add_argument("--queues", type=int, default=4, help="pulled concurrently")
+    parser.add_argument(
+        "--pull-min",
+        type=int,
+        default=0,
+        help="a pull waits for this many messages (whole batches; Tide's min_messages)",
+    )
+    parser.add_argument(
+        "--pull-min-wait-ms", type=int, default=0, help="for at most this long (0: no wait)"
+    )
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1, help="the cases again, in turn")

@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 
 from bench import hop_ceiling
-from bench.hop_ceiling import COUNT, STAMP, _Chunks, _FanOut, _joined
+from bench.hop_ceiling import (
+    COUNT,
+    PULL_TAIL,
+    SEQUENCE,
+    STAMP,
+    _Chunks,
+    _FanOut,
+    _Fill,
+    _Gateway,
+    _joined,
+)
 from tide.v1 import gateway_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +63,31 @@ def test_a_consumer_behind_the_dropped_chunks_is_an_error(
         with pytest.raises(RuntimeError, match="chunk 1 already dropped"):
             chunks.after(0, 3)
         assert chunks.after(1, 3) == (2, 1, [b"x"])
+
+    asyncio.run(scenario())
+
+
+def test_a_fuller_pull_waits_for_its_batches_or_its_wait() -> None:
+    """``--pull-min`` / ``--pull-min-wait-ms``: the relay gateway holds a pull until that
+    many batches are there (as Tide's min_messages), or answers what there is at the end."""
+
+    async def scenario() -> None:
+        gateway = _Gateway("", "", 10, 1, _Fill(batches=3, wait_s=30.0))
+        chunks = gateway.queues[0]
+        chunks.add(_chunk(1, b"a"))
+        request = SEQUENCE.pack(0) + PULL_TAIL.pack(0, 10)
+        pull = asyncio.create_task(gateway.pull(request, None))  # type: ignore[arg-type]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not pull.done()  # 1 batch of the 3 it waits for
+        chunks.add(_chunk(2, b"bc"))
+        answer = await asyncio.wait_for(pull, 5.0)
+        assert answer == SEQUENCE.pack(2) + COUNT.pack(3) + b"abc"
+        gateway.fill = _Fill(batches=3, wait_s=0.05)
+        chunks.add(_chunk(1, b"d"))
+        again = SEQUENCE.pack(2) + PULL_TAIL.pack(0, 10)
+        short = await asyncio.wait_for(gateway.pull(again, None), 5.0)  # type: ignore[arg-type]
+        assert short == SEQUENCE.pack(3) + COUNT.pack(1) + b"d"
 
     asyncio.run(scenario())
 
@@ -153,6 +188,7 @@ def test_unknown_cases_are_refused() -> None:
         (["--inflight", "65"], "--inflight is 65; give 1..64"),
         (["--duration-s", "0"], "--duration-s is 0; give 0.1..600"),
         (["--pull-batch-max", "2000"], "--pull-batch-max is 2000; give 0..1024"),
+        (["--pull-min-wait-ms", "30001"], "--pull-min-wait-ms is 30001; give 0..30000"),
     ],
 )
 def test_out_of_range_options_are_refused(argv: list[str], message: str) -> None:
