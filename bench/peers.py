@@ -5,7 +5,9 @@ Shapes (issue 21, target 6):
 
 * ``batch``: 128 B messages in batches of 100, one producer, one consumer keeping up.
   Tide: ``tide bench run 1-topic-4-queues-128b-batch100-stream`` (the load generator
-  of docs/benchmarks.md) against ``--gateway``. Redis: a pipeline of 100 ``XADD`` per
+  of docs/benchmarks.md) against ``--gateway``; ``tide-fuller`` the same with fuller
+  pulls (each pull waits for 1,024 messages, at most 50 ms: ``min_messages``,
+  docs/client.md), what a consumer that wants throughput asks. Redis: a pipeline of 100 ``XADD`` per
   round trip; the consumer ``XREADGROUP`` (up to 1,000) then ``XACK`` of what it read.
   NATS: 100 ``js.publish`` awaited together (each acknowledged by the stream); the
   consumer a pull subscription fetching up to 1,000, acknowledging the last
@@ -337,10 +339,18 @@ def nats_single(port: int, warmup_s: float, duration_s: float) -> dict[str, Any]
 # -- Tide --------------------------------------------------------------------------------
 
 
-def tide_batch(gateway: str, warmup_s: float, duration_s: float) -> dict[str, Any]:
+# The batch shape's consumer with fuller pulls (``tide-fuller``): workload fields.
+FULLER_PULLS = ("pull_batch=1024", "pull_min_messages=1024", "pull_min_wait_ms=50")
+
+
+def tide_batch(
+    gateway: str, warmup_s: float, duration_s: float, settings: tuple[str, ...] = ()
+) -> dict[str, Any]:
     argv = [sys.executable, "-m", "tide.cli", "bench", "run"]
     argv += ["1-topic-4-queues-128b-batch100-stream", "--gateway", gateway, "--json", "--quiet"]
     argv += ["--set", f"warmup_s={warmup_s:g}", "--set", f"duration_s={duration_s:g}"]
+    for setting in settings:
+        argv += ["--set", setting]
     done = subprocess.run(argv, capture_output=True, timeout=TIDE_BENCH_TIMEOUT_S, check=False)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"tide bench failed: {done.stderr.decode()[-2000:]}")
@@ -459,6 +469,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cases: dict[str, list[tuple[str, Callable[[], dict[str, Any]]]]] = {
             "batch": [
                 ("tide", lambda: tide_batch(args.gateway, warm, dur)),
+                ("tide-fuller", lambda: tide_batch(args.gateway, warm, dur, FULLER_PULLS)),
                 ("redis", lambda: redis_batch(ports["redis"], warm, dur)),
                 ("nats", lambda: nats_batch(ports["nats"], warm, dur)),
             ],
@@ -500,21 +511,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per round and shape: Tide's publish rate over each peer's."""
+    """Per round and shape: each Tide case's publish rate over each peer's."""
     out = []
     for row in results:
-        if row["system"] != "tide":
+        if not row["system"].startswith("tide"):
             continue
         for peer in results:
             same = peer["round"] == row["round"] and peer["shape"] == row["shape"]
             rates = row["publish_msgs_per_s"] and peer["publish_msgs_per_s"]
             failed = "error" in row or "error" in peer
-            if same and peer["system"] != "tide" and rates and not failed:
+            if same and not peer["system"].startswith("tide") and rates and not failed:
                 ratio = row["publish_msgs_per_s"] / peer["publish_msgs_per_s"]
                 out.append(
                     {
                         "round": row["round"],
                         "shape": row["shape"],
+                        "tide": row["system"],
                         "tide_over": peer["system"],
                         "ratio": round(ratio, 2),
                     }
@@ -545,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for row in report["ratios"]:
             print(
-                f"round {row['round']} {row['shape']}: Tide / {row['tide_over']} = {row['ratio']}"
+                f"round {row['round']} {row['shape']}: {row['tide']} / {row['tide_over']} "
+                f"= {row['ratio']}"
             )
     return 0
 
