@@ -253,8 +253,7 @@ class Puller:
         await self._gate.check(request.consumer_group, target.broker_name, target.members)
         if self._queue_locks is not None and not browse:
             await self._queue_locks.check_pull(request)
-        started = time.monotonic()
-        deadline = started + timeout_ms / 1000
+        deadline = time.monotonic() + timeout_ms / 1000  # the min_messages wait counts too
         offset = request.offset
         if min_messages > 1 and fill_wait_ms > 0:
             await self._wait_filled(target, offset, min_messages, fill_wait_ms / 1000)
