@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests._cluster import Cluster
+from tests._metrics import scrape, total
 from tide.client import (
     Admin,
     ConsumeResult,
@@ -234,3 +235,36 @@ def test_the_loop_ending_under_a_running_consumer_commits_only_what_was_handled(
 
     asyncio.run(forgets_to_shut_down())
     assert committed(cluster, group, queue) == 2  # k2 is delivered again
+
+
+def held_for_min_messages(cluster: Cluster) -> float:
+    return total(
+        scrape(str(cluster.gateway.ready["metrics"])),
+        "tide_gateway_pulls_held_for_min_messages_total",
+    )
+
+
+def test_fuller_pulls_reach_the_gateway(cluster: Cluster) -> None:
+    """min_messages / min_messages_wait_ms: the worker's pulls are held for them (the
+    gateway counts it) and every message is delivered once there are enough."""
+    topic, group = "T_aio_fuller", "G_aio_fuller"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    seen: list[bytes] = []
+    before = held_for_min_messages(cluster)
+
+    async def handler(message: ReceivedMessage) -> None:
+        seen.append(message.body)
+
+    async def run() -> None:
+        fuller = {"min_messages": 3, "min_messages_wait_ms": 20_000, "max_messages": 8}
+        async with member(cluster, group, topic, handler, "a", **fuller):
+            await eventually(
+                lambda: held_for_min_messages(cluster) > before, "a pull held for 3 messages"
+            )
+            async with Producer(cluster.gateway.listen) as producer:
+                for body in (b"f0", b"f1", b"f2"):
+                    await producer.send(topic, body)
+            await eventually(lambda: len(seen) == 3, "the three delivered")
+        assert seen == [b"f0", b"f1", b"f2"]
+
+    asyncio.run(run())
