@@ -126,6 +126,16 @@ def queue_runs(
 ) -> (
     list[tuple[str, int, int | Sequence[int], Sequence[int], Sequence[int], Sequence[int]]] | None
 ): ...
+def queue_entry_runs(
+    topics: object,
+    queue_ids: object,
+    sys_flags: object,
+    queue_offsets: object,
+    offsets: object,
+    sizes: object,
+    codes: object,
+    /,
+) -> list[tuple[str, int, int | Sequence[int], bytes]] | None: ...
 def back_to_back_runs(
     offsets: object, positions: object, sizes: object, /
 ) -> list[tuple[int, int, int]] | None: ...
