@@ -368,13 +368,27 @@ static void find_values(const char *p, Py_ssize_t len, const char *found[NAMES],
     }
 }
 
-/* Record i's properties bounds from the two index sequences, checked against the data. */
-static int bounds_of(PyObject *starts, PyObject *ends, Py_ssize_t i, Py_ssize_t size,
-                     Py_ssize_t *start, Py_ssize_t *end) {
+/* Record i's properties bounds from the index sequences, checked against the data: from
+ * starts to ends, or (sizes not NULL) to ends[i] + sizes[i], ends then the records'
+ * positions (the record ends, without a list of them made for the call). */
+static int bounds_of(PyObject *starts, PyObject *ends, PyObject *sizes, Py_ssize_t i,
+                     Py_ssize_t size, Py_ssize_t *start, Py_ssize_t *end) {
     *start = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(starts, i));
     *end = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ends, i));
     if ((*start == -1 || *end == -1) && PyErr_Occurred()) {
         return -1;
+    }
+    if (sizes != NULL) {
+        Py_ssize_t record_size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sizes, i));
+        if (record_size == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if ((record_size > 0 && *end > PY_SSIZE_T_MAX - record_size) ||
+            (record_size < 0 && *end < PY_SSIZE_T_MIN - record_size)) {
+            *end = -1; /* (out of the data: refused below) */
+        } else {
+            *end += record_size;
+        }
     }
     if (*start < 0 || *end < *start || *end > size) {
         PyErr_Format(PyExc_ValueError,
@@ -387,13 +401,13 @@ static int bounds_of(PyObject *starts, PyObject *ends, Py_ssize_t i, Py_ssize_t 
 }
 
 static int properties_rows(const char *data, Py_ssize_t size, PyObject *starts, PyObject *ends,
-                           PyObject *columns[NAMES]) {
+                           PyObject *sizes, PyObject *columns[NAMES]) {
     LastValue last[NAMES] = {{NULL, NULL, 0}, {NULL, NULL, 0}, {NULL, NULL, 0}};
     int failed = -1;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t start, end;
-        if (bounds_of(starts, ends, i, size, &start, &end)) {
+        if (bounds_of(starts, ends, sizes, i, size, &start, &end)) {
             goto done;
         }
         const char *found[NAMES];
@@ -423,30 +437,39 @@ done:
 }
 
 PyDoc_STRVAR(dispatch_properties_doc,
-             "dispatch_properties(data, starts, ends)\n--\n\n"
+             "dispatch_properties(data, starts, ends, sizes=None)\n--\n\n"
              "(keys, tags, uniq_keys) of the properties at data[starts[i]:ends[i]]: the\n"
              "KEYS and TAGS values as bytes (b'' when absent), the UNIQ_KEY value or None.\n"
-             "The reference: services.dispatch.engine.batch_fields.properties_between.");
+             "With sizes, ends are the records' positions and each ends at ends[i] +\n"
+             "sizes[i]. The reference: services.dispatch.engine.batch_fields\n"
+             ".properties_between (properties_of_records with sizes).");
 
 static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
-    PyObject *starts_in, *ends_in;
-    if (!PyArg_ParseTuple(args, "y*OO:dispatch_properties", &view, &starts_in, &ends_in)) {
+    PyObject *starts_in, *ends_in, *sizes_in = NULL;
+    if (!PyArg_ParseTuple(args, "y*OO|O:dispatch_properties", &view, &starts_in, &ends_in,
+                          &sizes_in)) {
         return NULL;
     }
     PyObject *result = NULL;
     PyObject *columns[NAMES] = {NULL};
+    PyObject *sizes = NULL;
     PyObject *starts = PySequence_Fast(starts_in, "dispatch_properties: starts: a sequence");
     PyObject *ends = starts ? PySequence_Fast(ends_in, "dispatch_properties: ends: a sequence")
                             : NULL;
     if (ends == NULL) {
         goto done;
     }
+    if (sizes_in != NULL &&
+        (sizes = PySequence_Fast(sizes_in, "dispatch_properties: sizes: a sequence")) == NULL) {
+        goto done;
+    }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
-    if (PySequence_Fast_GET_SIZE(ends) != count) {
-        PyErr_Format(PyExc_ValueError, "dispatch_properties: %zd starts but %zd ends", count,
-                     PySequence_Fast_GET_SIZE(ends));
+    if (PySequence_Fast_GET_SIZE(ends) != count ||
+        (sizes != NULL && PySequence_Fast_GET_SIZE(sizes) != count)) {
+        PyErr_Format(PyExc_ValueError, "dispatch_properties: %zd starts but %zd ends or sizes",
+                     count, PySequence_Fast_GET_SIZE(ends));
         goto done;
     }
     for (int n = 0; n < NAMES; n++) {
@@ -457,7 +480,7 @@ static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(columns[n], i, Py_NewRef(Py_None));
         }
     }
-    if (properties_rows(view.buf, view.len, starts, ends, columns) == 0) {
+    if (properties_rows(view.buf, view.len, starts, ends, sizes, columns) == 0) {
         result = PyTuple_Pack(3, columns[KEYS], columns[TAGS], columns[UNIQ_KEY]);
     }
 done:
@@ -466,6 +489,7 @@ done:
     }
     Py_XDECREF(starts);
     Py_XDECREF(ends);
+    Py_XDECREF(sizes);
     PyBuffer_Release(&view);
     return result;
 }

@@ -25,7 +25,11 @@ def scan_v4_run(
     /,
 ) -> ScanColumns: ...
 def dispatch_properties(
-    data: bytes | bytearray | memoryview, starts: Sequence[int], ends: Sequence[int], /
+    data: bytes | bytearray | memoryview,
+    starts: Sequence[int],
+    ends: Sequence[int],
+    sizes: Sequence[int] | None = None,
+    /,
 ) -> PropertyColumns: ...
 def scan_run(
     data: bytes | bytearray | memoryview, max_body_bytes: int, max_records: int, /

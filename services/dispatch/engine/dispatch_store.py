@@ -31,7 +31,7 @@ from typing import NamedTuple, NoReturn
 from services.dispatch.engine.batch_fields import (
     DispatchProperties,
     TagsCodes,
-    properties_between,
+    properties_of_records,
     split_keys,
 )
 from services.dispatch.engine.consume_queue import ConsumeQueueConflictError, Entry
@@ -66,7 +66,6 @@ from tide.format import (
     iter_entries,
     parse_delay_property,
     queue_entry_runs,
-    record_ends,
     schedule_tags_code,
 )
 from tide.limits import KEYS_MAX_COUNT
@@ -382,8 +381,8 @@ class DispatchStore:
         arrivals: list[Arrival] = []
         try:
             with gc_paused():
-                props = properties_between(
-                    batch.data, batch.props_starts, record_ends(batch.positions, batch.sizes)
+                props = properties_of_records(
+                    batch.data, batch.props_starts, batch.positions, batch.sizes
                 )
                 try:
                     self._put_entries(batch, props, arrivals)
