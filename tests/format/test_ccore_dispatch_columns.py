@@ -1,5 +1,5 @@
 """The dispatch apply's per-batch columns in the compiled core (``_ccore.record_ends``,
-``queue_runs``, ``back_to_back_runs``) against their pure-Python twins in
+``queue_runs``, ``queue_entry_runs``, ``back_to_back_runs``) against their pure-Python twins in
 ``tide/format/_dispatch_columns.py``: equal answers on random batches (queues in runs,
 round robin or at random, transaction records that take no entry, gaps in the queue
 offsets, records back to back or not), on damaged and edge-case columns, and where the
@@ -10,6 +10,7 @@ the twins and are checked against a plain per-record reading of the rule."""
 from __future__ import annotations
 
 import random
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -22,11 +23,14 @@ from tide.format import (
     _core,
     back_to_back_runs,
     is_queue_less,
+    pack_entry,
+    queue_entry_runs,
     queue_runs,
     record_ends,
 )
 from tide.format._dispatch_columns import (
     back_to_back_runs_python,
+    queue_entry_runs_python,
     queue_runs_python,
     record_ends_python,
 )
@@ -349,3 +353,97 @@ def test_record_ends_of_records_back_to_back_are_the_next_positions() -> None:
     )
     assert ends[0] is positions[1] and ends[1] is positions[2] and ends[3] is positions[4]
     assert ends[2] is not positions[3] and ends[4] == 1_005_600
+
+
+def _entry_runs_by_record(c: dict[str, list[Any]]) -> list[Any]:
+    """The rule read plainly: each queue's run with its entries packed one by one."""
+    return [
+        (topic, queue_id, qos, b"".join(map(pack_entry, offsets, sizes, codes)))
+        for topic, queue_id, qos, offsets, sizes, codes in _queue_runs_by_record(c)
+    ]
+
+
+def _norm_entries(runs: list[Any] | None) -> list[Any] | None:
+    if runs is None:
+        return None
+    return [
+        (topic, queue_id, qos if isinstance(qos, int) else list(qos), entries)
+        for topic, queue_id, qos, entries in runs
+    ]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_queue_entry_runs_twins_and_the_rule_agree(seed: int) -> None:
+    c = _batch(random.Random(seed))
+    want = _entry_runs_by_record(c)
+    assert _norm_entries(queue_entry_runs_python(*_queue_runs_args(c))) == want
+    assert _norm_entries(queue_entry_runs(*_queue_runs_args(c))) == want
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(30))
+def test_queue_entry_runs_compiled_answers_live_shapes(seed: int) -> None:
+    """Not declined (so measured) for what a scan gives: lists of ints that fit."""
+    c = _batch(random.Random(seed))
+    got = _core_fn("queue_entry_runs")(*_queue_runs_args(c))
+    assert got is not None and _norm_entries(got) == _entry_runs_by_record(c)
+
+
+@compiled
+@pytest.mark.parametrize(
+    "args",
+    [
+        (("T",), [0], [0], [0], [0], [1], [0]),
+        (["T", "T"], [0], [0], [0], [0], [1], [0]),
+        (["T"], [1 << 64], [0], [0], [0], [1], [0]),
+        ([b"T"], [0], [0], [0], [0], [1], [0]),
+        (["T"] * 65, list(range(65)), [0] * 65, [0] * 65, [0] * 65, [1] * 65, [0] * 65),
+        # an entry's fields that do not fit: offset and code 64 bits, size 32
+        (["T"], [0], [0], [0], [1 << 63], [1], [0]),
+        (["T"], [0], [0], [0], [0], [1 << 31], [0]),
+        (["T"], [0], [0], [0], [0], [-(1 << 31) - 1], [0]),
+        (["T"], [0], [0], [0], [0], [1], [1 << 63]),
+        (["T"], [0], [0], [0], [0], [1.0], [0]),
+    ],
+)
+def test_queue_entry_runs_declines_what_it_does_not_take(args: tuple[Any, ...]) -> None:
+    assert _core_fn("queue_entry_runs")(*args) is None
+
+
+def test_queue_entry_runs_of_values_that_do_not_fit_raise_from_the_twin() -> None:
+    with pytest.raises((OverflowError, struct.error)):
+        queue_entry_runs(["T"], [0], [0], [0], [0], [1 << 31], [0])
+
+
+def test_queue_entry_runs_of_more_than_64_queues_come_from_the_twin() -> None:
+    count = 200
+    args = (
+        ["T"] * count,
+        [i % 100 for i in range(count)],
+        [0] * count,
+        [i // 100 for i in range(count)],
+        list(range(count)),
+        [1] * count,
+        [0] * count,
+    )
+    runs = _norm_entries(queue_entry_runs(*args))
+    assert runs is not None and runs == _norm_entries(queue_entry_runs_python(*args))
+    assert [run[1] for run in runs] == list(range(100))
+    assert runs[0][3] == pack_entry(0, 1, 0) + pack_entry(100, 1, 0)
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(20))
+def test_queue_entry_runs_of_damaged_columns_equal_the_twin_or_decline(seed: int) -> None:
+    rnd = random.Random(seed)
+    for _ in range(50):
+        count = rnd.randrange(1, 12)
+        topics = [rnd.choice(["a", "b"]) for _ in range(count)]
+        args: tuple[Any, ...] = (topics, *(_damaged_column(rnd, count) for _ in range(6)))
+        got = _core_fn("queue_entry_runs")(*args)
+        try:
+            want = _norm_entries(queue_entry_runs_python(*args))
+        except (OverflowError, struct.error):
+            assert got is None
+            continue
+        assert got is None or _norm_entries(got) == want

@@ -53,8 +53,10 @@ from tide.format._delay_offset import (
 )
 from tide.format._dispatch_columns import (
     BackToBackRun,
+    QueueEntryRun,
     QueueRun,
     back_to_back_runs,
+    queue_entry_runs,
     queue_runs,
     record_ends,
 )
@@ -607,6 +609,7 @@ __all__ = [
     "ProducerEntry",
     "ProducerStateError",
     "ProducerStateSnapshot",
+    "QueueEntryRun",
     "QueueRun",
     "ReceiptHandle",
     "ReceiptHandleError",
@@ -740,6 +743,7 @@ __all__ = [
     "put_key_batch",
     "put_keys",
     "put_wheel_slot",
+    "queue_entry_runs",
     "queue_runs",
     "read_index_header",
     "read_slot",

@@ -368,13 +368,27 @@ static void find_values(const char *p, Py_ssize_t len, const char *found[NAMES],
     }
 }
 
-/* Record i's properties bounds from the two index sequences, checked against the data. */
-static int bounds_of(PyObject *starts, PyObject *ends, Py_ssize_t i, Py_ssize_t size,
-                     Py_ssize_t *start, Py_ssize_t *end) {
+/* Record i's properties bounds from the index sequences, checked against the data: from
+ * starts to ends, or (sizes not NULL) to ends[i] + sizes[i], ends then the records'
+ * positions (the record ends, without a list of them made for the call). */
+static int bounds_of(PyObject *starts, PyObject *ends, PyObject *sizes, Py_ssize_t i,
+                     Py_ssize_t size, Py_ssize_t *start, Py_ssize_t *end) {
     *start = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(starts, i));
     *end = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ends, i));
     if ((*start == -1 || *end == -1) && PyErr_Occurred()) {
         return -1;
+    }
+    if (sizes != NULL) {
+        Py_ssize_t record_size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sizes, i));
+        if (record_size == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if ((record_size > 0 && *end > PY_SSIZE_T_MAX - record_size) ||
+            (record_size < 0 && *end < PY_SSIZE_T_MIN - record_size)) {
+            *end = -1; /* (out of the data: refused below) */
+        } else {
+            *end += record_size;
+        }
     }
     if (*start < 0 || *end < *start || *end > size) {
         PyErr_Format(PyExc_ValueError,
@@ -387,13 +401,13 @@ static int bounds_of(PyObject *starts, PyObject *ends, Py_ssize_t i, Py_ssize_t 
 }
 
 static int properties_rows(const char *data, Py_ssize_t size, PyObject *starts, PyObject *ends,
-                           PyObject *columns[NAMES]) {
+                           PyObject *sizes, PyObject *columns[NAMES]) {
     LastValue last[NAMES] = {{NULL, NULL, 0}, {NULL, NULL, 0}, {NULL, NULL, 0}};
     int failed = -1;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t start, end;
-        if (bounds_of(starts, ends, i, size, &start, &end)) {
+        if (bounds_of(starts, ends, sizes, i, size, &start, &end)) {
             goto done;
         }
         const char *found[NAMES];
@@ -423,30 +437,39 @@ done:
 }
 
 PyDoc_STRVAR(dispatch_properties_doc,
-             "dispatch_properties(data, starts, ends)\n--\n\n"
+             "dispatch_properties(data, starts, ends, sizes=None)\n--\n\n"
              "(keys, tags, uniq_keys) of the properties at data[starts[i]:ends[i]]: the\n"
              "KEYS and TAGS values as bytes (b'' when absent), the UNIQ_KEY value or None.\n"
-             "The reference: services.dispatch.engine.batch_fields.properties_between.");
+             "With sizes, ends are the records' positions and each ends at ends[i] +\n"
+             "sizes[i]. The reference: services.dispatch.engine.batch_fields\n"
+             ".properties_between (properties_of_records with sizes).");
 
 static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
-    PyObject *starts_in, *ends_in;
-    if (!PyArg_ParseTuple(args, "y*OO:dispatch_properties", &view, &starts_in, &ends_in)) {
+    PyObject *starts_in, *ends_in, *sizes_in = NULL;
+    if (!PyArg_ParseTuple(args, "y*OO|O:dispatch_properties", &view, &starts_in, &ends_in,
+                          &sizes_in)) {
         return NULL;
     }
     PyObject *result = NULL;
     PyObject *columns[NAMES] = {NULL};
+    PyObject *sizes = NULL;
     PyObject *starts = PySequence_Fast(starts_in, "dispatch_properties: starts: a sequence");
     PyObject *ends = starts ? PySequence_Fast(ends_in, "dispatch_properties: ends: a sequence")
                             : NULL;
     if (ends == NULL) {
         goto done;
     }
+    if (sizes_in != NULL &&
+        (sizes = PySequence_Fast(sizes_in, "dispatch_properties: sizes: a sequence")) == NULL) {
+        goto done;
+    }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
-    if (PySequence_Fast_GET_SIZE(ends) != count) {
-        PyErr_Format(PyExc_ValueError, "dispatch_properties: %zd starts but %zd ends", count,
-                     PySequence_Fast_GET_SIZE(ends));
+    if (PySequence_Fast_GET_SIZE(ends) != count ||
+        (sizes != NULL && PySequence_Fast_GET_SIZE(sizes) != count)) {
+        PyErr_Format(PyExc_ValueError, "dispatch_properties: %zd starts but %zd ends or sizes",
+                     count, PySequence_Fast_GET_SIZE(ends));
         goto done;
     }
     for (int n = 0; n < NAMES; n++) {
@@ -457,7 +480,7 @@ static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(columns[n], i, Py_NewRef(Py_None));
         }
     }
-    if (properties_rows(view.buf, view.len, starts, ends, columns) == 0) {
+    if (properties_rows(view.buf, view.len, starts, ends, sizes, columns) == 0) {
         result = PyTuple_Pack(3, columns[KEYS], columns[TAGS], columns[UNIQ_KEY]);
     }
 done:
@@ -466,6 +489,7 @@ done:
     }
     Py_XDECREF(starts);
     Py_XDECREF(ends);
+    Py_XDECREF(sizes);
     PyBuffer_Release(&view);
     return result;
 }
@@ -2775,18 +2799,114 @@ PyDoc_STRVAR(queue_runs_doc,
              "length of str topics and ints that fit in 64 bits, or hold more than 64\n"
              "queues. Reference: tide.format._dispatch_columns.queue_runs_python.");
 
-static PyObject *queue_runs(PyObject *self, PyObject *args) {
-    (void)self;
+/* The commitlog offsets, sizes and tags codes (in[0..2]) as long longs into out (three
+ * columns of count); 0 when one is not an exact int that fits, or a size not in 32 bits. */
+static int entry_columns(PyObject *const *in, long long *out, Py_ssize_t count) {
+    if (!list_as_ll(in[0], out, count) || !list_as_ll(in[1], out + count, count) ||
+        !list_as_ll(in[2], out + 2 * count, count)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (out[count + i] < INT32_MIN || out[count + i] > INT32_MAX) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Each queue's entries' bytes (entries[g], new; NULL for a queue taking none): its
+ * records' (offset, size, tags code) packed in order, in one pass over the records. */
+static int queue_entries_bytes(const QueueRun *runs, int groups, const int *group_of,
+                               const long long *cols, Py_ssize_t count, PyObject **entries) {
+    unsigned char *at[QUEUE_RUNS_MAX_QUEUES];
+    for (int g = 0; g < groups; g++) {
+        entries[g] = NULL;
+    }
+    for (int g = 0; g < groups; g++) {
+        if (runs[g].taken == 0) {
+            continue;
+        }
+        entries[g] = PyBytes_FromStringAndSize(NULL, runs[g].taken * CQ_ENTRY_BYTES);
+        if (entries[g] == NULL) {
+            return 0;
+        }
+        at[g] = (unsigned char *)PyBytes_AS_STRING(entries[g]);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int g = group_of[i];
+        if (g < 0) {
+            continue;
+        }
+        unsigned char *p = at[g];
+        put_be64(p, cols[i]);
+        put_be32(p + 8, (uint32_t)(int32_t)cols[count + i]);
+        put_be64(p + 12, cols[2 * count + i]);
+        at[g] = p + CQ_ENTRY_BYTES;
+    }
+    return 1;
+}
+
+/* A non-consecutive queue's queue offsets, as a list of the input's own int objects. */
+static PyObject *queue_offsets_list(const QueueRun *r, int g, const int *group_of,
+                                    PyObject *queue_offsets, Py_ssize_t count) {
+    PyObject *out = PyList_New(r->taken);
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = r->first; out != NULL && i < count; i++) {
+        if (group_of[i] == g) {
+            PyList_SET_ITEM(out, at++, Py_NewRef(PyList_GET_ITEM(queue_offsets, i)));
+        }
+    }
+    return out;
+}
+
+static PyObject *queue_entry_runs_answer(const QueueRun *runs, int groups, const int *group_of,
+                                         PyObject *queue_offsets, const long long *cols,
+                                         Py_ssize_t count) {
+    PyObject *entries[QUEUE_RUNS_MAX_QUEUES];
+    PyObject *out = NULL;
+    if (queue_entries_bytes(runs, groups, group_of, cols, count, entries)) {
+        out = PyList_New(0);
+    }
+    for (int g = 0; out != NULL && g < groups; g++) {
+        const QueueRun *r = &runs[g];
+        if (r->taken == 0) {
+            continue;
+        }
+        PyObject *id = PyLong_FromLongLong(r->queue_id);
+        PyObject *first = r->consecutive
+                              ? PyLong_FromLongLong(r->first_offset)
+                              : queue_offsets_list(r, g, group_of, queue_offsets, count);
+        PyObject *item = (id == NULL || first == NULL)
+                             ? NULL
+                             : PyTuple_Pack(4, r->topic, id, first, entries[g]);
+        Py_XDECREF(id);
+        Py_XDECREF(first);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(item);
+    }
+    for (int g = 0; g < groups; g++) {
+        Py_XDECREF(entries[g]);
+    }
+    return out;
+}
+
+/* queue_runs and queue_entry_runs: ``packed`` answers each queue's entries' bytes (as
+ * consume_queue_entries packs them) instead of its three columns as lists. */
+static PyObject *queue_runs_impl(PyObject *args, int packed) {
     PyObject *in[7]; /* offsets, sizes, codes, queue_offsets, topics, queue_ids, flags */
-    if (!PyArg_ParseTuple(args, "OOOOOOO:queue_runs", &in[4], &in[5], &in[6], &in[3], &in[0],
-                          &in[1], &in[2])) {
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &in[4], &in[5], &in[6], &in[3], &in[0], &in[1],
+                          &in[2])) {
         return NULL;
     }
     Py_ssize_t count = 0;
     if (!exact_lists(in, 7, &count)) {
         Py_RETURN_NONE;
     }
-    long long *cols = PyMem_Malloc(sizeof(long long) * (size_t)(3 * count + 1));
+    long long *cols = PyMem_Malloc(sizeof(long long) * (size_t)((packed ? 6 : 3) * count + 1));
     int *group_of = PyMem_Malloc(sizeof(int) * (size_t)(count + 1));
     QueueRun runs[QUEUE_RUNS_MAX_QUEUES];
     int groups = 0, last = -1;
@@ -2797,7 +2917,8 @@ static PyObject *queue_runs(PyObject *self, PyObject *args) {
     }
     long long *ids = cols, *flags = cols + count, *qos = cols + 2 * count;
     if (!list_as_ll(in[5], ids, count) || !list_as_ll(in[6], flags, count) ||
-        !list_as_ll(in[3], qos, count)) {
+        !list_as_ll(in[3], qos, count) ||
+        (packed && !entry_columns(in, cols + 3 * count, count))) {
         out = Py_NewRef(Py_None);
         goto done;
     }
@@ -2841,7 +2962,9 @@ static PyObject *queue_runs(PyObject *self, PyObject *args) {
             runs[g].consecutive = 0;
         }
     }
-    if (queue_runs_fill(runs, groups, group_of, in, count)) {
+    if (packed) {
+        out = queue_entry_runs_answer(runs, groups, group_of, in[3], cols + 3 * count, count);
+    } else if (queue_runs_fill(runs, groups, group_of, in, count)) {
         out = queue_runs_answer(runs, groups);
     }
     queue_runs_free(runs, groups);
@@ -2849,6 +2972,24 @@ done:
     PyMem_Free(cols);
     PyMem_Free(group_of);
     return out;
+}
+
+static PyObject *queue_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    return queue_runs_impl(args, 0);
+}
+
+PyDoc_STRVAR(queue_entry_runs_doc,
+             "queue_entry_runs(topics, queue_ids, sys_flags, queue_offsets, offsets, sizes,\n"
+             "codes)\n--\n\n"
+             "queue_runs, each queue's offsets, sizes and codes answered as its consume-queue\n"
+             "entries' bytes: [(topic, queue_id, queue offsets, entries)]. None as queue_runs\n"
+             "declines, and when a size does not fit in 32 bits. Reference:\n"
+             "tide.format._dispatch_columns.queue_entry_runs_python.");
+
+static PyObject *queue_entry_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    return queue_runs_impl(args, 1);
 }
 
 PyDoc_STRVAR(back_to_back_runs_doc,
@@ -3378,6 +3519,7 @@ static PyMethodDef methods[] = {
     /* the dispatch apply's per-batch columns (s26-dispatch) */
     {"record_ends", record_ends, METH_VARARGS, record_ends_doc},
     {"queue_runs", queue_runs, METH_VARARGS, queue_runs_doc},
+    {"queue_entry_runs", queue_entry_runs, METH_VARARGS, queue_entry_runs_doc},
     {"back_to_back_runs", back_to_back_runs, METH_VARARGS, back_to_back_runs_doc},
     /* the gateway's FIFO produce (s27-fifo) */
     {"sharding_groups", sharding_groups, METH_VARARGS, sharding_groups_doc},

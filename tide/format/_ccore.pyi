@@ -25,7 +25,11 @@ def scan_v4_run(
     /,
 ) -> ScanColumns: ...
 def dispatch_properties(
-    data: bytes | bytearray | memoryview, starts: Sequence[int], ends: Sequence[int], /
+    data: bytes | bytearray | memoryview,
+    starts: Sequence[int],
+    ends: Sequence[int],
+    sizes: Sequence[int] | None = None,
+    /,
 ) -> PropertyColumns: ...
 def scan_run(
     data: bytes | bytearray | memoryview, max_body_bytes: int, max_records: int, /
@@ -126,6 +130,16 @@ def queue_runs(
 ) -> (
     list[tuple[str, int, int | Sequence[int], Sequence[int], Sequence[int], Sequence[int]]] | None
 ): ...
+def queue_entry_runs(
+    topics: object,
+    queue_ids: object,
+    sys_flags: object,
+    queue_offsets: object,
+    offsets: object,
+    sizes: object,
+    codes: object,
+    /,
+) -> list[tuple[str, int, int | Sequence[int], bytes]] | None: ...
 def back_to_back_runs(
     offsets: object, positions: object, sizes: object, /
 ) -> list[tuple[int, int, int]] | None: ...

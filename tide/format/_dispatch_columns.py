@@ -20,6 +20,7 @@ from operator import add, itemgetter
 from typing import TypeAlias
 
 from tide.format import _core
+from tide.format._consume_queue import pack_entries_python
 from tide.format._record import is_queue_less
 
 # (topic, queue id, queue offsets, commitlog offsets, sizes, tags codes): the queue
@@ -29,14 +30,20 @@ from tide.format._record import is_queue_less
 QueueRun: TypeAlias = tuple[
     str, int, "int | Sequence[int]", Sequence[int], Sequence[int], Sequence[int]
 ]
+# (topic, queue id, queue offsets, entries): as a QueueRun, the commitlog offsets, sizes
+# and tags codes given as the consume-queue entries' bytes (``pack_entries``).
+QueueEntryRun: TypeAlias = tuple[str, int, "int | Sequence[int]", bytes]
 # (start offset, end offset, position of start in the batch's data)
 BackToBackRun: TypeAlias = tuple[int, int, int]
 
 __all__ = [
     "BackToBackRun",
+    "QueueEntryRun",
     "QueueRun",
     "back_to_back_runs",
     "back_to_back_runs_python",
+    "queue_entry_runs",
+    "queue_entry_runs_python",
     "queue_runs",
     "queue_runs_python",
     "record_ends",
@@ -119,6 +126,50 @@ def queue_runs_python(
             )
         )
     return runs
+
+
+def queue_entry_runs(
+    topics: list[str],
+    queue_ids: list[int],
+    sys_flags: list[int],
+    queue_offsets: list[int],
+    offsets: list[int],
+    sizes: list[int],
+    codes: list[int],
+) -> list[QueueEntryRun]:
+    """:func:`queue_runs` with each queue's entries as the bytes ``pack_entries`` makes of
+    its offsets, sizes and tags codes: one compiled call from a batch's columns to what
+    the consume queues write, without each queue's three lists in between. Values that
+    do not fit an entry raise (as ``pack_entries`` does)."""
+    if _core.ccore is not None:
+        runs: list[QueueEntryRun] | None = _core.ccore.queue_entry_runs(
+            topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes
+        )
+        if runs is not None:
+            return runs
+    return queue_entry_runs_python(
+        topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes
+    )
+
+
+def queue_entry_runs_python(
+    topics: list[str],
+    queue_ids: list[int],
+    sys_flags: list[int],
+    queue_offsets: list[int],
+    offsets: list[int],
+    sizes: list[int],
+    codes: list[int],
+) -> list[QueueEntryRun]:
+    """:func:`queue_entry_runs` in Python (the reference of ``_ccore.queue_entry_runs``):
+    :func:`queue_runs_python`, each queue's columns packed by ``pack_entries_python``
+    (what ``ConsumeQueue.put_run`` did with them on this path)."""
+    return [
+        (topic, queue_id, firsts, pack_entries_python(run_offsets, run_sizes, run_codes))
+        for topic, queue_id, firsts, run_offsets, run_sizes, run_codes in queue_runs_python(
+            topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes
+        )
+    ]
 
 
 def _groups(

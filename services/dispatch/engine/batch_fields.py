@@ -28,6 +28,7 @@ from operator import getitem
 from typing import Any, NamedTuple, cast
 
 from tide.format import _core, tags_code
+from tide.format._dispatch_columns import record_ends_python
 
 _KEYS = b"KEYS"
 _TAGS = b"TAGS"
@@ -97,6 +98,22 @@ def properties_between(
     if _compiled is not None:
         return DispatchProperties(*_compiled(data, starts, ends))
     return properties_between_python(data, starts, ends)
+
+
+def properties_of_records(
+    data: bytes, starts: Sequence[int], positions: Sequence[int], sizes: Sequence[int]
+) -> DispatchProperties:
+    """:func:`properties_between` of records whose properties end where the record does
+    (``positions[i] + sizes[i]``, a ``RecordBatch``'s): the compiled core adds them up
+    as it reads, without a list of the ends made for the call; the pure-Python path
+    makes it (``record_ends_python``) and runs :func:`properties_between_python`."""
+    compiled = _compiled_records
+    if compiled is not None:
+        return DispatchProperties(*compiled(data, starts, positions, sizes))
+    return properties_between_python(data, starts, record_ends_python(positions, sizes))
+
+
+_compiled_records = None if _core.ccore is None else _core.ccore.dispatch_properties
 
 
 def properties_between_python(

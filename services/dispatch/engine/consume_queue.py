@@ -404,6 +404,37 @@ class ConsumeQueue:
             )
         return self._put_run(first, commitlog_offsets, sizes, tags_codes, last_end)
 
+    def put_entries_run(self, first: int, entries: bytes) -> int:
+        """:meth:`put_run` (``from_batch``) of the consecutive queue offsets from
+        ``first``, the run's entries given as their bytes (``pack_entries``; what
+        ``tide.format.queue_entry_runs`` answers for a batch's queue): the same checks,
+        result and bytes written, without the run's three columns as lists."""
+        count, rest = divmod(len(entries), ENTRY_BYTES)
+        if rest:
+            raise ValueError(f"{len(entries)} bytes of entries: not whole entries")
+        if not count:
+            return 0
+        head = unpack_entry(entries)
+        tail = unpack_entry(entries, len(entries) - ENTRY_BYTES)
+        check_put_args(first, *head)
+        check_put_args(first + count - 1, *tail)
+        assert head.commitlog_offset <= tail.commitlog_offset, "a run goes back"
+        last_end = tail.commitlog_offset + tail.size
+        with self._write_lock:
+            self._check_ready()
+            skip = min(count, max(0, self._max_offset - first))
+            for index in range(skip):  # a re-dispatch: what is there must be the same
+                old = unpack_entry(entries, index * ENTRY_BYTES)
+                self._check_redispatch(first + index, old.commitlog_offset, old.size)
+            if skip == count:
+                return 0
+            self._write_run_locked(
+                first, skip, count, unpack_entry(entries, skip * ENTRY_BYTES).commitlog_offset
+            )
+            self._append_entries(first + skip, entries[skip * ENTRY_BYTES :])
+            self._publish_run_locked(first, skip, count, last_end)
+            return count - skip
+
     def _put_run(
         self,
         first: int,
@@ -421,41 +452,41 @@ class ConsumeQueue:
                     self._check_redispatch(first + index, commitlog_offsets[index], sizes[index])
                 if skip == count:
                     return 0
-            start = first + skip
-            if commitlog_offsets[skip] < self._max_commitlog_end:
-                raise ConsumeQueueOrderError(
-                    f"consume queue {self.name}: entry {start} points at commitlog "
-                    f"offset {commitlog_offsets[skip]}, inside or before the previous "
-                    f"entry's record (which ends at {self._max_commitlog_end})"
-                )
-            pad_from = self._max_offset
-            if not self._segments:
-                pad_from = first_queue_offset(segment_start_for(start, self._eps))
-            if start > pad_from:
-                self._pad(pad_from, start)
-            self._append_run(
-                start,
-                commitlog_offsets[skip:],
-                sizes[skip:],
-                tags_codes[skip:],
+            self._write_run_locked(first, skip, count, commitlog_offsets[skip])
+            self._append_entries(
+                first + skip,
+                pack_entries(commitlog_offsets[skip:], sizes[skip:], tags_codes[skip:]),
             )
-            self._max_commitlog_end = last_end
-            if self._min_offset >= self._max_offset:
-                self._min_offset = start
-            self._max_offset = first + count  # publish last
+            self._publish_run_locked(first, skip, count, last_end)
             return count - skip
 
-    def _append_run(
-        self,
-        queue_offset: int,
-        commitlog_offsets: Sequence[int],
-        sizes: Sequence[int],
-        tags_codes: Sequence[int],
-    ) -> None:
-        data = pack_entries(commitlog_offsets, sizes, tags_codes)
+    def _write_run_locked(self, first: int, skip: int, count: int, first_offset: int) -> None:
+        """Before a run's entries from ``first + skip`` are written (the write lock
+        held): they go after the last entry's record; the gap before them padded."""
+        start = first + skip
+        if first_offset < self._max_commitlog_end:
+            raise ConsumeQueueOrderError(
+                f"consume queue {self.name}: entry {start} points at commitlog "
+                f"offset {first_offset}, inside or before the previous "
+                f"entry's record (which ends at {self._max_commitlog_end})"
+            )
+        pad_from = self._max_offset
+        if not self._segments:
+            pad_from = first_queue_offset(segment_start_for(start, self._eps))
+        if start > pad_from:
+            self._pad(pad_from, start)
+
+    def _publish_run_locked(self, first: int, skip: int, count: int, last_end: int) -> None:
+        self._max_commitlog_end = last_end
+        if self._min_offset >= self._max_offset:
+            self._min_offset = first + skip
+        self._max_offset = first + count  # publish last
+
+    def _append_entries(self, queue_offset: int, data: bytes) -> None:
+        """Write entries' bytes from ``queue_offset`` on, one ``pwrite`` per segment."""
         # Every segment the run needs first: a full disk fails here, before any entry is
         # written (a run cut short by it would be found again by a retry's zero check).
-        last = queue_offset + len(commitlog_offsets) - 1
+        last = queue_offset + len(data) // ENTRY_BYTES - 1
         for start in range(
             segment_start_for(queue_offset, self._eps),
             segment_start_for(last, self._eps) + 1,

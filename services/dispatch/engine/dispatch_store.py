@@ -31,7 +31,7 @@ from typing import NamedTuple, NoReturn
 from services.dispatch.engine.batch_fields import (
     DispatchProperties,
     TagsCodes,
-    properties_between,
+    properties_of_records,
     split_keys,
 )
 from services.dispatch.engine.consume_queue import ConsumeQueueConflictError, Entry
@@ -55,6 +55,7 @@ from tide.format import (
     DEFAULT_INDEX_MAX_ENTRIES,
     DEFAULT_INDEX_SLOT_COUNT,
     DELAY,
+    ENTRY_BYTES,
     SCHEDULE_TOPIC,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK,
@@ -62,9 +63,9 @@ from tide.format import (
     IndexGeometry,
     decode_properties,
     is_queue_less,
+    iter_entries,
     parse_delay_property,
-    queue_runs,
-    record_ends,
+    queue_entry_runs,
     schedule_tags_code,
 )
 from tide.limits import KEYS_MAX_COUNT
@@ -380,8 +381,8 @@ class DispatchStore:
         arrivals: list[Arrival] = []
         try:
             with gc_paused():
-                props = properties_between(
-                    batch.data, batch.props_starts, record_ends(batch.positions, batch.sizes)
+                props = properties_of_records(
+                    batch.data, batch.props_starts, batch.positions, batch.sizes
                 )
                 try:
                     self._put_entries(batch, props, arrivals)
@@ -425,7 +426,7 @@ class DispatchStore:
         one ``put_run``, anything else one ``put`` at a time. An arrival per queue that
         grew, with the offset after the last entry written, as one put each would say,
         added to ``arrivals`` as each queue is done. The records are grouped by queue,
-        and each queue's columns picked, in one call (``tide.format.queue_runs``)."""
+        and each queue's entries packed, in one call (``tide.format.queue_entry_runs``)."""
         tags = props.tags
         if tags.count(tags[0]) == len(tags):  # one tag (or none) in the whole batch
             codes = [self._tags_codes[tags[0]]] * len(tags)
@@ -436,7 +437,7 @@ class DispatchStore:
                 self._schedule_code(batch, index, code) if topic == SCHEDULE_TOPIC else code
                 for index, (topic, code) in enumerate(zip(batch.topics, codes, strict=True))
             ]
-        runs = queue_runs(
+        runs = queue_entry_runs(
             batch.topics,
             batch.queue_ids,
             batch.sys_flags,
@@ -445,18 +446,15 @@ class DispatchStore:
             batch.sizes,
             codes,
         )
-        for topic, queue_id, queue_offsets, offsets, sizes, run_codes in runs:
+        for topic, queue_id, queue_offsets, entries in runs:
             queue = self.consume_queues.get_or_create(topic, queue_id)
             top: int | None = None  # after the last entry written
             if isinstance(queue_offsets, int):  # consecutive: one run
-                run = range(queue_offsets, queue_offsets + len(offsets))
-                if queue.put_run(run, offsets, sizes, run_codes, from_batch=True):
-                    top = run.stop
+                if queue.put_entries_run(queue_offsets, entries):
+                    top = queue_offsets + len(entries) // ENTRY_BYTES
             else:
-                for queue_offset, offset, size, code in zip(
-                    queue_offsets, offsets, sizes, run_codes, strict=True
-                ):
-                    if queue.put(queue_offset, offset, size, code):
+                for queue_offset, entry in zip(queue_offsets, iter_entries(entries), strict=True):
+                    if queue.put(queue_offset, *entry):
                         top = queue_offset + 1
             if top is not None:
                 arrivals.append(Arrival(topic, queue_id, top))

@@ -13,6 +13,7 @@ from services.dispatch.engine.batch_fields import (
     dispatch_properties,
     properties_between,
     properties_in,
+    properties_of_records,
     split_keys,
 )
 from tide.format import KEYS, TAGS, UNIQ_KEY, decode_properties, encode_properties, tags_code
@@ -101,6 +102,23 @@ def test_bounds_and_slices_of_a_buffer() -> None:
     assert properties_in(data, bounds) == dispatch_properties(props)
     assert properties_between(data, bounds[:-1], bounds[1:]) == dispatch_properties(props)
     assert dispatch_properties([]) == DispatchProperties([], [], [])
+
+
+def test_properties_of_records_end_where_the_records_do() -> None:
+    """A RecordBatch's way (positions and sizes, no list of ends): the same columns."""
+    rnd = random.Random(5)
+    props = [CASES[k] for k in sorted(CASES)] * 3
+    rnd.shuffle(props)
+    heads = [bytes(rnd.randrange(0, 40)) for _ in props]  # a record's bytes before them
+    data = b"".join(head + p for head, p in zip(heads, props, strict=True))
+    positions, starts, sizes, at = [], [], [], 0
+    for head, p in zip(heads, props, strict=True):
+        positions.append(at)
+        starts.append(at + len(head))
+        sizes.append(len(head) + len(p))
+        at += len(head) + len(p)
+    assert properties_of_records(data, starts, positions, sizes) == dispatch_properties(props)
+    assert properties_of_records(b"", [], [], []) == DispatchProperties([], [], [])
 
 
 def test_split_keys_is_the_decoder_split() -> None:

@@ -27,6 +27,14 @@ def compiled(data: bytes, starts: list[int], ends: list[int]) -> PropertyColumns
     return _core.dispatch_properties(data, starts, ends)
 
 
+def compiled_sized(
+    data: bytes, starts: list[int], positions: list[int], sizes: list[int]
+) -> PropertyColumns:
+    assert _core.ccore is not None
+    columns: PropertyColumns = _core.ccore.dispatch_properties(data, starts, positions, sizes)
+    return columns
+
+
 def assert_same(props: list[bytes], gap: bytes = b"") -> None:
     """The properties laid out one after another (``gap`` between them, as the rest of
     a record lies between two records' properties) scanned both ways."""
@@ -35,6 +43,11 @@ def assert_same(props: list[bytes], gap: bytes = b"") -> None:
     ends = [start + len(p) for start, p in zip(starts, props, strict=True)]
     python = properties_between_python(data, starts, ends)
     assert compiled(data, starts, ends) == tuple(python), props
+    # Given as records (the properties end where a record does): each end as a position
+    # before the start (where a record's header would be) plus a size.
+    positions = [max(0, start - 7) for start in starts]
+    sizes = [end - position for end, position in zip(ends, positions, strict=True)]
+    assert compiled_sized(data, starts, positions, sizes) == tuple(python), props
 
 
 def random_properties(rnd: random.Random) -> bytes:
@@ -73,3 +86,11 @@ def test_no_records_and_bounds_outside_the_data() -> None:
         compiled(b"KEYS\x01a", [0], [8])
     with pytest.raises(ValueError, match="2 starts but 1 ends"):
         compiled(b"KEYS\x01a", [0, 1], [2])
+    # the sized form: an end past the data, a size that overflows, sizes of another length
+    with pytest.raises(ValueError, match="not inside the data"):
+        compiled_sized(b"KEYS\x01a", [0], [1], [7])
+    with pytest.raises(ValueError, match="not inside the data"):
+        compiled_sized(b"KEYS\x01a", [0], [1], [(1 << 63) - 1])
+    with pytest.raises(ValueError, match="1 starts but 1 ends or sizes"):
+        compiled_sized(b"KEYS\x01a", [0], [0], [1, 2])
+    assert compiled_sized(b"xKEYS\x01a", [1], [0], [7]) == ([b"a"], [b""], [None])

@@ -31,6 +31,7 @@ from tide.format import (
     ConsumeQueueEntry,
     first_unwritten,
     iter_entries,
+    pack_entries,
     select_spans,
     unpack_entry,
 )
@@ -623,10 +624,15 @@ def _segments(root: Path, queue_id: int) -> dict[str, bytes]:
 
 
 def _runs_and_puts(
-    tmp_path: Path, runs: list[list[tuple[int, int, int, int]]], *, from_batch: bool = False
+    tmp_path: Path,
+    runs: list[list[tuple[int, int, int, int]]],
+    *,
+    from_batch: bool = False,
+    packed: bool = False,
 ) -> None:
-    """Apply ``runs`` with put_run to queue 1 and entry by entry with put to queue 2;
-    the files, positions and results must be the same (errors included)."""
+    """Apply ``runs`` with put_run (``packed``: put_entries_run of the run's bytes) to
+    queue 2 and entry by entry with put to queue 1; the files, positions and results
+    must be the same (errors included)."""
     one = open_queue(tmp_path, queue_id=1)
     many = open_queue(tmp_path, queue_id=2)
     for run in runs:
@@ -636,10 +642,10 @@ def _runs_and_puts(
         except ConsumeQueueError as exc:
             want = type(exc)
         if isinstance(want, int):
-            assert many.put_run(*columns, from_batch=from_batch) == want
+            assert _put_run(many, columns, from_batch=from_batch, packed=packed) == want
         else:
             with pytest.raises(want):
-                many.put_run(*columns, from_batch=from_batch)
+                _put_run(many, columns, from_batch=from_batch, packed=packed)
         assert (many.min_offset, many.max_offset, many.max_commitlog_end) == (
             one.min_offset,
             one.max_offset,
@@ -647,6 +653,14 @@ def _runs_and_puts(
         )
         if isinstance(want, int):
             assert _segments(tmp_path, 2) == _segments(tmp_path, 1)
+
+
+def _put_run(
+    queue: ConsumeQueue, columns: list[list[int]], *, from_batch: bool, packed: bool
+) -> int:
+    if packed:
+        return queue.put_entries_run(columns[0][0], pack_entries(*columns[1:]))
+    return queue.put_run(*columns, from_batch=from_batch)
 
 
 def run_of(first: int, count: int, *, size: int = SIZE) -> list[tuple[int, int, int, int]]:
@@ -698,6 +712,44 @@ def test_put_run_checks_order_and_arguments(tmp_path: Path) -> None:
     with pytest.raises(ConsumeQueueOrderError):  # before the previous entry's record
         queue.put_run([2, 3], [0, 100], [10, 10], [0, 0])
     assert queue.put_run([], [], [], []) == 0
+
+
+def test_put_entries_run_is_put_by_put(tmp_path: Path) -> None:
+    """A run's entries given as bytes (the dispatch's way): the same files, positions
+    and results as one put each, across segments, re-dispatched over the end, after a
+    gap (padded) and from mid-segment."""
+    runs = [run_of(7, 5), run_of(12, 25), run_of(5, 40), run_of(60, 4), run_of(60, 4)]
+    _runs_and_puts(tmp_path, runs, packed=True)
+
+
+def test_put_entries_run_conflict_writes_nothing(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 5)
+    before = file_bytes(tmp_path, 0)
+    run = [*run_of(3, 2), (5, 500, SIZE, 0), (6, 600, SIZE, 0)]
+    run[1] = (4, 4 * SIZE + 1, SIZE - 1, 0)  # entry 4 is there, with another offset
+    _, offsets, sizes, codes = ([*c] for c in zip(*run, strict=True))
+    with pytest.raises(ConsumeQueueConflictError):
+        queue.put_entries_run(3, pack_entries(offsets, sizes, codes))
+    assert queue.max_offset == 5
+    assert file_bytes(tmp_path, 0) == before
+
+
+def test_put_entries_run_checks_its_arguments(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    with pytest.raises(ValueError, match="whole entries"):
+        queue.put_entries_run(0, pack_entries([0], [SIZE], [0])[:-1])
+    with pytest.raises(ValueError, match="size"):
+        queue.put_entries_run(0, pack_entries([0, 100], [100, 0], [0, 0]))
+    with pytest.raises(ValueError, match="queue offset"):
+        queue.put_entries_run(-1, pack_entries([0], [SIZE], [0]))
+    assert queue.put_entries_run(0, b"") == 0
+    assert queue.max_offset == 0
+    fill(queue, 0, 2)
+    with pytest.raises(ConsumeQueueOrderError):  # before the previous entry's record
+        queue.put_entries_run(2, pack_entries([0, 100], [10, 10], [0, 0]))
+    assert queue.max_offset == 2
+    queue.close()
 
 
 # -- get_bytes: get's entries as their bytes ---------------------------------------------
