@@ -221,32 +221,12 @@ class GatewayReader:
             min_messages_wait_ms=min_messages_wait_ms,
         )
 
-    def pull(
-        self,
-        group: str,
-        queue: MessageQueue,
-        offset: int,
-        max_messages: int,
-        expression: str,
-        long_poll_timeout_ms: int,
-        *,
-        min_messages: int = 0,
-        min_messages_wait_ms: int = 0,
-    ) -> PullResult:
-        request = self.pull_request(
-            group,
-            queue,
-            offset,
-            max_messages,
-            expression,
-            long_poll_timeout_ms,
-            min_messages=min_messages,
-            min_messages_wait_ms=min_messages_wait_ms,
-        )
+    def pull(self, request: gateway_pb2.PullRequest, queue: MessageQueue) -> PullResult:
+        """``request`` (made by :func:`pull_request`) for ``queue``'s messages."""
         response = self.connection.call(
             self.connection.stub.Pull,
             request,
-            f"Pull from {queue} at {offset}",
+            f"Pull from {queue} at {request.offset}",
             extra_timeout_ms=held_ms(request),
         )
         return from_pull_response(queue, response)
@@ -371,7 +351,7 @@ class PullConsumer(Closing):
         ``min_messages`` > 1 and ``min_messages_wait_ms`` > 0 it first holds the call
         while the queue has fewer than ``min_messages`` past ``offset``, up to that wait
         (fuller pulls, as Kafka's fetch.min.bytes and fetch.max.wait.ms)."""
-        return self._reader.pull(
+        request = pull_request(
             self.group,
             queue,
             offset,
@@ -381,6 +361,7 @@ class PullConsumer(Closing):
             min_messages=min_messages,
             min_messages_wait_ms=min_messages_wait_ms,
         )
+        return self._reader.pull(request, queue)
 
     def commit(self, queue: MessageQueue, offset: int) -> None:
         """Store ``offset`` (the next message to consume) as the group's offset."""
