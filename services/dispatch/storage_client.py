@@ -167,6 +167,17 @@ class StorageClient:
         response: pb.AppendResponse = await self._stub.Append(request, timeout=APPEND_TIMEOUT_S)
         return self.appended_run(response, count)
 
+    async def connected(self, timeout_s: float) -> bool:
+        """Whether the channel to the storage is (or gets) connected within
+        ``timeout_s``: after the storage restarted, the channel may still be waiting out
+        its reconnect backoff, and a call made then fails at once (UNAVAILABLE, "failed
+        to connect") although the storage is back."""
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
     def open_append_stream(self) -> Any:
         """A new ``Storage.AppendStream`` call (its requests answered one by one, in
         order; errors in-band): for a caller that appends often, one at a time."""

@@ -19,6 +19,10 @@ from tide.server import ServiceError
 from tide.v1 import storage_pb2 as pb
 
 _T = TypeVar("_T")
+# How long a new append stream waits for the channel to the storage to connect: a
+# restarted storage is back within a reconnect backoff or two (gRPC's first is ~1 s); a
+# storage that is down answers UNAVAILABLE after it, as a call made at once would.
+CONNECT_WAIT_S = 5.0
 
 
 async def call_storage(call: Awaitable[_T]) -> _T:
@@ -70,12 +74,14 @@ class RunAppendStream:
         async with self._lock:
             reused = self._stream is not None and not self._stream.done()
             if not reused:
+                await self._connected()
                 self._stream = self._storage.open_append_stream()
             try:
                 answer = await self._exchange(request)
             except _WriteFailed:
                 if not reused:
                     raise _unavailable("the append stream could not be opened") from None
+                await self._connected()
                 self._stream = self._storage.open_append_stream()
                 try:
                     answer = await self._exchange(request)
@@ -85,6 +91,14 @@ class RunAppendStream:
             code = _CODES.get(answer.error_code, grpc.StatusCode.UNKNOWN)
             raise ServiceError(code, f"storage: {answer.error_message}")
         return self._storage.appended_run(answer.response, count)
+
+    async def _connected(self) -> None:
+        """Before a new stream: the channel connected, or UNAVAILABLE after
+        CONNECT_WAIT_S (the storage is down; nothing was sent). A stream opened while the
+        channel waits out its reconnect backoff (the storage just restarted) would fail
+        at once."""
+        if not await self._storage.connected(CONNECT_WAIT_S):
+            raise _unavailable(f"not connected within {CONNECT_WAIT_S:g} s")
 
     async def _exchange(self, request: pb.AppendRequest) -> pb.AppendStreamResponse:
         stream = self._stream
