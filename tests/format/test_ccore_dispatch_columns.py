@@ -1,5 +1,5 @@
-"""The dispatch apply's per-batch columns in the compiled core (``_ccore.record_ends``,
-``queue_runs``, ``queue_entry_runs``, ``back_to_back_runs``) against their pure-Python twins in
+"""The dispatch apply's per-batch columns in the compiled core (``_ccore.queue_runs``,
+``queue_entry_runs``, ``back_to_back_runs``) against their pure-Python twins in
 ``tide/format/_dispatch_columns.py``: equal answers on random batches (queues in runs,
 round robin or at random, transaction records that take no entry, gaps in the queue
 offsets, records back to back or not), on damaged and edge-case columns, and where the
@@ -26,7 +26,6 @@ from tide.format import (
     pack_entry,
     queue_entry_runs,
     queue_runs,
-    record_ends,
 )
 from tide.format._dispatch_columns import (
     back_to_back_runs_python,
@@ -135,7 +134,6 @@ def test_random_batches_twins_and_the_rule_agree(seed: int) -> None:
     assert _norm(queue_runs(*_queue_runs_args(c))) == want
     ends = [p + s for p, s in zip(c["positions"], c["sizes"], strict=True)]
     assert record_ends_python(c["positions"], c["sizes"]) == ends
-    assert record_ends(c["positions"], c["sizes"]) == ends
     runs = back_to_back_runs_python(c["offsets"], c["positions"], c["sizes"])
     assert back_to_back_runs(c["offsets"], c["positions"], c["sizes"]) == runs
     # The runs cover every record, in order, each record inside exactly one run.
@@ -152,9 +150,6 @@ def test_random_batches_compiled_equals_the_twin(seed: int) -> None:
     got = _core_fn("queue_runs")(*_queue_runs_args(c))
     assert got == want
     assert [type(run[2]) for run in got] == [type(run[2]) for run in want]
-    assert _core_fn("record_ends")(c["positions"], c["sizes"]) == record_ends_python(
-        c["positions"], c["sizes"]
-    )
     assert _core_fn("back_to_back_runs")(
         c["offsets"], c["positions"], c["sizes"]
     ) == back_to_back_runs_python(c["offsets"], c["positions"], c["sizes"])
@@ -250,21 +245,12 @@ def test_more_than_64_queues_are_grouped_by_the_twin() -> None:
     assert [run[1] for run in runs] == list(range(100)) and runs[0][2] == 0
 
 
-@compiled
-@pytest.mark.parametrize(
-    ("positions", "sizes"),
-    [((1,), [2]), ([1, 2], [3]), ([1 << 63], [0]), ([I64[1]], [1]), ([I64[0]], [-1]), ([1.0], [1])],
-)
-def test_record_ends_declines_what_it_does_not_take(positions: Any, sizes: Any) -> None:
-    assert _core_fn("record_ends")(positions, sizes) is None
-
-
 @pytest.mark.parametrize(
     ("positions", "sizes", "want"),
     [([], [], []), ([0], [5], [5]), ([I64[1] - 1], [1], [I64[1]]), ([I64[1]], [1], [1 << 63])],
 )
 def test_record_ends_edges(positions: list[int], sizes: list[int], want: list[int]) -> None:
-    assert record_ends(positions, sizes) == record_ends_python(positions, sizes) == want
+    assert record_ends_python(positions, sizes) == want
 
 
 @pytest.mark.parametrize(
@@ -334,25 +320,6 @@ def test_damaged_columns_compiled_equals_the_twin_or_declines(seed: int) -> None
         offsets, positions, sizes = col(), col(), col()
         got_runs = _core_fn("back_to_back_runs")(offsets, positions, sizes)
         assert got_runs is None or got_runs == back_to_back_runs_python(offsets, positions, sizes)
-        got_ends = _core_fn("record_ends")(positions, sizes)
-        assert got_ends is None or got_ends == record_ends_python(positions, sizes)
-
-
-@compiled
-def test_record_ends_of_records_back_to_back_are_the_next_positions() -> None:
-    """Where a record ends where the next starts, the compiled record_ends gives that
-    position's own int object (no new one to make and free); other ends are new ints of
-    the same values."""
-    positions = [1_000_000, 1_000_400, 1_000_800, 1_005_000, 1_005_300]
-    sizes = [400, 400, 300, 300, 300]
-    ends = _core_fn("record_ends")(positions, sizes)
-    assert (
-        ends
-        == record_ends_python(positions, sizes)
-        == [p + s for p, s in zip(positions, sizes, strict=True)]
-    )
-    assert ends[0] is positions[1] and ends[1] is positions[2] and ends[3] is positions[4]
-    assert ends[2] is not positions[3] and ends[4] == 1_005_600
 
 
 def _entry_runs_by_record(c: dict[str, list[Any]]) -> list[Any]:

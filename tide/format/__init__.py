@@ -58,7 +58,6 @@ from tide.format._dispatch_columns import (
     back_to_back_runs,
     queue_entry_runs,
     queue_runs,
-    record_ends,
 )
 from tide.format._entry_spans import UNLIMITED_BYTES, Span, Spans, select_spans
 from tide.format._group_config import (
@@ -752,7 +751,6 @@ __all__ = [
     "read_wheel_slot",
     "real_destination",
     "record_body_crc",
-    "record_ends",
     "record_properties",
     "record_size",
     "record_tags",

@@ -2630,57 +2630,6 @@ static int exact_lists(PyObject *const *lists, int how_many, Py_ssize_t *count) 
     return 1;
 }
 
-PyDoc_STRVAR(record_ends_doc,
-             "record_ends(positions, sizes)\n--\n\n"
-             "[positions[i] + sizes[i]]: where each record of a batch ends in its data;\n"
-             "None when the two are not lists of one length of ints that fit in 63 bits.\n"
-             "Reference: tide.format._dispatch_columns.record_ends_python.");
-
-static PyObject *record_ends(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *lists[2];
-    if (!PyArg_ParseTuple(args, "OO:record_ends", &lists[0], &lists[1])) {
-        return NULL;
-    }
-    Py_ssize_t count = 0;
-    if (!exact_lists(lists, 2, &count)) {
-        Py_RETURN_NONE;
-    }
-    long long *values = PyMem_Malloc(sizeof(long long) * (size_t)(2 * count + 1));
-    if (values == NULL) {
-        return PyErr_NoMemory();
-    }
-    PyObject *out = NULL;
-    if (!list_as_ll(lists[0], values, count) || !list_as_ll(lists[1], values + count, count)) {
-        out = Py_NewRef(Py_None);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long a = values[i], b = values[count + i];
-        if ((b > 0 && a > LLONG_MAX - b) || (b < 0 && a < LLONG_MIN - b)) {
-            out = Py_NewRef(Py_None);
-            goto done;
-        }
-    }
-    out = PyList_New(count);
-    for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
-        long long value = values[i] + values[count + i];
-        /* Records back to back (a scanned chunk's): a record ends where the next one
-         * starts, an int object that exists already, instead of a new one to free. */
-        PyObject *end = i + 1 < count && values[i + 1] == value
-                            ? Py_NewRef(PyList_GET_ITEM(lists[0], i + 1))
-                            : PyLong_FromLongLong(value);
-        if (end == NULL) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyList_SET_ITEM(out, i, end);
-    }
-done:
-    PyMem_Free(values);
-    return out;
-}
-
 /* queue_runs: more queues than this in one batch declines (the reference groups them). */
 #define QUEUE_RUNS_MAX_QUEUES 64
 #define TX_MASK (3 << 2)
@@ -3517,7 +3466,6 @@ static PyMethodDef methods[] = {
     {"encode_bodies_run", encode_bodies_run, METH_VARARGS, encode_bodies_run_doc},
     {"numbered_keys", numbered_keys, METH_VARARGS, numbered_keys_doc},
     /* the dispatch apply's per-batch columns (s26-dispatch) */
-    {"record_ends", record_ends, METH_VARARGS, record_ends_doc},
     {"queue_runs", queue_runs, METH_VARARGS, queue_runs_doc},
     {"queue_entry_runs", queue_entry_runs, METH_VARARGS, queue_entry_runs_doc},
     {"back_to_back_runs", back_to_back_runs, METH_VARARGS, back_to_back_runs_doc},

@@ -117,7 +117,6 @@ def encode_bodies_run(
 def numbered_keys(head: str, first: int, count: int, /) -> list[str]: ...
 
 # The dispatch apply's per-batch columns (s26-dispatch; tide/format/_dispatch_columns.py).
-def record_ends(positions: object, sizes: object, /) -> list[int] | None: ...
 def queue_runs(
     topics: object,
     queue_ids: object,

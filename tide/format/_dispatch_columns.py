@@ -4,7 +4,7 @@ columns, the runs of records back to back (issue 21 target 4).
 ``DispatchStore.apply`` and the dispatch's tail cache did this in Python between the
 compiled calls, a few microseconds a batch each; following live, ~300 batches a second
 of ~500 records. Each function here takes the compiled core's twin
-(``tide.format._ccore``: ``record_ends``, ``queue_runs``, ``back_to_back_runs``) when it
+(``tide.format._ccore``: ``queue_runs``, ``queue_entry_runs``, ``back_to_back_runs``) when it
 answers, else its pure-Python reference below (``TIDE_NO_EXTENSIONS=1``, or input the
 compiled one declines: not exact lists of one length, ints that do not fit in 64 bits,
 more than 64 queues in a batch). Both give equal answers
@@ -46,22 +46,14 @@ __all__ = [
     "queue_entry_runs_python",
     "queue_runs",
     "queue_runs_python",
-    "record_ends",
     "record_ends_python",
 ]
 
 
-def record_ends(positions: list[int], sizes: list[int]) -> list[int]:
-    """Where each record of a batch ends in its data: ``positions[i] + sizes[i]``."""
-    if _core.ccore is not None:
-        ends: list[int] | None = _core.ccore.record_ends(positions, sizes)
-        if ends is not None:
-            return ends
-    return record_ends_python(positions, sizes)
-
-
 def record_ends_python(positions: Sequence[int], sizes: Sequence[int]) -> list[int]:
-    """:func:`record_ends` in Python (the reference of ``_ccore.record_ends``)."""
+    """Where each record of a batch ends in its data: ``positions[i] + sizes[i]`` (what the
+    pure-Python apply hands ``properties_between_python``; the compiled one adds them up
+    itself)."""
     return list(map(add, positions, sizes))
 
 
