@@ -144,7 +144,16 @@ def test_unresolved_halves_are_checked_by_an_async_checker(aio_tx_cluster: Clust
                     return not await asyncio.to_thread(producer_halves, gateway, "PG_aio_check")
 
                 await wait_until_async(resolved, "the checks to resolve both halves", 60)
-                assert checking._checks is not None and checking._checks.answered >= 2
+                checks = checking._checks
+                assert checks is not None
+                # A half is resolved (the dispatch applied it) before its EndTransaction's
+                # answer is back in the listener, which counts it then.
+                await wait_until_async(
+                    lambda: checks.answered >= 2,
+                    "both answers counted",
+                    60,
+                    state=lambda: f"{checks.answered} answered",
+                )
             return (
                 kept.transaction_id,
                 dropped.transaction_id,
