@@ -198,28 +198,8 @@ class GatewayReader:
     def queues(self, topic: str) -> list[MessageQueue]:
         return readable_queues(self.route(topic))
 
-    def pull_request(
-        self,
-        group: str,
-        queue: MessageQueue,
-        offset: int,
-        max_messages: int,
-        expression: str,
-        long_poll_timeout_ms: int,
-        *,
-        min_messages: int = 0,
-        min_messages_wait_ms: int = 0,
-    ) -> gateway_pb2.PullRequest:
-        return pull_request(
-            group,
-            queue,
-            offset,
-            max_messages,
-            expression,
-            long_poll_timeout_ms,
-            min_messages=min_messages,
-            min_messages_wait_ms=min_messages_wait_ms,
-        )
+    # The module's checked request builder, for the readers' callers (worker, CLI).
+    pull_request = staticmethod(pull_request)
 
     def pull(self, request: gateway_pb2.PullRequest, queue: MessageQueue) -> PullResult:
         """``request`` (made by :func:`pull_request`) for ``queue``'s messages."""
