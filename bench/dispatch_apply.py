@@ -6,9 +6,10 @@ Builds a commitlog byte stream of 128-byte messages in memory (8 queues of one t
 taking turns, as one producer's round robin sends them, or in random order with
 ``--random-queues``, or ``--queue-runs N`` records to a queue before the next, as the
 gateway appends produce requests of N records; one tag, or none with ``--no-tag``,
-with or without one key each), cuts it into Tail chunks (2 MiB, what the dispatcher
-asks for; ``--chunk-bytes``), then measures in-process, chunk by chunk as a dispatch
-runs: the assembler
+with or without one key each, and with a 32-character ``UNIQ_KEY`` each and no key:
+what the gateway's records carry, the live shape of the index), cuts it into Tail
+chunks (2 MiB, what the dispatcher asks for; ``--chunk-bytes``), then measures
+in-process, chunk by chunk as a dispatch runs: the assembler
 (``RecordAssembler.feed_chunk``: finds and checks the records of each chunk, in place)
 and ``DispatchStore.apply`` of each chunk's batches (consume queue entries + index
 entries).
@@ -51,6 +52,7 @@ from services.dispatch.dispatcher import TAIL_CHUNK_BYTES
 from services.dispatch.engine import consume_queue
 from services.dispatch.engine.dispatch_store import DispatchConfig, DispatchStore
 from tide.format import (
+    UNIQ_KEY,
     HostAddress,
     _consume_queue,
     _index_put,
@@ -74,6 +76,7 @@ def commitlog_bytes(
     random_queues: bool = False,
     tag: bool = True,
     queue_runs: int = 1,
+    uniq_key: bool = False,
 ) -> bytes:
     data = bytearray()
     next_offsets = [0] * QUEUES
@@ -81,6 +84,8 @@ def commitlog_bytes(
     rng = random.Random(7)
     for i in range(records):
         props = {**({"TAGS": "TagA"} if tag else {}), **({"KEYS": f"key-{i}"} if with_keys else {})}
+        if uniq_key:  # as a client's message id: 32 hex digits
+            props[UNIQ_KEY] = f"{rng.getrandbits(128):032X}"
         queue_id = rng.randrange(QUEUES) if random_queues else i // queue_runs % QUEUES
         rec = encode_record(
             "BenchTopic",
@@ -111,9 +116,15 @@ def run(
     random_queues: bool = False,
     tag: bool = True,
     queue_runs: int = 1,
+    uniq_key: bool = False,
 ) -> str:
     data = commitlog_bytes(
-        records, with_keys, random_queues=random_queues, tag=tag, queue_runs=queue_runs
+        records,
+        with_keys,
+        random_queues=random_queues,
+        tag=tag,
+        queue_runs=queue_runs,
+        uniq_key=uniq_key,
     )
     chunks = [(pos, min(pos + chunk_bytes, len(data))) for pos in range(0, len(data), chunk_bytes)]
     assembler = RecordAssembler(0, check_crc=verify_body_crc)
@@ -136,8 +147,9 @@ def run(
         assert applied == records and store.dispatched_offset == len(data), applied
         store.close()
     total = assemble_s + apply_s
+    keys = "UNIQ_KEY" if uniq_key else "1 key" if with_keys else "no key"
     return (
-        f"| {'1 key' if with_keys else 'no key'} | {records:,} | {records / assemble_s:,.0f} | "
+        f"| {keys} | {records:,} | {records / assemble_s:,.0f} | "
         f"{records / apply_s:,.0f} | {records / total:,.0f} |"
     )
 
@@ -266,7 +278,7 @@ def main() -> None:
         return
     print("| keys | records | assembler records/s | apply records/s | together records/s |")
     print("|---|---|---|---|---|")
-    for with_keys in (False, True):
+    for with_keys, uniq_key in ((False, False), (True, False), (False, True)):
         line = run(
             args.records,
             with_keys,
@@ -276,6 +288,7 @@ def main() -> None:
             random_queues=args.random_queues,
             tag=not args.no_tag,
             queue_runs=max(1, args.queue_runs),
+            uniq_key=uniq_key,
         )
         print(line, flush=True)
 

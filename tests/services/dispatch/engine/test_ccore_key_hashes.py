@@ -47,3 +47,21 @@ def test_non_ascii_keys_go_to_the_reference() -> None:
     assert compiled(keys, b"T#") is None
     assert compiled([b"k1"], "Ü#".encode()) is None
     assert key_hashes(keys, b"T#") == index_key_hashes(keys, b"T#")
+
+
+@pytest.mark.parametrize("prefix_len", range(10))
+def test_every_length_around_the_eight_byte_steps(prefix_len: int) -> None:
+    # The compiled hash takes eight bytes a step, then one at a time; the ASCII check
+    # tests eight bytes at a time too: every split of a key into steps and a rest, with
+    # the highest ASCII byte and a non-ASCII byte at each position.
+    rnd = random.Random(prefix_len)
+    prefix = bytes(rnd.randrange(128) for _ in range(prefix_len))
+    keys = [bytes(rnd.randrange(128) for _ in range(n)) for n in range(26)]
+    keys += [b"\x7f" * n for n in range(26)]
+    assert compiled(keys, prefix) == index_key_hashes(keys, prefix)
+    for length in range(1, 18):
+        for at in range(length):
+            key = bytearray(b"a" * length)
+            key[at] = 0x80
+            assert compiled([bytes(key)], prefix) is None, (length, at)
+            assert compiled([b"k"], prefix + bytes(key)) is None, (length, at)
