@@ -1772,6 +1772,12 @@ typedef struct {
     int64_t begin_timestamp; /* the header's */
 } IndexTarget;
 
+/* The slot table is RocketMQ's 5 million slots (20 MB): each key's slot is a cache
+ * miss (and mostly a TLB miss), ~100-200 ns waited for one after the other. The batch's
+ * slots are known up front, so the loop asks for the slot this many keys ahead while
+ * it works on this one: the misses overlap. */
+#define INDEX_PREFETCH_AHEAD 16
+
 /* Each key's entry into out (count x 20 bytes) as one put_key after another would write
  * it; the batch's slots (in order) into slots_out; returns how many slots go from empty
  * to used (put_key's rule: a slot naming the entry being written is a torn put, whose
@@ -1784,8 +1790,18 @@ static int64_t index_entries(const IndexTarget *x, SlotMap *m, Py_ssize_t count,
     uint32_t last_diff = 0;
     const unsigned char *table = x->file + INDEX_HEADER_BYTES;
     for (Py_ssize_t i = 0; i < count; i++) {
+        slots_out[i] = h[i] % x->slot_count;
+    }
+    for (Py_ssize_t i = 0; i < count && i < INDEX_PREFETCH_AHEAD; i++) {
+        __builtin_prefetch(table + (size_t)slots_out[i] * INDEX_SLOT_BYTES);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
         int32_t number = x->first + (int32_t)i;
-        uint32_t slot = h[i] % x->slot_count;
+        uint32_t slot = slots_out[i];
+        if (i + INDEX_PREFETCH_AHEAD < count) {
+            __builtin_prefetch(table + (size_t)slots_out[i + INDEX_PREFETCH_AHEAD] *
+                                           INDEX_SLOT_BYTES);
+        }
         size_t at = slot_map_find(m, slot);
         int32_t prev;
         if (m->slots[at] == slot) {
@@ -1806,7 +1822,6 @@ static int64_t index_entries(const IndexTarget *x, SlotMap *m, Py_ssize_t count,
         }
         m->numbers[at] = number;
         fresh += prev == 0;
-        slots_out[i] = slot;
         if (i <= 1 || t[i] != last_stamp) { /* (a time per run of equal stamps) */
             last_stamp = t[i];
             last_diff = index_time_diff(t[i], begin);
