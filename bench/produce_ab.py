@@ -1,5 +1,6 @@
-"""Issue 21 target 2, A/B: two versions of the code alternating on fresh clusters, each
-process's CPU per published message, and the ceiling's chain in the same run.
+"""Issue 21 target 2 (target 1 with ``--consumer``), A/B: versions of the code alternating
+on fresh clusters, each process's CPU per published message, and the ceiling's chain in
+the same run.
 
     git archive <commit> tide services bench | tar -x -C /tmp/old      # the old code
     cp tide/format/_ccore*.so /tmp/old/tide/format/                    # its core, if same
@@ -12,6 +13,14 @@ code: ``PYTHONPATH``), then ``bench.hop_ceiling --cases chain``. A version's run
 (warm-up 3 s, 10 s measured) from this tree's load generator; the CPU of each service
 (``/proc/PID/stat``) over the whole bench divided by every message it published
 (warm-up included). One JSON line per run on stdout; the load average with each.
+
+With ``--consumer`` the runs are target 1's: the workload's consumer keeps up (no
+``consumers_per_topic=0``) and the ceiling runs ``chain-consume`` with the consumer's
+``--pull-batch-max 1024``; each line then has the run's end-to-end p99 too. One version
+is enough for a target's ratio (``--version new=.``): a round is that version, then the
+ceiling.
+
+    python -m bench.produce_ab --version new=. --rounds 4 --consumer    # target 1
 """
 
 from __future__ import annotations
@@ -73,8 +82,31 @@ def _wait_for_port(port: int, up: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
-def run_version(name: str, code: Path, first_port: int, store: Path) -> dict[str, Any]:
-    """One target-2 run of the version whose code is at ``code``."""
+def bench_command(gateway_port: int, *, consumer: bool) -> list[str]:
+    """The load generator's run: target 2's (producers only) or, with ``consumer``, 1's."""
+    command = [
+        sys.executable, "-m", "tide.cli", "bench", "run", str(WORKLOAD), "--gateway",
+        f"127.0.0.1:{gateway_port}", "--json", "--quiet", "--set", "warmup_s=3",
+        "--set", "duration_s=10",
+    ]  # fmt: skip
+    return command if consumer else [*command, "--set", "consumers_per_topic=0"]
+
+
+def ceiling_command(json_out: Path, *, consumer: bool) -> list[str]:
+    """The ceiling in the same shape: ``chain``, or ``chain-consume`` with the load
+    generator consumer's largest pull (the stream workload's ``pull_batch_max``)."""
+    cases = ["--cases", "chain-consume", "--pull-batch-max", "1024"] if consumer else [
+        "--cases", "chain"]  # fmt: skip
+    return [
+        sys.executable, "-m", "bench.hop_ceiling", *cases, "--warmup-s", "3",
+        "--duration-s", "10", "--json-out", str(json_out),
+    ]  # fmt: skip
+
+
+def run_version(
+    name: str, code: Path, first_port: int, store: Path, *, consumer: bool = False
+) -> dict[str, Any]:
+    """One target-2 (``consumer``: target-1) run of the version whose code is at ``code``."""
     ports = {"namesrv": first_port, "storage": first_port + 10, "dispatch": first_port + 20}
     gateway_port = first_port + 30
     env = dict(os.environ, PYTHONPATH=str(code.resolve()))
@@ -98,9 +130,7 @@ def run_version(name: str, code: Path, first_port: int, store: Path) -> dict[str
         load_before, started = loadavg(), time.monotonic()
         before = {service: process_cpu_s(pid) for service, pid in pids.items()}
         bench = subprocess.run(
-            [sys.executable, "-m", "tide.cli", "bench", "run", str(WORKLOAD), "--gateway",
-             f"127.0.0.1:{gateway_port}", "--json", "--quiet", "--set", "warmup_s=3",
-             "--set", "duration_s=10", "--set", "consumers_per_topic=0"],
+            bench_command(gateway_port, consumer=consumer),
             cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True,
         )  # fmt: skip
         after = {service: process_cpu_s(pid) for service, pid in pids.items()}
@@ -109,7 +139,7 @@ def run_version(name: str, code: Path, first_port: int, store: Path) -> dict[str
         up.wait(START_TIMEOUT_S)
     report = json.loads(bench.stdout)
     published = report["totals"]["published"]
-    return {
+    row: dict[str, Any] = {
         "version": name,
         "publish_msgs_per_s": report["publish"]["msgs_per_s"],
         "cpu_us_per_msg": {
@@ -119,29 +149,37 @@ def run_version(name: str, code: Path, first_port: int, store: Path) -> dict[str
         "wall_s": round(time.monotonic() - started, 1),
         "load": [load_before, loadavg()],
     }
+    # The load generator's own (its measured window over its messages), as the chain's
+    # row has the relays' client.
+    row["cpu_us_per_msg"]["client"] = report["client_cpu"]["us_per_msg"]
+    if consumer:
+        row["e2e_p99_ms"] = report["e2e_latency_ms"]["p99"]
+    return row
 
 
-def run_chain() -> dict[str, Any]:
+def run_chain(*, consumer: bool = False) -> dict[str, Any]:
     """The ceiling's chain (relays in the place of Tide's services), same shape."""
     with tempfile.TemporaryDirectory() as out:
         path = Path(out) / "chain.json"
         subprocess.run(
-            [sys.executable, "-m", "bench.hop_ceiling", "--cases", "chain", "--warmup-s", "3",
-             "--duration-s", "10", "--json-out", str(path)],
+            ceiling_command(path, consumer=consumer),
             cwd=REPO, capture_output=True, timeout=RUN_TIMEOUT_S, check=True,
         )  # fmt: skip
         result: dict[str, Any] = json.loads(path.read_text())["results"][0]
     # The relays' CPU covers warm-up and window; their messages, the window's: per
     # message over both at the window's rate (an estimate, as docs/benchmarks.md says).
     rate = result["publish_msgs_per_s"]
-    return {
-        "version": "chain",
+    row: dict[str, Any] = {
+        "version": "chain-consume" if consumer else "chain",
         "publish_msgs_per_s": rate,
         "cpu_us_per_msg": {
             name: round(cpu / (rate * 13.0) * 1e6, 2) for name, cpu in result["cpu_s"].items()
         },
         "load": loadavg(),
     }
+    if consumer:
+        row["e2e_p99_ms"] = result["e2e_p99_ms"]
+    return row
 
 
 def main() -> None:
@@ -152,6 +190,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="rounds (>= 1)")
     parser.add_argument("--port", type=int, default=32200, help="first of 31 ports used")
+    parser.add_argument(
+        "--consumer", action="store_true",
+        help="target 1: the workload's consumer keeps up; the ceiling's chain-consume",
+    )  # fmt: skip
     args = parser.parse_args()
     versions = [(name, Path(path)) for name, _, path in (v.partition("=") for v in args.version)]
     for rnd in range(max(1, args.rounds)):
@@ -159,11 +201,11 @@ def main() -> None:
         for name, code in order:
             store = Path(tempfile.mkdtemp(prefix=f"produce-ab-{name}-"))
             try:
-                row = run_version(name, code, args.port, store)
+                row = run_version(name, code, args.port, store, consumer=args.consumer)
             finally:
                 shutil.rmtree(store, ignore_errors=True)
             print(json.dumps({"round": rnd, **row}), flush=True)
-        print(json.dumps({"round": rnd, **run_chain()}), flush=True)
+        print(json.dumps({"round": rnd, **run_chain(consumer=args.consumer)}), flush=True)
 
 
 if __name__ == "__main__":
