@@ -29,7 +29,12 @@ import tempfile
 import time
 
 from tide.format import _index_put
-from tide.format._index_file import DEFAULT_INDEX_SLOT_COUNT, IndexGeometry
+from tide.format._index_file import (
+    DEFAULT_INDEX_SLOT_COUNT,
+    HASH_SLOT_BYTES,
+    INDEX_HEADER_BYTES,
+    IndexGeometry,
+)
 
 STORE_TIMESTAMP_MS = 1_700_000_000_000
 RECORD_BYTES = 313  # target 1's stored record: the offsets' stride
@@ -56,8 +61,10 @@ def ns_a_key(geometry: IndexGeometry, columns: list[Columns], compiled: bool) ->
     with tempfile.TemporaryFile() as file:
         file.truncate(geometry.file_bytes)
         with mmap.mmap(file.fileno(), geometry.file_bytes) as buf:
-            table = slice(geometry.entries_start - geometry.slot_count * 4, geometry.entries_start)
-            buf[table] = bytes(geometry.slot_count * 4)  # the slot pages mapped, as in use
+            # The slot pages mapped, as a dispatch's are once in use.
+            buf[INDEX_HEADER_BYTES : geometry.entries_start] = bytes(
+                geometry.entries_start - INDEX_HEADER_BYTES
+            )
             keys = 0
             start = time.process_time()
             for hashes, offsets, stamps in columns:
@@ -85,7 +92,7 @@ def main() -> None:
         print("the compiled core is off or not built: the Python twin only")
         sides.pop("compiled")
     print(
-        f"index put, {args.slot_count:,} slots ({args.slot_count * 4 / 1e6:g} MB), "
+        f"index put, {args.slot_count:,} slots ({args.slot_count * HASH_SLOT_BYTES / 1e6:g} MB), "
         f"batches of {args.batch}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print("| round | " + " | ".join(f"{side} ns/key" for side in sides) + " |")

@@ -16,9 +16,9 @@ code: ``PYTHONPATH``), then ``bench.hop_ceiling --cases chain``. A version's run
 
 With ``--consumer`` the runs are target 1's: the workload's consumer keeps up (no
 ``consumers_per_topic=0``) and the ceiling runs ``chain-consume`` with the consumer's
-``--pull-batch-max 1024``; each line then has the run's end-to-end p99 too. One version
-is enough for a target's ratio (``--version new=.``): a round is that version, then the
-ceiling.
+largest pull (``--pull-batch-max``: the workload's ``pull_batch_max``); each line then
+has the run's end-to-end p99 too. One version is enough for a target's ratio
+(``--version new=.``): a round is that version, then the ceiling.
 
     python -m bench.produce_ab --version new=. --rounds 4 --consumer    # target 1
 """
@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from tide.bench import load_workload
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "bench" / "workloads" / "1-topic-4-queues-128b-batch100-stream.yaml"
@@ -95,8 +97,10 @@ def bench_command(gateway_port: int, *, consumer: bool) -> list[str]:
 def ceiling_command(json_out: Path, *, consumer: bool) -> list[str]:
     """The ceiling in the same shape: ``chain``, or ``chain-consume`` with the load
     generator consumer's largest pull (the stream workload's ``pull_batch_max``)."""
-    cases = ["--cases", "chain-consume", "--pull-batch-max", "1024"] if consumer else [
-        "--cases", "chain"]  # fmt: skip
+    cases = ["--cases", "chain"]
+    if consumer:
+        pull_batch_max = load_workload(str(WORKLOAD)).pull_batch_max
+        cases = ["--cases", "chain-consume", "--pull-batch-max", str(pull_batch_max)]
     return [
         sys.executable, "-m", "bench.hop_ceiling", *cases, "--warmup-s", "3",
         "--duration-s", "10", "--json-out", str(json_out),
