@@ -1772,8 +1772,8 @@ typedef struct {
     int64_t begin_timestamp; /* the header's */
 } IndexTarget;
 
-/* The slot table is RocketMQ's 5 million slots (20 MB): each key's slot is a cache
- * miss (and mostly a TLB miss), ~100-200 ns waited for one after the other. The batch's
+/* At the default geometry (RocketMQ's 5 million slots, 20 MB) each key's slot is a
+ * cache miss (and mostly a TLB miss), ~100-200 ns waited for one after the other. The batch's
  * slots are known up front, so the loop asks for the slot this many keys ahead while
  * it works on this one: the misses overlap. */
 #define INDEX_PREFETCH_AHEAD 16
