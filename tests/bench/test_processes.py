@@ -182,6 +182,9 @@ def test_producers_and_consumers_in_processes_merge_into_one_report(
     for summary in (latency, e2e):
         assert 0 < summary["p50"] <= summary["p99"] <= summary["p999"] <= summary["max"]
     assert report["client_cpu"]["cpu_s"] >= sum(p["window_cpu_s"] for p in processes) - 0.01
+    # worker pools: the window the workers measured, on the system's monotonic clock
+    start, end = report["window_monotonic_s"]
+    assert end - start == pytest.approx(DURATION_S, abs=0.002)
     measured = [s for s in report["timeline"] if s["measuring"]]
     assert measured and sum(s["publish_rate"] for s in measured) > 0
     assert sum(s["consume_rate"] for s in measured) > 0

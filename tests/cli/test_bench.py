@@ -9,8 +9,11 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests._cluster import Cluster, cluster_fixture
 from tide.bench._stats import SUMMARY_KEYS
@@ -26,6 +29,7 @@ RUN_KEYS = {
     "consume", "backlog", "publish_latency_ms", "e2e_latency_ms", "totals", "errors",
     "last_error", "ok", "client_cpu", "machine", "timeline", "publish_percentiles",
     "e2e_percentiles", "baseline", "ratio_to_baseline", "client_processes",
+    "window_monotonic_s",
 }  # fmt: skip
 TOTALS_KEYS = {
     "published", "consumed", "publish_calls", "publish_errors", "send_failed",
@@ -119,6 +123,10 @@ def test_run_json_plot_and_baseline(cluster: Cluster, tmp_path: Path) -> None:
         assert 0 < report[part]["messages"] <= totals["published"]
         assert report[part]["msgs_per_s"] > 0
     assert report["measured_s"] > 0
+    # the window on the system's monotonic clock (another process's time.monotonic())
+    start, end = report["window_monotonic_s"]
+    assert start < end < time.monotonic()
+    assert end - start == pytest.approx(report["measured_s"], abs=0.002)
     assert set(report["backlog"]) == {"end", "max"}
     check_summary(report["publish_latency_ms"])
     check_summary(report["e2e_latency_ms"])

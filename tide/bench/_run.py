@@ -401,6 +401,9 @@ def _report(
         "topics": topics,
         "queues": sum(len(q) for q in queues),
         "measured_s": round(window.seconds, 3),
+        # when the window was, on the system's monotonic clock: another process (a
+        # benchmark taking the servers' CPU over the same window) reads the same clock
+        "window_monotonic_s": [round(window.start, 4), round(window.end, 4)],
         "publish": {"messages": published, "msgs_per_s": publish_rate, "mb_per_s": publish_mb},
         "consume": {"messages": consumed, "msgs_per_s": consume_rate, "mb_per_s": consume_mb},
         "backlog": {"end": window.backlog_end, "max": max(measured, default=0)},
