@@ -32,7 +32,16 @@ rate is an upper bound for any implementation with these hops in Python gRPC her
 ``python -m bench.hop_ceiling`` runs the cases (one fresh set of processes each) and
 prints their rates, the ratio of each to the echo and the CPU each process used;
 ``--json-out FILE`` writes the whole result. The producers and the consumer run in the
-main process (one asyncio loop), as ``tide bench``'s do by default.
+main process (one asyncio loop), as ``tide bench``'s do by default. With ``--address``
+the client alone runs one case against relays already up there (started by
+:func:`relays`, as ``bench.interleave`` does): each result then has the client's CPU
+only, and every result says when its window was (``window_monotonic_s``, the system's
+monotonic clock, so another process can take its CPU over the same window).
+
+A consumer first asks for the newest chunk (a pull of sequence -1 answers at once with
+it and no batches) and reads what comes after, as ``tide bench``'s consumers start at
+the queues' ends: against relays that carried earlier runs it does not read their
+chunks, and against fresh relays it changes nothing.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ SEQUENCE = struct.Struct(">q")  # the last chunk of the queue the puller has
 STAMP = struct.Struct(">q")  # a request's send time (perf_counter_ns), in its first body
 STAMP_MARK = b"\xa5" * STAMP.size  # where the stamp goes in the prebuilt request
 PULL_TAIL = struct.Struct(">II")  # a Pull's queue and the batches it asks for at most
+NEWEST = -1  # a Pull's sequence asking where the queue ends (answered at once, no batches)
 MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
 MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
 MAX_QUEUED_BLOBS = 100_000  # a Tail follower or watcher further behind ends the run
@@ -187,6 +197,11 @@ class _Chunks:
         self.arrived.set()
         self.arrived = asyncio.Event()
 
+    @property
+    def last_sequence(self) -> int:
+        """The newest chunk's number (0 before the first)."""
+        return self.first_sequence - 1 + len(self.chunks)
+
     def after(self, sequence: int, max_batches: int) -> tuple[int, int, list[bytes]]:
         """(last sequence, batches, chunks) after ``sequence``, at least one chunk and up
         to ``max_batches`` batches when there is one."""
@@ -241,7 +256,10 @@ class _Gateway:
                 await call.write(blob)
                 await call.read()
                 for _, done in batch:
-                    done.set_result(None)
+                    # a client that went away cancelled its requests' waits (the relays
+                    # outlive their clients with ``--address``)
+                    if not done.done():
+                        done.set_result(None)
 
     async def run_watch(self) -> None:
         async with grpc.aio.insecure_channel(self.dispatch, options=CHANNEL_OPTIONS) as channel:
@@ -282,6 +300,8 @@ class _Gateway:
         (sequence,) = SEQUENCE.unpack_from(request)
         queue, asked = PULL_TAIL.unpack_from(request, SEQUENCE.size)
         chunks = self.queues[queue]
+        if sequence == NEWEST:
+            return SEQUENCE.pack(chunks.last_sequence) + COUNT.pack(0)
         max_batches = min(asked, self.max_pull_batches)
         last, batches, taken = chunks.after(sequence, max_batches)
         want = min(self.fill.batches, max_batches)
@@ -388,6 +408,8 @@ class _Counts:
     call_latencies_s: list[float] = field(default_factory=list)
     e2e_latencies_s: list[float] = field(default_factory=list)
     measuring: bool = False
+    window_monotonic_s: tuple[float, float] = (0.0, 0.0)
+    window_cpu_s: float = 0.0  # the client's, in the window
 
 
 @dataclass(frozen=True)
@@ -462,12 +484,16 @@ async def _consume(
     batches: tuple[int, int],
     request: _Request,
     counts: _Counts,
+    positioned: asyncio.Future[None],
 ) -> None:
     """Long-poll one queue of the gateway's chunks, asking for ``batches[0]`` batches a
     pull, twice as many after a full answer up to ``batches[1]`` (as ``tide bench``'s
-    consumer does with ``pull_batch_max``)."""
+    consumer does with ``pull_batch_max``), from the queue's end when it started
+    (``positioned`` is set once that is known)."""
     pull = channel.unary_unary(f"/{RELAY}/Pull", None, None)
-    sequence = 0
+    newest: bytes = await pull(SEQUENCE.pack(NEWEST) + PULL_TAIL.pack(queue, 0))
+    sequence = SEQUENCE.unpack_from(newest)[0]
+    positioned.set_result(None)
     header = SEQUENCE.size + COUNT.size
     base, most = batches
     asked = base
@@ -518,6 +544,19 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
     interval_s = args.producers * args.batch / args.rate if args.rate else 0.0
     async with contextlib.AsyncExitStack() as stack:
         tasks: list[asyncio.Task[None]] = []
+        if case == "chain-consume":
+            channel = await stack.enter_async_context(
+                grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            )
+            batches = _pull_batches(args)
+            loop = asyncio.get_running_loop()
+            positioned = [loop.create_future() for _ in range(args.queues)]
+            for queue, ready in enumerate(positioned):
+                tasks.append(
+                    asyncio.create_task(_consume(channel, queue, batches, request, counts, ready))
+                )
+            # the consumers know where the queues end before anything is produced
+            await asyncio.wait_for(asyncio.gather(*positioned), PULL_TIMEOUT_S)
         for _ in range(args.producers):
             channel = await stack.enter_async_context(
                 grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
@@ -527,21 +566,15 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
                     _produce(channel, method, request, args.inflight, interval_s, counts)
                 )
             )
-        if case == "chain-consume":
-            channel = await stack.enter_async_context(
-                grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            )
-            batches = _pull_batches(args)
-            for queue in range(args.queues):
-                tasks.append(
-                    asyncio.create_task(_consume(channel, queue, batches, request, counts))
-                )
         await asyncio.sleep(args.warmup_s)
         counts.measuring = True
-        started = time.perf_counter()
+        started, cpu_started = time.monotonic(), time.process_time()
         await asyncio.sleep(args.duration_s)
         counts.measuring = False
-        seconds = time.perf_counter() - started
+        ended = time.monotonic()
+        counts.window_cpu_s = time.process_time() - cpu_started
+        counts.window_monotonic_s = (started, ended)
+        seconds = ended - started
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -556,9 +589,22 @@ def _pull_batches(args: argparse.Namespace) -> tuple[int, int]:
     return base, max(base, math.ceil(args.pull_batch_max / args.batch))
 
 
-def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
+def relays(
+    case: str, args: argparse.Namespace
+) -> contextlib.AbstractContextManager[list[_Process]]:
+    """The case's relays for the client ``args`` describe (the pull sizes and queues it
+    uses), the last the one the client calls; stopped on the way out."""
     fill = (math.ceil(args.pull_min / args.batch), args.pull_min_wait_ms)
-    with _processes(case, _pull_batches(args)[1], args.queues, fill) as processes:
+    return _processes(case, _pull_batches(args)[1], args.queues, fill)
+
+
+def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
+    if args.address:
+        # relays already up: the client alone (their CPU is the caller's to take)
+        client_before = time.process_time()
+        counts, seconds = asyncio.run(_drive(case, args.address, args))
+        return _result(case, args, counts, seconds, {"client": time.process_time() - client_before})
+    with relays(case, args) as processes:
         front = processes[-1]
         before = {p.name: p.cpu_s() for p in processes}
         client_before = time.process_time()
@@ -566,6 +612,12 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         client_cpu = time.process_time() - client_before
         cpu = {p.name: p.cpu_s() - before[p.name] for p in processes}
     cpu["client"] = client_cpu
+    return _result(case, args, counts, seconds, cpu)
+
+
+def _result(
+    case: str, args: argparse.Namespace, counts: _Counts, seconds: float, cpu: dict[str, float]
+) -> dict[str, Any]:
     published = counts.published_batches * args.batch
     latencies = sorted(counts.call_latencies_s)
     e2e = sorted(counts.e2e_latencies_s)
@@ -582,6 +634,11 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         # CPU over warm-up + window + stop (a share of what was spent per message).
         "cpu_s": {name: round(value, 2) for name, value in cpu.items()},
         "cpu_us_per_msg": round(1e6 * sum(cpu.values()) / max(1, published), 2),
+        # the window exactly: when (the system's monotonic clock), what it published, and
+        # the client's CPU in it
+        "window_monotonic_s": [round(value, 4) for value in counts.window_monotonic_s],
+        "published": published,
+        "client_window_cpu_s": round(counts.window_cpu_s, 4),
     }
 
 
@@ -648,11 +705,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1, help="the cases again, in turn")
     parser.add_argument("--json-out", type=Path, help="write the results here")
+    parser.add_argument(
+        "--address",
+        default="",
+        help="HOST:PORT of relays already up (one case: theirs); only the client runs",
+    )
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (the relays' and the client's shape)."""
+    return _parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     if args.command == "serve":
         asyncio.run(_serve(args.role, args.ready_file, args))
         return 0
@@ -665,6 +732,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         raise SystemExit(f"--cases: unknown {', '.join(unknown)} (known: {', '.join(CASES)})")
+    if args.address and len(cases) != 1:
+        raise SystemExit(f"--address runs one case (the relays' there), not {len(cases)}")
     results = [run_case(case, args) for _ in range(args.rounds) for case in cases]
     print(_table(results))
     if args.json_out:

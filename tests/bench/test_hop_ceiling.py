@@ -237,3 +237,64 @@ def test_bodies_too_short_for_a_stamp_go_unstamped() -> None:
     assert request.stamp_at is None
     assert request.stamped() == hop_ceiling.produce_request(4, 2)
     assert request.e2e_s(request.data * 3, 0) == []
+
+
+def test_a_pull_of_the_newest_chunk_positions_a_consumer_at_the_end() -> None:
+    """Relays that carried earlier runs: a new consumer asks where a queue ends (sequence
+    -1, answered at once with no batches) and reads only what comes after."""
+
+    async def scenario() -> None:
+        gateway = _Gateway("", "", 10, 1, _Fill(batches=0, wait_s=0.0))
+        chunks = gateway.queues[0]
+        newest = SEQUENCE.pack(hop_ceiling.NEWEST) + PULL_TAIL.pack(0, 0)
+        assert await gateway.pull(newest, None) == SEQUENCE.pack(0) + COUNT.pack(0)  # type: ignore[arg-type]
+        chunks.add(_chunk(1, b"a"))
+        chunks.add(_chunk(2, b"bc"))
+        answer = await gateway.pull(newest, None)  # type: ignore[arg-type]
+        assert answer == SEQUENCE.pack(2) + COUNT.pack(0)
+        chunks.add(_chunk(1, b"d"))
+        after = SEQUENCE.pack(2) + PULL_TAIL.pack(0, 10)
+        assert await gateway.pull(after, None) == SEQUENCE.pack(3) + COUNT.pack(1) + b"d"  # type: ignore[arg-type]
+
+    asyncio.run(scenario())
+
+
+def test_the_client_alone_runs_against_relays_already_up(tmp_path: Path) -> None:
+    """``--address``: two client runs against one set of relays; the second's consumer
+    starts at the end, and each result says when its window was."""
+    args = hop_ceiling.parse(["--cases", "chain-consume", "--batch", "10", "--inflight", "4"])
+    with hop_ceiling.relays("chain-consume", args) as relays:
+        front = relays[-1].address
+        results = []
+        for run in range(2):
+            out = tmp_path / f"run{run}.json"
+            command = [sys.executable, "-m", "bench.hop_ceiling", "--cases", "chain-consume"]
+            command += ["--batch", "10", "--inflight", "4", "--address", front]
+            # the second measures from its start: a chunk of the first read would count
+            warmup = "0.3" if run == 0 else "0"
+            command += ["--warmup-s", warmup, "--duration-s", "1", "--json-out", str(out)]
+            done = subprocess.run(
+                command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+            )
+            assert done.returncode == 0, done.stderr
+            (result,) = json.loads(out.read_text())["results"]
+            results.append(result)
+        assert all(relay.proc.poll() is None for relay in relays)  # still up for the next
+    for result in results:
+        assert set(result["cpu_s"]) == {"client"}  # the relays' CPU is not the client's
+        start, end = result["window_monotonic_s"]
+        assert end - start == pytest.approx(result["measured_s"], abs=0.01)
+        assert result["published"] > 0 and result["consume_msgs_per_s"] > 0
+        assert 0 <= result["client_window_cpu_s"] <= result["cpu_s"]["client"]
+    assert results[0]["window_monotonic_s"][1] < results[1]["window_monotonic_s"][0]
+    # The second consumer did not read the first run's chunks (still buffered in the
+    # relay, about as many as it publishes itself): it measures from its start, so it
+    # consumed no more than it published, give or take the requests in flight (a request
+    # pulled before its answer came back: 4 of 10 messages in the window of 1 s).
+    second = results[1]
+    assert second["consume_msgs_per_s"] <= second["publish_msgs_per_s"] + 4 * 10 / 0.9
+
+
+def test_the_client_alone_runs_one_case() -> None:
+    with pytest.raises(SystemExit, match="--address runs one case"):
+        hop_ceiling.main(["--cases", "chain,chain-consume", "--address", "127.0.0.1:1"])
