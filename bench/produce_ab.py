@@ -26,6 +26,7 @@ has the run's end-to-end p99 too. One version is enough for a target's ratio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,33 +87,47 @@ def _wait_for_port(port: int, up: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
-def bench_command(gateway_port: int, *, consumer: bool) -> list[str]:
+def bench_command(
+    gateway_port: int, *, consumer: bool, warmup_s: float = 3, duration_s: float = 10
+) -> list[str]:
     """The load generator's run: target 2's (producers only) or, with ``consumer``, 1's."""
     command = [
         sys.executable, "-m", "tide.cli", "bench", "run", str(WORKLOAD), "--gateway",
-        f"127.0.0.1:{gateway_port}", "--json", "--quiet", "--set", "warmup_s=3",
-        "--set", "duration_s=10",
+        f"127.0.0.1:{gateway_port}", "--json", "--quiet", "--set", f"warmup_s={warmup_s:g}",
+        "--set", f"duration_s={duration_s:g}",
     ]  # fmt: skip
     return command if consumer else [*command, "--set", "consumers_per_topic=0"]
 
 
-def ceiling_command(json_out: Path, *, consumer: bool) -> list[str]:
-    """The ceiling in the same shape: ``chain``, or ``chain-consume`` with the load
+def ceiling_args(*, consumer: bool) -> list[str]:
+    """The ceiling's case in the same shape: ``chain``, or ``chain-consume`` with the load
     generator consumer's largest pull (the stream workload's ``pull_batch_max``)."""
-    cases = ["--cases", "chain"]
-    if consumer:
-        pull_batch_max = load_workload(str(WORKLOAD)).pull_batch_max
-        cases = ["--cases", "chain-consume", "--pull-batch-max", str(pull_batch_max)]
+    if not consumer:
+        return ["--cases", "chain"]
+    pull_batch_max = load_workload(str(WORKLOAD)).pull_batch_max
+    return ["--cases", "chain-consume", "--pull-batch-max", str(pull_batch_max)]
+
+
+def ceiling_command(json_out: Path, *, consumer: bool) -> list[str]:
+    """``bench.hop_ceiling`` in the same shape, on fresh relays."""
     return [
-        sys.executable, "-m", "bench.hop_ceiling", *cases, "--warmup-s", "3",
-        "--duration-s", "10", "--json-out", str(json_out),
+        sys.executable, "-m", "bench.hop_ceiling", *ceiling_args(consumer=consumer),
+        "--warmup-s", "3", "--duration-s", "10", "--json-out", str(json_out),
     ]  # fmt: skip
 
 
-def run_version(
-    name: str, code: Path, first_port: int, store: Path, *, consumer: bool = False
-) -> dict[str, Any]:
-    """One target-2 (``consumer``: target-1) run of the version whose code is at ``code``."""
+@dataclass(frozen=True)
+class Cluster:
+    """A running ``tide up``: its gateway's port and each service's process id."""
+
+    gateway_port: int
+    pids: dict[str, int]
+
+
+@contextlib.contextmanager
+def cluster(code: Path, first_port: int, store: Path) -> Iterator[Cluster]:
+    """A fresh ``tide up --flush async`` (no console) of the code at ``code`` on ``store``,
+    ports from ``first_port`` (31 of them); stopped on the way out."""
     ports = {"namesrv": first_port, "storage": first_port + 10, "dispatch": first_port + 20}
     gateway_port = first_port + 30
     env = dict(os.environ, PYTHONPATH=str(code.resolve()))
@@ -131,16 +148,24 @@ def run_version(
             for service in SERVICES
             if f"services.{service}" in args
         }
-        load_before, started = loadavg(), time.monotonic()
-        before = {service: process_cpu_s(pid) for service, pid in pids.items()}
-        bench = subprocess.run(
-            bench_command(gateway_port, consumer=consumer),
-            cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True,
-        )  # fmt: skip
-        after = {service: process_cpu_s(pid) for service, pid in pids.items()}
+        yield Cluster(gateway_port, pids)
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         up.wait(START_TIMEOUT_S)
+
+
+def run_version(
+    name: str, code: Path, first_port: int, store: Path, *, consumer: bool = False
+) -> dict[str, Any]:
+    """One target-2 (``consumer``: target-1) run of the version whose code is at ``code``."""
+    with cluster(code, first_port, store) as up:
+        load_before, started = loadavg(), time.monotonic()
+        before = {service: process_cpu_s(pid) for service, pid in up.pids.items()}
+        bench = subprocess.run(
+            bench_command(up.gateway_port, consumer=consumer),
+            cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True,
+        )  # fmt: skip
+        after = {service: process_cpu_s(pid) for service, pid in up.pids.items()}
     report = json.loads(bench.stdout)
     published = report["totals"]["published"]
     row: dict[str, Any] = {
@@ -148,7 +173,7 @@ def run_version(
         "publish_msgs_per_s": report["publish"]["msgs_per_s"],
         "cpu_us_per_msg": {
             service: round((after[service] - before[service]) / published * 1e6, 2)
-            for service in pids
+            for service in up.pids
         },
         "wall_s": round(time.monotonic() - started, 1),
         "load": [load_before, loadavg()],

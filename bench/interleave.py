@@ -1,0 +1,338 @@
+"""Issue 21's targets 1 and 2 with Tide and the ceiling up at once, the load switched
+between them window by window, so the two are measured at the same speed of the box.
+
+Why: ``bench.produce_ab`` starts a fresh cluster, runs it, stops it, then starts the
+relays and runs them; on this VM the box's speed moves between such runs (the ceiling
+alone spread 132-188 k msgs/s in one series, every Tide process spent 1.4-1.7x the CPU
+a message of its fast runs in its slow ones with the same batching), so a ratio of two
+runs half a minute apart carries the box's movement as well as Tide's. Here both are up
+for the whole series: one ``tide up --flush async`` cluster and one set of
+``bench.hop_ceiling`` relays, and each pair of windows is a ``tide bench run`` against
+the cluster and the ceiling's client (``bench.hop_ceiling --address``) against the
+relays, back to back, the order reversed every other pair (ABBA: a drift of the box
+favours neither). A pair's ratio is Tide's publish rate over the ceiling's; the summary
+gives every pair's and their median.
+
+The CPU of every server process is sampled from ``/proc`` every
+:data:`SAMPLE_INTERVAL_S` all along, and each window's CPU is taken exactly over that
+window (both load generators report its bounds on the system's monotonic clock,
+``window_monotonic_s``), per message published in it: target 4's table for both sides
+measured the same way. The idle side's CPU during the other's window is reported too
+(``idle_core_share``: what it takes from the running side).
+
+    python -m bench.interleave --pairs 10              # target 2 (producers only) and 4
+    python -m bench.interleave --pairs 10 --consumer   # target 1 (consumer keeping up)
+
+One JSON line per window on stdout, then one ``summary`` line. Each Tide window is a run
+of its own (a fresh topic, its consumer from the queues' ends, the topic deleted after);
+the relays' consumer starts at their chunks' end too (``bench.hop_ceiling``'s newest-
+chunk pull), so neither reads the earlier windows' messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import hop_ceiling
+from bench.produce_ab import (
+    REPO,
+    RUN_TIMEOUT_S,
+    bench_command,
+    ceiling_args,
+    cluster,
+    loadavg,
+    process_cpu_s,
+)
+
+SAMPLE_INTERVAL_S = 0.05  # /proc's CPU counts tick at 10 ms: 5 ticks between samples
+# 2 h of samples: a series longer than that drops its oldest (none of its windows is older)
+MAX_SAMPLES = int(2 * 3600 / SAMPLE_INTERVAL_S)
+TARGET_RATIO = 0.8  # targets 1 and 2: Tide's publish rate >= 0.8x the ceiling's
+TARGET_E2E_P99_MS = 250.0  # target 1: the consumer keeps up, end-to-end p99 within this
+TARGET_CPU_RATIO = 1.5  # target 4: each process's CPU a message within 1.5x its relay's
+# Tide's process standing where each relay stands (the name server has no relay)
+COUNTERPARTS = {"gateway": "gateway", "storage": "storage", "dispatch": "dispatch"}
+LIMITS: dict[str, tuple[float, float]] = {
+    "pairs": (1, 100),
+    "warmup_s": (0, 60),
+    "duration_s": (0.5, 600),
+}
+
+
+class CpuSampler:
+    """Every process's CPU seconds (``/proc``), sampled every ``interval_s`` in a thread,
+    at most ``max_samples`` kept; :meth:`between` interpolates two instants."""
+
+    def __init__(
+        self,
+        pids: dict[str, int],
+        interval_s: float = SAMPLE_INTERVAL_S,
+        max_samples: int = MAX_SAMPLES,
+    ) -> None:
+        self.pids = pids
+        self.interval_s = interval_s
+        self.times: deque[float] = deque(maxlen=max_samples)
+        self.values: deque[dict[str, float]] = deque(maxlen=max_samples)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> CpuSampler:
+        self.take()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def take(self) -> None:
+        """One sample now."""
+        now = time.monotonic()
+        values = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        with self._lock:
+            self.times.append(now)
+            self.values.append(values)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.take()
+
+    def at(self, name: str, instant: float) -> float:
+        """``name``'s CPU seconds at ``instant``, linear between the samples around it."""
+        with self._lock:
+            times, values = list(self.times), list(self.values)
+        if not times or not times[0] <= instant <= times[-1]:
+            raise ValueError(f"{instant:.3f} is outside the samples ({len(times)} of them)")
+        right = bisect.bisect_left(times, instant)
+        if times[right] == instant:
+            return values[right][name]
+        left = right - 1
+        share = (instant - times[left]) / (times[right] - times[left])
+        return values[left][name] + share * (values[right][name] - values[left][name])
+
+    def between(self, name: str, start: float, end: float) -> float:
+        """``name``'s CPU seconds from ``start`` to ``end`` (both sampled past first)."""
+        self.wait_past(end)
+        return self.at(name, end) - self.at(name, start)
+
+    def wait_past(self, instant: float) -> None:
+        """Until a sample later than ``instant`` is in (at most a few intervals)."""
+        deadline = time.monotonic() + 20 * self.interval_s
+        while True:
+            with self._lock:
+                if self.times and self.times[-1] >= instant:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no CPU sample after {instant:.3f}: the sampler stopped")
+            time.sleep(self.interval_s / 2)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One side's measured window: when, what it published, its e2e p99 (with a
+    consumer) and the load generator's CPU in it."""
+
+    system: str  # "tide" or "ceiling"
+    start: float
+    end: float
+    published: int
+    e2e_p99_ms: float | None
+    client_cpu_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    @property
+    def rate(self) -> float:
+        return self.published / self.seconds
+
+
+def tide_window(gateway_port: int, args: argparse.Namespace) -> Window:
+    """A ``tide bench run`` against the cluster (a fresh topic, deleted after)."""
+    command = bench_command(
+        gateway_port, consumer=args.consumer, warmup_s=args.warmup_s, duration_s=args.duration_s
+    )
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True
+    )
+    report = json.loads(done.stdout)
+    start, end = report["window_monotonic_s"]
+    e2e = report["e2e_latency_ms"]["p99"] if args.consumer else None
+    return Window(
+        "tide", start, end, report["publish"]["messages"], e2e, report["client_cpu"]["cpu_s"]
+    )
+
+
+def ceiling_window(address: str, args: argparse.Namespace) -> Window:
+    """``bench.hop_ceiling``'s client alone against the relays at ``address``."""
+    with tempfile.TemporaryDirectory() as out:
+        path = Path(out) / "ceiling.json"
+        command = [
+            sys.executable, "-m", "bench.hop_ceiling", *ceiling_args(consumer=args.consumer),
+            "--address", address, "--warmup-s", f"{args.warmup_s:g}",
+            "--duration-s", f"{args.duration_s:g}", "--json-out", str(path),
+        ]  # fmt: skip
+        subprocess.run(command, cwd=REPO, capture_output=True, timeout=RUN_TIMEOUT_S, check=True)
+        (result,) = json.loads(path.read_text())["results"]
+    start, end = result["window_monotonic_s"]
+    e2e = result["e2e_p99_ms"] if args.consumer else None
+    return Window("ceiling", start, end, result["published"], e2e, result["client_window_cpu_s"])
+
+
+def window_row(
+    pair: int, window: Window, sampler: CpuSampler, own: Sequence[str], idle: Sequence[str]
+) -> dict[str, Any]:
+    """The window's JSON line: its rate, each of its processes' CPU a message (``own``,
+    the load generator's as ``client``) and the idle side's share of a core."""
+    per_msg = {
+        name: round(sampler.between(name, window.start, window.end) / window.published * 1e6, 3)
+        for name in own
+    }
+    per_msg["client"] = round(window.client_cpu_s / window.published * 1e6, 3)
+    idle_cpu = sum(sampler.between(name, window.start, window.end) for name in idle)
+    row: dict[str, Any] = {
+        "pair": pair,
+        "system": window.system,
+        "publish_msgs_per_s": round(window.rate),
+        "window_s": round(window.seconds, 3),
+        "cpu_us_per_msg": per_msg,
+        "idle_core_share": round(idle_cpu / window.seconds, 4),
+        "load": loadavg(),
+    }
+    if window.e2e_p99_ms is not None:
+        row["e2e_p99_ms"] = window.e2e_p99_ms
+    return row
+
+
+def summary(rows: list[dict[str, Any]], *, consumer: bool) -> dict[str, Any]:
+    """Each pair's ratio (Tide's rate over the ceiling's), their median, how many pairs
+    met the targets, and each process's CPU ratio to its relay pair by pair."""
+    pairs: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        pairs.setdefault(row["pair"], {})[row["system"]] = row
+    whole = [pair for _, pair in sorted(pairs.items()) if len(pair) == 2]
+    ratios = [p["tide"]["publish_msgs_per_s"] / p["ceiling"]["publish_msgs_per_s"] for p in whole]
+    met = [ratio >= TARGET_RATIO for ratio in ratios]
+    if consumer:
+        met = [
+            ok and p["tide"]["e2e_p99_ms"] <= TARGET_E2E_P99_MS
+            for ok, p in zip(met, whole, strict=True)
+        ]
+    cpu_ratios = {
+        name: [
+            p["tide"]["cpu_us_per_msg"][name] / p["ceiling"]["cpu_us_per_msg"][relay] for p in whole
+        ]
+        for name, relay in {**COUNTERPARTS, "client": "client"}.items()
+    }
+    result: dict[str, Any] = {
+        "pairs": len(whole),
+        "ratios": [round(ratio, 3) for ratio in ratios],
+        "median_ratio": round(statistics.median(ratios), 3) if ratios else None,
+        "pairs_meeting_target": sum(met),
+        "cpu_ratio_medians": {
+            name: round(statistics.median(values), 3) if values else None
+            for name, values in cpu_ratios.items()
+        },
+        "cpu_pairs_within_target": {
+            name: sum(value <= TARGET_CPU_RATIO for value in values)
+            for name, values in cpu_ratios.items()
+        },
+    }
+    if consumer:
+        result["tide_e2e_p99_ms"] = [p["tide"]["e2e_p99_ms"] for p in whole]
+        result["ceiling_e2e_p99_ms"] = [p["ceiling"]["e2e_p99_ms"] for p in whole]
+    return result
+
+
+@contextlib.contextmanager
+def systems(
+    args: argparse.Namespace, store: Path
+) -> Iterator[tuple[int, str, dict[str, int], list[str], list[str]]]:
+    """Both up: Tide's cluster and the relays of the same shape; (the gateway's port,
+    the relays' front address, every server's pid by name, Tide's names, the relays')."""
+    relay_args = hop_ceiling.parse(ceiling_args(consumer=args.consumer))
+    case = relay_args.cases
+    with (
+        cluster(REPO, args.port, store) as tide,
+        hop_ceiling.relays(case, relay_args) as relays,
+    ):
+        pids = {f"tide.{name}": pid for name, pid in tide.pids.items()}
+        pids |= {f"relay.{relay.name}": relay.proc.pid for relay in relays}
+        yield tide.gateway_port, relays[-1].address, pids, list(tide.pids), [r.name for r in relays]
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The series: ``args.pairs`` pairs of windows, one JSON line each, then the summary."""
+    store = Path(tempfile.mkdtemp(prefix="interleave-"))
+    rows: list[dict[str, Any]] = []
+    try:
+        with systems(args, store) as (gateway_port, address, pids, tide_names, relay_names):
+            tide_own = [f"tide.{name}" for name in tide_names]
+            relay_own = [f"relay.{name}" for name in relay_names]
+            with CpuSampler(pids) as sampler:
+                for pair in range(args.pairs):
+                    sides = ["tide", "ceiling"] if pair % 2 == 0 else ["ceiling", "tide"]
+                    for side in sides:
+                        if side == "tide":
+                            window = tide_window(gateway_port, args)
+                            row = window_row(pair, window, sampler, tide_own, relay_own)
+                        else:
+                            window = ceiling_window(address, args)
+                            row = window_row(pair, window, sampler, relay_own, tide_own)
+                        # "tide.storage" -> "storage": the summary pairs them by role
+                        row["cpu_us_per_msg"] = {
+                            name.split(".", 1)[-1]: value
+                            for name, value in row["cpu_us_per_msg"].items()
+                        }
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+    result = {"summary": summary(rows, consumer=args.consumer)}
+    print(json.dumps(result), flush=True)
+    return rows
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=10, help="pairs of windows")
+    parser.add_argument(
+        "--consumer", action="store_true",
+        help="target 1: the workload's consumer keeps up; the ceiling's chain-consume",
+    )  # fmt: skip
+    parser.add_argument("--warmup-s", type=float, default=3.0, help="each window's warm-up")
+    parser.add_argument("--duration-s", type=float, default=10.0, help="each window, measured")
+    parser.add_argument("--port", type=int, default=32300, help="first of 31 ports Tide uses")
+    args = parser.parse_args(argv)
+    for name, (lowest, highest) in LIMITS.items():
+        value = getattr(args, name)
+        if not lowest <= value <= highest:
+            flag = "--" + name.replace("_", "-")
+            raise SystemExit(f"{flag} is {value:g}; give {lowest:g}..{highest:g}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    run(parse(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""bench/interleave.py: the CPU sampler's arithmetic, the summary's pairing and targets,
+the options' bounds, and a short real series (a ``tide up`` cluster and the relays up at
+once, one pair of windows: about 20 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import interleave
+from bench.interleave import CpuSampler, summary
+from tests._ports import free_port, is_free, slice_ports, worker_slice
+from tests.bench.test_hop_ceiling import _processes_marked
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sampled(times: list[float], cpu: list[float]) -> CpuSampler:
+    """A sampler holding these samples of one process ``p`` (its thread not started)."""
+    sampler = CpuSampler({"p": os.getpid()})
+    for at, value in zip(times, cpu, strict=True):
+        sampler.times.append(at)
+        sampler.values.append({"p": value})
+    return sampler
+
+
+def test_the_cpu_between_two_instants_is_interpolated_between_samples() -> None:
+    sampler = _sampled([10.0, 10.1, 10.2, 10.3], [1.0, 1.0, 1.05, 1.25])
+    assert sampler.at("p", 10.1) == 1.0  # on a sample: that sample
+    assert sampler.at("p", 10.25) == pytest.approx(1.15)  # halfway: half the step
+    assert sampler.between("p", 10.05, 10.3) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="outside the samples"):
+        sampler.at("p", 10.31)  # after the last sample: not guessed
+    with pytest.raises(ValueError, match="outside the samples"):
+        sampler.at("p", 9.99)
+
+
+def test_the_sampler_takes_samples_until_stopped_and_waits_for_a_later_one() -> None:
+    with CpuSampler({"me": os.getpid()}, interval_s=0.01) as sampler:
+        first = sampler.times[-1]
+        sampler.wait_past(first + 0.05)  # the thread's samples arrive
+        assert sampler.times[-1] >= first + 0.05
+        assert list(sampler.times) == sorted(sampler.times)
+    count = len(sampler.times)
+    with pytest.raises(RuntimeError, match="the sampler stopped"):
+        sampler.wait_past(sampler.times[-1] + 1.0)
+    assert len(sampler.times) == count  # stopped: nothing taken since
+
+
+def test_the_oldest_samples_go_when_the_bound_is_reached() -> None:
+    sampler = CpuSampler({"me": os.getpid()}, max_samples=3)
+    for _ in range(5):
+        sampler.take()
+    assert len(sampler.times) == 3
+
+
+def _row(pair: int, system: str, rate: int, cpu: dict[str, float], p99: float) -> dict[str, Any]:
+    return {
+        "pair": pair,
+        "system": system,
+        "publish_msgs_per_s": rate,
+        "cpu_us_per_msg": cpu,
+        "e2e_p99_ms": p99,
+    }
+
+
+def test_the_summary_pairs_the_windows_and_counts_the_targets() -> None:
+    relay = {"gateway": 4.0, "storage": 2.0, "dispatch": 1.0, "client": 2.0}
+    tide = {"nameserver": 0.0, "gateway": 4.0, "storage": 4.0, "dispatch": 1.4, "client": 2.0}
+    rows = [
+        _row(0, "tide", 90, tide, 120.0),
+        _row(0, "ceiling", 100, relay, 20.0),
+        _row(1, "ceiling", 100, relay, 20.0),  # the order reversed every other pair
+        _row(1, "tide", 85, tide, 300.0),  # fast enough, the consumer behind: not met
+        _row(2, "tide", 50, tide, 100.0),  # a pair cut short: left out
+    ]
+    result = summary(rows, consumer=True)
+    assert result["pairs"] == 2
+    assert result["ratios"] == [0.9, 0.85]
+    assert result["median_ratio"] == 0.875
+    assert result["pairs_meeting_target"] == 1
+    assert result["tide_e2e_p99_ms"] == [120.0, 300.0]
+    assert result["cpu_ratio_medians"] == {
+        "gateway": 1.0,
+        "storage": 2.0,
+        "dispatch": 1.4,
+        "client": 1.0,
+    }
+    assert result["cpu_pairs_within_target"]["storage"] == 0
+    assert result["cpu_pairs_within_target"]["dispatch"] == 2
+    # producers only: the rate alone decides
+    assert summary(rows, consumer=False)["pairs_meeting_target"] == 2
+    assert "tide_e2e_p99_ms" not in summary(rows, consumer=False)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pairs", "0"], "--pairs is 0; give 1..100"),
+        (["--duration-s", "0.1"], "--duration-s is 0.1; give 0.5..600"),
+        (["--warmup-s", "61"], "--warmup-s is 61; give 0..60"),
+    ],
+)
+def test_out_of_range_options_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit, match=message):
+        interleave.parse(argv)
+
+
+def _cluster_ports() -> int:
+    """A first port whose +10, +20 and +30 (the cluster's four) are free, in this
+    worker's slice."""
+    ports = slice_ports(worker_slice(os.environ.get("PYTEST_XDIST_WORKER")))
+    for _ in range(200):
+        first = free_port()
+        if first + 30 < ports.stop and all(is_free(first + step) for step in (10, 20, 30)):
+            return first
+    raise RuntimeError("no four free ports 10 apart")
+
+
+def test_a_series_runs_both_systems_window_by_window(tmp_path: Path) -> None:
+    mark = f"TIDE_TEST_RUN={uuid.uuid4().hex}"
+    key, value = mark.split("=")
+    command = [sys.executable, "-m", "bench.interleave", "--pairs", "1", "--consumer"]
+    command += ["--warmup-s", "0.5", "--duration-s", "1", "--port", str(_cluster_ports())]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**os.environ, key: value},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    *windows, last = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [w["system"] for w in windows] == ["tide", "ceiling"]
+    tide, ceiling = windows
+    for window in windows:
+        assert window["publish_msgs_per_s"] > 0
+        assert window["window_s"] == pytest.approx(1.0, abs=0.5)
+        assert window["e2e_p99_ms"] > 0  # each side's consumer got what it published
+        assert window["idle_core_share"] >= 0
+        assert all(cpu >= 0 for cpu in window["cpu_us_per_msg"].values())
+    assert set(tide["cpu_us_per_msg"]) == {
+        "nameserver",
+        "storage",
+        "dispatch",
+        "gateway",
+        "client",
+    }
+    assert set(ceiling["cpu_us_per_msg"]) == {"storage", "dispatch", "gateway", "client"}
+    # the services did work in the window: the sampler saw their CPU
+    assert tide["cpu_us_per_msg"]["storage"] > 0 and ceiling["cpu_us_per_msg"]["gateway"] > 0
+    result = last["summary"]
+    assert result["pairs"] == 1
+    expected = tide["publish_msgs_per_s"] / ceiling["publish_msgs_per_s"]
+    assert result["ratios"] == [pytest.approx(expected, abs=0.001)]
+    # every process of the series (the cluster's and the relays') was stopped
+    assert _processes_marked(mark) == []
