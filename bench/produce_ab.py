@@ -21,6 +21,10 @@ has the run's end-to-end p99 too. One version is enough for a target's ratio
 (``--version new=.``): a round is that version, then the ceiling.
 
     python -m bench.produce_ab --version new=. --rounds 4 --consumer    # target 1
+
+For a target's ratio, ``bench.interleave`` measures Tide and the ceiling up at once,
+window by window, each process's CPU over each window exactly; this module compares
+versions of the code, each on its own fresh cluster.
 """
 
 from __future__ import annotations
