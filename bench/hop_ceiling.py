@@ -84,6 +84,9 @@ MAX_BUFFERED_CHUNK_BYTES = 256 << 20  # the gateway's chunks kept for Pull
 MAX_JOINED_BYTES = 4 << 20  # at most this much joined into one append or Tail message
 MAX_QUEUED_BLOBS = 100_000  # a Tail follower or watcher further behind ends the run
 PULL_TIMEOUT_S = 2.0
+# a relay answers the consumers' first pull (where each queue ends) at once; this only
+# bounds one that never does (relays just started on a loaded box may take seconds)
+POSITION_TIMEOUT_S = 30.0
 # (lowest, highest) of each client option: a run stays bounded in size and time.
 LIMITS: dict[str, tuple[float, float]] = {
     "message_size": (1, 4 << 20),
@@ -556,7 +559,7 @@ async def _drive(case: str, address: str, args: argparse.Namespace) -> tuple[_Co
                     asyncio.create_task(_consume(channel, queue, batches, request, counts, ready))
                 )
             # the consumers know where the queues end before anything is produced
-            await asyncio.wait_for(asyncio.gather(*positioned), PULL_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.gather(*positioned), POSITION_TIMEOUT_S)
         for _ in range(args.producers):
             channel = await stack.enter_async_context(
                 grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)

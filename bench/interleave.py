@@ -60,8 +60,10 @@ from bench.produce_ab import (
 )
 
 SAMPLE_INTERVAL_S = 0.05  # /proc's CPU counts tick at 10 ms: 5 ticks between samples
-# 2 h of samples: a series longer than that drops its oldest (none of its windows is older)
+# 2 h of samples kept: each window is read right after it ran (at most 660 s), so a
+# longer series can drop its oldest
 MAX_SAMPLES = int(2 * 3600 / SAMPLE_INTERVAL_S)
+STDERR_QUOTED_CHARS = 2000  # of a failed load generator's stderr, in the error
 TARGET_RATIO = 0.8  # targets 1 and 2: Tide's publish rate >= 0.8x the ceiling's
 TARGET_E2E_P99_MS = 250.0  # target 1: the consumer keeps up, end-to-end p99 within this
 TARGET_CPU_RATIO = 1.5  # target 4: each process's CPU a message within 1.5x its relay's
@@ -169,10 +171,12 @@ def tide_window(gateway_port: int, args: argparse.Namespace) -> Window:
     command = bench_command(
         gateway_port, consumer=args.consumer, warmup_s=args.warmup_s, duration_s=args.duration_s
     )
-    done = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True
-    )
-    report = json.loads(done.stdout)
+    report = json.loads(_run(command, "tide bench run"))
+    if not report["ok"]:
+        # errors, or the consumer not having everything: no rate worth comparing
+        raise RuntimeError(
+            f"tide bench run failed: {report['errors']} errors, last {report['last_error']!r}"
+        )
     start, end = report["window_monotonic_s"]
     e2e = report["e2e_latency_ms"]["p99"] if args.consumer else None
     return Window(
@@ -189,11 +193,22 @@ def ceiling_window(address: str, args: argparse.Namespace) -> Window:
             "--address", address, "--warmup-s", f"{args.warmup_s:g}",
             "--duration-s", f"{args.duration_s:g}", "--json-out", str(path),
         ]  # fmt: skip
-        subprocess.run(command, cwd=REPO, capture_output=True, timeout=RUN_TIMEOUT_S, check=True)
+        _run(command, "bench.hop_ceiling")
         (result,) = json.loads(path.read_text())["results"]
     start, end = result["window_monotonic_s"]
     e2e = result["e2e_p99_ms"] if args.consumer else None
     return Window("ceiling", start, end, result["published"], e2e, result["client_window_cpu_s"])
+
+
+def _run(command: list[str], what: str) -> str:
+    """``command``'s stdout; its stderr's end in the error if it failed."""
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+    if done.returncode != 0:
+        tail = done.stderr[-STDERR_QUOTED_CHARS:]
+        raise RuntimeError(f"{what} exited with {done.returncode}: {tail}")
+    return done.stdout
 
 
 def window_row(
@@ -201,8 +216,13 @@ def window_row(
 ) -> dict[str, Any]:
     """The window's JSON line: its rate, each of its processes' CPU a message (``own``,
     the load generator's as ``client``) and the idle side's share of a core."""
+    if window.published <= 0:
+        raise RuntimeError(f"the {window.system} window published nothing: no rate to compare")
+    # by role ("tide.storage" -> "storage"): the summary pairs each with its relay
     per_msg = {
-        name: round(sampler.between(name, window.start, window.end) / window.published * 1e6, 3)
+        name.split(".", 1)[1]: round(
+            sampler.between(name, window.start, window.end) / window.published * 1e6, 3
+        )
         for name in own
     }
     per_msg["client"] = round(window.client_cpu_s / window.published * 1e6, 3)
@@ -261,21 +281,32 @@ def summary(rows: list[dict[str, Any]], *, consumer: bool) -> dict[str, Any]:
     return result
 
 
+@dataclass(frozen=True)
+class Systems:
+    """Both sides up: where each load generator goes, and every server's process id
+    (``tide.<service>`` and ``relay.<role>``)."""
+
+    gateway_port: int  # Tide's
+    relay_address: str  # the relays' front (their gateway)
+    pids: dict[str, int]
+
+    def names(self, side: str) -> list[str]:
+        """The processes of one side (``tide`` or ``relay``)."""
+        return [name for name in self.pids if name.startswith(f"{side}.")]
+
+
 @contextlib.contextmanager
-def systems(
-    args: argparse.Namespace, store: Path
-) -> Iterator[tuple[int, str, dict[str, int], list[str], list[str]]]:
-    """Both up: Tide's cluster and the relays of the same shape; (the gateway's port,
-    the relays' front address, every server's pid by name, Tide's names, the relays')."""
+def systems(args: argparse.Namespace, store: Path) -> Iterator[Systems]:
+    """Tide's cluster (on ``store``) and the relays of the same shape, both up at once;
+    stopped on the way out."""
     relay_args = hop_ceiling.parse(ceiling_args(consumer=args.consumer))
-    case = relay_args.cases
     with (
         cluster(REPO, args.port, store) as tide,
-        hop_ceiling.relays(case, relay_args) as relays,
+        hop_ceiling.relays(relay_args.cases, relay_args) as relays,
     ):
         pids = {f"tide.{name}": pid for name, pid in tide.pids.items()}
         pids |= {f"relay.{relay.name}": relay.proc.pid for relay in relays}
-        yield tide.gateway_port, relays[-1].address, pids, list(tide.pids), [r.name for r in relays]
+        yield Systems(tide.gateway_port, relays[-1].address, pids)
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -283,26 +314,19 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     store = Path(tempfile.mkdtemp(prefix="interleave-"))
     rows: list[dict[str, Any]] = []
     try:
-        with systems(args, store) as (gateway_port, address, pids, tide_names, relay_names):
-            tide_own = [f"tide.{name}" for name in tide_names]
-            relay_own = [f"relay.{name}" for name in relay_names]
-            with CpuSampler(pids) as sampler:
-                for pair in range(args.pairs):
-                    sides = ["tide", "ceiling"] if pair % 2 == 0 else ["ceiling", "tide"]
-                    for side in sides:
-                        if side == "tide":
-                            window = tide_window(gateway_port, args)
-                            row = window_row(pair, window, sampler, tide_own, relay_own)
-                        else:
-                            window = ceiling_window(address, args)
-                            row = window_row(pair, window, sampler, relay_own, tide_own)
-                        # "tide.storage" -> "storage": the summary pairs them by role
-                        row["cpu_us_per_msg"] = {
-                            name.split(".", 1)[-1]: value
-                            for name, value in row["cpu_us_per_msg"].items()
-                        }
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
+        with systems(args, store) as up, CpuSampler(up.pids) as sampler:
+            tide_own, relay_own = up.names("tide"), up.names("relay")
+            for pair in range(args.pairs):
+                sides = ["tide", "ceiling"] if pair % 2 == 0 else ["ceiling", "tide"]
+                for side in sides:
+                    if side == "tide":
+                        window = tide_window(up.gateway_port, args)
+                        row = window_row(pair, window, sampler, tide_own, relay_own)
+                    else:
+                        window = ceiling_window(up.relay_address, args)
+                        row = window_row(pair, window, sampler, relay_own, tide_own)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(store, ignore_errors=True)
     result = {"summary": summary(rows, consumer=args.consumer)}

@@ -164,3 +164,16 @@ def test_a_series_runs_both_systems_window_by_window(tmp_path: Path) -> None:
     assert result["ratios"] == [pytest.approx(expected, abs=0.001)]
     # every process of the series (the cluster's and the relays') was stopped
     assert _processes_marked(mark) == []
+
+
+def test_a_failed_load_generator_is_an_error_quoting_its_stderr() -> None:
+    failing = [
+        sys.executable,
+        "-c",
+        "import sys; sys.stderr.write('x' * 5000 + 'boom'); sys.exit(3)",
+    ]
+    with pytest.raises(RuntimeError, match=r"the load exited with 3: x+boom$") as raised:
+        interleave._run(failing, "the load")
+    # the end of its stderr, bounded
+    assert len(str(raised.value)) < interleave.STDERR_QUOTED_CHARS + 100
+    assert interleave._run([sys.executable, "-c", "print('out')"], "echo") == "out\n"
