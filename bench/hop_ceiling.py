@@ -38,6 +38,11 @@ the client alone runs one case against relays already up there (started by
 only, and every result says when its window was (``window_monotonic_s``, the system's
 monotonic clock, so another process can take its CPU over the same window).
 
+``--dispatch-in-storage`` drops the dispatch relay: the gateway watches the appends on
+the storage relay itself (one hop fewer, what the dispatch running inside the storage's
+process would save: RocketMQ's own layout, where the ReputMessageService runs in the
+broker; Tide's layout keeps them apart).
+
 A consumer first asks for the newest chunk (a pull of sequence -1 answers at once with
 it and no batches) and reads what comes after, as ``tide bench``'s consumers start at
 the queues' ends: against relays that carried earlier runs it does not read their
@@ -329,6 +334,8 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
         storage = _Storage()
         handlers["Append"] = grpc.stream_stream_rpc_method_handler(storage.append)
         handlers["Tail"] = grpc.unary_stream_rpc_method_handler(storage.followers.stream)
+        # --dispatch-in-storage: the gateway watches here, the appends joined as the Tail's
+        handlers["Watch"] = grpc.unary_stream_rpc_method_handler(storage.followers.stream)
     elif role == "dispatch":
         dispatch = _Dispatch(args.storage)
         handlers["Watch"] = grpc.unary_stream_rpc_method_handler(dispatch.watchers.stream)
@@ -376,9 +383,15 @@ class _Process:
 
 @contextlib.contextmanager
 def _processes(
-    case: str, max_pull_batches: int, queues: int, fill: tuple[int, int] = (0, 0)
+    case: str,
+    max_pull_batches: int,
+    queues: int,
+    fill: tuple[int, int] = (0, 0),
+    dispatch_in_storage: bool = False,
 ) -> Iterator[list[_Process]]:
-    """The case's servers, the last one the one clients call; stopped on the way out."""
+    """The case's servers, the last one the one clients call; stopped on the way out.
+    With ``dispatch_in_storage`` there is no dispatch relay: the gateway watches the
+    storage's appends on the storage itself (one hop fewer)."""
     me = ["bench.hop_ceiling", "serve"]
     started: list[_Process] = []
 
@@ -392,9 +405,11 @@ def _processes(
             start("echo", ["tide.bench._echo"])
         else:
             storage = start("storage", [*me, "storage"])
-            dispatch = start("dispatch", [*me, "dispatch", "--storage", storage.address])
+            watched = storage
+            if not dispatch_in_storage:
+                watched = start("dispatch", [*me, "dispatch", "--storage", storage.address])
             gateway = [*me, "gateway", "--storage", storage.address]
-            gateway += ["--dispatch", dispatch.address]
+            gateway += ["--dispatch", watched.address]
             gateway += ["--max-pull-batches", str(max_pull_batches), "--queues", str(queues)]
             gateway += ["--pull-min-batches", str(fill[0]), "--pull-min-wait-ms", str(fill[1])]
             start("gateway", gateway)
@@ -598,7 +613,7 @@ def relays(
     """The case's relays for the client ``args`` describe (the pull sizes and queues it
     uses), the last the one the client calls; stopped on the way out."""
     fill = (math.ceil(args.pull_min / args.batch), args.pull_min_wait_ms)
-    return _processes(case, _pull_batches(args)[1], args.queues, fill)
+    return _processes(case, _pull_batches(args)[1], args.queues, fill, args.dispatch_in_storage)
 
 
 def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -708,6 +723,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1, help="the cases again, in turn")
     parser.add_argument("--json-out", type=Path, help="write the results here")
+    parser.add_argument(
+        "--dispatch-in-storage",
+        action="store_true",
+        help="no dispatch relay: the gateway watches the storage's appends on the storage",
+    )
     parser.add_argument(
         "--address",
         default="",

@@ -298,3 +298,21 @@ def test_the_client_alone_runs_against_relays_already_up(tmp_path: Path) -> None
 def test_the_client_alone_runs_one_case() -> None:
     with pytest.raises(SystemExit, match="--address runs one case"):
         hop_ceiling.main(["--cases", "chain,chain-consume", "--address", "127.0.0.1:1"])
+
+
+def test_without_a_dispatch_relay_the_gateway_watches_the_storage(tmp_path: Path) -> None:
+    """``--dispatch-in-storage``: two relays, and the consumer still gets what was
+    appended (the gateway's watch on the storage's appends)."""
+    out = tmp_path / "merged.json"
+    command = [sys.executable, "-m", "bench.hop_ceiling", "--cases", "chain-consume"]
+    command += ["--dispatch-in-storage", "--batch", "10", "--inflight", "4"]
+    command += ["--warmup-s", "0.3", "--duration-s", "1", "--json-out", str(out)]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(out.read_text())["results"]
+    assert set(result["cpu_s"]) == {"storage", "gateway", "client"}
+    assert result["publish_msgs_per_s"] > 0
+    assert result["consume_msgs_per_s"] > 0
+    assert 0 < result["e2e_p50_ms"] <= result["e2e_p99_ms"]
