@@ -736,6 +736,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_limits(args: argparse.Namespace, limits: dict[str, tuple[float, float]]) -> None:
+    """Exit naming the first option outside its (lowest, highest) bounds."""
+    for name, (lowest, highest) in limits.items():
+        value = getattr(args, name)
+        if not lowest <= value <= highest:
+            flag = "--" + name.replace("_", "-")
+            raise SystemExit(f"{flag} is {value:g}; give {lowest:g}..{highest:g}")
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line's options (the relays' and the client's shape)."""
     return _parser().parse_args(argv)
@@ -746,11 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         asyncio.run(_serve(args.role, args.ready_file, args))
         return 0
-    for name, (lowest, highest) in LIMITS.items():
-        value = getattr(args, name)
-        if not lowest <= value <= highest:
-            flag = "--" + name.replace("_", "-")
-            raise SystemExit(f"{flag} is {value:g}; give {lowest:g}..{highest:g}")
+    check_limits(args, LIMITS)
     cases = [case.strip() for case in args.cases.split(",") if case.strip()]
     unknown = sorted(set(cases) - set(CASES))
     if unknown:

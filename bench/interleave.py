@@ -345,11 +345,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration-s", type=float, default=10.0, help="each window, measured")
     parser.add_argument("--port", type=int, default=32300, help="first of 31 ports Tide uses")
     args = parser.parse_args(argv)
-    for name, (lowest, highest) in LIMITS.items():
-        value = getattr(args, name)
-        if not lowest <= value <= highest:
-            flag = "--" + name.replace("_", "-")
-            raise SystemExit(f"{flag} is {value:g}; give {lowest:g}..{highest:g}")
+    hop_ceiling.check_limits(args, LIMITS)
     return args
 
 
