@@ -43,7 +43,7 @@ def test_the_cpu_between_two_instants_is_interpolated_between_samples() -> None:
 
 
 def test_the_sampler_takes_samples_until_stopped_and_waits_for_a_later_one() -> None:
-    with CpuSampler({"me": os.getpid()}, interval_s=0.01) as sampler:
+    with CpuSampler({"me": os.getpid()}, interval_s=0.01, wait_bound_s=0.2) as sampler:
         first = sampler.times[-1]
         sampler.wait_past(first + 0.05)  # the thread's samples arrive
         assert sampler.times[-1] >= first + 0.05
