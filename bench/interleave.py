@@ -60,8 +60,8 @@ from bench.produce_ab import (
     ceiling_args,
     cluster,
     loadavg,
-    process_cpu_s,
 )
+from tide.bench._run import process_cpu_s
 
 SAMPLE_INTERVAL_S = 0.05  # /proc's CPU counts tick at 10 ms: 5 ticks between samples
 # 2 h of samples kept: each window is read right after it ran (at most 660 s), so a
@@ -74,8 +74,9 @@ STDERR_QUOTED_CHARS = 2000  # of a failed load generator's stderr, in the error
 TARGET_RATIO = 0.8  # targets 1 and 2: Tide's publish rate >= 0.8x the ceiling's
 TARGET_E2E_P99_MS = 250.0  # target 1: the consumer keeps up, end-to-end p99 within this
 TARGET_CPU_RATIO = 1.5  # target 4: each process's CPU a message within 1.5x its relay's
-# Tide's process standing where each relay stands (the name server has no relay)
-COUNTERPARTS = {"gateway": "gateway", "storage": "storage", "dispatch": "dispatch"}
+# the roles both sides have, each process against the one in its place (the name server
+# has no relay); the load generators are "client" on both
+PAIRED_ROLES = ("gateway", "storage", "dispatch", "client")
 LIMITS: dict[str, tuple[float, float]] = {
     "pairs": (1, 100),
     "warmup_s": (0, 60),
@@ -265,10 +266,10 @@ def summary(rows: list[dict[str, Any]], *, consumer: bool) -> dict[str, Any]:
             for ok, p in zip(met, whole, strict=True)
         ]
     cpu_ratios = {
-        name: [
-            p["tide"]["cpu_us_per_msg"][name] / p["ceiling"]["cpu_us_per_msg"][relay] for p in whole
+        role: [
+            p["tide"]["cpu_us_per_msg"][role] / p["ceiling"]["cpu_us_per_msg"][role] for p in whole
         ]
-        for name, relay in {**COUNTERPARTS, "client": "client"}.items()
+        for role in PAIRED_ROLES
     }
     result: dict[str, Any] = {
         "pairs": len(whole),

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tide.bench import load_workload
+from tide.bench._run import process_cpu_s
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "bench" / "workloads" / "1-topic-4-queues-128b-batch100-stream.yaml"
@@ -56,11 +57,6 @@ RUN_TIMEOUT_S = 300.0
 
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def process_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _children(pid: int) -> dict[int, str]:
