@@ -47,22 +47,36 @@ class _Server:
         self.registered[service] = handlers
 
 
-def test_add_with_serializers_replaces_only_the_named_method() -> None:
+@pytest.mark.parametrize("name", ["Tail", "AppendStream", "Append"])
+def test_add_with_serializers_replaces_only_the_named_method(name: str) -> None:
+    """A server-streaming, a bidirectional and a unary method: each keeps its kind, its
+    behaviour and its request deserializer, and only its response serializer changes."""
+    servicer = _servicer()
     plain = _Server()
-    pb_grpc.add_StorageServicer_to_server(_servicer(), cast(Any, plain))
+    pb_grpc.add_StorageServicer_to_server(servicer, cast(Any, plain))
     patched = _Server()
     add_with_serializers(
         pb_grpc.add_StorageServicer_to_server,
-        _servicer(),
+        servicer,
         patched,  # type: ignore[arg-type]
-        {"Tail": serialized},
+        {name: serialized},
     )
     before, after = plain.registered["tide.v1.Storage"], patched.registered["tide.v1.Storage"]
     assert set(before) == set(after)
-    assert after["Tail"].response_serializer is serialized
-    assert after["Tail"].request_deserializer == before["Tail"].request_deserializer
-    for name in set(before) - {"Tail"}:
-        assert after[name].response_serializer == before[name].response_serializer
+    assert after[name].response_serializer is serialized
+    assert after[name].response_serializer != before[name].response_serializer
+    for attribute in (
+        "request_streaming",
+        "response_streaming",
+        "request_deserializer",
+        "unary_unary",
+        "unary_stream",
+        "stream_unary",
+        "stream_stream",
+    ):
+        assert getattr(after[name], attribute) == getattr(before[name], attribute), attribute
+    for other in set(before) - {name}:
+        assert after[other].response_serializer == before[other].response_serializer
     assert len(patched.generic) == 1
 
 

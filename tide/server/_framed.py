@@ -95,10 +95,29 @@ def add_with_serializers(
     if unknown:
         raise ValueError(f"{service} has no method {sorted(unknown)}")
     patched = {
-        name: handler._replace(response_serializer=serializers[name])  # type: ignore[attr-defined]
-        if name in serializers
-        else handler
+        name: _with_serializer(handler, serializers[name]) if name in serializers else handler
         for name, handler in handlers.items()
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, patched),))
     server.add_registered_method_handlers(service, patched)  # type: ignore[attr-defined]
+
+
+def _with_serializer(
+    handler: grpc.RpcMethodHandler[Any, Any], serializer: Callable[[Any], bytes]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same method (its kind, behaviour and request deserializer: grpc's documented
+    handler attributes) rebuilt by grpc's public constructor with ``serializer``."""
+    deserializer = handler.request_deserializer
+    if handler.request_streaming and handler.response_streaming:
+        assert handler.stream_stream is not None
+        return grpc.stream_stream_rpc_method_handler(
+            handler.stream_stream, deserializer, serializer
+        )
+    if handler.request_streaming:
+        assert handler.stream_unary is not None
+        return grpc.stream_unary_rpc_method_handler(handler.stream_unary, deserializer, serializer)
+    if handler.response_streaming:
+        assert handler.unary_stream is not None
+        return grpc.unary_stream_rpc_method_handler(handler.unary_stream, deserializer, serializer)
+    assert handler.unary_unary is not None
+    return grpc.unary_unary_rpc_method_handler(handler.unary_unary, deserializer, serializer)
