@@ -1,5 +1,5 @@
-"""The dispatch apply's per-batch columns in the compiled core (``_ccore.queue_runs``,
-``queue_entry_runs``, ``back_to_back_runs``) against their pure-Python twins in
+"""The dispatch apply's per-batch columns in the compiled core (``_ccore.queue_entry_runs``,
+``back_to_back_runs``) against their pure-Python twins in
 ``tide/format/_dispatch_columns.py``: equal answers on random batches (queues in runs,
 round robin or at random, transaction records that take no entry, gaps in the queue
 offsets, records back to back or not), on damaged and edge-case columns, and where the
@@ -25,7 +25,6 @@ from tide.format import (
     is_queue_less,
     pack_entry,
     queue_entry_runs,
-    queue_runs,
 )
 from tide.format._dispatch_columns import (
     back_to_back_runs_python,
@@ -131,7 +130,6 @@ def test_random_batches_twins_and_the_rule_agree(seed: int) -> None:
     c = _batch(rnd)
     want = _queue_runs_by_record(c)
     assert _norm(queue_runs_python(*_queue_runs_args(c))) == want
-    assert _norm(queue_runs(*_queue_runs_args(c))) == want
     ends = [p + s for p, s in zip(c["positions"], c["sizes"], strict=True)]
     assert record_ends_python(c["positions"], c["sizes"]) == ends
     runs = back_to_back_runs_python(c["offsets"], c["positions"], c["sizes"])
@@ -145,9 +143,9 @@ def test_random_batches_twins_and_the_rule_agree(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(60))
 def test_random_batches_compiled_equals_the_twin(seed: int) -> None:
     c = _batch(random.Random(seed))
-    want = _norm(queue_runs_python(*_queue_runs_args(c)))
+    want = _norm_entries(queue_entry_runs_python(*_queue_runs_args(c)))
     assert want is not None
-    got = _core_fn("queue_runs")(*_queue_runs_args(c))
+    got = _core_fn("queue_entry_runs")(*_queue_runs_args(c))
     assert got == want
     assert [type(run[2]) for run in got] == [type(run[2]) for run in want]
     assert _core_fn("back_to_back_runs")(
@@ -160,10 +158,11 @@ def test_equal_topics_that_are_distinct_objects_are_one_queue() -> None:
     a, b = "orders", "".join(["ord", "ers"])
     assert a is not b
     args = ([a, b, a], [1, 1, 1], [0, 0, 0], [5, 6, 7], [0, 10, 20], [10, 10, 10], [0, 0, 0])
+    entries = b"".join(pack_entry(offset, 10, 0) for offset in (0, 10, 20))
     assert (
-        _core_fn("queue_runs")(*args)
-        == _norm(queue_runs_python(*args))
-        == [("orders", 1, 5, [0, 10, 20], [10, 10, 10], [0, 0, 0])]
+        _core_fn("queue_entry_runs")(*args)
+        == _norm_entries(queue_entry_runs_python(*args))
+        == [("orders", 1, 5, entries)]
     )
 
 
@@ -187,7 +186,8 @@ def test_edge_cases(qos: list[int], flags: list[int], want_qos: object) -> None:
     args = (["T"] * count, [0] * count, flags, qos, list(range(count)), [1] * count, [3] * count)
     want = [("T", 0, want_qos, kept, [1] * len(kept), [3] * len(kept))]
     assert _norm(queue_runs_python(*args)) == want
-    assert _norm(queue_runs(*args)) == want
+    entries = b"".join(pack_entry(offset, 1, 3) for offset in kept)
+    assert _norm_entries(queue_entry_runs(*args)) == [("T", 0, want_qos, entries)]
 
 
 def test_a_queue_whose_records_all_take_no_entry_is_left_out() -> None:
@@ -195,7 +195,7 @@ def test_a_queue_whose_records_all_take_no_entry_is_left_out() -> None:
     args = (["A", "B", "A"], [0, 0, 0], flags, [0, 9, 0], [0, 1, 2], [1, 1, 1], [0, 0, 0])
     want = [("B", 0, [9], [1], [1], [0])]
     assert _norm(queue_runs_python(*args)) == want
-    assert _norm(queue_runs(*args)) == want
+    assert _norm_entries(queue_entry_runs(*args)) == [("B", 0, [9], pack_entry(1, 1, 0))]
 
 
 def test_queues_come_in_the_order_first_met_even_by_a_record_taking_no_entry() -> None:
@@ -203,46 +203,10 @@ def test_queues_come_in_the_order_first_met_even_by_a_record_taking_no_entry() -
     args = (["A", "B", "A"], [0, 0, 0], flags, [0, 9, 4], [0, 1, 2], [1, 1, 1], [0, 0, 0])
     want = [("A", 0, [4], [2], [1], [0]), ("B", 0, [9], [1], [1], [0])]
     assert _norm(queue_runs_python(*args)) == want
-    assert _norm(queue_runs(*args)) == want
-
-
-@compiled
-@pytest.mark.parametrize(
-    "args",
-    [
-        # not exact lists
-        (("T",), [0], [0], [0], [0], [1], [0]),
-        # lengths that differ
-        (["T", "T"], [0], [0], [0], [0], [1], [0]),
-        # an int that does not fit in 64 bits
-        (["T"], [1 << 64], [0], [0], [0], [1], [0]),
-        (["T"], [0], [0], [1 << 63], [0], [1], [0]),
-        (["T"], [0], [-(1 << 70)], [0], [0], [1], [0]),
-        # not an int, not a str
-        (["T"], [True], [0], [0], [0], [1], [0]),
-        ([b"T"], [0], [0], [0], [0], [1], [0]),
-        # more than 64 queues
-        (["T"] * 65, list(range(65)), [0] * 65, [0] * 65, [0] * 65, [1] * 65, [0] * 65),
-    ],
-)
-def test_queue_runs_declines_what_it_does_not_take(args: tuple[Any, ...]) -> None:
-    assert _core_fn("queue_runs")(*args) is None
-
-
-def test_more_than_64_queues_are_grouped_by_the_twin() -> None:
-    count = 200
-    args = (
-        ["T"] * count,
-        [i % 100 for i in range(count)],
-        [0] * count,
-        [i // 100 for i in range(count)],
-        list(range(count)),
-        [1] * count,
-        [0] * count,
-    )
-    runs = _norm(queue_runs(*args))
-    assert runs is not None and runs == _norm(queue_runs_python(*args))
-    assert [run[1] for run in runs] == list(range(100)) and runs[0][2] == 0
+    assert _norm_entries(queue_entry_runs(*args)) == [
+        ("A", 0, [4], pack_entry(2, 1, 0)),
+        ("B", 0, [9], pack_entry(1, 1, 0)),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -304,20 +268,12 @@ def _damaged_column(rnd: random.Random, count: int) -> list[int]:
 
 @compiled
 @pytest.mark.parametrize("seed", range(20))
-def test_damaged_columns_compiled_equals_the_twin_or_declines(seed: int) -> None:
+def test_back_to_back_runs_of_damaged_columns_equal_the_twin_or_decline(seed: int) -> None:
     """Random ints anywhere (negative, huge, repeated): an equal answer, or None."""
     rnd = random.Random(seed)
     for _ in range(50):
         count = rnd.randrange(1, 12)
-
-        def col() -> list[int]:
-            return _damaged_column(rnd, count)  # noqa: B023 (called in this iteration)
-
-        topics = [rnd.choice(["a", "b"]) for _ in range(count)]
-        args = (topics, col(), col(), col(), col(), col(), col())
-        got = _core_fn("queue_runs")(*args)
-        assert got is None or got == _norm(queue_runs_python(*args))
-        offsets, positions, sizes = col(), col(), col()
+        offsets, positions, sizes = (_damaged_column(rnd, count) for _ in range(3))
         got_runs = _core_fn("back_to_back_runs")(offsets, positions, sizes)
         assert got_runs is None or got_runs == back_to_back_runs_python(offsets, positions, sizes)
 
@@ -360,10 +316,18 @@ def test_queue_entry_runs_compiled_answers_live_shapes(seed: int) -> None:
 @pytest.mark.parametrize(
     "args",
     [
+        # not exact lists
         (("T",), [0], [0], [0], [0], [1], [0]),
+        # lengths that differ
         (["T", "T"], [0], [0], [0], [0], [1], [0]),
+        # an int that does not fit in 64 bits
         (["T"], [1 << 64], [0], [0], [0], [1], [0]),
+        (["T"], [0], [0], [1 << 63], [0], [1], [0]),
+        (["T"], [0], [-(1 << 70)], [0], [0], [1], [0]),
+        # not an int, not a str
+        (["T"], [True], [0], [0], [0], [1], [0]),
         ([b"T"], [0], [0], [0], [0], [1], [0]),
+        # more than 64 queues
         (["T"] * 65, list(range(65)), [0] * 65, [0] * 65, [0] * 65, [1] * 65, [0] * 65),
         # an entry's fields that do not fit: offset and code 64 bits, size 32
         (["T"], [0], [0], [0], [1 << 63], [1], [0]),

@@ -57,7 +57,6 @@ from tide.format._dispatch_columns import (
     QueueRun,
     back_to_back_runs,
     queue_entry_runs,
-    queue_runs,
 )
 from tide.format._entry_spans import UNLIMITED_BYTES, Span, Spans, select_spans
 from tide.format._group_config import (
@@ -743,7 +742,6 @@ __all__ = [
     "put_keys",
     "put_wheel_slot",
     "queue_entry_runs",
-    "queue_runs",
     "read_index_header",
     "read_slot",
     "read_snapshot",

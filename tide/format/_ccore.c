@@ -2664,7 +2664,7 @@ static int exact_lists(PyObject *const *lists, int how_many, Py_ssize_t *count) 
     return 1;
 }
 
-/* queue_runs: more queues than this in one batch declines (the reference groups them). */
+/* queue_entry_runs: more queues than this in one batch declines (the reference groups them). */
 #define QUEUE_RUNS_MAX_QUEUES 64
 #define TX_MASK (3 << 2)
 #define TX_PREPARED (1 << 2)
@@ -2675,20 +2675,9 @@ typedef struct {
     long long queue_id;
     Py_ssize_t first; /* the first record of this queue (queue-less or not) */
     Py_ssize_t taken; /* its records that take an entry */
-    Py_ssize_t filled;
     long long first_offset; /* the queue offset of its first record taking one */
     int consecutive;
-    PyObject *offsets, *sizes, *codes, *queue_offsets; /* new lists */
 } QueueRun;
-
-static void queue_runs_free(QueueRun *runs, int count) {
-    for (int g = 0; g < count; g++) {
-        Py_XDECREF(runs[g].offsets);
-        Py_XDECREF(runs[g].sizes);
-        Py_XDECREF(runs[g].codes);
-        Py_XDECREF(runs[g].queue_offsets);
-    }
-}
 
 /* The group of (topic, queue_id): the last one met first (records come in runs), then the
  * others; -1 with no exception: a new queue; -2: an error (set). */
@@ -2711,76 +2700,6 @@ static int queue_run_of(QueueRun *runs, int count, int last, PyObject *topic, lo
     }
     return -1;
 }
-
-/* Fill each queue's lists (counted already) with its records' items. */
-static int queue_runs_fill(QueueRun *runs, int groups, const int *group_of, PyObject *const *in,
-                           Py_ssize_t count) {
-    for (int g = 0; g < groups; g++) {
-        QueueRun *r = &runs[g];
-        if (r->taken == 0) {
-            continue;
-        }
-        r->offsets = PyList_New(r->taken);
-        r->sizes = PyList_New(r->taken);
-        r->codes = PyList_New(r->taken);
-        r->queue_offsets = r->consecutive ? NULL : PyList_New(r->taken);
-        if (r->offsets == NULL || r->sizes == NULL || r->codes == NULL ||
-            (!r->consecutive && r->queue_offsets == NULL)) {
-            return 0;
-        }
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (group_of[i] < 0) {
-            continue;
-        }
-        QueueRun *r = &runs[group_of[i]];
-        Py_ssize_t at = r->filled++;
-        PyList_SET_ITEM(r->offsets, at, Py_NewRef(PyList_GET_ITEM(in[0], i)));
-        PyList_SET_ITEM(r->sizes, at, Py_NewRef(PyList_GET_ITEM(in[1], i)));
-        PyList_SET_ITEM(r->codes, at, Py_NewRef(PyList_GET_ITEM(in[2], i)));
-        if (!r->consecutive) {
-            PyList_SET_ITEM(r->queue_offsets, at, Py_NewRef(PyList_GET_ITEM(in[3], i)));
-        }
-    }
-    return 1;
-}
-
-static PyObject *queue_runs_answer(QueueRun *runs, int groups) {
-    PyObject *out = PyList_New(0);
-    for (int g = 0; out != NULL && g < groups; g++) {
-        QueueRun *r = &runs[g];
-        if (r->taken == 0) {
-            continue;
-        }
-        PyObject *id = PyLong_FromLongLong(r->queue_id);
-        PyObject *first = r->consecutive ? PyLong_FromLongLong(r->first_offset)
-                                         : Py_NewRef(r->queue_offsets);
-        PyObject *item = (id == NULL || first == NULL)
-                             ? NULL
-                             : PyTuple_Pack(6, r->topic, id, first, r->offsets, r->sizes,
-                                            r->codes);
-        Py_XDECREF(id);
-        Py_XDECREF(first);
-        if (item == NULL || PyList_Append(out, item) < 0) {
-            Py_XDECREF(item);
-            Py_CLEAR(out);
-            break;
-        }
-        Py_DECREF(item);
-    }
-    return out;
-}
-
-PyDoc_STRVAR(queue_runs_doc,
-             "queue_runs(topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes)\n"
-             "--\n\n"
-             "A batch's records that take a consume-queue entry (not a transaction's\n"
-             "prepared or rollback record), grouped by (topic, queue id) in the order the\n"
-             "queues are first met: [(topic, queue_id, queue offsets, offsets, sizes,\n"
-             "codes)], the queue offsets an int (the first) when they are consecutive and\n"
-             "more than one, else a list. None when the columns are not exact lists of one\n"
-             "length of str topics and ints that fit in 64 bits, or hold more than 64\n"
-             "queues. Reference: tide.format._dispatch_columns.queue_runs_python.");
 
 /* The commitlog offsets, sizes and tags codes (in[0..2]) as long longs into out (three
  * columns of count); 0 when one is not an exact int that fits, or a size not in 32 bits. */
@@ -2877,9 +2796,20 @@ static PyObject *queue_entry_runs_answer(const QueueRun *runs, int groups, const
     return out;
 }
 
-/* queue_runs and queue_entry_runs: ``packed`` answers each queue's entries' bytes (as
- * consume_queue_entries packs them) instead of its three columns as lists. */
-static PyObject *queue_runs_impl(PyObject *args, int packed) {
+PyDoc_STRVAR(queue_entry_runs_doc,
+             "queue_entry_runs(topics, queue_ids, sys_flags, queue_offsets, offsets, sizes,\n"
+             "codes)\n--\n\n"
+             "A batch's records that take a consume-queue entry (not a transaction's\n"
+             "prepared or rollback record), grouped by (topic, queue id) in the order the\n"
+             "queues are first met: [(topic, queue_id, queue offsets, entries)], the queue\n"
+             "offsets an int (the first) when they are consecutive and more than one, else a\n"
+             "list, the entries each record's (offset, size, tags code) packed as\n"
+             "consume_queue_entries does. None when the columns are not exact lists of one\n"
+             "length of str topics and ints that fit in 64 bits (a size in 32), or hold more\n"
+             "than 64 queues. Reference: tide.format._dispatch_columns.queue_entry_runs_python.");
+
+static PyObject *queue_entry_runs(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *in[7]; /* offsets, sizes, codes, queue_offsets, topics, queue_ids, flags */
     if (!PyArg_ParseTuple(args, "OOOOOOO", &in[4], &in[5], &in[6], &in[3], &in[0], &in[1],
                           &in[2])) {
@@ -2889,7 +2819,7 @@ static PyObject *queue_runs_impl(PyObject *args, int packed) {
     if (!exact_lists(in, 7, &count)) {
         Py_RETURN_NONE;
     }
-    long long *cols = PyMem_Malloc(sizeof(long long) * (size_t)((packed ? 6 : 3) * count + 1));
+    long long *cols = PyMem_Malloc(sizeof(long long) * (size_t)(6 * count + 1));
     int *group_of = PyMem_Malloc(sizeof(int) * (size_t)(count + 1));
     QueueRun runs[QUEUE_RUNS_MAX_QUEUES];
     int groups = 0, last = -1;
@@ -2900,8 +2830,7 @@ static PyObject *queue_runs_impl(PyObject *args, int packed) {
     }
     long long *ids = cols, *flags = cols + count, *qos = cols + 2 * count;
     if (!list_as_ll(in[5], ids, count) || !list_as_ll(in[6], flags, count) ||
-        !list_as_ll(in[3], qos, count) ||
-        (packed && !entry_columns(in, cols + 3 * count, count))) {
+        !list_as_ll(in[3], qos, count) || !entry_columns(in, cols + 3 * count, count)) {
         out = Py_NewRef(Py_None);
         goto done;
     }
@@ -2945,34 +2874,11 @@ static PyObject *queue_runs_impl(PyObject *args, int packed) {
             runs[g].consecutive = 0;
         }
     }
-    if (packed) {
-        out = queue_entry_runs_answer(runs, groups, group_of, in[3], cols + 3 * count, count);
-    } else if (queue_runs_fill(runs, groups, group_of, in, count)) {
-        out = queue_runs_answer(runs, groups);
-    }
-    queue_runs_free(runs, groups);
+    out = queue_entry_runs_answer(runs, groups, group_of, in[3], cols + 3 * count, count);
 done:
     PyMem_Free(cols);
     PyMem_Free(group_of);
     return out;
-}
-
-static PyObject *queue_runs(PyObject *self, PyObject *args) {
-    (void)self;
-    return queue_runs_impl(args, 0);
-}
-
-PyDoc_STRVAR(queue_entry_runs_doc,
-             "queue_entry_runs(topics, queue_ids, sys_flags, queue_offsets, offsets, sizes,\n"
-             "codes)\n--\n\n"
-             "queue_runs, each queue's offsets, sizes and codes answered as its consume-queue\n"
-             "entries' bytes: [(topic, queue_id, queue offsets, entries)]. None as queue_runs\n"
-             "declines, and when a size does not fit in 32 bits. Reference:\n"
-             "tide.format._dispatch_columns.queue_entry_runs_python.");
-
-static PyObject *queue_entry_runs(PyObject *self, PyObject *args) {
-    (void)self;
-    return queue_runs_impl(args, 1);
 }
 
 PyDoc_STRVAR(back_to_back_runs_doc,
@@ -3500,7 +3406,6 @@ static PyMethodDef methods[] = {
     {"encode_bodies_run", encode_bodies_run, METH_VARARGS, encode_bodies_run_doc},
     {"numbered_keys", numbered_keys, METH_VARARGS, numbered_keys_doc},
     /* the dispatch apply's per-batch columns (s26-dispatch) */
-    {"queue_runs", queue_runs, METH_VARARGS, queue_runs_doc},
     {"queue_entry_runs", queue_entry_runs, METH_VARARGS, queue_entry_runs_doc},
     {"back_to_back_runs", back_to_back_runs, METH_VARARGS, back_to_back_runs_doc},
     /* the gateway's FIFO produce (s27-fifo) */

@@ -117,18 +117,6 @@ def encode_bodies_run(
 def numbered_keys(head: str, first: int, count: int, /) -> list[str]: ...
 
 # The dispatch apply's per-batch columns (s26-dispatch; tide/format/_dispatch_columns.py).
-def queue_runs(
-    topics: object,
-    queue_ids: object,
-    sys_flags: object,
-    queue_offsets: object,
-    offsets: object,
-    sizes: object,
-    codes: object,
-    /,
-) -> (
-    list[tuple[str, int, int | Sequence[int], Sequence[int], Sequence[int], Sequence[int]]] | None
-): ...
 def queue_entry_runs(
     topics: object,
     queue_ids: object,

@@ -4,7 +4,7 @@ columns, the runs of records back to back (issue 21 target 4).
 ``DispatchStore.apply`` and the dispatch's tail cache did this in Python between the
 compiled calls, a few microseconds a batch each; following live, ~300 batches a second
 of ~500 records. Each function here takes the compiled core's twin
-(``tide.format._ccore``: ``queue_runs``, ``queue_entry_runs``, ``back_to_back_runs``) when it
+(``tide.format._ccore``: ``queue_entry_runs``, ``back_to_back_runs``) when it
 answers, else its pure-Python reference below (``TIDE_NO_EXTENSIONS=1``, or input the
 compiled one declines: not exact lists of one length, ints that do not fit in 64 bits,
 more than 64 queues in a batch). Both give equal answers
@@ -44,7 +44,6 @@ __all__ = [
     "back_to_back_runs_python",
     "queue_entry_runs",
     "queue_entry_runs_python",
-    "queue_runs",
     "queue_runs_python",
     "record_ends_python",
 ]
@@ -57,29 +56,6 @@ def record_ends_python(positions: Sequence[int], sizes: Sequence[int]) -> list[i
     return list(map(add, positions, sizes))
 
 
-def queue_runs(
-    topics: list[str],
-    queue_ids: list[int],
-    sys_flags: list[int],
-    queue_offsets: list[int],
-    offsets: list[int],
-    sizes: list[int],
-    codes: list[int],
-) -> list[QueueRun]:
-    """The records that take a consume-queue entry (all but a transaction's prepared and
-    rollback records), grouped by (topic, queue id) in the order the queues are first met
-    (by any record of the batch): for each queue its queue offsets, commitlog offsets,
-    sizes and tags codes, in commitlog order. The queue offsets are the first one (an
-    int) when they are consecutive and more than one (one ``put_run``), else a list."""
-    if _core.ccore is not None:
-        runs: list[QueueRun] | None = _core.ccore.queue_runs(
-            topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes
-        )
-        if runs is not None:
-            return runs
-    return queue_runs_python(topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes)
-
-
 def queue_runs_python(
     topics: list[str],
     queue_ids: list[int],
@@ -89,8 +65,13 @@ def queue_runs_python(
     sizes: list[int],
     codes: list[int],
 ) -> list[QueueRun]:
-    """:func:`queue_runs` in Python (the reference of ``_ccore.queue_runs``): the records
-    grouped without a Python step per record when the queues take turns (one producer's
+    """The grouping rule of :func:`queue_entry_runs`, in Python (its reference uses it):
+    the records that take a consume-queue entry (all but a transaction's prepared and
+    rollback records), grouped by (topic, queue id) in the order the queues are first met
+    (by any record of the batch): for each queue its queue offsets, commitlog offsets,
+    sizes and tags codes, in commitlog order. The queue offsets are the first one (an
+    int) when they are consecutive and more than one (one ``put_run``), else a sequence.
+    Grouped without a Python step per record when the queues take turns (one producer's
     round robin), each queue's columns picked with C-speed slices or ``itemgetter``."""
     runs: list[QueueRun] = []
     for (topic, queue_id), group in _groups(topics, queue_ids, sys_flags).items():
@@ -129,10 +110,11 @@ def queue_entry_runs(
     sizes: list[int],
     codes: list[int],
 ) -> list[QueueEntryRun]:
-    """:func:`queue_runs` with each queue's entries as the bytes ``pack_entries`` makes of
-    its offsets, sizes and tags codes: one compiled call from a batch's columns to what
-    the consume queues write, without each queue's three lists in between. Values that
-    do not fit an entry raise (as ``pack_entries`` does)."""
+    """The records that take a consume-queue entry grouped by queue (the rule of
+    :func:`queue_runs_python`), each queue's entries as the bytes ``pack_entries`` makes
+    of its offsets, sizes and tags codes: one compiled call from a batch's columns to
+    what the consume queues write. Values that do not fit an entry raise (as
+    ``pack_entries`` does)."""
     if _core.ccore is not None:
         runs: list[QueueEntryRun] | None = _core.ccore.queue_entry_runs(
             topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes
@@ -174,7 +156,7 @@ def _groups(
     if not count:
         return {}
     if not len(queue_ids) == len(sys_flags) == count:
-        raise ValueError("queue_runs: columns of different lengths")
+        raise ValueError("queue_entry_runs: columns of different lengths")
     single = topics.count(topics[0]) == count
     queue_less = any(is_queue_less(flag) for flag in set(sys_flags))
     if single and not queue_less:
