@@ -33,6 +33,7 @@ from services.dispatch.servicer import DispatchServicer, Running
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.transaction.service import TransactionService
 from tide.server import Config, load_config, run_service
+from tide.server._framed import add_with_serializers, serialized
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tide.dispatch")
@@ -59,7 +60,13 @@ class DispatchService:
         return running
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_DispatchServicer_to_server(self._servicer, server)
+        # GetQueueEntriesStream yields its answers serialized (framed by hand).
+        add_with_serializers(
+            pb_grpc.add_DispatchServicer_to_server,
+            self._servicer,
+            server,
+            {"GetQueueEntriesStream": serialized},
+        )
 
     def drain(self) -> None:
         self._servicer.drain()

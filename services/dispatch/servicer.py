@@ -28,7 +28,7 @@ from services.dispatch.pop.revive import Reviver
 from services.dispatch.pop.service import PopService
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.transaction.service import TransactionService
-from tide.format import UNLIMITED_BYTES, Span, select_spans
+from tide.format import UNLIMITED_BYTES, select_spans, varint
 from tide.limits import (
     ACK_ENTRIES_MAX_COUNT,
     EXPRESSION_MAX_TAGS,
@@ -40,6 +40,7 @@ from tide.limits import (
 from tide.naming import TAG_MAX_CHARS, consumer_group_error, topic_error
 from tide.quoting import quote
 from tide.server import MAX_MESSAGE_BYTES, ServiceError, StreamSlots
+from tide.server._framed import framed_answer
 from tide.server._request_streams import RequestStreams
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import dispatch_pb2_grpc as pb_grpc
@@ -67,6 +68,10 @@ READER_THREADS = 4
 STATUS_STORAGE_TIMEOUT_S = 1.0
 _I64_MAX = 2**63 - 1
 _NO_CODES: frozenset[int] = frozenset()
+# GetQueueEntriesStream's answer, framed by hand around the parts of its response.
+_ENTRIES_ANSWER = framed_answer(pb.GetQueueEntriesStreamResponse)
+# GetQueueEntriesResponse.records' key (field 6, length-delimited): its last field.
+_RECORDS_KEY = b"\x32"
 # Queues whose waiting reader is remembered (deleted topics' queues stay until then);
 # forgotten all at once past it (their next notices carry no entries, once).
 MAX_CAUGHT_UP_QUEUES = 100_000
@@ -226,27 +231,51 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         return queue
 
     # -- consume queues ------------------------------------------------------------
-    async def GetQueueEntriesStream(
+    async def GetQueueEntriesStream(  # type: ignore[override]
         self,
         request_iterator: AsyncIterator[pb.GetQueueEntriesRequest],
         context: grpc.aio.ServicerContext[object, object],
-    ) -> AsyncIterator[pb.GetQueueEntriesStreamResponse]:
+    ) -> AsyncIterator[bytes]:
         """GetQueueEntries' requests over one stream, answered in order and in-band (the
-        protocol is in dispatch.proto)."""
+        protocol is in dispatch.proto), each answer serialized here (the method's response
+        serializer passes bytes through: service.py)."""
         async for response in self._entries_streams.serve(
-            request_iterator, context, self.GetQueueEntries, pb.GetQueueEntriesStreamResponse
+            request_iterator, context, self._framed_entries, _ENTRIES_ANSWER
         ):
             yield response
 
     async def GetQueueEntries(
         self, request: pb.GetQueueEntriesRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetQueueEntriesResponse:
+        response, records = self._entries(request)
+        if records is not None:
+            response.records = b"".join(records)
+        return response
+
+    async def _framed_entries(
+        self, request: pb.GetQueueEntriesRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> list[bytes | memoryview]:
+        """GetQueueEntries' answer serialized, in parts (the stream's answer frames them,
+        copying each once): the response without its records, then the ``records`` field
+        written by hand around the tail cache's views (its last field, where protobuf
+        writes it: the bytes are protobuf's, tests/services/dispatch/test_entries_stream.py)."""
+        response, records = self._entries(request)
+        head = response.SerializeToString()
+        if records is None:
+            return [head]
+        size = sum(map(len, records))
+        return [head, _RECORDS_KEY, varint(size), *records]
+
+    def _entries(
+        self, request: pb.GetQueueEntriesRequest
+    ) -> tuple[pb.GetQueueEntriesResponse, list[memoryview] | None]:
         """The entries from the request's offset, or raises ServiceError (GetQueueEntries
         and its stream). Up to max_count entries, of the request's tag codes if any, and
         with max_bytes > 0 no more records' bytes than that (but at least one entry); with
         ``spans`` they come as runs of records adjacent in the commitlog (what a pull
         passes on to Storage/Read) instead of one QueueEntry each, and with ``records``
-        also the spans' bytes when the tail cache holds all of them."""
+        also the spans' bytes when the tail cache holds all of them: answered apart, as
+        views (the caller puts them in its answer), None otherwise."""
         max_count, max_bytes = request.max_count, request.max_bytes
         if not 1 <= max_count <= MAX_GET_ENTRIES:
             raise _invalid(f"max_count must be in 1..{MAX_GET_ENTRIES} (got {max_count})")
@@ -264,8 +293,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             next_offset=offset, min_offset=min_offset, max_offset=max_offset
         )
         codes = frozenset(request.tag_codes)
+        records = None
         if request.spans:  # the hot path of every pull: raw entries, selected in C
-            self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
+            records = self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
             if request.records and not codes:
                 self._note_caught_up(request.topic, request.queue_id, offset, max_offset)
         elif offset < max_offset:
@@ -278,7 +308,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             # after the check above. Answer as a moment later (not "no entries" with a min
             # the queue no longer serves).
             raise _out_of_range(queue, offset, queue.min_offset, max_offset)
-        return response
+        return response, records
 
     def _note_caught_up(self, topic: str, queue_id: int, offset: int, max_offset: int) -> None:
         """Remember that a records reader of the queue found nothing new at ``offset`` (a
@@ -302,31 +332,28 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         records: bool,
         *,
         counted: bool = True,
-    ) -> None:
+    ) -> list[memoryview] | None:
         """Fill ``response`` (its offsets set, next_offset the request's offset, in the
-        queue's range) with the spans from there and, with ``records``, their records when
-        the tail cache holds them all; move next_offset past the entries looked at.
+        queue's range) with the spans from there and move next_offset past the entries
+        looked at; with ``records``, answer the views of their records when the tail
+        cache holds them all (the caller puts them in the answer), else None.
         ``counted``: in the tail cache's hits / misses (GetQueueEntries, not notices)."""
         offset = response.next_offset
         if offset == response.max_offset:
-            return
+            return None
         scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
         entries = queue.get_bytes(offset, min(scan, response.max_offset - offset))
         spans, next_offset = select_spans(entries, offset, max_count, codes, max_bytes, offset)
         add_span = response.spans.add
         for physical_offset, size, count in spans:
             add_span(physical_offset=physical_offset, size=size, count=count)
-        if records and spans:
-            held = self._cached_records(spans, counted)
-            if held is not None:
-                response.records = held
         response.next_offset = next_offset
-
-    def _cached_records(self, spans: list[Span], counted: bool) -> bytes | None:
-        """The spans' records from the dispatcher's tail cache when it holds them all
-        (saves the gateway the Storage/Read hop for consumers that keep up), else None."""
+        if not (records and spans):
+            return None
+        # The spans' records from the dispatcher's tail cache when it holds them all
+        # (saves the gateway the Storage/Read hop for consumers that keep up).
         cache = self._running().dispatcher.tail_cache
-        return cache.records(((offset, size) for offset, size, _ in spans), counted=counted)
+        return cache.record_parts(((at, size) for at, size, _ in spans), counted=counted)
 
     async def GetQueueOffsets(
         self, request: pb.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext[object, object]
@@ -454,10 +481,11 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         entries = pb.GetQueueEntriesResponse(
             next_offset=since, min_offset=min_offset, max_offset=max_offset
         )
-        self._add_spans(
+        records = self._add_spans(
             entries, queue, max_count, _NO_CODES, max_bytes, records=True, counted=False
         )
-        if entries.records:
+        if records is not None:
+            entries.records = b"".join(records)
             notice.entries_offset = since
             notice.entries.CopyFrom(entries)
 

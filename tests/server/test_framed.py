@@ -7,12 +7,14 @@ from typing import Any, cast
 import grpc
 import pytest
 
+from tide.format import varint
 from tide.server._framed import (
     add_with_serializers,
     framed_answer,
     serialized,
     tail_chunk_frame,
 )
+from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import storage_pb2 as pb
 from tide.v1 import storage_pb2_grpc as pb_grpc
 
@@ -118,6 +120,26 @@ def test_framed_answer_frames_a_response_given_serialized() -> None:
     answer = framed_answer(pb.AppendStreamResponse)
     expected = pb.AppendStreamResponse(response=response).SerializeToString()
     assert answer(response.SerializeToString()) == expected == answer(response)
+
+
+@pytest.mark.parametrize("records_bytes", [1, 127, 128, 16_384, 2_097_152])
+def test_framed_answer_joins_a_response_given_in_parts(records_bytes: int) -> None:
+    """The dispatch's entries answer: a response serialized in parts (its fields but
+    ``records``, then that field's key and length and the records as a view), framed and
+    joined in one copy: protobuf's bytes for the whole response in its stream answer."""
+    records = (bytes(range(256)) * (records_bytes // 256 + 1))[:records_bytes]
+    response = dispatch_pb.GetQueueEntriesResponse(next_offset=9, max_offset=9)
+    response.spans.add(physical_offset=1 << 40, size=records_bytes, count=3)
+    parts: list[bytes | memoryview] = [
+        response.SerializeToString(),
+        b"\x32",  # records: field 6, length-delimited, the last field
+        varint(records_bytes),
+        memoryview(records),
+    ]
+    answer = framed_answer(dispatch_pb.GetQueueEntriesStreamResponse)
+    response.records = records
+    whole = dispatch_pb.GetQueueEntriesStreamResponse(response=response)
+    assert answer(parts) == whole.SerializeToString()
 
 
 def test_framed_answer_serializes_an_error_as_the_message_does() -> None:

@@ -7,8 +7,13 @@ allocated buffer: 27-35 us a chunk read from a cold mapping on the 2-core box (w
 services' malloc settings; ~100 us without them) against 20-22 us for one copy out of
 the mapping between a hand-made key and length (docs/performance.md, "Target 4 for the
 storage, second round"). A stream's answer (``framed_answer``) is framed the same way
-around its response's serialization. The bytes are those protobuf writes itself
-(``tests/server/test_framed.py`` holds them to it), so callers still parse the messages.
+around its response's serialization, or around a response given in parts: the
+dispatch's ``GetQueueEntriesStream`` answer is its response without the records, then
+the records' field around views of the tail cache's buffers, joined in one copy
+(docs/performance.md, "The dispatch's entries answer framed by hand"). The bytes are
+those protobuf writes itself (``tests/server/test_framed.py`` and
+``tests/services/dispatch/test_entries_stream.py`` hold them to it), so callers still
+parse the messages.
 """
 
 from __future__ import annotations
@@ -54,11 +59,19 @@ def framed_answer(answer_type: Callable[..., _Serializable]) -> Callable[..., by
     answer message copied the response into it first: ~3.7 us of an AppendStream's
     ~12 us a 100-record answer), an error as ``answer_type`` serializes it. The bytes
     are protobuf's (``tests/server/test_framed.py``). A response given as ``bytes`` is
-    one already serialized (the storage's ``records`` answer, written by hand)."""
+    one already serialized (the storage's ``records`` answer, written by hand); given
+    as a list, one serialized in parts, joined here in one copy (the dispatch's entries
+    answer around its tail cache's views)."""
 
-    def answer(response: _Serializable | bytes | None = None, **error: object) -> bytes:
+    def answer(
+        response: _Serializable | bytes | list[bytes | memoryview] | None = None,
+        **error: object,
+    ) -> bytes:
         if response is None:
             return answer_type(**error).SerializeToString()
+        if isinstance(response, list):
+            size = sum(map(len, response))
+            return b"".join((_ANSWER_RESPONSE_KEY, varint(size), *response))
         inner = response if isinstance(response, bytes) else response.SerializeToString()
         return b"".join((_ANSWER_RESPONSE_KEY, varint(len(inner)), inner))
 

@@ -113,3 +113,60 @@ async def _sigterm_ends_idle_streams(dispatch: DispatchProcess) -> None:
         assert await asyncio.wait_for(call.read(), 15) is EOF  # the idle stream ended
         assert await call.code() is grpc.StatusCode.OK
         assert time.monotonic() - started < 15, "an open stream held the shutdown"
+
+
+async def raw_exchange(address: str, requests: list[pb.GetQueueEntriesRequest]) -> list[bytes]:
+    """The stream's answers as the bytes on the wire (no deserializer)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        method = channel.stream_stream(
+            "/tide.v1.Dispatch/GetQueueEntriesStream",
+            request_serializer=pb.GetQueueEntriesRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        call = method(None, timeout=RPC_TIMEOUT_S)
+        answers = []
+        for request in requests:
+            await call.write(request)
+            answer = await call.read()
+            assert isinstance(answer, bytes), answer
+            answers.append(answer)
+        await call.done_writing()
+        return answers
+
+
+def spans_request(
+    topic: str, *, records: bool = True, offset: int = 0, max_count: int = 1024
+) -> pb.GetQueueEntriesRequest:
+    return pb.GetQueueEntriesRequest(
+        topic=topic, offset=offset, max_count=max_count, spans=True, records=records
+    )
+
+
+def test_answers_are_protobufs_bytes(shared_pair: Pair, topic_name: str) -> None:
+    """The dispatch frames the stream's answers by hand (the records around the tail
+    cache's views): byte for byte what protobuf writes for GetQueueEntries' answer in a
+    GetQueueEntriesStreamResponse, with records held, several runs of them, spans only,
+    one entry each, nothing new, and an error."""
+    pair = shared_pair
+    pair.storage.append([message(topic_name, 0, b"a" * n) for n in (1, 200, 3000)])
+    pair.storage.append([message(topic_name, 1, b"other queue")])  # runs apart in queue 0
+    # Records past 16 KiB: their length and the answer's take varints of 3 bytes.
+    pair.storage.append([message(topic_name, 0, b"b" * 60_000) for _ in range(3)])
+    pair.dispatch.wait_dispatched(pair.storage.status().max_offset)
+    requests = [
+        spans_request(topic_name),  # every record, in two runs: held by the tail cache
+        spans_request(topic_name, offset=1, max_count=2),
+        spans_request(topic_name, records=False),
+        entries(topic_name),
+        spans_request(topic_name, offset=6),  # nothing new
+        spans_request(topic_name, offset=9),  # OUT_OF_RANGE, in-band
+    ]
+    answers = asyncio.run(raw_exchange(pair.dispatch.listen, requests))
+    stub = pair.dispatch.stub
+    for request, answer in zip(requests[:-1], answers, strict=False):
+        unary = stub.GetQueueEntries(request, timeout=RPC_TIMEOUT_S)
+        assert answer == pb.GetQueueEntriesStreamResponse(response=unary).SerializeToString()
+    held = pb.GetQueueEntriesStreamResponse.FromString(answers[0]).response
+    assert len(held.spans) == 2 and len(held.records) > 183_000
+    error = pb.GetQueueEntriesStreamResponse.FromString(answers[-1])
+    assert error.error_code == grpc.StatusCode.OUT_OF_RANGE.value[0] and error.error_message

@@ -239,6 +239,23 @@ def test_records_counts_hits_and_misses() -> None:
     assert (cache.hits, cache.misses) == (1, 1)
 
 
+def test_record_parts_are_views_of_the_held_buffers_that_outlive_eviction() -> None:
+    """What ``records`` joins, unjoined: views into the buffers the runs reference (no
+    copy), unchanged after the runs they came from are evicted."""
+    cache = TailCache(1 << 20)
+    batch = chunk(1000, [100, 100, 100])
+    cache.add(batch)
+    spans = [(1000, 100), (1200, 50)]
+    parts = cache.record_parts(spans)
+    assert parts is not None and all(isinstance(part, memoryview) for part in parts)
+    assert all(part.obj is batch.data for part in parts)
+    assert b"".join(parts) == cache.records(spans) == LOG[1000:1100] + LOG[1200:1250]
+    assert cache.record_parts([(1000, 100), (1300, 1)]) is None
+    assert (cache.hits, cache.misses) == (2, 1)
+    cache.clear()
+    assert b"".join(parts) == LOG[1000:1100] + LOG[1200:1250]
+
+
 # -- batches from the Tail assembler -------------------------------------------------
 def test_batches_from_the_assembler_serve_the_commitlog_bytes() -> None:
     """A chunk across a segment end (records, blank marker, next segment) and a record
