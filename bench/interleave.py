@@ -27,6 +27,15 @@ What it showed here (docs/benchmarks.md "Tide and the ceiling up at once"): pair
 to back still spread, as each side's CPU a message moves by itself within minutes, so the
 figure to quote is a series' median, not a pair.
 
+With ``--versions OLD=DIR --versions NEW=DIR`` the two sides are two versions of Tide's
+code instead, each its own ``tide up`` cluster (the services import the version's code:
+``PYTHONPATH``, as ``bench.produce_ab``), up at once, their windows in ABBA order the
+same way: the A/B of a change measured at the same speed of the box. A pair's ratio is
+then the second version's rate over the first's, and its CPU ratios the second's over
+the first's, process by process; no target applies.
+
+    python -m bench.interleave --pairs 8 --consumer --versions old=/tmp/old --versions new=.
+
 One JSON line per window on stdout, then one ``summary`` line. Each Tide window is a run
 of its own (a fresh topic, its consumer from the queues' ends, the topic deleted after);
 the relays' consumer starts at their chunks' end too (``bench.hop_ceiling``'s newest-
@@ -160,7 +169,7 @@ class Window:
     """One side's measured window: when, what it published, its e2e p99 (with a
     consumer) and the load generator's CPU in it."""
 
-    system: str  # "tide" or "ceiling"
+    system: str  # the side: "tide" or "ceiling", or a version's name
     start: float
     end: float
     published: int
@@ -176,8 +185,9 @@ class Window:
         return self.published / self.seconds
 
 
-def tide_window(gateway_port: int, args: argparse.Namespace) -> Window:
-    """A ``tide bench run`` against the cluster (a fresh topic, deleted after)."""
+def tide_window(gateway_port: int, args: argparse.Namespace, side: str = "tide") -> Window:
+    """A ``tide bench run`` against the cluster of ``side`` (a fresh topic, deleted
+    after)."""
     command = bench_command(
         gateway_port, consumer=args.consumer, warmup_s=args.warmup_s, duration_s=args.duration_s
     )
@@ -190,7 +200,7 @@ def tide_window(gateway_port: int, args: argparse.Namespace) -> Window:
     start, end = report["window_monotonic_s"]
     e2e = report["e2e_latency_ms"]["p99"] if args.consumer else None
     return Window(
-        "tide", start, end, report["publish"]["messages"], e2e, report["client_cpu"]["cpu_s"]
+        side, start, end, report["publish"]["messages"], e2e, report["client_cpu"]["cpu_s"]
     )
 
 
@@ -251,72 +261,99 @@ def window_row(
     return row
 
 
-def summary(rows: list[dict[str, Any]], *, consumer: bool) -> dict[str, Any]:
-    """Each pair's ratio (Tide's rate over the ceiling's), their median, how many pairs
-    met the targets, and each process's CPU ratio to its relay pair by pair."""
+def summary(
+    rows: list[dict[str, Any]],
+    *,
+    consumer: bool,
+    sides: tuple[str, str] = ("tide", "ceiling"),
+    targets: bool = True,
+) -> dict[str, Any]:
+    """Each pair's ratio (the first side's rate over the second's: Tide's over the
+    ceiling's, or the new version's over the old's), their median, each process's CPU
+    ratio pair by pair and, with ``targets``, how many pairs met issue 21's."""
+    first, second = sides
     pairs: dict[int, dict[str, dict[str, Any]]] = {}
     for row in rows:
         pairs.setdefault(row["pair"], {})[row["system"]] = row
     whole = [pair for _, pair in sorted(pairs.items()) if len(pair) == 2]
-    ratios = [p["tide"]["publish_msgs_per_s"] / p["ceiling"]["publish_msgs_per_s"] for p in whole]
-    met = [ratio >= TARGET_RATIO for ratio in ratios]
-    if consumer:
-        met = [
-            ok and p["tide"]["e2e_p99_ms"] <= TARGET_E2E_P99_MS
-            for ok, p in zip(met, whole, strict=True)
-        ]
+    ratios = [p[first]["publish_msgs_per_s"] / p[second]["publish_msgs_per_s"] for p in whole]
     cpu_ratios = {
-        role: [
-            p["tide"]["cpu_us_per_msg"][role] / p["ceiling"]["cpu_us_per_msg"][role] for p in whole
-        ]
+        role: [p[first]["cpu_us_per_msg"][role] / p[second]["cpu_us_per_msg"][role] for p in whole]
         for role in PAIRED_ROLES
     }
     result: dict[str, Any] = {
         "pairs": len(whole),
         "ratios": [round(ratio, 3) for ratio in ratios],
         "median_ratio": round(statistics.median(ratios), 3) if ratios else None,
-        "pairs_meeting_target": sum(met),
         "cpu_ratio_medians": {
             name: round(statistics.median(values), 3) if values else None
             for name, values in cpu_ratios.items()
         },
-        "cpu_pairs_within_target": {
+    }
+    if targets:
+        met = [ratio >= TARGET_RATIO for ratio in ratios]
+        if consumer:
+            met = [
+                ok and p[first]["e2e_p99_ms"] <= TARGET_E2E_P99_MS
+                for ok, p in zip(met, whole, strict=True)
+            ]
+        result["pairs_meeting_target"] = sum(met)
+        result["cpu_pairs_within_target"] = {
             name: sum(value <= TARGET_CPU_RATIO for value in values)
             for name, values in cpu_ratios.items()
-        },
-    }
+        }
+    else:
+        result["pairs_ahead"] = sum(ratio > 1 for ratio in ratios)
     if consumer:
-        result["tide_e2e_p99_ms"] = [p["tide"]["e2e_p99_ms"] for p in whole]
-        result["ceiling_e2e_p99_ms"] = [p["ceiling"]["e2e_p99_ms"] for p in whole]
+        for side in sides:
+            result[f"{side}_e2e_p99_ms"] = [p[side]["e2e_p99_ms"] for p in whole]
     return result
 
 
 @dataclass(frozen=True)
 class Systems:
-    """Both sides up: where each load generator goes, and every server's process id
-    (``tide.<service>`` and ``relay.<role>``)."""
+    """Both sides up: where each side's load generator goes (a Tide gateway's port, or
+    the relays' front address), in the order of the first pair's windows, and every
+    server's process id (``<side>.<role>``)."""
 
-    gateway_port: int  # Tide's
-    relay_address: str  # the relays' front (their gateway)
+    fronts: dict[str, int | str]
     pids: dict[str, int]
 
     def names(self, side: str) -> list[str]:
-        """The processes of one side (``tide`` or ``relay``)."""
+        """The processes of one side."""
         return [name for name in self.pids if name.startswith(f"{side}.")]
 
 
 @contextlib.contextmanager
 def systems(args: argparse.Namespace, store: Path) -> Iterator[Systems]:
-    """Tide's cluster (on ``store``) and the relays of the same shape, both up at once;
-    stopped on the way out."""
-    relay_args = hop_ceiling.parse(ceiling_args(consumer=args.consumer))
-    with (
-        cluster(REPO, args.port, store) as tide,
-        hop_ceiling.relays(relay_args.cases, relay_args) as relays,
-    ):
-        pids = {f"tide.{name}": pid for name, pid in tide.pids.items()}
-        pids |= {f"relay.{relay.name}": relay.proc.pid for relay in relays}
-        yield Systems(tide.gateway_port, relays[-1].address, pids)
+    """Tide's cluster (on ``store``) and the relays of the same shape, or with
+    ``--versions`` one cluster of each version (the second's ports 40 above the
+    first's), all up at once; stopped on the way out."""
+    with contextlib.ExitStack() as stack:
+        fronts: dict[str, int | str] = {}
+        pids: dict[str, int] = {}
+        if args.versions:
+            for index, (name, code) in enumerate(args.versions):
+                side_store = store / name
+                side_store.mkdir()
+                tide = stack.enter_context(cluster(code, args.port + 40 * index, side_store))
+                fronts[name] = tide.gateway_port
+                pids |= {f"{name}.{service}": pid for service, pid in tide.pids.items()}
+        else:
+            relay_args = hop_ceiling.parse(ceiling_args(consumer=args.consumer))
+            tide = stack.enter_context(cluster(REPO, args.port, store))
+            relays = stack.enter_context(hop_ceiling.relays(relay_args.cases, relay_args))
+            fronts = {"tide": tide.gateway_port, "ceiling": relays[-1].address}
+            pids = {f"tide.{name}": pid for name, pid in tide.pids.items()}
+            pids |= {f"ceiling.{relay.name}": relay.proc.pid for relay in relays}
+        yield Systems(fronts, pids)
+
+
+def window(side: str, front: int | str, args: argparse.Namespace) -> Window:
+    """One window of ``side``: a Tide cluster's (its gateway's port) or the relays'."""
+    if isinstance(front, int):
+        return tide_window(front, args, side)
+    return ceiling_window(front, args)
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -325,23 +362,41 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     try:
         with systems(args, store) as up, CpuSampler(up.pids) as sampler:
-            tide_own, relay_own = up.names("tide"), up.names("relay")
+            sides = list(up.fronts)
             for pair in range(args.pairs):
-                sides = ["tide", "ceiling"] if pair % 2 == 0 else ["ceiling", "tide"]
-                for side in sides:
-                    if side == "tide":
-                        window = tide_window(up.gateway_port, args)
-                        row = window_row(pair, window, sampler, tide_own, relay_own)
-                    else:
-                        window = ceiling_window(up.relay_address, args)
-                        row = window_row(pair, window, sampler, relay_own, tide_own)
+                for side in sides if pair % 2 == 0 else sides[::-1]:
+                    measured = window(side, up.fronts[side], args)
+                    idle = [name for name in up.pids if not name.startswith(f"{side}.")]
+                    row = window_row(pair, measured, sampler, up.names(side), idle)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(store, ignore_errors=True)
-    result = {"summary": summary(rows, consumer=args.consumer)}
-    print(json.dumps(result), flush=True)
+    if args.versions:
+        (old, _), (new, _) = args.versions
+        result = summary(rows, consumer=args.consumer, sides=(new, old), targets=False)
+    else:
+        result = summary(rows, consumer=args.consumer)
+    print(json.dumps({"summary": result}), flush=True)
     return rows
+
+
+def _version(text: str) -> tuple[str, Path]:
+    """``NAME=DIR`` of ``--versions``: a name without dots, a directory holding the
+    code (tide/ and services/)."""
+    name, equals, path = text.partition("=")
+    code = Path(path)
+    if (
+        not (name and equals and path)
+        or "." in name
+        or not (code / "tide").is_dir()
+        or not (code / "services").is_dir()
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text[:200]!r}: give NAME=DIR, a name without dots and a directory holding "
+            "tide/ and services/"
+        )
+    return name, code.resolve()
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -353,9 +408,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--warmup-s", type=float, default=3.0, help="each window's warm-up")
     parser.add_argument("--duration-s", type=float, default=10.0, help="each window, measured")
-    parser.add_argument("--port", type=int, default=32300, help="first of 31 ports Tide uses")
+    parser.add_argument(
+        "--port", type=int, default=32300,
+        help="first of 31 ports Tide uses (71 with --versions)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--versions", action="append", type=_version, metavar="NAME=DIR",
+        help="twice: two versions of Tide's code against each other instead of the ceiling",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     hop_ceiling.check_limits(args, LIMITS)
+    if args.versions is not None:
+        names = [name for name, _ in args.versions]
+        if len(names) != 2 or len(set(names)) != 2:
+            parser.error(f"--versions: give exactly two, with different names (got {names})")
     return args
 
 

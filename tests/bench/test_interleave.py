@@ -1,6 +1,6 @@
 """bench/interleave.py: the CPU sampler's arithmetic, the summary's pairing and targets,
-the options' bounds, and a short real series (a ``tide up`` cluster and the relays up at
-once, one pair of windows: about 20 s)."""
+the options' bounds, and short real series (a ``tide up`` cluster and the relays up at
+once, then two clusters of two versions: one pair of windows each, about 20 s)."""
 
 from __future__ import annotations
 
@@ -100,6 +100,48 @@ def test_the_summary_pairs_the_windows_and_counts_the_targets() -> None:
     assert "tide_e2e_p99_ms" not in summary(rows, consumer=False)
 
 
+def test_the_summary_of_two_versions_is_the_second_over_the_first() -> None:
+    old = {"gateway": 4.0, "storage": 2.0, "dispatch": 2.0, "client": 2.0}
+    new = {"nameserver": 0.0, "gateway": 4.0, "storage": 1.0, "dispatch": 1.5, "client": 2.0}
+    rows = [
+        _row(0, "old", 100, old, 200.0),
+        _row(0, "new", 110, new, 150.0),
+        _row(1, "new", 95, new, 180.0),
+        _row(1, "old", 100, old, 210.0),
+    ]
+    result = summary(rows, consumer=True, sides=("new", "old"), targets=False)
+    assert result["ratios"] == [1.1, 0.95]
+    assert result["pairs_ahead"] == 1
+    assert result["cpu_ratio_medians"] == {
+        "gateway": 1.0,
+        "storage": 0.5,
+        "dispatch": 0.75,
+        "client": 1.0,
+    }
+    assert result["new_e2e_p99_ms"] == [150.0, 180.0]
+    assert result["old_e2e_p99_ms"] == [200.0, 210.0]
+    # issue 21's targets are against the ceiling: none is counted between versions
+    assert "pairs_meeting_target" not in result and "cpu_pairs_within_target" not in result
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--versions", f"a={ROOT}"], "give exactly two, with different names"),
+        (["--versions", f"a={ROOT}", "--versions", f"a={ROOT}"], "with different names"),
+        (["--versions", f"a.b={ROOT}", "--versions", f"c={ROOT}"], "a name without dots"),
+        (["--versions", "a=/nonexistent", "--versions", f"c={ROOT}"], "holding tide/ and"),
+        (["--versions", "a", "--versions", f"c={ROOT}"], "give NAME=DIR"),
+    ],
+)
+def test_bad_versions_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        interleave.parse(argv)
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -113,15 +155,16 @@ def test_out_of_range_options_are_refused(argv: list[str], message: str) -> None
         interleave.parse(argv)
 
 
-def _cluster_ports() -> int:
-    """A first port whose +10, +20 and +30 (the cluster's four) are free, in this
-    worker's slice."""
+def _cluster_ports(clusters: int = 1) -> int:
+    """A first port whose +10, +20 and +30 (a cluster's four) are free, and the same 40
+    above it for each further cluster, in this worker's slice."""
     ports = slice_ports(worker_slice(os.environ.get("PYTEST_XDIST_WORKER")))
+    steps = [40 * index + step for index in range(clusters) for step in (0, 10, 20, 30)]
     for _ in range(200):
         first = free_port()
-        if first + 30 < ports.stop and all(is_free(first + step) for step in (10, 20, 30)):
+        if first + steps[-1] < ports.stop and all(is_free(first + step) for step in steps):
             return first
-    raise RuntimeError("no four free ports 10 apart")
+    raise RuntimeError(f"no free ports for {clusters} clusters")
 
 
 def test_a_series_runs_both_systems_window_by_window(tmp_path: Path) -> None:
@@ -163,6 +206,45 @@ def test_a_series_runs_both_systems_window_by_window(tmp_path: Path) -> None:
     expected = tide["publish_msgs_per_s"] / ceiling["publish_msgs_per_s"]
     assert result["ratios"] == [pytest.approx(expected, abs=0.001)]
     # every process of the series (the cluster's and the relays') was stopped
+    assert _processes_marked(mark) == []
+
+
+def test_a_series_of_two_versions_runs_both_clusters_window_by_window() -> None:
+    """The same code as two versions (this tree, twice): two clusters up at once, a
+    window against each, their ratio in the summary, every process stopped."""
+    mark = f"TIDE_TEST_RUN={uuid.uuid4().hex}"
+    key, value = mark.split("=")
+    command = [sys.executable, "-m", "bench.interleave", "--pairs", "1"]
+    command += ["--versions", f"old={ROOT}", "--versions", f"new={ROOT}"]
+    command += ["--warmup-s", "0.5", "--duration-s", "1", "--port", str(_cluster_ports(2))]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**os.environ, key: value},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    *windows, last = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [w["system"] for w in windows] == ["old", "new"]
+    for window in windows:
+        assert window["publish_msgs_per_s"] > 0
+        assert set(window["cpu_us_per_msg"]) == {
+            "nameserver",
+            "storage",
+            "dispatch",
+            "gateway",
+            "client",
+        }
+        # each window's own cluster did the work, the other one idled
+        assert window["cpu_us_per_msg"]["storage"] > 0
+    old, new = windows
+    result = last["summary"]
+    expected = new["publish_msgs_per_s"] / old["publish_msgs_per_s"]
+    assert result["ratios"] == [pytest.approx(expected, abs=0.001)]
+    assert result["pairs_ahead"] == (expected > 1)
     assert _processes_marked(mark) == []
 
 
