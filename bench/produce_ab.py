@@ -24,7 +24,8 @@ has the run's end-to-end p99 too. One version is enough for a target's ratio
 
 For a target's ratio, ``bench.interleave`` measures Tide and the ceiling up at once,
 window by window, each process's CPU over each window exactly; this module compares
-versions of the code, each on its own fresh cluster.
+versions of the code, each on its own fresh cluster (``bench.interleave --versions``
+compares two of them up at once, window by window).
 """
 
 from __future__ import annotations
