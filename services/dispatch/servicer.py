@@ -353,7 +353,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         # The spans' records from the dispatcher's tail cache when it holds them all
         # (saves the gateway the Storage/Read hop for consumers that keep up).
         cache = self._running().dispatcher.tail_cache
-        return cache.record_parts(((at, size) for at, size, _ in spans), counted=counted)
+        return cache.records(((at, size) for at, size, _ in spans), counted=counted)
 
     async def GetQueueOffsets(
         self, request: pb.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext[object, object]

@@ -116,18 +116,14 @@ class TailCache:
             return None
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def records(self, spans: Iterable[tuple[int, int]], *, counted: bool = True) -> bytes | None:
-        """Every span's bytes ((offset, size) pairs) back to back, when all are held (what
-        Storage/Read of those spans answers), else None. No spans: None, not counted."""
-        parts = self.record_parts(spans, counted=counted)
-        return None if parts is None else b"".join(parts)
-
-    def record_parts(
+    def records(
         self, spans: Iterable[tuple[int, int]], *, counted: bool = True
     ) -> list[memoryview] | None:
-        """:meth:`records` as views into the held buffers, in order, not joined (an
-        answer framed by hand copies them once, into itself). Each view holds its buffer
-        (immutable bytes), so an eviction meanwhile does not change it."""
+        """Every span's bytes ((offset, size) pairs) back to back, when all are held (what
+        Storage/Read of those spans answers), else None; no spans: None, not counted. As
+        views into the held buffers, in order, not joined (an answer framed by hand
+        copies them once, into itself). Each view holds its buffer (immutable bytes), so
+        an eviction meanwhile does not change it."""
         parts: list[memoryview] = []
         for offset, size in spans:
             if not self._collect(offset, size, parts):

@@ -167,11 +167,14 @@ def _cluster_ports(clusters: int = 1) -> int:
     raise RuntimeError(f"no free ports for {clusters} clusters")
 
 
-def test_a_series_runs_both_systems_window_by_window(tmp_path: Path) -> None:
+def _series(options: list[str], clusters: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A real one-pair series of ~1 s windows with ``options``: its windows' lines and
+    its summary, once every process it started (marked) has stopped."""
     mark = f"TIDE_TEST_RUN={uuid.uuid4().hex}"
     key, value = mark.split("=")
-    command = [sys.executable, "-m", "bench.interleave", "--pairs", "1", "--consumer"]
-    command += ["--warmup-s", "0.5", "--duration-s", "1", "--port", str(_cluster_ports())]
+    command = [sys.executable, "-m", "bench.interleave", "--pairs", "1", *options]
+    command += ["--warmup-s", "0.5", "--duration-s", "1"]
+    command += ["--port", str(_cluster_ports(clusters))]
     done = subprocess.run(
         command,
         cwd=ROOT,
@@ -183,6 +186,16 @@ def test_a_series_runs_both_systems_window_by_window(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     *windows, last = [json.loads(line) for line in done.stdout.splitlines()]
+    # every process of the series (the clusters' and the relays') was stopped
+    assert _processes_marked(mark) == []
+    return windows, last["summary"]
+
+
+TIDE_ROLES = {"nameserver", "storage", "dispatch", "gateway", "client"}
+
+
+def test_a_series_runs_both_systems_window_by_window() -> None:
+    windows, result = _series(["--consumer"], clusters=1)
     assert [w["system"] for w in windows] == ["tide", "ceiling"]
     tide, ceiling = windows
     for window in windows:
@@ -191,61 +204,31 @@ def test_a_series_runs_both_systems_window_by_window(tmp_path: Path) -> None:
         assert window["e2e_p99_ms"] > 0  # each side's consumer got what it published
         assert window["idle_core_share"] >= 0
         assert all(cpu >= 0 for cpu in window["cpu_us_per_msg"].values())
-    assert set(tide["cpu_us_per_msg"]) == {
-        "nameserver",
-        "storage",
-        "dispatch",
-        "gateway",
-        "client",
-    }
+    assert set(tide["cpu_us_per_msg"]) == TIDE_ROLES
     assert set(ceiling["cpu_us_per_msg"]) == {"storage", "dispatch", "gateway", "client"}
     # the services did work in the window: the sampler saw their CPU
     assert tide["cpu_us_per_msg"]["storage"] > 0 and ceiling["cpu_us_per_msg"]["gateway"] > 0
-    result = last["summary"]
     assert result["pairs"] == 1
     expected = tide["publish_msgs_per_s"] / ceiling["publish_msgs_per_s"]
     assert result["ratios"] == [pytest.approx(expected, abs=0.001)]
-    # every process of the series (the cluster's and the relays') was stopped
-    assert _processes_marked(mark) == []
 
 
 def test_a_series_of_two_versions_runs_both_clusters_window_by_window() -> None:
     """The same code as two versions (this tree, twice): two clusters up at once, a
-    window against each, their ratio in the summary, every process stopped."""
-    mark = f"TIDE_TEST_RUN={uuid.uuid4().hex}"
-    key, value = mark.split("=")
-    command = [sys.executable, "-m", "bench.interleave", "--pairs", "1"]
-    command += ["--versions", f"old={ROOT}", "--versions", f"new={ROOT}"]
-    command += ["--warmup-s", "0.5", "--duration-s", "1", "--port", str(_cluster_ports(2))]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        env={**os.environ, key: value},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    window against each, their ratio in the summary."""
+    windows, result = _series(
+        ["--versions", f"old={ROOT}", "--versions", f"new={ROOT}"], clusters=2
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    *windows, last = [json.loads(line) for line in done.stdout.splitlines()]
     assert [w["system"] for w in windows] == ["old", "new"]
     for window in windows:
         assert window["publish_msgs_per_s"] > 0
-        assert set(window["cpu_us_per_msg"]) == {
-            "nameserver",
-            "storage",
-            "dispatch",
-            "gateway",
-            "client",
-        }
-        # each window's own cluster did the work, the other one idled
+        assert set(window["cpu_us_per_msg"]) == TIDE_ROLES
+        # each window's own cluster did the work
         assert window["cpu_us_per_msg"]["storage"] > 0
     old, new = windows
-    result = last["summary"]
     expected = new["publish_msgs_per_s"] / old["publish_msgs_per_s"]
     assert result["ratios"] == [pytest.approx(expected, abs=0.001)]
     assert result["pairs_ahead"] == (expected > 1)
-    assert _processes_marked(mark) == []
 
 
 def test_a_failed_load_generator_is_an_error_quoting_its_stderr() -> None:

@@ -71,6 +71,12 @@ def got(cache: TailCache, offset: int, size: int) -> bytes | None:
     return None if found is None else bytes(found)
 
 
+def joined(cache: TailCache, spans: list[tuple[int, int]], *, counted: bool = True) -> bytes | None:
+    """The cache's records for ``spans``, joined (None when it does not hold them all)."""
+    parts = cache.records(spans, counted=counted)
+    return None if parts is None else b"".join(parts)
+
+
 def test_a_range_inside_one_batch_is_served_without_a_copy() -> None:
     cache = TailCache(1 << 20)
     batch = chunk(1000, [100, 200, 300])
@@ -90,7 +96,7 @@ def test_a_range_across_adjacent_batches() -> None:
     cache.add(chunk(2000, [10]))
     assert got(cache, 1500, 300) == LOG[1500:1800]
     assert got(cache, 1000, 1010) == LOG[1000:2010]
-    assert cache.records([(1000, 100), (1600, 400)]) == LOG[1000:1100] + LOG[1600:2000]
+    assert joined(cache, [(1000, 100), (1600, 400)]) == LOG[1000:1100] + LOG[1600:2000]
 
 
 def test_misses_before_after_and_over_a_gap() -> None:
@@ -176,7 +182,7 @@ def test_zero_max_bytes_turns_it_off() -> None:
     cache.add(chunk(1000, [100]))
     assert len(cache) == 0 and cache.held_bytes == 0
     assert got(cache, 1000, 100) is None
-    assert cache.records([(1000, 100)]) is None
+    assert joined(cache, [(1000, 100)]) is None
     with pytest.raises(ValueError, match="max_bytes"):
         TailCache(-1)
 
@@ -229,29 +235,26 @@ def test_a_small_part_of_a_large_buffer_is_copied() -> None:
 def test_records_counts_hits_and_misses() -> None:
     cache = TailCache(1 << 20)
     cache.add(chunk(1000, [100, 100, 100]))
-    assert cache.records([(1000, 100), (1200, 100)]) == LOG[1000:1100] + LOG[1200:1300]
-    assert cache.records([(1000, 100), (1300, 1)]) is None  # all or nothing
-    assert cache.records([]) is None  # nothing asked: not counted
+    assert joined(cache, [(1000, 100), (1200, 100)]) == LOG[1000:1100] + LOG[1200:1300]
+    assert joined(cache, [(1000, 100), (1300, 1)]) is None  # all or nothing
+    assert joined(cache, []) is None  # nothing asked: not counted
     assert (cache.hits, cache.misses) == (1, 1)
     # The arrival notices' entries (counted=False): the counters are the pulls' reads.
-    assert cache.records([(1000, 100)], counted=False) == LOG[1000:1100]
-    assert cache.records([(1300, 1)], counted=False) is None
+    assert joined(cache, [(1000, 100)], counted=False) == LOG[1000:1100]
+    assert joined(cache, [(1300, 1)], counted=False) is None
     assert (cache.hits, cache.misses) == (1, 1)
 
 
-def test_record_parts_are_views_of_the_held_buffers_that_outlive_eviction() -> None:
-    """What ``records`` joins, unjoined: views into the buffers the runs reference (no
-    copy), unchanged after the runs they came from are evicted."""
+def test_records_are_views_of_the_held_buffers_that_outlive_eviction() -> None:
+    """Views into the buffers the runs reference (no copy), unchanged after the runs
+    they came from are evicted."""
     cache = TailCache(1 << 20)
     batch = chunk(1000, [100, 100, 100])
     cache.add(batch)
-    spans = [(1000, 100), (1200, 50)]
-    parts = cache.record_parts(spans)
+    parts = cache.records([(1000, 100), (1200, 50)])
     assert parts is not None and all(isinstance(part, memoryview) for part in parts)
     assert all(part.obj is batch.data for part in parts)
-    assert b"".join(parts) == cache.records(spans) == LOG[1000:1100] + LOG[1200:1250]
-    assert cache.record_parts([(1000, 100), (1300, 1)]) is None
-    assert (cache.hits, cache.misses) == (2, 1)
+    assert b"".join(parts) == LOG[1000:1100] + LOG[1200:1250]
     cache.clear()
     assert b"".join(parts) == LOG[1000:1100] + LOG[1200:1250]
 
