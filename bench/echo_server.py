@@ -10,7 +10,6 @@ so bench/echo_transports.py can compare what a call costs each server."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import threading
 from concurrent import futures
@@ -20,6 +19,7 @@ from typing import Any
 import grpc
 
 from tide.format import make_msg_id
+from tide.server import EVENT_LOOPS, run_on
 from tide.v1 import storage_pb2 as pb
 
 PREFIX = "7F00000100002A9F"
@@ -84,13 +84,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("ready_file", type=Path, metavar="READY_FILE")
     parser.add_argument("--transport", choices=TRANSPORTS, default="aio")
     parser.add_argument("--workers", type=int, default=16, help="sync: the pool's threads")
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=EVENT_LOOPS[0],
+        help="aio: the event loop (the storage's default, as it runs)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= MAX_WORKERS:
         parser.error(f"--workers must be 1..{MAX_WORKERS}")
     if args.transport == "sync":
         serve_sync(args.ready_file, args.workers)
     else:
-        asyncio.run(serve(args.ready_file))
+        run_on(args.event_loop, serve(args.ready_file))
 
 
 if __name__ == "__main__":

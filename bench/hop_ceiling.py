@@ -71,6 +71,7 @@ import grpc
 
 from tide.bench._echo import _Echo, write_ready
 from tide.bench._run import process_cpu_s, server_process
+from tide.server import EVENT_LOOPS, run_on
 from tide.v1 import gateway_pb2 as pb
 
 CASES = ("echo", "chain", "chain-consume")
@@ -388,11 +389,12 @@ def _processes(
     queues: int,
     fill: tuple[int, int] = (0, 0),
     dispatch_in_storage: bool = False,
+    event_loop: str = EVENT_LOOPS[0],
 ) -> Iterator[list[_Process]]:
-    """The case's servers, the last one the one clients call; stopped on the way out.
-    With ``dispatch_in_storage`` there is no dispatch relay: the gateway watches the
-    storage's appends on the storage itself (one hop fewer)."""
-    me = ["bench.hop_ceiling", "serve"]
+    """The case's servers, the last one the one clients call, each on ``event_loop``;
+    stopped on the way out. With ``dispatch_in_storage`` there is no dispatch relay: the
+    gateway watches the storage's appends on the storage itself (one hop fewer)."""
+    me = ["bench.hop_ceiling", "serve", "--event-loop", event_loop]
     started: list[_Process] = []
 
     def start(name: str, module: list[str]) -> _Process:
@@ -402,7 +404,7 @@ def _processes(
 
     with contextlib.ExitStack() as stack:
         if case == "echo":
-            start("echo", ["tide.bench._echo"])
+            start("echo", ["tide.bench._echo", "--event-loop", event_loop])
         else:
             storage = start("storage", [*me, "storage"])
             watched = storage
@@ -613,7 +615,14 @@ def relays(
     """The case's relays for the client ``args`` describe (the pull sizes and queues it
     uses), the last the one the client calls; stopped on the way out."""
     fill = (math.ceil(args.pull_min / args.batch), args.pull_min_wait_ms)
-    return _processes(case, _pull_batches(args)[1], args.queues, fill, args.dispatch_in_storage)
+    return _processes(
+        case,
+        _pull_batches(args)[1],
+        args.queues,
+        fill,
+        args.dispatch_in_storage,
+        args.event_loop,
+    )
 
 
 def run_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -696,6 +705,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--queues", type=int, default=4)
     serve.add_argument("--pull-min-batches", type=int, default=0)
     serve.add_argument("--pull-min-wait-ms", type=int, default=0)
+    serve.add_argument("--event-loop", choices=EVENT_LOOPS, default=EVENT_LOOPS[0])
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--message-size", type=int, default=128, help="body bytes")
     parser.add_argument("--batch", type=int, default=100, help="messages per request")
@@ -729,6 +739,14 @@ def _parser() -> argparse.ArgumentParser:
         help="no dispatch relay: the gateway watches the storage's appends on the storage",
     )
     parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=EVENT_LOOPS[0],
+        help="the relays' (and the echo's) event loop; the default is the one Tide's "
+        "services run on by default (their --event-loop), so the ceiling is the same "
+        "runtime's; the client runs on asyncio's, as tide bench's load generator",
+    )
+    parser.add_argument(
         "--address",
         default="",
         help="HOST:PORT of relays already up (one case: theirs); only the client runs",
@@ -753,7 +771,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "serve":
-        asyncio.run(_serve(args.role, args.ready_file, args))
+        run_on(args.event_loop, _serve(args.role, args.ready_file, args))
         return 0
     check_limits(args, LIMITS)
     cases = [case.strip() for case in args.cases.split(",") if case.strip()]

@@ -316,3 +316,22 @@ def test_without_a_dispatch_relay_the_gateway_watches_the_storage(tmp_path: Path
     assert result["publish_msgs_per_s"] > 0
     assert result["consume_msgs_per_s"] > 0
     assert 0 < result["e2e_p50_ms"] <= result["e2e_p99_ms"]
+
+
+def _runs_uvloop(pid: int) -> bool:
+    """Whether the process has uvloop's compiled loop mapped (it is imported only when a
+    loop is made with it: tide.server's event loop choice)."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return "uvloop/loop." in maps
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_the_relays_and_the_echo_run_on_the_loop_asked_for(event_loop: str) -> None:
+    """``--event-loop``: the ceiling runs on the loop Tide's services run on (uvloop by
+    default) or on the one asked for, each relay and the echo alike."""
+    args = hop_ceiling.parse(["--cases", "chain,echo", "--event-loop", event_loop])
+    for case in ("chain", "echo"):
+        with hop_ceiling.relays(case, args) as processes:
+            for process in processes:
+                assert _runs_uvloop(process.proc.pid) is (event_loop == "uvloop"), process.name
+    assert hop_ceiling.parse([]).event_loop == "uvloop"

@@ -78,9 +78,10 @@ def wait_for(check: Callable[[], bool], echo: EchoProcess, what: str) -> None:
     wait_until(done, what, TIMEOUT_S, state=lambda: f"stderr:\n{echo.stderr()}")
 
 
-def launch(workdir: Path, *args: str) -> EchoProcess:
+def launch(workdir: Path, *args: str, env_extra: dict[str, str] | None = None) -> EchoProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
+    env.update(env_extra or {})
     env["TIDE_ECHO_STOP_MARKER_PATH"] = str(workdir / "stopped")
     with (workdir / "stdout.log").open("wb") as out, (workdir / "stderr.log").open("wb") as err:
         proc = spawn(
@@ -104,8 +105,8 @@ def stop(echo: EchoProcess) -> None:
 def start_echo(tmp_path: Path) -> Iterator[Callable[..., EchoProcess]]:
     started: list[EchoProcess] = []
 
-    def start(*args: str) -> EchoProcess:
-        echo = launch(tmp_path / f"echo{len(started)}", *args)
+    def start(*args: str, env_extra: dict[str, str] | None = None) -> EchoProcess:
+        echo = launch(tmp_path / f"echo{len(started)}", *args, env_extra=env_extra)
         started.append(echo)
         return echo
 
@@ -166,8 +167,52 @@ def test_ready_file_reports_the_ephemeral_port(shared_echo: tuple[EchoProcess, s
     host, _, port = listen.rpartition(":")
     assert host == "127.0.0.1"
     assert int(port) > 0
-    assert info == {"service": "echo", "grpc_service": ECHO, "listen": listen, "pid": echo.proc.pid}
-    assert f"listening on {listen}" in echo.stderr()
+    assert info == {
+        "service": "echo",
+        "grpc_service": ECHO,
+        "listen": listen,
+        "event_loop": "uvloop",  # the default --event-loop
+        "pid": echo.proc.pid,
+    }
+    assert f"listening on {listen} (event loop: uvloop)" in echo.stderr()
+
+
+def test_event_loop_asyncio_on_request(start_echo: Callable[..., EchoProcess]) -> None:
+    echo = start_echo("--listen", "127.0.0.1:0", "--start-delay-ms", "0", "--event-loop", "asyncio")
+    info = echo.wait_ready()
+    assert info["event_loop"] == "asyncio"
+    assert "(event loop: asyncio)" in echo.stderr()
+    with grpc.insecure_channel(info["listen"]) as chan:
+        assert call(chan, "Echo", b"on asyncio") == b"on asyncio"
+
+
+def test_uvloop_that_cannot_be_imported_falls_back_to_asyncio(
+    start_echo: Callable[..., EchoProcess], tmp_path: Path
+) -> None:
+    shadow = tmp_path / "shadow" / "uvloop"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("uvloop broken for this test")\n')
+    echo = start_echo(
+        "--listen",
+        "127.0.0.1:0",
+        "--start-delay-ms",
+        "0",
+        env_extra={"PYTHONPATH": str(shadow.parent)},
+    )
+    info = echo.wait_ready()
+    assert info["event_loop"] == "asyncio"
+    assert (
+        "--event-loop uvloop: cannot import uvloop (uvloop broken for this test); "
+        "running on asyncio's loop" in echo.stderr()
+    )
+    with grpc.insecure_channel(info["listen"]) as chan:
+        assert call(chan, "Echo", b"still serving") == b"still serving"
+
+
+def test_unknown_event_loop_is_a_usage_error(start_echo: Callable[..., EchoProcess]) -> None:
+    echo = start_echo("--listen", "127.0.0.1:0", "--event-loop", "trio")
+    assert echo.wait_exit() == 2
+    assert "--event-loop: expected one of uvloop, asyncio; got 'trio'" in echo.stderr()
 
 
 def test_health_is_serving_for_overall_and_service(channel: grpc.Channel) -> None:

@@ -2,18 +2,19 @@
 and response shapes, no routing, no storage: the ``tide bench`` baseline (what Python gRPC
 itself carries here).
 
-``python -m tide.bench._echo READY_FILE`` serves on a free port of 127.0.0.1 and writes
-``{"listen": "127.0.0.1:PORT"}`` to READY_FILE. Each message gets the result a gateway
-would give (status SEND_OK, an offset message id, a unique key, broker, queue, offset,
-store time), built the cheap way (as ``bench/echo_server.py`` does for Storage/Append).
+``python -m tide.bench._echo [--event-loop LOOP] READY_FILE`` serves on a free port of
+127.0.0.1 and writes ``{"listen": "127.0.0.1:PORT"}`` to READY_FILE; it runs on the event
+loop Tide's services run on by default (their ``--event-loop``) unless told otherwise.
+Each message gets the result a gateway would give (status SEND_OK, an offset message id,
+a unique key, broker, queue, offset, store time), built the cheap way (as
+``bench/echo_server.py`` does for Storage/Append).
 """
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import grpc
 
 from tide.format import make_msg_id
+from tide.server import EVENT_LOOPS, run_on
 from tide.v1 import gateway_pb2 as pb
 
 PREFIX = "7F00000100002A9F"
@@ -129,5 +131,13 @@ def write_ready(ready: Path, port: int) -> None:
     partial.rename(ready)
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="the bare gRPC echo of tide bench's baseline")
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default=EVENT_LOOPS[0])
+    parser.add_argument("ready_file", type=Path)
+    args = parser.parse_args(argv)
+    run_on(args.event_loop, serve(args.ready_file))
+
+
 if __name__ == "__main__":
-    asyncio.run(serve(Path(sys.argv[1])))
+    main()

@@ -24,6 +24,7 @@ from tide.server._bootstrap import (
 from tide.server._byte_budget import ByteBudget
 from tide.server._cluster_secret import cluster_channel_interceptors
 from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
+from tide.server._event_loop import EVENT_LOOPS, run_on
 from tide.server._interceptor import ServiceError
 from tide.server._logging import configure_logging
 from tide.server._metrics import SampledGauges, service_meter
@@ -36,6 +37,7 @@ from tide.spawn import READY_FILE_ENV
 __all__ = [
     "ANSWER_FRAMING_BYTES",
     "COMMON_OPTIONS",
+    "EVENT_LOOPS",
     "HEALTH_SERVICE_NAME",
     "MAX_MESSAGE_BYTES",
     "READY_FILE_ENV",
@@ -57,6 +59,7 @@ __all__ = [
     "load_config",
     "parse_listen",
     "peer_address",
+    "run_on",
     "run_service",
     "serve",
     "service_meter",

@@ -36,6 +36,7 @@ from tide.server._cluster_secret import (
     load_cluster_secret,
 )
 from tide.server._config import Config
+from tide.server._event_loop import run_on, running_loop_name
 from tide.server._gc import tune_gc_for_serving
 from tide.server._health import NOT_SERVING, SERVING, HealthServicer
 from tide.server._interceptor import ErrorInterceptor, Readiness
@@ -231,7 +232,8 @@ def run_service(
     if telemetry.metrics_endpoint:
         _log.info("metrics on http://%s/metrics", telemetry.metrics_endpoint)
     try:
-        asyncio.run(
+        run_on(
+            config.get_str("event_loop"),
             serve(
                 service,
                 listen,
@@ -241,7 +243,7 @@ def run_service(
                 ready_callback=lambda endpoint: _write_ready_file(
                     config, service, endpoint, telemetry.metrics_endpoint
                 ),
-            )
+            ),
         )
     except ListenError as exc:
         _log.error("%s", exc)
@@ -373,7 +375,12 @@ async def _mark_serving(
     tune_gc_for_serving()
     for name in ("", *readiness.names):
         await health_servicer.set(name, SERVING)
-    _log.info("listening on %s", endpoint, extra={"grpc_service": readiness.service_name})
+    _log.info(
+        "listening on %s (event loop: %s)",
+        endpoint,
+        running_loop_name(),
+        extra={"grpc_service": readiness.service_name},
+    )
     if ready_callback is not None:
         ready_callback(endpoint)
 
@@ -429,6 +436,7 @@ def _write_ready_file(
         "service": config.service,
         "grpc_service": service.name,
         "listen": endpoint,
+        "event_loop": running_loop_name(),
     }
     if metrics_endpoint:
         info["metrics"] = metrics_endpoint

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tide.server._event_loop import EVENT_LOOPS
+
 OptionValue = int | float | str | bool | None
 OptionType = type[int] | type[float] | type[str] | type[bool]
 _T = TypeVar("_T")
@@ -358,6 +360,15 @@ COMMON_OPTIONS: tuple[Option, ...] = (
         choices=("auto", "none", "console", "otlp"),
     ),
     Option("otel_service_name", str, None, "OpenTelemetry service.name; unset means tide-SERVICE"),
+    Option(
+        "event_loop",
+        str,
+        EVENT_LOOPS[0],
+        "the asyncio event loop the service runs on: uvloop (libuv; less CPU a call) or "
+        "asyncio (the standard library's); uvloop that cannot be imported falls back to "
+        "asyncio with a warning",
+        choices=EVENT_LOOPS,
+    ),
     Option(
         "shutdown_grace_s",
         float,
