@@ -459,7 +459,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         say(f"skipping {peer}: {why}")
     results: list[dict[str, Any]] = []
     warm, dur = args.warmup_s, args.duration_s
-    pids = {name: int(pid) for name, pid in (item.split("=", 1) for item in args.tide_pid)}
+    pids = dict(args.tide_pid)
     with tempfile.TemporaryDirectory(prefix="tide-peers-") as tmp, contextlib.ExitStack() as stack:
         ports = {}
         if "redis" not in skipped:
@@ -534,6 +534,15 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def tide_pid(text: str) -> tuple[str, int]:
+    """``--tide-pid NAME=PID``, checked: (name, pid)."""
+    name, _, pid = text.partition("=")
+    if not name or not pid.isdigit():
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise argparse.ArgumentTypeError(f"give NAME=PID, e.g. gateway=1234 (got {shown!r})")
+    return name, int(pid)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gateway", default="127.0.0.1:8081", help="a running Tide gateway")
@@ -545,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tide-pid",
         action="append",
+        type=tide_pid,
         default=[],
         metavar="NAME=PID",
         help="a Tide process on this machine (e.g. gateway=1234; repeatable): the single "
