@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+import uvloop
 
 from tests._cluster import Cluster
 from tide.client import (
@@ -206,3 +207,29 @@ def test_the_loop_ending_under_a_pull_and_an_admin(cluster: Cluster) -> None:
             assert [m.body for m in result.messages] == [b"after"]
 
     asyncio.run(next_loop())
+
+
+def test_the_client_runs_on_uvloop(cluster: Cluster) -> None:
+    """The same client on uvloop (the services' default loop, and a common choice of
+    asyncio applications): accumulated sends, a long poll woken by a send, the pulls."""
+    gateway = cluster.gateway.listen
+    topic = "T_aio_uvloop"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    queue = MessageQueue(topic, "broker-a", 0)
+
+    async def run() -> list[bytes]:
+        assert type(asyncio.get_running_loop()) is uvloop.Loop
+        async with Producer(gateway) as producer, PullConsumer("G_aio_uvloop", gateway) as c:
+            sent = await asyncio.gather(*(producer.send(topic, b"m%d" % i) for i in range(20)))
+            assert producer._accumulator.calls_sent < 20  # shared calls
+            assert sorted(r.queue_offset for r in sent) == list(range(20))
+            poll = asyncio.create_task(c.pull(queue, 20, long_poll_timeout_ms=20_000))
+            await asyncio.to_thread(cluster.gateway.wait_held, 1)
+            await producer.send(topic, b"wake up")
+            assert [m.body for m in (await poll).messages] == [b"wake up"]
+            result = await c.pull(queue, 0, max_messages=32)
+            return [m.body for m in result.messages]
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        bodies = runner.run(run())
+    assert sorted(bodies) == sorted([b"m%d" % i for i in range(20)] + [b"wake up"])
