@@ -5,9 +5,10 @@ Every Tide service is one asyncio program: grpc.aio hands each call's completion
 loop (its poller thread wakes the loop, the loop runs a callback per completion), so the
 loop's own machinery (handles, futures, the self-pipe, the selector) is part of every
 message's cost. uvloop runs the same asyncio programs on libuv with that machinery
-compiled; on the 2-core reference box a whole cluster on uvloop took 0.89-0.95x the CPU
-a message of the same cluster on asyncio's loop, up at once and measured window by
-window (docs/performance.md, "The services' event loop"). Nothing in Tide depends on
+compiled; on the 2-core reference box each service of a cluster on uvloop took 0.89-0.95x
+the CPU a message of the same service on asyncio's loop, both clusters up at once and
+measured window by window (2-7 % of it the loop's own: docs/performance.md, "The
+services' event loop"). Nothing in Tide depends on
 which loop runs: ``asyncio`` stays a choice for an operator who wants the standard
 library's loop (debugging with ``PYTHONASYNCIODEBUG``, a platform without uvloop).
 """
