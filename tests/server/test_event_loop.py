@@ -10,7 +10,13 @@ import sys
 import pytest
 import uvloop
 
-from tide.server._event_loop import EVENT_LOOPS, LoopFactory, loop_factory, running_loop_name
+from tide.server._event_loop import (
+    EVENT_LOOPS,
+    LoopFactory,
+    loop_factory,
+    run_on,
+    running_loop_name,
+)
 
 
 def _running_name(factory: LoopFactory) -> tuple[str, type]:
@@ -25,15 +31,11 @@ def _running_name(factory: LoopFactory) -> tuple[str, type]:
 
 def test_uvloop_is_the_default_and_runs_on_uvloop() -> None:
     assert EVENT_LOOPS[0] == "uvloop"
-    name, factory = loop_factory("uvloop")
-    assert name == "uvloop"
-    assert _running_name(factory) == ("uvloop", uvloop.Loop)
+    assert _running_name(loop_factory("uvloop")) == ("uvloop", uvloop.Loop)
 
 
 def test_asyncio_runs_on_the_standard_loop() -> None:
-    name, factory = loop_factory("asyncio")
-    assert name == "asyncio"
-    running, loop_type = _running_name(factory)
+    running, loop_type = _running_name(loop_factory("asyncio"))
     assert running == "asyncio"
     assert loop_type.__module__.startswith("asyncio.")
 
@@ -43,8 +45,7 @@ def test_uvloop_that_cannot_be_imported_falls_back_with_a_warning(
 ) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
     with caplog.at_level(logging.WARNING, logger="tide.server.event_loop"):
-        name, factory = loop_factory("uvloop")
-    assert name == "asyncio"
+        factory = loop_factory("uvloop")
     assert _running_name(factory)[0] == "asyncio"
     (record,) = caplog.records
     assert record.getMessage().startswith("--event-loop uvloop: cannot import uvloop (")
@@ -54,3 +55,11 @@ def test_uvloop_that_cannot_be_imported_falls_back_with_a_warning(
 def test_an_unknown_loop_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError, match=r"event loop 'trio' is unknown: one of uvloop, asyncio"):
         loop_factory("trio")
+
+
+def test_run_on_runs_the_coroutine_to_its_result_on_the_loop_asked_for() -> None:
+    async def which() -> str:
+        return running_loop_name()
+
+    assert run_on("uvloop", which()) == "uvloop"
+    assert run_on("asyncio", which()) == "asyncio"

@@ -31,10 +31,10 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 T = TypeVar("T")
 
 
-def loop_factory(name: str) -> tuple[str, LoopFactory]:
-    """The loop that ``--event-loop name`` runs on, and how to make one. uvloop that
-    cannot be imported falls back to asyncio's loop with one warning (the service still
-    serves; it only costs more CPU a call)."""
+def loop_factory(name: str) -> LoopFactory:
+    """How to make the loop ``--event-loop name`` runs on. uvloop that cannot be imported
+    falls back to asyncio's loop with one warning (the service still serves; it only
+    costs more CPU a call)."""
     if name not in EVENT_LOOPS:
         raise ValueError(f"event loop {name!r} is unknown: one of {', '.join(EVENT_LOOPS)}")
     if name == UVLOOP:
@@ -45,8 +45,8 @@ def loop_factory(name: str) -> tuple[str, LoopFactory]:
                 "--event-loop uvloop: cannot import uvloop (%s); running on asyncio's loop", exc
             )
         else:
-            return UVLOOP, uvloop.new_event_loop
-    return ASYNCIO, asyncio.new_event_loop
+            return uvloop.new_event_loop
+    return asyncio.new_event_loop
 
 
 def running_loop_name() -> str:
@@ -59,6 +59,5 @@ def running_loop_name() -> str:
 def run_on(name: str, main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(main)`` on the loop ``--event-loop name`` gives. No global policy
     changes: a thread or a library that makes its own loop gets asyncio's, as usual."""
-    _, factory = loop_factory(name)
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(name)) as runner:
         return runner.run(main)
