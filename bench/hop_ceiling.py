@@ -38,6 +38,10 @@ the client alone runs one case against relays already up there (started by
 only, and every result says when its window was (``window_monotonic_s``, the system's
 monotonic clock, so another process can take its CPU over the same window).
 
+The relays and the echo run on the event loop Tide's services run on by default
+(uvloop: their ``--event-loop``), so the ceiling is the limit of the same runtime;
+``--event-loop asyncio`` runs them on the standard library's loop.
+
 ``--dispatch-in-storage`` drops the dispatch relay: the gateway watches the appends on
 the storage relay itself (one hop fewer, what the dispatch running inside the storage's
 process would save: RocketMQ's own layout, where the ReputMessageService runs in the
