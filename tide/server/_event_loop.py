@@ -8,9 +8,9 @@ message's cost. uvloop runs the same asyncio programs on libuv with that machine
 compiled; on the 2-core reference box each service of a cluster on uvloop took 0.89-0.95x
 the CPU a message of the same service on asyncio's loop, both clusters up at once and
 measured window by window (2-7 % of it the loop's own: docs/performance.md, "The
-services' event loop"). Nothing in Tide depends on
-which loop runs: ``asyncio`` stays a choice for an operator who wants the standard
-library's loop (debugging with ``PYTHONASYNCIODEBUG``, a platform without uvloop).
+services' event loop"). Nothing in Tide depends on which loop runs: ``asyncio`` stays a
+choice for an operator who wants the standard library's loop (debugging with
+``PYTHONASYNCIODEBUG``, a platform without uvloop).
 """
 
 from __future__ import annotations
