@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import struct
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -151,6 +152,30 @@ def test_random_batches_compiled_equals_the_twin(seed: int) -> None:
     assert _core_fn("back_to_back_runs")(
         c["offsets"], c["positions"], c["sizes"]
     ) == back_to_back_runs_python(c["offsets"], c["positions"], c["sizes"])
+    # The integer columns as the Tail's scan gives them (array('q')): the same answers
+    # from the compiled calls and from the twins.
+    topics, *ints = _queue_runs_args(c)
+    arrays = [array("q", column) for column in ints]
+    assert _norm_entries(_core_fn("queue_entry_runs")(topics, *arrays)) == want
+    assert _norm_entries(queue_entry_runs_python(topics, *arrays)) == want
+    spans = [array("q", c[name]) for name in ("offsets", "positions", "sizes")]
+    runs = back_to_back_runs_python(c["offsets"], c["positions"], c["sizes"])
+    assert _core_fn("back_to_back_runs")(*spans) == back_to_back_runs_python(*spans) == runs
+
+
+@compiled
+def test_columns_of_another_kind_are_declined_and_the_twin_answers() -> None:
+    """An array of another typecode (or a tuple) is not a column the compiled calls
+    take: they decline (None) and tide.format's functions answer from the twins."""
+    args: tuple[Any, ...] = (["T", "T"], [0, 0], [0, 0], [5, 6], [0, 10], [10, 10], [0, 0])
+    want = _norm_entries(queue_entry_runs_python(*args))
+    for kind in (lambda xs: array("i", xs), tuple):
+        other = (args[0], *(kind(column) for column in args[1:]))
+        assert _core_fn("queue_entry_runs")(*other) is None
+        assert _norm_entries(queue_entry_runs(*other)) == want
+        spans = (kind([0, 10]), kind([0, 10]), kind([10, 10]))
+        assert _core_fn("back_to_back_runs")(*spans) is None
+        assert back_to_back_runs(*spans) == [(0, 20, 0)]
 
 
 @compiled

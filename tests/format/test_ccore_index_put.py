@@ -13,6 +13,7 @@ import os
 import random
 import struct
 import tempfile
+from array import array
 from collections.abc import Iterator
 
 import pytest
@@ -77,10 +78,17 @@ def _both(
     python_buf: bytearray, compiled_buf: bytearray, geometry: IndexGeometry, columns: Columns
 ) -> int:
     put = _compiled_put()
+    from_arrays = bytearray(compiled_buf)  # the same put, the columns as array('q')
     expected = put_key_batch_python(python_buf, geometry, *columns)
     got = put(compiled_buf, geometry.slot_count, geometry.max_entries, *columns, -1)
     assert got == expected
     assert compiled_buf == python_buf
+    hashes, offsets, stamps = (array("q", column) for column in columns)
+    assert (
+        put(from_arrays, geometry.slot_count, geometry.max_entries, hashes, offsets, stamps, -1)
+        == got
+    )
+    assert from_arrays == compiled_buf
     return got
 
 

@@ -9,12 +9,14 @@ fails if it should have been built)."""
 from __future__ import annotations
 
 import random
+from array import array
 from typing import Any
 
 import pytest
 
 import tide.tail._batch as batch_module
 from tests.tail.test_batch import make_record, random_stream
+from tide.format import V4RunScanner
 from tide.format._core import ccore
 from tide.tail._batch import BatchBuilder, ChunkScanner
 
@@ -40,7 +42,9 @@ def scanned(
     out = BatchBuilder()
     stop = scanner.scan(buf, start, base, out, end)
     batch = out.build()
-    return stop, {name: getattr(batch, name) for name in COLUMNS}
+    # (compared as lists: the compiled scan's integer columns are array('q'), the
+    # reference's lists; test_integer_columns_... below holds each to its kind)
+    return stop, {name: list(getattr(batch, name)) for name in COLUMNS}
 
 
 def assert_same(buf: bytes, start: int, end: int, base: int, **kwargs: Any) -> int:
@@ -142,19 +146,37 @@ def test_a_stream_past_the_first_1024_positions_scans_the_same(count: int) -> No
     assert assert_same(stream, 0, len(stream), 0, max_record_bytes=1 << 20) == len(stream)
 
 
-def test_equal_sizes_and_timestamps_of_neighbours_are_one_object_each() -> None:
-    """A produce request's records share a store timestamp and often a size: the compiled
-    scan gives a record the int object of the record before it when the value is the same
-    (fewer objects made and freed a record), and values stay the reference's."""
+def test_integer_columns_are_int64_arrays_compiled_and_lists_in_the_reference() -> None:
+    """The compiled scan answers each integer column as an array('q') (8 bytes a value,
+    no int object a record: docs/performance.md "The scan's integer columns"), its
+    reference as a list, the topics as a list in both; the values equal, sizes over 256
+    and timestamps repeating or not."""
+    assert ccore is not None
     data = bytearray()
     for index in range(6):
-        body = b"m" * (300 if index < 4 else 301)  # sizes over 256: not cached ints
+        body = b"m" * (300 if index < 4 else 301)
         data += make_record(len(data), body, store_ms=(7_000_000 if index < 3 else 7_000_001))
     stream = bytes(data)
-    assert assert_same(stream, 0, len(stream), 0, max_record_bytes=1 << 20) == len(stream)
-    _, columns = scanned(True, stream, 0, len(stream), 0, max_record_bytes=1 << 20)
-    sizes, stamps = columns["sizes"], columns["store_timestamps"]
-    assert sizes[0] is sizes[1] is sizes[2] is sizes[3] and sizes[4] is sizes[5]
-    assert sizes[3] != sizes[4] and sizes[3] is not sizes[4]
-    assert stamps[0] is stamps[1] is stamps[2] and stamps[3] is stamps[4] is stamps[5]
-    assert stamps[2] + 1 == stamps[3]
+    stop, *columns = ccore.scan_v4_run(stream, 0, len(stream), 0, 1 << 20, True, 1 << 20)
+    reference = V4RunScanner(1 << 20).scan(stream, 0, len(stream), 0, 1 << 20)
+    ref_stop, *ref_columns = reference
+    assert stop == ref_stop == len(stream)
+    for index, (column, ref_column) in enumerate(zip(columns, ref_columns, strict=True)):
+        assert type(ref_column) is list and len(column) == 6
+        if index == 7:  # the topics
+            assert type(column) is list and column == ref_column
+        else:
+            assert type(column) is array and column.typecode == "q"
+            assert column.tolist() == ref_column
+    positions, sizes, stamps = reference[1], reference[3], reference[7]
+    assert [p + s for p, s in zip(positions, sizes, strict=True)] == [*positions[1:], len(stream)]
+    assert sizes[0] == sizes[3] != sizes[4] == sizes[5]
+    assert stamps == [7_000_000] * 3 + [7_000_001] * 3
+
+
+def test_a_scan_that_takes_nothing_answers_empty_columns() -> None:
+    assert ccore is not None
+    stream = make_record(0, b"x")[:50]  # not a whole record
+    compiled = ccore.scan_v4_run(stream, 0, len(stream), 0, 1 << 20, True, 1 << 20)
+    assert compiled == (0, *([array("q")] * 7), [], array("q"))
+    assert V4RunScanner(1 << 20).scan(stream, 0, len(stream), 0, 1 << 20) == (0, *([[]] * 9))

@@ -5,6 +5,7 @@ One small module per layout; this package re-exports the public surface.
 
 from tide.format._bodies_run import encode_bodies_run, numbered_keys, scan_bodies
 from tide.format._checkpoint import CHECKPOINT_FILE_BYTES, Checkpoint
+from tide.format._columns import IntColumn, ScanColumns
 from tide.format._config_json import DataVersion
 from tide.format._consume_queue import (
     DEFAULT_ENTRIES_PER_SEGMENT,
@@ -600,6 +601,7 @@ __all__ = [
     "IndexEntry",
     "IndexGeometry",
     "IndexHeader",
+    "IntColumn",
     "MessageIdError",
     "PopAck",
     "PopCheckpoint",
@@ -615,6 +617,7 @@ __all__ = [
     "RetryPolicyType",
     "RunLayout",
     "RunWriter",
+    "ScanColumns",
     "ScanKind",
     "ScanResult",
     "ShardingGroup",

@@ -159,69 +159,159 @@ static Py_ssize_t check_record(const ScanArgs *a, Py_ssize_t pos, Py_ssize_t *to
     return (Py_ssize_t)size;
 }
 
-static PyObject *new_int_list(Py_ssize_t count) { return PyList_New(count); }
+/* -- int64 columns (issue 21: a batch's integer columns without an object a value) -----
+ * The scan answers each integer column as an array('q') (a buffer of int64: 8 bytes a
+ * value, no int object made, freed or chased a record); the calls that read columns take
+ * an array('q') or a list of ints alike (the pure-Python path and the tests pass lists).
+ * A column of any other kind (or an array of another typecode) is read as a sequence. */
 
-/* The int v: the previous record's object when it has the same value, else a new one
- * (then the one *prev names; borrowed: its list holds it). A produce request's records
- * share a store timestamp and, often, a size: one object fewer to make and free a
- * record for each such column, values unchanged. */
-static PyObject *int_as_before(long long v, PyObject **prev, long long *prev_value) {
-    if (*prev != NULL && *prev_value == v) {
-        Py_INCREF(*prev);
-        return *prev;
+static PyObject *array_type = NULL; /* array.array, imported at module init */
+
+/* A new array('q') holding the count values of v. */
+static PyObject *int64_array(const long long *v, Py_ssize_t count) {
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)v, count * (Py_ssize_t)sizeof(*v));
+    if (raw == NULL) {
+        return NULL;
     }
-    PyObject *made = PyLong_FromLongLong(v);
-    if (made != NULL) {
-        *prev = made;
-        *prev_value = v;
-    }
-    return made;
+    PyObject *out = PyObject_CallFunction(array_type, "CO", 'q', raw);
+    Py_DECREF(raw);
+    return out;
 }
 
-/* The columns of the records at ps (checked), in the order scan_v4_run returns them. */
+/* 1 when col is a C-contiguous buffer of signed 8-byte integers (array('q'); 'l' where
+ * a long is 8 bytes): *view then holds it (release it); 0 (no exception) otherwise. */
+static int int64_view(PyObject *col, Py_buffer *view) {
+    if (PyList_CheckExact(col) || PyTuple_CheckExact(col) || !PyObject_CheckBuffer(col)) {
+        return 0;
+    }
+    if (PyObject_GetBuffer(col, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format;
+    if (view->itemsize == 8 && view->ndim == 1 && f != NULL &&
+        (strcmp(f, "q") == 0 || (strcmp(f, "l") == 0 && sizeof(long) == 8))) {
+        return 1;
+    }
+    PyBuffer_Release(view);
+    return 0;
+}
+
+/* The length of an int64 buffer column, or of an exact list; -1 (no exception) for
+ * anything else. */
+static Py_ssize_t column_length(PyObject *col) {
+    if (PyList_CheckExact(col)) {
+        return PyList_GET_SIZE(col);
+    }
+    Py_buffer view;
+    if (!int64_view(col, &view)) {
+        return -1;
+    }
+    Py_ssize_t n = view.len / 8;
+    PyBuffer_Release(&view);
+    return n;
+}
+
+/* The count values of an int64 buffer column into out: 1, or 0 (no exception) when col
+ * is not one or holds another number of values. */
+static int int64_column(PyObject *col, long long *out, Py_ssize_t count) {
+    Py_buffer view;
+    if (!int64_view(col, &view)) {
+        return 0;
+    }
+    int ok = view.len == count * 8;
+    if (ok) {
+        memcpy(out, view.buf, (size_t)count * 8);
+    }
+    PyBuffer_Release(&view);
+    return ok;
+}
+
+/* Any integer column (an int64 buffer, else any sequence of ints) as a new C array of
+ * long long (PyMem_Free it); NULL with an exception when it is neither, or its length is
+ * not count (count < 0: any; *length then says it). what names it in messages. */
+static long long *int64_values(PyObject *col, Py_ssize_t count, Py_ssize_t *length,
+                               const char *what) {
+    Py_buffer view;
+    if (int64_view(col, &view)) {
+        Py_ssize_t n = view.len / 8;
+        long long *out = NULL;
+        if (count >= 0 && n != count) {
+            PyErr_Format(PyExc_ValueError, "%s: %zd values, %zd expected", what, n, count);
+        } else if ((out = PyMem_Malloc((size_t)(n + 1) * 8)) == NULL) {
+            PyErr_NoMemory();
+        } else {
+            memcpy(out, view.buf, (size_t)n * 8);
+            *length = n;
+        }
+        PyBuffer_Release(&view);
+        return out;
+    }
+    PyObject *seq = PySequence_Fast(col, what);
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    long long *out = NULL;
+    if (count >= 0 && n != count) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd values, %zd expected", what, n, count);
+    } else if ((out = PyMem_Malloc((size_t)(n + 1) * 8)) == NULL) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (out[i] == -1 && PyErr_Occurred()) {
+                PyMem_Free(out);
+                out = NULL;
+                break;
+            }
+        }
+        if (out != NULL) {
+            *length = n;
+        }
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+
+/* The columns of the records at ps (checked), in the order scan_v4_run returns them: the
+ * integer columns as array('q') (see "int64 columns" above), the topics as given. */
 static PyObject *columns(const ScanArgs *a, const Positions *ps, PyObject *topics,
                          const Py_ssize_t *props_starts, Py_ssize_t stop) {
     enum { POSITIONS, OFFSETS, SIZES, QUEUE_IDS, QUEUE_OFFSETS, SYS_FLAGS, STAMPS, PROPS, N };
-    PyObject *lists[N] = {NULL};
+    PyObject *arrays[N] = {NULL};
     PyObject *result = NULL;
     Py_ssize_t n = ps->count;
-    for (int c = 0; c < N; c++) {
-        if ((lists[c] = new_int_list(n)) == NULL) {
-            goto done;
-        }
+    long long *v = PyMem_Malloc(sizeof(long long) * (size_t)(N * n + 1));
+    if (v == NULL) {
+        return PyErr_NoMemory();
     }
-    PyObject *prev_size = NULL, *prev_stamp = NULL;
-    long long prev_size_value = 0, prev_stamp_value = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t pos = ps->items[i];
         Py_ssize_t next = i + 1 < n ? ps->items[i + 1] : stop;
         const unsigned char *r = a->buf + pos;
-        PyObject *values[N] = {
-            PyLong_FromSsize_t(pos),
-            PyLong_FromLongLong(a->base_offset + pos),
-            int_as_before(next - pos, &prev_size, &prev_size_value),
-            PyLong_FromLong(be32(r + POS_QUEUE_ID)),
-            PyLong_FromLongLong(be64(r + POS_QUEUE_OFFSET)),
-            PyLong_FromLong(be32(r + POS_SYS_FLAG)),
-            int_as_before(be64(r + POS_STORE_TIMESTAMP), &prev_stamp, &prev_stamp_value),
-            PyLong_FromSsize_t(props_starts[i]),
-        };
-        for (int c = 0; c < N; c++) {
-            if (values[c] == NULL) {
-                for (int d = c; d < N; d++) {
-                    Py_XDECREF(values[d]);
-                }
-                goto done;
-            }
-            PyList_SET_ITEM(lists[c], i, values[c]);
+        v[POSITIONS * n + i] = pos;
+        v[OFFSETS * n + i] = a->base_offset + pos;
+        v[SIZES * n + i] = next - pos;
+        v[QUEUE_IDS * n + i] = be32(r + POS_QUEUE_ID);
+        v[QUEUE_OFFSETS * n + i] = be64(r + POS_QUEUE_OFFSET);
+        v[SYS_FLAGS * n + i] = be32(r + POS_SYS_FLAG);
+        v[STAMPS * n + i] = be64(r + POS_STORE_TIMESTAMP);
+        v[PROPS * n + i] = props_starts[i];
+    }
+    for (int c = 0; c < N; c++) {
+        if ((arrays[c] = int64_array(v + c * n, n)) == NULL) {
+            goto done;
         }
     }
-    result = Py_BuildValue("(nOOOOOOOOO)", stop, lists[POSITIONS], lists[OFFSETS], lists[SIZES],
-                           lists[QUEUE_IDS], lists[QUEUE_OFFSETS], lists[SYS_FLAGS],
-                           lists[STAMPS], topics, lists[PROPS]);
+    result = Py_BuildValue("(nOOOOOOOOO)", stop, arrays[POSITIONS], arrays[OFFSETS],
+                           arrays[SIZES], arrays[QUEUE_IDS], arrays[QUEUE_OFFSETS],
+                           arrays[SYS_FLAGS], arrays[STAMPS], topics, arrays[PROPS]);
 done:
+    PyMem_Free(v);
     for (int c = 0; c < N; c++) {
-        Py_XDECREF(lists[c]);
+        Py_XDECREF(arrays[c]);
     }
     return result;
 }
@@ -231,7 +321,8 @@ PyDoc_STRVAR(scan_v4_run_doc,
              "--\n\n"
              "The whole, valid V1 IPv4 records of buf[start:end] that start in the window:\n"
              "(stop, positions, offsets, sizes, queue_ids, queue_offsets, sys_flags,\n"
-             "store_timestamps, topics, props_starts); see tide/format/_ccore.pyi.");
+             "store_timestamps, topics, props_starts), each integer column an array('q'),\n"
+             "the topics a list; see tide/format/_ccore.pyi.");
 
 static PyObject *scan_v4_run(PyObject *self, PyObject *args) {
     (void)self;
@@ -368,23 +459,17 @@ static void find_values(const char *p, Py_ssize_t len, const char *found[NAMES],
     }
 }
 
-/* Record i's properties bounds from the index sequences, checked against the data: from
+/* Record i's properties bounds from the index columns, checked against the data: from
  * starts to ends, or (sizes not NULL) to ends[i] + sizes[i], ends then the records'
  * positions (the record ends, without a list of them made for the call). */
-static int bounds_of(PyObject *starts, PyObject *ends, PyObject *sizes, Py_ssize_t i,
-                     Py_ssize_t size, Py_ssize_t *start, Py_ssize_t *end) {
-    *start = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(starts, i));
-    *end = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ends, i));
-    if ((*start == -1 || *end == -1) && PyErr_Occurred()) {
-        return -1;
-    }
+static int bounds_of(const long long *starts, const long long *ends, const long long *sizes,
+                     Py_ssize_t i, Py_ssize_t size, long long *start, long long *end) {
+    *start = starts[i];
+    *end = ends[i];
     if (sizes != NULL) {
-        Py_ssize_t record_size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sizes, i));
-        if (record_size == -1 && PyErr_Occurred()) {
-            return -1;
-        }
-        if ((record_size > 0 && *end > PY_SSIZE_T_MAX - record_size) ||
-            (record_size < 0 && *end < PY_SSIZE_T_MIN - record_size)) {
+        long long record_size = sizes[i];
+        if ((record_size > 0 && *end > LLONG_MAX - record_size) ||
+            (record_size < 0 && *end < LLONG_MIN - record_size)) {
             *end = -1; /* (out of the data: refused below) */
         } else {
             *end += record_size;
@@ -392,7 +477,7 @@ static int bounds_of(PyObject *starts, PyObject *ends, PyObject *sizes, Py_ssize
     }
     if (*start < 0 || *end < *start || *end > size) {
         PyErr_Format(PyExc_ValueError,
-                     "dispatch_properties: record %zd's properties [%zd, %zd) are not inside "
+                     "dispatch_properties: record %zd's properties [%lld, %lld) are not inside "
                      "the data (%zd bytes)",
                      i, *start, *end, size);
         return -1;
@@ -400,13 +485,13 @@ static int bounds_of(PyObject *starts, PyObject *ends, PyObject *sizes, Py_ssize
     return 0;
 }
 
-static int properties_rows(const char *data, Py_ssize_t size, PyObject *starts, PyObject *ends,
-                           PyObject *sizes, PyObject *columns[NAMES]) {
+static int properties_rows(const char *data, Py_ssize_t size, const long long *starts,
+                           const long long *ends, const long long *sizes, Py_ssize_t count,
+                           PyObject *columns[NAMES]) {
     LastValue last[NAMES] = {{NULL, NULL, 0}, {NULL, NULL, 0}, {NULL, NULL, 0}};
     int failed = -1;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t start, end;
+        long long start, end;
         if (bounds_of(starts, ends, sizes, i, size, &start, &end)) {
             goto done;
         }
@@ -454,22 +539,24 @@ static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
     }
     PyObject *result = NULL;
     PyObject *columns[NAMES] = {NULL};
-    PyObject *sizes = NULL;
-    PyObject *starts = PySequence_Fast(starts_in, "dispatch_properties: starts: a sequence");
-    PyObject *ends = starts ? PySequence_Fast(ends_in, "dispatch_properties: ends: a sequence")
-                            : NULL;
+    long long *sizes = NULL;
+    Py_ssize_t count = 0, n_ends = 0, n_sizes = 0;
+    long long *starts = int64_values(starts_in, -1, &count,
+                                     "dispatch_properties: starts: a sequence");
+    long long *ends = starts ? int64_values(ends_in, -1, &n_ends,
+                                            "dispatch_properties: ends: a sequence")
+                             : NULL;
     if (ends == NULL) {
         goto done;
     }
     if (sizes_in != NULL &&
-        (sizes = PySequence_Fast(sizes_in, "dispatch_properties: sizes: a sequence")) == NULL) {
+        (sizes = int64_values(sizes_in, -1, &n_sizes, "dispatch_properties: sizes: a sequence")) ==
+            NULL) {
         goto done;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
-    if (PySequence_Fast_GET_SIZE(ends) != count ||
-        (sizes != NULL && PySequence_Fast_GET_SIZE(sizes) != count)) {
+    if (n_ends != count || (sizes != NULL && n_sizes != count)) {
         PyErr_Format(PyExc_ValueError, "dispatch_properties: %zd starts but %zd ends or sizes",
-                     count, PySequence_Fast_GET_SIZE(ends));
+                     count, n_ends);
         goto done;
     }
     for (int n = 0; n < NAMES; n++) {
@@ -480,16 +567,16 @@ static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(columns[n], i, Py_NewRef(Py_None));
         }
     }
-    if (properties_rows(view.buf, view.len, starts, ends, sizes, columns) == 0) {
+    if (properties_rows(view.buf, view.len, starts, ends, sizes, count, columns) == 0) {
         result = PyTuple_Pack(3, columns[KEYS], columns[TAGS], columns[UNIQ_KEY]);
     }
 done:
     for (int n = 0; n < NAMES; n++) {
         Py_XDECREF(columns[n]);
     }
-    Py_XDECREF(starts);
-    Py_XDECREF(ends);
-    Py_XDECREF(sizes);
+    PyMem_Free(starts);
+    PyMem_Free(ends);
+    PyMem_Free(sizes);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1266,7 +1353,7 @@ static uint32_t horner31(uint32_t h, const unsigned char *k, Py_ssize_t len) {
 PyDoc_STRVAR(index_key_hashes_ascii_doc,
              "index_key_hashes_ascii(keys, prefix)\n--\n\n"
              "tide.format.index_key_hashes(keys, prefix) when the prefix and every key are\n"
-             "ASCII; None when one is not (the reference then hashes them).");
+             "ASCII, as an array('q'); None when one is not (the reference then hashes them).");
 
 static PyObject *index_key_hashes_ascii(PyObject *self, PyObject *args) {
     (void)self;
@@ -1275,6 +1362,7 @@ static PyObject *index_key_hashes_ascii(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oy*:index_key_hashes_ascii", &keys_in, &prefix)) {
         return NULL;
     }
+    long long *hashes = NULL;
     PyObject *result = NULL, *keys = PySequence_Fast(keys_in, "keys: a sequence");
     if (keys == NULL) {
         goto done;
@@ -1286,30 +1374,27 @@ static PyObject *index_key_hashes_ascii(PyObject *self, PyObject *args) {
     }
     uint32_t start = horner31(0, pre, prefix.len);
     Py_ssize_t count = PySequence_Fast_GET_SIZE(keys);
-    if ((result = PyList_New(count)) == NULL) {
+    if ((hashes = PyMem_Malloc(sizeof(long long) * (size_t)(count + 1))) == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
         if (!PyBytes_Check(key)) {
             PyErr_Format(PyExc_TypeError, "index_key_hashes_ascii: key %zd is not bytes", i);
-            Py_CLEAR(result);
             goto done;
         }
         const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key);
         Py_ssize_t len = PyBytes_GET_SIZE(key);
         if (!is_ascii(k, len)) {
-            Py_SETREF(result, Py_NewRef(Py_None));
+            result = Py_NewRef(Py_None);
             goto done;
         }
-        PyObject *value = PyLong_FromLong(index_hash(horner31(start, k, len)));
-        if (value == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, i, value);
+        hashes[i] = index_hash(horner31(start, k, len));
     }
+    result = int64_array(hashes, count);
 done:
+    PyMem_Free(hashes);
     Py_XDECREF(keys);
     PyBuffer_Release(&prefix);
     return result;
@@ -1741,25 +1826,21 @@ static inline size_t slot_map_find(const SlotMap *m, uint32_t slot) {
     return at;
 }
 
-/* The batch's key hashes, offsets and timestamps as C values (the first count of each). */
-static int index_columns(PyObject *hashes, PyObject *offsets, PyObject *stamps, Py_ssize_t count,
-                         uint32_t *h, int64_t *o, int64_t *t) {
+/* The batch's key hashes (checked to be in [0, 2^31)), offsets and timestamps, the first
+ * count of each, into h, o and t. */
+static int index_columns(const long long *hashes, const long long *offsets,
+                         const long long *stamps, Py_ssize_t count, uint32_t *h, int64_t *o,
+                         int64_t *t) {
     for (Py_ssize_t i = 0; i < count; i++) {
-        long long hash = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(hashes, i));
-        if (hash == -1 && PyErr_Occurred()) {
-            return -1;
-        }
+        long long hash = hashes[i];
         if (hash < 0 || hash > INT32_MAX) {
             PyErr_Format(PyExc_ValueError, "put_index_keys: key hash %lld at %zd is not in "
                          "[0, 2^31)", hash, i);
             return -1;
         }
         h[i] = (uint32_t)hash;
-        o[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(offsets, i));
-        t[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(stamps, i));
-        if ((o[i] == -1 || t[i] == -1) && PyErr_Occurred()) {
-            return -1;
-        }
+        o[i] = offsets[i];
+        t[i] = stamps[i];
     }
     return 0;
 }
@@ -1875,7 +1956,8 @@ static PyObject *put_index_keys(PyObject *self, PyObject *args) {
                           &hashes_in, &offsets_in, &stamps_in, &fd)) {
         return NULL;
     }
-    PyObject *result = NULL, *hashes = NULL, *offsets = NULL, *stamps = NULL;
+    PyObject *result = NULL;
+    long long *hashes = NULL, *offsets = NULL, *stamps = NULL;
     uint32_t *h = NULL, *slots = NULL;
     int64_t *o = NULL, *t = NULL;
     unsigned char *entries = NULL;
@@ -1893,13 +1975,14 @@ static PyObject *put_index_keys(PyObject *self, PyObject *args) {
                      file_bytes);
         goto done;
     }
-    if ((hashes = PySequence_Fast(hashes_in, "key_hashes: a sequence")) == NULL ||
-        (offsets = PySequence_Fast(offsets_in, "phy_offsets: a sequence")) == NULL ||
-        (stamps = PySequence_Fast(stamps_in, "store_timestamps_ms: a sequence")) == NULL) {
+    Py_ssize_t given = 0, n_offsets = 0, n_stamps = 0;
+    if ((hashes = int64_values(hashes_in, -1, &given, "key_hashes: a sequence")) == NULL ||
+        (offsets = int64_values(offsets_in, -1, &n_offsets, "phy_offsets: a sequence")) == NULL ||
+        (stamps = int64_values(stamps_in, -1, &n_stamps, "store_timestamps_ms: a sequence")) ==
+            NULL) {
         goto done;
     }
-    Py_ssize_t given = PySequence_Fast_GET_SIZE(hashes);
-    if (PySequence_Fast_GET_SIZE(offsets) != given || PySequence_Fast_GET_SIZE(stamps) != given) {
+    if (n_offsets != given || n_stamps != given) {
         PyErr_SetString(PyExc_ValueError, "put_index_keys: the three columns differ in length");
         goto done;
     }
@@ -1959,9 +2042,9 @@ done:
     PyMem_Free(o);
     PyMem_Free(t);
     PyMem_Free(entries);
-    Py_XDECREF(hashes);
-    Py_XDECREF(offsets);
-    Py_XDECREF(stamps);
+    PyMem_Free(hashes);
+    PyMem_Free(offsets);
+    PyMem_Free(stamps);
     PyBuffer_Release(&view);
     return result;
 }
@@ -2623,8 +2706,8 @@ static PyObject *numbered_keys(PyObject *self, PyObject *args) {
  * What DispatchStore.apply and the tail cache did in Python between the compiled calls,
  * once per batch: the record ends, each queue's records as columns, the runs of records
  * back to back. References: tide/format/_dispatch_columns.py. Each declines (None) what
- * it does not take (not exact lists of one length, an int that does not fit, too many
- * queues) and the reference answers instead. */
+ * it does not take (columns that are not exact lists or array('q') of one length, an int
+ * that does not fit, too many queues) and the reference answers instead. */
 
 /* Borrowed items of an exact list, as long longs; 0 (no exception set) when one is not an
  * exact int or does not fit. */
@@ -2650,16 +2733,24 @@ static int list_as_ll(PyObject *list, long long *out, Py_ssize_t count) {
     return 1;
 }
 
+/* A column's count values as long longs: an exact list (list_as_ll) or an int64 buffer
+ * (array('q')); 0 (no exception set) for anything else. */
+static int column_as_ll(PyObject *col, long long *out, Py_ssize_t count) {
+    if (PyList_CheckExact(col)) {
+        return list_as_ll(col, out, count);
+    }
+    return int64_column(col, out, count);
+}
+
+/* 1 when each column is an exact list or an int64 buffer and all have one length
+ * (*count); 0 (no exception set) otherwise. */
 static int exact_lists(PyObject *const *lists, int how_many, Py_ssize_t *count) {
     for (int k = 0; k < how_many; k++) {
-        if (!PyList_CheckExact(lists[k])) {
+        Py_ssize_t n = column_length(lists[k]);
+        if (n < 0 || (k > 0 && n != *count)) {
             return 0;
         }
-        if (k == 0) {
-            *count = PyList_GET_SIZE(lists[0]);
-        } else if (PyList_GET_SIZE(lists[k]) != *count) {
-            return 0;
-        }
+        *count = n;
     }
     return 1;
 }
@@ -2704,8 +2795,8 @@ static int queue_run_of(QueueRun *runs, int count, int last, PyObject *topic, lo
 /* The commitlog offsets, sizes and tags codes (in[0..2]) as long longs into out (three
  * columns of count); 0 when one is not an exact int that fits, or a size not in 32 bits. */
 static int entry_columns(PyObject *const *in, long long *out, Py_ssize_t count) {
-    if (!list_as_ll(in[0], out, count) || !list_as_ll(in[1], out + count, count) ||
-        !list_as_ll(in[2], out + 2 * count, count)) {
+    if (!column_as_ll(in[0], out, count) || !column_as_ll(in[1], out + count, count) ||
+        !column_as_ll(in[2], out + 2 * count, count)) {
         return 0;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -2748,21 +2839,26 @@ static int queue_entries_bytes(const QueueRun *runs, int groups, const int *grou
     return 1;
 }
 
-/* A non-consecutive queue's queue offsets, as a list of the input's own int objects. */
+/* A non-consecutive queue's queue offsets (qos: the batch's), as a list. */
 static PyObject *queue_offsets_list(const QueueRun *r, int g, const int *group_of,
-                                    PyObject *queue_offsets, Py_ssize_t count) {
+                                    const long long *qos, Py_ssize_t count) {
     PyObject *out = PyList_New(r->taken);
     Py_ssize_t at = 0;
     for (Py_ssize_t i = r->first; out != NULL && i < count; i++) {
         if (group_of[i] == g) {
-            PyList_SET_ITEM(out, at++, Py_NewRef(PyList_GET_ITEM(queue_offsets, i)));
+            PyObject *value = PyLong_FromLongLong(qos[i]);
+            if (value == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, at++, value);
         }
     }
     return out;
 }
 
 static PyObject *queue_entry_runs_answer(const QueueRun *runs, int groups, const int *group_of,
-                                         PyObject *queue_offsets, const long long *cols,
+                                         const long long *qos, const long long *cols,
                                          Py_ssize_t count) {
     PyObject *entries[QUEUE_RUNS_MAX_QUEUES];
     PyObject *out = NULL;
@@ -2777,7 +2873,7 @@ static PyObject *queue_entry_runs_answer(const QueueRun *runs, int groups, const
         PyObject *id = PyLong_FromLongLong(r->queue_id);
         PyObject *first = r->consecutive
                               ? PyLong_FromLongLong(r->first_offset)
-                              : queue_offsets_list(r, g, group_of, queue_offsets, count);
+                              : queue_offsets_list(r, g, group_of, qos, count);
         PyObject *item = (id == NULL || first == NULL)
                              ? NULL
                              : PyTuple_Pack(4, r->topic, id, first, entries[g]);
@@ -2804,9 +2900,10 @@ PyDoc_STRVAR(queue_entry_runs_doc,
              "queues are first met: [(topic, queue_id, queue offsets, entries)], the queue\n"
              "offsets an int (the first) when they are consecutive and more than one, else a\n"
              "list, the entries each record's (offset, size, tags code) packed as\n"
-             "consume_queue_entries does. None when the columns are not exact lists of one\n"
-             "length of str topics and ints that fit in 64 bits (a size in 32), or hold more\n"
-             "than 64 queues. Reference: tide.format._dispatch_columns.queue_entry_runs_python.");
+             "consume_queue_entries does. None when the columns are not of one length, the\n"
+             "topics an exact list of str, the others exact lists of ints that fit in 64 bits\n"
+             "or array('q') (a size in 32 bits), or hold more than 64 queues. Reference:\n"
+             "tide.format._dispatch_columns.queue_entry_runs_python.");
 
 static PyObject *queue_entry_runs(PyObject *self, PyObject *args) {
     (void)self;
@@ -2816,7 +2913,7 @@ static PyObject *queue_entry_runs(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t count = 0;
-    if (!exact_lists(in, 7, &count)) {
+    if (!exact_lists(in, 7, &count) || !PyList_CheckExact(in[4])) {
         Py_RETURN_NONE;
     }
     long long *cols = PyMem_Malloc(sizeof(long long) * (size_t)(6 * count + 1));
@@ -2829,8 +2926,8 @@ static PyObject *queue_entry_runs(PyObject *self, PyObject *args) {
         goto done;
     }
     long long *ids = cols, *flags = cols + count, *qos = cols + 2 * count;
-    if (!list_as_ll(in[5], ids, count) || !list_as_ll(in[6], flags, count) ||
-        !list_as_ll(in[3], qos, count) || !entry_columns(in, cols + 3 * count, count)) {
+    if (!column_as_ll(in[5], ids, count) || !column_as_ll(in[6], flags, count) ||
+        !column_as_ll(in[3], qos, count) || !entry_columns(in, cols + 3 * count, count)) {
         out = Py_NewRef(Py_None);
         goto done;
     }
@@ -2874,7 +2971,7 @@ static PyObject *queue_entry_runs(PyObject *self, PyObject *args) {
             runs[g].consecutive = 0;
         }
     }
-    out = queue_entry_runs_answer(runs, groups, group_of, in[3], cols + 3 * count, count);
+    out = queue_entry_runs_answer(runs, groups, group_of, qos, cols + 3 * count, count);
 done:
     PyMem_Free(cols);
     PyMem_Free(group_of);
@@ -2886,7 +2983,8 @@ PyDoc_STRVAR(back_to_back_runs_doc,
              "A batch's records as runs back to back both in the commitlog and in its data:\n"
              "[(start offset, end offset, position of start)], a record joining the run\n"
              "before it when it starts where that run ends in both. None when the columns\n"
-             "are not exact lists of one length (>= 1) of ints that fit in 63 bits.\n"
+             "are not exact lists or array('q') of one length (>= 1), of ints that fit in\n"
+             "63 bits.\n"
              "Reference: tide.format._dispatch_columns.back_to_back_runs_python.");
 
 static PyObject *back_to_back_runs(PyObject *self, PyObject *args) {
@@ -2906,8 +3004,8 @@ static PyObject *back_to_back_runs(PyObject *self, PyObject *args) {
     long long *offsets = cols, *positions = cols + count, *sizes = cols + 2 * count;
     PyObject *out = NULL;
     const long long limit = LLONG_MAX / 4; /* sums below cannot overflow */
-    if (!list_as_ll(in[0], offsets, count) || !list_as_ll(in[1], positions, count) ||
-        !list_as_ll(in[2], sizes, count)) {
+    if (!column_as_ll(in[0], offsets, count) || !column_as_ll(in[1], positions, count) ||
+        !column_as_ll(in[2], sizes, count)) {
         out = Py_NewRef(Py_None);
         goto done;
     }
@@ -3426,4 +3524,15 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__ccore(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__ccore(void) {
+    PyObject *array_module = PyImport_ImportModule("array");
+    if (array_module == NULL) {
+        return NULL;
+    }
+    array_type = PyObject_GetAttrString(array_module, "array");
+    Py_DECREF(array_module);
+    if (array_type == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -4,6 +4,7 @@ from typing import Any
 
 from tide.format._columns import (
     CheckedRun,
+    IntColumn,
     PatchedOffsets,
     PropertyColumns,
     RunColumns,
@@ -65,7 +66,7 @@ def encode_run_v4(
     born_host: bytes,
     /,
 ) -> bytes: ...
-def index_key_hashes_ascii(keys: Sequence[bytes], prefix: bytes, /) -> list[int] | None: ...
+def index_key_hashes_ascii(keys: Sequence[bytes], prefix: bytes, /) -> IntColumn | None: ...
 def span_records(piece: bytes | bytearray | memoryview, offset: int, at_most: int, /) -> int: ...
 def record_tags(records: bytes | bytearray | memoryview, count: int, /) -> TagColumns | None: ...
 def v4_record_fields(

@@ -8,24 +8,31 @@ references cannot drift apart.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable
 from typing import TypeAlias, TypeVar
 
 _Name = TypeVar("_Name", bound=Hashable)
 
+# An integer column of a batch: an array('q') from the compiled scan (8 bytes a value, no
+# int object made, freed or chased a record: docs/performance.md "The scan's integer
+# columns"), a list from its pure-Python reference (which works in lists: converting
+# would only slow it). Equal values either way; every reader takes both.
+IntColumn: TypeAlias = "list[int] | array[int]"
+
 # scan_v4_run: the stop, then positions, offsets, sizes, queue ids, queue offsets,
 # sys_flags, store timestamps, topics, properties' starts (tide/format/_record_scan.py).
 ScanColumns: TypeAlias = tuple[
     int,
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
+    IntColumn,
+    IntColumn,
+    IntColumn,
+    IntColumn,
+    IntColumn,
+    IntColumn,
+    IntColumn,
     list[str],
-    list[int],
+    IntColumn,
 ]
 # dispatch_properties: keys, tags, uniq_keys.
 PropertyColumns: TypeAlias = tuple[list[bytes], list[bytes], list[bytes | None]]

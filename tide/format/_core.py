@@ -16,7 +16,13 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TypeAlias
 
-from tide.format._columns import PatchedOffsets, PropertyColumns, RunColumns, ScanColumns
+from tide.format._columns import (
+    IntColumn,
+    PatchedOffsets,
+    PropertyColumns,
+    RunColumns,
+    ScanColumns,
+)
 
 NO_EXTENSIONS_ENV = "TIDE_NO_EXTENSIONS"
 
@@ -77,7 +83,7 @@ replay_records: ReplayRecords | None = None if ccore is None else ccore.replay_r
 encode_run_v4: EncodeRunV4 | None = None if ccore is None else ccore.encode_run_v4
 # check_run's arguments and answer are typed where it is wrapped (tide.format._run_check).
 check_run: Callable[..., object] | None = None if ccore is None else ccore.check_run
-index_key_hashes_ascii: Callable[[Sequence[bytes], bytes], list[int] | None] | None = (
+index_key_hashes_ascii: Callable[[Sequence[bytes], bytes], IntColumn | None] | None = (
     None if ccore is None else ccore.index_key_hashes_ascii
 )
 

@@ -6,13 +6,14 @@ compiled calls, a few microseconds a batch each; following live, ~300 batches a 
 of ~500 records. Each function here takes the compiled core's twin
 (``tide.format._ccore``: ``queue_entry_runs``, ``back_to_back_runs``) when it
 answers, else its pure-Python reference below (``TIDE_NO_EXTENSIONS=1``, or input the
-compiled one declines: not exact lists of one length, ints that do not fit in 64 bits,
-more than 64 queues in a batch). Both give equal answers
+compiled one declines: columns that are not exact lists or array('q') of one length,
+ints that do not fit in 64 bits, more than 64 queues in a batch). Both give equal answers
 (tests/format/test_ccore_dispatch_columns.py).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from itertools import accumulate, repeat
@@ -58,12 +59,12 @@ def record_ends_python(positions: Sequence[int], sizes: Sequence[int]) -> list[i
 
 def queue_runs_python(
     topics: list[str],
-    queue_ids: list[int],
-    sys_flags: list[int],
-    queue_offsets: list[int],
-    offsets: list[int],
-    sizes: list[int],
-    codes: list[int],
+    queue_ids: Sequence[int],
+    sys_flags: Sequence[int],
+    queue_offsets: Sequence[int],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    codes: Sequence[int],
 ) -> list[QueueRun]:
     """The grouping rule of :func:`queue_entry_runs`, in Python (its reference uses it):
     the records that take a consume-queue entry (all but a transaction's prepared and
@@ -73,6 +74,9 @@ def queue_runs_python(
     int) when they are consecutive and more than one (one ``put_run``), else a sequence.
     Grouped without a Python step per record when the queues take turns (one producer's
     round robin), each queue's columns picked with C-speed slices or ``itemgetter``."""
+    queue_ids, sys_flags, queue_offsets, offsets, sizes, codes = map(
+        _as_list, (queue_ids, sys_flags, queue_offsets, offsets, sizes, codes)
+    )
     runs: list[QueueRun] = []
     for (topic, queue_id), group in _groups(topics, queue_ids, sys_flags).items():
         pick: Callable[[list[int]], Sequence[int]]
@@ -103,12 +107,12 @@ def queue_runs_python(
 
 def queue_entry_runs(
     topics: list[str],
-    queue_ids: list[int],
-    sys_flags: list[int],
-    queue_offsets: list[int],
-    offsets: list[int],
-    sizes: list[int],
-    codes: list[int],
+    queue_ids: Sequence[int],
+    sys_flags: Sequence[int],
+    queue_offsets: Sequence[int],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    codes: Sequence[int],
 ) -> list[QueueEntryRun]:
     """The records that take a consume-queue entry grouped by queue (the rule of
     :func:`queue_runs_python`), each queue's entries as the bytes ``pack_entries`` makes
@@ -128,12 +132,12 @@ def queue_entry_runs(
 
 def queue_entry_runs_python(
     topics: list[str],
-    queue_ids: list[int],
-    sys_flags: list[int],
-    queue_offsets: list[int],
-    offsets: list[int],
-    sizes: list[int],
-    codes: list[int],
+    queue_ids: Sequence[int],
+    sys_flags: Sequence[int],
+    queue_offsets: Sequence[int],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    codes: Sequence[int],
 ) -> list[QueueEntryRun]:
     """:func:`queue_entry_runs` in Python (the reference of ``_ccore.queue_entry_runs``):
     :func:`queue_runs_python`, each queue's columns packed by ``pack_entries_python``
@@ -144,6 +148,14 @@ def queue_entry_runs_python(
             topics, queue_ids, sys_flags, queue_offsets, offsets, sizes, codes
         )
     ]
+
+
+def _as_list(column: Sequence[int]) -> list[int]:
+    """A column as a list (an array('q') of a batch converted once, at C speed): the
+    references' slices, picks and comparisons are those of lists."""
+    if isinstance(column, list):
+        return column
+    return column.tolist() if isinstance(column, array) else list(column)
 
 
 def _groups(
@@ -189,7 +201,7 @@ def _groups(
 
 
 def back_to_back_runs(
-    offsets: list[int], positions: list[int], sizes: list[int]
+    offsets: Sequence[int], positions: Sequence[int], sizes: Sequence[int]
 ) -> list[BackToBackRun]:
     """A batch's records as runs back to back both in the commitlog and in its data:
     (start offset, end offset, position of start); a record joins the run before it when
@@ -209,6 +221,7 @@ def back_to_back_runs_python(
     when all are back to back, else a step per record."""
     if not offsets:
         return []
+    offsets, positions, sizes = map(_as_list, (offsets, positions, sizes))
     start, end = offsets[0], offsets[-1] + sizes[-1]
     shift = positions[0] - start
     if (

@@ -21,14 +21,16 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add
-from typing import Any
 
 from tide.format import (
     HEADER_V4_BYTES,
+    IntColumn,
+    ScanColumns,
     ScanKind,
     ScanResult,
     V4RunScanner,
@@ -90,13 +92,15 @@ class RecordAt:
 
 
 class RecordBatch:
-    """Complete, checked records in commitlog order, one list per field.
+    """Complete, checked records in commitlog order, one column per field.
 
     Record ``i`` is ``data[positions[i] : positions[i] + sizes[i]]``, at commitlog offset
     ``offsets[i]``; its properties are ``data[props_starts[i] : positions[i] + sizes[i]]``.
-    The lists are shared, not copied: treat a batch as read-only. Body CRCs are read from
-    the records when asked for (:meth:`body_crc`, :attr:`body_crcs`): dispatch needs one
-    per batch.
+    The integer columns are :data:`tide.format.IntColumn`: array('q') from the compiled
+    scan (8 bytes a value, no int object a record), lists from its reference and from
+    single records; the topics a list. The columns are shared, not copied: treat a
+    batch as read-only. Body CRCs are read from the records when asked for
+    (:meth:`body_crc`, :attr:`body_crcs`): dispatch needs one per batch.
     """
 
     __slots__ = (
@@ -116,26 +120,26 @@ class RecordBatch:
         self,
         data: bytes = b"",
         *,
-        positions: list[int] | None = None,
-        offsets: list[int] | None = None,
-        sizes: list[int] | None = None,
-        queue_ids: list[int] | None = None,
-        queue_offsets: list[int] | None = None,
-        sys_flags: list[int] | None = None,
-        store_timestamps: list[int] | None = None,
+        positions: IntColumn | None = None,
+        offsets: IntColumn | None = None,
+        sizes: IntColumn | None = None,
+        queue_ids: IntColumn | None = None,
+        queue_offsets: IntColumn | None = None,
+        sys_flags: IntColumn | None = None,
+        store_timestamps: IntColumn | None = None,
         topics: list[str] | None = None,
-        props_starts: list[int] | None = None,
+        props_starts: IntColumn | None = None,
     ) -> None:
         self.data = data
-        self.positions = positions if positions is not None else []
-        self.offsets = offsets if offsets is not None else []
-        self.sizes = sizes if sizes is not None else []
-        self.queue_ids = queue_ids if queue_ids is not None else []
-        self.queue_offsets = queue_offsets if queue_offsets is not None else []
-        self.sys_flags = sys_flags if sys_flags is not None else []
-        self.store_timestamps = store_timestamps if store_timestamps is not None else []
+        self.positions: IntColumn = positions if positions is not None else []
+        self.offsets: IntColumn = offsets if offsets is not None else []
+        self.sizes: IntColumn = sizes if sizes is not None else []
+        self.queue_ids: IntColumn = queue_ids if queue_ids is not None else []
+        self.queue_offsets: IntColumn = queue_offsets if queue_offsets is not None else []
+        self.sys_flags: IntColumn = sys_flags if sys_flags is not None else []
+        self.store_timestamps: IntColumn = store_timestamps if store_timestamps is not None else []
         self.topics = topics if topics is not None else []
-        self.props_starts = props_starts if props_starts is not None else []
+        self.props_starts: IntColumn = props_starts if props_starts is not None else []
         n = len(self.positions)
         assert all(
             len(column) == n
@@ -285,8 +289,8 @@ class BatchBuilder:
         for (lo, index), hi in zip(self._runs, ends, strict=True):
             shift = bases[index]
             if shift and hi > lo:
-                b.positions[lo:hi] = map(add, b.positions[lo:hi], repeat(shift))
-                b.props_starts[lo:hi] = map(add, b.props_starts[lo:hi], repeat(shift))
+                _shift(b.positions, lo, hi, shift)
+                _shift(b.props_starts, lo, hi, shift)
         return b
 
     def build_runs(self) -> list[RecordBatch]:
@@ -308,20 +312,17 @@ class BatchBuilder:
         return [head, b]
 
 
+def _shift(column: IntColumn, lo: int, hi: int, by: int) -> None:
+    """Add ``by`` to ``column[lo:hi]``, the column keeping its kind."""
+    shifted = map(add, column[lo:hi], repeat(by))
+    if isinstance(column, array):
+        column[lo:hi] = array("q", shifted)
+    else:
+        column[lo:hi] = list(shifted)
+
+
 _BATCH_COLUMNS = tuple(name for name in RecordBatch.__slots__ if name != "data")
 
-
-# The columns scan_v4_run returns after the positions, under the names _extend reads.
-_C_COLUMNS = (
-    "offsets",
-    "sizes",
-    "queue_ids",
-    "queue_offsets",
-    "flags",
-    "stamps",
-    "topics",
-    "props_starts",
-)
 
 # A scan takes the records that start in this window (the next scan goes on from there).
 # Scanning a 2 MiB chunk at once, its temporary buffers (the joined headers: ~750 KiB)
@@ -366,33 +367,25 @@ class ChunkScanner:
         stop = found[0]
         if stop == start:
             return start
-        cols: dict[str, list[Any]] = dict(zip(_C_COLUMNS, found[2:], strict=True))
-        self._extend(out, buf, found[1], cols)
+        self._extend(out, buf, found)
         return stop
 
     @staticmethod
-    def _extend(
-        out: BatchBuilder, buf: bytes, positions: list[int], cols: dict[str, list[Any]]
-    ) -> None:
+    def _extend(out: BatchBuilder, buf: bytes, found: ScanColumns) -> None:
+        _, positions, offsets, sizes, queue_ids, queue_offsets, flags, stamps, topics, props = found
         out._buffer(buf)
         b = out.batch
-        keep = len(positions)
-        fields = (
-            ("positions", positions),
-            ("offsets", cols["offsets"]),
-            ("sizes", cols["sizes"]),
-            ("queue_ids", cols["queue_ids"]),
-            ("queue_offsets", cols["queue_offsets"]),
-            ("sys_flags", cols["flags"]),
-            ("store_timestamps", cols["stamps"]),
-            ("topics", cols["topics"]),
-            ("props_starts", cols["props_starts"]),
-        )
-        fresh = not b.offsets  # the common case: the batch is this one run
-        for name, column in fields:
-            if len(column) > keep:
-                del column[keep:]
-            if fresh:
-                setattr(b, name, column)
-            else:
-                getattr(b, name).extend(column)
+        if not b.offsets:  # the common case: the batch is this one run
+            b.positions, b.offsets, b.sizes = positions, offsets, sizes
+            b.queue_ids, b.queue_offsets, b.sys_flags = queue_ids, queue_offsets, flags
+            b.store_timestamps, b.topics, b.props_starts = stamps, topics, props
+            return
+        b.positions.extend(positions)
+        b.offsets.extend(offsets)
+        b.sizes.extend(sizes)
+        b.queue_ids.extend(queue_ids)
+        b.queue_offsets.extend(queue_offsets)
+        b.sys_flags.extend(flags)
+        b.store_timestamps.extend(stamps)
+        b.topics.extend(topics)
+        b.props_starts.extend(props)

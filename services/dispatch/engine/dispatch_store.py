@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -61,6 +62,7 @@ from tide.format import (
     SYSFLAG_TRANSACTION_ROLLBACK,
     DelayLevelTable,
     IndexGeometry,
+    IntColumn,
     decode_properties,
     is_queue_less,
     iter_entries,
@@ -119,6 +121,17 @@ def _key_columns(keys: list[bytes], uniq_keys: list[bytes | None]) -> list[list[
     elif keys.count(keys[0]) != len(keys) and any(keys):  # (keys all alike: all empty)
         return None
     return columns
+
+
+def _each_twice(column: IntColumn) -> IntColumn:
+    """``[a, a, b, b, ...]`` of ``column``'s values, of its kind (array('q') or list)."""
+    twice = column * 2
+    if isinstance(twice, array):
+        assert isinstance(column, array)
+        twice[0::2] = twice[1::2] = column
+    else:
+        twice[0::2] = twice[1::2] = column
+    return twice
 
 
 def _holds(topics: list[str], topic: str) -> bool:
@@ -513,15 +526,12 @@ class DispatchStore:
         if len(columns) == 2:  # interleaved: UNIQ_KEY then KEYS of each record
             values = columns[0] + columns[1]
             values[0::2], values[1::2] = columns
-            phys = offsets + offsets
-            phys[0::2] = phys[1::2] = offsets
-            times = stamps + stamps
-            times[0::2] = times[1::2] = stamps
+            phys, times = _each_twice(offsets), _each_twice(stamps)
         elif columns:
             values, phys, times = columns[0], offsets, stamps
         else:
-            values, phys, times = [], [], []
-        hashes: list[int] = []
+            values, phys, times = [], offsets[:0], stamps[:0]
+        hashes: IntColumn = []
         if not values:
             pass
         elif topics.count(topics[0]) == len(topics):

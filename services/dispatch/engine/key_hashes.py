@@ -17,7 +17,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-from tide.format import _core, index_key_hashes
+from tide.format import IntColumn, _core, index_key_hashes
 
 _LITTLE = sys.byteorder == "little"
 _LANE_MASK_EVERY = 6  # a lane holds < 2^32 after masking and grows 5 bits + 255 a step
@@ -27,9 +27,10 @@ _U32 = 0xFFFFFFFF
 _compiled = _core.index_key_hashes_ascii
 
 
-def key_hashes(keys: Sequence[bytes], prefix: bytes = b"") -> list[int]:
-    """:func:`tide.format.index_key_hashes` (same arguments and result): the compiled
-    core's for ASCII keys, else :func:`key_hashes_python`."""
+def key_hashes(keys: Sequence[bytes], prefix: bytes = b"") -> IntColumn:
+    """:func:`tide.format.index_key_hashes` (same arguments, equal values): the compiled
+    core's for ASCII keys (an array('q'), no int object a key), else
+    :func:`key_hashes_python` (a list)."""
     if _compiled is not None:
         found = _compiled(keys, prefix)
         if found is not None:

@@ -8,6 +8,8 @@ should have been)."""
 from __future__ import annotations
 
 import random
+from array import array
+from collections.abc import Sequence
 from itertools import accumulate
 
 import pytest
@@ -22,13 +24,13 @@ pytestmark = pytest.mark.skipif(
 PIECES = [b"KEYS", b"TAGS", b"UNIQ_KEY", b"KEY", b"UNIQ", b"x", b"\x00", b"\x01", b"\x02", b""]
 
 
-def compiled(data: bytes, starts: list[int], ends: list[int]) -> PropertyColumns:
+def compiled(data: bytes, starts: Sequence[int], ends: Sequence[int]) -> PropertyColumns:
     assert _core.dispatch_properties is not None
     return _core.dispatch_properties(data, starts, ends)
 
 
 def compiled_sized(
-    data: bytes, starts: list[int], positions: list[int], sizes: list[int]
+    data: bytes, starts: Sequence[int], positions: Sequence[int], sizes: Sequence[int]
 ) -> PropertyColumns:
     assert _core.ccore is not None
     columns: PropertyColumns = _core.ccore.dispatch_properties(data, starts, positions, sizes)
@@ -48,6 +50,13 @@ def assert_same(props: list[bytes], gap: bytes = b"") -> None:
     positions = [max(0, start - 7) for start in starts]
     sizes = [end - position for end, position in zip(ends, positions, strict=True)]
     assert compiled_sized(data, starts, positions, sizes) == tuple(python), props
+    # The batch's columns as the scan gives them (array('q')), and as another array kind
+    # (read as a sequence): the same answer.
+    for typecode in ("q", "l", "i"):
+        a_starts, a_ends = array(typecode, starts), array(typecode, ends)
+        assert compiled(data, a_starts, a_ends) == tuple(python), (typecode, props)
+        a_positions, a_sizes = array(typecode, positions), array(typecode, sizes)
+        assert compiled_sized(data, a_starts, a_positions, a_sizes) == tuple(python)
 
 
 def random_properties(rnd: random.Random) -> bytes:
