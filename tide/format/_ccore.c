@@ -228,17 +228,14 @@ static int int64_column(PyObject *col, long long *out, Py_ssize_t count) {
 }
 
 /* Any integer column (an int64 buffer, else any sequence of ints) as a new C array of
- * long long (PyMem_Free it); NULL with an exception when it is neither, or its length is
- * not count (count < 0: any; *length then says it). what names it in messages. */
-static long long *int64_values(PyObject *col, Py_ssize_t count, Py_ssize_t *length,
-                               const char *what) {
+ * long long (PyMem_Free it), its length in *length; NULL with an exception when it is
+ * neither (what: the TypeError's message) or an int does not fit. */
+static long long *int64_values(PyObject *col, Py_ssize_t *length, const char *what) {
     Py_buffer view;
     if (int64_view(col, &view)) {
         Py_ssize_t n = view.len / 8;
-        long long *out = NULL;
-        if (count >= 0 && n != count) {
-            PyErr_Format(PyExc_ValueError, "%s: %zd values, %zd expected", what, n, count);
-        } else if ((out = PyMem_Malloc((size_t)(n + 1) * 8)) == NULL) {
+        long long *out = PyMem_Malloc((size_t)(n + 1) * 8);
+        if (out == NULL) {
             PyErr_NoMemory();
         } else {
             memcpy(out, view.buf, (size_t)n * 8);
@@ -252,10 +249,8 @@ static long long *int64_values(PyObject *col, Py_ssize_t count, Py_ssize_t *leng
         return NULL;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    long long *out = NULL;
-    if (count >= 0 && n != count) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd values, %zd expected", what, n, count);
-    } else if ((out = PyMem_Malloc((size_t)(n + 1) * 8)) == NULL) {
+    long long *out = PyMem_Malloc((size_t)(n + 1) * 8);
+    if (out == NULL) {
         PyErr_NoMemory();
     } else {
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -273,7 +268,6 @@ static long long *int64_values(PyObject *col, Py_ssize_t count, Py_ssize_t *leng
     Py_DECREF(seq);
     return out;
 }
-
 
 /* The columns of the records at ps (checked), in the order scan_v4_run returns them: the
  * integer columns as array('q') (see "int64 columns" above), the topics as given. */
@@ -541,16 +535,16 @@ static PyObject *dispatch_properties(PyObject *self, PyObject *args) {
     PyObject *columns[NAMES] = {NULL};
     long long *sizes = NULL;
     Py_ssize_t count = 0, n_ends = 0, n_sizes = 0;
-    long long *starts = int64_values(starts_in, -1, &count,
+    long long *starts = int64_values(starts_in, &count,
                                      "dispatch_properties: starts: a sequence");
-    long long *ends = starts ? int64_values(ends_in, -1, &n_ends,
+    long long *ends = starts ? int64_values(ends_in, &n_ends,
                                             "dispatch_properties: ends: a sequence")
                              : NULL;
     if (ends == NULL) {
         goto done;
     }
     if (sizes_in != NULL &&
-        (sizes = int64_values(sizes_in, -1, &n_sizes, "dispatch_properties: sizes: a sequence")) ==
+        (sizes = int64_values(sizes_in, &n_sizes, "dispatch_properties: sizes: a sequence")) ==
             NULL) {
         goto done;
     }
@@ -1976,9 +1970,9 @@ static PyObject *put_index_keys(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t given = 0, n_offsets = 0, n_stamps = 0;
-    if ((hashes = int64_values(hashes_in, -1, &given, "key_hashes: a sequence")) == NULL ||
-        (offsets = int64_values(offsets_in, -1, &n_offsets, "phy_offsets: a sequence")) == NULL ||
-        (stamps = int64_values(stamps_in, -1, &n_stamps, "store_timestamps_ms: a sequence")) ==
+    if ((hashes = int64_values(hashes_in, &given, "key_hashes: a sequence")) == NULL ||
+        (offsets = int64_values(offsets_in, &n_offsets, "phy_offsets: a sequence")) == NULL ||
+        (stamps = int64_values(stamps_in, &n_stamps, "store_timestamps_ms: a sequence")) ==
             NULL) {
         goto done;
     }
