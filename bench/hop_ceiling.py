@@ -42,6 +42,14 @@ The relays and the echo run on the event loop Tide's services run on by default
 (uvloop: their ``--event-loop``), so the ceiling is the limit of the same runtime;
 ``--event-loop asyncio`` runs them on the standard library's loop.
 
+``--storage-writes`` has the storage relay also do what storing an append takes at the
+least: its bytes copied into a memory-mapped segment file (1 GiB segments, files in a
+temporary directory removed after the run) and made durable by an ``fdatasync`` every
+500 ms from a thread, as Tide's ``--flush async`` does with its defaults. No format,
+check or index: the cost of the page cache's fresh pages and of writing them back, which
+the bare relay does not pay and Tide's storage must (docs/performance.md "A ceiling
+that stores").
+
 ``--dispatch-in-storage`` drops the dispatch relay: the gateway watches the appends on
 the storage relay itself (one hop fewer, what the dispatch running inside the storage's
 process would save: RocketMQ's own layout, where the ReputMessageService runs in the
@@ -60,10 +68,13 @@ import asyncio
 import contextlib
 import json
 import math
+import mmap
 import os
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
@@ -149,17 +160,75 @@ class _FanOut:
             self.queues.remove(queue)
 
 
-class _Storage:
-    """``Append``: ack every message; ``Tail`` (``followers.stream``): push what was
-    appended to each follower, what waits joined into one message."""
+# --storage-writes: Tide's storage defaults (--segment-size-bytes, --flush-interval-ms).
+SEGMENT_BYTES = 1 << 30
+FLUSH_INTERVAL_S = 0.5
 
-    def __init__(self) -> None:
+
+class _SegmentLog:
+    """The least a store does with an append: its bytes copied into a memory-mapped
+    segment file, made durable by an ``fdatasync`` every ``FLUSH_INTERVAL_S`` from a
+    thread (which releases the GIL, as Tide's flush thread does). Segments of
+    ``SEGMENT_BYTES``, the next one created when an append does not fit."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()  # the segments' list, between writer and flusher
+        self._segments: list[tuple[int, mmap.mmap]] = []
+        self._position = SEGMENT_BYTES  # (the first write creates the first segment)
+        self._closed = threading.Event()
+        self._flusher = threading.Thread(target=self._flush, name="relay.flush", daemon=True)
+        self._flusher.start()
+
+    def close(self) -> None:
+        """Stop the flush thread and close the segments (a relay is killed instead)."""
+        self._closed.set()
+        self._flusher.join()
+        for fd, mapped in self._segments:
+            mapped.close()
+            os.close(fd)
+
+    def write(self, blob: bytes) -> None:
+        if len(blob) > SEGMENT_BYTES:
+            raise ValueError(f"an append of {len(blob)} bytes does not fit a segment")
+        if self._position + len(blob) > SEGMENT_BYTES:
+            self._next_segment()
+        mapped = self._segments[-1][1]
+        mapped[self._position : self._position + len(blob)] = blob
+        self._position += len(blob)
+
+    def _next_segment(self) -> None:
+        path = self.directory / f"{len(self._segments) * SEGMENT_BYTES:020d}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.ftruncate(fd, SEGMENT_BYTES)
+        with self._lock:
+            self._segments.append((fd, mmap.mmap(fd, SEGMENT_BYTES)))
+        self._position = 0
+
+    def _flush(self) -> None:
+        while not self._closed.wait(FLUSH_INTERVAL_S):
+            with self._lock:
+                fds = [fd for fd, _ in self._segments[-2:]]  # (the last one rolled from)
+            for fd in fds:
+                os.fdatasync(fd)
+
+
+class _Storage:
+    """``Append``: ack every message (with ``log``, once its bytes are in the log);
+    ``Tail`` (``followers.stream``): push what was appended to each follower, what waits
+    joined into one message."""
+
+    def __init__(self, log: _SegmentLog | None = None) -> None:
         self.followers = _FanOut(join=True)
+        self.log = log
 
     async def append(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
+        log = self.log
         async for blob in requests:
+            if log is not None:
+                log.write(blob)
             self.followers.push(blob)
             yield b"\x08\x01"
 
@@ -336,7 +405,7 @@ async def _serve(role: str, ready: Path, args: argparse.Namespace) -> None:
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     background: list[asyncio.Task[None]] = []
     if role == "storage":
-        storage = _Storage()
+        storage = _Storage(_SegmentLog(args.store_dir) if args.store_dir else None)
         handlers["Append"] = grpc.stream_stream_rpc_method_handler(storage.append)
         handlers["Tail"] = grpc.unary_stream_rpc_method_handler(storage.followers.stream)
         # --dispatch-in-storage: the gateway watches here, the appends joined as the Tail's
@@ -394,10 +463,13 @@ def _processes(
     fill: tuple[int, int] = (0, 0),
     dispatch_in_storage: bool = False,
     event_loop: str = EVENT_LOOPS[0],
+    storage_writes: bool = False,
 ) -> Iterator[list[_Process]]:
     """The case's servers, the last one the one clients call, each on ``event_loop``;
     stopped on the way out. With ``dispatch_in_storage`` there is no dispatch relay: the
-    gateway watches the storage's appends on the storage itself (one hop fewer)."""
+    gateway watches the storage's appends on the storage itself (one hop fewer). With
+    ``storage_writes`` the storage relay writes its appends to segment files in a
+    temporary directory, removed on the way out."""
     me = ["bench.hop_ceiling", "serve", "--event-loop", event_loop]
     started: list[_Process] = []
 
@@ -410,7 +482,11 @@ def _processes(
         if case == "echo":
             start("echo", ["tide.bench._echo", "--event-loop", event_loop])
         else:
-            storage = start("storage", [*me, "storage"])
+            store: list[str] = []
+            if storage_writes:
+                store_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="relay-"))
+                store = ["--store-dir", store_dir]
+            storage = start("storage", [*me, "storage", *store])
             watched = storage
             if not dispatch_in_storage:
                 watched = start("dispatch", [*me, "dispatch", "--storage", storage.address])
@@ -626,6 +702,7 @@ def relays(
         fill,
         args.dispatch_in_storage,
         args.event_loop,
+        args.storage_writes,
     )
 
 
@@ -710,6 +787,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--pull-min-batches", type=int, default=0)
     serve.add_argument("--pull-min-wait-ms", type=int, default=0)
     serve.add_argument("--event-loop", choices=EVENT_LOOPS, default=EVENT_LOOPS[0])
+    serve.add_argument("--store-dir", type=Path, help="the storage: write appends here")
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--message-size", type=int, default=128, help="body bytes")
     parser.add_argument("--batch", type=int, default=100, help="messages per request")
@@ -741,6 +819,12 @@ def _parser() -> argparse.ArgumentParser:
         "--dispatch-in-storage",
         action="store_true",
         help="no dispatch relay: the gateway watches the storage's appends on the storage",
+    )
+    parser.add_argument(
+        "--storage-writes",
+        action="store_true",
+        help="the storage relay also writes its appends to memory-mapped segment files, "
+        "an fdatasync every 500 ms (what storing costs at the least, as --flush async)",
     )
     parser.add_argument(
         "--event-loop",

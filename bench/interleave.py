@@ -23,6 +23,10 @@ measured the same way. The idle side's CPU during the other's window is reported
     python -m bench.interleave --pairs 10              # target 2 (producers only) and 4
     python -m bench.interleave --pairs 10 --consumer   # target 1 (consumer keeping up)
 
+With ``--ceiling-stores`` the ceiling's storage relay also writes what it appends to
+memory-mapped files, made durable as Tide's ``--flush async`` does (``bench.hop_ceiling
+--storage-writes``): the ceiling of a chain that stores.
+
 What it showed here (docs/benchmarks.md "Tide and the ceiling up at once"): pairs back
 to back still spread, as each side's CPU a message moves by itself within minutes, so the
 figure to quote is a series' median, not a pair.
@@ -340,13 +344,19 @@ def systems(args: argparse.Namespace, store: Path) -> Iterator[Systems]:
                 fronts[name] = tide.gateway_port
                 pids |= {f"{name}.{service}": pid for service, pid in tide.pids.items()}
         else:
-            relay_args = hop_ceiling.parse(ceiling_args(consumer=args.consumer))
+            relay_args = hop_ceiling.parse(relays_argv(args))
             tide = stack.enter_context(cluster(REPO, args.port, store))
             relays = stack.enter_context(hop_ceiling.relays(relay_args.cases, relay_args))
             fronts = {"tide": tide.gateway_port, "ceiling": relays[-1].address}
             pids = {f"tide.{name}": pid for name, pid in tide.pids.items()}
             pids |= {f"ceiling.{relay.name}": relay.proc.pid for relay in relays}
         yield Systems(fronts, pids)
+
+
+def relays_argv(args: argparse.Namespace) -> list[str]:
+    """``bench.hop_ceiling``'s options for the relays of the series ``args`` asks for."""
+    stores = ["--storage-writes"] if args.ceiling_stores else []
+    return [*ceiling_args(consumer=args.consumer), *stores]
 
 
 def window(side: str, front: int | str, args: argparse.Namespace) -> Window:
@@ -411,6 +421,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--port", type=int, default=32300,
         help="first of 31 ports Tide uses (71 with --versions)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ceiling-stores", action="store_true",
+        help="the ceiling's storage relay writes its appends to files (hop_ceiling's "
+        "--storage-writes)",
     )  # fmt: skip
     parser.add_argument(
         "--versions", action="append", type=_version, metavar="NAME=DIR",

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from bench.hop_ceiling import (
     _Fill,
     _Gateway,
     _joined,
+    _SegmentLog,
 )
 from tide.v1 import gateway_pb2 as pb
 
@@ -335,3 +337,63 @@ def test_the_relays_and_the_echo_run_on_the_loop_asked_for(event_loop: str) -> N
             for process in processes:
                 assert _runs_uvloop(process.proc.pid) is (event_loop == "uvloop"), process.name
     assert hop_ceiling.parse([]).event_loop == "uvloop"
+
+
+def test_the_segment_log_writes_appends_back_to_back_and_rolls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--storage-writes``' log: each append's bytes right after the last, a new
+    segment (named by its first offset) when one does not fit, an append larger than a
+    segment refused; the flush thread syncs the segments written to."""
+    synced: list[int] = []
+    two_syncs = threading.Event()
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        if len(synced) >= 2:
+            two_syncs.set()
+
+    monkeypatch.setattr(hop_ceiling, "SEGMENT_BYTES", 10)
+    monkeypatch.setattr(hop_ceiling, "FLUSH_INTERVAL_S", 0.01)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    log = _SegmentLog(tmp_path)
+    for blob in (b"abcd", b"efg", b"hijk", b"lmnopqrstu"):
+        log.write(blob)
+    with pytest.raises(ValueError, match="an append of 11 bytes does not fit a segment"):
+        log.write(b"x" * 11)
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == [f"{offset:020d}" for offset in (0, 10, 20)]
+    assert [f.read_bytes() for f in files] == [
+        b"abcdefg\0\0\0",
+        b"hijk" + b"\0" * 6,
+        b"lmnopqrstu",
+    ]
+    assert two_syncs.wait(10), synced  # the flush thread runs on its own
+    log.close()
+
+
+def test_a_storage_relay_that_stores_writes_what_it_relays(tmp_path: Path) -> None:
+    """``--storage-writes``: the chain still carries end to end, the storage relay's
+    segment file holds pages of what it appended, and its directory goes with it."""
+    args = hop_ceiling.parse(
+        ["--cases", "chain-consume", "--batch", "10", "--inflight", "4", "--storage-writes"]
+    )
+    with hop_ceiling.relays("chain-consume", args) as relays:
+        storage = next(relay for relay in relays if relay.name == "storage")
+        argv = Path(f"/proc/{storage.proc.pid}/cmdline").read_bytes().split(b"\0")
+        store = Path(argv[argv.index(b"--store-dir") + 1].decode())
+        out = tmp_path / "run.json"
+        command = [sys.executable, "-m", "bench.hop_ceiling", "--cases", "chain-consume"]
+        command += ["--batch", "10", "--inflight", "4", "--address", relays[-1].address]
+        command += ["--warmup-s", "0.3", "--duration-s", "1", "--json-out", str(out)]
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        (result,) = json.loads(out.read_text())["results"]
+        assert result["published"] > 0 and result["consume_msgs_per_s"] > 0
+        (segment,) = store.iterdir()
+        assert segment.name == f"{0:020d}"
+        # 10 bodies of 128 bytes an append: at least that many bytes a message stored
+        assert segment.stat().st_blocks * 512 >= result["published"] * 128
+    assert not store.exists()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench import interleave
+from bench import hop_ceiling, interleave
 from bench.interleave import CpuSampler, summary
 from tests._ports import free_port, is_free, slice_ports, worker_slice
 from tests.bench.test_hop_ceiling import _processes_marked
@@ -242,3 +242,17 @@ def test_a_failed_load_generator_is_an_error_quoting_its_stderr() -> None:
     # the end of its stderr, bounded
     assert len(str(raised.value)) < interleave.STDERR_QUOTED_CHARS + 100
     assert interleave._run([sys.executable, "-c", "print('out')"], "echo") == "out\n"
+
+
+@pytest.mark.parametrize("consumer", [False, True])
+def test_the_ceiling_stores_when_asked(consumer: bool) -> None:
+    """``--ceiling-stores``: the relays' options ask the storage relay to write its
+    appends (hop_ceiling's ``--storage-writes``); without it they do not."""
+    flags = ["--consumer"] if consumer else []
+    plain = hop_ceiling.parse(interleave.relays_argv(interleave.parse(flags)))
+    storing = hop_ceiling.parse(
+        interleave.relays_argv(interleave.parse([*flags, "--ceiling-stores"]))
+    )
+    assert not plain.storage_writes and storing.storage_writes
+    assert (plain.cases, plain.batch) == (storing.cases, storing.batch)
+    assert plain.cases == ("chain-consume" if consumer else "chain")
