@@ -322,6 +322,19 @@ def _shift(column: IntColumn, lo: int, hi: int, by: int) -> None:
 
 
 _BATCH_COLUMNS = tuple(name for name in RecordBatch.__slots__ if name != "data")
+# The batch's columns in the order scan_v4_run answers them, after its stop.
+_SCAN_COLUMNS = (
+    "positions",
+    "offsets",
+    "sizes",
+    "queue_ids",
+    "queue_offsets",
+    "sys_flags",
+    "store_timestamps",
+    "topics",
+    "props_starts",
+)
+assert sorted(_SCAN_COLUMNS) == sorted(_BATCH_COLUMNS)
 
 
 # A scan takes the records that start in this window (the next scan goes on from there).
@@ -372,20 +385,11 @@ class ChunkScanner:
 
     @staticmethod
     def _extend(out: BatchBuilder, buf: bytes, found: ScanColumns) -> None:
-        _, positions, offsets, sizes, queue_ids, queue_offsets, flags, stamps, topics, props = found
         out._buffer(buf)
         b = out.batch
-        if not b.offsets:  # the common case: the batch is this one run
-            b.positions, b.offsets, b.sizes = positions, offsets, sizes
-            b.queue_ids, b.queue_offsets, b.sys_flags = queue_ids, queue_offsets, flags
-            b.store_timestamps, b.topics, b.props_starts = stamps, topics, props
-            return
-        b.positions.extend(positions)
-        b.offsets.extend(offsets)
-        b.sizes.extend(sizes)
-        b.queue_ids.extend(queue_ids)
-        b.queue_offsets.extend(queue_offsets)
-        b.sys_flags.extend(flags)
-        b.store_timestamps.extend(stamps)
-        b.topics.extend(topics)
-        b.props_starts.extend(props)
+        fresh = not b.offsets  # the common case: the batch is this one run
+        for name, column in zip(_SCAN_COLUMNS, found[1:], strict=True):
+            if fresh:
+                setattr(b, name, column)
+            else:
+                getattr(b, name).extend(column)
