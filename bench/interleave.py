@@ -22,6 +22,15 @@ measured the same way. The idle side's CPU during the other's window is reported
 
     python -m bench.interleave --pairs 10              # target 2 (producers only) and 4
     python -m bench.interleave --pairs 10 --consumer   # target 1 (consumer keeping up)
+    python -m bench.interleave --pairs 10 --single     # target 3, unpaced
+    python -m bench.interleave --pairs 10 --single --rate 100   # target 3, paced
+
+``--single`` is target 3's shape: single 1 KiB messages, one a request, 4 requests in
+flight on one stream, a consumer keeping up (``tide bench``'s ``single-message-1k`` and
+the ceiling's chain-consume with ``--batch 1 --message-size 1024``, pulls of up to the
+workload's ``pull_batch``). Unpaced, a pair meets target 3 at 0.7x; with ``--rate`` both
+producers are paced to the same rate and a pair meets it when Tide's produce p99 is
+within 1.5x the ceiling's and its end-to-end p99 within 2x.
 
 With ``--ceiling-stores`` the ceiling's storage relay also writes what it appends to
 memory-mapped files, made durable as Tide's ``--flush async`` does (``bench.hop_ceiling
@@ -69,11 +78,13 @@ from bench import hop_ceiling
 from bench.produce_ab import (
     REPO,
     RUN_TIMEOUT_S,
+    WORKLOAD,
     bench_command,
     ceiling_args,
     cluster,
     loadavg,
 )
+from tide.bench import load_workload
 from tide.bench._run import process_cpu_s
 
 SAMPLE_INTERVAL_S = 0.05  # /proc's CPU counts tick at 10 ms: 5 ticks between samples
@@ -86,6 +97,11 @@ SAMPLE_WAIT_BOUND_S = 10.0
 STDERR_QUOTED_CHARS = 2000  # of a failed load generator's stderr, in the error
 TARGET_RATIO = 0.8  # targets 1 and 2: Tide's publish rate >= 0.8x the ceiling's
 TARGET_E2E_P99_MS = 250.0  # target 1: the consumer keeps up, end-to-end p99 within this
+SINGLE_TARGET_RATIO = 0.7  # target 3 unpaced: Tide's publish rate >= 0.7x the ceiling's
+SINGLE_PRODUCE_P99_RATIO = 1.5  # target 3 paced: Tide's produce p99 <= 1.5x the ceiling's
+SINGLE_E2E_P99_RATIO = 2.0  # ... and its end-to-end p99 <= 2x the ceiling's
+SINGLE_WORKLOAD = REPO / "bench" / "workloads" / "single-message-1k.yaml"
+SINGLE_INFLIGHT = 4  # target 3: 4 requests in flight
 TARGET_CPU_RATIO = 1.5  # target 4: each process's CPU a message within 1.5x its relay's
 # the roles both sides have, each process against the one in its place (the name server
 # has no relay); the load generators are "client" on both
@@ -94,7 +110,39 @@ LIMITS: dict[str, tuple[float, float]] = {
     "pairs": (1, 100),
     "warmup_s": (0, 60),
     "duration_s": (0.5, 600),
+    # a paced rate both sides carry with single messages (the ceiling ~1-2 k msgs/s here)
+    "rate": (0, 100_000),
 }
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What both load generators send in a series: ``tide bench run``'s workload and
+    ``--set`` options, and ``bench.hop_ceiling``'s options for the same shape (they also
+    start the relays it needs)."""
+
+    consumer: bool
+    single: bool
+    rate: float  # msgs/s for both producers; 0: unpaced
+    workload: Path
+    tide_sets: tuple[str, ...]
+    ceiling: tuple[str, ...]
+
+
+def shape(args: argparse.Namespace) -> Shape:
+    """The series' shape: targets 2 (producers only), 1 (``--consumer``) or 3
+    (``--single``, with a consumer; ``--rate`` paces both sides)."""
+    if not args.single:
+        ceiling = ceiling_args(consumer=args.consumer)
+        return Shape(args.consumer, False, 0.0, WORKLOAD, (), tuple(ceiling))
+    pull_batch = load_workload(str(SINGLE_WORKLOAD)).pull_batch
+    rate = f"{args.rate:g}"
+    ceiling = [
+        "--cases", "chain-consume", "--batch", "1", "--message-size", "1024",
+        "--inflight", str(SINGLE_INFLIGHT), "--pull-batch", str(pull_batch), "--rate", rate,
+    ]  # fmt: skip
+    sets = (f"inflight={SINGLE_INFLIGHT}", f"rate={rate}")
+    return Shape(True, True, float(args.rate), SINGLE_WORKLOAD, sets, tuple(ceiling))
 
 
 class CpuSampler:
@@ -179,6 +227,7 @@ class Window:
     published: int
     e2e_p99_ms: float | None
     client_cpu_s: float
+    produce_p99_ms: float | None  # a request's, sent to answered
 
     @property
     def seconds(self) -> float:
@@ -191,10 +240,12 @@ class Window:
 
 def tide_window(gateway_port: int, args: argparse.Namespace, side: str = "tide") -> Window:
     """A ``tide bench run`` against the cluster of ``side`` (a fresh topic, deleted
-    after)."""
+    after), in the series' shape."""
+    form = shape(args)
     command = bench_command(
-        gateway_port, consumer=args.consumer, warmup_s=args.warmup_s, duration_s=args.duration_s
-    )
+        gateway_port, consumer=form.consumer, warmup_s=args.warmup_s,
+        duration_s=args.duration_s, workload=form.workload, sets=form.tide_sets,
+    )  # fmt: skip
     report = json.loads(_run(command, "tide bench run"))
     if not report["ok"]:
         # errors, or the consumer not having everything: no rate worth comparing
@@ -202,26 +253,31 @@ def tide_window(gateway_port: int, args: argparse.Namespace, side: str = "tide")
             f"tide bench run failed: {report['errors']} errors, last {report['last_error']!r}"
         )
     start, end = report["window_monotonic_s"]
-    e2e = report["e2e_latency_ms"]["p99"] if args.consumer else None
+    e2e = report["e2e_latency_ms"]["p99"] if form.consumer else None
     return Window(
-        side, start, end, report["publish"]["messages"], e2e, report["client_cpu"]["cpu_s"]
-    )
+        side, start, end, report["publish"]["messages"], e2e, report["client_cpu"]["cpu_s"],
+        report["publish_latency_ms"]["p99"],
+    )  # fmt: skip
 
 
 def ceiling_window(address: str, args: argparse.Namespace) -> Window:
     """``bench.hop_ceiling``'s client alone against the relays at ``address``."""
+    form = shape(args)
     with tempfile.TemporaryDirectory() as out:
         path = Path(out) / "ceiling.json"
         command = [
-            sys.executable, "-m", "bench.hop_ceiling", *ceiling_args(consumer=args.consumer),
+            sys.executable, "-m", "bench.hop_ceiling", *form.ceiling,
             "--address", address, "--warmup-s", f"{args.warmup_s:g}",
             "--duration-s", f"{args.duration_s:g}", "--json-out", str(path),
         ]  # fmt: skip
         _run(command, "bench.hop_ceiling")
         (result,) = json.loads(path.read_text())["results"]
     start, end = result["window_monotonic_s"]
-    e2e = result["e2e_p99_ms"] if args.consumer else None
-    return Window("ceiling", start, end, result["published"], e2e, result["client_window_cpu_s"])
+    e2e = result["e2e_p99_ms"] if form.consumer else None
+    return Window(
+        "ceiling", start, end, result["published"], e2e, result["client_window_cpu_s"],
+        result["call_p99_ms"],
+    )  # fmt: skip
 
 
 def _run(command: list[str], what: str) -> str:
@@ -260,6 +316,8 @@ def window_row(
         "idle_core_share": round(idle_cpu / window.seconds, 4),
         "load": loadavg(),
     }
+    if window.produce_p99_ms is not None:
+        row["produce_p99_ms"] = window.produce_p99_ms
     if window.e2e_p99_ms is not None:
         row["e2e_p99_ms"] = window.e2e_p99_ms
     return row
@@ -271,10 +329,13 @@ def summary(
     consumer: bool,
     sides: tuple[str, str] = ("tide", "ceiling"),
     targets: bool = True,
+    single: bool = False,
+    paced: bool = False,
 ) -> dict[str, Any]:
     """Each pair's ratio (the first side's rate over the second's: Tide's over the
     ceiling's, or the new version's over the old's), their median, each process's CPU
-    ratio pair by pair and, with ``targets``, how many pairs met issue 21's."""
+    ratio pair by pair and, with ``targets``, how many pairs met issue 21's: targets 1
+    and 2, or with ``single`` target 3 (unpaced: the rate; ``paced``: the p99s)."""
     first, second = sides
     pairs: dict[int, dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -288,20 +349,18 @@ def summary(
     result: dict[str, Any] = {
         "pairs": len(whole),
         "ratios": [round(ratio, 3) for ratio in ratios],
-        "median_ratio": round(statistics.median(ratios), 3) if ratios else None,
-        "cpu_ratio_medians": {
-            name: round(statistics.median(values), 3) if values else None
-            for name, values in cpu_ratios.items()
-        },
+        "median_ratio": _median(ratios),
+        "cpu_ratio_medians": {name: _median(values) for name, values in cpu_ratios.items()},
     }
+    p99_ratios = {
+        kind: [p[first][f"{kind}_p99_ms"] / p[second][f"{kind}_p99_ms"] for p in whole]
+        for kind in (("produce", "e2e") if consumer else ("produce",))
+    }
+    for kind, values in p99_ratios.items():
+        result[f"{kind}_p99_ratios"] = [round(value, 3) for value in values]
+        result[f"{kind}_p99_ratio_median"] = _median(values)
     if targets:
-        met = [ratio >= TARGET_RATIO for ratio in ratios]
-        if consumer:
-            met = [
-                ok and p[first]["e2e_p99_ms"] <= TARGET_E2E_P99_MS
-                for ok, p in zip(met, whole, strict=True)
-            ]
-        result["pairs_meeting_target"] = sum(met)
+        result |= _targets(whole, ratios, p99_ratios, first, consumer, single, paced)
         result["cpu_pairs_within_target"] = {
             name: sum(value <= TARGET_CPU_RATIO for value in values)
             for name, values in cpu_ratios.items()
@@ -312,6 +371,39 @@ def summary(
         for side in sides:
             result[f"{side}_e2e_p99_ms"] = [p[side]["e2e_p99_ms"] for p in whole]
     return result
+
+
+def _targets(
+    whole: list[dict[str, dict[str, Any]]],
+    ratios: list[float],
+    p99_ratios: dict[str, list[float]],
+    first: str,
+    consumer: bool,
+    single: bool,
+    paced: bool,
+) -> dict[str, int]:
+    """How many pairs met the series' target (and, paced, each of its two bounds)."""
+    if single and paced:
+        produce = [value <= SINGLE_PRODUCE_P99_RATIO for value in p99_ratios["produce"]]
+        e2e = [value <= SINGLE_E2E_P99_RATIO for value in p99_ratios["e2e"]]
+        return {
+            "pairs_meeting_target": sum(a and b for a, b in zip(produce, e2e, strict=True)),
+            "pairs_meeting_produce_p99": sum(produce),
+            "pairs_meeting_e2e_p99": sum(e2e),
+        }
+    if single:
+        return {"pairs_meeting_target": sum(ratio >= SINGLE_TARGET_RATIO for ratio in ratios)}
+    met = [ratio >= TARGET_RATIO for ratio in ratios]
+    if consumer:
+        met = [
+            ok and p[first]["e2e_p99_ms"] <= TARGET_E2E_P99_MS
+            for ok, p in zip(met, whole, strict=True)
+        ]
+    return {"pairs_meeting_target": sum(met)}
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
 
 
 @dataclass(frozen=True)
@@ -356,7 +448,7 @@ def systems(args: argparse.Namespace, store: Path) -> Iterator[Systems]:
 def relays_argv(args: argparse.Namespace) -> list[str]:
     """``bench.hop_ceiling``'s options for the relays of the series ``args`` asks for."""
     stores = ["--storage-writes"] if args.ceiling_stores else []
-    return [*ceiling_args(consumer=args.consumer), *stores]
+    return [*shape(args).ceiling, *stores]
 
 
 def window(side: str, front: int | str, args: argparse.Namespace) -> Window:
@@ -382,11 +474,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(store, ignore_errors=True)
+    form = shape(args)
+    compared, targets = ("tide", "ceiling"), True
     if args.versions:
         (old, _), (new, _) = args.versions
-        result = summary(rows, consumer=args.consumer, sides=(new, old), targets=False)
-    else:
-        result = summary(rows, consumer=args.consumer)
+        compared, targets = (new, old), False
+    result = summary(
+        rows, consumer=form.consumer, sides=compared, targets=targets, single=form.single,
+        paced=form.rate > 0,
+    )  # fmt: skip
     print(json.dumps({"summary": result}), flush=True)
     return rows
 
@@ -428,11 +524,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--storage-writes)",
     )  # fmt: skip
     parser.add_argument(
+        "--single", action="store_true",
+        help="target 3: single 1 KiB messages, 4 in flight, a consumer keeping up",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rate", type=float, default=0.0,
+        help="with --single: both producers paced to this many msgs/s (0: unpaced)",
+    )  # fmt: skip
+    parser.add_argument(
         "--versions", action="append", type=_version, metavar="NAME=DIR",
         help="twice: two versions of Tide's code against each other instead of the ceiling",
     )  # fmt: skip
     args = parser.parse_args(argv)
     hop_ceiling.check_limits(args, LIMITS)
+    if args.single and args.consumer:
+        parser.error("--single has its consumer already: give one of --single, --consumer")
+    if args.rate and not args.single:
+        parser.error("--rate paces target 3's shape only: give it with --single")
     if args.versions is not None:
         names = [name for name, _ in args.versions]
         if len(names) != 2 or len(set(names)) != 2:

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,14 +89,23 @@ def _wait_for_port(port: int, up: subprocess.Popen[bytes]) -> None:
 
 
 def bench_command(
-    gateway_port: int, *, consumer: bool, warmup_s: float = 3, duration_s: float = 10
+    gateway_port: int,
+    *,
+    consumer: bool,
+    warmup_s: float = 3,
+    duration_s: float = 10,
+    workload: Path = WORKLOAD,
+    sets: Sequence[str] = (),
 ) -> list[str]:
-    """The load generator's run: target 2's (producers only) or, with ``consumer``, 1's."""
+    """The load generator's run: target 2's (producers only) or, with ``consumer``, 1's;
+    or ``workload``'s with its consumers, ``sets`` its ``--set`` options."""
     command = [
-        sys.executable, "-m", "tide.cli", "bench", "run", str(WORKLOAD), "--gateway",
+        sys.executable, "-m", "tide.cli", "bench", "run", str(workload), "--gateway",
         f"127.0.0.1:{gateway_port}", "--json", "--quiet", "--set", f"warmup_s={warmup_s:g}",
         "--set", f"duration_s={duration_s:g}",
     ]  # fmt: skip
+    for option in sets:
+        command += ["--set", option]
     return command if consumer else [*command, "--set", "consumers_per_topic=0"]
 
 

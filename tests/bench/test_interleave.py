@@ -1,6 +1,7 @@
 """bench/interleave.py: the CPU sampler's arithmetic, the summary's pairing and targets,
-the options' bounds, and short real series (a ``tide up`` cluster and the relays up at
-once, then two clusters of two versions: one pair of windows each, about 20 s)."""
+the options' bounds, target 3's shape on both sides, and short real series (a ``tide up``
+cluster and the relays up at once, with a consumer and with single messages paced, then
+two clusters of two versions: one pair of windows each, about 20 s)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from bench import hop_ceiling, interleave
+from bench import hop_ceiling, interleave, produce_ab
 from bench.interleave import CpuSampler, summary
 from tests._ports import free_port, is_free, slice_ports, worker_slice
 from tests.bench.test_hop_ceiling import _processes_marked
+from tide.bench import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,13 +63,21 @@ def test_the_oldest_samples_go_when_the_bound_is_reached() -> None:
     assert len(sampler.times) == 3
 
 
-def _row(pair: int, system: str, rate: int, cpu: dict[str, float], p99: float) -> dict[str, Any]:
+def _row(
+    pair: int,
+    system: str,
+    rate: int,
+    cpu: dict[str, float],
+    p99: float,
+    produce_p99: float = 10.0,
+) -> dict[str, Any]:
     return {
         "pair": pair,
         "system": system,
         "publish_msgs_per_s": rate,
         "cpu_us_per_msg": cpu,
         "e2e_p99_ms": p99,
+        "produce_p99_ms": produce_p99,
     }
 
 
@@ -98,6 +108,55 @@ def test_the_summary_pairs_the_windows_and_counts_the_targets() -> None:
     # producers only: the rate alone decides
     assert summary(rows, consumer=False)["pairs_meeting_target"] == 2
     assert "tide_e2e_p99_ms" not in summary(rows, consumer=False)
+
+
+RELAY_CPU = {"gateway": 400.0, "storage": 200.0, "dispatch": 100.0, "client": 200.0}
+TIDE_CPU = {
+    "nameserver": 0.0,
+    "gateway": 650.0,
+    "storage": 250.0,
+    "dispatch": 200.0,
+    "client": 200.0,
+}
+
+
+def test_target_3_unpaced_is_met_at_seven_tenths_of_the_ceiling() -> None:
+    rows = [
+        _row(0, "tide", 700, TIDE_CPU, 300.0),  # 0.7x: met, whatever its e2e p99
+        _row(0, "ceiling", 1000, RELAY_CPU, 10.0),
+        _row(1, "ceiling", 1000, RELAY_CPU, 10.0),
+        _row(1, "tide", 690, TIDE_CPU, 20.0),  # 0.69x: not met
+    ]
+    result = summary(rows, consumer=True, single=True)
+    assert result["ratios"] == [0.7, 0.69]
+    assert result["pairs_meeting_target"] == 1
+    assert result["cpu_pairs_within_target"] == {
+        "gateway": 0, "storage": 2, "dispatch": 0, "client": 2,
+    }  # fmt: skip
+    # targets 1's bound (0.8x and the e2e p99) would have met neither
+    assert summary(rows, consumer=True)["pairs_meeting_target"] == 0
+
+
+def test_target_3_paced_holds_the_p99s_to_the_ceilings() -> None:
+    rows = [
+        # produce p99 1.5x, e2e p99 2x: both bounds met
+        _row(0, "tide", 100, TIDE_CPU, 20.0, produce_p99=6.0),
+        _row(0, "ceiling", 100, RELAY_CPU, 10.0, produce_p99=4.0),
+        # produce p99 within, e2e p99 2.5x: one bound
+        _row(1, "ceiling", 100, RELAY_CPU, 10.0, produce_p99=4.0),
+        _row(1, "tide", 100, TIDE_CPU, 25.0, produce_p99=5.0),
+        # produce p99 2x, e2e p99 within: the other
+        _row(2, "tide", 100, TIDE_CPU, 12.0, produce_p99=8.0),
+        _row(2, "ceiling", 100, RELAY_CPU, 10.0, produce_p99=4.0),
+    ]
+    result = summary(rows, consumer=True, single=True, paced=True)
+    assert result["produce_p99_ratios"] == [1.5, 1.25, 2.0]
+    assert result["e2e_p99_ratios"] == [2.0, 2.5, 1.2]
+    assert result["produce_p99_ratio_median"] == 1.5
+    assert result["e2e_p99_ratio_median"] == 2.0
+    assert result["pairs_meeting_produce_p99"] == 2
+    assert result["pairs_meeting_e2e_p99"] == 2
+    assert result["pairs_meeting_target"] == 1
 
 
 def test_the_summary_of_two_versions_is_the_second_over_the_first() -> None:
@@ -145,7 +204,49 @@ def test_bad_versions_are_refused(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["--rate", "100"], "give it with --single"),
+        (["--single", "--consumer"], "give one of --single, --consumer"),
+    ],
+)
+def test_conflicting_shapes_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        interleave.parse(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rate", [0.0, 100.0])
+def test_target_3s_shape_is_the_same_on_both_sides(rate: float) -> None:
+    """``--single``: Tide's single-message-1k with 4 in flight and the ceiling's
+    chain-consume of 1 KiB single messages, 4 in flight, the same pull size and rate."""
+    args = interleave.parse(["--single", "--rate", f"{rate:g}"])
+    form = interleave.shape(args)
+    workload = load_workload(str(form.workload))
+    assert (workload.batch_size, workload.message_size, workload.consumers_per_topic) == (
+        1,
+        1024,
+        1,
+    )
+    assert form.consumer and form.single and form.rate == rate
+    assert f"inflight={interleave.SINGLE_INFLIGHT}" in form.tide_sets
+    assert f"rate={rate:g}" in form.tide_sets
+    relays = hop_ceiling.parse(interleave.relays_argv(args))
+    assert relays.cases == "chain-consume"
+    assert (relays.batch, relays.message_size) == (1, 1024)
+    assert (relays.inflight, relays.rate) == (interleave.SINGLE_INFLIGHT, rate)
+    assert relays.pull_batch == workload.pull_batch
+    command = produce_ab.bench_command(
+        1, consumer=True, workload=form.workload, sets=form.tide_sets
+    )
+    assert str(form.workload) in command and f"rate={rate:g}" in command
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
         (["--pairs", "0"], "--pairs is 0; give 1..100"),
+        (["--single", "--rate", "-1"], "--rate is -1; give 0..100000"),
         (["--duration-s", "0.1"], "--duration-s is 0.1; give 0.5..600"),
         (["--warmup-s", "61"], "--warmup-s is 61; give 0..60"),
     ],
@@ -211,6 +312,23 @@ def test_a_series_runs_both_systems_window_by_window() -> None:
     assert result["pairs"] == 1
     expected = tide["publish_msgs_per_s"] / ceiling["publish_msgs_per_s"]
     assert result["ratios"] == [pytest.approx(expected, abs=0.001)]
+
+
+def test_a_series_of_single_messages_holds_both_sides_p99s() -> None:
+    """``--single --rate``: target 3's shape paced on both sides, each window with its
+    produce and end-to-end p99, the summary with their ratios and target 3's counts."""
+    windows, result = _series(["--single", "--rate", "200"], clusters=1)
+    assert [w["system"] for w in windows] == ["tide", "ceiling"]
+    for window in windows:
+        # paced: each side carried about the rate asked (not the box's most)
+        assert 100 <= window["publish_msgs_per_s"] <= 260
+        assert window["produce_p99_ms"] > 0 and window["e2e_p99_ms"] > 0
+    tide, ceiling = windows
+    expected = tide["produce_p99_ms"] / ceiling["produce_p99_ms"]
+    assert result["produce_p99_ratios"] == [pytest.approx(expected, abs=0.001)]
+    assert result["pairs_meeting_produce_p99"] == (expected <= 1.5)
+    met = expected <= 1.5 and tide["e2e_p99_ms"] <= 2 * ceiling["e2e_p99_ms"]
+    assert result["pairs_meeting_target"] == met
 
 
 def test_a_series_of_two_versions_runs_both_clusters_window_by_window() -> None:
