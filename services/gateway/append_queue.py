@@ -8,12 +8,14 @@ messages and ``max_bytes``). Nothing waits on a timer: with a call slot free a g
 is sent at once, so a lightly loaded gateway adds no latency.
 
 A group of one plain message (``SMALL_GROUP_MAX_MESSAGES``) may also take one of
-``small_in_flight`` extra call slots when nothing waits: a few callers sending single
-messages (issue 21 target 3: 4 in flight) would otherwise wait for the append in flight
-before theirs (~0.6 ms of a ~4 ms call, docs/performance.md "One call's serial path"),
-and coalescing them saves little, since they rarely arrive together. Groups of several
-messages, idempotent ones (their order matters to the storage's sequence checks) and
-groups arriving while others wait keep the coalescing slots.
+``small_in_flight`` extra call slots when nothing waits and no call of a lone message is
+in flight: a single message does not wait behind a batch's append (~0.6 ms of a ~4 ms
+call, docs/performance.md "One call's serial path"), while single messages from a few
+callers (issue 21 target 3: 4 in flight) still wait for each other's call and go
+together in the next one, as the ceiling's relay joins them: fewer appends, Tail chunks
+and pulls behind them (docs/performance.md "Single messages coalesce with each other").
+Groups of several messages, idempotent ones (their order matters to the storage's
+sequence checks) and groups arriving while others wait keep the coalescing slots.
 
 Each group is kept as its serialized ``AppendRequest``; requests concatenate into one
 (a repeated field's entries simply follow each other), and each group gets the response
@@ -80,8 +82,9 @@ UNREACHABLE = frozenset(
 DEFAULT_APPENDS_IN_FLIGHT = 1
 MAX_APPENDS_IN_FLIGHT = 16
 # Call slots a lone single-message group may take besides --appends-in-flight (brokers.py
-# gives this; the queue's default is none), and what counts as such a group.
-SMALL_APPENDS_IN_FLIGHT = 4
+# gives this; the queue's default is none), and what counts as such a group. One: a
+# second lone message waits for the first's call and coalesces with those behind it.
+SMALL_APPENDS_IN_FLIGHT = 1
 SMALL_GROUP_MAX_MESSAGES = 1
 MAX_COALESCED_MESSAGES = 2_000
 MAX_COALESCED_BYTES = 4 << 20
@@ -119,6 +122,7 @@ class AppendQueue:
         self._max_messages = max_messages
         self._max_bytes = max_bytes
         self._in_flight = 0
+        self._lone_calls = 0  # calls in flight carrying a lone message (any slot)
         self._waiting: deque[_Waiting] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -137,6 +141,7 @@ class AppendQueue:
                 self._in_flight < self._max_small_in_flight
                 and count <= SMALL_GROUP_MAX_MESSAGES
                 and kind == PLAIN
+                and not self._lone_calls
             )
         ):
             self._in_flight += 1
@@ -150,9 +155,14 @@ class AppendQueue:
         return await future
 
     async def _call(self, data: bytes, count: int, timeout_s: float) -> Outcome:
-        async with self._limit:
-            started = time.monotonic()  # the broker's latency, not the wait for a turn
-            response = await self._append(data, timeout_s)
+        lone = count <= SMALL_GROUP_MAX_MESSAGES
+        self._lone_calls += lone
+        try:
+            async with self._limit:
+                started = time.monotonic()  # the broker's latency, not the wait for a turn
+                response = await self._append(data, timeout_s)
+        finally:
+            self._lone_calls -= lone
         return Outcome(response, 0, count, (time.monotonic() - started) * 1000)
 
     def _next(self, timeout_s: float) -> None:

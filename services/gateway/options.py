@@ -165,7 +165,8 @@ OPTIONS: tuple[Option, ...] = (
         1,
         "Appends in flight to one storage; produces arriving meanwhile wait and go together "
         "in the next one (more: lower latency for a few large producers, more calls); a lone "
-        "single message may also take one of 4 more",
+        "single message may also take one more while no other lone message's call is in "
+        "flight",
         unit="calls",
     ),
     Option(

@@ -319,30 +319,83 @@ async def _plain_and_idempotent_groups_never_share_a_call() -> None:
     assert [_offsets(outcome) for outcome in outcomes] == [[2], [3], [4], [5]]
 
 
-def test_lone_single_messages_take_the_small_slots_and_the_rest_coalesces() -> None:
-    asyncio.run(_lone_single_messages_take_the_small_slots_and_the_rest_coalesces())
+def test_a_lone_single_message_does_not_wait_behind_a_batch() -> None:
+    asyncio.run(_a_lone_single_message_does_not_wait_behind_a_batch())
 
 
-async def _lone_single_messages_take_the_small_slots_and_the_rest_coalesces() -> None:
+async def _a_lone_single_message_does_not_wait_behind_a_batch() -> None:
     storage = FakeStorage()
-    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1, small_in_flight=2)
-    calls = [asyncio.ensure_future(queue.append(_request(n), 1, 5.0)) for n in (1, 2, 3)]
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1, small_in_flight=1)
+    batch = asyncio.ensure_future(queue.append(_request(1, 2), 2, 5.0))
     await asyncio.sleep(0)
-    assert storage.calls == [[1], [2], [3]]  # the slot, then the two small ones: no wait
-    assert queue.in_flight == 3
+    lone = asyncio.ensure_future(queue.append(_request(3), 1, 5.0))
+    await asyncio.sleep(0)
+    assert storage.calls == [[1, 2], [3]]  # the batch's slot, then the small one: no wait
+    assert queue.in_flight == 2
     runs = append_queue.PRODUCER_RUNS
     waiting = [
-        asyncio.ensure_future(queue.append(_request(4), 1, 5.0)),  # the small slots are taken
+        # a lone message's call is in flight: the next lone ones wait for a slot
+        asyncio.ensure_future(queue.append(_request(4), 1, 5.0)),
         asyncio.ensure_future(queue.append(_request(5, 6), 2, 5.0)),
-        asyncio.ensure_future(queue.append(_request(7), 1, 5.0, kind=runs)),
+        asyncio.ensure_future(queue.append(_request(7), 1, 5.0)),
+        asyncio.ensure_future(queue.append(_request(8), 1, 5.0, kind=runs)),
     ]
     await asyncio.sleep(0)
-    assert storage.calls == [[1], [2], [3]]
+    assert storage.calls == [[1, 2], [3]]
     storage.gate.set()
-    outcomes = await asyncio.gather(*calls, *waiting)
-    assert [_offsets(outcome) for outcome in outcomes] == [[1], [2], [3], [4], [5, 6], [7]]
-    assert storage.calls[3:] == [[4, 5, 6], [7]]  # the waiting ones coalesce, by kind
+    outcomes = await asyncio.gather(batch, lone, *waiting)
+    assert [_offsets(outcome) for outcome in outcomes] == [[1, 2], [3], [4], [5, 6], [7], [8]]
+    assert storage.calls[2:] == [[4, 5, 6, 7], [8]]  # the waiting ones coalesce, by kind
     assert queue.in_flight == 0
+
+
+def test_single_messages_coalesce_with_each_other() -> None:
+    """Callers sending one message each (issue 21 target 3): while one's call is in flight
+    the others wait and go together, as the ceiling's relay joins them; with no call in
+    flight the next goes at once again."""
+    asyncio.run(_single_messages_coalesce_with_each_other())
+
+
+async def _single_messages_coalesce_with_each_other() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1, small_in_flight=1)
+    calls = [asyncio.ensure_future(queue.append(_request(n), 1, 5.0)) for n in (1, 2, 3, 4)]
+    await asyncio.sleep(0)
+    assert storage.calls == [[1]]  # the small slot is not for a second lone message
+    assert queue.in_flight == 1
+    storage.gate.set()
+    outcomes = await asyncio.gather(*calls)
+    assert [_offsets(outcome) for outcome in outcomes] == [[1], [2], [3], [4]]
+    assert storage.calls == [[1], [2, 3, 4]]
+    assert queue.in_flight == 0
+    storage.gate.clear()
+    alone = asyncio.ensure_future(queue.append(_request(5), 1, 5.0))
+    await asyncio.sleep(0)
+    assert storage.calls[-1] == [5]  # nothing in flight: at once
+    storage.gate.set()
+    assert _offsets(await alone) == [5]
+
+
+def test_a_failed_lone_call_frees_the_small_slot() -> None:
+    asyncio.run(_a_failed_lone_call_frees_the_small_slot())
+
+
+async def _a_failed_lone_call_frees_the_small_slot() -> None:
+    storage = FakeStorage()
+    queue = AppendQueue(storage.append, asyncio.Semaphore(10), max_in_flight=1, small_in_flight=1)
+    storage.fail_with = _rpc_error(grpc.StatusCode.UNAVAILABLE, "down")
+    storage.gate.set()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await queue.append(_request(1), 1, 5.0)
+    storage.fail_with = None
+    storage.gate.clear()
+    batch = asyncio.ensure_future(queue.append(_request(2, 3), 2, 5.0))
+    await asyncio.sleep(0)
+    lone = asyncio.ensure_future(queue.append(_request(4), 1, 5.0))
+    await asyncio.sleep(0)
+    assert storage.calls[1:] == [[2, 3], [4]]  # the failed call left no lone one counted
+    storage.gate.set()
+    await asyncio.gather(batch, lone)
 
 
 def test_idempotent_and_several_message_groups_wait_for_the_slot() -> None:
