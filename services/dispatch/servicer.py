@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -75,6 +76,14 @@ _RECORDS_KEY = b"\x32"
 # Queues whose waiting reader is remembered (deleted topics' queues stay until then);
 # forgotten all at once past it (their next notices carry no entries, once).
 MAX_CAUGHT_UP_QUEUES = 100_000
+# How long a records reader that read a queue to its end counts as keeping up: the
+# queue's notices carry their entries meanwhile. A gateway that answers its held pulls
+# from them reads again only when a notice comes without them or a long poll times out,
+# so a consumer that keeps up costs a GetQueueEntries exchange now and then, not one an
+# arrival. As long as a gateway's longest long poll by default (--max-long-poll-ms, 30 s):
+# an idle consumer's held pull times out and reads before its mark runs out; a reader
+# gone costs at most this long of notices carrying records nobody takes.
+CAUGHT_UP_S = 30.0
 MAX_POP_QUEUES = QUEUE_NUMS_MAX  # queues one PopMessages / GetPopLag names
 MAX_HALVES_ANSWERED = 10_000  # half messages in one TakeTransactionChecks / ListHalfMessages
 _T = TypeVar("_T")
@@ -204,9 +213,10 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         # leaves its thread running).
         self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tide-dispatch-read")
         self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
-        # Queues where a records reader found nothing new, at that offset (one per queue
-        # at most): the arrival notices that start there carry their entries.
-        self._caught_up: dict[tuple[str, int], int] = {}
+        # Queues where a records reader read to the end: (that offset, until when in
+        # monotonic seconds). The arrival notices that start there or later carry their
+        # entries until then.
+        self._caught_up: dict[tuple[str, int], tuple[int, float]] = {}
 
     def drain(self) -> None:
         """End every WatchArrivals and GetQueueEntriesStream stream (the server is
@@ -297,7 +307,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         if request.spans:  # the hot path of every pull: raw entries, selected in C
             records = self._add_spans(response, queue, max_count, codes, max_bytes, request.records)
             if request.records and not codes:
-                self._note_caught_up(request.topic, request.queue_id, offset, max_offset)
+                self._note_caught_up(
+                    request.topic, request.queue_id, response.next_offset, max_offset
+                )
         elif offset < max_offset:
             scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
             # Not past the max offset reported (the queue may grow meanwhile).
@@ -310,17 +322,24 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             raise _out_of_range(queue, offset, queue.min_offset, max_offset)
         return response, records
 
-    def _note_caught_up(self, topic: str, queue_id: int, offset: int, max_offset: int) -> None:
-        """Remember that a records reader of the queue found nothing new at ``offset`` (a
-        gateway will hold its pull there, until the next arrival's notice); forget it
-        once one finds entries (it is reading behind: notices carry none for it)."""
+    def _note_caught_up(self, topic: str, queue_id: int, next_offset: int, max_offset: int) -> None:
+        """Remember for CAUGHT_UP_S that a records reader of the queue read it to its end
+        (its next read starts at ``next_offset``, the max: a gateway will hold its pull
+        there until the next arrival's notice); forget it once one stops short of the
+        end (it is reading behind: notices carry nothing it would use)."""
         key = (topic, queue_id)
-        if offset == max_offset:
+        if next_offset == max_offset:
             if key not in self._caught_up and len(self._caught_up) >= MAX_CAUGHT_UP_QUEUES:
                 self._caught_up.clear()
-            self._caught_up[key] = offset
+            self._caught_up[key] = (next_offset, time.monotonic() + CAUGHT_UP_S)
         elif key in self._caught_up:
             del self._caught_up[key]
+
+    def _reader_waits(self, key: tuple[str, int], since: int) -> bool:
+        """Whether a notice of ``key`` from ``since`` should carry its entries: a records
+        reader read the queue to its end at ``since`` or before, within CAUGHT_UP_S."""
+        caught_up = self._caught_up.get(key)
+        return caught_up is not None and caught_up[0] <= since and time.monotonic() < caught_up[1]
 
     def _add_spans(
         self,
@@ -457,7 +476,11 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                         if entries_max_count:
                             since = announced.get(key)
                             announced[key] = max_offset
-                            if since is not None and self._caught_up.get(key) == since < max_offset:
+                            if (
+                                since is not None
+                                and since < max_offset
+                                and self._reader_waits(key, since)
+                            ):
                                 self._add_notice_entries(
                                     notice, since, entries_max_count, entries_max_bytes
                                 )
@@ -469,8 +492,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         """The queue's entries from ``since`` with their records, as GetQueueEntries with
         spans and records answers them, when the tail cache holds every record (the
         watcher answers a pull held at ``since`` with them, without asking). Only for a
-        queue whose last records reader found nothing new at ``since``: one that reads
-        behind would not use them."""
+        queue a records reader keeps up with (``_reader_waits``): one that reads behind
+        would not use them."""
         queue = self._running().store.consume_queues.find(notice.topic, notice.queue_id)
         if queue is None:
             return

@@ -17,10 +17,19 @@ for entries; a notice recorded after that sequence number wakes it at once.
 
 The watch asks for the arrived entries too (``WatchArrivalsRequest.entries_max_count``):
 a notice then carries the queue's new entries with their records, from the offset the
-previous notice announced, when a pull found nothing new there (the dispatch remembers
-the last empty answer per queue) and the dispatch's tail cache held them. The pull held
-at that offset (a consumer that keeps up) is woken with them and answers without
-asking the dispatch again (pull.py): one internal call less per arrival.
+previous notice announced, when a records reader kept up there lately (the dispatch
+remembers where one read the queue to its end, for its ``CAUGHT_UP_S``) and the
+dispatch's tail cache held them. The pull held at that offset (a consumer that keeps
+up) is woken with them and answers without asking the dispatch again (pull.py): one
+internal call less per arrival.
+
+A records pull at the max offset the open stream last announced for its queue is held
+before it reads (:meth:`HeldPulls.hold_at_end`): the dispatch would answer that nothing
+is new there. The dispatch carries a queue's entries in its notices for a while after a
+records reader read the queue to its end (its ``CAUGHT_UP_S``), so a consumer that keeps
+up is answered from the notices and asks the dispatch only now and then (a notice
+without entries, a long poll that timed out): at low rates, where each message is its own
+notice and pull, that is half of the dispatch's gRPC messages a message.
 
 A pull with ``min_messages`` (fuller pulls, Kafka's fetch.min.bytes) waits here before it
 reads (:meth:`HeldPulls.wait_filled`): on the same futures, woken once the queue's max
@@ -82,11 +91,16 @@ class HeldPulls:
         self._held = 0
         self._sequence = 0
         self._notices: dict[QueueKey, tuple[int, int]] = {}  # key -> (max offset, sequence)
+        # The max offsets the open arrival streams announced (each address's dropped when
+        # its stream ends or opens again): where a pull can be held without reading.
+        self._announced: dict[QueueKey, int] = {}
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._recheck: asyncio.Task[None] | None = None
         self._closing = False
         # Pulls held for their min_messages (a metric).
         self.filled_waits = 0
+        # Pulls held at the announced end before reading (a metric).
+        self.end_waits = 0
 
     @property
     def held(self) -> int:
@@ -119,6 +133,22 @@ class HeldPulls:
         self._watches.clear()
 
     # -- waiting -------------------------------------------------------------------
+    async def hold_at_end(
+        self, key: QueueKey, offset: int, timeout_s: float
+    ) -> tuple[bool, Entries | None] | None:
+        """Hold a pull before it reads when the open arrival stream of the queue's
+        dispatch last announced ``offset`` as the queue's max: nothing is there to read
+        yet, and the queue's next notice wakes it (:meth:`wait`'s answer). A stream
+        announces every queue's max when it opens and every change after (coalesced,
+        never dropped), so a pull held on its word misses nothing. None, at once, when
+        the stream is not open, said nothing of the queue or another offset, or
+        ``--max-held-pulls`` are held: then the pull reads first, as before."""
+        if self._closing or self._held >= self._max_held or self._announced.get(key) != offset:
+            return None
+        since = self._sequence
+        self.end_waits += 1
+        return await self.wait(key, offset, timeout_s, since)
+
     async def wait(
         self, key: QueueKey, offset: int, timeout_s: float, since: int
     ) -> tuple[bool, Entries | None]:
@@ -222,14 +252,18 @@ class HeldPulls:
                 entries_max_count=NOTICE_MAX_ENTRIES,
                 entries_max_bytes=self._notice_max_bytes,
             )
+            self._forget_announced(address)  # a new stream announces everything again
             try:
                 async for notice in stub.WatchArrivals(request):
                     failures = 0
                     key = (address, notice.topic, notice.queue_id)
+                    self._announce(key, notice.max_offset)
                     self.notify(key, notice.max_offset, notice)
                 problem = "the stream ended (dispatch stopping)"
             except grpc.aio.AioRpcError as exc:
                 problem = rpc_problem(exc)
+            finally:
+                self._forget_announced(address)
             failures += 1
             if failures == 1:
                 self._wake_address(address)
@@ -241,6 +275,15 @@ class HeldPulls:
             if failures == 1:
                 log.warning("arrivals stream of dispatch %s: %s; reconnecting", address, problem)
             await asyncio.sleep(WATCH_BACKOFF.delay_s(failures))
+
+    def _announce(self, key: QueueKey, max_offset: int) -> None:
+        if key not in self._announced and len(self._announced) >= MAX_REMEMBERED_NOTICES:
+            self._announced.clear()  # the pulls of the queues forgotten read first
+        self._announced[key] = max_offset
+
+    def _forget_announced(self, address: str) -> None:
+        for key in [key for key in self._announced if key[0] == address]:
+            del self._announced[key]
 
     def _wake_address(self, address: str) -> None:
         """Wake every pull held on ``address`` (its stream broke): they read again."""

@@ -21,6 +21,8 @@ latency is one histogram record), and its trace attributes.
   ``--max-held-receives``),
   ``tide_gateway_pulls_answered_from_arrivals_total`` (held pulls answered with the
   entries and records their arrival notice carried, without a GetQueueEntries call),
+  ``tide_gateway_pulls_held_at_end_total`` (records pulls held before reading: the
+  arrival notices had announced their offset as the queue's max),
   ``tide_gateway_pulls_held_for_min_messages_total`` (pulls held for their
   ``min_messages`` before reading: the queue had fewer past their offset);
 * ``tide_gateway_consumer_lag_messages{group,topic,broker,queue}``: for the queues whose
@@ -175,6 +177,13 @@ class GatewayMetrics:
             self._arrival_answers,
             "held pulls answered with the entries their arrival notice carried (no "
             "GetQueueEntries call)",
+        )
+        observable_total(
+            meter,
+            "tide_gateway_pulls_held_at_end_total",
+            lambda: self._held.end_waits,
+            "records pulls held before reading: the arrival notices had announced their "
+            "offset as the queue's max",
         )
         observable_total(
             meter,

@@ -257,6 +257,10 @@ class Puller:
         offset = request.offset
         if min_messages > 1 and fill_wait_ms > 0:
             await self._wait_filled(target, offset, min_messages, fill_wait_ms / 1000)
+        elif timeout_ms and records and tag_filter.matches_all:
+            answer = await self._hold_at_end(target, offset, max_messages, deadline)
+            if answer is not None:
+                return answer
         while True:
             since = self._held.sequence
             response, member = await read_queue(
@@ -283,6 +287,28 @@ class Puller:
                 answer = self._arrived_answer(member, target, arrived, max_messages)
                 if answer is not None:
                     return answer
+
+    async def _hold_at_end(
+        self, target: QueueTarget, offset: int, max_messages: int, deadline: float
+    ) -> pb.PullResponse | None:
+        """A records pull at the max offset the arrival notices announced (a consumer
+        that keeps up) is held before asking the dispatch, which would answer that
+        there is nothing new: the answer from the records of the notice that wakes it
+        when it carries them (the dispatch sends them for a queue read to its end
+        lately), else None and the pull reads as usual (woken without records, or at
+        its timeout: then the read gives the answer)."""
+        order = self._members.order(target.members)
+        member = order[0] if order else None
+        if member is None or not member.dispatch:
+            return None
+        key = (member.dispatch, target.topic, target.queue_id)
+        held = await self._held.hold_at_end(key, offset, deadline - time.monotonic())
+        if held is None:
+            return None
+        woken, arrived = held
+        if not woken or arrived is None:
+            return None
+        return self._arrived_answer(member, target, arrived, max_messages)
 
     def _fill(self, request: pb.PullRequest, max_messages: int) -> tuple[int, int]:
         """The pull's (min_messages, min_messages_wait_ms), checked."""

@@ -453,10 +453,11 @@ class ArrivalNotice(_message.Message):
     @_builtins.property
     def entries(self) -> Global___GetQueueEntriesResponse:
         """With WatchArrivalsRequest.entries_max_count: GetQueueEntries' answer for offset
-        entries_offset (spans and records; no tag codes), set only when the last
-        GetQueueEntries with spans and records (and no tag codes) of the queue found nothing
-        new at entries_offset (a reader is waiting there) and the dispatch's tail cache held
-        every record (never on a queue's first notice).
+        entries_offset (spans and records; no tag codes), set only when a GetQueueEntries
+        with spans and records (and no tag codes) of the queue read it to its end at
+        entries_offset or before within the last 30 s, none stopping short of the end
+        since (a reader keeps up: it waits there), and the dispatch's tail cache held every
+        record (never on a queue's first notice).
         """
 
     def __init__(

@@ -1,10 +1,11 @@
 """WatchArrivals with ``entries_max_count``: a notice carries the queue's entries from the
 max offset the watch announced before (GetQueueEntries' answer with spans and records)
-when a records reader found nothing new there, against real storage and dispatch
-processes."""
+when a records reader keeps up there (it read the queue to its end at that offset or
+before, lately), against real storage and dispatch processes."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -111,9 +112,10 @@ def test_notices_carry_entries_only_where_a_reader_waits(
         (alone,) = notices_until(notices, 0, 2)
         assert not alone.HasField("entries")
         wait_at(pair, topic_name, 2)
-        # ...then a reader reads behind (offset 0 has entries): it is not waiting.
-        behind = stub.GetQueueEntries(spans_request(topic_name), timeout=RPC_TIMEOUT_S)
-        assert behind.spans
+        # ...then a reader reads behind (from offset 0, one entry: short of the end): it
+        # is not waiting.
+        behind = stub.GetQueueEntries(spans_request(topic_name, max_count=1), timeout=RPC_TIMEOUT_S)
+        assert behind.spans and behind.next_offset < behind.max_offset
         pair.storage.append([message(topic_name, 0, b"read behind")])
         (after_behind,) = notices_until(notices, 0, 3)
         assert not after_behind.HasField("entries")
@@ -186,11 +188,37 @@ def test_waiting_readers_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch)
         for queue_id in range(3):
             servicer._note_caught_up("T", queue_id, 5, 5)
         servicer._note_caught_up("T", 2, 6, 6)  # known queue: no clearing
-        assert servicer._caught_up == {("T", 0): 5, ("T", 1): 5, ("T", 2): 6}
+        assert _offsets(servicer) == {("T", 0): 5, ("T", 1): 5, ("T", 2): 6}
         servicer._note_caught_up("T", 1, 3, 6)  # read behind
         assert ("T", 1) not in servicer._caught_up
         servicer._note_caught_up("T", 1, 6, 6)
         servicer._note_caught_up("T", 9, 1, 1)  # a fourth: the others go
-        assert servicer._caught_up == {("T", 9): 1}
+        assert _offsets(servicer) == {("T", 9): 1}
+    finally:
+        servicer._readers.shutdown(wait=True)
+
+
+def _offsets(servicer: DispatchServicer) -> dict[tuple[str, int], int]:
+    return {key: offset for key, (offset, _) in servicer._caught_up.items()}
+
+
+def test_a_reader_that_kept_up_counts_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that read a queue to its end at an offset makes the notices from there
+    or later carry entries, for CAUGHT_UP_S: a gateway answering its pulls from them
+    does not read again to say it keeps up."""
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    servicer = DispatchServicer(lambda: cast(Running, None), ArrivalHub())
+    try:
+        key = ("T", 0)
+        assert not servicer._reader_waits(key, 5)  # no reader yet
+        servicer._note_caught_up("T", 0, 5, 5)
+        assert servicer._reader_waits(key, 5)
+        assert servicer._reader_waits(key, 9)  # its pulls answered from the notices since
+        assert not servicer._reader_waits(key, 4)  # a notice from before where it read
+        now[0] += servicer_module.CAUGHT_UP_S
+        assert not servicer._reader_waits(key, 9)  # too long ago: it may be gone
+        servicer._note_caught_up("T", 0, 9, 9)  # it read to the end again
+        assert servicer._reader_waits(key, 9)
     finally:
         servicer._readers.shutdown(wait=True)

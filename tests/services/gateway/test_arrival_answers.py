@@ -152,3 +152,78 @@ def test_a_notice_for_another_offset_is_not_used() -> None:
     assert no_entries == (True, None)
     assert recheck == (True, None)
     assert timed_out == (False, None)
+
+
+HELD_AT_END = "tide_gateway_pulls_held_at_end_total"
+
+
+def test_a_pull_at_the_announced_end_is_held_before_reading(arrivals_cluster: Cluster) -> None:
+    """A records pull at the max offset the open watch announced is held without asking
+    the dispatch and answered from the next notice's records; a pull behind the end, or
+    with a tag expression, reads first as before."""
+    cluster = arrivals_cluster
+    topic = "T_arrivals_held_at_end"
+    cluster.create_topic(topic, queues=1)
+    arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # the watch announced 1
+    held_before, answered_before = metric(cluster, HELD_AT_END), metric(cluster, ANSWERED)
+    offset = 1
+    for round_ in range(3):
+        answer = arrive(cluster, topic, offset, [f"at-end-{round_}".encode()], encoding=RECORDS)
+        assert [body for body, *_ in decoded(answer)] == [f"at-end-{round_}".encode()]
+        assert answer.next_offset == offset + 1
+        offset = answer.next_offset
+    assert metric(cluster, HELD_AT_END) == held_before + 3
+    assert metric(cluster, ANSWERED) == answered_before + 3
+    # Behind the end: the read answers at once, nothing held.
+    behind = cluster.gateway.stub.Pull(
+        pull(topic, 1, encoding=RECORDS, long_poll_timeout_ms=LONG_POLL_MS),
+        timeout=RPC_TIMEOUT_S,
+    )
+    assert [body for body, *_ in decoded(behind)][:1] == [b"at-end-0"]
+    # A tag expression: it reads first and is held as before (then answered by the read).
+    tagged = arrive(cluster, topic, offset, [b"a-tagged"], encoding=RECORDS, expression="A")
+    assert [body for body, *_ in decoded(tagged)] == [b"a-tagged"]
+    assert metric(cluster, HELD_AT_END) == held_before + 3
+
+
+def test_a_pull_is_held_before_reading_only_on_an_open_streams_word() -> None:
+    """HeldPulls.hold_at_end: only at the max offset the open stream announced for the
+    queue, not before the stream said it nor after it ended, nor past --max-held-pulls."""
+
+    async def scenario() -> None:
+        end_stream = asyncio.Event()
+
+        async def one_notice(_request: Any) -> Any:
+            yield dispatch_pb.ArrivalNotice(topic="T", queue_id=0, max_offset=5)
+            await end_stream.wait()
+
+        channels = SimpleNamespace(
+            dispatch=lambda _address: SimpleNamespace(WatchArrivals=one_notice)
+        )
+        held = HeldPulls(
+            cast(Any, channels),
+            max_held=1,
+            recheck_interval_s=60,
+            rpc_timeout_s=1,
+            notice_max_bytes=1 << 20,
+        )
+        key = ("dispatch:1", "T", 0)
+        assert await held.hold_at_end(key, 5, 1.0) is None  # no stream yet
+        held._ensure_watch("dispatch:1")
+        await wait_until_async(
+            lambda: held._announced.get(key) == 5, "the stream to announce the queue", 5.0
+        )
+        assert await held.hold_at_end(key, 4, 1.0) is None  # behind the end: read
+        assert await held.hold_at_end(("dispatch:1", "T", 1), 5, 1.0) is None  # not said
+        waiting = asyncio.create_task(held.hold_at_end(key, 5, 5.0))
+        await wait_until_async(lambda: held.held == 1, "the pull to be held", 5.0)
+        assert held.end_waits == 1
+        assert await held.hold_at_end(key, 5, 1.0) is None  # --max-held-pulls (1) held
+        held.notify(key, 6)
+        assert await waiting == (True, None)
+        end_stream.set()  # the stream ends: its word no longer holds
+        await wait_until_async(lambda: key not in held._announced, "the word forgotten", 5.0)
+        assert await held.hold_at_end(key, 5, 1.0) is None
+        await held.stop()
+
+    asyncio.run(scenario())
