@@ -218,17 +218,25 @@ class HeldPulls:
         self, key: QueueKey, max_offset: int, notice: dispatch_pb.ArrivalNotice | None = None
     ) -> None:
         """The queue's max offset is now ``max_offset``: wake the waiters below it (with
-        the ``notice`` that said so, when there is one)."""
+        the ``notice`` that said so, when there is one). A max below the last one known
+        (the queue was rebuilt shorter: a dispatch that reconciled with a storage whose
+        recovery cut its commitlog) wakes every waiter and forgets the queue's announced
+        end: their reads answer where they stand (OFFSET_ILLEGAL past the new end)
+        rather than at their timeouts."""
         self._sequence += 1
         if key not in self._notices and len(self._notices) >= MAX_REMEMBERED_NOTICES:
             self._notices.clear()
+        previous = self._notices.get(key)
+        shrank = previous is not None and max_offset < previous[0]
         self._notices[key] = (max_offset, self._sequence)
+        if shrank:
+            self._announced.pop(key, None)
         waiters = self._waiters.get(key)
         if not waiters:
             return
         wake: Wake = max_offset if notice is None else notice
         for future, offset in waiters.items():
-            if offset < max_offset and not future.done():
+            if (shrank or offset < max_offset) and not future.done():
                 future.set_result(wake)
 
     # -- arrival streams -----------------------------------------------------------
@@ -257,8 +265,8 @@ class HeldPulls:
                 async for notice in stub.WatchArrivals(request):
                     failures = 0
                     key = (address, notice.topic, notice.queue_id)
-                    self._announce(key, notice.max_offset)
                     self.notify(key, notice.max_offset, notice)
+                    self._announce(key, notice.max_offset)
                 problem = "the stream ended (dispatch stopping)"
             except grpc.aio.AioRpcError as exc:
                 problem = rpc_problem(exc)

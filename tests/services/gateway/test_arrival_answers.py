@@ -227,3 +227,43 @@ def test_a_pull_is_held_before_reading_only_on_an_open_streams_word() -> None:
         await held.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_queue_that_shrank_wakes_its_held_pulls() -> None:
+    """A max offset below the last known (a dispatch that rebuilt the queue shorter)
+    wakes every pull held on the queue, past the new end or not, and forgets its
+    announced end: they read again and answer where they stand, not at their timeouts."""
+
+    async def scenario() -> None:
+        end_stream = asyncio.Event()
+
+        async def one_notice(_request: Any) -> Any:
+            yield dispatch_pb.ArrivalNotice(topic="T", queue_id=0, max_offset=10)
+            await end_stream.wait()
+
+        channels = SimpleNamespace(
+            dispatch=lambda _address: SimpleNamespace(WatchArrivals=one_notice)
+        )
+        held = HeldPulls(
+            cast(Any, channels),
+            max_held=10,
+            recheck_interval_s=60,
+            rpc_timeout_s=1,
+            notice_max_bytes=1 << 20,
+        )
+        key = ("dispatch:1", "T", 0)
+        held._ensure_watch("dispatch:1")
+        await wait_until_async(lambda: held._announced.get(key) == 10, "announced", 5.0)
+        at_end = asyncio.create_task(held.hold_at_end(key, 10, 30.0))
+        past = asyncio.create_task(held.wait(key, 12, 30.0, held.sequence))
+        await wait_until_async(lambda: held.held == 2, "both pulls held", 5.0)
+        held.notify(key, 11)  # grew: the pull at 10 wakes, the one at 12 does not
+        assert await at_end == (True, None)
+        assert not past.done()
+        held.notify(key, 4)  # a recheck finds it shorter than it was
+        assert await past == (True, None)
+        assert await held.hold_at_end(key, 10, 1.0) is None  # its announced end forgotten
+        end_stream.set()
+        await held.stop()
+
+    asyncio.run(scenario())
