@@ -157,6 +157,26 @@ def test_a_notice_for_another_offset_is_not_used() -> None:
 HELD_AT_END = "tide_gateway_pulls_held_at_end_total"
 
 
+def _held_after_one_notice(max_offset: int, max_held: int) -> tuple[HeldPulls, asyncio.Event]:
+    """HeldPulls whose dispatch's arrival stream announces queue ("T", 0) at
+    ``max_offset`` once its watch opens, then stays open until the event is set."""
+    end_stream = asyncio.Event()
+
+    async def one_notice(_request: Any) -> Any:
+        yield dispatch_pb.ArrivalNotice(topic="T", queue_id=0, max_offset=max_offset)
+        await end_stream.wait()
+
+    channels = SimpleNamespace(dispatch=lambda _address: SimpleNamespace(WatchArrivals=one_notice))
+    held = HeldPulls(
+        cast(Any, channels),
+        max_held=max_held,
+        recheck_interval_s=60,
+        rpc_timeout_s=1,
+        notice_max_bytes=1 << 20,
+    )
+    return held, end_stream
+
+
 def test_a_pull_at_the_announced_end_is_held_before_reading(arrivals_cluster: Cluster) -> None:
     """A records pull at the max offset the open watch announced is held without asking
     the dispatch and answered from the next notice's records; a pull behind the end, or
@@ -191,22 +211,7 @@ def test_a_pull_is_held_before_reading_only_on_an_open_streams_word() -> None:
     queue, not before the stream said it nor after it ended, nor past --max-held-pulls."""
 
     async def scenario() -> None:
-        end_stream = asyncio.Event()
-
-        async def one_notice(_request: Any) -> Any:
-            yield dispatch_pb.ArrivalNotice(topic="T", queue_id=0, max_offset=5)
-            await end_stream.wait()
-
-        channels = SimpleNamespace(
-            dispatch=lambda _address: SimpleNamespace(WatchArrivals=one_notice)
-        )
-        held = HeldPulls(
-            cast(Any, channels),
-            max_held=1,
-            recheck_interval_s=60,
-            rpc_timeout_s=1,
-            notice_max_bytes=1 << 20,
-        )
+        held, end_stream = _held_after_one_notice(5, max_held=1)
         key = ("dispatch:1", "T", 0)
         assert await held.hold_at_end(key, 5, 1.0) is None  # no stream yet
         held._ensure_watch("dispatch:1")
@@ -235,22 +240,7 @@ def test_a_queue_that_shrank_wakes_its_held_pulls() -> None:
     announced end: they read again and answer where they stand, not at their timeouts."""
 
     async def scenario() -> None:
-        end_stream = asyncio.Event()
-
-        async def one_notice(_request: Any) -> Any:
-            yield dispatch_pb.ArrivalNotice(topic="T", queue_id=0, max_offset=10)
-            await end_stream.wait()
-
-        channels = SimpleNamespace(
-            dispatch=lambda _address: SimpleNamespace(WatchArrivals=one_notice)
-        )
-        held = HeldPulls(
-            cast(Any, channels),
-            max_held=10,
-            recheck_interval_s=60,
-            rpc_timeout_s=1,
-            notice_max_bytes=1 << 20,
-        )
+        held, end_stream = _held_after_one_notice(10, max_held=10)
         key = ("dispatch:1", "T", 0)
         held._ensure_watch("dispatch:1")
         await wait_until_async(lambda: held._announced.get(key) == 10, "announced", 5.0)
