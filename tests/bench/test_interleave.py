@@ -191,24 +191,11 @@ def test_the_summary_of_two_versions_is_the_second_over_the_first() -> None:
         (["--versions", f"a.b={ROOT}", "--versions", f"c={ROOT}"], "a name without dots"),
         (["--versions", "a=/nonexistent", "--versions", f"c={ROOT}"], "holding tide/ and"),
         (["--versions", "a", "--versions", f"c={ROOT}"], "give NAME=DIR"),
-    ],
-)
-def test_bad_versions_are_refused(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit):
-        interleave.parse(argv)
-    assert message in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
         (["--rate", "100"], "give it with --single"),
         (["--single", "--consumer"], "give one of --single, --consumer"),
     ],
 )
-def test_conflicting_shapes_are_refused(
+def test_bad_versions_and_conflicting_shapes_are_refused(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit):

@@ -22,18 +22,6 @@ from tide.tail._batch import BatchBuilder, ChunkScanner
 
 pytestmark = pytest.mark.skipif(ccore is None, reason="the compiled core is not built or is off")
 
-COLUMNS = (
-    "positions",
-    "offsets",
-    "sizes",
-    "queue_ids",
-    "queue_offsets",
-    "sys_flags",
-    "store_timestamps",
-    "topics",
-    "props_starts",
-)
-
 
 def scanned(
     compiled: bool, buf: bytes, start: int, end: int, base: int, **kwargs: Any
@@ -44,7 +32,7 @@ def scanned(
     batch = out.build()
     # (compared as lists: the compiled scan's integer columns are array('q'), the
     # reference's lists; test_integer_columns_... below holds each to its kind)
-    return stop, {name: list(getattr(batch, name)) for name in COLUMNS}
+    return stop, {name: list(getattr(batch, name)) for name in batch_module._BATCH_COLUMNS}
 
 
 def assert_same(buf: bytes, start: int, end: int, base: int, **kwargs: Any) -> int:
