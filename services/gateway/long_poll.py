@@ -19,9 +19,10 @@ The watch asks for the arrived entries too (``WatchArrivalsRequest.entries_max_c
 a notice then carries the queue's new entries with their records, from the offset the
 previous notice announced, when a records reader kept up there lately (the dispatch
 remembers where one read the queue to its end, for its ``CAUGHT_UP_S``) and the
-dispatch's tail cache held them. The pull held at that offset (a consumer that keeps
-up) is woken with them and answers without asking the dispatch again (pull.py): one
-internal call less per arrival.
+dispatch's tail cache held them. They are kept a while (arrived.py, before the notice
+wakes anyone): the pull held at that offset (a consumer that keeps up), and a pull that
+comes after the notice passed its offset, answer from them without asking the dispatch
+(pull.py): one internal call less per arrival.
 
 A records pull at the max offset the open stream last announced for its queue is held
 before it reads (:meth:`HeldPulls.hold_at_end`): the dispatch would answer that nothing
@@ -44,6 +45,7 @@ import logging
 
 import grpc
 
+from services.gateway.arrived import ArrivedRecords, QueueKey
 from services.gateway.brokers import BrokerChannels, rpc_problem
 from tide.limits import PULL_MAX_MESSAGES
 from tide.server import ServiceError
@@ -52,7 +54,6 @@ from tide.v1 import dispatch_pb2 as dispatch_pb
 
 log = logging.getLogger("tide.gateway.long_poll")
 
-QueueKey = tuple[str, str, int]  # (dispatch address, topic, queue id)
 # Queues whose last notice is remembered (for the race above); forgotten all at once past it.
 MAX_REMEMBERED_NOTICES = 200_000
 # Offsets calls in flight at once during a recheck.
@@ -64,10 +65,8 @@ CLOSING = -1
 WOKEN_BY_BREAK = -2
 # Entries a notice carries at most: a pull's max_messages at most (pull.MAX_MESSAGES).
 NOTICE_MAX_ENTRIES = PULL_MAX_MESSAGES
-# What a waiter is woken with: a notice (with entries, maybe), or one of the values above
-# (or a max offset a recheck found).
-Wake = int | dispatch_pb.ArrivalNotice
-Entries = dispatch_pb.GetQueueEntriesResponse
+# What a waiter is woken with: the queue's new max offset, or one of the values above.
+Wake = int
 
 
 class HeldPulls:
@@ -79,10 +78,13 @@ class HeldPulls:
         recheck_interval_s: float,
         rpc_timeout_s: float,
         notice_max_bytes: int,
+        arrived: ArrivedRecords,
     ) -> None:
         """``notice_max_bytes``: the most record bytes a notice carries (the gateway's
-        --max-pull-bytes, as a pull's entries)."""
+        --max-pull-bytes, as a pull's entries); ``arrived`` keeps the records notices
+        carry (forgotten with their stream, or a queue that shrank)."""
         self._channels = channels
+        self.arrived = arrived
         self._notice_max_bytes = notice_max_bytes
         self._max_held = max_held
         self._recheck_interval_s = recheck_interval_s
@@ -133,9 +135,7 @@ class HeldPulls:
         self._watches.clear()
 
     # -- waiting -------------------------------------------------------------------
-    async def hold_at_end(
-        self, key: QueueKey, offset: int, timeout_s: float
-    ) -> tuple[bool, Entries | None] | None:
+    async def hold_at_end(self, key: QueueKey, offset: int, timeout_s: float) -> bool | None:
         """Hold a pull before it reads when the open arrival stream of the queue's
         dispatch last announced ``offset`` as the queue's max: nothing is there to read
         yet, and the queue's next notice wakes it (:meth:`wait`'s answer). A stream
@@ -149,18 +149,15 @@ class HeldPulls:
         self.end_waits += 1
         return await self.wait(key, offset, timeout_s, since)
 
-    async def wait(
-        self, key: QueueKey, offset: int, timeout_s: float, since: int
-    ) -> tuple[bool, Entries | None]:
+    async def wait(self, key: QueueKey, offset: int, timeout_s: float, since: int) -> bool:
         """Hold until the queue's max offset passes ``offset`` (True) or the timeout
-        (False); with True, the entries from ``offset`` when the notice that woke the pull
-        carried them (GetQueueEntries' answer, spans and records), else None.
+        (False); the records the waking notice carried are in :attr:`arrived` by then.
         RESOURCE_EXHAUSTED when ``--max-held-pulls`` are held already."""
         if self._closing:
-            return False, None
+            return False
         notice = self._notices.get(key)
         if notice is not None and notice[1] > since and notice[0] > offset:
-            return True, None
+            return True
         if self._held >= self._max_held:
             raise ServiceError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -168,13 +165,7 @@ class HeldPulls:
                 f"{self._max_held}); retry later or pull with a shorter long_poll_timeout_ms",
             )
         woken = await self._hold(key, offset, timeout_s)
-        if woken is None:
-            return False, None
-        if isinstance(woken, int):
-            return woken != CLOSING, None
-        if woken.entries_offset == offset and woken.HasField("entries"):
-            return True, woken.entries
-        return True, None
+        return woken is not None and woken != CLOSING
 
     async def wait_filled(self, key: QueueKey, offset: int, count: int, timeout_s: float) -> None:
         """Hold until the queue holds at least ``count`` entries past ``offset`` (its max
@@ -214,15 +205,13 @@ class HeldPulls:
             if not waiters and self._waiters.get(key) is waiters:
                 del self._waiters[key]
 
-    def notify(
-        self, key: QueueKey, max_offset: int, notice: dispatch_pb.ArrivalNotice | None = None
-    ) -> None:
-        """The queue's max offset is now ``max_offset``: wake the waiters below it (with
-        the ``notice`` that said so, when there is one). A max below the last one known
-        (the queue was rebuilt shorter: a dispatch that reconciled with a storage whose
-        recovery cut its commitlog) wakes every waiter and forgets the queue's announced
-        end: their reads answer where they stand (OFFSET_ILLEGAL past the new end)
-        rather than at their timeouts."""
+    def notify(self, key: QueueKey, max_offset: int) -> None:
+        """The queue's max offset is now ``max_offset``: wake the waiters below it. A max
+        below the last one known (the queue was rebuilt shorter: a dispatch that
+        reconciled with a storage whose recovery cut its commitlog) wakes every waiter
+        and forgets the queue's announced end and arrived records: their reads answer
+        where they stand (OFFSET_ILLEGAL past the new end) rather than at their
+        timeouts."""
         self._sequence += 1
         if key not in self._notices and len(self._notices) >= MAX_REMEMBERED_NOTICES:
             self._notices.clear()
@@ -231,13 +220,13 @@ class HeldPulls:
         self._notices[key] = (max_offset, self._sequence)
         if shrank:
             self._announced.pop(key, None)
+            self.arrived.forget(key)
         waiters = self._waiters.get(key)
         if not waiters:
             return
-        wake: Wake = max_offset if notice is None else notice
         for future, offset in waiters.items():
             if (shrank or offset < max_offset) and not future.done():
-                future.set_result(wake)
+                future.set_result(max_offset)
 
     # -- arrival streams -----------------------------------------------------------
     def _ensure_watch(self, address: str) -> None:
@@ -265,7 +254,8 @@ class HeldPulls:
                 async for notice in stub.WatchArrivals(request):
                     failures = 0
                     key = (address, notice.topic, notice.queue_id)
-                    self.notify(key, notice.max_offset, notice)
+                    self.notify(key, notice.max_offset)  # a shrunk queue forgets its run
+                    self.arrived.add(key, notice)  # before the woken pulls look there
                     self._announce(key, notice.max_offset)
                 problem = "the stream ended (dispatch stopping)"
             except grpc.aio.AioRpcError as exc:
@@ -290,8 +280,10 @@ class HeldPulls:
         self._announced[key] = max_offset
 
     def _forget_announced(self, address: str) -> None:
+        """Drop what the address's stream said: its announced ends and arrived records."""
         for key in [key for key in self._announced if key[0] == address]:
             del self._announced[key]
+        self.arrived.forget_address(address)
 
     def _wake_address(self, address: str) -> None:
         """Wake every pull held on ``address`` (its stream broke): they read again."""

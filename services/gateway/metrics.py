@@ -101,11 +101,13 @@ class GatewayMetrics:
         send_backs: Callable[[], dict[tuple[str, str], int]] | None = None,
         ordering: OrderingTotals | None = None,
         held_receives: Callable[[], int] = lambda: 0,
+        arrived_bytes: Callable[[], int] = lambda: 0,
     ) -> None:
         """Wrap ``servicer``'s Produce, Pull and CommitOffset (before it is registered)
         and the request handler of ``streams`` (its ProduceStream calls); ``written_bytes``
-        gives the record bytes the produces wrote so far, ``arrival_answers`` the held
-        pulls answered with the entries of their wake-up notice."""
+        gives the record bytes the produces wrote so far, ``arrival_answers`` the pulls
+        answered from the records arrival notices carried, ``arrived_bytes`` how many
+        such record bytes the gateway keeps (arrived.py)."""
         self._held = held
         self._streams = streams
         self._pull_budget = pull_budget
@@ -114,6 +116,7 @@ class GatewayMetrics:
         self._send_backs = send_backs
         self._ordering = ordering
         self._held_receives = held_receives
+        self._arrived_bytes = arrived_bytes
         self._get_offset: Handler = servicer.GetOffset
         self._queue_offsets: Handler = servicer.GetQueueOffsets
         self._produce_latency: Histogram | None = None
@@ -175,7 +178,7 @@ class GatewayMetrics:
             meter,
             "tide_gateway_pulls_answered_from_arrivals_total",
             self._arrival_answers,
-            "held pulls answered with the entries their arrival notice carried (no "
+            "records pulls answered from the records arrival notices carried (no "
             "GetQueueEntries call)",
         )
         observable_total(
@@ -206,6 +209,11 @@ class GatewayMetrics:
         held = SampledGauges(meter, self._sample_held)
         held.gauge("tide_gateway_held_pulls", "long polls held now")
         held.gauge("tide_gateway_held_receives", "POP Receives held now (--max-held-receives)")
+        held.gauge(
+            "tide_gateway_arrived_records_bytes",
+            "record bytes kept from arrival notices for the pulls after them "
+            "(--max-arrived-records-bytes)",
+        )
         streams = SampledGauges(meter, self._sample_streams)
         streams.gauge("tide_gateway_produce_streams", "ProduceStream calls open now")
         streams.gauge(
@@ -322,6 +330,7 @@ class GatewayMetrics:
         return {
             "tide_gateway_held_pulls": self._held.held,
             "tide_gateway_held_receives": self._held_receives(),
+            "tide_gateway_arrived_records_bytes": self._arrived_bytes(),
         }
 
     def _sample_pulls(self) -> Sample:

@@ -150,6 +150,17 @@ OPTIONS: tuple[Option, ...] = (
         unit="bytes",
     ),
     Option(
+        "max_arrived_records_bytes",
+        int,
+        # 16 queues' worth of --max-pull-bytes (4 MiB): a consumer that keeps up trails the
+        # end of each queue it pulls by about one pull.
+        64 * MIB,
+        "record bytes kept from the dispatches' arrival notices so that the records pulls "
+        "after them are answered without asking the dispatch (each queue keeps at most "
+        "--max-pull-bytes, for 30 s); 0 keeps none",
+        unit="bytes",
+    ),
+    Option(
         "max_pull_in_flight_bytes",
         int,
         # 64 pulls reading --max-pull-bytes (4 MiB) at once; a consumer pulls a few queues
@@ -238,6 +249,7 @@ class GatewayConfig:
     max_long_poll_ms: int
     long_poll_recheck_interval_s: float
     max_pull_bytes: int
+    max_arrived_records_bytes: int
     max_pull_in_flight_bytes: int
     appends_in_flight: int
     broker_timeout_s: float
@@ -287,6 +299,7 @@ def check_config(config: Config) -> str | None:
         "max_long_poll_ms": (0, 3_600_000),
         "long_poll_recheck_interval_ms": (10, 600_000),
         "max_pull_bytes": (1, MESSAGE_BODY_MAX_BYTES),
+        "max_arrived_records_bytes": (0, MAX_IN_FLIGHT_LIMIT_BYTES),
         "max_pull_in_flight_bytes": (MIB, MAX_IN_FLIGHT_LIMIT_BYTES),
         "appends_in_flight": (1, MAX_APPENDS_IN_FLIGHT),
         "broker_timeout_ms": (10, 600_000),
@@ -317,6 +330,7 @@ def gateway_config(config: Config) -> GatewayConfig:
         max_long_poll_ms=config.get_int("max_long_poll_ms"),
         long_poll_recheck_interval_s=config.get_int("long_poll_recheck_interval_ms") / 1000,
         max_pull_bytes=config.get_int("max_pull_bytes"),
+        max_arrived_records_bytes=config.get_int("max_arrived_records_bytes"),
         max_pull_in_flight_bytes=config.get_int("max_pull_in_flight_bytes"),
         appends_in_flight=config.get_int("appends_in_flight"),
         broker_timeout_s=config.get_int("broker_timeout_ms") / 1000,

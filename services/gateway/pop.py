@@ -24,9 +24,10 @@ from collections.abc import Sequence
 
 import grpc
 
+from services.gateway.arrived import QueueKey
 from services.gateway.brokers import BrokerChannels, broker_error
 from services.gateway.expression import ExpressionError, parse_expression
-from services.gateway.long_poll import HeldPulls, QueueKey
+from services.gateway.long_poll import HeldPulls
 from services.gateway.options import GatewayConfig
 from services.gateway.pop_groups import PopGroups
 from services.gateway.pop_handles import PopHandles
@@ -263,7 +264,7 @@ class PopConsumers:
         ]
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            return any(task.result()[0] for task in done)
+            return any(task.result() for task in done)
         finally:
             self._holding -= 1
             for task in waits:

@@ -11,8 +11,9 @@
 With ``encoding = ENCODING_RECORDS`` steps 1 and 2 ask for spans of adjacent records
 instead, and the stored records are handed on undecoded (pull_records.py); a consumer
 that keeps up gets them from the dispatch's tail cache in step 1, without step 2, and a
-pull held until they arrived gets them with the arrival notice, without step 1 either
-(long_poll.py).
+pull of ``*`` held until they arrived, or coming after an arrival notice carried them,
+gets them from the gateway's copy of the notices' records, without step 1 either
+(arrived.py, long_poll.py).
 
 Statuses as RocketMQ's getMessage: FOUND; NO_NEW_MESSAGE (offset == max offset);
 NO_MATCHED_MESSAGE (entries looked at, none matched; next_offset moves past them);
@@ -37,10 +38,11 @@ from typing import TypeVar
 
 import grpc
 
+from services.gateway.arrived import Answer, QueueKey
 from services.gateway.brokers import BrokerChannels, BrokerUnreachable, broker_error
 from services.gateway.consume_gate import ConsumeGate
-from services.gateway.expression import MATCH_ALL, ExpressionError, TagFilter, parse_expression
-from services.gateway.long_poll import Entries, HeldPulls
+from services.gateway.expression import ExpressionError, TagFilter, parse_expression
+from services.gateway.long_poll import HeldPulls
 from services.gateway.options import GatewayConfig
 from services.gateway.pull_records import (
     SpanReadMismatch,
@@ -65,6 +67,7 @@ MAX_MESSAGES = PULL_MAX_MESSAGES
 Status = pb.PullResponse.Status
 _ReadKey = tuple[Member, str, int, int, int, TagFilter, bool]
 RECORDS = pb.PullRequest.ENCODING_RECORDS
+Entries = dispatch_pb.GetQueueEntriesResponse
 _ENCODINGS = frozenset(pb.PullRequest.Encoding.values())
 _T = TypeVar("_T")
 # DispatchStatus.follower_state of a dispatch that follows its storage live.
@@ -198,8 +201,6 @@ class Puller:
             config.max_pull_in_flight_bytes,
             "Pull answers being read on this gateway",
         )
-        # Held records pulls answered with the entries their wake-up notice carried.
-        self.arrival_answers = 0
 
     def refused(self) -> dict[str, int]:
         """Pulls refused so far by reason (a metric): by the queue lock check (another
@@ -255,10 +256,14 @@ class Puller:
             await self._queue_locks.check_pull(request)
         deadline = time.monotonic() + timeout_ms / 1000  # the min_messages wait counts too
         offset = request.offset
+        # Records of every tag: what the arrival notices carried may be the answer.
+        arrivals = records and tag_filter.matches_all
         if min_messages > 1 and fill_wait_ms > 0:
             await self._wait_filled(target, offset, min_messages, fill_wait_ms / 1000)
-        elif timeout_ms and records and tag_filter.matches_all:
-            answer = await self._hold_at_end(target, offset, max_messages, deadline)
+        if arrivals:
+            answer = self._arrived_answer(target, offset, max_messages)
+            if answer is None and timeout_ms and not (min_messages > 1 and fill_wait_ms > 0):
+                answer = await self._hold_at_end(target, offset, max_messages, deadline)
             if answer is not None:
                 return answer
         while True:
@@ -280,13 +285,32 @@ class Puller:
             # Held on the arrivals of the member that answered (a slave's own dispatch
             # while the master is down).
             key = (member.dispatch, target.topic, target.queue_id)
-            woken, arrived = await self._held.wait(key, offset, remaining_s, since)
-            if not woken:
+            if not await self._held.wait(key, offset, remaining_s, since):
                 return response  # timed out (or the gateway is stopping)
-            if arrived is not None and records and tag_filter.matches_all:
-                answer = self._arrived_answer(member, target, arrived, max_messages)
+            if arrivals:
+                answer = self._answer_from(key, offset, max_messages)
                 if answer is not None:
                     return answer
+
+    def _first_key(self, target: QueueTarget) -> QueueKey | None:
+        """The arrivals key of the member a read would ask first (readers.py), if any."""
+        order = self._members.order(target.members)
+        member = order[0] if order else None
+        if member is None or not member.dispatch:
+            return None
+        return (member.dispatch, target.topic, target.queue_id)
+
+    def _arrived_answer(
+        self, target: QueueTarget, offset: int, max_messages: int
+    ) -> pb.PullResponse | None:
+        """The answer from the records the arrival notices carried (arrived.py) when they
+        hold the pull's offset, else None (the pull reads or waits as usual)."""
+        key = self._first_key(target)
+        return None if key is None else self._answer_from(key, offset, max_messages)
+
+    def _answer_from(self, key: QueueKey, offset: int, max_messages: int) -> pb.PullResponse | None:
+        found = self._held.arrived.answer(key, offset, max_messages, self._config.max_pull_bytes)
+        return None if found is None else _arrived_response(found)
 
     async def _hold_at_end(
         self, target: QueueTarget, offset: int, max_messages: int, deadline: float
@@ -297,18 +321,12 @@ class Puller:
         when it carries them (the dispatch sends them for a queue read to its end
         lately), else None and the pull reads as usual (woken without records, or at
         its timeout: then the read gives the answer)."""
-        order = self._members.order(target.members)
-        member = order[0] if order else None
-        if member is None or not member.dispatch:
+        key = self._first_key(target)
+        if key is None:
             return None
-        key = (member.dispatch, target.topic, target.queue_id)
-        held = await self._held.hold_at_end(key, offset, deadline - time.monotonic())
-        if held is None:
+        if not await self._held.hold_at_end(key, offset, deadline - time.monotonic()):
             return None
-        woken, arrived = held
-        if not woken or arrived is None:
-            return None
-        return self._arrived_answer(member, target, arrived, max_messages)
+        return self._answer_from(key, offset, max_messages)
 
     def _fill(self, request: pb.PullRequest, max_messages: int) -> tuple[int, int]:
         """The pull's (min_messages, min_messages_wait_ms), checked."""
@@ -401,18 +419,6 @@ class Puller:
         if not response.messages:
             response.status = Status.NO_MATCHED_MESSAGE
         return response
-
-    def _arrived_answer(
-        self, member: Member, target: QueueTarget, arrived: Entries, max_messages: int
-    ) -> pb.PullResponse | None:
-        """A held records pull's answer from the entries its wake-up notice carried (the
-        dispatch's GetQueueEntries answer from the pull's offset, records included), or
-        None when they are more than the pull takes (then it asks as usual)."""
-        if sum(span.count for span in arrived.spans) > max_messages:
-            return None
-        records, count = self._cached(arrived, member, target, "WatchArrivals")
-        self.arrival_answers += 1
-        return _records_answer(arrived, records, count, MATCH_ALL)
 
     async def _pull_records(
         self,
@@ -583,6 +589,13 @@ def _records_answer(
     )
     response.records = records
     response.record_count = count
+    return response
+
+
+def _arrived_response(found: Answer) -> pb.PullResponse:
+    response = _answer(Status.FOUND, found.next_offset, found.min_offset, found.max_offset)
+    response.records = found.records
+    response.record_count = found.count
     return response
 
 

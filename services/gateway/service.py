@@ -12,6 +12,7 @@ import sys
 import grpc
 
 from services.gateway.admin import Admin
+from services.gateway.arrived import ArrivedRecords
 from services.gateway.auth.admin import AuthAdmin
 from services.gateway.auth.audit import Audit
 from services.gateway.auth.authority import Authority
@@ -70,6 +71,9 @@ class GatewayService:
             recheck_interval_s=config.long_poll_recheck_interval_s,
             rpc_timeout_s=config.broker_timeout_s,
             notice_max_bytes=config.max_pull_bytes,
+            arrived=ArrivedRecords(
+                max_bytes=config.max_arrived_records_bytes, queue_max_bytes=config.max_pull_bytes
+            ),
         )
         fault = LatencyFaultTolerance(
             enabled=config.send_latency_fault, isolation_ms=config.fault_isolation_ms
@@ -150,7 +154,7 @@ class GatewayService:
             self._servicer,
             self._held,
             lambda: producer.written_bytes,
-            lambda: puller.arrival_answers,
+            lambda: self._held.arrived.answers,
             self._servicer.produce_streams,
             puller.budget,
             lambda: send_backs.totals,
@@ -160,6 +164,7 @@ class GatewayService:
                 lambda: transactions.checks_sent,
             ),
             held_receives=lambda: pop.holding,
+            arrived_bytes=lambda: self._held.arrived.size_bytes,
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:

@@ -152,7 +152,9 @@ class FakeServicer:
 def test_gateway_wrappers_count_calls_and_the_lag_scan_reports_committed_queues() -> None:
     servicer = FakeServicer()
     held = SimpleNamespace(held=4)
-    metrics = GatewayMetrics(servicer, cast(Any, held), lambda: 0, lambda: 0)
+    metrics = GatewayMetrics(
+        servicer, cast(Any, held), lambda: 0, lambda: 0, arrived_bytes=lambda: 4096
+    )
 
     async def traffic() -> dict[str, Any]:
         produce = pb.ProduceRequest(messages=[pb.ProduceMessage(topic="T", body=b"b")] * 3)
@@ -174,7 +176,11 @@ def test_gateway_wrappers_count_calls_and_the_lag_scan_reports_committed_queues(
     assert metrics.produced_messages == 3
     assert metrics.pulled_messages == 6 + 3
     assert metrics.pull_results == {"FOUND": 2, "NO_NEW_MESSAGE": 1}
-    assert metrics._sample_held() == {"tide_gateway_held_pulls": 4, "tide_gateway_held_receives": 0}
+    assert metrics._sample_held() == {
+        "tide_gateway_held_pulls": 4,
+        "tide_gateway_held_receives": 0,
+        "tide_gateway_arrived_records_bytes": 4096,
+    }
     assert lag["tide_gateway_consumer_lag_queues"] == 2
     # The unreachable broker's queue is left out of this scan.
     assert lag["tide_gateway_consumer_lag_messages"] == [

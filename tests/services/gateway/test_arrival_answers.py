@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import grpc
 
+from services.gateway.arrived import ArrivedRecords
 from services.gateway.long_poll import HeldPulls
 from tests._cluster import Cluster, cluster_fixture
 from tests._metrics import SCRAPE_INTERVAL_S, scrape, total
@@ -88,73 +89,74 @@ def test_held_records_pulls_are_answered_from_the_notice(arrivals_cluster: Clust
     assert [b for b, *_ in decoded(again)] == [b"r0-0", b"r1-0", b"r1-1", b"r2-0", b"r2-1", b"r2-2"]
 
 
+def test_pulls_the_notices_passed_are_answered_from_their_records(
+    arrivals_cluster: Cluster,
+) -> None:
+    """Fewer messages wanted than arrived, then a pull from where that answer ended (the
+    notice passed it: not held, not read): both from the notice's records, byte for byte
+    what the dispatch answers a pull of the same tag (every message has it)."""
+    cluster = arrivals_cluster
+    topic = "T_arrivals_after"
+    cluster.create_topic(topic, queues=1)
+    arrive(cluster, topic, 0, [b"a-warm"], encoding=RECORDS)  # the watch is open now
+    before = metric(cluster, ANSWERED)
+    bodies = [f"a{i}".encode() for i in range(5)]
+    fewer = arrive(cluster, topic, 1, bodies, encoding=RECORDS, max_messages=2)
+    assert [body for body, *_ in decoded(fewer)] == bodies[:2]
+    assert (fewer.next_offset, fewer.max_offset) == (3, 6)
+    rest = cluster.gateway.stub.Pull(
+        pull(topic, 3, encoding=RECORDS, long_poll_timeout_ms=LONG_POLL_MS),
+        timeout=RPC_TIMEOUT_S,
+    )
+    assert [body for body, *_ in decoded(rest)] == bodies[2:]
+    assert metric(cluster, ANSWERED) == before + 2
+    # The same pulls with a tag expression ask the dispatch: the same answers.
+    for answer, offset, count in ((fewer, 1, 2), (rest, 3, 32)):
+        read = cluster.gateway.stub.Pull(
+            pull(topic, offset, encoding=RECORDS, max_messages=count, expression="A"),
+            timeout=RPC_TIMEOUT_S,
+        )
+        assert read.records == answer.records
+        assert (read.status, read.next_offset, read.max_offset, read.record_count) == (
+            answer.status,
+            answer.next_offset,
+            answer.max_offset,
+            answer.record_count,
+        )
+    assert metric(cluster, ANSWERED) == before + 2
+
+
 def test_other_held_pulls_ask_the_dispatch(arrivals_cluster: Cluster) -> None:
-    """Fewer messages wanted than arrived, a tag expression, decoded messages: answered
-    correctly, through GetQueueEntries as before (the counter does not move)."""
+    """A tag expression, decoded messages: answered correctly, through GetQueueEntries
+    as before (the counter does not move)."""
     cluster = arrivals_cluster
     topic = "T_arrivals_ask"
     cluster.create_topic(topic, queues=1)
     arrive(cluster, topic, 0, [b"warm"], encoding=RECORDS)  # the watch is open now
     before = metric(cluster, ANSWERED)
-    fewer = arrive(cluster, topic, 1, [b"b1", b"b2", b"b3"], encoding=RECORDS, max_messages=2)
-    assert [body for body, *_ in decoded(fewer)] == [b"b1", b"b2"]
-    assert fewer.next_offset == 3
-    tagged = arrive(cluster, topic, 4, [b"a1", b"b4", b"a2"], encoding=RECORDS, expression="A")
+    tagged = arrive(cluster, topic, 1, [b"a1", b"b4", b"a2"], encoding=RECORDS, expression="A")
     assert [(body, tag) for body, *_, tag in decoded(tagged)] == [(b"a1", "A"), (b"a2", "A")]
-    assert tagged.next_offset == 7
-    messages = arrive(cluster, topic, 7, [b"b5", b"a3"])
+    assert tagged.next_offset == 4
+    messages = arrive(cluster, topic, 4, [b"b5", b"a3"])
     assert [m.body for m in messages.messages] == [b"b5", b"a3"]
     assert not messages.records
     assert metric(cluster, ANSWERED) == before
 
 
-def test_a_notice_for_another_offset_is_not_used() -> None:
-    """HeldPulls hands a woken pull the notice's entries only when they start at the
-    pull's own offset (a notice's entries start where the previous notice ended)."""
-
-    async def scenario() -> list[tuple[bool, dispatch_pb.GetQueueEntriesResponse | None]]:
-        never = asyncio.Event()
-
-        async def no_notices(_request: Any) -> Any:
-            await never.wait()
-            yield  # pragma: no cover
-
-        channels = SimpleNamespace(
-            dispatch=lambda _address: SimpleNamespace(WatchArrivals=no_notices)
-        )
-        held = HeldPulls(
-            cast(Any, channels),
-            max_held=10,
-            recheck_interval_s=60,
-            rpc_timeout_s=1,
-            notice_max_bytes=1 << 20,
-        )
-        key = ("dispatch:1", "T", 0)
-        entries = dispatch_pb.GetQueueEntriesResponse(next_offset=7, records=b"r")
-        results = []
-        for pull_offset, notice in (
-            (5, dispatch_pb.ArrivalNotice(max_offset=7, entries_offset=5, entries=entries)),
-            (6, dispatch_pb.ArrivalNotice(max_offset=7, entries_offset=5, entries=entries)),
-            (5, dispatch_pb.ArrivalNotice(max_offset=7, entries_offset=5)),
-            (5, None),
-        ):
-            waiting = asyncio.create_task(held.wait(key, pull_offset, 5.0, held.sequence))
-            await wait_until_async(lambda: held.held == 1, "the pull to be held", 5.0)
-            held.notify(key, 7, notice)
-            results.append(await waiting)
-        results.append(await held.wait(key, 7, 0.05, held.sequence))  # times out
-        await held.stop()
-        return results
-
-    found, other_offset, no_entries, recheck, timed_out = asyncio.run(scenario())
-    assert found[0] is True and found[1] is not None and found[1].next_offset == 7
-    assert other_offset == (True, None)
-    assert no_entries == (True, None)
-    assert recheck == (True, None)
-    assert timed_out == (False, None)
-
-
 HELD_AT_END = "tide_gateway_pulls_held_at_end_total"
+
+
+def held_pulls_on(watch: Any, max_held: int, arrived_bytes: int = 1 << 20) -> HeldPulls:
+    """HeldPulls whose dispatches' ``WatchArrivals`` is the async generator ``watch``."""
+    channels = SimpleNamespace(dispatch=lambda _address: SimpleNamespace(WatchArrivals=watch))
+    return HeldPulls(
+        cast(Any, channels),
+        max_held=max_held,
+        recheck_interval_s=60,
+        rpc_timeout_s=1,
+        notice_max_bytes=1 << 20,
+        arrived=ArrivedRecords(max_bytes=arrived_bytes, queue_max_bytes=arrived_bytes),
+    )
 
 
 def _held_after_one_notice(max_offset: int, max_held: int) -> tuple[HeldPulls, asyncio.Event]:
@@ -166,15 +168,7 @@ def _held_after_one_notice(max_offset: int, max_held: int) -> tuple[HeldPulls, a
         yield dispatch_pb.ArrivalNotice(topic="T", queue_id=0, max_offset=max_offset)
         await end_stream.wait()
 
-    channels = SimpleNamespace(dispatch=lambda _address: SimpleNamespace(WatchArrivals=one_notice))
-    held = HeldPulls(
-        cast(Any, channels),
-        max_held=max_held,
-        recheck_interval_s=60,
-        rpc_timeout_s=1,
-        notice_max_bytes=1 << 20,
-    )
-    return held, end_stream
+    return held_pulls_on(one_notice, max_held), end_stream
 
 
 def test_a_pull_at_the_announced_end_is_held_before_reading(arrivals_cluster: Cluster) -> None:
@@ -225,7 +219,7 @@ def test_a_pull_is_held_before_reading_only_on_an_open_streams_word() -> None:
         assert held.end_waits == 1
         assert await held.hold_at_end(key, 5, 1.0) is None  # --max-held-pulls (1) held
         held.notify(key, 6)
-        assert await waiting == (True, None)
+        assert await waiting is True
         end_stream.set()  # the stream ends: its word no longer holds
         await wait_until_async(lambda: key not in held._announced, "the word forgotten", 5.0)
         assert await held.hold_at_end(key, 5, 1.0) is None
@@ -248,10 +242,10 @@ def test_a_queue_that_shrank_wakes_its_held_pulls() -> None:
         past = asyncio.create_task(held.wait(key, 12, 30.0, held.sequence))
         await wait_until_async(lambda: held.held == 2, "both pulls held", 5.0)
         held.notify(key, 11)  # grew: the pull at 10 wakes, the one at 12 does not
-        assert await at_end == (True, None)
+        assert await at_end is True
         assert not past.done()
         held.notify(key, 4)  # a recheck finds it shorter than it was
-        assert await past == (True, None)
+        assert await past is True
         assert await held.hold_at_end(key, 10, 1.0) is None  # its announced end forgotten
         end_stream.set()
         await held.stop()

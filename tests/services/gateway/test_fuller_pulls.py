@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import grpc
 import pytest
@@ -15,9 +14,8 @@ import pytest
 from services.gateway.long_poll import HeldPulls
 from tests._cluster import Cluster, cluster_fixture
 from tests.services.gateway.conftest import RPC_TIMEOUT_S, expect_error
-from tests.services.gateway.test_arrival_answers import held_pull, metric
+from tests.services.gateway.test_arrival_answers import held_pull, held_pulls_on, metric
 from tests.services.gateway.test_pull_records import decoded, produce, pull
-from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
 from tide.waiting import wait_until_async
 
@@ -145,14 +143,7 @@ def _held_pulls(max_held: int) -> HeldPulls:
         await never.wait()
         yield  # pragma: no cover
 
-    channels = SimpleNamespace(dispatch=lambda _address: SimpleNamespace(WatchArrivals=no_notices))
-    return HeldPulls(
-        cast(Any, channels),
-        max_held=max_held,
-        recheck_interval_s=60,
-        rpc_timeout_s=1,
-        notice_max_bytes=1 << 20,
-    )
+    return held_pulls_on(no_notices, max_held)
 
 
 def test_wait_filled_wakes_at_the_count_and_goes_on_from_a_notice() -> None:
@@ -165,7 +156,7 @@ def test_wait_filled_wakes_at_the_count_and_goes_on_from_a_notice() -> None:
         held.notify(key, 7)  # 2 past the offset: not enough
         await asyncio.sleep(0)
         still_waiting = not waiting.done()
-        held.notify(key, 8, dispatch_pb.ArrivalNotice(max_offset=8))
+        held.notify(key, 8)
         await asyncio.wait_for(waiting, 5.0)
         counted = held.filled_waits
         # The remembered notice (8) already has 3 past offset 4: no hold.
@@ -189,7 +180,7 @@ def test_wait_filled_is_never_refused_at_the_held_limit() -> None:
         await asyncio.wait_for(held.wait_filled(key, 0, 100, 30.0), 5.0)
         counted = held.filled_waits
         await held.stop()
-        return counted, (await plain)[0]
+        return counted, await plain
 
     counted, plain_woken = asyncio.run(scenario())
     assert counted == 0
