@@ -143,9 +143,18 @@ class ArrivedRecords:
         run.max_offset, run.min_offset = notice.max_offset, entries.min_offset
         while run.size_bytes > self._queue_max_bytes and len(run.pieces) > 1:
             self._drop_first(run)
-        while self._size_bytes > self._max_bytes:
-            oldest = next(iter(self._runs))
-            self.forget(oldest)
+        while self._size_bytes > self._max_bytes and self._runs:
+            self.forget(next(iter(self._runs)))
+        self._drop_stale(piece.arrived_s)
+
+    def _drop_stale(self, now_s: float) -> None:
+        """Forget the runs that last grew KEEP_S ago or more (queues no longer written,
+        or no longer read to their end): they are in the order they last grew."""
+        while self._runs:
+            key, run = next(iter(self._runs.items()))
+            if run.pieces[-1].arrived_s >= now_s - KEEP_S:
+                return
+            self.forget(key)
 
     def forget(self, key: QueueKey) -> None:
         """Keep nothing of the queue (it shrank; its stream ended)."""

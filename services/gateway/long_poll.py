@@ -19,10 +19,10 @@ The watch asks for the arrived entries too (``WatchArrivalsRequest.entries_max_c
 a notice then carries the queue's new entries with their records, from the offset the
 previous notice announced, when a records reader kept up there lately (the dispatch
 remembers where one read the queue to its end, for its ``CAUGHT_UP_S``) and the
-dispatch's tail cache held them. They are kept a while (arrived.py, before the notice
-wakes anyone): the pull held at that offset (a consumer that keeps up), and a pull that
-comes after the notice passed its offset, answer from them without asking the dispatch
-(pull.py): one internal call less per arrival.
+dispatch's tail cache held them. They are kept a while (arrived.py; taken in before any
+pull the notice woke runs): the pull held at that offset (a consumer that keeps up), and
+a pull that comes after the notice passed its offset, answer from them without asking the
+dispatch (pull.py): one internal call less per arrival.
 
 A records pull at the max offset the open stream last announced for its queue is held
 before it reads (:meth:`HeldPulls.hold_at_end`): the dispatch would answer that nothing

@@ -5,6 +5,7 @@ pull.py), and the pulls that still ask the dispatch: a real cluster, the gateway
 from __future__ import annotations
 
 import asyncio
+import struct
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -18,6 +19,7 @@ from tests.services.gateway.conftest import RPC_TIMEOUT_S
 from tests.services.gateway.test_pull_records import decoded, produce, pull
 from tide.v1 import dispatch_pb2 as dispatch_pb
 from tide.v1 import gateway_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import wait_until, wait_until_async
 
 Status = pb.PullResponse.Status
@@ -248,6 +250,49 @@ def test_a_queue_that_shrank_wakes_its_held_pulls() -> None:
         assert await past is True
         assert await held.hold_at_end(key, 10, 1.0) is None  # its announced end forgotten
         end_stream.set()
+        await held.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_arrived_records_go_with_their_stream_and_with_a_shrunk_queue() -> None:
+    """HeldPulls keeps the records its stream's notices carry (before a pull they woke
+    looks); forgets a queue whose notice says it is shorter than it was, and every queue
+    of the stream once it ends."""
+    record = struct.pack(">i", 8) + b"rec!"
+    entries = dispatch_pb.GetQueueEntriesResponse(
+        next_offset=6,
+        max_offset=6,
+        spans=[storage_pb.RecordSpan(size=len(record), count=1)],
+        records=record,
+    )
+    step = asyncio.Event()
+    end_stream = asyncio.Event()
+
+    async def notices(_request: Any) -> Any:
+        for queue_id in (0, 1):
+            yield dispatch_pb.ArrivalNotice(topic="T", queue_id=queue_id, max_offset=5)
+            yield dispatch_pb.ArrivalNotice(
+                topic="T", queue_id=queue_id, max_offset=6, entries_offset=5, entries=entries
+            )
+        await step.wait()
+        yield dispatch_pb.ArrivalNotice(topic="T", queue_id=0, max_offset=2)  # shrank
+        await end_stream.wait()
+
+    async def scenario() -> None:
+        held = held_pulls_on(notices, max_held=10)
+        queue0, queue1 = ("dispatch:1", "T", 0), ("dispatch:1", "T", 1)
+        held._ensure_watch("dispatch:1")
+        await wait_until_async(lambda: held._announced.get(queue1) == 6, "announced", 5.0)
+        for key in (queue0, queue1):
+            answer = held.arrived.answer(key, 5, 32, 1 << 20)
+            assert answer is not None and answer.records == record
+        step.set()
+        await wait_until_async(lambda: held._announced.get(queue0) == 2, "shrunk", 5.0)
+        assert held.arrived.answer(queue0, 5, 32, 1 << 20) is None
+        assert held.arrived.answer(queue1, 5, 32, 1 << 20) is not None
+        end_stream.set()
+        await wait_until_async(lambda: held.arrived.size_bytes == 0, "forgotten", 5.0)
         await held.stop()
 
     asyncio.run(scenario())

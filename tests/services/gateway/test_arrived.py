@@ -215,3 +215,26 @@ def test_a_notice_whose_records_are_not_its_spans_bytes_is_not_kept() -> None:
     arrived.add(KEY, short)
     assert arrived.size_bytes == 0
     assert arrived.answer(KEY, 0, 32, 1 << 20) is None
+
+
+def test_queues_that_stopped_growing_are_forgotten_as_others_grow() -> None:
+    clock = Clock()
+    arrived = ArrivedRecords(max_bytes=1 << 20, queue_max_bytes=1 << 20, clock=clock)
+    idle, busy = ("dispatch:1", "T", 1), KEY
+    arrived.add(idle, notice(0, [records(0, 2)]))
+    arrived.add(busy, notice(0, [records(0, 1)]))
+    clock.now_s += KEEP_S - 1
+    arrived.add(busy, notice(1, [records(1, 1)]))
+    assert arrived.size_bytes == 4 * 32  # the idle queue's run is not KEEP_S old yet
+    clock.now_s += 2
+    arrived.add(busy, notice(2, [records(2, 1)]))
+    assert arrived.size_bytes == 3 * 32  # now it is, and nobody pulled it since
+    assert arrived.answer(busy, 0, 32, 1 << 20) is None  # its own first piece is too
+    assert labels(arrived.answer(busy, 1, 32, 1 << 20)) == ["m1", "m2"]
+
+
+def test_a_piece_larger_than_all_runs_may_keep_is_not_kept() -> None:
+    arrived = kept(max_bytes=2 * 32)
+    arrived.add(KEY, notice(0, [records(0, 3)]))
+    assert arrived.size_bytes == 0
+    assert arrived.answer(KEY, 0, 32, 1 << 20) is None
