@@ -258,11 +258,12 @@ class Puller:
         offset = request.offset
         # Records of every tag: what the arrival notices carried may be the answer.
         arrivals = records and tag_filter.matches_all
-        if min_messages > 1 and fill_wait_ms > 0:
+        fills = min_messages > 1 and fill_wait_ms > 0
+        if fills:
             await self._wait_filled(target, offset, min_messages, fill_wait_ms / 1000)
         if arrivals:
             answer = self._arrived_answer(target, offset, max_messages)
-            if answer is None and timeout_ms and not (min_messages > 1 and fill_wait_ms > 0):
+            if answer is None and timeout_ms and not fills:
                 answer = await self._hold_at_end(target, offset, max_messages, deadline)
             if answer is not None:
                 return answer
