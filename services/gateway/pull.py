@@ -258,15 +258,17 @@ class Puller:
         offset = request.offset
         # Records of every tag: what the arrival notices carried may be the answer.
         arrivals = records and tag_filter.matches_all
-        fills = min_messages > 1 and fill_wait_ms > 0
-        if fills:
-            await self._wait_filled(target, offset, min_messages, fill_wait_ms / 1000)
-        if arrivals:
-            answer = self._arrived_answer(target, offset, max_messages)
-            if answer is None and timeout_ms and not fills:
-                answer = await self._hold_at_end(target, offset, max_messages, deadline)
-            if answer is not None:
-                return answer
+        fill_wait_s = fill_wait_ms / 1000 if min_messages > 1 else 0
+        answer = await self._before_reading(
+            target,
+            offset,
+            max_messages,
+            (min_messages, fill_wait_s),
+            arrivals,
+            deadline if timeout_ms else None,
+        )
+        if answer is not None:
+            return answer
         while True:
             since = self._held.sequence
             response, member = await read_queue(
@@ -293,6 +295,36 @@ class Puller:
                 if answer is not None:
                     return answer
 
+    async def _before_reading(
+        self,
+        target: QueueTarget,
+        offset: int,
+        max_messages: int,
+        fill: tuple[int, float],
+        arrivals: bool,
+        deadline: float | None,
+    ) -> pb.PullResponse | None:
+        """What a pull does before it reads, on the arrivals of the member the read will
+        ask first (readers.py): a ``fill`` (min_messages, wait) holds it until the notices
+        say that many are there (only they are looked at: what follows gives the answer,
+        whatever they said); with ``arrivals`` (records of every tag) the answer from the
+        records the notices carried, or else, with a long poll (its ``deadline``) and no
+        fill, a hold at the announced end. None: the pull reads."""
+        min_messages, fill_wait_s = fill
+        if not (fill_wait_s > 0 or arrivals):
+            return None
+        first = self._first_key(target)
+        if first is None:
+            return None
+        if fill_wait_s > 0:
+            await self._held.wait_filled(first, offset, min_messages, fill_wait_s)
+        if not arrivals:
+            return None
+        answer = self._answer_from(first, offset, max_messages)
+        if answer is None and deadline is not None and not fill_wait_s > 0:
+            answer = await self._hold_at_end(first, offset, max_messages, deadline)
+        return answer
+
     def _first_key(self, target: QueueTarget) -> QueueKey | None:
         """The arrivals key of the member a read would ask first (readers.py), if any."""
         order = self._members.order(target.members)
@@ -301,20 +333,14 @@ class Puller:
             return None
         return (member.dispatch, target.topic, target.queue_id)
 
-    def _arrived_answer(
-        self, target: QueueTarget, offset: int, max_messages: int
-    ) -> pb.PullResponse | None:
+    def _answer_from(self, key: QueueKey, offset: int, max_messages: int) -> pb.PullResponse | None:
         """The answer from the records the arrival notices carried (arrived.py) when they
         hold the pull's offset, else None (the pull reads or waits as usual)."""
-        key = self._first_key(target)
-        return None if key is None else self._answer_from(key, offset, max_messages)
-
-    def _answer_from(self, key: QueueKey, offset: int, max_messages: int) -> pb.PullResponse | None:
         found = self._held.arrived.answer(key, offset, max_messages, self._config.max_pull_bytes)
         return None if found is None else _arrived_response(found)
 
     async def _hold_at_end(
-        self, target: QueueTarget, offset: int, max_messages: int, deadline: float
+        self, key: QueueKey, offset: int, max_messages: int, deadline: float
     ) -> pb.PullResponse | None:
         """A records pull at the max offset the arrival notices announced (a consumer
         that keeps up) is held before asking the dispatch, which would answer that
@@ -322,9 +348,6 @@ class Puller:
         when it carries them (the dispatch sends them for a queue read to its end
         lately), else None and the pull reads as usual (woken without records, or at
         its timeout: then the read gives the answer)."""
-        key = self._first_key(target)
-        if key is None:
-            return None
         if not await self._held.hold_at_end(key, offset, deadline - time.monotonic()):
             return None
         return self._answer_from(key, offset, max_messages)
@@ -343,19 +366,6 @@ class Puller:
                 f"(--max-long-poll-ms; got {wait_ms})"
             )
         return min_messages, wait_ms
-
-    async def _wait_filled(
-        self, target: QueueTarget, offset: int, min_messages: int, wait_s: float
-    ) -> None:
-        """Hold the pull until its queue has ``min_messages`` past ``offset`` on the member
-        the read will ask first (readers.py) or ``wait_s``. Only the arrival notices are
-        looked at: the read that follows gives the answer, whatever they said."""
-        order = self._members.order(target.members)
-        member = order[0] if order else None
-        if member is None or not member.dispatch:
-            return
-        key = (member.dispatch, target.topic, target.queue_id)
-        await self._held.wait_filled(key, offset, min_messages, wait_s)
 
     async def _pull_shared(
         self,
