@@ -17,7 +17,8 @@ What is kept, and its bounds:
 
 * a queue's run is contiguous: a notice whose records start where the run ends extends
   it; any other (a notice without records in between, records cut short by a byte limit)
-  starts the run again. A notice without records only moves the announced max offset.
+  starts the run again. A notice without records changes nothing here (the max offset
+  the stream announced is long_poll.py's, passed to :meth:`ArrivedRecords.answer`).
 * a run holds at most ``queue_max_bytes`` (the gateway's ``--max-pull-bytes``: a
   consumer that keeps up trails the end by about one pull; its newest piece always), and
   all runs at most ``max_bytes`` (``--max-arrived-records-bytes``; the queue whose run
@@ -71,8 +72,7 @@ class _Piece:
 class _Run:
     pieces: deque[_Piece] = field(default_factory=deque)
     size_bytes: int = 0
-    # The max offset and min offset the queue's last notice announced.
-    max_offset: int = 0
+    # The min offset the queue's last notice with records said.
     min_offset: int = 0
 
     @property
@@ -118,13 +118,11 @@ class ArrivedRecords:
         return self._size_bytes
 
     def add(self, key: QueueKey, notice: dispatch_pb.ArrivalNotice) -> None:
-        """Take in a notice of the queue: its records extend the run or start it again;
-        without records only its max offset counts."""
-        run = self._runs.get(key)
+        """Take in a notice of the queue: its records extend the run or start it again
+        (one without records is not kept)."""
         if not notice.HasField("entries") or not self._max_bytes:
-            if run is not None:
-                run.max_offset = notice.max_offset
             return
+        run = self._runs.get(key)
         entries = notice.entries
         spans = [(span.size, span.count) for span in entries.spans]
         count = sum(span_count for _, span_count in spans)
@@ -140,7 +138,7 @@ class ArrivedRecords:
         run.pieces.append(piece)
         run.size_bytes += len(records)
         self._size_bytes += len(records)
-        run.max_offset, run.min_offset = notice.max_offset, entries.min_offset
+        run.min_offset = entries.min_offset
         while run.size_bytes > self._queue_max_bytes and len(run.pieces) > 1:
             self._drop_first(run)
         while self._size_bytes > self._max_bytes and self._runs:
@@ -167,12 +165,13 @@ class ArrivedRecords:
             self.forget(key)
 
     def answer(
-        self, key: QueueKey, offset: int, max_messages: int, max_bytes: int
+        self, key: QueueKey, offset: int, max_messages: int, max_bytes: int, max_offset: int
     ) -> Answer | None:
         """The records from ``offset`` a read would answer (at most ``max_messages``,
         stopping before the record that would pass ``max_bytes``, at least one), or None
         when the run does not hold ``offset`` or ends before both the pull's limits and
-        the announced max offset (the dispatch has more)."""
+        ``max_offset``, the queue's max the open stream announced last (the dispatch has
+        more)."""
         run = self._runs.get(key)
         if run is None:
             return None
@@ -198,11 +197,11 @@ class ArrivedRecords:
             log.warning("arrived records of %s/%d on %s: %s", key[1], key[2], key[0], exc)
             self.forget(key)
             return None
-        if not full and offset + count < run.max_offset:
+        if not full and offset + count < max_offset:
             return None
         self.answers += 1
         next_offset = offset + count
-        return Answer(b"".join(taken), count, next_offset, run.min_offset, run.max_offset)
+        return Answer(b"".join(taken), count, next_offset, run.min_offset, max_offset)
 
     def _drop_first(self, run: _Run) -> None:
         piece = run.pieces.popleft()

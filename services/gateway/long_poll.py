@@ -45,7 +45,7 @@ import logging
 
 import grpc
 
-from services.gateway.arrived import ArrivedRecords, QueueKey
+from services.gateway.arrived import Answer, ArrivedRecords, QueueKey
 from services.gateway.brokers import BrokerChannels, rpc_problem
 from tide.limits import PULL_MAX_MESSAGES
 from tide.server import ServiceError
@@ -166,6 +166,17 @@ class HeldPulls:
             )
         woken = await self._hold(key, offset, timeout_s)
         return woken is not None and woken != CLOSING
+
+    def arrived_answer(
+        self, key: QueueKey, offset: int, max_messages: int, max_bytes: int
+    ) -> Answer | None:
+        """The pull's answer from the records the queue's notices carried (arrived.py),
+        judged against the max offset the open stream announced last; None when they do
+        not hold it, or the stream said nothing of the queue (the pull reads)."""
+        announced = self._announced.get(key)
+        if announced is None:
+            return None
+        return self.arrived.answer(key, offset, max_messages, max_bytes, announced)
 
     async def wait_filled(self, key: QueueKey, offset: int, count: int, timeout_s: float) -> None:
         """Hold until the queue holds at least ``count`` entries past ``offset`` (its max

@@ -336,7 +336,7 @@ class Puller:
     def _answer_from(self, key: QueueKey, offset: int, max_messages: int) -> pb.PullResponse | None:
         """The answer from the records the arrival notices carried (arrived.py) when they
         hold the pull's offset, else None (the pull reads or waits as usual)."""
-        found = self._held.arrived.answer(key, offset, max_messages, self._config.max_pull_bytes)
+        found = self._held.arrived_answer(key, offset, max_messages, self._config.max_pull_bytes)
         return None if found is None else _arrived_response(found)
 
     async def _hold_at_end(

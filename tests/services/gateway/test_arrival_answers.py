@@ -285,12 +285,12 @@ def test_the_arrived_records_go_with_their_stream_and_with_a_shrunk_queue() -> N
         held._ensure_watch("dispatch:1")
         await wait_until_async(lambda: held._announced.get(queue1) == 6, "announced", 5.0)
         for key in (queue0, queue1):
-            answer = held.arrived.answer(key, 5, 32, 1 << 20)
+            answer = held.arrived_answer(key, 5, 32, 1 << 20)
             assert answer is not None and answer.records == record
         step.set()
         await wait_until_async(lambda: held._announced.get(queue0) == 2, "shrunk", 5.0)
-        assert held.arrived.answer(queue0, 5, 32, 1 << 20) is None
-        assert held.arrived.answer(queue1, 5, 32, 1 << 20) is not None
+        assert held.arrived_answer(queue0, 5, 32, 1 << 20) is None
+        assert held.arrived_answer(queue1, 5, 32, 1 << 20) is not None
         end_stream.set()
         await wait_until_async(lambda: held.arrived.size_bytes == 0, "forgotten", 5.0)
         await held.stop()

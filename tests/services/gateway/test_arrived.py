@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from typing import Any
 
 import pytest
 
@@ -69,8 +70,34 @@ class Clock:
         return self.now_s
 
 
-def kept(max_bytes: int = 1 << 20, queue_max_bytes: int = 1 << 20) -> ArrivedRecords:
-    return ArrivedRecords(max_bytes=max_bytes, queue_max_bytes=queue_max_bytes, clock=Clock())
+class Fed:
+    """ArrivedRecords fed as HeldPulls feeds it: every notice's max offset is its queue's
+    announced max, which answers are judged against."""
+
+    def __init__(self, arrived: ArrivedRecords) -> None:
+        self.arrived = arrived
+        self.announced: dict[tuple[str, str, int], int] = {}
+
+    def add(self, key: tuple[str, str, int], notice: dispatch_pb.ArrivalNotice) -> None:
+        self.announced[key] = notice.max_offset
+        self.arrived.add(key, notice)
+
+    def answer(
+        self, key: tuple[str, str, int], offset: int, max_messages: int, max_bytes: int
+    ) -> Answer | None:
+        max_offset = self.announced.get(key, 0)
+        return self.arrived.answer(key, offset, max_messages, max_bytes, max_offset)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.arrived, name)
+
+
+def kept(
+    max_bytes: int = 1 << 20, queue_max_bytes: int = 1 << 20, clock: Clock | None = None
+) -> Fed:
+    return Fed(
+        ArrivedRecords(max_bytes=max_bytes, queue_max_bytes=queue_max_bytes, clock=clock or Clock())
+    )
 
 
 def test_a_pull_in_the_run_is_answered_from_its_offset_across_spans_and_notices() -> None:
@@ -164,7 +191,7 @@ def test_all_queues_keep_at_most_max_bytes_the_least_recently_grown_going_first(
 
 def test_pieces_older_than_keep_s_are_not_answered_from() -> None:
     clock = Clock()
-    arrived = ArrivedRecords(max_bytes=1 << 20, queue_max_bytes=1 << 20, clock=clock)
+    arrived = kept(clock=clock)
     arrived.add(KEY, notice(0, [records(0, 2)]))
     clock.now_s += KEEP_S / 2
     arrived.add(KEY, notice(2, [records(2, 2)]))
@@ -219,7 +246,7 @@ def test_a_notice_whose_records_are_not_its_spans_bytes_is_not_kept() -> None:
 
 def test_queues_that_stopped_growing_are_forgotten_as_others_grow() -> None:
     clock = Clock()
-    arrived = ArrivedRecords(max_bytes=1 << 20, queue_max_bytes=1 << 20, clock=clock)
+    arrived = kept(clock=clock)
     idle, busy = ("dispatch:1", "T", 1), KEY
     arrived.add(idle, notice(0, [records(0, 2)]))
     arrived.add(busy, notice(0, [records(0, 1)]))
