@@ -445,21 +445,19 @@ class Puller:
         if isinstance(entries, pb.PullResponse):
             return entries
         if entries.records:  # the dispatch still held them: no storage read
-            records, count = self._cached(entries, member, target, "GetQueueEntries")
+            records, count = self._cached(entries, member, target)
         else:
             records, count = await self._read_spans(member, target, entries.spans)
         return _records_answer(entries, records, count, tag_filter)
 
     @staticmethod
-    def _cached(
-        entries: Entries, member: Member, target: QueueTarget, call: str
-    ) -> tuple[bytes, int]:
-        """The records the dispatch answered with its spans (``call`` names where)."""
+    def _cached(entries: Entries, member: Member, target: QueueTarget) -> tuple[bytes, int]:
+        """The records the dispatch answered GetQueueEntries with, beside its spans."""
         try:
             return cached_records(entries.spans, entries.records)
         except SpanReadMismatch as exc:
             raise ServiceError(
-                grpc.StatusCode.INTERNAL, f"{_where(call, member, target)}: {exc}"
+                grpc.StatusCode.INTERNAL, f"{_where('GetQueueEntries', member, target)}: {exc}"
             ) from exc
 
     def _entries_request(
