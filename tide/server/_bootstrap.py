@@ -38,6 +38,7 @@ from tide.server._cluster_secret import (
 from tide.server._config import Config
 from tide.server._event_loop import run_on, running_loop_name
 from tide.server._gc import tune_gc_for_serving
+from tide.server._generic_handlers import GenericHandlers
 from tide.server._health import NOT_SERVING, SERVING, HealthServicer
 from tide.server._interceptor import ErrorInterceptor, Readiness
 from tide.server._logging import configure_logging
@@ -308,11 +309,14 @@ def served_names(service: Service) -> tuple[str, ...]:
 
 
 async def _add_services(server: grpc.aio.Server, service: Service) -> HealthServicer:
-    service.add_to_server(server)
+    # Generic handlers only: methods registered by name cost every call (_generic_handlers).
+    handlers = GenericHandlers()
+    service.add_to_server(handlers)
     health_servicer = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, handlers)
     names = (*served_names(service), HEALTH_SERVICE_NAME, REFLECTION_SERVICE_NAME)
-    reflection.enable_server_reflection(names, server)
+    reflection.enable_server_reflection(names, handlers)
+    server.add_generic_rpc_handlers(handlers.handlers)
     for name in ("", *served_names(service)):
         await health_servicer.set(name, NOT_SERVING)
     return health_servicer

@@ -111,8 +111,8 @@ def add_with_serializers(
         name: _with_serializer(handler, serializers[name]) if name in serializers else handler
         for name, handler in handlers.items()
     }
+    # A generic handler only, as tide.server registers every service (_generic_handlers).
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, patched),))
-    server.add_registered_method_handlers(service, patched)  # type: ignore[attr-defined]
 
 
 def _with_serializer(
