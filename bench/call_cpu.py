@@ -25,6 +25,9 @@ compare two versions of the code, run this from outside the worktree with
 ``--py-spy DIR --py-spy-shape SHAPE`` records each service with py-spy (raw collapsed
 stacks, ``DIR/<service>.txt``) during the first round of that shape.
 
+``--cluster-secret-file PATH`` runs every service with that cluster secret (the links
+between them carry it: docs/security.md).
+
 ``/proc/loadavg`` before and after is printed; the box may be shared.
 """
 
@@ -149,22 +152,30 @@ async def run(
 
 
 def run_cluster(
-    calls: int, rounds: int, profile: Path | None = None, profile_shape: str = SHAPES[0]
+    calls: int,
+    rounds: int,
+    profile: Path | None = None,
+    profile_shape: str = SHAPES[0],
+    cluster_secret_file: Path | None = None,
 ) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="tide-call-cpu-"))
     load_before = loadavg()
+    # every service with the cluster secret, when given (docs/security.md)
+    secret = ["--cluster-secret-file", str(cluster_secret_file)] if cluster_secret_file else []
     try:
         with ExitStack() as stack:
-            namesrv = stack.enter_context(service("nameserver", ["--listen", "127.0.0.1:0"], root))
+            namesrv_args = ["--listen", "127.0.0.1:0", *secret]
+            namesrv = stack.enter_context(service("nameserver", namesrv_args, root))
             storage_port, dispatch_port = free_port(), free_port()
             store = str(root / "store")
             storage, dispatch = f"127.0.0.1:{storage_port}", f"127.0.0.1:{dispatch_port}"
             storage_args = ["--listen", storage, "--store-dir", store, "--namesrv", namesrv]
-            storage_args += ["--broker-name", BROKER, "--dispatch-address", dispatch]
+            storage_args += ["--broker-name", BROKER, "--dispatch-address", dispatch, *secret]
             stack.enter_context(service("storage", storage_args, root))
             dispatch_args = ["--listen", dispatch, "--store-dir", store, "--storage", storage]
+            dispatch_args += secret
             stack.enter_context(service("dispatch", dispatch_args, root))
-            gateway_args = ["--listen", "127.0.0.1:0", "--namesrv", namesrv]
+            gateway_args = ["--listen", "127.0.0.1:0", "--namesrv", namesrv, *secret]
             gateway = stack.enter_context(service("gateway", gateway_args, root))
             shapes = asyncio.run(run(gateway, calls, rounds, profile, profile_shape))
     finally:
@@ -180,12 +191,19 @@ def main() -> None:
         "--py-spy", type=Path, help="py-spy record the services into DIR (first round)"
     )
     parser.add_argument("--py-spy-shape", choices=SHAPES, default=SHAPES[0])
+    parser.add_argument(
+        "--cluster-secret-file",
+        type=Path,
+        help="run every service with this cluster secret (docs/security.md)",
+    )
     args = parser.parse_args()
     if not 1 <= args.calls <= MAX_CALLS:
         parser.error(f"--calls must be 1..{MAX_CALLS}")
     if not 1 <= args.rounds <= MAX_ROUNDS:
         parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
-    result = run_cluster(args.calls, args.rounds, args.py_spy, args.py_spy_shape)
+    result = run_cluster(
+        args.calls, args.rounds, args.py_spy, args.py_spy_shape, args.cluster_secret_file
+    )
     print(json.dumps(result, indent=1))
 
 

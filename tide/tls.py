@@ -197,19 +197,21 @@ def internal_channel(
     cluster TLS is set (a :class:`ReloadingChannel`: a renewed certificate is used by the
     calls after the change), plaintext otherwise."""
     # Imported here: tide.server imports this module at start-up.
-    from tide.server._cluster_secret import cluster_channel_interceptors
+    from tide.server._cluster_secret import cluster_channel
 
     opts = list(options) if options is not None else None
     # The cluster secret (tide.server._cluster_secret) rides every internal link, with
     # or without TLS: storage, dispatch and name server refuse calls without it.
-    chain = [*(interceptors or ()), *cluster_channel_interceptors()] or None
+    chain = list(interceptors) if interceptors else None
     if _client_files is None:
-        return grpc.aio.insecure_channel(target, options=opts, interceptors=chain)
-    return ReloadingChannel(
-        _client_files,
-        lambda credentials: grpc.aio.secure_channel(
-            target, credentials, options=opts, interceptors=chain
-        ),
+        return cluster_channel(grpc.aio.insecure_channel(target, options=opts, interceptors=chain))
+    return cluster_channel(
+        ReloadingChannel(
+            _client_files,
+            lambda credentials: grpc.aio.secure_channel(
+                target, credentials, options=opts, interceptors=chain
+            ),
+        )
     )
 
 

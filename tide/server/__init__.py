@@ -22,7 +22,7 @@ from tide.server._bootstrap import (
     write_ready_file,
 )
 from tide.server._byte_budget import ByteBudget
-from tide.server._cluster_secret import cluster_channel_interceptors
+from tide.server._cluster_secret import cluster_channel
 from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
 from tide.server._event_loop import EVENT_LOOPS, run_on
 from tide.server._interceptor import ServiceError
@@ -53,7 +53,7 @@ __all__ = [
     "StreamSlots",
     "Telemetry",
     "TelemetryError",
-    "cluster_channel_interceptors",
+    "cluster_channel",
     "configure_logging",
     "configure_telemetry",
     "load_config",

@@ -52,42 +52,81 @@ def load_cluster_secret(path: str | None) -> None:
     SECRET.value = value
 
 
-def _with_secret(details: Any) -> Any:
+def _with_secret(metadata: Any) -> Any:
+    """A call's metadata with the secret added (none set: as given)."""
     secret = SECRET.value
     if secret is None:
-        return details
-    metadata = grpc.aio.Metadata(*(details.metadata or ()))
-    metadata.add(METADATA_KEY, secret)
-    return grpc.aio.ClientCallDetails(
-        details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
-    )
+        return metadata
+    if metadata is None:
+        return ((METADATA_KEY, secret),)
+    added = grpc.aio.Metadata(*metadata)
+    added.add(METADATA_KEY, secret)
+    return added
 
 
-class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
-    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(_with_secret(details), request)
+class _SendsSecret:
+    """A multicallable of :class:`SecretChannel`: each call gets the secret added to its
+    metadata (given by keyword, as every caller here gives it)."""
+
+    __slots__ = ("_multicallable",)
+
+    def __init__(self, multicallable: Any) -> None:
+        self._multicallable = multicallable
+
+    def __call__(self, *args: Any, metadata: Any = None, **kwargs: Any) -> Any:
+        return self._multicallable(*args, metadata=_with_secret(metadata), **kwargs)
 
 
-class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
-    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(_with_secret(details), request)
+class SecretChannel(grpc.aio.Channel):
+    """A channel whose calls carry the cluster secret as metadata.
+
+    Not client interceptors, which is how the secret rode before: with any interceptor
+    on a channel, grpc.aio (1.85) starts each call through a task running the
+    interceptor chain, and a stream whose requests are written one by one
+    (``write()``, the gateway's AppendStream, ReadStream and entries streams) hands each
+    request to the call through a queue, a task and an ``asyncio.wait``; an exchange on
+    such a stream cost ~20-40 us more than with the metadata given to the call
+    (docs/performance.md, "The cluster secret as call metadata")."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._channel = channel
+
+    def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
+        return _SendsSecret(self._channel.unary_unary(*args, **kwargs))
+
+    def unary_stream(self, *args: Any, **kwargs: Any) -> Any:
+        return _SendsSecret(self._channel.unary_stream(*args, **kwargs))
+
+    def stream_unary(self, *args: Any, **kwargs: Any) -> Any:
+        return _SendsSecret(self._channel.stream_unary(*args, **kwargs))
+
+    def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
+        return _SendsSecret(self._channel.stream_stream(*args, **kwargs))
+
+    async def close(self, grace: float | None = None) -> None:
+        await self._channel.close(grace)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self._channel.get_state(try_to_connect)
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        await self._channel.wait_for_state_change(last_observed_state)
+
+    async def channel_ready(self) -> None:
+        await self._channel.channel_ready()
+
+    async def __aenter__(self) -> SecretChannel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close(None)
 
 
-class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[type-arg]
-    async def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
-        return await continuation(_with_secret(details), requests)
-
-
-class _StreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[type-arg]
-    async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
-        return await continuation(_with_secret(details), requests)
-
-
-def cluster_channel_interceptors() -> list[Any]:
-    """The interceptors sending the secret (empty without one: no cost)."""
+def cluster_channel(channel: grpc.aio.Channel) -> grpc.aio.Channel:
+    """``channel`` sending the secret on every call (as it is without one: no cost)."""
     if SECRET.value is None:
-        return []
-    return [_UnaryUnary(), _UnaryStream(), _StreamUnary(), _StreamStream()]
+        return channel
+    return SecretChannel(channel)
 
 
 def has_secret(metadata: Any) -> bool:
