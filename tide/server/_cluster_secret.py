@@ -85,8 +85,9 @@ class SecretChannel(grpc.aio.Channel):
     interceptor chain, and a stream whose requests are written one by one
     (``write()``, the gateway's AppendStream, ReadStream and entries streams) hands each
     request to the call through a queue, a task and an ``asyncio.wait``; an exchange on
-    such a stream cost ~20-40 us more than with the metadata given to the call
-    (docs/performance.md, "The cluster secret as call metadata")."""
+    such a stream cost 15-45 us more than with the metadata given to the call
+    (``bench.secret_channel``; docs/performance.md, "The cluster secret as call
+    metadata")."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._channel = channel

@@ -135,7 +135,7 @@ def parse_tail_chunk(raw: bytes) -> TailChunkView:
 
 def insecure_channel(target: str, interceptors: Sequence[Any] = ()) -> grpc.aio.Channel:
     """The default channel factory: plaintext, with :data:`CHANNEL_OPTIONS`."""
-    # interceptors: a service's (the cluster secret, tide.server).
+    # interceptors: the caller's, if any (the services send their cluster secret as metadata)
     return grpc.aio.insecure_channel(
         target, options=list(CHANNEL_OPTIONS), interceptors=list(interceptors) or None
     )
