@@ -24,6 +24,8 @@ from typing import Any
 
 import grpc
 
+from tide._forwarding_channel import ForwardingChannel
+
 _log = logging.getLogger("tide.tls")
 
 # Retired channels a proxy keeps open for the calls still running on them; beyond this
@@ -103,7 +105,7 @@ class _Lazy:
         return multicallable(*args, **kwargs)
 
 
-class ReloadingChannel(grpc.aio.Channel):
+class ReloadingChannel(ForwardingChannel):
     """An aio channel that reopens its underlying channel when ``files`` changes."""
 
     def __init__(
@@ -144,18 +146,3 @@ class ReloadingChannel(grpc.aio.Channel):
         channels = [*self._retired, self._channel]
         self._retired = []
         await asyncio.gather(*(channel.close(grace) for channel in channels))
-
-    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
-        return self.current().get_state(try_to_connect)
-
-    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
-        await self.current().wait_for_state_change(last_observed_state)
-
-    async def channel_ready(self) -> None:
-        await self.current().channel_ready()
-
-    async def __aenter__(self) -> ReloadingChannel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close(None)

@@ -17,6 +17,8 @@ from typing import Any
 
 import grpc
 
+from tide._forwarding_channel import ForwardingChannel
+
 METADATA_KEY = "x-tide-cluster-secret"
 MIN_SECRET_CHARS = 16
 MAX_SECRET_CHARS = 1024
@@ -77,7 +79,7 @@ class _SendsSecret:
         return self._multicallable(*args, metadata=_with_secret(metadata), **kwargs)
 
 
-class SecretChannel(grpc.aio.Channel):
+class SecretChannel(ForwardingChannel):
     """A channel whose calls carry the cluster secret as metadata.
 
     Not client interceptors, which is how the secret rode before: with any interceptor
@@ -92,6 +94,9 @@ class SecretChannel(grpc.aio.Channel):
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._channel = channel
 
+    def current(self) -> grpc.aio.Channel:
+        return self._channel
+
     def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
         return _SendsSecret(self._channel.unary_unary(*args, **kwargs))
 
@@ -103,24 +108,6 @@ class SecretChannel(grpc.aio.Channel):
 
     def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
         return _SendsSecret(self._channel.stream_stream(*args, **kwargs))
-
-    async def close(self, grace: float | None = None) -> None:
-        await self._channel.close(grace)
-
-    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
-        return self._channel.get_state(try_to_connect)
-
-    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
-        await self._channel.wait_for_state_change(last_observed_state)
-
-    async def channel_ready(self) -> None:
-        await self._channel.channel_ready()
-
-    async def __aenter__(self) -> SecretChannel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close(None)
 
 
 def cluster_channel(channel: grpc.aio.Channel) -> grpc.aio.Channel:
