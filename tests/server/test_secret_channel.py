@@ -6,6 +6,7 @@ The processes' links with the secret: tests/auth/test_cluster_secret.py."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -61,7 +62,9 @@ def secret() -> Iterator[str]:
         cluster_secret.SECRET.value = before
 
 
-async def _serve() -> tuple[grpc.aio.Server, str]:
+@asynccontextmanager
+async def _serving() -> AsyncIterator[str]:
+    """The test service's address, behind the secret's check, while the block runs."""
     server = grpc.aio.server(interceptors=[ClusterSecretInterceptor()])
     handlers = {
         "Unary": grpc.unary_unary_rpc_method_handler(_unary, _same, _same),
@@ -71,7 +74,10 @@ async def _serve() -> tuple[grpc.aio.Server, str]:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    return server, f"127.0.0.1:{port}"
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
 
 
 def test_without_a_secret_the_channel_is_left_as_it_is() -> None:
@@ -86,10 +92,10 @@ def test_without_a_secret_the_channel_is_left_as_it_is() -> None:
 
 def test_every_kind_of_call_carries_the_secret(secret: str) -> None:
     async def check() -> None:
-        server, address = await _serve()
-        try:
-            async with cluster_channel(grpc.aio.insecure_channel(address)) as channel:
-                assert isinstance(channel, SecretChannel)
+        async with _serving() as address:
+            channel = cluster_channel(grpc.aio.insecure_channel(address))
+            assert isinstance(channel, SecretChannel)
+            async with channel:
                 unary = channel.unary_unary(f"/{SERVICE}/Unary", _same, _same)
                 assert await unary(b"") == METADATA_KEY.encode()
                 # a caller's own metadata stays beside the secret
@@ -105,22 +111,16 @@ def test_every_kind_of_call_carries_the_secret(secret: str) -> None:
                     await bidi.write(b"%d" % number)
                     assert await bidi.read() == b"%d|%s" % (number, METADATA_KEY.encode())
                 await bidi.done_writing()
-        finally:
-            await server.stop(None)
 
     run_on("asyncio", check())
 
 
 def test_a_channel_without_the_secret_is_refused(secret: str) -> None:
     async def check() -> None:
-        server, address = await _serve()
-        try:
-            async with grpc.aio.insecure_channel(address) as channel:
-                unary = channel.unary_unary(f"/{SERVICE}/Unary", _same, _same)
-                with pytest.raises(grpc.aio.AioRpcError) as caught:
-                    await unary(b"")
-                assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
-        finally:
-            await server.stop(None)
+        async with _serving() as address, grpc.aio.insecure_channel(address) as channel:
+            unary = channel.unary_unary(f"/{SERVICE}/Unary", _same, _same)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await unary(b"")
+            assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
 
     run_on("asyncio", check())
