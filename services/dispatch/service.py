@@ -60,12 +60,13 @@ class DispatchService:
         return running
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
-        # GetQueueEntriesStream yields its answers serialized (framed by hand).
+        # GetQueueEntriesStream and WatchArrivals yield their answers serialized (framed
+        # by hand around the tail cache's views: answer_frames).
         add_with_serializers(
             pb_grpc.add_DispatchServicer_to_server,
             self._servicer,
             server,
-            {"GetQueueEntriesStream": serialized},
+            {"GetQueueEntriesStream": serialized, "WatchArrivals": serialized},
         )
 
     def drain(self) -> None:

@@ -17,6 +17,7 @@ from typing import TypeVar
 import grpc
 
 from services.dispatch import lookup
+from services.dispatch.answer_frames import Parts, entries_parts, notice_frame
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.delivery.timer import TimerService
@@ -29,7 +30,7 @@ from services.dispatch.pop.revive import Reviver
 from services.dispatch.pop.service import PopService
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.transaction.service import TransactionService
-from tide.format import UNLIMITED_BYTES, select_spans, varint
+from tide.format import UNLIMITED_BYTES, select_spans
 from tide.limits import (
     ACK_ENTRIES_MAX_COUNT,
     EXPRESSION_MAX_TAGS,
@@ -71,8 +72,6 @@ _I64_MAX = 2**63 - 1
 _NO_CODES: frozenset[int] = frozenset()
 # GetQueueEntriesStream's answer, framed by hand around the parts of its response.
 _ENTRIES_ANSWER = framed_answer(pb.GetQueueEntriesStreamResponse)
-# GetQueueEntriesResponse.records' key (field 6, length-delimited): its last field.
-_RECORDS_KEY = b"\x32"
 # Queues whose waiting reader is remembered (deleted topics' queues stay until then);
 # forgotten all at once past it (their next notices carry no entries, once).
 MAX_CAUGHT_UP_QUEUES = 100_000
@@ -264,17 +263,12 @@ class DispatchServicer(pb_grpc.DispatchServicer):
 
     async def _framed_entries(
         self, request: pb.GetQueueEntriesRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> list[bytes | memoryview]:
+    ) -> Parts:
         """GetQueueEntries' answer serialized, in parts (the stream's answer frames them,
         copying each once): the response without its records, then the ``records`` field
-        written by hand around the tail cache's views (its last field, where protobuf
-        writes it: the bytes are protobuf's, tests/services/dispatch/test_entries_stream.py)."""
-        response, records = self._entries(request)
-        head = response.SerializeToString()
-        if records is None:
-            return [head]
-        size = sum(map(len, records))
-        return [head, _RECORDS_KEY, varint(size), *records]
+        written by hand around the tail cache's views (answer_frames; the bytes are
+        protobuf's, tests/services/dispatch/test_entries_stream.py)."""
+        return entries_parts(*self._entries(request))
 
     def _entries(
         self, request: pb.GetQueueEntriesRequest
@@ -446,9 +440,12 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         return response
 
     # -- arrivals --------------------------------------------------------------------
-    async def WatchArrivals(
+    async def WatchArrivals(  # type: ignore[override]
         self, request: pb.WatchArrivalsRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> AsyncIterator[pb.ArrivalNotice]:
+    ) -> AsyncIterator[bytes]:
+        """Arrival notices, each serialized here (the method's response serializer passes
+        bytes through: service.py), a notice's entries framed around the tail cache's
+        views (answer_frames)."""
         topics = list(request.topics)
         if len(topics) > MAX_WATCH_TOPICS:
             raise _invalid(f"{len(topics)} topics; at most {MAX_WATCH_TOPICS} per watch")
@@ -473,6 +470,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                         notice = pb.ArrivalNotice(
                             topic=key[0], queue_id=key[1], max_offset=max_offset
                         )
+                        entries = None
                         if entries_max_count:
                             since = announced.get(key)
                             announced[key] = max_offset
@@ -481,36 +479,37 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                                 and since < max_offset
                                 and self._reader_waits(key, since)
                             ):
-                                self._add_notice_entries(
+                                entries = self._notice_entries(
                                     notice, since, entries_max_count, entries_max_bytes
                                 )
-                        yield notice
+                        yield notice_frame(notice, entries)
 
-    def _add_notice_entries(
+    def _notice_entries(
         self, notice: pb.ArrivalNotice, since: int, max_count: int, max_bytes: int
-    ) -> None:
+    ) -> Parts | None:
         """The queue's entries from ``since`` with their records, as GetQueueEntries with
-        spans and records answers them, when the tail cache holds every record (the
-        watcher answers a pull held at ``since`` with them, without asking). Only for a
-        queue a records reader keeps up with (``_reader_waits``): one that reads behind
-        would not use them."""
+        spans and records answers them (serialized, in parts; ``notice.entries_offset``
+        set to ``since``), when the tail cache holds every record (the watcher answers a
+        pull held at ``since`` with them, without asking); else None. Only for a queue a
+        records reader keeps up with (``_reader_waits``): one that reads behind would not
+        use them."""
         queue = self._running().store.consume_queues.find(notice.topic, notice.queue_id)
         if queue is None:
-            return
+            return None
         max_offset = queue.max_offset  # max first, as GetQueueEntries
         min_offset = queue.min_offset
         if not min_offset <= since < max_offset:  # retention passed it: nothing to carry
-            return
+            return None
         entries = pb.GetQueueEntriesResponse(
             next_offset=since, min_offset=min_offset, max_offset=max_offset
         )
         records = self._add_spans(
             entries, queue, max_count, _NO_CODES, max_bytes, records=True, counted=False
         )
-        if records is not None:
-            entries.records = b"".join(records)
-            notice.entries_offset = since
-            notice.entries.CopyFrom(entries)
+        if records is None:
+            return None
+        notice.entries_offset = since
+        return entries_parts(entries, records)
 
     # -- status ----------------------------------------------------------------------
     async def GetStatus(
