@@ -25,6 +25,8 @@ from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast
 
 import grpc
 
+from services.gateway.deadlines import Deadlines
+
 log = logging.getLogger("tide.gateway.request_streams")
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -84,16 +86,23 @@ class RequestStreamPool(Generic[Request, Answer, Response]):
         self._slots = asyncio.Semaphore(max_streams)
         self._idle: list[Stream] = []
         self._closed = False
+        self._deadlines = Deadlines()
         self.opened = 0  # streams opened so far (tests, logs)
 
     async def call(self, request: Request, timeout_s: float) -> Response:
         """The unary call's answer to ``request``; raises ``AioRpcError``. ``timeout_s``
-        bounds it all: the wait for a stream, the write and the answer."""
+        bounds it all: the wait for a stream, the write and the answer (deadlines.py:
+        one timer for the pool's calls, not one a call)."""
+        deadline = self._deadlines.start(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s), self._slots:
+            async with self._slots:
                 return await self._call(request)
-        except TimeoutError as exc:
-            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from exc
+        except asyncio.CancelledError:
+            if deadline.timed_out():
+                raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            raise
+        finally:
+            deadline.end()
 
     async def _call(self, request: Request) -> Response:
         stream, reused = self._take()
