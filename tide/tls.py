@@ -213,13 +213,3 @@ def internal_channel(
             ),
         )
     )
-
-
-def internal_sync_channel(
-    target: str, options: Sequence[tuple[str, Any]] | None = None
-) -> grpc.Channel:
-    """:func:`internal_channel` for synchronous callers."""
-    opts = list(options) if options is not None else None
-    if _internal is None:
-        return grpc.insecure_channel(target, options=opts)
-    return grpc.secure_channel(target, channel_credentials(_internal), options=opts)

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -133,12 +133,10 @@ def parse_tail_chunk(raw: bytes) -> TailChunkView:
     return TailChunkView(offset, data, max_offset, raw, start)
 
 
-def insecure_channel(target: str, interceptors: Sequence[Any] = ()) -> grpc.aio.Channel:
-    """The default channel factory: plaintext, with :data:`CHANNEL_OPTIONS`."""
-    # interceptors: the caller's, if any (the services send their cluster secret as metadata)
-    return grpc.aio.insecure_channel(
-        target, options=list(CHANNEL_OPTIONS), interceptors=list(interceptors) or None
-    )
+def insecure_channel(target: str) -> grpc.aio.Channel:
+    """The default channel factory: plaintext, with :data:`CHANNEL_OPTIONS` (the services
+    pass their own: TLS and the cluster secret, tide.tls.internal_channel)."""
+    return grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
 
 
 def _being_cancelled() -> bool:
