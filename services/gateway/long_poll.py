@@ -69,6 +69,11 @@ NOTICE_MAX_ENTRIES = PULL_MAX_MESSAGES
 Wake = int
 
 
+def _time_out(future: asyncio.Future[Wake | None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class HeldPulls:
     def __init__(
         self,
@@ -89,7 +94,7 @@ class HeldPulls:
         self._max_held = max_held
         self._recheck_interval_s = recheck_interval_s
         self._rpc_timeout_s = rpc_timeout_s
-        self._waiters: dict[QueueKey, dict[asyncio.Future[Wake], int]] = {}
+        self._waiters: dict[QueueKey, dict[asyncio.Future[Wake | None], int]] = {}
         self._held = 0
         self._sequence = 0
         self._notices: dict[QueueKey, tuple[int, int]] = {}  # key -> (max offset, sequence)
@@ -199,18 +204,20 @@ class HeldPulls:
         passed ``offset``, or a broken stream or closing wakes it: what woke it, or None
         at the timeout."""
         self._ensure_watch(key[0])
-        future: asyncio.Future[Wake] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Wake | None] = loop.create_future()
         waiters = self._waiters.get(key)
         if waiters is None:
             waiters = self._waiters[key] = {}
         waiters[future] = offset
         self._held += 1
+        # A timer that ends the wait with None, not an asyncio.timeout: the hold is a
+        # future, so nothing needs cancelling (half the cost a pull: ~2.7 us, not ~5.4).
+        timer = loop.call_later(timeout_s, _time_out, future)
         try:
-            async with asyncio.timeout(timeout_s):
-                return await future
-        except TimeoutError:
-            return None
+            return await future
         finally:
+            timer.cancel()
             self._held -= 1
             del waiters[future]
             if not waiters and self._waiters.get(key) is waiters:
