@@ -45,9 +45,14 @@ code instead, each its own ``tide up`` cluster (the services import the version'
 ``PYTHONPATH``, as ``bench.produce_ab``), up at once, their windows in ABBA order the
 same way: the A/B of a change measured at the same speed of the box. A pair's ratio is
 then the second version's rate over the first's, and its CPU ratios the second's over
-the first's, process by process; no target applies.
+the first's, process by process; no target applies. The order the two are given in
+matters as much as a change of a few percent (in 6 of 8 series on 2026-11-29 the version
+given second was ahead, and swapping two versions moved the median by 8-17 %:
+docs/performance.md "Tried, not kept: single messages behind coalesced calls of single
+messages"), so measure such a change in both orders.
 
     python -m bench.interleave --pairs 8 --consumer --versions old=/tmp/old --versions new=.
+    python -m bench.interleave --pairs 8 --consumer --versions new=. --versions old=/tmp/old
 
 One JSON line per window on stdout, then one ``summary`` line. Each Tide window is a run
 of its own (a fresh topic, its consumer from the queues' ends, the topic deleted after);
