@@ -45,14 +45,17 @@ code instead, each its own ``tide up`` cluster (the services import the version'
 ``PYTHONPATH``, as ``bench.produce_ab``), up at once, their windows in ABBA order the
 same way: the A/B of a change measured at the same speed of the box. A pair's ratio is
 then the second version's rate over the first's, and its CPU ratios the second's over
-the first's, process by process; no target applies. The order the two are given in
-matters as much as a change of a few percent (in 6 of 8 series on 2026-11-29 the version
-given second was ahead, and swapping two versions moved the median by 8-17 %:
-docs/performance.md "Tried, not kept: single messages behind coalesced calls of single
-messages"), so measure such a change in both orders.
+the first's, process by process; no target applies. One series does not resolve a
+change of a few percent: each cluster carries an effect of its own for its lifetime
+that the ABBA windows do not average out (the same code on both sides gave 0.960x and
+0.979x; swapping two versions moved a median by 8-17 %: docs/performance.md "Tried, not
+kept: single messages behind coalesced calls of single messages"), so run several
+series on fresh clusters, in both orders, with an A/A (one directory twice under two
+names) beside them.
 
     python -m bench.interleave --pairs 8 --consumer --versions old=/tmp/old --versions new=.
     python -m bench.interleave --pairs 8 --consumer --versions new=. --versions old=/tmp/old
+    python -m bench.interleave --pairs 8 --consumer --versions a=/tmp/old --versions b=/tmp/old
 
 One JSON line per window on stdout, then one ``summary`` line. Each Tide window is a run
 of its own (a fresh topic, its consumer from the queues' ends, the topic deleted after);
