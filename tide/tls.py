@@ -203,13 +203,14 @@ def internal_channel(
     # The cluster secret (tide.server._cluster_secret) rides every internal link, with
     # or without TLS: storage, dispatch and name server refuse calls without it.
     chain = list(interceptors) if interceptors else None
+    channel: grpc.aio.Channel
     if _client_files is None:
-        return cluster_channel(grpc.aio.insecure_channel(target, options=opts, interceptors=chain))
-    return cluster_channel(
-        ReloadingChannel(
+        channel = grpc.aio.insecure_channel(target, options=opts, interceptors=chain)
+    else:
+        channel = ReloadingChannel(
             _client_files,
             lambda credentials: grpc.aio.secure_channel(
                 target, credentials, options=opts, interceptors=chain
             ),
         )
-    )
+    return cluster_channel(channel)
