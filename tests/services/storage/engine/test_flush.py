@@ -9,7 +9,9 @@ from pathlib import Path
 
 from services.storage.engine.config import FlushMode
 from services.storage.engine.message_store import MessageStore
+from tests._smaps import dirty_pages
 from tests.services.storage.engine.conftest import (
+    SEGMENT_BYTES,
     TIMEOUT_S,
     Position,
     StoreFactory,
@@ -17,7 +19,7 @@ from tests.services.storage.engine.conftest import (
     read_records,
 )
 from tide.format import CHECKPOINT_FILE_BYTES, Checkpoint
-from tide.mapped import MappedFile
+from tide.mapped import PAGE_BYTES, MappedFile
 from tide.waiting import wait_until
 
 NEVER_MS = 3_600_000
@@ -133,6 +135,24 @@ def test_async_flush_catches_up(make_store: StoreFactory) -> None:
     )
     assert store.status().segment_count == 2
     assert store.status().flushed_offset == store.status().max_offset
+
+
+def test_a_flush_leaves_a_warmed_segment_writable_past_what_it_synced(
+    make_store: StoreFactory,
+) -> None:
+    """The warm-up dirtied every page of the segment; a flush writes back the written
+    pages only, so the appender's next pages stay writable (no fault on first store)."""
+    store = make_store(
+        warm_segments_enabled=True, flush_interval_ms=NEVER_MS, flush_thorough_interval_ms=NEVER_MS
+    )
+    segment = store.segments.segments[0]
+    pages = SEGMENT_BYTES // PAGE_BYTES
+    assert dirty_pages(segment.path) == pages
+    result = store.put([msg(body=b"w" * 10_000)])
+    store.segments.flush(0)
+    assert store.segments.flushed_offset == result.batch.end_offset
+    synced = -(-result.batch.end_offset // PAGE_BYTES)
+    assert dirty_pages(segment.path) == pages - synced
 
 
 def test_async_flush_waits_for_least_pages(make_store: StoreFactory) -> None:

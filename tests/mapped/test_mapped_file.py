@@ -1,0 +1,91 @@
+"""MappedFile's flush: it syncs the range written since the last flush and nothing else.
+
+The pages past ``committed`` must stay dirty (writable) through a flush: a warmed
+segment's pages ahead of the writer were dirtied with zeros, and a flush that wrote them
+back would write-protect them again, so the writer would fault on each (the warm-up
+undone). The kernel says which pages of a mapping are dirty in /proc/self/smaps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._smaps import dirty_pages as dirty_pages_of
+from tide.mapped import PAGE_BYTES, MappedFile
+
+SIZE_BYTES = 64 * PAGE_BYTES
+
+
+@pytest.fixture
+def mapped(tmp_path: Path) -> Iterator[MappedFile]:
+    path = tmp_path / "00000000000000000000"
+    with path.open("wb") as file:
+        file.truncate(SIZE_BYTES)
+    mf = MappedFile(path, 0, SIZE_BYTES)
+    yield mf
+    mf.close()
+
+
+def dirty_pages(mf: MappedFile) -> int:
+    return dirty_pages_of(mf.path)
+
+
+def write_every_page(mf: MappedFile) -> None:
+    """Dirty every page, as the warm-up's MADV_POPULATE_WRITE does."""
+    for pos in range(0, SIZE_BYTES, PAGE_BYTES):
+        mf.mm[pos] = 1
+    assert dirty_pages(mf) == SIZE_BYTES // PAGE_BYTES
+
+
+def test_flush_leaves_the_pages_past_committed_dirty(mapped: MappedFile) -> None:
+    write_every_page(mapped)
+    mapped.wrote = mapped.committed = 8 * PAGE_BYTES
+    assert mapped.flush(0)
+    assert mapped.flushed == 8 * PAGE_BYTES
+    assert dirty_pages(mapped) == SIZE_BYTES // PAGE_BYTES - 8
+
+
+def test_flush_syncs_from_the_page_holding_the_flushed_position(mapped: MappedFile) -> None:
+    write_every_page(mapped)
+    mapped.set_positions(PAGE_BYTES + 100)  # flushed in page 1: page 0 is not synced
+    mapped.wrote = mapped.committed = 2 * PAGE_BYTES + 100  # ends in page 2
+    assert mapped.flush(0)
+    assert mapped.flushed == 2 * PAGE_BYTES + 100
+    assert dirty_pages(mapped) == SIZE_BYTES // PAGE_BYTES - 2  # pages 1 and 2
+
+
+def test_flush_waits_for_least_pages(mapped: MappedFile) -> None:
+    write_every_page(mapped)
+    mapped.wrote = mapped.committed = 3 * PAGE_BYTES
+    assert not mapped.flush(4)
+    assert mapped.flushed == 0
+    assert dirty_pages(mapped) == SIZE_BYTES // PAGE_BYTES
+    assert mapped.flush(3)
+    assert not mapped.flush(0)  # nothing new
+
+
+def test_sync_writes_back_the_whole_file(mapped: MappedFile) -> None:
+    write_every_page(mapped)
+    mapped.sync()
+    assert dirty_pages(mapped) == 0
+
+
+def test_what_a_flush_synced_reads_back_through_the_file(mapped: MappedFile) -> None:
+    mapped.mm[0:5] = b"tide!"
+    mapped.wrote = mapped.committed = 5
+    assert mapped.flush(0)
+    assert os.pread(mapped.fileno, 5, 0) == b"tide!"
+
+
+def test_flush_after_close_does_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(SIZE_BYTES))
+    mf = MappedFile(path, 0, SIZE_BYTES)
+    mf.wrote = mf.committed = 10
+    mf.close()
+    assert not mf.flush(0)
+    assert mf.flushed == 0
