@@ -11,6 +11,7 @@ import pytest
 
 from services.storage.engine.config import FlushMode
 from services.storage.engine.message_store import MessageStore
+from services.storage.engine.write_buffer_pool import WriteBufferPool
 from tests.services.storage.engine.conftest import (
     BLANK_BYTES,
     SEGMENT_BYTES,
@@ -22,6 +23,7 @@ from tests.services.storage.engine.conftest import (
     segment_path,
 )
 from tide.format import decode_record
+from tide.mapped import MappedFile
 from tide.waiting import wait_until
 
 NEVER_MS = 3_600_000
@@ -226,3 +228,24 @@ def test_close_and_reopen_with_the_pool(make_store: StoreFactory, store_dir: Pat
         assert [r.body for r in records] == bodies
         assert [r.queue_offset for r in records] == list(range(len(bodies)))
         reopened.close()
+
+
+def test_a_buffer_given_back_is_zeroed_for_its_next_segment(tmp_path: Path) -> None:
+    def segment(start: int) -> MappedFile:
+        path = tmp_path / f"segment-{start}"
+        path.write_bytes(bytes(SEGMENT_BYTES))
+        return MappedFile(path, start, SEGMENT_BYTES)
+
+    pool = WriteBufferPool(1, SEGMENT_BYTES)
+    first, second = segment(0), segment(SEGMENT_BYTES)
+    pool.attach(first)
+    buf = first.write_buffer
+    assert buf is not None and pool.available == 0
+    buf[:] = b"\xab" * SEGMENT_BYTES
+    first.write_buffer = None
+    pool.give_back(buf)
+    pool.attach(second)
+    assert second.write_buffer is buf  # the same memory, pooled
+    assert buf == bytes(SEGMENT_BYTES)
+    first.close()
+    second.close()
