@@ -1,7 +1,10 @@
-"""What the kernel says of this process's mappings (/proc/self/smaps)."""
+"""What the kernel says of mappings and the page cache; taking a file's pages out of memory."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
 from pathlib import Path
 
 PAGE_BYTES = 4096
@@ -10,15 +13,79 @@ PAGE_BYTES = 4096
 def dirty_pages(path: Path) -> int:
     """Pages of this process's mapping of ``path`` the kernel counts dirty (Shared_Dirty
     plus Private_Dirty: written through the mapping and not written back since)."""
+    return _smaps_pages(path, ("Shared_Dirty", "Private_Dirty"))
+
+
+def mapped_pages(path: Path) -> int:
+    """Pages of this process's mapping of ``path`` in its page tables (Rss)."""
+    return _smaps_pages(path, ("Rss",))
+
+
+def _smaps_pages(path: Path, fields: tuple[str, ...]) -> int:
     lines = Path("/proc/self/smaps").read_text().splitlines()
     for at, line in enumerate(lines):
         if line.endswith(" " + str(path)):
-            dirty_kib = 0
+            kib = 0
             for field in lines[at + 1 :]:
                 name, colon, value = field.partition(":")
                 if not colon or " " in name:  # the next mapping's header line
                     break
-                if name in ("Shared_Dirty", "Private_Dirty"):
-                    dirty_kib += int(value.split()[0])
-            return dirty_kib * 1024 // PAGE_BYTES
+                if name in fields:
+                    kib += int(value.split()[0])
+            return kib * 1024 // PAGE_BYTES
     raise AssertionError(f"{path} is not mapped by this process")
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_SYS_PROCESS_MADVISE = 440  # x86_64 and arm64 (asm-generic)
+_MADV_PAGEOUT = 21
+
+
+def evict(pid: int, path: Path) -> None:
+    """Take ``path``'s pages out of memory although process ``pid`` maps it: page out its
+    mappings of the file (process_madvise MADV_PAGEOUT), then drop the file's pages from
+    the page cache. The pages must be clean (written back) to go."""
+    ranges = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        if line.endswith(" " + str(path)):
+            low, high = (int(x, 16) for x in line.split()[0].split("-"))
+            ranges.append(_IoVec(low, high - low))
+    assert ranges, f"process {pid} does not map {path}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        vector = (_IoVec * len(ranges))(*ranges)
+        paged = libc.syscall(_SYS_PROCESS_MADVISE, pidfd, vector, len(ranges), _MADV_PAGEOUT, 0)
+        assert paged >= 0, f"process_madvise: {os.strerror(ctypes.get_errno())}"
+    finally:
+        os.close(pidfd)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def resident_pages(path: Path, position: int, size: int) -> int:
+    """How many pages of ``path``'s ``[position, position + size)`` are in the page
+    cache (mincore over a mapping of this process that touches none of them)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mapping = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    try:
+        first = position - position % PAGE_BYTES
+        pages = (ctypes.c_ubyte * -(-(position + size - first) // PAGE_BYTES))()
+        address = ctypes.addressof(ctypes.c_char.from_buffer(mapping)) + first
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert (
+            libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(len(pages) * PAGE_BYTES), pages)
+            == 0
+        )
+        return sum(page & 1 for page in pages)
+    finally:
+        mapping.close()

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from opentelemetry.metrics import Histogram
 
+from services.storage.cold_reads import ColdReads
 from services.storage.engine.commitlog import AppendBatch
 from services.storage.engine.message_store import MessageStore
 from services.storage.engine.queue_locks import QueueLockManager
@@ -62,6 +63,7 @@ class StorageMetrics:
         replication: Callable[[], Replication | None],
         append_budget: ByteBudget | None = None,
         queue_locks: QueueLockManager | None = None,
+        cold_reads: ColdReads | None = None,
     ) -> None:
         meter = service_meter("storage")
         self._queue_locks = queue_locks
@@ -105,6 +107,13 @@ class StorageMetrics:
             "tide_storage_append_refused_total",
             lambda: append_budget.refused if append_budget else 0,
             "Appends refused RESOURCE_EXHAUSTED by max_append_in_flight_bytes",
+        )
+        observable_total(
+            meter,
+            "tide_storage_cold_reads_total",
+            lambda: cold_reads.count if cold_reads else 0,
+            "Reads and Tail chunks whose bytes were not in memory, read with pread on a "
+            "thread (the GIL free while the disk answers) instead of on the event loop",
         )
         observable_total(
             meter,

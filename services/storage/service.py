@@ -100,7 +100,7 @@ class StorageService:
         store = MessageStore(store_cfg)
         await asyncio.to_thread(store.open)  # recovery can take a while; health says so
         self._init_user(store, settings.role)
-        self._replication = Replication(store, settings)
+        self._replication = Replication(store, settings, self._servicer.cold_reads)
         self._servicer.replication = self._replication
         self._store = store
         self._start_metrics(store)
@@ -124,6 +124,7 @@ class StorageService:
             lambda: self._replication,
             self._servicer.append_budget,
             self._servicer.queue_locks,
+            self._servicer.cold_reads,
         )
         self._servicer.append_observer = metrics.appended
         store.segments.flush_observer = metrics.flushed
@@ -149,6 +150,7 @@ class StorageService:
         self._consumer_expiry.stop()
         if self._replication is not None:
             await self._replication.stop()
+        self._servicer.cold_reads.close()
         if self._store is not None:
             await asyncio.to_thread(self._store.close)
 

@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from concurrent.futures import Future
+from functools import partial
 from typing import NoReturn
 
 import grpc
@@ -19,7 +20,8 @@ from opentelemetry import trace
 
 from services.storage import auth_rpc, convert, position_read, span_read
 from services.storage.append_answer import columns_answer, columns_response
-from services.storage.engine.commitlog import AppendBatch, OffsetBelowMinError
+from services.storage.cold_reads import ColdReads
+from services.storage.engine.commitlog import AppendBatch, CommitLog, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
     InvalidConsumerError,
@@ -216,6 +218,7 @@ class StorageServicer(pb_grpc.StorageServicer):
         self._append_streams = RequestStreams("append", "appends")  # drain ends them too
         self._read_streams = RequestStreams("read", "reads")  # and these
         self._hosts: dict[bytes, str] = {}  # packed host -> "ip:port" (Read)
+        self.cold_reads = ColdReads()  # reads of bytes not in memory, off the loop
         self.replication: Replication | None = None  # set by the service once open
         # Metrics: (messages, batch, perf_counter at the call's start) per answered Append.
         self.append_observer: Callable[[int, AppendBatch, float], None] | None = None
@@ -426,11 +429,15 @@ class StorageServicer(pb_grpc.StorageServicer):
         as stored, one status per span (services/storage/span_read.py). A request has
         one or the other; at most MAX_READ_POSITIONS positions, spans or span records and
         MAX_READ_BYTES bytes."""
+        commitlog = self._store().commitlog
         if request.spans:
             if request.positions:
                 raise _invalid("a Read has positions or spans, not both")
-            span_read.check_spans(request.spans, MAX_READ_POSITIONS, MAX_READ_BYTES)
-            return span_read.read_spans(self._store().commitlog, request.spans)
+            spans = request.spans
+            span_read.check_spans(spans, MAX_READ_POSITIONS, MAX_READ_BYTES)
+            if _resident(commitlog, ((s.physical_offset, s.size) for s in spans)):
+                return span_read.read_spans(commitlog, spans)
+            return await self.cold_reads.run(lambda: span_read.read_spans(commitlog, spans))
         if len(request.positions) > MAX_READ_POSITIONS:
             raise _invalid(
                 f"{len(request.positions)} positions; at most {MAX_READ_POSITIONS} per Read"
@@ -441,9 +448,14 @@ class StorageServicer(pb_grpc.StorageServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Read asks for {total} bytes; at most {MAX_READ_BYTES} per call: split it",
             )
-        return position_read.read_positions(
-            self._store().commitlog, request.positions, self._hosts, total, MAX_READ_BYTES
-        )
+        positions, hosts = request.positions, self._hosts
+
+        def read() -> pb.ReadResponse:
+            return position_read.read_positions(commitlog, positions, hosts, total, MAX_READ_BYTES)
+
+        # A position without a size is read as big as its record says: its first page.
+        ranges = ((p.physical_offset, p.size or 1) for p in positions)
+        return read() if _resident(commitlog, ranges) else await self.cold_reads.run(read)
 
     async def Tail(  # type: ignore[override]
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext[object, object]
@@ -491,15 +503,19 @@ class StorageServicer(pb_grpc.StorageServicer):
             # max_offset: the store's when the chunk was cut (for the follower's lag).
             return tail_chunk_frame(start, size, store.segments.max_offset)
 
-        store.commitlog.add_listener(on_append)
+        commitlog = store.commitlog
+        commitlog.add_listener(on_append)
         self._tail_wakers.add(arrived)
         last_sent_s = -TAIL_BUSY_S  # (monotonic) nothing sent yet: not busy
         try:
             while not self._draining.is_set():
                 arrived.clear()
                 try:
-                    start, size, chunk = store.commitlog.read_tail_framed(
-                        offset, chunk_bytes, frame
+                    start, size, chunk = await self.cold_reads.follow(
+                        commitlog,
+                        offset,
+                        chunk_bytes,
+                        partial(commitlog.read_tail_framed, offset, chunk_bytes, frame),
                     )
                 except OffsetBelowMinError as exc:
                     raise ServiceError(grpc.StatusCode.OUT_OF_RANGE, str(exc)) from exc
@@ -513,7 +529,7 @@ class StorageServicer(pb_grpc.StorageServicer):
                     await asyncio.sleep(TAIL_LINGER_S)  # busy: let more appends land
         finally:
             self._tail_wakers.discard(arrived)
-            store.commitlog.remove_listener(on_append)
+            commitlog.remove_listener(on_append)
 
     async def Replicate(
         self,
@@ -830,3 +846,8 @@ def _member_pb(member: Member) -> pb.ConsumerMember:
         ],
         last_heartbeat_ms=member.last_heartbeat_ms,
     )
+
+
+def _resident(commitlog: CommitLog, ranges: Iterable[tuple[int, int]]) -> bool:
+    """Whether every (offset, size) range's readable bytes are in memory."""
+    return all(commitlog.resident(offset, size) for offset, size in ranges)

@@ -8,14 +8,17 @@ undone). The kernel says which pages of a mapping are dirty in /proc/self/smaps.
 
 from __future__ import annotations
 
+import mmap
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests._smaps import dirty_pages as dirty_pages_of
-from tide.mapped import PAGE_BYTES, MappedFile
+from tests._smaps import mapped_pages
+from tide.mapped import PAGE_BYTES, MappedFile, read_through_file, reads_through_file
 
 SIZE_BYTES = 64 * PAGE_BYTES
 
@@ -89,3 +92,45 @@ def test_flush_after_close_does_nothing(tmp_path: Path) -> None:
     mf.close()
     assert not mf.flush(0)
     assert mf.flushed == 0
+
+
+def drop_from_memory(mf: MappedFile) -> None:
+    """Unmap the pages of ``mf`` from this process and drop them from the page cache."""
+    mf.mm.madvise(mmap.MADV_DONTNEED)
+    os.posix_fadvise(mf.fileno, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def test_resident_says_whether_a_range_is_in_memory(mapped: MappedFile) -> None:
+    mapped.mm[: 4 * PAGE_BYTES] = b"r" * 4 * PAGE_BYTES
+    mapped.sync()  # clean pages can be dropped
+    assert mapped.resident(0, 4 * PAGE_BYTES)
+    drop_from_memory(mapped)
+    assert not mapped.resident(0, 4 * PAGE_BYTES)
+    assert not mapped.resident(PAGE_BYTES + 10, 1)
+    assert mapped.read(2 * PAGE_BYTES, 3) == b"rrr"  # through the mapping: faulted in
+    assert mapped.resident(2 * PAGE_BYTES, PAGE_BYTES)
+    assert mapped.resident(2 * PAGE_BYTES + 7, 100)
+    assert mapped.resident(0, 0)
+
+
+def test_a_thread_marked_to_read_through_the_file_maps_no_page(mapped: MappedFile) -> None:
+    data = bytes(range(256)) * (4 * PAGE_BYTES // 256)
+    mapped.mm[: len(data)] = data
+    mapped.sync()
+    drop_from_memory(mapped)
+    assert mapped_pages(mapped.path) == 0
+    read: list[bytes] = []
+
+    def cold_reader() -> None:
+        read_through_file()
+        assert reads_through_file()
+        read.append(mapped.read(100, len(data) - 100))
+
+    thread = threading.Thread(target=cold_reader)
+    thread.start()
+    thread.join()
+    assert read == [data[100:]]
+    assert mapped_pages(mapped.path) == 0  # pread: the page cache, not this mapping
+    assert not reads_through_file()  # the mark is the thread's own
+    assert mapped.read(100, 10) == data[100:110]
+    assert mapped_pages(mapped.path) >= 1

@@ -4,6 +4,11 @@ Shared by every file family that is appended through a mapping: commitlog segmen
 (storage), consume queue segments and index files (dispatch).
 """
 
-from tide.mapped._mapped_file import PAGE_BYTES, MappedFile
+from tide.mapped._mapped_file import (
+    PAGE_BYTES,
+    MappedFile,
+    read_through_file,
+    reads_through_file,
+)
 
-__all__ = ["PAGE_BYTES", "MappedFile"]
+__all__ = ["PAGE_BYTES", "MappedFile", "read_through_file", "reads_through_file"]

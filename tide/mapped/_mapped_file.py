@@ -9,6 +9,13 @@ Positions are byte offsets inside the segment:
 
 Invariant: ``flushed <= committed <= wrote <= size``. Readers see ``committed``.
 
+Reads slice the mapping, except on a thread marked by :func:`read_through_file`: there
+they ``pread`` the file. A read of pages not in memory faults them in from the disk, and
+a fault holds the GIL for the whole disk read (every thread of the process waits); a
+``pread`` waits for the disk with the GIL released. :meth:`MappedFile.resident` says
+whether a range is in memory (``mincore``), so a caller can send a read that is not to
+such a thread (the storage's cold reads, services/storage/cold_reads.py).
+
 A flush makes ``[flushed, committed)`` durable and nothing else: ``msync(MS_SYNC)`` over
 that range of the mapping (on Linux the kernel's ranged fsync with fdatasync's
 semantics, ``vfs_fsync_range(file, start, end, datasync=1)``: the range's pages written
@@ -35,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tide.format import data_end, segment_name
 
@@ -172,7 +180,28 @@ class MappedFile:
 
     # -- reading and lifetime ----------------------------------------------------
     def read(self, position: int, size: int) -> bytes:
+        """``size`` bytes at ``position``: from the mapping, or with ``pread`` on a thread
+        marked by :func:`read_through_file`."""
+        if getattr(_thread, "through_file", False):
+            data = os.pread(self._fd, size, position)  # the GIL released for the disk
+            if len(data) != size:  # the file is never shorter than the mapping
+                raise OSError(f"{self.path}: read {len(data)} of {size} bytes at {position}")
+            return data
         return self.mm[position : position + size]
+
+    def resident(self, position: int, size: int) -> bool:
+        """Whether every page of ``[position, position + size)`` is in memory (mincore),
+        so that reading it from the mapping takes no disk read. True where that cannot be
+        told (no mincore, a closed file): the mapping is read as before."""
+        if _mincore is None or self.closed or size <= 0:
+            return True
+        first = position - position % mmap.PAGESIZE
+        length = position + size - first
+        pages = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
+        if _mincore(self._address + first, length, pages) != 0:
+            return True
+        # Only the low bit of each byte is defined (resident); the others are reserved.
+        return _NOT_RESIDENT not in bytes(pages).translate(_LOW_BIT)
 
     def hold(self) -> bool:
         """Pin the mapping for a reader; False if it is being destroyed."""
@@ -228,16 +257,37 @@ class MappedFile:
         )
 
 
-def _load_msync() -> Callable[[int, int, int], int] | None:
-    """The C library's msync with its signature declared, or None where there is none."""
+def read_through_file() -> None:
+    """Mark the calling thread: its :meth:`MappedFile.read` calls ``pread`` the file (the
+    GIL released while the disk answers) instead of slicing the mapping. For the threads
+    that read what may not be in memory; a thread pool's initializer."""
+    _thread.through_file = True
+
+
+def reads_through_file() -> bool:
+    """Whether the calling thread was marked by :func:`read_through_file`."""
+    return bool(getattr(_thread, "through_file", False))
+
+
+_thread = threading.local()
+_LOW_BIT = bytes(i & 1 for i in range(256))
+_NOT_RESIDENT = b"\0"
+
+
+def _libc_function(name: str, *argtypes: type) -> Any:
+    """The C library's function ``name`` with its signature declared, or None."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        msync = libc.msync
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    msync.restype = ctypes.c_int
-    return msync
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    return function
 
 
-_msync = _load_msync()
+_msync: Callable[[int, int, int], int] | None = _libc_function(
+    "msync", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+)
+_mincore: Callable[[int, int, Any], int] | None = _libc_function(
+    "mincore", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p
+)

@@ -35,7 +35,7 @@ from tide.format import (
     write_blank,
 )
 from tide.limits import RECORD_MAX_BYTES
-from tide.mapped import MappedFile
+from tide.mapped import MappedFile, reads_through_file
 
 log = logging.getLogger("tide.storage.commitlog")
 MIN_RECORD_BYTES = record_size(0, 1, 0)  # no body, a 1-byte topic, no properties
@@ -374,10 +374,13 @@ class CommitLog:
         chunk into and out of a message). Returns (start, size, framed); size 0: no data
         (framed is then empty)."""
         found: list[tuple[int, int]] = []
+        through_file = reads_through_file()
 
         def take(segment: MappedFile, start: int, pos: int, size: int) -> bytes:
             head, tail = frame(start, size)
             found.append((start, size))
+            if through_file:  # a cold read's thread: pread, not the mapping
+                return b"".join((head, segment.read(pos, size), tail))
             with memoryview(segment.mm) as mapping, mapping[pos : pos + size] as data:
                 return b"".join((head, data, tail))
 
@@ -419,6 +422,26 @@ class CommitLog:
         finally:
             segment.release()
         return self._read_chunk(segment.end_offset, max_bytes, skip_filler=True, take=take)
+
+    def resident(self, offset: int, size: int) -> bool:
+        """Whether the readable bytes of ``[offset, offset + size)`` are in memory, so that
+        reading them from the mappings takes no disk read (MappedFile.resident). Bytes
+        not readable (below the min offset, past the end) count as in memory: the read
+        answers them at once."""
+        end = offset + size
+        while offset < end:
+            segment = self.segments.find(offset)
+            if segment is None or not segment.hold():
+                return True
+            try:
+                pos = offset - segment.start_offset
+                readable = min(segment.committed, pos + end - offset) - pos
+                if readable > 0 and not segment.resident(pos, readable):
+                    return False
+            finally:
+                segment.release()
+            offset = segment.end_offset
+        return True
 
     def _blank_position(self, segment: MappedFile) -> int:
         """Where the blank marker of a full segment is (cached), or -1. It sits within the

@@ -17,10 +17,12 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import grpc
 
+from services.storage.cold_reads import ColdReads
 from services.storage.engine.commitlog import OffsetBelowMinError
 from services.storage.engine.ha_ack_waiter import SlaveAckWaiter
 from services.storage.engine.ha_replica_writer import tail_range
@@ -75,9 +77,14 @@ def _refuse(message: str) -> ServiceError:
 
 class ReplicationMaster:
     def __init__(
-        self, store: MessageStore, settings: ReplicationSettings, waiter: SlaveAckWaiter
+        self,
+        store: MessageStore,
+        settings: ReplicationSettings,
+        waiter: SlaveAckWaiter,
+        cold_reads: ColdReads,
     ) -> None:
         self._store = store
+        self._cold_reads = cold_reads  # a slave far behind reads what is not in memory
         self._settings = settings
         self.waiter = waiter
         self.links: list[SlaveLink] = []
@@ -142,7 +149,9 @@ class ReplicationMaster:
         while not self._draining.is_set() and not acks.done():
             arrived.clear()
             try:
-                _, data = commitlog.read_raw(offset, batch_bytes)
+                _, data = await self._cold_reads.follow(
+                    commitlog, offset, batch_bytes, partial(commitlog.read_raw, offset, batch_bytes)
+                )
             except OffsetBelowMinError as exc:
                 raise ServiceError(
                     grpc.StatusCode.OUT_OF_RANGE,

@@ -9,6 +9,7 @@ from concurrent.futures import Future
 
 import grpc
 
+from services.storage.cold_reads import ColdReads
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.ha_replica_writer import ReplicaWriter
 from services.storage.engine.message_store import MessageStore
@@ -26,7 +27,12 @@ class Replication:
     """A master (serves ``Replicate``; a SYNC_MASTER's appends wait for acks) or a slave
     (copies its master; refuses appends and topic changes)."""
 
-    def __init__(self, store: MessageStore, settings: ReplicationSettings) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        settings: ReplicationSettings,
+        cold_reads: ColdReads,
+    ) -> None:
         self.settings = settings
         self.master: ReplicationMaster | None = None
         self.slave: SlaveReplicator | None = None
@@ -47,7 +53,7 @@ class Replication:
             waiter = SlaveAckWaiter(
                 max_gap_bytes=settings.max_gap_bytes, timeout_ms=settings.sync_slave_timeout_ms
             )
-            self.master = ReplicationMaster(store, settings, waiter)
+            self.master = ReplicationMaster(store, settings, waiter, cold_reads)
             if settings.role is BrokerRole.SYNC_MASTER:
                 store.ha_waiter = waiter
 
