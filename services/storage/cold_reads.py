@@ -2,18 +2,19 @@
 
 The storage reads records from its memory-mapped segments on the event loop's thread. For
 bytes in memory that is a copy; for bytes the kernel has to fetch from the disk (a
-consumer replaying old messages, a dispatch rebuilding from an old offset) it is a page
-fault per page, and a fault holds the GIL for its whole disk read: every append,
-answer and stream of the process waits behind the read (measured on the 2-core box:
-64 MiB read cold through the mapping stalled another thread for 41 of its 43 ms and 199
-of 200 ms; through ``pread`` on a thread, its longest wait was 2.7 ms).
+consumer replaying old messages, a dispatch rebuilding from an old offset, a new slave)
+it is a page fault, and a fault holds the GIL for its whole disk read: every append,
+answer and stream of the process waits behind it. Measured on the 2-core box (a file
+dropped from memory, docs/benchmarks.md "Reads of bytes not in memory"): 400 random
+64 KiB reads through the mapping kept another thread waiting 377-445 ms of their
+400-474 ms; through ``pread`` on a thread, 0 ms of 49-53.
 
-So a Read whose bytes are not all in memory (``CommitLog.resident``: ``mincore``), and
-a Tail or Replicate chunk not in memory read by a follower more than a chunk behind, run
-on a small pool of threads marked to read the
-files with ``pread`` (tide.mapped.read_through_file): the GIL is free while the disk
-answers and the loop goes on. A read in memory, the common case, stays on the loop (a
-hop to a thread costs more than the copy).
+So a Read whose bytes are not all in memory (``CommitLog.resident``: ``mincore``), and a
+Tail or Replicate chunk that is not, read by a follower more than a chunk behind
+(:func:`cold_chunk`), run on a small pool of threads marked to read the files with
+``pread`` (tide.mapped.read_through_file): the GIL is free while the disk answers and
+the loop goes on. A read in memory, the common case, stays on the loop (a hop to a
+thread costs more than the copy), and a follower at the end is not even checked.
 
 Bounds: ``COLD_READ_THREADS`` threads (the disk, not the CPU, is what they wait for; a
 few keep a disk's queue busy), and ``COLD_READS_IN_FLIGHT`` reads handed to them at once;
@@ -54,20 +55,16 @@ class ColdReads:
             self.count += 1
             return await asyncio.get_running_loop().run_in_executor(self._pool, read)
 
-    async def follow(
-        self, commitlog: CommitLog, offset: int, chunk_bytes: int, read: Callable[[], _T]
-    ) -> _T:
-        """``read()``, a follower's next chunk (at most ``chunk_bytes`` from ``offset``: a
-        Tail, a slave's Replicate): on a cold reader's thread when the follower is more
-        than a chunk behind and the chunk's bytes are not in memory (a dispatch
-        rebuilding its store, a new slave), on the loop otherwise (a follower at the end
-        reads what was just written: no check on that path)."""
-        behind = commitlog.segments.max_offset - offset
-        if behind > chunk_bytes and not commitlog.resident(offset, chunk_bytes):
-            return await self.run(read)
-        return read()
-
     def close(self) -> None:
         """Stop the threads once the reads handed to them are done."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+
+
+def cold_chunk(commitlog: CommitLog, offset: int, chunk_bytes: int) -> bool:
+    """Whether a follower's next chunk (at most ``chunk_bytes`` from ``offset``: a Tail, a
+    slave's Replicate) is to be read on a cold reader's thread: the follower is more than
+    a chunk behind (a dispatch rebuilding its store, a new slave) and the chunk's bytes
+    are not in memory. A follower at the end reads what was just written: no check."""
+    behind = commitlog.segments.max_offset - offset
+    return behind > chunk_bytes and not commitlog.resident(offset, chunk_bytes)

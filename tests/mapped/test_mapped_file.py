@@ -1,9 +1,12 @@
-"""MappedFile's flush: it syncs the range written since the last flush and nothing else.
+"""MappedFile's flush and reads, checked against what the kernel says of the mapping.
 
-The pages past ``committed`` must stay dirty (writable) through a flush: a warmed
-segment's pages ahead of the writer were dirtied with zeros, and a flush that wrote them
-back would write-protect them again, so the writer would fault on each (the warm-up
-undone). The kernel says which pages of a mapping are dirty in /proc/self/smaps.
+A flush syncs the range written since the last flush and nothing else: the pages past
+``committed`` must stay dirty (writable) through it, since a warmed segment's pages
+ahead of the writer were dirtied with zeros, and a flush that wrote them back would
+write-protect them again, so the writer would fault on each (the warm-up undone).
+``resident`` says whether a range is in memory, and a thread marked to read through the
+file reads with pread, mapping no page (a fault would hold the GIL for a disk read).
+The kernel says which pages of a mapping are dirty or mapped in /proc/self/smaps.
 """
 
 from __future__ import annotations

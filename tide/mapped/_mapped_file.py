@@ -27,9 +27,10 @@ sync writes those zeros to disk and write-protects the pages again, so the write
 first store into each later page faults into the filesystem (ext4's ``page_mkwrite``)
 on the event loop's thread, the very fault the warm-up is there to take off it.
 Measured on the 2-core box (a 128 MiB warmed segment, 23 KB stores ~1,000 a second, a
-sync every 500 ms): 13.2-15.7 us a store after whole-file syncs, 2.8-3.2 us after
-ranged ones, 2.5-2.6 us with no sync at all. :meth:`sync` (recovery, truncation) still
-syncs the whole file: there the bytes to make durable may lie past the positions.
+sync every 500 ms): 13.2-22.5 us a store after whole-file syncs, 2.8-4.8 us after
+ranged ones, 2.5-5.3 us with no sync at all (docs/benchmarks.md). :meth:`sync`
+(recovery, truncation) still syncs the whole file: there the bytes to make durable may
+lie past the positions.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class MappedFile:
             os.close(self._fd)
             raise ValueError(f"{path} is {actual} bytes, expected {size_bytes}")
         self.mm = mmap.mmap(self._fd, size_bytes, flags=mmap.MAP_SHARED)
-        # The mapping's address, for msync. The temporary ctypes object exports the
+        # The mapping's address, for msync and mincore. The temporary ctypes object exports the
         # buffer only for this expression (an export alive would make mm.close() fail).
         self._address: int = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
         self.wrote = 0
@@ -182,7 +183,7 @@ class MappedFile:
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes at ``position``: from the mapping, or with ``pread`` on a thread
         marked by :func:`read_through_file`."""
-        if getattr(_thread, "through_file", False):
+        if reads_through_file():
             data = os.pread(self._fd, size, position)  # the GIL released for the disk
             if len(data) != size:  # the file is never shorter than the mapping
                 raise OSError(f"{self.path}: read {len(data)} of {size} bytes at {position}")
