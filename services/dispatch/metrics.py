@@ -79,7 +79,12 @@ class DispatchMetrics:
             ("tide_dispatch_consume_queue_segments", "consume queue segment files", "1"),
             ("tide_dispatch_index_files", "key index files", "1"),
             ("tide_dispatch_index_entries", "key index entries", "1"),
-            ("tide_dispatch_arrival_watchers", "open WatchArrivals streams (gateways)", "1"),
+            (
+                "tide_dispatch_arrival_watchers",
+                "watches of arrivals: each gateway's WatchArrivals stream, and the dispatch's "
+                "own delivery of delay-level messages (one)",
+                "1",
+            ),
             ("tide_dispatch_tail_reconnects", "Tail stream reconnects since start", "1"),
             ("tide_dispatch_follower_connected", "1 while the Tail stream is up", "1"),
             (

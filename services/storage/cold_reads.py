@@ -24,6 +24,7 @@ past it a read waits on the loop for a slot, as its caller's call or stream does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -41,24 +42,46 @@ class ColdReads:
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None  # started by the first cold read
         self._slots = asyncio.Semaphore(COLD_READS_IN_FLIGHT)
-        self.count = 0  # reads done on the pool (tide_storage_cold_reads_total)
+        self.count = 0  # reads handed to the pool (tide_storage_cold_reads_total)
+        self.in_flight = 0  # of them, not done yet (on the loop's thread)
 
     async def run(self, read: Callable[[], _T]) -> _T:
-        """``read()`` on a thread that reads the files with pread; raises what it raises."""
-        async with self._slots:
+        """``read()`` on a thread that reads the files with pread; raises what it raises.
+        A read keeps its slot until its thread is done with it, even when its caller
+        went away meanwhile (a cancelled call): the bound counts what the threads do."""
+        await self._slots.acquire()
+        loop = asyncio.get_running_loop()
+        try:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
                     COLD_READ_THREADS,
                     thread_name_prefix="tide-cold-read",
                     initializer=read_through_file,
                 )
-            self.count += 1
-            return await asyncio.get_running_loop().run_in_executor(self._pool, read)
+            done = self._pool.submit(read)
+        except BaseException:
+            self._slots.release()
+            raise
+        self.count += 1
+        self.in_flight += 1
+        done.add_done_callback(lambda _: _call_on(loop, self._free_slot))
+        return await asyncio.wrap_future(done)
+
+    def _free_slot(self) -> None:
+        self.in_flight -= 1
+        self._slots.release()
 
     def close(self) -> None:
         """Stop the threads once the reads handed to them are done."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """``callback`` on ``loop``'s thread (from a pool thread, or the loop's own when a
+    read is cancelled before it ran); nothing once the loop is closed (shutdown)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)
 
 
 def cold_chunk(commitlog: CommitLog, offset: int, chunk_bytes: int) -> bool:
