@@ -65,9 +65,10 @@ class MappedFile:
             os.close(self._fd)
             raise ValueError(f"{path} is {actual} bytes, expected {size_bytes}")
         self.mm = mmap.mmap(self._fd, size_bytes, flags=mmap.MAP_SHARED)
-        # The mapping's address, for msync and mincore. The temporary ctypes object exports the
-        # buffer only for this expression (an export alive would make mm.close() fail).
-        self._address: int = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        # The mapping's address, for the C library's calls on it (msync, mincore; the
+        # storage's madvise and mlock). The temporary ctypes object exports the buffer
+        # only for this expression (an export alive would make mm.close() fail).
+        self.address: int = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
         self.wrote = 0
         self.committed = 0
         self.flushed = 0
@@ -147,7 +148,7 @@ class MappedFile:
             return
         first = start - start % mmap.PAGESIZE  # msync wants a page-aligned address
         assert 0 <= first < end <= self.size_bytes, (start, end, self.size_bytes)
-        if _msync(self._address + first, end - first, _MS_SYNC) != 0:
+        if _msync(self.address + first, end - first, _MS_SYNC) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"msync of {self.path}: {os.strerror(err)}")
 
@@ -199,7 +200,7 @@ class MappedFile:
         first = position - position % mmap.PAGESIZE
         length = position + size - first
         pages = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
-        if _mincore(self._address + first, length, pages) != 0:
+        if _mincore(self.address + first, length, pages) != 0:
             return True
         # Only the low bit of each byte is defined (resident); the others are reserved.
         return _NOT_RESIDENT not in bytes(pages).translate(_LOW_BIT)

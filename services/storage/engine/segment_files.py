@@ -98,11 +98,6 @@ def _load_libc() -> ctypes.CDLL:
     return _libc
 
 
-def _address(segment: MappedFile) -> ctypes.c_void_p:
-    # The temporary ctypes object exports the buffer only for this expression.
-    return ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(segment.mm)))
-
-
 def _refused(what: str, hint: str) -> None:
     err = ctypes.get_errno()
     if what not in _refusals_logged:  # once per process: it would repeat for every segment
@@ -113,7 +108,7 @@ def _refused(what: str, hint: str) -> None:
 def _madvise(segment: MappedFile, advice: int, what: str) -> bool:
     """A ctypes call releases the GIL for its duration (unlike mmap.madvise)."""
     length = ctypes.c_size_t(segment.size_bytes)
-    if _load_libc().madvise(_address(segment), length, ctypes.c_int(advice)) == 0:
+    if _load_libc().madvise(ctypes.c_void_p(segment.address), length, ctypes.c_int(advice)) == 0:
         return True
     _refused(what, "continuing without it")
     return False
@@ -122,7 +117,7 @@ def _madvise(segment: MappedFile, advice: int, what: str) -> bool:
 def _mlock(segment: MappedFile, *, lock: bool) -> bool:
     libc = _load_libc()
     call = libc.mlock if lock else libc.munlock
-    if call(_address(segment), ctypes.c_size_t(segment.size_bytes)) == 0:
+    if call(ctypes.c_void_p(segment.address), ctypes.c_size_t(segment.size_bytes)) == 0:
         return True
     _refused("mlock" if lock else "munlock", "raise RLIMIT_MEMLOCK to pin segments")
     return False
