@@ -849,5 +849,16 @@ def _member_pb(member: Member) -> pb.ConsumerMember:
 
 
 def _resident(commitlog: CommitLog, ranges: Iterable[tuple[int, int]]) -> bool:
-    """Whether every (offset, size) range's readable bytes are in memory."""
-    return all(commitlog.resident(offset, size) for offset, size in ranges)
+    """Whether every (offset, size) range's readable bytes are in memory. One check over
+    the bytes covering them all when those are at most a Read's own bound (a check costs
+    ~3 us: one per range of a Read of 1,024 positions would hold the loop ~3 ms); one per
+    range when they lie further apart. A page between two ranges that is not in memory
+    sends the read to a cold reader too: the answer is the same, only read off the loop."""
+    wanted = list(ranges)
+    if not wanted:
+        return True
+    start = min(offset for offset, _ in wanted)
+    end = max(offset + size for offset, size in wanted)
+    if end - start <= MAX_READ_BYTES:
+        return commitlog.resident(start, end - start)
+    return all(commitlog.resident(offset, size) for offset, size in wanted)
