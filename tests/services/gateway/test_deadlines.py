@@ -109,12 +109,18 @@ def test_a_timer_re_arms_for_a_later_pending_deadline(run: Runner) -> None:
         first = loop.create_future()
         early = asyncio.create_task(_call(deadlines, 4 * SHORT_S, first))
         await asyncio.sleep(0)
+        # The next call starts later, so its deadline is after the one the timer is armed
+        # for (uvloop's clock is cached per iteration: without the wait both are equal).
+        await asyncio.sleep(SHORT_S)
         started = loop.time()
         later = asyncio.create_task(_call(deadlines, 4 * SHORT_S, loop.create_future()))
         first.set_result(None)
         assert await early == "done"
         assert await later == "timed out"
-        assert loop.time() - started >= 4 * SHORT_S
+        # Compared as the deadline is computed (a sum in the loop's clock), not as a
+        # difference: `now - started` can round below the timeout when `now` is exactly
+        # the deadline, which is what failed once under uvloop's millisecond clock.
+        assert loop.time() >= started + 4 * SHORT_S
 
     run(test)
 
