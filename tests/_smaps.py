@@ -44,10 +44,25 @@ _SYS_PROCESS_MADVISE = 440  # x86_64 and arm64 (asm-generic)
 _MADV_PAGEOUT = 21
 
 
+# Rounds of evict: pages read moments ago may still sit in another CPU's batch of pages
+# not yet on the LRU lists, which MADV_PAGEOUT cannot take; the fadvise of a round whose
+# pages stayed drains every CPU's batch (lru_add_drain_all), so the next round takes them.
+_EVICT_ROUNDS = 5
+
+
 def evict(pid: int, path: Path) -> None:
     """Take ``path``'s pages out of memory although process ``pid`` maps it: page out its
     mappings of the file (process_madvise MADV_PAGEOUT), then drop the file's pages from
-    the page cache. The pages must be clean (written back) to go."""
+    the page cache, again while some stay (at most ``_EVICT_ROUNDS`` times; the caller
+    checks ``resident_pages``). The pages must be clean (written back) to go."""
+    size = path.stat().st_size
+    for _ in range(_EVICT_ROUNDS):
+        _evict_once(pid, path)
+        if resident_pages(path, 0, size) == 0:
+            return
+
+
+def _evict_once(pid: int, path: Path) -> None:
     ranges = []
     for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
         if line.endswith(" " + str(path)):

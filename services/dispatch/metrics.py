@@ -11,6 +11,10 @@ The tail cache (tail_cache.py): ``tide_dispatch_tail_cache_hits_total`` /
 / did not (the gateway then reads them from the storage), plain numbers the servicer adds
 to; ``tide_dispatch_tail_cache_bytes`` is the memory it holds.
 
+``tide_dispatch_cold_reads_total``: GetQueueEntries calls reading far behind their
+queue's end whose entries were not in memory, brought in on a cold reader's thread
+(tide.server.ColdReads) before they were read on the event loop.
+
 The delivery services (docs/delivery.md): ``tide_dispatch_delay_pending{level}`` and
 ``tide_dispatch_timer_pending``, the messages each holds not delivered yet. (Their
 lateness and undeliverable counts are recorded as they deliver: delivery/metrics.py.)
@@ -44,6 +48,7 @@ from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.servicer import Running
 from services.dispatch.tail_cache import TailCache
 from services.dispatch.transaction.service import TransactionService
+from tide.server import ColdReads
 from tide.server._metrics import (
     GaugeValue,
     Sample,
@@ -61,6 +66,7 @@ class DispatchMetrics:
         clock: Callable[[], float] = time.monotonic,
         *,
         tail_cache: TailCache | None = None,
+        cold_reads: ColdReads | None = None,
     ) -> None:
         self._running = running
         self._hub = hub
@@ -109,6 +115,15 @@ class DispatchMetrics:
             self.gauges.gauge(name, description, unit)
         if tail_cache is not None:
             self._declare_tail_cache(meter, tail_cache)
+        if cold_reads is not None:
+            observable_total(
+                meter,
+                "tide_dispatch_cold_reads_total",
+                lambda: cold_reads.count,
+                "GetQueueEntries calls far behind their queue's end whose entries were not in "
+                "memory, brought in with pread on a thread (the GIL free while the disk "
+                "answers) instead of faulting on the event loop",
+            )
         self._declare_transactions(meter)
         self._declare_pop(meter)
 

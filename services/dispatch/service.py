@@ -140,7 +140,10 @@ class DispatchService:
         )
         # Created once telemetry is configured (the meters come from its provider).
         self._metrics = DispatchMetrics(
-            lambda: self._running, self._hub, tail_cache=dispatcher.tail_cache
+            lambda: self._running,
+            self._hub,
+            tail_cache=dispatcher.tail_cache,
+            cold_reads=self._servicer.cold_reads,
         )
         self._metrics.gauges.start()
 

@@ -39,9 +39,10 @@ from tide.limits import (
     QUEUE_NUMS_MAX,
     WATCH_MAX_TOPICS,
 )
+from tide.mapped import read_through_file
 from tide.naming import TAG_MAX_CHARS, consumer_group_error, topic_error
 from tide.quoting import quote
-from tide.server import MAX_MESSAGE_BYTES, ServiceError, StreamSlots
+from tide.server import MAX_MESSAGE_BYTES, ColdReads, ServiceError, StreamSlots
 from tide.server._framed import framed_answer
 from tide.server._request_streams import RequestStreams
 from tide.v1 import dispatch_pb2 as pb
@@ -66,6 +67,13 @@ MAX_QUEUE_ID = 2**31 - 1
 # collisions do not crowd out real hits.
 QUERY_OVERFETCH = 2
 READER_THREADS = 4
+# A GetQueueEntries this many entries or more behind its queue's end has its entries'
+# residency checked (mincore) before they are read on the event loop, and brought in by
+# a cold reader's thread when they are not in memory (a consumer replaying a backlog:
+# its fault would hold the GIL for a disk read). Nearer the end the entries were written
+# moments ago and are in memory; a consumer keeping up never pays the check. 4,096
+# entries are 80 KiB of consume queue.
+COLD_CHECK_BEHIND_ENTRIES = 4_096
 # GetStatus asks the storage for its offsets, waiting at most this long.
 STATUS_STORAGE_TIMEOUT_S = 1.0
 _I64_MAX = 2**63 - 1
@@ -202,6 +210,12 @@ def _add_entries(
     return next_offset
 
 
+def _scan_count(max_count: int, filtered: bool) -> int:
+    """The entries a GetQueueEntries looks at for ``max_count``: with a tag filter at
+    least MIN_FILTER_SCAN_ENTRIES (most may not match)."""
+    return max(max_count, MIN_FILTER_SCAN_ENTRIES) if filtered else max_count
+
+
 class DispatchServicer(pb_grpc.DispatchServicer):
     def __init__(self, running: Callable[[], Running], hub: ArrivalHub) -> None:
         self._running = running
@@ -210,7 +224,14 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         # Index lookups that can take long run here, off the event loop; stop() waits for
         # them before the store is closed (a call cancelled at the end of the grace period
         # leaves its thread running).
-        self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tide-dispatch-read")
+        # Their consume-queue reads (lookup.locate) go through the files with pread, the
+        # GIL free while the disk answers; the key index's walk reads the mappings.
+        self._readers = ThreadPoolExecutor(
+            READER_THREADS, thread_name_prefix="tide-dispatch-read", initializer=read_through_file
+        )
+        # Consume-queue entries far behind their queue's end and not in memory are brought
+        # in on these threads before a GetQueueEntries reads them on the loop.
+        self.cold_reads = ColdReads()
         self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
         # Queues where a records reader read to the end: (that offset, until when in
         # monotonic seconds). The arrival notices that start there or later carry their
@@ -224,6 +245,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         self._entries_streams.drain()
 
     async def stop_readers(self) -> None:
+        self.cold_reads.close()
         await asyncio.to_thread(self._readers.shutdown, wait=True)
 
     async def _in_reader(self, fn: Callable[..., _T], *args: object) -> _T:
@@ -256,6 +278,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
     async def GetQueueEntries(
         self, request: pb.GetQueueEntriesRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetQueueEntriesResponse:
+        await self._page_in(request)
         response, records = self._entries(request)
         if records is not None:
             response.records = b"".join(records)
@@ -268,7 +291,26 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         copying each once): the response without its records, then the ``records`` field
         written by hand around the tail cache's views (answer_frames; the bytes are
         protobuf's, tests/services/dispatch/test_entries_stream.py)."""
+        await self._page_in(request)
         return entries_parts(*self._entries(request))
+
+    async def _page_in(self, request: pb.GetQueueEntriesRequest) -> None:
+        """Bring the entries ``request`` will read into memory on a cold reader's thread
+        when it reads COLD_CHECK_BEHIND_ENTRIES or more behind its queue's end and they are
+        not in memory; then :meth:`_entries` reads them from the mapping on the loop without
+        a disk read. Nothing for a request :meth:`_entries` refuses (it says why)."""
+        if not 1 <= request.max_count <= MAX_GET_ENTRIES:
+            return
+        queue = self._running().store.consume_queues.find(request.topic, request.queue_id)
+        if queue is None:
+            return
+        offset = request.offset
+        behind = queue.max_offset - offset
+        if behind < COLD_CHECK_BEHIND_ENTRIES or offset < queue.min_offset:
+            return
+        count = min(_scan_count(request.max_count, bool(request.tag_codes)), behind)
+        if not queue.resident(offset, count):
+            await self.cold_reads.run(lambda: queue.get_bytes(offset, count))
 
     def _entries(
         self, request: pb.GetQueueEntriesRequest
@@ -305,7 +347,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
                     request.topic, request.queue_id, response.next_offset, max_offset
                 )
         elif offset < max_offset:
-            scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
+            scan = _scan_count(max_count, bool(codes))
             # Not past the max offset reported (the queue may grow meanwhile).
             looked_at = queue.get(offset, min(scan, max_offset - offset))
             response.next_offset = _add_entries(response, looked_at, max_count, codes, max_bytes)
@@ -354,7 +396,7 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         offset = response.next_offset
         if offset == response.max_offset:
             return None
-        scan = max(max_count, MIN_FILTER_SCAN_ENTRIES) if codes else max_count
+        scan = _scan_count(max_count, bool(codes))
         entries = queue.get_bytes(offset, min(scan, response.max_offset - offset))
         spans, next_offset = select_spans(entries, offset, max_count, codes, max_bytes, offset)
         add_span = response.spans.add

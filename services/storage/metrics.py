@@ -24,12 +24,11 @@ from collections.abc import Callable
 
 from opentelemetry.metrics import Histogram
 
-from services.storage.cold_reads import ColdReads
 from services.storage.engine.commitlog import AppendBatch
 from services.storage.engine.message_store import MessageStore
 from services.storage.engine.queue_locks import QueueLockManager
 from services.storage.replication.node import Replication
-from tide.server import ByteBudget
+from tide.server import ByteBudget, ColdReads
 from tide.server._metrics import (
     LATENCY_BUCKETS_S,
     Sample,

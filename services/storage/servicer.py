@@ -20,7 +20,7 @@ from opentelemetry import trace
 
 from services.storage import auth_rpc, convert, position_read, span_read
 from services.storage.append_answer import columns_answer, columns_response
-from services.storage.cold_reads import ColdReads, cold_chunk
+from services.storage.cold_reads import cold_chunk
 from services.storage.engine.commitlog import AppendBatch, CommitLog, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -50,7 +50,7 @@ from tide.format import is_hidden_topic, producer_id_error, scan_run
 from tide.limits import READ_MAX_POSITIONS
 from tide.naming import consumer_group_error
 from tide.quoting import quote
-from tide.server import ByteBudget, ServiceError, StreamSlots, peer_address
+from tide.server import ByteBudget, ColdReads, ServiceError, StreamSlots, peer_address
 from tide.server._framed import framed_answer, tail_chunk_frame
 from tide.server._request_streams import RequestStreams
 from tide.server._telemetry import TRACING

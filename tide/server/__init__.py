@@ -23,6 +23,7 @@ from tide.server._bootstrap import (
 )
 from tide.server._byte_budget import ByteBudget
 from tide.server._cluster_secret import cluster_channel
+from tide.server._cold_reads import COLD_READ_THREADS, COLD_READS_IN_FLIGHT, ColdReads
 from tide.server._config import COMMON_OPTIONS, Config, ConfigError, Option, load_config
 from tide.server._event_loop import EVENT_LOOPS, run_on
 from tide.server._interceptor import ServiceError
@@ -36,6 +37,8 @@ from tide.spawn import READY_FILE_ENV
 
 __all__ = [
     "ANSWER_FRAMING_BYTES",
+    "COLD_READS_IN_FLIGHT",
+    "COLD_READ_THREADS",
     "COMMON_OPTIONS",
     "EVENT_LOOPS",
     "HEALTH_SERVICE_NAME",
@@ -43,6 +46,7 @@ __all__ = [
     "READY_FILE_ENV",
     "REFLECTION_SERVICE_NAME",
     "ByteBudget",
+    "ColdReads",
     "Config",
     "ConfigError",
     "ListenError",

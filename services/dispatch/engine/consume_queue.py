@@ -746,6 +746,24 @@ class ConsumeQueue:
         runs: list[bytes] = self._read_retried(queue_offset, max_count, self._get_runs)
         return b"".join(runs)
 
+    def resident(self, queue_offset: int, count: int) -> bool:
+        """Whether the bytes of the ``count`` entries from ``queue_offset`` are all in memory
+        (``MappedFile.resident``: mincore), so that reading them from the mappings takes
+        no disk read; True for what is not in a segment (nothing to fetch from the disk:
+        the read itself answers that)."""
+        segments = self._segments
+        offset, end = queue_offset, queue_offset + count
+        while offset < end:
+            segment = self._locate(segments, logical_position(offset))
+            if segment is None:
+                return True
+            position = position_in_segment(offset, self._eps)
+            run = min(end - offset, (segment.size_bytes - position) // ENTRY_BYTES)
+            if not segment.resident(position, run * ENTRY_BYTES):
+                return False
+            offset += run
+        return True
+
     def _read_retried(
         self, queue_offset: int, max_count: int, read: Callable[[int, int], list[_T]]
     ) -> list[_T]:

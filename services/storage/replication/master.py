@@ -22,14 +22,14 @@ from typing import Any
 
 import grpc
 
-from services.storage.cold_reads import ColdReads, cold_chunk
+from services.storage.cold_reads import cold_chunk
 from services.storage.engine.commitlog import OffsetBelowMinError
 from services.storage.engine.ha_ack_waiter import SlaveAckWaiter
 from services.storage.engine.ha_replica_writer import tail_range
 from services.storage.engine.message_store import MessageStore
 from services.storage.replication.settings import MAX_SLAVES, ReplicationSettings
 from tide.quoting import quote
-from tide.server import ServiceError
+from tide.server import ColdReads, ServiceError
 from tide.v1 import storage_pb2 as pb
 
 log = logging.getLogger("tide.storage.replication.master")

@@ -9,7 +9,6 @@ from concurrent.futures import Future
 
 import grpc
 
-from services.storage.cold_reads import ColdReads
 from services.storage.engine.ha_ack_waiter import ReplicaOutcome, SlaveAckWaiter
 from services.storage.engine.ha_replica_writer import ReplicaWriter
 from services.storage.engine.message_store import MessageStore
@@ -17,7 +16,7 @@ from services.storage.replication.master import ReplicationMaster
 from services.storage.replication.metadata_sync import MetadataSync
 from services.storage.replication.settings import BrokerRole, ReplicationSettings
 from services.storage.replication.slave import SlaveReplicator
-from tide.server import ServiceError
+from tide.server import ColdReads, ServiceError
 from tide.v1 import storage_pb2 as pb
 
 FIRST_HANDSHAKE_WAIT_S = 5.0

@@ -8,16 +8,11 @@ the event loop)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from services.storage.cold_reads import COLD_READS_IN_FLIGHT, ColdReads
 from tests._metrics import scrape, total
 from tests._smaps import evict, resident_pages
 from tests.services.storage.conftest import (
@@ -35,7 +30,6 @@ from tests.services.storage.test_replication import (
     wait_caught_up,
 )
 from tests.services.storage.test_service import tail_until
-from tide.mapped import reads_through_file
 from tide.v1 import storage_pb2 as pb
 
 RECORDS = 64
@@ -144,74 +138,3 @@ def test_a_new_slave_copies_a_master_whose_bytes_are_not_in_memory(
     wait_caught_up(master, slave)
     assert_same_commitlog(tmp_path / "master", tmp_path / "slave")
     assert cold_reads(master) >= 1
-
-
-# -- the cold readers' bounds (no process) ---------------------------------------------
-WAIT_S = 10.0
-
-
-async def until(state: Callable[[], bool], what: str) -> None:
-    """Wait on the loop (other tasks and callbacks run) until ``state()`` holds."""
-    deadline = time.monotonic() + WAIT_S
-    while not state():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
-
-
-def test_a_cold_read_runs_on_a_thread_that_reads_through_the_file() -> None:
-    async def scenario() -> None:
-        cold = ColdReads()
-        assert await cold.run(reads_through_file)
-        assert not reads_through_file()  # the loop's thread is not marked
-        cold.close()
-
-    asyncio.run(scenario())
-
-
-def test_a_cancelled_cold_read_keeps_its_slot_until_its_thread_is_done() -> None:
-    async def scenario() -> None:
-        cold = ColdReads()
-        started, release = threading.Event(), threading.Event()
-
-        def blocked() -> bytes:
-            started.set()
-            release.wait(WAIT_S)
-            return b"read"
-
-        task = asyncio.create_task(cold.run(blocked))
-        await asyncio.to_thread(started.wait, WAIT_S)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert cold.in_flight == 1  # its thread still reads: the slot is still taken
-        release.set()
-        await until(lambda: cold.in_flight == 0, "the slot back")
-        cold.close()
-
-    asyncio.run(scenario())
-
-
-def test_cold_reads_past_the_bound_wait_for_a_slot() -> None:
-    async def scenario() -> None:
-        cold = ColdReads()
-        release = threading.Event()
-        ran: list[int] = []
-
-        def blocked(n: int) -> int:
-            release.wait(WAIT_S)
-            ran.append(n)
-            return n
-
-        tasks = [
-            asyncio.create_task(cold.run(partial(blocked, n)))
-            for n in range(COLD_READS_IN_FLIGHT + 1)
-        ]
-        await until(lambda: cold.in_flight == COLD_READS_IN_FLIGHT, "the reads handed over")
-        assert cold.count == COLD_READS_IN_FLIGHT  # the last waits for a slot
-        release.set()
-        assert await asyncio.gather(*tasks) == list(range(COLD_READS_IN_FLIGHT + 1))
-        assert cold.count == COLD_READS_IN_FLIGHT + 1
-        await until(lambda: cold.in_flight == 0, "the slots back")
-        cold.close()
-
-    asyncio.run(scenario())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 import threading
@@ -24,6 +25,7 @@ from services.dispatch.engine.consume_queue import (
     Entry,
     Recovered,
 )
+from tests._smaps import evict
 from tide.format import (
     ENTRY_BYTES,
     PRE_BLANK_ENTRY,
@@ -811,6 +813,26 @@ def test_get_bytes_across_a_segment_boundary(tmp_path: Path) -> None:
     assert check_units(queue, 0, 100) == [(n * SIZE, SIZE, n) for n in range(25)]
     assert check_units(queue, 9, 2) == [(900, SIZE, 9), (1000, SIZE, 10)]
     assert check_units(queue, 10, 10) == [(n * SIZE, SIZE, n) for n in range(10, 20)]
+    queue.close()
+
+
+def test_resident_tells_entries_in_memory_from_entries_on_disk_only(tmp_path: Path) -> None:
+    """What the servicer asks before reading entries far behind the end on the loop
+    (services/dispatch/servicer.py ``_page_in``): mincore over the entries' segments."""
+    eps = 1024  # 20 KiB segments: 5 pages each
+    queue = ConsumeQueue(tmp_path, "TopicA", 0, eps)
+    queue.load()
+    queue.recover()
+    fill(queue, 0, 2 * eps)
+    assert queue.flush(0)  # written back: clean pages can be taken out of memory
+    assert queue.resident(0, 2 * eps)
+    evict(os.getpid(), queue_dir(tmp_path) / f"{eps * ENTRY_BYTES:020d}")
+    assert queue.resident(0, eps)  # the first segment is still in memory
+    assert not queue.resident(eps, 1)
+    assert not queue.resident(eps - 10, 20)  # across the boundary: the second is not
+    assert queue.resident(2 * eps, 10)  # past the segments: nothing to fetch
+    assert len(queue.get_bytes(eps, 32)) == 32 * ENTRY_BYTES  # read: in memory again
+    assert queue.resident(eps, 32)
     queue.close()
 
 
