@@ -16,13 +16,34 @@ def dirty_pages(path: Path) -> int:
     return _smaps_pages(path, ("Shared_Dirty", "Private_Dirty"))
 
 
-def mapped_pages(path: Path) -> int:
-    """Pages of this process's mapping of ``path`` in its page tables (Rss)."""
-    return _smaps_pages(path, ("Rss",))
+def mapped_pages(path: Path, pid: int | None = None) -> int:
+    """Pages of this process's (or process ``pid``'s) mapping of ``path`` in its page
+    tables (Rss)."""
+    return _smaps_pages(path, ("Rss",), pid)
 
 
-def _smaps_pages(path: Path, fields: tuple[str, ...]) -> int:
-    lines = Path("/proc/self/smaps").read_text().splitlines()
+def present_pages(pid: int, path: Path, position: int, size: int) -> int:
+    """How many pages of ``[position, position + size)`` of process ``pid``'s mapping of
+    ``path`` (its first, from the file's start) are in its page tables: the present bit
+    of /proc/PID/pagemap (a page in the page cache that the process never faulted on, or
+    read with ``pread``, is not)."""
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split()
+        if line.endswith(" " + str(path)) and int(fields[2], 16) == 0:
+            start = int(fields[0].split("-")[0], 16)
+            break
+    else:
+        raise AssertionError(f"process {pid} does not map {path} from its start")
+    first = (start + position) // PAGE_BYTES
+    count = -(-(start + position + size) // PAGE_BYTES) - first
+    with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        pagemap.seek(first * 8)
+        words = memoryview(pagemap.read(count * 8)).cast("Q")
+    return sum(word >> 63 for word in words)
+
+
+def _smaps_pages(path: Path, fields: tuple[str, ...], pid: int | None = None) -> int:
+    lines = Path(f"/proc/{pid or 'self'}/smaps").read_text().splitlines()
     for at, line in enumerate(lines):
         if line.endswith(" " + str(path)):
             kib = 0
@@ -33,7 +54,7 @@ def _smaps_pages(path: Path, fields: tuple[str, ...]) -> int:
                 if name in fields:
                     kib += int(value.split()[0])
             return kib * 1024 // PAGE_BYTES
-    raise AssertionError(f"{path} is not mapped by this process")
+    raise AssertionError(f"{path} is not mapped by process {pid or 'self'}")
 
 
 class _IoVec(ctypes.Structure):

@@ -149,6 +149,28 @@ def test_chain_in_one_slot_and_numbering() -> None:
     assert _select(buf, K2) == []  # empty slot
 
 
+def test_a_walk_given_a_read_function_reads_only_through_it() -> None:
+    """The dispatch's walk reads the file with pread (``read=MappedFile.read``): the
+    buffer given is then only sized, and the walk reads the header, the key's slot and
+    its chain's entries, each once."""
+    buf = _fresh()
+    put_key(buf, G, K1, 100, T0)
+    put_key(buf, G, K5, 200, T0 + 1_000)  # same slot as K1: in K1's chain
+    put_key(buf, G, K1, 300, T0 + 2_000)
+    reads: list[tuple[int, int]] = []
+
+    def read(position: int, size: int) -> bytes:
+        reads.append((position, size))
+        return bytes(buf[position : position + size])
+
+    assert select_phy_offsets(_fresh(), G, K1, 64, *ALL_TIME, read=read) == [300, 100]
+    assert reads == [
+        (0, INDEX_HEADER_BYTES),
+        (G.slot_position(0), 4),
+        *((G.entry_position(n), INDEX_ENTRY_BYTES) for n in (3, 2, 1)),
+    ]
+
+
 def test_hash_slot_count_counts_slots_going_from_empty_to_used() -> None:
     buf = _fresh()
     put_key(buf, G, K1, 1, T0)

@@ -271,6 +271,8 @@ def select_phy_offsets(
     max_count: int,
     begin_ms: int,
     end_ms: int,
+    *,
+    read: Callable[[int, int], Buffer] | None = None,
 ) -> list[int]:
     """Commitlog offsets indexed under ``key`` (the full ``topic#key``), newest first.
 
@@ -280,11 +282,18 @@ def select_phy_offsets(
     or one that does not go back, at a negative time diff, or at the first entry older than
     ``begin_ms``. At most ``index_count`` entries are read, whatever the file holds.
     Different keys share hashes: check each message's real keys.
+
+    The walk reads the file's bytes with ``read(position, size)`` when given (the dispatch
+    reads through the file with pread off its event loop: a chain's next entry is known
+    only once the one before is read, so its pages cannot be brought in ahead), else from
+    ``buf``.
     """
     _check_size(buf, geometry)
-    header = read_index_header(buf)
+    at = read if read is not None else functools.partial(_slice, buf)
+    header = read_index_header(at(0, INDEX_HEADER_BYTES))
     key_hash = index_key_hash(key)
-    number = read_slot(buf, geometry, slot_for(key_hash, geometry.slot_count))
+    slot = slot_for(key_hash, geometry.slot_count)
+    number: int = _SLOT.unpack(at(geometry.slot_position(slot), _SLOT.size))[0]
     if not _valid_number(number, header, geometry) or header.index_count <= 1:
         return []
     found: list[int] = []
@@ -292,7 +301,7 @@ def select_phy_offsets(
     for _ in range(min(header.index_count, geometry.max_entries)):
         if len(found) >= max_count:
             break
-        entry = unpack_index_entry(buf, geometry.entry_position(number))
+        entry = unpack_index_entry(at(geometry.entry_position(number), _ENTRY.size), 0)
         if entry.time_diff_s < 0:
             break
         time_read = header.begin_timestamp_ms + entry.time_diff_s * 1000
@@ -306,6 +315,10 @@ def select_phy_offsets(
             break
         number = prev
     return found
+
+
+def _slice(buf: Buffer, position: int, size: int) -> bytes:
+    return bytes(memoryview(buf)[position : position + size])
 
 
 def _valid_number(number: int, header: IndexHeader, geometry: IndexGeometry) -> bool:

@@ -420,10 +420,18 @@ class IndexService:
             if not f.mf.hold():  # deleted since the snapshot
                 continue
             try:
-                header = f.header()
+                # Read with f.mf.read: on a thread marked by read_through_file (the
+                # dispatch's readers) with pread, the GIL free while the disk answers.
+                header = read_index_header(f.mf.read(0, INDEX_HEADER_BYTES))
                 if index_time_matched(header, begin_ms, end_ms):
                     found += select_phy_offsets(
-                        f.mf.mm, self.geometry, full_key, max_count - len(found), begin_ms, end_ms
+                        f.mf.mm,
+                        self.geometry,
+                        full_key,
+                        max_count - len(found),
+                        begin_ms,
+                        end_ms,
+                        read=f.mf.read,
                     )
             finally:
                 f.mf.release()

@@ -4,7 +4,8 @@ from outside (tests/_smaps.py ``evict``), then read by GetQueueEntries far behin
 queue's end. The answer is what was read while the entries were in memory;
 ``tide_dispatch_cold_reads_total`` counts the calls whose entries a cold reader's
 thread brought in, and only those: entries in memory, and reads near the end, stay on
-the event loop unchecked."""
+the event loop unchecked. QueryIndex's reader threads read the key index and the
+consume queues through the files (pread), not through faults of the mappings."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import pytest
 from services.dispatch.arrivals import ArrivalHub
 from services.dispatch.servicer import COLD_CHECK_BEHIND_ENTRIES, DispatchServicer, Running
 from tests._metrics import scrape, total
-from tests._smaps import evict, resident_pages
+from tests._smaps import evict, present_pages, resident_pages
 from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
 from tests.services.storage.conftest import StorageLauncher, message
-from tide.format import ENTRY_BYTES
+from tide.format import ENTRY_BYTES, INDEX_ENTRY_BYTES
 from tide.mapped import reads_through_file
 from tide.v1 import dispatch_pb2 as pb
+from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import wait_until
 
 ENTRIES_PER_SEGMENT = 1_000  # conftest's --cq-entries-per-segment
@@ -47,17 +49,23 @@ def dispatch(
     for _ in range(count // BATCH):
         results = storage.append([message(TOPIC, 0, b"x") for _ in range(BATCH)])
     end = results[-1].physical_offset + results[-1].size
-    process.wait_dispatched(end)
-    wait_until(
-        lambda: process.status().durable_offset >= end,
-        "the queue flushed",
-        20.0,
-        state=process.status,
-    )
+    wait_flushed(process, end)
     assert process.offsets(TOPIC).max_offset == count
     yield process
     process.stop()
     storage.stop()
+
+
+def wait_flushed(dispatch: DispatchProcess, end: int) -> None:
+    """Until the commitlog below ``end`` is dispatched and flushed: the pages of its
+    consume queues and index written back (only clean pages can be evicted)."""
+    dispatch.wait_dispatched(end)
+    wait_until(
+        lambda: dispatch.status().durable_offset >= end,
+        "the dispatched offset flushed",
+        20.0,
+        state=dispatch.status,
+    )
 
 
 def cold_reads(dispatch: DispatchProcess) -> float:
@@ -123,3 +131,44 @@ def test_index_lookups_read_consume_queues_through_the_files() -> None:
         assert not reads_through_file()
     finally:
         asyncio.run(servicer.stop_readers())
+
+
+def test_a_query_reads_an_index_file_not_in_memory_through_the_file(
+    launchers: tuple[StorageLauncher, DispatchLauncher], tmp_path: Path
+) -> None:
+    """QueryIndex walks a key's chain on a reader thread with pread (the GIL free while
+    the disk answers): of an index file taken out of memory, the page of the entry the
+    walk reads comes into the page cache but not into the dispatch's page tables (no
+    fault), and the hit is the message with the key."""
+    storages, dispatches = launchers
+    storage = storages.start(tmp_path / "store")
+    # More entries than conftest's 4,000, so the last ones lie past the first 64 KiB of
+    # the file: a fault near its start (the header's, by anything) maps at most the 16
+    # pages around it that are in memory (the kernel's fault-around), never those.
+    dispatch = dispatches.start(
+        tmp_path / "dispatch", storage.listen, "--index-max-entries", "20000"
+    )
+    count = 4_000
+    results: list[storage_pb.AppendResult] = []
+    for first in range(0, count, BATCH):
+        results += storage.append(
+            [message("Keys", 0, b"x", keys=[f"k{n}"]) for n in range(first, first + BATCH)]
+        )
+    end = results[-1].physical_offset + results[-1].size
+    wait_flushed(dispatch, end)
+    (index_file,) = (dispatch.store_dir / "index").iterdir()
+    size = index_file.stat().st_size
+    evict(dispatch.proc.pid, index_file)
+    assert resident_pages(index_file, 0, size) == 0
+    entries_from = size - 20_000 * INDEX_ENTRY_BYTES  # the entries follow the slots
+    last_entry = entries_from + count * INDEX_ENTRY_BYTES  # the newest: the chain's head
+    assert last_entry > 64 * 1024
+    entry = last_entry - INDEX_ENTRY_BYTES
+
+    request = pb.QueryIndexRequest(topic="Keys", key=f"k{count - 1}", max_count=4)
+    (hit,) = dispatch.stub.QueryIndex(request, timeout=20).hits
+    assert hit.physical_offset == results[-1].physical_offset
+    assert resident_pages(index_file, entry, INDEX_ENTRY_BYTES) == 1  # read from the disk
+    assert present_pages(dispatch.proc.pid, index_file, entry, INDEX_ENTRY_BYTES) == 0
+    dispatch.stop()
+    storage.stop()
