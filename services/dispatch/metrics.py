@@ -11,9 +11,10 @@ The tail cache (tail_cache.py): ``tide_dispatch_tail_cache_hits_total`` /
 / did not (the gateway then reads them from the storage), plain numbers the servicer adds
 to; ``tide_dispatch_tail_cache_bytes`` is the memory it holds.
 
-``tide_dispatch_cold_reads_total``: GetQueueEntries calls reading far behind their
-queue's end whose entries were not in memory, brought in on a cold reader's thread
-(tide.server.ColdReads) before they were read on the event loop.
+``tide_dispatch_cold_reads_total``: reads of consume-queue entries far behind their
+queue's end (GetQueueEntries, POP receives, delay-level delivery) that were not in
+memory, brought in on a cold reader's thread (cold_entries.py) before they were read on
+the event loop.
 
 The delivery services (docs/delivery.md): ``tide_dispatch_delay_pending{level}`` and
 ``tide_dispatch_timer_pending``, the messages each holds not delivered yet. (Their
@@ -120,9 +121,10 @@ class DispatchMetrics:
                 meter,
                 "tide_dispatch_cold_reads_total",
                 lambda: cold_reads.count,
-                "GetQueueEntries calls far behind their queue's end whose entries were not in "
-                "memory, brought in with pread on a thread (the GIL free while the disk "
-                "answers) instead of faulting on the event loop",
+                "Reads of consume-queue entries far behind their queue's end (GetQueueEntries, "
+                "POP receives, delay-level delivery) that were not in memory, brought in with "
+                "pread on a thread (the GIL free while the disk answers) instead of faulting "
+                "on the event loop",
             )
         self._declare_transactions(meter)
         self._declare_pop(meter)

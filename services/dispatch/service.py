@@ -124,6 +124,7 @@ class DispatchService:
             dispatched=lambda: store.dispatched_offset,
             options=pop_options(self._config),
             tail_cache=dispatcher.tail_cache,
+            cold_reads=self._servicer.cold_reads,
         )
         reviver = Reviver(pop)
         await pop.start(reviver.round)
@@ -168,6 +169,7 @@ class DispatchService:
             store_dir=store.config.store_dir,
             role=role,
             progress_interval_s=self._config.get_int("delivery_progress_interval_ms") / 1000,
+            cold_reads=self._servicer.cold_reads,
         )
         await schedule.start()
         if self._config.get_bool("timer_enable"):

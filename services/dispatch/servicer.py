@@ -19,6 +19,7 @@ import grpc
 from services.dispatch import lookup
 from services.dispatch.answer_frames import Parts, entries_parts, notice_frame
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.cold_entries import page_in
 from services.dispatch.delivery.schedule import ScheduleService
 from services.dispatch.delivery.timer import TimerService
 from services.dispatch.dispatcher import Dispatcher
@@ -67,13 +68,6 @@ MAX_QUEUE_ID = 2**31 - 1
 # collisions do not crowd out real hits.
 QUERY_OVERFETCH = 2
 READER_THREADS = 4
-# A GetQueueEntries this many entries or more behind its queue's end has its entries'
-# residency checked (mincore) before they are read on the event loop, and brought in by
-# a cold reader's thread when they are not in memory (a consumer replaying a backlog:
-# its fault would hold the GIL for a disk read). Nearer the end the entries were written
-# moments ago and are in memory; a consumer keeping up never pays the check. 4,096
-# entries are 80 KiB of consume queue.
-COLD_CHECK_BEHIND_ENTRIES = 4_096
 # GetStatus asks the storage for its offsets, waiting at most this long.
 STATUS_STORAGE_TIMEOUT_S = 1.0
 _I64_MAX = 2**63 - 1
@@ -230,7 +224,8 @@ class DispatchServicer(pb_grpc.DispatchServicer):
             READER_THREADS, thread_name_prefix="tide-dispatch-read", initializer=read_through_file
         )
         # Consume-queue entries far behind their queue's end and not in memory are brought
-        # in on these threads before a GetQueueEntries reads them on the loop.
+        # in on these threads before they are read on the loop (cold_entries.py): by
+        # GetQueueEntries, POP receives and delay-level delivery (one set of bounds).
         self.cold_reads = ColdReads()
         self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
         # Queues where a records reader read to the end: (that offset, until when in
@@ -295,22 +290,16 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         return entries_parts(*self._entries(request))
 
     async def _page_in(self, request: pb.GetQueueEntriesRequest) -> None:
-        """Bring the entries ``request`` will read into memory on a cold reader's thread
-        when it reads COLD_CHECK_BEHIND_ENTRIES or more behind its queue's end and they are
-        not in memory; then :meth:`_entries` reads them from the mapping on the loop without
-        a disk read. Nothing for a request :meth:`_entries` refuses (it says why)."""
+        """The entries ``request`` will read, in memory before :meth:`_entries` reads them
+        on the loop (cold_entries.page_in: far behind its queue's end and not in memory,
+        read on a cold reader's thread). Nothing for a request :meth:`_entries` refuses
+        (it says why)."""
         if not 1 <= request.max_count <= MAX_GET_ENTRIES:
             return
         queue = self._running().store.consume_queues.find(request.topic, request.queue_id)
-        if queue is None:
-            return
-        offset = request.offset
-        behind = queue.max_offset - offset
-        if behind < COLD_CHECK_BEHIND_ENTRIES or offset < queue.min_offset:
-            return
-        count = min(_scan_count(request.max_count, bool(request.tag_codes)), behind)
-        if not queue.resident(offset, count):
-            await self.cold_reads.run(lambda: queue.get_bytes(offset, count))
+        if queue is not None:
+            scan = _scan_count(request.max_count, bool(request.tag_codes))
+            await page_in(self.cold_reads, queue, request.offset, scan)
 
     def _entries(
         self, request: pb.GetQueueEntriesRequest

@@ -32,6 +32,7 @@ from pathlib import Path
 import grpc
 
 from services.dispatch.arrivals import ArrivalHub
+from services.dispatch.cold_entries import page_in
 from services.dispatch.delivery.metrics import KIND_DELAY_LEVEL
 from services.dispatch.delivery.progress import (
     DelayProgressFile,
@@ -54,6 +55,7 @@ from tide.format import (
     delay_level_of_queue,
     schedule_queue_id,
 )
+from tide.server import ColdReads
 from tide.tail import Backoff
 from tide.tasks import cancel_and_wait
 
@@ -88,9 +90,13 @@ class ScheduleService:
         store_dir: Path,
         role: RoleWatcher,
         progress_interval_s: float,
+        cold_reads: ColdReads | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self._queues = queues
+        # A level's head may be hours old (its delay): entries far behind the end are
+        # brought into memory off the loop first (cold_entries.py).
+        self._cold_reads = cold_reads
         self._storage = storage
         self._hub = hub
         self._tail_cache = tail_cache
@@ -183,7 +189,10 @@ class ScheduleService:
             offset = self._offsets[level] = queue.min_offset
         if offset >= max_offset:
             return None
-        entries = queue.get(offset, min(DELIVER_BATCH_ENTRIES, max_offset - offset))
+        count = min(DELIVER_BATCH_ENTRIES, max_offset - offset)
+        if self._cold_reads is not None:
+            await page_in(self._cold_reads, queue, offset, count)
+        entries = queue.get(offset, count)
         now = self._clock_ms()
         due: list[Entry] = []
         for entry in entries:

@@ -34,6 +34,7 @@ from typing import TypeVar
 
 import grpc
 
+from services.dispatch.cold_entries import page_in
 from services.dispatch.delivery.role import RoleWatcher
 from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
@@ -59,7 +60,7 @@ from tide.format import (
     run_checkpoint_id,
     tags_code,
 )
-from tide.server import ServiceError
+from tide.server import ColdReads, ServiceError
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
 from tide.waiting import WaitTimeout, wait_until_async
@@ -93,9 +94,13 @@ class PopService:
         dispatched: Callable[[], int],
         options: PopOptions,
         tail_cache: TailCache | None = None,
+        cold_reads: ColdReads | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.queues = queues
+        # Entries far behind a queue's end are brought into memory off the loop first
+        # (cold_entries.py); None: read as they are (tests without a cold reader).
+        self.cold_reads = cold_reads
         self.tail_cache = tail_cache
         self.storage = storage
         self.role = role
@@ -367,6 +372,8 @@ class PopService:
         wanted = set(request.tags)
         codes = {tags_code(tag) for tag in wanted}
         scan = max(remaining, MIN_FILTER_SCAN_ENTRIES) if wanted else remaining
+        if self.cold_reads is not None:
+            await page_in(self.cold_reads, queue, offset, scan)
         entries = queue.get(offset, scan)
         if not entries:
             return []

@@ -1,11 +1,12 @@
-"""Consume-queue entries that are not in memory (services/dispatch/servicer.py
-``_page_in``): a real storage and dispatch, a queue's first segment taken out of memory
-from outside (tests/_smaps.py ``evict``), then read by GetQueueEntries far behind the
-queue's end. The answer is what was read while the entries were in memory;
-``tide_dispatch_cold_reads_total`` counts the calls whose entries a cold reader's
-thread brought in, and only those: entries in memory, and reads near the end, stay on
-the event loop unchecked. QueryIndex's reader threads read the key index and the
-consume queues through the files (pread), not through faults of the mappings."""
+"""Consume-queue entries that are not in memory (services/dispatch/cold_entries.py): a
+real storage and dispatch, a queue's first segment taken out of memory from outside
+(tests/_smaps.py ``evict``), then read far behind the queue's end by GetQueueEntries, a
+POP receive and a delay level's delivery. The answers are what was read while the
+entries were in memory; ``tide_dispatch_cold_reads_total`` counts the reads whose
+entries a cold reader's thread brought in, and only those: entries in memory, and reads
+near the end, stay on the event loop unchecked. QueryIndex's reader threads read the key
+index and the consume queues through the files (pread), not through faults of the
+mappings."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from typing import cast
 import pytest
 
 from services.dispatch.arrivals import ArrivalHub
-from services.dispatch.servicer import COLD_CHECK_BEHIND_ENTRIES, DispatchServicer, Running
+from services.dispatch.cold_entries import COLD_CHECK_BEHIND_ENTRIES
+from services.dispatch.servicer import DispatchServicer, Running
 from tests._metrics import scrape, total
 from tests._smaps import evict, present_pages, resident_pages
 from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
+from tests.services.dispatch.delivery.test_schedule import scheduled
 from tests.services.storage.conftest import StorageLauncher, message
-from tide.format import ENTRY_BYTES, INDEX_ENTRY_BYTES
+from tide.format import ENTRY_BYTES, INDEX_ENTRY_BYTES, SCHEDULE_TOPIC
 from tide.mapped import reads_through_file
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -120,6 +123,48 @@ def test_entries_near_the_end_are_not_checked(dispatch: DispatchProcess) -> None
     evict(dispatch.proc.pid, path)
     assert spans(dispatch, offset) == hot
     assert cold_reads(dispatch) == 0
+
+
+def test_a_pop_far_behind_brings_its_entries_in_off_the_loop(dispatch: DispatchProcess) -> None:
+    """A POP consumer new to the queue starts at its first message, 6,000 behind."""
+    make_cold(dispatch)
+    request = pb.PopMessagesRequest(
+        consumer_group="G", topic=TOPIC, queue_ids=[0], max_messages=32,
+        invisible_duration_ms=60_000,
+    )  # fmt: skip
+    popped = dispatch.stub.PopMessages(request, timeout=20).messages
+    assert [p.message.queue_offset for p in popped] == list(range(32))
+    assert cold_reads(dispatch) == 1
+
+
+def test_a_delay_level_far_behind_brings_its_head_in_off_the_loop(
+    launchers: tuple[StorageLauncher, DispatchLauncher], tmp_path: Path
+) -> None:
+    """A level of an hour: its head is read at each arrival (is it due?), far behind its
+    queue's end once thousands wait."""
+    storages, dispatches = launchers
+    storage = storages.start(tmp_path / "store")
+    dispatch = dispatches.start(
+        tmp_path / "dispatch",
+        storage.listen,
+        "--message-delay-level",
+        "1s 1h",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
+    waiting = COLD_CHECK_BEHIND_ENTRIES + ENTRIES_PER_SEGMENT
+    for first in range(0, waiting, BATCH):
+        results = storage.append([scheduled(2, n) for n in range(first, first + BATCH)])
+    wait_flushed(dispatch, results[-1].physical_offset + results[-1].size)
+    head = dispatch.store_dir / "consumequeue" / SCHEDULE_TOPIC / "1" / f"{0:020d}"
+    evict(dispatch.proc.pid, head)
+    assert resident_pages(head, 0, ENTRIES_PER_SEGMENT * ENTRY_BYTES) == 0
+
+    storage.append([scheduled(2, waiting)])  # wakes the level: it reads its head again
+    wait_until(lambda: cold_reads(dispatch) >= 1, "the head read by a cold reader", 20.0)
+    assert resident_pages(head, 0, ENTRY_BYTES) == 1
+    dispatch.stop()
+    storage.stop()
 
 
 def test_index_lookups_read_consume_queues_through_the_files() -> None:
