@@ -1,12 +1,15 @@
 """Lookups that need the messages themselves, read from the storage: the queue offset for
 a store time (SearchOffset) and key verification of index candidates (QueryIndex).
 
-Consume queue reads are plain mmap reads; they run on the event loop except where a
-lookup can touch many entries (locating index candidates runs in a thread).
+Both read consume queues on the dispatch's reader threads, not on the event loop: entries
+far apart (a search's probes, candidates anywhere in a queue) are the ones least likely
+to be in memory, and those threads read the files with pread (the GIL free while the
+disk answers; services/dispatch/servicer.py).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +23,11 @@ from tide.format import UNIQ_KEY
 from tide.v1 import storage_pb2 as pb
 
 ReadFn = Callable[[Sequence[tuple[int, int]]], Awaitable[list[pb.ReadResult]]]
+# A search round's probes (first point mapping to each entry, the entry), and the range's
+# end as they narrowed it.
+Probes = tuple[list[tuple[int, Entry]], int]
+# Runs a round's consume-queue reads, off the event loop (the servicer's reader threads).
+OffLoop = Callable[[Callable[[], Probes]], Awaitable[Probes]]
 
 # SearchOffset: probes read per round (one Read call), and a bound on rounds. Each round
 # narrows the range to about 1/SEARCH_PROBES of itself, so 16 probes need at most 17
@@ -48,17 +56,20 @@ class Located:
 
 
 # -- SearchOffset -------------------------------------------------------------------
-async def search_offset(queue: ConsumeQueue, timestamp_ms: int, read: ReadFn) -> int:
+async def search_offset(
+    queue: ConsumeQueue, timestamp_ms: int, read: ReadFn, off_loop: OffLoop
+) -> int:
     """The first queue offset (PRE_BLANK entries skipped) whose message was stored at or
     after ``timestamp_ms``; the queue's max offset if there is none.
 
     A k-ary search: each round reads SEARCH_PROBES evenly spaced entries' messages in one
     Read call. Store times are taken to be non-decreasing in queue order (as RocketMQ
-    does). A message the storage already deleted (retention) counts as older.
+    does). A message the storage already deleted (retention) counts as older. Each
+    round's consume-queue reads run through ``off_loop``.
     """
     for attempt in range(CHANGED_RETRIES):
         try:
-            return await _search_offset(queue, timestamp_ms, read)
+            return await _search_offset(queue, timestamp_ms, read, off_loop)
         except ConsumeQueueChangedError:
             if attempt == CHANGED_RETRIES - 1:
                 raise LookupFailedError(
@@ -67,7 +78,9 @@ async def search_offset(queue: ConsumeQueue, timestamp_ms: int, read: ReadFn) ->
     raise AssertionError("unreachable")
 
 
-async def _search_offset(queue: ConsumeQueue, timestamp_ms: int, read: ReadFn) -> int:
+async def _search_offset(
+    queue: ConsumeQueue, timestamp_ms: int, read: ReadFn, off_loop: OffLoop
+) -> int:
     lo, hi = queue.min_offset, queue.max_offset
     # Invariants: the answer is the first satisfying real entry in [lo, hi), else
     # ``answer``; no real entry lies in [hi, answer).
@@ -75,15 +88,7 @@ async def _search_offset(queue: ConsumeQueue, timestamp_ms: int, read: ReadFn) -
     for _ in range(SEARCH_MAX_ROUNDS):
         if lo >= hi:
             return answer
-        points = sorted({lo + (hi - lo) * i // SEARCH_PROBES for i in range(SEARCH_PROBES)})
-        probes: list[tuple[int, Entry]] = []  # (first point mapping to the entry, entry)
-        for point in points:
-            entry = _next_real(queue, point, hi)
-            if entry is None:  # no real entry in [point, hi)
-                hi = point
-                break
-            if not probes or probes[-1][1].queue_offset != entry.queue_offset:
-                probes.append((point, entry))
+        probes, hi = await off_loop(functools.partial(_probes, queue, lo, hi))
         if not probes:
             return answer
         results = await read([(e.commitlog_offset, e.size) for _, e in probes])
@@ -101,6 +106,20 @@ async def _search_offset(queue: ConsumeQueue, timestamp_ms: int, read: ReadFn) -
     raise LookupFailedError(
         f"search in consume queue {queue.name} did not converge in {SEARCH_MAX_ROUNDS} rounds"
     )
+
+
+def _probes(queue: ConsumeQueue, lo: int, hi: int) -> Probes:
+    """SEARCH_PROBES evenly spaced points of ``[lo, hi)``, each mapped to the first real
+    entry at or after it; ``hi`` lowered to a point with no real entry from there."""
+    points = sorted({lo + (hi - lo) * i // SEARCH_PROBES for i in range(SEARCH_PROBES)})
+    probes: list[tuple[int, Entry]] = []
+    for point in points:
+        entry = _next_real(queue, point, hi)
+        if entry is None:  # no real entry in [point, hi)
+            return probes, point
+        if not probes or probes[-1][1].queue_offset != entry.queue_offset:
+            probes.append((point, entry))
+    return probes, hi
 
 
 def _next_real(queue: ConsumeQueue, offset: int, end: int) -> Entry | None:

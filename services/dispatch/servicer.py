@@ -412,7 +412,9 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         queue = self._queue(request.topic, request.queue_id)
         storage = self._running().storage
         try:
-            offset = await lookup.search_offset(queue, request.timestamp_ms, storage.read)
+            offset = await lookup.search_offset(
+                queue, request.timestamp_ms, storage.read, self._in_reader
+            )
         except grpc.aio.AioRpcError as exc:
             raise _storage_unavailable(storage, exc) from exc
         except lookup.LookupFailedError as exc:

@@ -167,6 +167,18 @@ def test_a_delay_level_far_behind_brings_its_head_in_off_the_loop(
     storage.stop()
 
 
+def test_a_search_by_time_reads_the_queue_through_the_files(dispatch: DispatchProcess) -> None:
+    """SearchOffset's probes are spread over the whole queue: its reader threads read
+    them with pread, so a segment taken out of memory comes back into the page cache but
+    not into the dispatch's page tables."""
+    make_cold(dispatch)
+    request = pb.SearchOffsetRequest(topic=TOPIC, queue_id=0, timestamp_ms=0)
+    assert dispatch.stub.SearchOffset(request, timeout=20).offset == 0
+    segment = first_segment(dispatch)
+    assert resident_pages(segment, 0, ENTRY_BYTES) == 1  # the first probe's entry
+    assert present_pages(dispatch.proc.pid, segment, 0, ENTRIES_PER_SEGMENT * ENTRY_BYTES) == 0
+
+
 def test_index_lookups_read_consume_queues_through_the_files() -> None:
     """The reader threads (QueryIndex's candidates located in their consume queues) read
     the queues with pread: the GIL is free while the disk answers."""
