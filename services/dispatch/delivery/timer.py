@@ -112,6 +112,7 @@ class TimerService:
                 await self._syncing
         if self.store.saved is not None:
             await self._save()
+        await asyncio.to_thread(self.dequeuer.close)
         await asyncio.to_thread(self.store.close)
 
     def status(self) -> dpb.DeliveryStatus:

@@ -11,9 +11,11 @@ Only then does ``read_time_ms`` move past the slot: a crash meanwhile fires it a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from services.dispatch.delivery.reput import DueMessage, Reput
 from services.dispatch.delivery.timer_enqueue import slot_time_of
@@ -31,6 +33,7 @@ from tide.format import (
     decode_record,
     timer_delete_key,
 )
+from tide.mapped import read_through_file
 
 log = logging.getLogger("tide.dispatch.timer")
 
@@ -51,6 +54,12 @@ class Dequeuer:
         self._storage = storage
         self._reput = reput
         self._clock_ms = clock_ms
+        # A slot's chain is walked here, batch by batch (chain_batches): its units may be
+        # hours old and on the disk only, and this thread reads them with pread instead of
+        # faulting on the event loop with the GIL held. One walk at a time (fire's).
+        self._reader = ThreadPoolExecutor(
+            1, thread_name_prefix="tide-timer-read", initializer=read_through_file
+        )
         self.delivered = 0
         self.recalled = 0
         self.rolled = 0
@@ -74,7 +83,7 @@ class Dequeuer:
         try:
             if store.slot_units(slot_time) > 0:
                 deleted = await self._recalls(slot_time)
-                for units in store.chain(slot_time):
+                async for units in self.chain_batches(slot_time):
                     await self._deliver(units, deleted)
             store.read_time_ms = slot_time + store.geometry.precision_ms
         finally:
@@ -82,12 +91,23 @@ class Dequeuer:
 
     async def _recalls(self, slot_time: int) -> set[str]:
         deleted: set[str] = set()
-        for units in self._store.chain(slot_time):
+        async for units in self.chain_batches(slot_time):
             marks = [u for u in units if is_delete(u) and not is_roll(u)]
             for record in await self._read(marks):
                 if record is not None:
                     deleted.add(record.properties.get(TIMER_DEL_UNIQKEY, ""))
         return deleted
+
+    async def chain_batches(self, slot_time: int) -> AsyncIterator[list[TimerLogUnit]]:
+        """The slot's chain (TimerStore.chain), each batch read on the reader thread."""
+        chain = self._store.chain(slot_time)
+        loop = asyncio.get_running_loop()
+        while (units := await loop.run_in_executor(self._reader, next, chain, None)) is not None:
+            yield units
+
+    def close(self) -> None:
+        """Stop the reader thread (after the walk it may be doing)."""
+        self._reader.shutdown(wait=True)
 
     async def _read(self, units: Sequence[TimerLogUnit]) -> list[DecodedRecord | None]:
         if not units:

@@ -37,6 +37,7 @@ from tide.format import (
     unpack_timer_unit,
     wheel_file_error,
 )
+from tide.mapped import reads_through_file
 
 
 def _last_slot_ms(mm: mmap.mmap) -> int:
@@ -231,10 +232,17 @@ class TimerLog:
         return unpack_timer_unit(segment.mm, position)
 
     def read(self, offset: int) -> TimerLogUnit:
+        """The unit at ``offset``: from the mapping, or with ``pread`` on a thread marked
+        by tide.mapped.read_through_file (a slot's chain, walked off the event loop: its
+        units were written whenever their timers were set, maybe hours ago and no longer
+        in memory; the GIL is free while the disk answers)."""
         segment = self._segment_at(offset)
         if segment is None or offset + TIMER_LOG_UNIT_BYTES > self.end:
             raise TimerFileError(f"no timer log unit at {offset} (the log ends at {self.end})")
-        return unpack_timer_unit(segment.mm, offset - segment.start)
+        position = offset - segment.start
+        if reads_through_file():
+            return unpack_timer_unit(os.pread(segment.fd, TIMER_LOG_UNIT_BYTES, position))
+        return unpack_timer_unit(segment.mm, position)
 
     def flush(self) -> None:
         """fdatasync every segment written since the last flush."""

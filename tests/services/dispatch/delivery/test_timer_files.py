@@ -4,11 +4,16 @@ recovery after a cut, and a memory that does not grow with the timers filed."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import tracemalloc
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from services.dispatch.delivery.reput import Reput
+from services.dispatch.delivery.timer_dequeue import Dequeuer
 from services.dispatch.delivery.timer_files import TimerFileError, TimerLog, TimerWheel
 from services.dispatch.delivery.timer_recovery import read_checkpoint
 from services.dispatch.delivery.timer_store import (
@@ -17,6 +22,8 @@ from services.dispatch.delivery.timer_store import (
     TimerStore,
     is_roll,
 )
+from services.dispatch.storage_client import StorageClient
+from tests._smaps import evict, present_pages, resident_pages
 from tide.format import (
     TIMER_LOG_BLANK_BYTES,
     TIMER_LOG_UNIT_BYTES,
@@ -162,3 +169,34 @@ def test_recovery_of_a_corrupt_unit_below_the_durable_position(tmp_path: Path) -
     assert recovered.corrupt and recovered.log_end == 2 * 52
     assert [u.commitlog_offset for b in again.chain(T0 + 5000) for u in b] == [100, 0]
     again.close()
+
+
+def test_a_slot_walked_by_the_dequeuer_reads_its_units_through_the_file(tmp_path: Path) -> None:
+    """Dequeuer.chain_batches walks a slot's chain on its reader thread, which reads the
+    log with pread: units taken out of memory come back into the page cache but not into
+    this process's page tables (the GIL is free while the disk answers)."""
+    store = _store(tmp_path)
+    count = 3 * CHAIN_BATCH_UNITS  # units over several pages, walked in three batches
+    for n in range(count):
+        store.file(n * 100, 100, T0 + 5000, 1)
+    store.timer_log.flush()  # written back: clean pages can be taken out of memory
+    segment = tmp_path / "timerlog" / f"{0:020d}"
+    size = count * TIMER_LOG_UNIT_BYTES
+    evict(os.getpid(), segment)
+    assert resident_pages(segment, 0, size) == 0
+    dequeuer = Dequeuer(store, cast(StorageClient, None), cast(Reput, None))
+
+    async def walk() -> list[list[TimerLogUnit]]:
+        return [units async for units in dequeuer.chain_batches(T0 + 5000)]
+
+    try:
+        batches = asyncio.run(walk())
+    finally:
+        dequeuer.close()
+    assert [len(b) for b in batches] == [CHAIN_BATCH_UNITS] * 3
+    assert [u.commitlog_offset for b in batches for u in b] == [
+        n * 100 for n in reversed(range(count))
+    ]
+    assert resident_pages(segment, 0, size) > 0
+    assert present_pages(os.getpid(), segment, 0, size) == 0
+    store.close()
