@@ -12,9 +12,9 @@ The tail cache (tail_cache.py): ``tide_dispatch_tail_cache_hits_total`` /
 to; ``tide_dispatch_tail_cache_bytes`` is the memory it holds.
 
 ``tide_dispatch_cold_reads_total``: reads of consume-queue entries far behind their
-queue's end (GetQueueEntries, POP receives, delay-level delivery) that were not in
-memory, brought in on a cold reader's thread (cold_entries.py) before they were read on
-the event loop.
+queue's end (GetQueueEntries, POP receives, delay-level delivery, the transaction
+service's half and op queues) that were not in memory, brought in on a cold reader's
+thread (cold_entries.py) before they were read on the event loop.
 
 The delivery services (docs/delivery.md): ``tide_dispatch_delay_pending{level}`` and
 ``tide_dispatch_timer_pending``, the messages each holds not delivered yet. (Their
@@ -122,7 +122,8 @@ class DispatchMetrics:
                 "tide_dispatch_cold_reads_total",
                 lambda: cold_reads.count,
                 "Reads of consume-queue entries far behind their queue's end (GetQueueEntries, "
-                "POP receives, delay-level delivery) that were not in memory, brought in with "
+                "POP receives, delay-level delivery, transactions) that were not in memory, "
+                "brought in with "
                 "pread on a thread (the GIL free while the disk answers) instead of faulting "
                 "on the event loop",
             )

@@ -114,6 +114,7 @@ class DispatchService:
             dispatched=lambda: store.dispatched_offset,
             options=transaction_options(self._config),
             tail_cache=dispatcher.tail_cache,
+            cold_reads=self._servicer.cold_reads,
         )
         await transactions.start()
         pop = PopService(

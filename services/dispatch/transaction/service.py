@@ -47,9 +47,10 @@ from pathlib import Path
 
 import grpc
 
+from services.dispatch.cold_entries import page_in
 from services.dispatch.delivery.progress import ProgressCopy
 from services.dispatch.delivery.role import RoleWatcher
-from services.dispatch.engine.consume_queue import Entry
+from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
@@ -89,7 +90,7 @@ from tide.format import (
     parse_op_body,
 )
 from tide.quoting import quote
-from tide.server import ServiceError
+from tide.server import ColdReads, ServiceError
 from tide.v1 import dispatch_pb2 as pb
 from tide.waiting import WaitTimeout, wait_until_async
 
@@ -127,9 +128,14 @@ class TransactionService:
         dispatched: Callable[[], int],
         options: TransactionOptions,
         tail_cache: TailCache | None = None,
+        cold_reads: ColdReads | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self._queues = queues
+        # The half and op queues are read from where the scans stand, which may be far
+        # behind their ends (halves held back past the bound, a restart): such entries
+        # are brought into memory off the loop first (cold_entries.py).
+        self._cold_reads = cold_reads
         # (an empty cache is falsy: it has a length)
         self._io = HalfStore(storage, TailCache(0) if tail_cache is None else tail_cache)
         self._storage = storage
@@ -323,6 +329,7 @@ class TransactionService:
         state = self._state
         state.op_next = max(state.op_next, queue.min_offset)
         while state.op_next < queue.max_offset:
+            await self._page_in(queue, state.op_next, SCAN_BATCH_ENTRIES)
             entries = queue.get(state.op_next, SCAN_BATCH_ENTRIES)
             if not entries:
                 break
@@ -356,6 +363,8 @@ class TransactionService:
                     timeout_s=HALF_WAIT_S,
                 )
             queue = self._queues.find(TRANS_HALF_TOPIC, 0)
+        if queue is not None:
+            await self._page_in(queue, offset, 1)
         entry = queue.entry_at(offset) if queue is not None else None
         if entry is None or entry.is_pre_blank:
             raise unknown_half(offset)
@@ -423,6 +432,10 @@ class TransactionService:
             msg_id=make_msg_id(msg_id_prefix(record.store_host), half.physical_offset),
         )
 
+    async def _page_in(self, queue: ConsumeQueue, offset: int, count: int) -> None:
+        if self._cold_reads is not None:
+            await page_in(self._cold_reads, queue, offset, count)
+
     async def _see_halves(self) -> None:
         """Learn the halves written since the last look (their group and store time)."""
         queue = self._queues.find(TRANS_HALF_TOPIC, 0)
@@ -434,6 +447,7 @@ class TransactionService:
         # Past HALVES_MAX the later halves stay in the half queue: read here again once
         # older ones are resolved (half_next stays at the first one not held).
         while state.half_next < end and not state.halves_full():
+            await self._page_in(queue, state.half_next, SCAN_BATCH_ENTRIES)
             entries = queue.get(state.half_next, SCAN_BATCH_ENTRIES)
             if not entries:
                 break

@@ -25,7 +25,13 @@ from tests._smaps import evict, present_pages, resident_pages
 from tests.services.dispatch.conftest import DispatchLauncher, DispatchProcess
 from tests.services.dispatch.delivery.test_schedule import scheduled
 from tests.services.storage.conftest import StorageLauncher, message
-from tide.format import ENTRY_BYTES, INDEX_ENTRY_BYTES, SCHEDULE_TOPIC
+from tide.format import (
+    ENTRY_BYTES,
+    INDEX_ENTRY_BYTES,
+    SCHEDULE_TOPIC,
+    TRANS_HALF_TOPIC,
+    half_properties,
+)
 from tide.mapped import reads_through_file
 from tide.v1 import dispatch_pb2 as pb
 from tide.v1 import storage_pb2 as storage_pb
@@ -177,6 +183,43 @@ def test_a_search_by_time_reads_the_queue_through_the_files(dispatch: DispatchPr
     segment = first_segment(dispatch)
     assert resident_pages(segment, 0, ENTRY_BYTES) == 1  # the first probe's entry
     assert present_pages(dispatch.proc.pid, segment, 0, ENTRIES_PER_SEGMENT * ENTRY_BYTES) == 0
+
+
+def test_ending_a_half_far_behind_brings_its_entry_in_off_the_loop(
+    launchers: tuple[StorageLauncher, DispatchLauncher], tmp_path: Path
+) -> None:
+    """EndTransaction of the oldest of thousands of open halves reads its entry from the
+    half queue's first segment, taken out of memory: a cold read, and the half's answer."""
+    storages, dispatches = launchers
+    storage = storages.start(tmp_path / "store")
+    dispatch = dispatches.start(
+        tmp_path / "dispatch", storage.listen, "--metrics-listen", "127.0.0.1:0"
+    )
+    properties = half_properties({"UNIQ_KEY": "K"}, "Real", 0, "PG", "tx")
+    halves = COLD_CHECK_BEHIND_ENTRIES + ENTRIES_PER_SEGMENT
+    results: list[storage_pb.AppendResult] = []
+    for _ in range(0, halves, BATCH):
+        results += storage.append(
+            [message(TRANS_HALF_TOPIC, 0, b"half", properties=properties)] * BATCH
+        )
+    end = results[-1].physical_offset + results[-1].size
+    wait_flushed(dispatch, end)
+    head = dispatch.store_dir / "consumequeue" / TRANS_HALF_TOPIC / "0" / f"{0:020d}"
+    evict(dispatch.proc.pid, head)
+    assert resident_pages(head, 0, ENTRY_BYTES) == 0
+
+    request = pb.DispatchEndTransactionRequest(
+        producer_group="PG",
+        queue_offset=0,
+        physical_offset=results[0].physical_offset,
+        transaction_id="tx",
+        commit=True,
+    )
+    answer = dispatch.stub.EndTransaction(request, timeout=20)
+    assert (answer.topic, answer.queue_id) == ("Real", 0)  # its committed copy
+    assert cold_reads(dispatch) == 1
+    dispatch.stop()
+    storage.stop()
 
 
 def test_index_lookups_read_consume_queues_through_the_files() -> None:
