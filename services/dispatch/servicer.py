@@ -215,17 +215,18 @@ class DispatchServicer(pb_grpc.DispatchServicer):
         self._running = running
         self._hub = hub
         self._watch_slots = StreamSlots("WatchArrivals", MAX_WATCH_STREAMS, "MAX_WATCH_STREAMS")
-        # Index lookups that can take long run here, off the event loop; stop() waits for
-        # them before the store is closed (a call cancelled at the end of the grace period
-        # leaves its thread running).
-        # Their consume-queue reads (lookup.locate) go through the files with pread, the
-        # GIL free while the disk answers; the key index's walk reads the mappings.
+        # Lookups that can take long (QueryIndex's, SearchOffset's rounds) run here, off the
+        # event loop; stop() waits for them before the store is closed (a call cancelled at
+        # the end of the grace period leaves its thread running). Their reads of the key
+        # index and the consume queues go through the files with pread, the GIL free while
+        # the disk answers: entries spread over whole files are the least likely in memory.
         self._readers = ThreadPoolExecutor(
             READER_THREADS, thread_name_prefix="tide-dispatch-read", initializer=read_through_file
         )
         # Consume-queue entries far behind their queue's end and not in memory are brought
         # in on these threads before they are read on the loop (cold_entries.py): by
-        # GetQueueEntries, POP receives and delay-level delivery (one set of bounds).
+        # GetQueueEntries, POP receives, delay-level delivery and the transaction service
+        # (one set of bounds for the dispatch).
         self.cold_reads = ColdReads()
         self._entries_streams = RequestStreams("queue entries", "calls")  # drain ends them
         # Queues where a records reader read to the end: (that offset, until when in

@@ -14,7 +14,7 @@ they ``pread`` the file. A read of pages not in memory faults them in from the d
 a fault holds the GIL for the whole disk read (every thread of the process waits); a
 ``pread`` waits for the disk with the GIL released. :meth:`MappedFile.resident` says
 whether a range is in memory (``mincore``), so a caller can send a read that is not to
-such a thread (the storage's cold reads, services/storage/cold_reads.py).
+such a thread (tide.server.ColdReads: the storage's and the dispatch's cold reads).
 
 A flush makes ``[flushed, committed)`` durable and nothing else: ``msync(MS_SYNC)`` over
 that range of the mapping (on Linux the kernel's ranged fsync with fdatasync's

@@ -13,7 +13,7 @@ the loop goes on. The service decides what is cold (``MappedFile.resident``: min
 hands only that over: a read in memory stays on the loop (a hop to a thread costs more
 than the copy). Used by the storage (commitlog reads, Tail and Replicate chunks:
 services/storage/cold_reads.py) and the dispatch (consume-queue entries read far behind
-their queue's end: services/dispatch/servicer.py).
+their queue's end: services/dispatch/cold_entries.py).
 
 Bounds: ``COLD_READ_THREADS`` threads (the disk, not the CPU, is what they wait for; a
 few keep a disk's queue busy), and ``COLD_READS_IN_FLIGHT`` reads handed to them at once;
