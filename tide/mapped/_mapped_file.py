@@ -184,7 +184,7 @@ class MappedFile:
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes at ``position``: from the mapping, or with ``pread`` on a thread
         marked by :func:`read_through_file`."""
-        if reads_through_file():
+        if _thread.through_file:  # reads_through_file(), without a call on the hot path
             data = os.pread(self._fd, size, position)  # the GIL released for the disk
             if len(data) != size:  # the file is never shorter than the mapping
                 raise OSError(f"{self.path}: read {len(data)} of {size} bytes at {position}")
@@ -268,10 +268,18 @@ def read_through_file() -> None:
 
 def reads_through_file() -> bool:
     """Whether the calling thread was marked by :func:`read_through_file`."""
-    return bool(getattr(_thread, "through_file", False))
+    return _thread.through_file
 
 
-_thread = threading.local()
+class _ThreadMarks(threading.local):
+    """A thread's marks. The class attribute is every thread's default, so reading it is
+    a plain attribute lookup, on the path of every read of a mapped file (timeit here,
+    each through a call: 63 ns, against 413 ns for ``getattr`` with a default)."""
+
+    through_file = False
+
+
+_thread = _ThreadMarks()
 _LOW_BIT = bytes(i & 1 for i in range(256))
 _NOT_RESIDENT = b"\0"
 
