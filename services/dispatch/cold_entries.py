@@ -24,13 +24,17 @@ from tide.server import ColdReads
 COLD_CHECK_BEHIND_ENTRIES = 4_096
 
 
-async def page_in(cold_reads: ColdReads, queue: ConsumeQueue, offset: int, count: int) -> None:
+async def page_in(
+    cold_reads: ColdReads | None, queue: ConsumeQueue, offset: int, count: int
+) -> None:
     """Have the ``count`` entries from ``offset`` in memory before they are read on the
     loop, when ``offset`` is COLD_CHECK_BEHIND_ENTRIES or more behind ``queue``'s end
     (see the module docstring). Nothing for an offset outside the queue (its read says
-    so)."""
+    so), nor without cold readers (None: a service's tests that do not give any)."""
     behind = queue.max_offset - offset
-    if behind < COLD_CHECK_BEHIND_ENTRIES or offset < queue.min_offset or count < 1:
+    if cold_reads is None or count < 1 or behind < COLD_CHECK_BEHIND_ENTRIES:
+        return  # the common case first: a reader near the end
+    if offset < queue.min_offset:
         return
     count = min(count, behind)
     if not queue.resident(offset, count):

@@ -190,8 +190,7 @@ class ScheduleService:
         if offset >= max_offset:
             return None
         count = min(DELIVER_BATCH_ENTRIES, max_offset - offset)
-        if self._cold_reads is not None:
-            await page_in(self._cold_reads, queue, offset, count)
+        await page_in(self._cold_reads, queue, offset, count)
         entries = queue.get(offset, count)
         now = self._clock_ms()
         due: list[Entry] = []

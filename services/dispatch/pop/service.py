@@ -372,8 +372,7 @@ class PopService:
         wanted = set(request.tags)
         codes = {tags_code(tag) for tag in wanted}
         scan = max(remaining, MIN_FILTER_SCAN_ENTRIES) if wanted else remaining
-        if self.cold_reads is not None:
-            await page_in(self.cold_reads, queue, offset, scan)
+        await page_in(self.cold_reads, queue, offset, scan)
         entries = queue.get(offset, scan)
         if not entries:
             return []

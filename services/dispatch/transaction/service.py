@@ -50,7 +50,7 @@ import grpc
 from services.dispatch.cold_entries import page_in
 from services.dispatch.delivery.progress import ProgressCopy
 from services.dispatch.delivery.role import RoleWatcher
-from services.dispatch.engine.consume_queue import ConsumeQueue, Entry
+from services.dispatch.engine.consume_queue import Entry
 from services.dispatch.engine.consume_queue_store import ConsumeQueueStore
 from services.dispatch.storage_client import StorageClient
 from services.dispatch.tail_cache import TailCache
@@ -329,7 +329,7 @@ class TransactionService:
         state = self._state
         state.op_next = max(state.op_next, queue.min_offset)
         while state.op_next < queue.max_offset:
-            await self._page_in(queue, state.op_next, SCAN_BATCH_ENTRIES)
+            await page_in(self._cold_reads, queue, state.op_next, SCAN_BATCH_ENTRIES)
             entries = queue.get(state.op_next, SCAN_BATCH_ENTRIES)
             if not entries:
                 break
@@ -364,7 +364,7 @@ class TransactionService:
                 )
             queue = self._queues.find(TRANS_HALF_TOPIC, 0)
         if queue is not None:
-            await self._page_in(queue, offset, 1)
+            await page_in(self._cold_reads, queue, offset, 1)
         entry = queue.entry_at(offset) if queue is not None else None
         if entry is None or entry.is_pre_blank:
             raise unknown_half(offset)
@@ -432,10 +432,6 @@ class TransactionService:
             msg_id=make_msg_id(msg_id_prefix(record.store_host), half.physical_offset),
         )
 
-    async def _page_in(self, queue: ConsumeQueue, offset: int, count: int) -> None:
-        if self._cold_reads is not None:
-            await page_in(self._cold_reads, queue, offset, count)
-
     async def _see_halves(self) -> None:
         """Learn the halves written since the last look (their group and store time)."""
         queue = self._queues.find(TRANS_HALF_TOPIC, 0)
@@ -447,7 +443,7 @@ class TransactionService:
         # Past HALVES_MAX the later halves stay in the half queue: read here again once
         # older ones are resolved (half_next stays at the first one not held).
         while state.half_next < end and not state.halves_full():
-            await self._page_in(queue, state.half_next, SCAN_BATCH_ENTRIES)
+            await page_in(self._cold_reads, queue, state.half_next, SCAN_BATCH_ENTRIES)
             entries = queue.get(state.half_next, SCAN_BATCH_ENTRIES)
             if not entries:
                 break
