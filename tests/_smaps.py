@@ -16,10 +16,9 @@ def dirty_pages(path: Path) -> int:
     return _smaps_pages(path, ("Shared_Dirty", "Private_Dirty"))
 
 
-def mapped_pages(path: Path, pid: int | None = None) -> int:
-    """Pages of this process's (or process ``pid``'s) mapping of ``path`` in its page
-    tables (Rss)."""
-    return _smaps_pages(path, ("Rss",), pid)
+def mapped_pages(path: Path) -> int:
+    """Pages of this process's mapping of ``path`` in its page tables (Rss)."""
+    return _smaps_pages(path, ("Rss",))
 
 
 def present_pages(pid: int, path: Path, position: int, size: int) -> int:
@@ -42,8 +41,8 @@ def present_pages(pid: int, path: Path, position: int, size: int) -> int:
     return sum(word >> 63 for word in words)
 
 
-def _smaps_pages(path: Path, fields: tuple[str, ...], pid: int | None = None) -> int:
-    lines = Path(f"/proc/{pid or 'self'}/smaps").read_text().splitlines()
+def _smaps_pages(path: Path, fields: tuple[str, ...]) -> int:
+    lines = Path("/proc/self/smaps").read_text().splitlines()
     for at, line in enumerate(lines):
         if line.endswith(" " + str(path)):
             kib = 0
@@ -54,7 +53,7 @@ def _smaps_pages(path: Path, fields: tuple[str, ...], pid: int | None = None) ->
                 if name in fields:
                     kib += int(value.split()[0])
             return kib * 1024 // PAGE_BYTES
-    raise AssertionError(f"{path} is not mapped by process {pid or 'self'}")
+    raise AssertionError(f"{path} is not mapped by this process")
 
 
 class _IoVec(ctypes.Structure):
