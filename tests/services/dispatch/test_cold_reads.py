@@ -40,6 +40,11 @@ from tide.waiting import wait_until
 ENTRIES_PER_SEGMENT = 1_000  # conftest's --cq-entries-per-segment
 BATCH = 500
 TOPIC = "Cold"
+# Every dispatch here: a metrics endpoint, and no cleanup pass during the test (a pass
+# reads the first segment's last entry and searches the queues through the mappings, on
+# the store's writer thread: it would bring evicted pages back before the read under
+# test, or map them after it).
+ARGS = ("--metrics-listen", "127.0.0.1:0", "--cleanup-interval-ms", "3600000")
 
 
 @pytest.fixture
@@ -50,9 +55,7 @@ def dispatch(
     pages written back, so they can be evicted)."""
     storages, dispatches = launchers
     storage = storages.start(tmp_path / "store")
-    process = dispatches.start(
-        tmp_path / "dispatch", storage.listen, "--metrics-listen", "127.0.0.1:0"
-    )
+    process = dispatches.start(tmp_path / "dispatch", storage.listen, *ARGS)
     count = COLD_CHECK_BEHIND_ENTRIES + 2 * ENTRIES_PER_SEGMENT
     count -= count % BATCH
     for _ in range(count // BATCH):
@@ -155,8 +158,7 @@ def test_a_delay_level_far_behind_brings_its_head_in_off_the_loop(
         storage.listen,
         "--message-delay-level",
         "1s 1h",
-        "--metrics-listen",
-        "127.0.0.1:0",
+        *ARGS,
     )
     waiting = COLD_CHECK_BEHIND_ENTRIES + ENTRIES_PER_SEGMENT
     for first in range(0, waiting, BATCH):
@@ -192,9 +194,7 @@ def test_ending_a_half_far_behind_brings_its_entry_in_off_the_loop(
     half queue's first segment, taken out of memory: a cold read, and the half's answer."""
     storages, dispatches = launchers
     storage = storages.start(tmp_path / "store")
-    dispatch = dispatches.start(
-        tmp_path / "dispatch", storage.listen, "--metrics-listen", "127.0.0.1:0"
-    )
+    dispatch = dispatches.start(tmp_path / "dispatch", storage.listen, *ARGS)
     properties = half_properties({"UNIQ_KEY": "K"}, "Real", 0, "PG", "tx")
     halves = COLD_CHECK_BEHIND_ENTRIES + ENTRIES_PER_SEGMENT
     results: list[storage_pb.AppendResult] = []
@@ -246,7 +246,7 @@ def test_a_query_reads_an_index_file_not_in_memory_through_the_file(
     # the file: a fault near its start (the header's, by anything) maps at most the 16
     # pages around it that are in memory (the kernel's fault-around), never those.
     dispatch = dispatches.start(
-        tmp_path / "dispatch", storage.listen, "--index-max-entries", "20000"
+        tmp_path / "dispatch", storage.listen, "--index-max-entries", "20000", *ARGS
     )
     count = 4_000
     results: list[storage_pb.AppendResult] = []
