@@ -159,6 +159,11 @@ def check_put_args(queue_offset: int, commitlog_offset: int, size: int, tags_cod
         raise ValueError(f"tags code {tags_code} does not fit in 64 bits")
 
 
+def _cleanup_key(commitlog_min_offset: int, segments: list[MappedFile]) -> tuple[int, int, int]:
+    """What a delete_below pass depends on besides the entries' contents."""
+    return commitlog_min_offset, segments[0].start_offset if segments else -1, len(segments)
+
+
 def _write_at(segment: MappedFile, position: int, data: bytes, start: int, count: int) -> None:
     """``data[start : start + count]`` into ``segment`` at ``position``: with ``pwrite``
     on its file rather than through its mapping (the same page cache, so readers of the
@@ -211,6 +216,10 @@ class ConsumeQueue:
         self._write_lock = threading.Lock()  # put, truncate, delete, recover, close
         self._flush_lock = threading.Lock()  # flush against anything that drops segments
         self._truncations = 0  # twice per truncate_past: odd while one runs
+        # What delete_below last left: (the commitlog min it was given, the first
+        # segment's start, how many segments). A pass given the same min over the same
+        # segments has nothing to do, and does not read the entries (_cleanup_key).
+        self._cleaned: tuple[int, int, int] | None = None
         self._recovered = False
         self._closed = False
 
@@ -610,6 +619,7 @@ class ConsumeQueue:
             if cut is None:
                 return 0
             self._truncations += 1  # odd: readers retry
+            self._cleaned = None  # the min may have moved back: the next pass looks again
             try:
                 self._drop_past(segments, first, cut)
             finally:
@@ -638,6 +648,11 @@ class ConsumeQueue:
         with self._write_lock, self._flush_lock:
             self._check_ready()
             segments = self._segments
+            if self._cleaned == _cleanup_key(commitlog_min_offset, segments):
+                # Nothing fell below the min since the last pass (entries only ever point
+                # past it; a new segment changes the key): the entries the pass would read
+                # are the first segment's last and a search's, every pass, cold or not.
+                return 0
             count = 0
             while count < len(segments) - 1:
                 last = self._read_run(
@@ -654,6 +669,7 @@ class ConsumeQueue:
             if count:
                 self._segments = segments[count:]
                 self._drop_segments(segments[:count])
+            self._cleaned = _cleanup_key(commitlog_min_offset, self._segments)
             return count
 
     def _correct_min_offset(self, segments: list[MappedFile], commitlog_min_offset: int) -> None:

@@ -465,6 +465,46 @@ def test_delete_below_moves_the_min_before_the_segments_go(
     queue.close()
 
 
+def test_a_pass_given_the_same_min_over_the_same_segments_reads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleanup runs every few seconds and the storage's min moves only when its
+    retention deletes: a pass with nothing new does not read entries (which would bring
+    a cold queue's pages back each time)."""
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 25)
+    reads = 0
+    read_run = queue._read_run
+
+    def counted(segments: list[MappedFile], queue_offset: int, count: int) -> bytes | None:
+        nonlocal reads
+        reads += 1
+        return read_run(segments, queue_offset, count)
+
+    monkeypatch.setattr(queue, "_read_run", counted)
+    assert queue.delete_below(1050) == 1
+    assert reads > 0 and queue.min_offset == 11
+    reads = 0
+    assert queue.delete_below(1050) == 0
+    assert reads == 0
+    assert queue.delete_below(1150) == 0  # another min: looked at again
+    assert reads > 0 and queue.min_offset == 12
+    queue.close()
+
+
+def test_a_new_segment_makes_the_pass_look_again(tmp_path: Path) -> None:
+    """A new segment makes the one before it deletable under the same min: that counts
+    as something new for the pass."""
+    queue = open_queue(tmp_path)
+    fill(queue, 0, 10)  # one full segment, its entries at 0..900
+    assert queue.delete_below(1000) == 0  # every entry below, but never the last segment
+    assert queue.min_offset == 10
+    fill(queue, 10, 12)  # a second segment: the first may go now
+    assert queue.delete_below(1000) == 1
+    assert names(tmp_path) == ["00000000000000000200"]
+    queue.close()
+
+
 def test_delete_below_never_deletes_the_last_segment(tmp_path: Path) -> None:
     queue = open_queue(tmp_path)
     fill(queue, 0, 25)
