@@ -4,12 +4,19 @@ off the event loop, on threads that read the files with ``pread``).
 A Read whose bytes are not all in memory (``CommitLog.resident``: ``mincore``), and a
 Tail or Replicate chunk that is not, read by a follower more than a chunk behind
 (:func:`cold_chunk`: a consumer replaying old messages, a dispatch rebuilding from an old
-offset, a new slave), go to the cold readers; a follower at the end is not even checked.
+offset, a new slave), go to the cold readers (:func:`read_chunk`); a follower at the end
+is not even checked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from services.storage.engine.commitlog import CommitLog
+from tide.server import ColdReads
+
+_T = TypeVar("_T")
 
 
 def cold_chunk(commitlog: CommitLog, offset: int, chunk_bytes: int) -> bool:
@@ -19,3 +26,17 @@ def cold_chunk(commitlog: CommitLog, offset: int, chunk_bytes: int) -> bool:
     are not in memory. A follower at the end reads what was just written: no check."""
     behind = commitlog.segments.max_offset - offset
     return behind > chunk_bytes and not commitlog.resident(offset, chunk_bytes)
+
+
+async def read_chunk(
+    cold_reads: ColdReads,
+    commitlog: CommitLog,
+    offset: int,
+    chunk_bytes: int,
+    read: Callable[[], _T],
+) -> _T:
+    """``read()`` of a follower's next chunk from ``offset``: on a cold reader's thread
+    when :func:`cold_chunk` says so, else here on the loop."""
+    if cold_chunk(commitlog, offset, chunk_bytes):
+        return await cold_reads.run(read)
+    return read()

@@ -20,7 +20,7 @@ from opentelemetry import trace
 
 from services.storage import auth_rpc, convert, position_read, span_read
 from services.storage.append_answer import columns_answer, columns_response
-from services.storage.cold_reads import cold_chunk
+from services.storage.cold_reads import read_chunk
 from services.storage.engine.commitlog import AppendBatch, CommitLog, OffsetBelowMinError
 from services.storage.engine.consumer_manager import (
     ConsumerManager,
@@ -511,12 +511,13 @@ class StorageServicer(pb_grpc.StorageServicer):
             while not self._draining.is_set():
                 arrived.clear()
                 try:
-                    if cold_chunk(commitlog, offset, chunk_bytes):
-                        start, size, chunk = await self.cold_reads.run(
-                            partial(commitlog.read_tail_framed, offset, chunk_bytes, frame)
-                        )
-                    else:
-                        start, size, chunk = commitlog.read_tail_framed(offset, chunk_bytes, frame)
+                    start, size, chunk = await read_chunk(
+                        self.cold_reads,
+                        commitlog,
+                        offset,
+                        chunk_bytes,
+                        partial(commitlog.read_tail_framed, offset, chunk_bytes, frame),
+                    )
                 except OffsetBelowMinError as exc:
                     raise ServiceError(grpc.StatusCode.OUT_OF_RANGE, str(exc)) from exc
                 if size:

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from services.storage.cold_reads import cold_chunk
+from services.storage.cold_reads import read_chunk
 from services.storage.engine.commitlog import OffsetBelowMinError
 from services.storage.engine.ha_ack_waiter import SlaveAckWaiter
 from services.storage.engine.ha_replica_writer import tail_range
@@ -149,11 +149,8 @@ class ReplicationMaster:
         while not self._draining.is_set() and not acks.done():
             arrived.clear()
             try:
-                if cold_chunk(commitlog, offset, batch_bytes):
-                    read = partial(commitlog.read_raw, offset, batch_bytes)
-                    _, data = await self._cold_reads.run(read)
-                else:
-                    _, data = commitlog.read_raw(offset, batch_bytes)
+                read = partial(commitlog.read_raw, offset, batch_bytes)
+                _, data = await read_chunk(self._cold_reads, commitlog, offset, batch_bytes, read)
             except OffsetBelowMinError as exc:
                 raise ServiceError(
                     grpc.StatusCode.OUT_OF_RANGE,
