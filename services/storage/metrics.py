@@ -111,7 +111,7 @@ class StorageMetrics:
             meter,
             "tide_storage_cold_reads_total",
             lambda: cold_reads.count if cold_reads else 0,
-            "Reads and Tail chunks whose bytes were not in memory, read with pread on a "
+            "Reads, Tail and Replicate chunks whose bytes were not in memory, read with pread on a "
             "thread (the GIL free while the disk answers) instead of on the event loop",
         )
         observable_total(
